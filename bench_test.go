@@ -1,0 +1,323 @@
+package leaserouter
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Benchmarks of issue 4. Baselines first: what a handoff costs with no
+// leases at all, measured in the same run so ratios cancel machine noise.
+//
+//	go test -run XXX -bench . -benchmem
+
+// BenchmarkBaselineChannel: one value through a buffered channel from one
+// goroutine to another.
+func BenchmarkBaselineChannel(b *testing.B) {
+	ch := make(chan int, 128)
+	done := make(chan struct{})
+	go func() {
+		for range ch {
+		}
+		close(done)
+	}()
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		ch <- i
+	}
+	close(ch)
+	<-done
+}
+
+// BenchmarkBaselinePool: b.N no-op tasks through a channel-fed pool of 2
+// worker goroutines with a WaitGroup, no leases.
+func BenchmarkBaselinePool(b *testing.B) {
+	b.ReportAllocs()
+	tasks := make(chan func(), 128)
+	var wg sync.WaitGroup
+	var done atomic.Int64
+	for range 2 {
+		wg.Go(func() {
+			for f := range tasks {
+				f()
+				done.Add(1)
+			}
+		})
+	}
+	start := time.Now()
+	n := 0
+	for b.Loop() {
+		tasks <- func() {}
+		n++
+	}
+	close(tasks)
+	wg.Wait()
+	b.ReportMetric(float64(n)/time.Since(start).Seconds(), "jobs/s")
+}
+
+// ids returns n distinct job IDs, made before timing so the benchmarks
+// measure the router, not strconv.
+func ids(prefix string, n int) []string {
+	s := make([]string, n)
+	for i := range s {
+		s[i] = prefix + strconv.Itoa(i)
+	}
+	return s
+}
+
+func benchRouter(b *testing.B, opts Options) *Router[int] {
+	b.Helper()
+	r, err := New[int](opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = r.Close(context.Background()) })
+	return r
+}
+
+// lifecycle enqueues, leases and completes one job.
+func lifecycle(b *testing.B, r *Router[int], id string) {
+	if err := r.Enqueue(id, 1); err != nil {
+		b.Fatal(err)
+	}
+	l, err := r.TryAcquire("w")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := l.Complete(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkLifecycle: Enqueue + TryAcquire + Complete on one goroutine,
+// with finished jobs dropped at once so the map keeps a steady size.
+func BenchmarkLifecycle(b *testing.B) {
+	r := benchRouter(b, Options{Retention: -1})
+	id := ids("j", 1<<16)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		lifecycle(b, r, id[i&(len(id)-1)])
+	}
+}
+
+// BenchmarkLifecycleParallel: the same from b.RunParallel.
+func BenchmarkLifecycleParallel(b *testing.B) {
+	r := benchRouter(b, Options{Retention: -1})
+	var g atomic.Int64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		id := ids(fmt.Sprintf("g%d-", g.Add(1)), 1<<16)
+		for i := 0; pb.Next(); i++ {
+			if err := r.Enqueue(id[i&(len(id)-1)], 1); err != nil {
+				b.Fatal(err)
+			}
+			l, err := r.TryAcquire("w")
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := l.Complete(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkRun: b.N no-op jobs pre-enqueued, processed by Run with 2
+// workers and heartbeats on.
+func BenchmarkRun(b *testing.B) {
+	r := benchRouter(b, Options{Retention: -1, LeaseDuration: time.Second})
+	id := ids("j", b.N)
+	for _, s := range id {
+		if err := r.Enqueue(s, 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var left atomic.Int64
+	left.Store(int64(b.N))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	err := r.Run(ctx, WorkerOptions{Workers: 2, HeartbeatInterval: 100 * time.Millisecond},
+		func(context.Context, *Lease[int]) error {
+			if left.Add(-1) == 0 {
+				cancel()
+			}
+			return nil
+		})
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "jobs/s")
+}
+
+// BenchmarkBacklog: the lifecycle with 1,000,000 jobs already pending.
+// Each iteration enqueues one job and leases the oldest pending one, so the
+// backlog keeps its size and the order's hot data is exercised at scale.
+func BenchmarkBacklog(b *testing.B) {
+	const backlog = 1_000_000
+	r := benchRouter(b, Options{Retention: -1})
+	// backlog+1 IDs in a ring: the ID enqueued at iteration i was leased,
+	// and so dropped, at iteration i-1.
+	id := ids("j", backlog+1)
+	for _, s := range id[:backlog] {
+		if err := r.Enqueue(s, 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		lifecycle(b, r, id[(backlog+i)%len(id)])
+	}
+}
+
+// BenchmarkReaperIdle: one reaper pass with 1,000,000 live, unexpired
+// leases: it must cost the same as with none.
+func BenchmarkReaperIdle(b *testing.B) {
+	r := benchRouter(b, Options{LeaseDuration: time.Hour})
+	for _, s := range ids("j", 1_000_000) {
+		if err := r.Enqueue(s, 1); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := r.TryAcquire("w"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		r.mu.Lock()
+		r.settle(r.now(), reapBatch)
+		r.armed = r.nextDeadline()
+		r.unlock()
+	}
+}
+
+// BenchmarkExpire: 100,000 leases expiring at once; reports the cost per
+// requeue (ns/requeue).
+func BenchmarkExpire(b *testing.B) {
+	const n = 100_000
+	id := ids("j", n)
+	var total time.Duration
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		r, err := New[int](Options{LeaseDuration: time.Hour})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, s := range id {
+			_ = r.Enqueue(s, 1)
+			_, _ = r.TryAcquire("w")
+		}
+		r.mu.Lock()
+		r.epoch = r.epoch.Add(-2 * time.Hour) // every lease is now an hour past its expiry
+		b.StartTimer()
+		start := time.Now()
+		r.settle(r.now(), -1)
+		total += time.Since(start)
+		b.StopTimer()
+		if r.counts[StatePending] != n {
+			b.Fatalf("%d pending, want %d", r.counts[StatePending], n)
+		}
+		r.mu.Unlock()
+		_ = r.Close(context.Background())
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(total.Nanoseconds())/float64(b.N*n), "ns/requeue")
+}
+
+// BenchmarkMemory: heap bytes per pending job at 1,000,000 jobs with an
+// 8-byte payload, everything included (ID, payload, map entry, indexes).
+func BenchmarkMemory(b *testing.B) {
+	const n = 1_000_000
+	b.ReportAllocs()
+	var perJob float64
+	for b.Loop() {
+		b.StopTimer()
+		id := ids("job-", n) // the caller's strings; the router keeps them
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		b.StartTimer()
+		r, err := New[int64](Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i, s := range id {
+			if err := r.Enqueue(s, int64(i)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		id = nil
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		perJob = float64(after.HeapAlloc-before.HeapAlloc) / n
+		runtime.KeepAlive(r)
+		_ = r.Close(context.Background())
+		b.StartTimer()
+	}
+	b.ReportMetric(perJob, "B/job")
+}
+
+// BenchmarkRequeueLatency: time from a lease's expiry to its job being
+// leased again, under load: 2 workers take jobs from a stream; each job's
+// first lease is abandoned (a crash) and expires after 5ms, and a blocked
+// Acquire must get it again. Reports the p99 in ms (p99-requeue-ms).
+func BenchmarkRequeueLatency(b *testing.B) {
+	const lease = 5 * time.Millisecond
+	r := benchRouter(b, Options{LeaseDuration: lease, Retention: -1})
+	id := ids("j", b.N)
+	var mu sync.Mutex
+	lat := make([]time.Duration, 0, b.N)
+	expiry := make(map[string]time.Time, b.N)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var left atomic.Int64
+	left.Store(int64(b.N))
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for w := range 2 {
+		wg.Go(func() {
+			for {
+				l, err := r.Acquire(ctx, "w"+strconv.Itoa(w))
+				if err != nil {
+					return
+				}
+				now := time.Now()
+				mu.Lock()
+				if l.Attempt == 1 {
+					expiry[l.JobID] = l.Expiry() // crash: abandon the lease
+					mu.Unlock()
+					continue
+				}
+				lat = append(lat, now.Sub(expiry[l.JobID]))
+				mu.Unlock()
+				_ = l.Complete()
+				if left.Add(-1) == 0 {
+					cancel()
+				}
+			}
+		})
+	}
+	for _, s := range id {
+		if err := r.Enqueue(s, 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+	wg.Wait()
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)*99/100])/float64(time.Millisecond), "p99-requeue-ms")
+}

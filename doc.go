@@ -1,0 +1,55 @@
+// Package leaserouter routes jobs to workers inside one process under
+// expiring leases with fencing tokens, so that a worker that crashes, hangs
+// or stalls can never strand a job, and a worker that wakes up after its
+// lease has passed to another can never overwrite the newer worker's result.
+//
+// A Router holds jobs in a map guarded by one mutex, with heaps for ready
+// order and deadlines. Workers take jobs with Acquire or TryAcquire and get a
+// Lease; they finish with Lease.Complete, Lease.Fail or Lease.Release, and
+// keep a long job alive with Lease.Heartbeat. Router.Run does all of that for
+// a Handler, with background heartbeats and a context canceled the moment the
+// lease is lost.
+//
+// Delivery is at least once: a job whose lease expires runs again, possibly
+// while the first worker is still going. Make side effects idempotent or
+// fence them. Everything lives in the host process; nothing is persisted.
+//
+// # Leases
+//
+// A lease is a lock with a deadline (Gray and Cheriton, "Leases: An
+// Efficient Fault-Tolerant Mechanism for Distributed File Cache
+// Consistency", SOSP 1989). At any instant a job has at most one valid
+// lease: its current one, while the router's monotonic clock is before the
+// lease's expiry. Every lease operation checks that, so a lease is lost at
+// exactly its expiry whether or not the reaper — the one background
+// goroutine, which sleeps until the next deadline — has run. A lease that
+// expires counts as an attempt; after Options.MaxAttempts attempts a job is
+// dead (StateFailed). Lease.Fail schedules a retry after Options.Backoff.
+// Heartbeats may carry progress, a checkpoint handed to the next lease.
+//
+// # Fencing
+//
+// Every lease carries a Token, strictly increasing over all leases a Router
+// grants and seeded above the wall-clock time at New, so it keeps increasing
+// across restarts (fencing tokens: Kleppmann, "How to do distributed
+// locking", 2016; Chubby's sequencers, Burrows, OSDI 2006). A lease check at
+// the router cannot stop a stale holder from writing elsewhere; a Fence at
+// the resource can: Fence.Do refuses any token lower than one it has
+// admitted for the same key.
+//
+// # Workers
+//
+// Router.Run starts worker goroutines that acquire, heartbeat every
+// WorkerOptions.HeartbeatInterval, and complete or fail each job from the
+// Handler's result; a panic fails the attempt with its stack. KeepAlive gives
+// the same heartbeat and lost-lease context to code that acquires leases
+// itself. Choose LeaseDuration above the longest pause a healthy worker can
+// have (GC, a slow call) and the heartbeat interval at a third of it or less.
+//
+// # Observability
+//
+// Options.OnEvent receives every transition in order, outside the lock;
+// Options.Logger writes them as slog records. Router.Stats gives counts and
+// totals, Router.Audit checks every internal invariant, and Router.Get a
+// copy of one job.
+package leaserouter

@@ -1,0 +1,27 @@
+package leaserouter
+
+import "github.com/leaserouter/leaserouter/internal/hook"
+
+// SetHooks installs test hooks on r (nil removes them).
+func SetHooks[T any](r *Router[T], h *hook.Hooks) {
+	r.mu.Lock()
+	r.hooks = h
+	r.mu.Unlock()
+}
+
+// ExpireNow makes the lease of job id expire at the current instant, as
+// if its expiry had been now, and settles it. It reports whether the job
+// was leased.
+func ExpireNow[T any](r *Router[T], id string) bool {
+	r.mu.Lock()
+	j := r.jobs[id]
+	ok := j != nil && j.state == StateLeased && r.phase != phaseClosed
+	if ok {
+		now := r.now()
+		j.at = now
+		r.leases.Fix(int(j.hidx))
+		r.settle(now, -1)
+	}
+	r.unlock()
+	return ok
+}

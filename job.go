@@ -1,0 +1,166 @@
+package leaserouter
+
+import (
+	"fmt"
+	"time"
+)
+
+// State is where a job is in its life. The zero value is StatePending.
+type State uint8
+
+// The states of a job. A job moves pending -> leased -> (succeeded | pending |
+// scheduled | failed), scheduled -> pending when its run-at comes, and any
+// unfinished state -> canceled. Succeeded, failed and canceled are terminal:
+// a job in one of them never changes again.
+const (
+	StatePending   State = iota // ready to be leased
+	StateScheduled              // waiting for its run-at time (delay or retry backoff)
+	StateLeased                 // held by one worker under a lease
+	StateSucceeded              // terminal: completed by the holder of a valid lease
+	StateFailed                 // terminal: attempts exhausted or permanent failure (dead)
+	StateCanceled               // terminal: canceled by Router.Cancel
+	numStates
+	stateNew = numStates // a job being enqueued, before its first state
+)
+
+var stateNames = [numStates]string{"pending", "scheduled", "leased", "succeeded", "failed", "canceled"}
+
+// String returns the state's lower-case name ("pending", "leased", ...), or
+// "State(n)" for a value outside the constants.
+func (s State) String() string {
+	if s < numStates {
+		return stateNames[s]
+	}
+	return fmt.Sprintf("State(%d)", uint8(s))
+}
+
+// Terminal reports whether s is succeeded, failed or canceled: a job in a
+// terminal state never changes again.
+func (s State) Terminal() bool { return s >= StateSucceeded && s < numStates }
+
+// Job is a snapshot of one job, as returned by Router.Get. It is a copy:
+// changing it changes nothing in the router. Times carry Go's monotonic clock
+// reading when they come from the router's clock.
+type Job[T any] struct {
+	ID          string
+	Payload     T // shared with the caller when T is a reference type
+	State       State
+	Priority    int
+	Attempt     int   // leases granted so far; the first lease is attempt 1
+	MaxAttempts int   // leases the job may be granted before it is dead
+	Token       Token // fencing token of the latest lease; 0 if never leased
+	Owner       string
+	LeaseExpiry time.Time // zero unless StateLeased
+	RunAt       time.Time // when a scheduled job becomes ready; zero otherwise
+	Progress    []byte    // last checkpoint reported by Lease.Heartbeat (a copy)
+	LastError   string    // most recent failure (error, panic, expiry); kept after a later success
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+}
+
+// EnqueueOption changes how one job is enqueued. Options are applied in
+// order, so of WithDelay and WithRunAt the last one wins. An EnqueueOption is
+// a small value, not a closure, so passing options allocates nothing.
+type EnqueueOption struct {
+	kind  optKind
+	n     int
+	d     time.Duration
+	runAt time.Time
+}
+
+type optKind uint8
+
+const (
+	optNone optKind = iota
+	optPriority
+	optDelay
+	optRunAt
+	optMaxAttempts
+)
+
+// WithPriority sets the job's priority: a higher priority is leased first.
+// Default 0; negative priorities are allowed and run after the default.
+func WithPriority(p int) EnqueueOption { return EnqueueOption{kind: optPriority, n: p} }
+
+// WithDelay makes the job scheduled until now+d. Zero means ready at once; a
+// negative d makes Enqueue return ErrInvalidJob. It replaces an earlier
+// WithRunAt.
+func WithDelay(d time.Duration) EnqueueOption { return EnqueueOption{kind: optDelay, d: d} }
+
+// WithRunAt makes the job scheduled until t. A t not after the enqueue time
+// (including the zero Time) means ready at once, with the enqueue time as its
+// ready time. It replaces an earlier WithDelay.
+func WithRunAt(t time.Time) EnqueueOption { return EnqueueOption{kind: optRunAt, runAt: t} }
+
+// WithMaxAttempts overrides Options.MaxAttempts for this job: the number of
+// leases it may be granted. n < 1 or n > math.MaxInt32 makes Enqueue
+// return ErrInvalidJob.
+func WithMaxAttempts(n int) EnqueueOption { return EnqueueOption{kind: optMaxAttempts, n: n} }
+
+// job is the router's record of one job. Every field is guarded by the
+// router's mu. Times are nanoseconds since the router's epoch (a monotonic
+// reading taken at New), so they compare as plain integers and a wall-clock
+// step cannot move them.
+type job[T any] struct {
+	id       string
+	payload  T
+	progress []byte
+	owner    string
+	lastErr  string
+	lease    *Lease[T] // the current lease; nil unless leased
+	next     *job[T]   // retention queue link
+
+	token    Token
+	seq      uint64 // enqueue order, the last tie-breaker
+	priority int
+	created  int64
+	updated  int64
+	at       int64 // leased: lease expiry; scheduled: run-at; pending: ready time; finished: purge time
+	attempt  int32
+	maxAtt   int32
+	hidx     int32 // position in the heap of its state (ready, scheduled or leases); -1 if none
+	state    State
+	ended    endReason // why the latest lease ended
+}
+
+// endReason says why a job's latest lease ended; it becomes
+// LeaseLostError.Reason when the holder of that lease acts later.
+type endReason uint8
+
+const (
+	endNone endReason = iota
+	endExpired
+	endReleased
+	endFailed
+	endCompleted
+	endCanceled
+	endRevoked
+)
+
+var endReasonNames = [...]string{"unknown", "expired", "released", "failed", "completed", "canceled", "revoked"}
+
+// String is the reason as LeaseLostError.Reason gives it.
+func (e endReason) String() string { return endReasonNames[e] }
+
+// readyBefore orders the ready heap: higher priority first, then earlier
+// ready time, then enqueue order.
+func readyBefore[T any](a, b *job[T]) bool {
+	if a.priority != b.priority {
+		return a.priority > b.priority
+	}
+	if a.at != b.at {
+		return a.at < b.at
+	}
+	return a.seq < b.seq
+}
+
+// dueBefore orders the scheduled and lease heaps by deadline, then enqueue
+// order so equal deadlines settle deterministically.
+func dueBefore[T any](a, b *job[T]) bool {
+	if a.at != b.at {
+		return a.at < b.at
+	}
+	return a.seq < b.seq
+}
+
+func setHeapIndex[T any](j *job[T], i int) { j.hidx = int32(i) }

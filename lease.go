@@ -1,0 +1,287 @@
+package leaserouter
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Lease is one worker's time-bounded claim on one job: the right to act on
+// the job until Expiry, proven by Token. Every operation on a lease checks
+// that it is still valid — it is the job's current lease (same Token, job
+// leased) and the router's clock is before its expiry — and is refused with
+// a *LeaseLostError otherwise, whether or not the reaper has noticed.
+//
+// The exported fields are set when the lease is granted and never change; a
+// holder may read them freely. Methods are safe for concurrent use. Leases
+// as a recoverable alternative to locks: Gray and Cheriton, "Leases", SOSP
+// 1989.
+type Lease[T any] struct {
+	JobID    string
+	Payload  T
+	Attempt  int    // 1 for the job's first lease, 2 for its second, ...
+	Token    Token  // fencing token: pass it to a Fence before writing downstream
+	WorkerID string // as given to Acquire or TryAcquire
+	Progress []byte // checkpoint left by an earlier attempt (a copy), so a retry can resume; nil if none
+
+	r      *Router[T]
+	j      *job[T]
+	expiry int64               // guarded by r.mu
+	lost   []func(cause error) // guarded by r.mu; called when the lease is lost against the holder's will
+}
+
+// LeaseLostError is returned by an operation on a lease that is no longer
+// valid. errors.Is(err, ErrLeaseLost) is true; errors.As works with both a
+// *LeaseLostError and a LeaseLostError target.
+type LeaseLostError struct {
+	JobID   string
+	Token   Token  // the refused lease's token
+	Current Token  // the job's latest token; 0 if the job is gone (purged)
+	Reason  string // why the lease ended: "expired", "superseded", "released", "failed", "completed", "canceled", "revoked"; "nil lease" for a nil *Lease
+}
+
+// Error describes the refused lease, the current token and the reason.
+func (e LeaseLostError) Error() string {
+	return fmt.Sprintf("leaserouter: lease lost: job %q token %d (current %d): %s", e.JobID, e.Token, e.Current, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrLeaseLost) true.
+func (e LeaseLostError) Is(target error) bool { return target == ErrLeaseLost }
+
+// As lets errors.As fill a LeaseLostError value as well as a pointer.
+func (e *LeaseLostError) As(target any) bool {
+	if t, ok := target.(*LeaseLostError); ok {
+		*t = *e
+		return true
+	}
+	return false
+}
+
+var errNilLease = &LeaseLostError{Reason: "nil lease"}
+
+// Expiry returns the instant the lease ends unless extended by Heartbeat.
+// It is the last expiry the lease had while valid; it says nothing about
+// whether the lease is still valid (an operation on it tells). A nil *Lease
+// returns the zero Time.
+func (l *Lease[T]) Expiry() time.Time {
+	if l == nil || l.r == nil {
+		return time.Time{}
+	}
+	l.r.mu.Lock()
+	defer l.r.mu.Unlock()
+	return l.r.timeAt(l.expiry)
+}
+
+// Heartbeat extends the lease to now+LeaseDuration, proving the holder is
+// alive. It never shortens the lease and never changes its token. A non-nil
+// progress is copied and stored as the job's checkpoint, handed to the next
+// lease of the job (Lease.Progress) if this one is lost; a nil progress keeps
+// the last checkpoint, and an empty one clears it. It returns a
+// *LeaseLostError if the lease is no longer valid (including after Close),
+// changing nothing. It does not block beyond the router's lock.
+func (l *Lease[T]) Heartbeat(progress []byte) error {
+	if l == nil || l.r == nil {
+		return errNilLease
+	}
+	r := l.r
+	r.mu.Lock()
+	now := r.now()
+	j, err := r.holding(l, now)
+	if err != nil {
+		r.unlock()
+		return err
+	}
+	if exp := addSat(now, r.opts.LeaseDuration); exp > j.at {
+		j.at = exp
+		r.leases.Fix(int(j.hidx))
+	}
+	l.expiry = j.at
+	if progress != nil {
+		j.progress = slices.Clone(progress)
+	}
+	j.updated = now
+	r.stats.Heartbeats++
+	r.emit(EventLeaseExtended, now, j, l.WorkerID, l.Token, nil)
+	r.unlock()
+	return nil
+}
+
+// Complete marks the job succeeded and ends the lease. It returns a
+// *LeaseLostError if the lease is no longer valid, changing nothing: a
+// stale holder can never complete a job another worker now holds.
+func (l *Lease[T]) Complete() error {
+	if l == nil || l.r == nil {
+		return errNilLease
+	}
+	r := l.r
+	r.mu.Lock()
+	now := r.now()
+	j, err := r.holding(l, now)
+	if err != nil {
+		r.unlock()
+		return err
+	}
+	r.endLease(j, endCompleted, false)
+	r.emit(EventCompleted, now, j, l.WorkerID, l.Token, nil)
+	r.finish(j, StateSucceeded, now)
+	r.unlock()
+	return nil
+}
+
+// Fail ends the lease with a failed attempt. The job's LastError becomes
+// cause's message ("unknown error" for a nil cause). If cause is (or wraps) a
+// Permanent error, or the job has used all its attempts, the job becomes
+// StateFailed (dead); otherwise it is scheduled again after
+// Options.Backoff(attempt), or made pending at once if that is <= 0. It
+// returns a *LeaseLostError if the lease is no longer valid, changing
+// nothing.
+func (l *Lease[T]) Fail(cause error) error {
+	if l == nil || l.r == nil {
+		return errNilLease
+	}
+	r := l.r
+	r.mu.Lock()
+	now := r.now()
+	j, err := r.holding(l, now)
+	if err != nil {
+		r.unlock()
+		return err
+	}
+	if cause == nil {
+		cause = errUnknown
+	}
+	var perm *permanentError
+	permanent := errors.As(cause, &perm)
+	j.lastErr = cause.Error()
+	r.endLease(j, endFailed, false)
+	r.emit(EventFailed, now, j, l.WorkerID, l.Token, cause)
+	if permanent || j.attempt >= j.maxAtt {
+		r.kill(j, now)
+	} else {
+		r.stats.Retries++
+		r.schedule(j, addSat(now, max(r.opts.Backoff(int(j.attempt)), 0)), now)
+		r.emit(EventRetryScheduled, now, j, l.WorkerID, l.Token, nil)
+	}
+	r.unlock()
+	return nil
+}
+
+// Release hands the lease back now instead of letting it expire. The
+// attempt still counts: the job becomes pending at once, or StateFailed
+// (dead) if it has used all its attempts. It returns a *LeaseLostError if
+// the lease is no longer valid, changing nothing.
+func (l *Lease[T]) Release() error {
+	if l == nil || l.r == nil {
+		return errNilLease
+	}
+	r := l.r
+	r.mu.Lock()
+	now := r.now()
+	j, err := r.holding(l, now)
+	if err != nil {
+		r.unlock()
+		return err
+	}
+	r.endLease(j, endReleased, false)
+	r.emit(EventReleased, now, j, l.WorkerID, l.Token, nil)
+	r.requeue(j, now, now)
+	r.unlock()
+	return nil
+}
+
+// holding settles what is due and returns l's job if l is still valid.
+// Otherwise it counts and reports the refusal and returns a
+// *LeaseLostError. The caller holds r.mu.
+func (r *Router[T]) holding(l *Lease[T], now int64) (*job[T], error) {
+	if r.phase != phaseClosed {
+		r.settle(now, -1)
+	}
+	j := l.j
+	if j.state == StateLeased && (j.lease == l || r.hooks != nil && r.hooks.SkipTokenCheck) {
+		return j, nil
+	}
+	err := r.lostError(l)
+	if r.phase == phaseClosed {
+		return nil, err // after Close nothing changes, not even the counts
+	}
+	r.stats.StaleRejections++
+	r.emit(EventStaleRejected, now, j, l.WorkerID, l.Token, err)
+	if r.hooked {
+		r.outbox[len(r.outbox)-1].Attempt = l.Attempt // the refused lease's, not the job's latest
+	}
+	return nil, err
+}
+
+func (r *Router[T]) lostError(l *Lease[T]) *LeaseLostError {
+	e := &LeaseLostError{JobID: l.JobID, Token: l.Token, Reason: l.j.ended.String()}
+	if l.j.token != l.Token {
+		e.Reason = "superseded"
+	}
+	if cur := r.jobs[l.JobID]; cur != nil {
+		e.Current = cur.token
+	}
+	return e
+}
+
+// endLease ends j's current lease: it leaves the lease heap and, when the
+// holder did not end it itself (notify), every context watching the lease
+// (Run's handler context, KeepAlive's) is canceled with a *LeaseLostError.
+// The caller holds r.mu and moves j to its next state at once.
+func (r *Router[T]) endLease(j *job[T], why endReason, notify bool) {
+	r.leases.Remove(int(j.hidx))
+	j.ended = why
+	j.owner = ""
+	l := j.lease
+	j.lease = nil
+	if notify && len(l.lost) > 0 {
+		cause := r.lostError(l)
+		// Canceling a context runs no user code synchronously (AfterFunc
+		// callbacks get goroutines of their own), so it is safe under r.mu,
+		// and doing it here makes the loss visible at once.
+		for _, f := range l.lost {
+			f(cause)
+		}
+	}
+	l.lost = nil
+}
+
+// watch registers f to be called with a cause wrapping ErrLeaseLost when l
+// is lost against its holder's will (expiry, Cancel, Close). If l is not
+// valid now, f is called at once. It reports whether f was registered.
+func (l *Lease[T]) watch(f func(cause error)) bool {
+	r := l.r
+	r.mu.Lock()
+	if r.phase != phaseClosed {
+		r.settle(r.now(), -1)
+	}
+	ok := l.j.state == StateLeased && l.j.lease == l
+	if ok {
+		l.lost = append(l.lost, f)
+	} else {
+		f(r.lostError(l))
+	}
+	r.unlock()
+	return ok
+}
+
+// Permanent marks err as not worth retrying: Lease.Fail(Permanent(err)) makes
+// the job StateFailed (dead) at once, whatever attempts it has left. The
+// result's message is err's, and errors.Is/As see err through it.
+// Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err: err}
+}
+
+type permanentError struct{ err error }
+
+// Error is the wrapped error's message.
+func (e *permanentError) Error() string { return e.err.Error() }
+
+// Unwrap returns the error given to Permanent.
+func (e *permanentError) Unwrap() error { return e.err }
+
+var errUnknown = errors.New("unknown error")

@@ -1,0 +1,701 @@
+package leaserouter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/leaserouter/leaserouter/internal/heap"
+	"github.com/leaserouter/leaserouter/internal/hook"
+)
+
+// Errors returned by the package, for errors.Is. Messages start with
+// "leaserouter:"; returned errors may wrap them with more context.
+var (
+	// ErrLeaseLost: an operation on a lease that is no longer valid (expired,
+	// superseded, ended, revoked by Close). The error is a *LeaseLostError.
+	ErrLeaseLost = errors.New("leaserouter: lease lost")
+	// ErrStaleToken: a Fence refused a token lower than one it has admitted.
+	// The error is a *StaleTokenError.
+	ErrStaleToken = errors.New("leaserouter: stale fencing token")
+	// ErrDuplicate: Enqueue of an ID the router still knows.
+	ErrDuplicate = errors.New("leaserouter: duplicate job ID")
+	// ErrNotFound: Cancel of an ID the router does not know.
+	ErrNotFound = errors.New("leaserouter: job not found")
+	// ErrNoJob: TryAcquire found no job ready.
+	ErrNoJob = errors.New("leaserouter: no job ready")
+	// ErrClosed: the Router is closed (or closing) and takes no new work.
+	ErrClosed = errors.New("leaserouter: router closed")
+	// ErrFull: Enqueue would exceed Options.Capacity.
+	ErrFull = errors.New("leaserouter: router at capacity")
+	// ErrInvalidOptions: a bad Options or WorkerOptions field, nil handler,
+	// or a bad argument to KeepAlive or Fence.Do. The message names it.
+	ErrInvalidOptions = errors.New("leaserouter: invalid options")
+	// ErrInvalidJob: a bad argument to Enqueue (empty ID, bad option).
+	ErrInvalidJob = errors.New("leaserouter: invalid job")
+	// ErrTokensExhausted: the Router has issued the largest token that fits
+	// in an int64 and can grant no more leases; make a new Router with a
+	// lower TokenFloor. Unreachable in practice from the default floor.
+	ErrTokensExhausted = errors.New("leaserouter: fencing tokens exhausted")
+)
+
+// Defaults applied by New to zero Options fields.
+const (
+	DefaultLeaseDuration = 30 * time.Second
+	DefaultMaxAttempts   = 5
+	DefaultRetention     = 10 * time.Minute
+)
+
+// DefaultBackoff is the Backoff used when Options.Backoff is nil:
+// exponential from 1s (attempt 1) doubling per attempt, capped at 5m, with
+// "equal jitter" (a random duration in [d/2, d)) so that jobs failing
+// together do not retry together (Brooker, "Exponential Backoff And
+// Jitter", AWS Architecture Blog, 2015). attempt < 1 is treated as 1.
+func DefaultBackoff(attempt int) time.Duration {
+	const base, ceiling = time.Second, 5 * time.Minute
+	d := ceiling
+	if attempt < 1 {
+		attempt = 1
+	}
+	if attempt <= 9 { // 1s<<9 > 5m: past that the cap applies
+		d = min(base<<(attempt-1), ceiling)
+	}
+	return d/2 + rand.N(d/2)
+}
+
+// reapBatch bounds the due items one reaper pass settles under the lock
+// before it yields, so a mass expiry cannot hold the lock for long.
+const reapBatch = 1024
+
+// Options configure a Router. The zero value is valid: every zero field
+// gets its default.
+type Options struct {
+	// LeaseDuration is how long a lease lasts without a heartbeat.
+	// Default DefaultLeaseDuration (30s); negative is invalid. Choose it
+	// above the worst pause a healthy worker can have between heartbeats
+	// (GC, slow calls), not from the average job length.
+	LeaseDuration time.Duration
+	// MaxAttempts is how many leases a job may be granted before it is dead
+	// (StateFailed). Default DefaultMaxAttempts (5); negative or above
+	// math.MaxInt32 is invalid.
+	// WithMaxAttempts overrides it per job.
+	MaxAttempts int
+	// Backoff gives the delay before retrying a job after Lease.Fail on
+	// the given attempt (1 for the first). Default DefaultBackoff. It is
+	// called under the router's lock: it must be fast and must not call
+	// the Router. A result <= 0 retries at once.
+	Backoff func(attempt int) time.Duration
+	// Retention is how long finished jobs stay for Get and dedup. Zero
+	// means DefaultRetention (10m); negative means finished jobs are
+	// dropped at once.
+	Retention time.Duration
+	// Capacity is the most unfinished (pending, scheduled, leased) jobs
+	// the Router holds; beyond it Enqueue returns ErrFull. Zero means
+	// unlimited; negative is invalid.
+	Capacity int
+	// TokenFloor: every token issued is greater than it. Pass the last
+	// token persisted by a previous run if the wall clock may step back
+	// between runs. It must be below math.MaxInt64.
+	TokenFloor Token
+	// OnEvent, if set, receives every event in the order the transitions
+	// happened, never while the router's lock is held; it may call back
+	// into the Router (but not Close). A panic in it is recovered and
+	// logged. Calls are serial: a slow OnEvent delays later events.
+	OnEvent func(Event)
+	// Logger, if set, gets one record per event (message: the event kind;
+	// keys: event, job_id, token, attempt, worker_id, err). Nil discards.
+	Logger *slog.Logger
+}
+
+func (o Options) withDefaults() (Options, error) {
+	switch {
+	case o.LeaseDuration < 0:
+		return o, fmt.Errorf("%w: LeaseDuration is %v, must be > 0 (or 0 for the default %v)", ErrInvalidOptions, o.LeaseDuration, DefaultLeaseDuration)
+	case o.MaxAttempts < 0:
+		return o, fmt.Errorf("%w: MaxAttempts is %d, must be >= 1 (or 0 for the default %d)", ErrInvalidOptions, o.MaxAttempts, DefaultMaxAttempts)
+	case o.Capacity < 0:
+		return o, fmt.Errorf("%w: Capacity is %d, must be >= 0 (0 = unlimited)", ErrInvalidOptions, o.Capacity)
+	case o.TokenFloor >= maxToken:
+		return o, fmt.Errorf("%w: TokenFloor is %d, must be < %d so tokens fit in an int64", ErrInvalidOptions, o.TokenFloor, maxToken)
+	case o.MaxAttempts > math.MaxInt32:
+		return o, fmt.Errorf("%w: MaxAttempts is %d, must be <= %d", ErrInvalidOptions, o.MaxAttempts, math.MaxInt32)
+	}
+	if o.LeaseDuration == 0 {
+		o.LeaseDuration = DefaultLeaseDuration
+	}
+	if o.MaxAttempts == 0 {
+		o.MaxAttempts = DefaultMaxAttempts
+	}
+	if o.Backoff == nil {
+		o.Backoff = DefaultBackoff
+	}
+	if o.Retention == 0 {
+		o.Retention = DefaultRetention
+	}
+	return o, nil
+}
+
+// Stats is a point-in-time view of a Router: jobs in each state now, and
+// totals since New.
+type Stats struct {
+	// Jobs in each state now; finished ones count while retained.
+	Pending, Scheduled, Leased, Succeeded, Failed, Canceled int
+	Enqueued                                                uint64 // jobs accepted by Enqueue
+	Duplicates                                              uint64 // Enqueue calls refused with ErrDuplicate
+	LeasesGranted                                           uint64 // leases granted (attempts started)
+	Heartbeats                                              uint64 // heartbeats accepted (refused ones count in StaleRejections)
+	Expirations                                             uint64 // leases that expired
+	Retries                                                 uint64 // jobs scheduled again by Fail
+	Dead                                                    uint64 // jobs that reached StateFailed
+	StaleRejections                                         uint64 // lease operations refused because the lease was lost
+	Purged                                                  uint64 // finished jobs dropped, at once or after Retention
+}
+
+type phase uint8
+
+const (
+	phaseOpen     phase = iota
+	phaseDraining       // Close called: no new work, granted leases may finish
+	phaseClosed         // leases revoked, reaper stopped, state frozen
+)
+
+// Router routes jobs to workers under expiring leases with fencing tokens.
+// Make one with New and stop it with Close. All methods are safe for
+// concurrent use. T is the payload type; payloads are stored as given.
+//
+// A Router guards all its state with one mutex, held only for short,
+// non-blocking work: O(log n) heap operations per transition, and never
+// user code (OnEvent and Logger run after it is released). One background
+// goroutine, the reaper, makes expiries and scheduled jobs visible at their
+// instant; correctness never depends on it, because every call first
+// settles what is due.
+type Router[T any] struct {
+	opts    Options
+	epoch   time.Time     // monotonic origin of the int64 times in job
+	hooked  bool          // OnEvent or Logger set: record events
+	kick    chan struct{} // re-arms the reaper for an earlier deadline; cap 1
+	closing chan struct{} // closed when Close starts
+	done    chan struct{} // closed when Close has finished
+	reaper  sync.WaitGroup
+
+	mu         sync.Mutex
+	jobs       map[string]*job[T]
+	ready      *heap.Heap[*job[T]] // pending jobs by priority, ready time, seq
+	sched      *heap.Heap[*job[T]] // scheduled jobs by run-at
+	leases     *heap.Heap[*job[T]] // leased jobs by lease expiry
+	retHead    *job[T]             // finished jobs by purge time (a FIFO: finish times never decrease)
+	retTail    *job[T]
+	counts     [numStates + 1]int // by State; the last slot is stateNew's, never read
+	stats      Stats              // totals; counts fill the per-state fields on read
+	lastToken  Token
+	seq        uint64
+	armed      int64 // the reaper's next wake-up; math.MaxInt64 if none
+	waiters    []chan struct{}
+	phase      phase
+	drained    chan struct{} // closed when the last lease ends while draining
+	outbox     []Event       // events waiting for delivery, in order
+	spare      []Event
+	delivering bool
+	idle       sync.Cond   // signaled when delivery stops
+	hooks      *hook.Hooks // test hooks; nil outside tests
+}
+
+// New returns a running Router. Zero Options fields get their defaults; a
+// bad field returns an error wrapping ErrInvalidOptions that names it. New
+// starts the reaper goroutine: call Close to stop it.
+func New[T any](opts Options) (*Router[T], error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	r := &Router[T]{
+		opts:    opts,
+		epoch:   time.Now(),
+		hooked:  opts.OnEvent != nil || opts.Logger != nil,
+		kick:    make(chan struct{}, 1),
+		closing: make(chan struct{}),
+		done:    make(chan struct{}),
+		jobs:    make(map[string]*job[T]),
+		ready:   heap.New(readyBefore[T], setHeapIndex[T]),
+		sched:   heap.New(dueBefore[T], setHeapIndex[T]),
+		leases:  heap.New(dueBefore[T], setHeapIndex[T]),
+		armed:   math.MaxInt64,
+	}
+	r.idle.L = &r.mu
+	// Seed above the wall clock so a downstream that persisted yesterday's
+	// tokens still admits today's (see Token).
+	r.lastToken = max(opts.TokenFloor, Token(max(r.epoch.UnixNano(), 0)))
+	r.reaper.Go(r.reap)
+	return r, nil
+}
+
+// now is the router's clock: nanoseconds since epoch on the monotonic
+// clock, so a wall-clock step can neither expire nor extend a lease.
+func (r *Router[T]) now() int64 { return int64(time.Since(r.epoch)) }
+
+func (r *Router[T]) timeAt(ns int64) time.Time { return r.epoch.Add(time.Duration(ns)) }
+
+// addSat adds without overflowing: a huge delay saturates to "never".
+func addSat(t int64, d time.Duration) int64 {
+	if int64(d) > math.MaxInt64-t {
+		return math.MaxInt64
+	}
+	return t + int64(d)
+}
+
+// Enqueue adds a job with a unique id and its payload. It returns nil once
+// the job is stored: pending (ready to lease), or scheduled if WithDelay or
+// WithRunAt put its run-at in the future. It returns an error wrapping
+// ErrDuplicate if the router still knows id (unfinished, or finished and
+// retained), ErrFull beyond Options.Capacity, ErrInvalidJob for an empty id
+// or a bad option (naming it), and ErrClosed after Close; in each case
+// nothing changes. It never blocks
+// beyond the router's lock, and wakes one blocked Acquire if the job is
+// ready.
+func (r *Router[T]) Enqueue(id string, payload T, opts ...EnqueueOption) error {
+	if id == "" {
+		return fmt.Errorf("%w: empty ID", ErrInvalidJob)
+	}
+	prio, maxAtt := 0, r.opts.MaxAttempts
+	var delay time.Duration
+	var runAt time.Time
+	timing := optNone
+	for _, o := range opts {
+		switch o.kind {
+		case optPriority:
+			prio = o.n
+		case optMaxAttempts:
+			if o.n < 1 || o.n > math.MaxInt32 {
+				return fmt.Errorf("%w: WithMaxAttempts(%d) for job %q, must be in [1, %d]", ErrInvalidJob, o.n, id, math.MaxInt32)
+			}
+			maxAtt = o.n
+		case optDelay:
+			if o.d < 0 {
+				return fmt.Errorf("%w: WithDelay(%v) for job %q, must be >= 0", ErrInvalidJob, o.d, id)
+			}
+			timing, delay = optDelay, o.d
+		case optRunAt:
+			timing, runAt = optRunAt, o.runAt
+		}
+	}
+	r.mu.Lock()
+	if r.phase != phaseOpen {
+		r.mu.Unlock()
+		return ErrClosed
+	}
+	now := r.now()
+	r.settle(now, -1)
+	if r.jobs[id] != nil {
+		r.stats.Duplicates++
+		if r.hooked {
+			r.emit(EventDuplicate, now, &job[T]{id: id}, "", 0, ErrDuplicate)
+		}
+		r.unlock()
+		return fmt.Errorf("%w: %q", ErrDuplicate, id)
+	}
+	if c := r.opts.Capacity; c > 0 && r.unfinished() >= c {
+		r.unlock()
+		return fmt.Errorf("%w: %d unfinished jobs", ErrFull, c)
+	}
+	at := now
+	switch timing {
+	case optDelay:
+		at = addSat(now, delay)
+	case optRunAt:
+		if !runAt.IsZero() {
+			at = max(now, addSat(0, runAt.Sub(r.epoch)))
+		}
+	}
+	r.seq++
+	j := &job[T]{
+		id: id, payload: payload, priority: prio, maxAtt: int32(maxAtt),
+		seq: r.seq, created: now, updated: now, hidx: -1,
+	}
+	j.state = stateNew
+	r.jobs[id] = j
+	r.stats.Enqueued++
+	r.emit(EventEnqueued, now, j, "", 0, nil)
+	r.schedule(j, at, now)
+	r.unlock()
+	return nil
+}
+
+func (r *Router[T]) unfinished() int {
+	return r.counts[StatePending] + r.counts[StateScheduled] + r.counts[StateLeased]
+}
+
+// TryAcquire leases the ready job that comes first — highest priority, then
+// earliest ready time, then enqueue order — to workerID, without blocking.
+// It returns ErrNoJob if no job is ready and ErrClosed after Close.
+// workerID is informational (events, Job.Owner) and may be empty.
+func (r *Router[T]) TryAcquire(workerID string) (*Lease[T], error) {
+	r.mu.Lock()
+	if r.phase != phaseOpen {
+		r.mu.Unlock()
+		return nil, ErrClosed
+	}
+	now := r.now()
+	r.settle(now, -1)
+	l, err := r.grant(workerID, now)
+	r.unlock()
+	return l, err
+}
+
+// Acquire leases the next ready job to workerID as TryAcquire does,
+// blocking until a job is ready (enqueued, run-at reached, lease expired or
+// released). It returns ctx.Err() if ctx is done first — checked before
+// each attempt, so a done ctx never gets a job, and a job is never taken and
+// dropped — and ErrClosed after Close or when Close starts while it waits.
+// Waiters are served in arrival order. A nil ctx means context.Background().
+func (r *Router[T]) Acquire(ctx context.Context, workerID string) (*Lease[T], error) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		r.mu.Lock()
+		if r.phase != phaseOpen {
+			r.mu.Unlock()
+			return nil, ErrClosed
+		}
+		now := r.now()
+		r.settle(now, -1)
+		if l, err := r.grant(workerID, now); err != ErrNoJob {
+			r.unlock()
+			return l, err
+		}
+		w := make(chan struct{}, 1)
+		r.waiters = append(r.waiters, w)
+		r.unlock()
+		select {
+		case <-w:
+			if ctx.Err() != nil {
+				// Woken for a job we will not take: pass the wake-up on.
+				r.mu.Lock()
+				r.wakeOne()
+				r.mu.Unlock()
+				return nil, ctx.Err()
+			}
+		case <-r.closing:
+			return nil, ErrClosed
+		case <-ctx.Done():
+			r.mu.Lock()
+			if i := slices.Index(r.waiters, w); i >= 0 {
+				r.waiters = slices.Delete(r.waiters, i, i+1)
+			} else if len(w) > 0 {
+				r.wakeOne() // we were woken for a job we will not take: pass it on
+			}
+			r.mu.Unlock()
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// grant leases the first ready job, or returns ErrNoJob. The caller holds
+// r.mu and has settled.
+func (r *Router[T]) grant(workerID string, now int64) (*Lease[T], error) {
+	j, ok := r.ready.Peek()
+	if !ok {
+		return nil, ErrNoJob
+	}
+	if r.lastToken >= maxToken {
+		return nil, ErrTokensExhausted
+	}
+	r.ready.Pop()
+	r.lastToken++
+	r.setState(j, StateLeased)
+	j.attempt++
+	j.token = r.lastToken
+	j.owner = workerID
+	j.at = addSat(now, r.opts.LeaseDuration)
+	j.updated = now
+	j.ended = endNone
+	r.leases.Push(j)
+	r.arm(j.at)
+	l := &Lease[T]{
+		JobID: j.id, Payload: j.payload, Attempt: int(j.attempt), Token: j.token,
+		WorkerID: workerID, r: r, j: j, expiry: j.at,
+	}
+	if j.progress != nil {
+		l.Progress = slices.Clone(j.progress)
+	}
+	j.lease = l
+	r.stats.LeasesGranted++
+	r.emit(EventLeaseAcquired, now, j, workerID, j.token, nil)
+	return l, nil
+}
+
+// wakeOne wakes the longest-waiting Acquire, if any. The caller holds r.mu.
+func (r *Router[T]) wakeOne() {
+	if len(r.waiters) == 0 {
+		return
+	}
+	w := r.waiters[0]
+	r.waiters = slices.Delete(r.waiters, 0, 1)
+	w <- struct{}{} // cap 1 and sent once: never blocks
+}
+
+// Get returns a copy of the job with the given id, after settling what is
+// due; ok is false if the router does not know it (never enqueued, or
+// purged). The copy shares nothing with the router except a payload of
+// reference type. Get works after Close, on the state Close left.
+func (r *Router[T]) Get(id string) (j Job[T], ok bool) {
+	r.mu.Lock()
+	if r.phase != phaseClosed {
+		r.settle(r.now(), -1)
+	}
+	if x := r.jobs[id]; x != nil {
+		j, ok = r.snapshot(x), true
+	}
+	r.unlock()
+	return j, ok
+}
+
+func (r *Router[T]) snapshot(x *job[T]) Job[T] {
+	j := Job[T]{
+		ID: x.id, Payload: x.payload, State: x.state, Priority: x.priority,
+		Attempt: int(x.attempt), MaxAttempts: int(x.maxAtt), Token: x.token,
+		Owner: x.owner, Progress: slices.Clone(x.progress), LastError: x.lastErr,
+		CreatedAt: r.timeAt(x.created), UpdatedAt: r.timeAt(x.updated),
+	}
+	switch x.state {
+	case StateLeased:
+		j.LeaseExpiry = r.timeAt(x.at)
+	case StateScheduled:
+		j.RunAt = r.timeAt(x.at)
+	}
+	return j
+}
+
+// Cancel makes a pending, scheduled or leased job StateCanceled; a leased
+// job's lease is lost at once (its holder's operations are refused, and
+// Run/KeepAlive contexts on it are canceled). Canceling a finished job
+// changes nothing and returns nil. It returns an error wrapping ErrNotFound
+// for an unknown id (for "" one wrapping both ErrInvalidJob and
+// ErrNotFound), and ErrClosed after Close.
+func (r *Router[T]) Cancel(id string) error {
+	if id == "" {
+		return fmt.Errorf("%w: %w: empty ID", ErrInvalidJob, ErrNotFound)
+	}
+	r.mu.Lock()
+	if r.phase != phaseOpen {
+		r.mu.Unlock()
+		return ErrClosed
+	}
+	now := r.now()
+	r.settle(now, -1)
+	j := r.jobs[id]
+	if j == nil {
+		r.unlock()
+		return fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
+	var worker string
+	var tok Token
+	switch j.state {
+	case StateLeased:
+		worker, tok = j.owner, j.token
+		r.endLease(j, endCanceled, true)
+	case StatePending:
+		r.ready.Remove(int(j.hidx))
+	case StateScheduled:
+		r.sched.Remove(int(j.hidx))
+	default:
+		r.unlock()
+		return nil
+	}
+	r.emit(EventCanceled, now, j, worker, tok, nil)
+	r.finish(j, StateCanceled, now)
+	r.unlock()
+	return nil
+}
+
+// Stats returns the counts and totals, after settling what is due. It is
+// O(1) and works after Close.
+func (r *Router[T]) Stats() Stats {
+	r.mu.Lock()
+	if r.phase != phaseClosed {
+		r.settle(r.now(), -1)
+	}
+	s := r.stats
+	c := r.counts
+	r.unlock()
+	s.Pending, s.Scheduled, s.Leased = c[StatePending], c[StateScheduled], c[StateLeased]
+	s.Succeeded, s.Failed, s.Canceled = c[StateSucceeded], c[StateFailed], c[StateCanceled]
+	return s
+}
+
+// Close stops the Router. It refuses new work at once (Enqueue, Acquire,
+// TryAcquire and Cancel return ErrClosed; blocked Acquires return
+// ErrClosed), then waits, until ctx is done, for the leases already granted
+// to end (holders may still Heartbeat, Complete, Fail and Release). Leases
+// still held then are revoked: their jobs go back to StatePending with the
+// attempt counted, their Run and KeepAlive contexts are canceled, and
+// their holders' operations are refused with ErrLeaseLost. (So with a
+// context that is never done, Close waits for every held lease to end,
+// which for an abandoned lease means its expiry.) It then stops
+// the reaper, delivers every remaining event and returns: ctx.Err() if
+// draining was cut short, nil otherwise. Get, Stats and Audit keep working
+// on the state left. Calling Close again waits for the first call to finish
+// (or ctx) and returns nil. Close must not be called from OnEvent. A nil
+// ctx means context.Background().
+func (r *Router[T]) Close(ctx context.Context) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	r.mu.Lock()
+	if r.phase != phaseOpen {
+		r.mu.Unlock()
+		select {
+		case <-r.done:
+		case <-ctx.Done():
+		}
+		return nil
+	}
+	r.phase = phaseDraining
+	close(r.closing)
+	r.waiters = nil // each waiter sees r.closing
+	var err error
+	r.settle(r.now(), -1) // a lease past its expiry is not one to drain
+	if r.counts[StateLeased] > 0 {
+		r.drained = make(chan struct{})
+		drained := r.drained
+		r.unlock()
+		select {
+		case <-drained:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		r.mu.Lock()
+	}
+	now := r.now()
+	r.settle(now, -1)
+	for r.leases.Len() > 0 {
+		j := r.leases.At(0)
+		worker, tok := j.owner, j.token
+		r.endLease(j, endRevoked, true)
+		r.emit(EventReleased, now, j, worker, tok, ErrClosed)
+		r.makeReady(j, now)
+	}
+	r.phase = phaseClosed
+	r.unlock()
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+	r.reaper.Wait()
+	// Deliver what is left, or wait for the goroutine delivering it.
+	r.mu.Lock()
+	for r.delivering || len(r.outbox) > 0 {
+		if r.delivering {
+			r.idle.Wait()
+			continue
+		}
+		r.unlock()
+		r.mu.Lock()
+	}
+	r.mu.Unlock()
+	close(r.done)
+	return err
+}
+
+// Audit checks every internal invariant of the Router and returns an error
+// describing each violation (errors.Join), or nil. It checks the one
+// invariant — a job has at most one lease and it is its current one — and
+// the bookkeeping behind it: per-state counts, each heap's order and
+// membership, lease and token fields, the retention queue's order. It is
+// O(n) under the lock: for tests and operators, not for hot paths. It does
+// not settle anything and works after Close.
+func (r *Router[T]) Audit() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("leaserouter: audit: "+format, args...))
+	}
+	var counts [numStates]int
+	for id, j := range r.jobs {
+		if j.id != id {
+			bad("job %q stored under key %q", j.id, id)
+		}
+		if j.state >= numStates {
+			bad("job %q has invalid state %d", id, j.state)
+			continue
+		}
+		counts[j.state]++
+		if j.token > r.lastToken {
+			bad("job %q has token %d above the last issued %d", id, j.token, r.lastToken)
+		}
+		if j.attempt > j.maxAtt || j.attempt < 0 {
+			bad("job %q has attempt %d of max %d", id, j.attempt, j.maxAtt)
+		}
+		leased := j.state == StateLeased
+		if leased != (j.lease != nil) {
+			bad("job %q in state %v has lease %v", id, j.state, j.lease != nil)
+		}
+		if leased && (j.lease.j != j || j.lease.Token != j.token || j.attempt < 1) {
+			bad("job %q's lease does not match it (token %d vs %d)", id, j.lease.Token, j.token)
+		}
+		if !leased && j.owner != "" {
+			bad("job %q in state %v has owner %q", id, j.state, j.owner)
+		}
+		var h *heap.Heap[*job[T]]
+		switch j.state {
+		case StatePending:
+			h = r.ready
+		case StateScheduled:
+			h = r.sched
+		case StateLeased:
+			h = r.leases
+		}
+		if h != nil {
+			if i := int(j.hidx); i < 0 || i >= h.Len() || h.At(i) != j {
+				bad("job %q in state %v is not at its heap position %d", id, j.state, i)
+			}
+		} else if j.hidx != -1 {
+			bad("finished job %q still has heap position %d", id, j.hidx)
+		}
+	}
+	for s := range numStates {
+		if counts[s] != r.counts[s] {
+			bad("%v count is %d, but %d jobs are %v", s, r.counts[s], counts[s], s)
+		}
+	}
+	idx := func(j *job[T]) int { return int(j.hidx) }
+	for _, h := range []*heap.Heap[*job[T]]{r.ready, r.sched, r.leases} {
+		if !h.Valid(idx) {
+			bad("a heap is out of order or has stale positions")
+		}
+	}
+	if n := r.ready.Len() + r.sched.Len() + r.leases.Len(); n != r.unfinished() {
+		bad("heaps hold %d jobs, but %d are unfinished", n, r.unfinished())
+	}
+	finished, last := 0, int64(math.MinInt64)
+	for j := r.retHead; j != nil; j = j.next {
+		finished++
+		if !j.state.Terminal() || r.jobs[j.id] != j {
+			bad("retention queue holds job %q in state %v", j.id, j.state)
+		}
+		if j.at < last {
+			bad("retention queue out of order at job %q", j.id)
+		}
+		last = j.at
+		if j.next == nil && j != r.retTail {
+			bad("retention queue tail is not its last job")
+		}
+	}
+	if want := counts[StateSucceeded] + counts[StateFailed] + counts[StateCanceled]; finished != want {
+		bad("retention queue holds %d jobs, but %d are finished", finished, want)
+	}
+	if r.phase == phaseClosed && r.leases.Len() > 0 {
+		bad("%d leases survive Close", r.leases.Len())
+	}
+	return errors.Join(errs...)
+}

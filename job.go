@@ -118,7 +118,7 @@ type job[T any] struct {
 	at       int64 // leased: lease expiry; scheduled: run-at; pending: ready time; finished: purge time
 	attempt  int32
 	maxAtt   int32
-	hidx     int32 // position in the heap of its state (ready, scheduled or leases); -1 if none
+	hidx     int32 // position in the index of its state (ready queue, scheduled or lease heap); -1 if none
 	state    State
 	ended    endReason // why the latest lease ended
 }

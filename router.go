@@ -186,10 +186,10 @@ type Router[T any] struct {
 
 	mu         sync.Mutex
 	jobs       map[string]*job[T]
-	ready      *heap.Heap[*job[T]] // pending jobs by priority, ready time, seq
-	sched      *heap.Heap[*job[T]] // scheduled jobs by run-at
-	leases     *heap.Heap[*job[T]] // leased jobs by lease expiry
-	retHead    *job[T]             // finished jobs by purge time (a FIFO: finish times never decrease)
+	ready      *heap.Queue[*job[T]] // pending jobs by priority, ready time, seq
+	sched      *heap.Heap[*job[T]]  // scheduled jobs by run-at
+	leases     *heap.Heap[*job[T]]  // leased jobs by lease expiry
+	retHead    *job[T]              // finished jobs by purge time (a FIFO: finish times never decrease)
 	retTail    *job[T]
 	counts     [numStates + 1]int // by State; the last slot is stateNew's, never read
 	stats      Stats              // totals; counts fill the per-state fields on read
@@ -222,7 +222,7 @@ func New[T any](opts Options) (*Router[T], error) {
 		closing: make(chan struct{}),
 		done:    make(chan struct{}),
 		jobs:    make(map[string]*job[T]),
-		ready:   heap.New(readyBefore[T], setHeapIndex[T]),
+		ready:   heap.NewQueue(readyBefore[T], setHeapIndex[T]),
 		sched:   heap.New(dueBefore[T], setHeapIndex[T]),
 		leases:  heap.New(dueBefore[T], setHeapIndex[T]),
 		armed:   math.MaxInt64,
@@ -646,17 +646,18 @@ func (r *Router[T]) Audit() error {
 		if !leased && j.owner != "" {
 			bad("job %q in state %v has owner %q", id, j.state, j.owner)
 		}
-		var h *heap.Heap[*job[T]]
+		i := int(j.hidx)
+		var at bool // j is at position i of its state's index
 		switch j.state {
 		case StatePending:
-			h = r.ready
+			at = r.ready.Contains(i) && r.ready.At(i) == j
 		case StateScheduled:
-			h = r.sched
+			at = i >= 0 && i < r.sched.Len() && r.sched.At(i) == j
 		case StateLeased:
-			h = r.leases
+			at = i >= 0 && i < r.leases.Len() && r.leases.At(i) == j
 		}
-		if h != nil {
-			if i := int(j.hidx); i < 0 || i >= h.Len() || h.At(i) != j {
+		if !j.state.Terminal() {
+			if !at {
 				bad("job %q in state %v is not at its heap position %d", id, j.state, i)
 			}
 		} else if j.hidx != -1 {
@@ -669,10 +670,8 @@ func (r *Router[T]) Audit() error {
 		}
 	}
 	idx := func(j *job[T]) int { return int(j.hidx) }
-	for _, h := range []*heap.Heap[*job[T]]{r.ready, r.sched, r.leases} {
-		if !h.Valid(idx) {
-			bad("a heap is out of order or has stale positions")
-		}
+	if !r.ready.Valid(idx) || !r.sched.Valid(idx) || !r.leases.Valid(idx) {
+		bad("a heap is out of order or has stale positions")
 	}
 	if n := r.ready.Len() + r.sched.Len() + r.leases.Len(); n != r.unfinished() {
 		bad("heaps hold %d jobs, but %d are unfinished", n, r.unfinished())

@@ -1,0 +1,111 @@
+package heap
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func newQueue() *Queue[*item] {
+	return NewQueue(func(a, b *item) bool { return a.key < b.key }, func(e *item, i int) { e.idx = i })
+}
+
+// TestQueueAgainstSort runs random pushes (mostly in order, some not),
+// pops and removals, and checks the queue against the minimum of what it
+// should hold after every step, for ring, heap and the mix of both.
+func TestQueueAgainstSort(t *testing.T) {
+	for _, inOrder := range []int{0, 50, 90, 100} { // percent of pushes at or above the last key
+		rng := rand.New(rand.NewPCG(uint64(inOrder), 2))
+		q := newQueue()
+		var live []*item
+		last, ring, heap := 0, 0, 0
+		for step := range 20000 {
+			switch op := rng.IntN(5); {
+			case op <= 1 || len(live) == 0:
+				key := last + rng.IntN(3)
+				if rng.IntN(100) >= inOrder {
+					key = last - 1 - rng.IntN(10)
+				}
+				last = max(last, key)
+				it := &item{key: key}
+				q.Push(it)
+				if it.idx < -1 {
+					ring++
+				} else {
+					heap++
+				}
+				live = append(live, it)
+			case op == 2:
+				want := slices.MinFunc(live, func(a, b *item) int { return a.key - b.key }).key
+				p, ok := q.Peek()
+				require.True(t, ok)
+				got, ok := q.Pop()
+				require.True(t, ok)
+				require.Same(t, p, got)
+				require.Equal(t, want, got.key, "step %d", step)
+				require.Equal(t, -1, got.idx)
+				live = slices.DeleteFunc(live, func(e *item) bool { return e == got })
+			default:
+				k := rng.IntN(len(live))
+				it := live[k]
+				require.True(t, q.Contains(it.idx))
+				require.Same(t, it, q.At(it.idx))
+				require.Same(t, it, q.Remove(it.idx))
+				require.Equal(t, -1, it.idx)
+				live = slices.Delete(live, k, k+1)
+			}
+			require.Equal(t, len(live), q.Len())
+			require.True(t, q.Valid(index), "step %d", step)
+		}
+		switch inOrder {
+		case 100:
+			require.Zero(t, heap, "in-order keys all go to the ring")
+		case 0:
+			require.NotZero(t, heap)
+		default:
+			require.NotZero(t, ring)
+			require.NotZero(t, heap)
+		}
+	}
+}
+
+func TestQueueEmptyAndDrain(t *testing.T) {
+	q := newQueue()
+	_, ok := q.Peek()
+	require.False(t, ok)
+	_, ok = q.Pop()
+	require.False(t, ok)
+	items := make([]*item, 100)
+	for i := range items {
+		items[i] = &item{key: i}
+		q.Push(items[i])
+	}
+	for i := 0; i < 100; i += 2 {
+		q.Remove(items[i].idx) // leave holes the ring must skip
+	}
+	for i := 1; i < 100; i += 2 {
+		got, ok := q.Pop()
+		require.True(t, ok)
+		require.Equal(t, i, got.key)
+	}
+	_, ok = q.Peek()
+	require.False(t, ok)
+	require.Zero(t, q.Len())
+	require.False(t, q.Contains(-2))
+	require.True(t, q.Valid(index))
+}
+
+func TestQueueValidCatchesDisorder(t *testing.T) {
+	q := newQueue()
+	a, b := &item{key: 1}, &item{key: 2}
+	q.Push(a)
+	q.Push(b)
+	require.True(t, q.Valid(index))
+	a.key = 3 // now out of order in the ring
+	require.False(t, q.Valid(index))
+	a.key = 1
+	b.idx = 7 // a stale position
+	require.False(t, q.Valid(index))
+}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -76,6 +78,13 @@ func defaultInterval(lease time.Duration) time.Duration { return max(lease/3, 1)
 // leaves the job alone: its new state was decided by whoever ended the
 // lease.
 //
+// The first heartbeat of a job is due HeartbeatInterval after its lease
+// was granted, so a job shorter than that costs no heartbeat, no timer and
+// no goroutine: one heartbeat goroutine per Run serves every worker's
+// lease, sleeping until the earliest heartbeat due. The handler's context
+// is made only if the handler uses it (Done, Err, Value). A worker that
+// completes a job takes its next one in the same step, under one lock.
+//
 // Run blocks until every handler it started has returned and every
 // goroutine it started has ended. It returns nil when stopped by ctx or
 // Close; ErrClosed at once if the Router was already closed; and at once,
@@ -98,38 +107,244 @@ func (r *Router[T]) Run(ctx context.Context, opts WorkerOptions, h Handler[T]) e
 		return ErrClosed
 	default:
 	}
-	var wg sync.WaitGroup
+	u := &runner[T]{
+		r: r, h: h, interval: opts.HeartbeatInterval,
+		slots: make([]slot[T], opts.Workers), kick: make(chan struct{}, 1),
+	}
+	u.wake.Store(math.MaxInt64)
+	stop := make(chan struct{})
+	var beats, workers sync.WaitGroup
+	beats.Go(func() { u.heartbeats(stop) })
 	for i := range opts.Workers {
 		id := fmt.Sprintf("%s-%d", opts.WorkerID, i)
-		wg.Go(func() { r.work(ctx, id, opts.HeartbeatInterval, h) })
+		workers.Go(func() { u.work(ctx, &u.slots[i], id) })
 	}
-	wg.Wait()
+	workers.Wait()
+	close(stop)
+	beats.Wait()
 	return nil
 }
 
+// runner is one Run: its workers' slots and the heartbeat goroutine that
+// serves them.
+type runner[T any] struct {
+	r        *Router[T]
+	h        Handler[T]
+	interval time.Duration
+	slots    []slot[T] // one per worker
+	// wake is when the heartbeat goroutine next scans the slots
+	// (math.MaxInt64: only when kicked). A worker whose heartbeat is due
+	// earlier kicks it.
+	wake atomic.Int64
+	kick chan struct{} // cap 1
+}
+
+// slot is what one worker is running, for the heartbeat goroutine.
+type slot[T any] struct {
+	mu  sync.Mutex // held by the heartbeat goroutine while it beats, so clearing l waits for a beat in flight
+	l   *Lease[T]  // nil between jobs
+	due int64      // l's next heartbeat on the router's clock; math.MaxInt64 once it must not beat
+	_   [40]byte   // keep workers' slots on separate cache lines
+}
+
 // work is one worker loop of Run.
-func (r *Router[T]) work(ctx context.Context, id string, interval time.Duration, h Handler[T]) {
+func (u *runner[T]) work(ctx context.Context, s *slot[T], id string) {
+	// A context of the worker's own as the handlers' parent, so that making
+	// one (it registers with its parent) contends with no other worker.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var l *Lease[T]
 	for {
-		l, err := r.Acquire(ctx, id)
-		if err != nil {
-			return // ctx done or Router closed
+		if l == nil {
+			var err error
+			if l, err = u.r.acquire(ctx, id, new(runLease[T])); err != nil {
+				return // ctx done or Router closed
+			}
 		}
-		hctx, k := keepAlive(ctx, l, interval)
-		err = call(hctx, l, h)
-		k.stop(context.Canceled)
-		switch {
-		case errors.Is(context.Cause(hctx), ErrLeaseLost):
-			// The lease was lost while h ran (and an event said so): acting
-			// on it now could only be refused.
-		case ctx.Err() != nil && err != nil:
-			_ = l.Release() // refused only if the lease was lost: nothing left to do
-		case err == nil:
-			_ = l.Complete()
+		l = u.process(ctx, s, l, id)
+	}
+}
+
+// process runs the handler on l and ends the lease as Run documents. It
+// returns the worker's next lease if it took one while completing l.
+func (u *runner[T]) process(ctx context.Context, s *slot[T], l *Lease[T], id string) *Lease[T] {
+	l.hc.parent = ctx
+	due := addSat(l.granted, u.interval)
+	s.mu.Lock()
+	s.l, s.due = l, due
+	s.mu.Unlock()
+	if due < u.wake.Load() {
+		select {
+		case u.kick <- struct{}{}:
 		default:
-			_ = l.Fail(err)
+		}
+	}
+	err := call(l.hc, l, u.h)
+	s.mu.Lock()
+	s.l = nil
+	s.mu.Unlock()
+	if errors.Is(l.hc.stop(context.Canceled), ErrLeaseLost) {
+		// The lease was lost while h ran (and an event said so): acting
+		// on it now could only be refused.
+		return nil
+	}
+	switch {
+	case ctx.Err() != nil && err != nil:
+		_ = l.Release() // refused only if the lease was lost: nothing left to do
+	case err != nil:
+		_ = l.Fail(err)
+	case ctx.Err() != nil:
+		_ = l.Complete()
+	default:
+		// The next Lease is allocated here, not under the router's lock.
+		return u.r.completeNext(l, id, new(runLease[T]))
+	}
+	return nil
+}
+
+// heartbeats is Run's heartbeat goroutine: it heartbeats every slot's
+// lease when due and sleeps until the earliest next one, or until kicked
+// by a worker whose lease is due sooner, or until stop is closed.
+func (u *runner[T]) heartbeats(stop <-chan struct{}) {
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		// Published before the scan: a worker that starts a lease after
+		// its slot was scanned sees it and kicks.
+		u.wake.Store(math.MaxInt64)
+		now := u.r.now()
+		next := int64(math.MaxInt64)
+		for i := range u.slots {
+			s := &u.slots[i]
+			s.mu.Lock()
+			if s.l != nil {
+				if s.due <= now {
+					u.beat(s, now)
+				}
+				next = min(next, s.due)
+			}
+			s.mu.Unlock()
+		}
+		var fire <-chan time.Time
+		if next != math.MaxInt64 {
+			u.wake.Store(next)
+			timer.Reset(time.Duration(next - now))
+			fire = timer.C
+		}
+		select {
+		case <-fire:
+		case <-u.kick:
+			timer.Stop()
+		case <-stop:
+			return
 		}
 	}
 }
+
+// beat heartbeats the slot's lease; if the lease is lost, or Run is
+// stopping, the lease gets no more heartbeats. The caller holds s.mu.
+func (u *runner[T]) beat(s *slot[T], now int64) {
+	if s.l.hc.Err() != nil {
+		s.due = math.MaxInt64
+		return
+	}
+	if err := s.l.Heartbeat(nil); err != nil {
+		s.l.hc.stop(err)
+		s.due = math.MaxInt64
+		return
+	}
+	s.due = addSat(now, u.interval)
+}
+
+// completeNext completes l as Lease.Complete does and, under the same
+// lock, leases the next ready job to workerID for Run in rl, if one is
+// ready and the Router open. It returns the new lease or nil.
+func (r *Router[T]) completeNext(l *Lease[T], workerID string, rl *runLease[T]) *Lease[T] {
+	r.mu.Lock()
+	now := r.now()
+	j, err := r.holding(l, now)
+	if err != nil {
+		r.unlock()
+		return nil
+	}
+	r.complete(j, l, now)
+	var next *Lease[T]
+	if r.phase == phaseOpen {
+		next, _ = r.grant(workerID, now, rl)
+	}
+	r.unlock()
+	return next
+}
+
+// leaseCtx is the context Run gives a handler: canceled when the lease is
+// lost, when Run's context is done, or when the handler has returned. The
+// context.Context behind it is made on first use (Done, Value, or Err
+// after a cancellation), so a handler that never looks at its context
+// costs no context at all; until then Err answers from the cause and the
+// parent. The Value of a made context is what makes context.Cause and
+// derived contexts work as for any context.WithCancelCause.
+type leaseCtx struct {
+	parent context.Context // set before the handler runs, then read-only
+
+	mu     sync.Mutex
+	ctx    context.Context // nil until made
+	cancel context.CancelCauseFunc
+	cause  error // the first cause stop was given; nil while live
+}
+
+// made returns the context behind c, making it if needed.
+func (c *leaseCtx) made() context.Context {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ctx == nil {
+		c.ctx, c.cancel = context.WithCancelCause(c.parent)
+		if c.cause != nil {
+			c.cancel(c.cause)
+		}
+	}
+	return c.ctx
+}
+
+// stop cancels c with cause unless it was stopped before, and returns the
+// first cause it was stopped with.
+func (c *leaseCtx) stop(cause error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cause == nil {
+		c.cause = cause
+		if c.cancel != nil {
+			c.cancel(cause)
+		}
+	}
+	return c.cause
+}
+
+// Deadline is the parent's: a lease's end is not known in advance.
+func (c *leaseCtx) Deadline() (time.Time, bool) { return c.parent.Deadline() }
+
+// Done makes the context and returns its channel.
+func (c *leaseCtx) Done() <-chan struct{} { return c.made().Done() }
+
+// Value makes the context and asks it, so that context.Cause finds it.
+func (c *leaseCtx) Value(key any) any { return c.made().Value(key) }
+
+// Err answers without making the context when it can.
+func (c *leaseCtx) Err() error {
+	c.mu.Lock()
+	ctx, cause := c.ctx, c.cause
+	c.mu.Unlock()
+	switch {
+	case ctx != nil:
+		return ctx.Err()
+	case cause != nil:
+		return context.Canceled
+	}
+	return c.parent.Err()
+}
+
+// String names the context as the context package names its own.
+func (c *leaseCtx) String() string { return fmt.Sprint(c.parent) + ".WithCancel(leaserouter lease)" }
 
 // call runs h, turning a panic into an error carrying the stack.
 func call[T any](ctx context.Context, l *Lease[T], h Handler[T]) (err error) {

@@ -25,10 +25,18 @@ type Lease[T any] struct {
 	WorkerID string // as given to Acquire or TryAcquire
 	Progress []byte // checkpoint left by an earlier attempt (a copy), so a retry can resume; nil if none
 
-	r      *Router[T]
-	j      *job[T]
-	expiry int64               // guarded by r.mu
-	lost   []func(cause error) // guarded by r.mu; called when the lease is lost against the holder's will
+	r       *Router[T]
+	j       *job[T]
+	granted int64               // the instant it was granted, on the router's clock
+	expiry  int64               // guarded by r.mu
+	lost    []func(cause error) // guarded by r.mu; called when the lease is lost against the holder's will
+	hc      *leaseCtx           // Run's handler context, in the same allocation; nil outside Run
+}
+
+// runLease is a Lease granted to Run, allocated with its handler context.
+type runLease[T any] struct {
+	Lease[T]
+	hc leaseCtx
 }
 
 // LeaseLostError is returned by an operation on a lease that is no longer
@@ -122,11 +130,17 @@ func (l *Lease[T]) Complete() error {
 		r.unlock()
 		return err
 	}
+	r.complete(j, l, now)
+	r.unlock()
+	return nil
+}
+
+// complete makes l's job succeeded. The caller holds r.mu and has checked
+// that l is valid.
+func (r *Router[T]) complete(j *job[T], l *Lease[T], now int64) {
 	r.endLease(j, endCompleted, false)
 	r.emit(EventCompleted, now, j, l.WorkerID, l.Token, nil)
 	r.finish(j, StateSucceeded, now)
-	r.unlock()
-	return nil
 }
 
 // Fail ends the lease with a failed attempt. The job's LastError becomes
@@ -234,13 +248,16 @@ func (r *Router[T]) endLease(j *job[T], why endReason, notify bool) {
 	j.owner = ""
 	l := j.lease
 	j.lease = nil
-	if notify && len(l.lost) > 0 {
+	if notify && (len(l.lost) > 0 || l.hc != nil) {
 		cause := r.lostError(l)
 		// Canceling a context runs no user code synchronously (AfterFunc
 		// callbacks get goroutines of their own), so it is safe under r.mu,
 		// and doing it here makes the loss visible at once.
 		for _, f := range l.lost {
 			f(cause)
+		}
+		if l.hc != nil {
+			l.hc.stop(cause)
 		}
 	}
 	l.lost = nil

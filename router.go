@@ -342,7 +342,7 @@ func (r *Router[T]) TryAcquire(workerID string) (*Lease[T], error) {
 	}
 	now := r.now()
 	r.settle(now, -1)
-	l, err := r.grant(workerID, now)
+	l, err := r.grant(workerID, now, nil)
 	r.unlock()
 	return l, err
 }
@@ -354,6 +354,12 @@ func (r *Router[T]) TryAcquire(workerID string) (*Lease[T], error) {
 // dropped — and ErrClosed after Close or when Close starts while it waits.
 // Waiters are served in arrival order. A nil ctx means context.Background().
 func (r *Router[T]) Acquire(ctx context.Context, workerID string) (*Lease[T], error) {
+	return r.acquire(ctx, workerID, nil)
+}
+
+// acquire is Acquire; a non-nil rl is the memory for Run's Lease,
+// allocated before taking the lock.
+func (r *Router[T]) acquire(ctx context.Context, workerID string, rl *runLease[T]) (*Lease[T], error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -368,7 +374,7 @@ func (r *Router[T]) Acquire(ctx context.Context, workerID string) (*Lease[T], er
 		}
 		now := r.now()
 		r.settle(now, -1)
-		if l, err := r.grant(workerID, now); err != ErrNoJob {
+		if l, err := r.grant(workerID, now, rl); err != ErrNoJob {
 			r.unlock()
 			return l, err
 		}
@@ -399,9 +405,10 @@ func (r *Router[T]) Acquire(ctx context.Context, workerID string) (*Lease[T], er
 	}
 }
 
-// grant leases the first ready job, or returns ErrNoJob. The caller holds
-// r.mu and has settled.
-func (r *Router[T]) grant(workerID string, now int64) (*Lease[T], error) {
+// grant leases the first ready job, or returns ErrNoJob. A non-nil rl
+// (Run's) is used for the Lease and its handler context; it must be
+// zeroed. The caller holds r.mu and has settled.
+func (r *Router[T]) grant(workerID string, now int64, rl *runLease[T]) (*Lease[T], error) {
 	j, ok := r.ready.Peek()
 	if !ok {
 		return nil, ErrNoJob
@@ -420,10 +427,15 @@ func (r *Router[T]) grant(workerID string, now int64) (*Lease[T], error) {
 	j.ended = endNone
 	r.leases.Push(j)
 	r.arm(j.at)
-	l := &Lease[T]{
-		JobID: j.id, Payload: j.payload, Attempt: int(j.attempt), Token: j.token,
-		WorkerID: workerID, r: r, j: j, expiry: j.at,
+	var l *Lease[T]
+	if rl != nil {
+		l = &rl.Lease
+		l.hc = &rl.hc
+	} else {
+		l = new(Lease[T])
 	}
+	l.JobID, l.Payload, l.Attempt, l.Token = j.id, j.payload, int(j.attempt), j.token
+	l.WorkerID, l.r, l.j, l.granted, l.expiry = workerID, r, j, now, j.at
 	if j.progress != nil {
 		l.Progress = slices.Clone(j.progress)
 	}

@@ -1,0 +1,330 @@
+package leaserouter_test
+
+// Tests of Run's machinery behind its contract: the handler context made
+// only when used, the one heartbeat goroutine serving every worker, and the
+// worker that completes a job and takes the next under one lock.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/leaserouter/leaserouter"
+)
+
+// TestRunHandlerContextUntouchedUntilLost: a handler that only polls Err
+// (so the context behind it is never made) sees the loss at once, and
+// context.Cause, asked afterwards, still wraps ErrLeaseLost.
+func TestRunHandlerContextUntouchedUntilLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := setup(t, leaserouter.Options{LeaseDuration: ld})
+		require.NoError(t, r.Enqueue("a", ""))
+		type seen struct{ err, cause error }
+		out := make(chan seen, 1)
+		h := func(ctx context.Context, l *lease) error {
+			for ctx.Err() == nil {
+				time.Sleep(time.Second)
+			}
+			out <- seen{ctx.Err(), context.Cause(ctx)}
+			return nil
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := goRun(ctx, r, leaserouter.WorkerOptions{Workers: 1}, h)
+		sleep(2 * ld)
+		requireBlocked(t, out)
+		require.NoError(t, r.Cancel("a"))
+		sleep(time.Second)
+		s := receive(t, out)
+		require.ErrorIs(t, s.err, context.Canceled)
+		require.ErrorIs(t, s.cause, leaserouter.ErrLeaseLost)
+		require.Equal(t, leaserouter.StateCanceled, get(t, r, "a").State, "the handler's nil completes nothing")
+		require.Zero(t, r.Stats().StaleRejections, "Run knew the lease was lost and did not act on it")
+		cancel()
+		synctest.Wait()
+		require.NoError(t, receive(t, done))
+	})
+}
+
+// TestRunHandlerContextDerived: contexts derived from the handler's, and
+// AfterFunc on it, see the loss of the lease.
+func TestRunHandlerContextDerived(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := setup(t, leaserouter.Options{LeaseDuration: ld})
+		require.NoError(t, r.Enqueue("a", ""))
+		after := make(chan struct{})
+		causes := make(chan error, 1)
+		h := func(ctx context.Context, l *lease) error {
+			context.AfterFunc(ctx, func() { close(after) })
+			child, cancel := context.WithTimeout(ctx, time.Hour)
+			defer cancel()
+			<-child.Done()
+			causes <- context.Cause(child)
+			return child.Err()
+		}
+		done := goRun(context.Background(), r, leaserouter.WorkerOptions{Workers: 1}, h)
+		sleep(ld)
+		require.NoError(t, r.Cancel("a"))
+		synctest.Wait()
+		require.ErrorIs(t, receive(t, causes), leaserouter.ErrLeaseLost)
+		receive(t, after)
+		require.NoError(t, r.Close(context.Background()))
+		synctest.Wait()
+		require.NoError(t, receive(t, done))
+	})
+}
+
+// TestRunHandlerContextAfterReturn: a context kept past the handler's
+// return is canceled with context.Canceled, whether or not it was made
+// before.
+func TestRunHandlerContextAfterReturn(t *testing.T) {
+	for _, touch := range []bool{false, true} {
+		t.Run(fmt.Sprint("touched=", touch), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := setup(t, leaserouter.Options{LeaseDuration: ld})
+				require.NoError(t, r.Enqueue("a", ""))
+				kept := make(chan context.Context, 1)
+				h := func(ctx context.Context, l *lease) error {
+					if touch {
+						_ = ctx.Done() // makes the context behind it
+					}
+					kept <- ctx
+					return nil
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				done := goRun(ctx, r, leaserouter.WorkerOptions{Workers: 1}, h)
+				synctest.Wait()
+				c := receive(t, kept)
+				require.Equal(t, leaserouter.StateSucceeded, get(t, r, "a").State)
+				require.ErrorIs(t, c.Err(), context.Canceled)
+				require.ErrorIs(t, context.Cause(c), context.Canceled)
+				receive(t, c.Done())
+				_, hasDeadline := c.Deadline()
+				require.False(t, hasDeadline)
+				require.Contains(t, fmt.Sprint(c), "leaserouter")
+				cancel()
+				synctest.Wait()
+				require.NoError(t, receive(t, done))
+			})
+		})
+	}
+}
+
+// TestRunHandlerContextValuesAndDeadline: the handler's context carries
+// the values and deadline of Run's.
+func TestRunHandlerContextValuesAndDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		type key struct{}
+		r := setup(t, leaserouter.Options{LeaseDuration: ld})
+		require.NoError(t, r.Enqueue("a", ""))
+		parent, cancel := context.WithDeadline(context.WithValue(context.Background(), key{}, "v"), time.Now().Add(time.Hour))
+		defer cancel()
+		want, _ := parent.Deadline()
+		type seen struct {
+			v        any
+			deadline time.Time
+		}
+		out := make(chan seen, 1)
+		h := func(ctx context.Context, l *lease) error {
+			d, _ := ctx.Deadline()
+			out <- seen{ctx.Value(key{}), d}
+			return nil
+		}
+		done := goRun(parent, r, leaserouter.WorkerOptions{Workers: 1}, h)
+		synctest.Wait()
+		s := receive(t, out)
+		require.Equal(t, "v", s.v)
+		require.True(t, want.Equal(s.deadline))
+		cancel()
+		synctest.Wait()
+		require.NoError(t, receive(t, done))
+	})
+}
+
+// TestRunHandlerContextRunCanceledUntouched: Run's ctx canceled reaches a
+// handler that only polls Err.
+func TestRunHandlerContextRunCanceledUntouched(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := setup(t, leaserouter.Options{LeaseDuration: ld})
+		require.NoError(t, r.Enqueue("a", ""))
+		errs := make(chan error, 1)
+		h := func(ctx context.Context, l *lease) error {
+			for ctx.Err() == nil {
+				time.Sleep(time.Second)
+			}
+			errs <- ctx.Err()
+			return ctx.Err()
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := goRun(ctx, r, leaserouter.WorkerOptions{Workers: 1}, h)
+		sleep(5 * time.Second)
+		cancel()
+		sleep(time.Second)
+		require.ErrorIs(t, receive(t, errs), context.Canceled)
+		require.NoError(t, receive(t, done))
+		j := get(t, r, "a")
+		require.Equal(t, leaserouter.StatePending, j.State, "an error after Run's ctx is done releases the job")
+		require.Zero(t, r.Stats().Retries)
+	})
+}
+
+// TestRunHeartbeatsExactlyOnTime: one heartbeat goroutine serves several
+// workers whose jobs start and end at different times. Every lease is
+// extended at exactly grant+k*interval while its handler runs and never
+// after, and a job shorter than the interval gets no heartbeat at all.
+func TestRunHeartbeatsExactlyOnTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const interval = 3 * time.Second
+		rec := &recorder{}
+		r := setup(t, leaserouter.Options{LeaseDuration: ld, OnEvent: rec.record})
+		// Job "d<n>" runs n seconds; workers take them as they come. No n
+		// is a multiple of the interval, so that no heartbeat falls at the
+		// instant its handler returns (their order would be a coin toss).
+		lengths := []int{1, 7, 10, 2, 13, 4, 0, 8}
+		for _, n := range lengths {
+			require.NoError(t, r.Enqueue(fmt.Sprint("d", n), ""))
+		}
+		h := func(ctx context.Context, l *lease) error {
+			var n int
+			_, err := fmt.Sscanf(l.JobID, "d%d", &n)
+			require.NoError(t, err)
+			time.Sleep(time.Duration(n) * time.Second)
+			return nil
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := goRun(ctx, r, leaserouter.WorkerOptions{Workers: 3, HeartbeatInterval: interval}, h)
+		sleep(time.Minute) // long idle afterwards: the heartbeat goroutine must not beat anything
+		beats := 0
+		for _, n := range lengths {
+			id := fmt.Sprint("d", n)
+			require.Equal(t, leaserouter.StateSucceeded, get(t, r, id).State, id)
+			var granted, completed time.Time
+			var extended []time.Time
+			for _, e := range rec.of(id) {
+				switch e.Kind {
+				case leaserouter.EventLeaseAcquired:
+					granted = e.Time
+				case leaserouter.EventLeaseExtended:
+					extended = append(extended, e.Time)
+				case leaserouter.EventCompleted:
+					completed = e.Time
+				}
+			}
+			require.Equal(t, time.Duration(n)*time.Second, completed.Sub(granted), id)
+			var want []time.Time
+			for at := granted.Add(interval); at.Before(completed); at = at.Add(interval) {
+				want = append(want, at)
+			}
+			require.Len(t, extended, len(want), id)
+			for i := range want {
+				requireTime(t, want[i], extended[i], "heartbeat %d of %s", i, id)
+			}
+			beats += len(want)
+		}
+		require.Equal(t, uint64(beats), r.Stats().Heartbeats)
+		require.NotZero(t, beats)
+		require.Zero(t, r.Stats().Expirations)
+		cancel()
+		synctest.Wait()
+		require.NoError(t, receive(t, done))
+	})
+}
+
+// TestRunHeartbeatAfterIdle: the heartbeat goroutine sleeps without a
+// timer while no job runs, and a job started then is still extended on
+// time.
+func TestRunHeartbeatAfterIdle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		r := setup(t, leaserouter.Options{LeaseDuration: ld, OnEvent: rec.record})
+		h := func(ctx context.Context, l *lease) error {
+			time.Sleep(ld + ld/2)
+			return nil
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := goRun(ctx, r, leaserouter.WorkerOptions{Workers: 2}, h)
+		sleep(time.Hour)
+		require.Zero(t, r.Stats().Heartbeats)
+		start := time.Now()
+		require.NoError(t, r.Enqueue("a", ""))
+		sleep(2 * ld)
+		ext := rec.ofKind(leaserouter.EventLeaseExtended)
+		require.Len(t, ext, 4, "at ld/3, 2ld/3, ld and 4ld/3")
+		for i, e := range ext {
+			requireTime(t, start.Add(time.Duration(i+1)*(ld/3)), e.Time, "heartbeat %d", i)
+		}
+		require.Equal(t, leaserouter.StateSucceeded, get(t, r, "a").State)
+		cancel()
+		synctest.Wait()
+		require.NoError(t, receive(t, done))
+	})
+}
+
+// TestRunHeartbeatStopsWithRunContext: once Run's ctx is done, a handler
+// still running gets no more heartbeats, so one that ignores its context
+// loses its lease at the expiry, and Run then leaves the job alone.
+func TestRunHeartbeatStopsWithRunContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		r := setup(t, leaserouter.Options{LeaseDuration: ld, OnEvent: rec.record})
+		require.NoError(t, r.Enqueue("a", ""))
+		h := func(ctx context.Context, l *lease) error {
+			time.Sleep(3 * ld) // ignores its context
+			return errors.New("late")
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := goRun(ctx, r, leaserouter.WorkerOptions{Workers: 1}, h)
+		sleep(ld / 2)
+		beats := r.Stats().Heartbeats
+		require.Equal(t, uint64(1), beats)
+		cancel() // Run stopping: no more heartbeats for the running handler
+		sleep(3 * ld)
+		require.NoError(t, receive(t, done))
+		require.Equal(t, beats, r.Stats().Heartbeats)
+		require.Equal(t, uint64(1), r.Stats().Expirations, "the lease ran out while the handler ignored ctx")
+		require.Equal(t, []string{"enqueued", "lease_acquired", "lease_extended", "lease_expired"}, rec.kinds("a"))
+	})
+}
+
+// TestRunCompletesAndTakesNext: a worker that completes a job takes the
+// next one at the same instant, events in order, tokens increasing.
+func TestRunCompletesAndTakesNext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		r := setup(t, leaserouter.Options{LeaseDuration: ld, OnEvent: rec.record})
+		for i := range 3 {
+			require.NoError(t, r.Enqueue(fmt.Sprint("j", i), ""))
+		}
+		h := func(ctx context.Context, l *lease) error {
+			time.Sleep(time.Second)
+			return nil
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := goRun(ctx, r, leaserouter.WorkerOptions{Workers: 1, WorkerID: "w"}, h)
+		sleep(time.Minute)
+		var kinds []string
+		var last leaserouter.Token
+		for _, e := range rec.all() {
+			if e.Kind == leaserouter.EventEnqueued {
+				continue
+			}
+			kinds = append(kinds, e.Kind.String()+" "+e.JobID)
+			if e.Kind == leaserouter.EventLeaseAcquired {
+				require.Greater(t, e.Token, last)
+				last = e.Token
+			}
+		}
+		require.Equal(t, []string{
+			"lease_acquired j0", "completed j0", "lease_acquired j1",
+			"completed j1", "lease_acquired j2", "completed j2",
+		}, kinds)
+		require.Equal(t, 3, r.Stats().Succeeded)
+		cancel()
+		synctest.Wait()
+		require.NoError(t, receive(t, done))
+	})
+}

@@ -14,7 +14,7 @@ func SetHooks[T any](r *Router[T], h *hook.Hooks) {
 // was leased.
 func ExpireNow[T any](r *Router[T], id string) bool {
 	r.mu.Lock()
-	j := r.jobs[id]
+	j := r.jobs.Get(id)
 	ok := j != nil && j.state == StateLeased && r.phase != phaseClosed
 	if ok {
 		now := r.now()

@@ -105,11 +105,11 @@ type job[T any] struct {
 	id       string
 	payload  T
 	progress []byte
-	owner    string
 	lastErr  string
 	lease    *Lease[T] // the current lease; nil unless leased
 	next     *job[T]   // retention queue link
 
+	hash     uint64 // of id, as the job index stores it
 	token    Token
 	seq      uint64 // enqueue order, the last tie-breaker
 	priority int
@@ -164,3 +164,13 @@ func dueBefore[T any](a, b *job[T]) bool {
 }
 
 func setHeapIndex[T any](j *job[T], i int) { j.hidx = int32(i) }
+
+func jobID[T any](j *job[T]) string { return j.id }
+
+// owner is the worker holding j's lease, "" unless j is leased.
+func (j *job[T]) owner() string {
+	if j.lease == nil {
+		return ""
+	}
+	return j.lease.WorkerID
+}

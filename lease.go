@@ -232,7 +232,7 @@ func (r *Router[T]) lostError(l *Lease[T]) *LeaseLostError {
 	if l.j.token != l.Token {
 		e.Reason = "superseded"
 	}
-	if cur := r.jobs[l.JobID]; cur != nil {
+	if cur := r.jobs.Get(l.JobID); cur != nil {
 		e.Current = cur.token
 	}
 	return e
@@ -245,7 +245,6 @@ func (r *Router[T]) lostError(l *Lease[T]) *LeaseLostError {
 func (r *Router[T]) endLease(j *job[T], why endReason, notify bool) {
 	r.leases.Remove(int(j.hidx))
 	j.ended = why
-	j.owner = ""
 	l := j.lease
 	j.lease = nil
 	if notify && (len(l.lost) > 0 || l.hc != nil) {

@@ -143,7 +143,7 @@ func (r *Router[T]) settle(now int64, limit int) (more bool) {
 // job becomes pending with that instant as its ready time, or dead.
 func (r *Router[T]) expire(j *job[T]) {
 	at := j.at
-	worker, tok := j.owner, j.token
+	worker, tok := j.owner(), j.token
 	r.stats.Expirations++
 	j.lastErr = "lease expired"
 	r.endLease(j, endExpired, true)
@@ -228,7 +228,7 @@ func (r *Router[T]) purge(j *job[T]) {
 		}
 		j.next = nil
 	}
-	delete(r.jobs, j.id)
+	r.jobs.Delete(j, j.hash)
 	r.counts[j.state]--
 	r.stats.Purged++
 	r.emit(EventPurged, j.at, j, "", j.token, nil)

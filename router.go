@@ -13,6 +13,7 @@ import (
 
 	"github.com/leaserouter/leaserouter/internal/heap"
 	"github.com/leaserouter/leaserouter/internal/hook"
+	"github.com/leaserouter/leaserouter/internal/table"
 )
 
 // Errors returned by the package, for errors.Is. Messages start with
@@ -185,7 +186,7 @@ type Router[T any] struct {
 	reaper  sync.WaitGroup
 
 	mu         sync.Mutex
-	jobs       map[string]*job[T]
+	jobs       *table.Table[job[T]] // by ID
 	ready      *heap.Queue[*job[T]] // pending jobs by priority, ready time, seq
 	sched      *heap.Heap[*job[T]]  // scheduled jobs by run-at
 	leases     *heap.Heap[*job[T]]  // leased jobs by lease expiry
@@ -221,7 +222,7 @@ func New[T any](opts Options) (*Router[T], error) {
 		kick:    make(chan struct{}, 1),
 		closing: make(chan struct{}),
 		done:    make(chan struct{}),
-		jobs:    make(map[string]*job[T]),
+		jobs:    table.New(jobID[T]),
 		ready:   heap.NewQueue(readyBefore[T], setHeapIndex[T]),
 		sched:   heap.New(dueBefore[T], setHeapIndex[T]),
 		leases:  heap.New(dueBefore[T], setHeapIndex[T]),
@@ -291,7 +292,9 @@ func (r *Router[T]) Enqueue(id string, payload T, opts ...EnqueueOption) error {
 	}
 	now := r.now()
 	r.settle(now, -1)
-	if r.jobs[id] != nil {
+	hash := r.jobs.Hash(id)
+	known, pos := r.jobs.Find(id, hash)
+	if known != nil {
 		r.stats.Duplicates++
 		if r.hooked {
 			r.emit(EventDuplicate, now, &job[T]{id: id}, "", 0, ErrDuplicate)
@@ -315,10 +318,10 @@ func (r *Router[T]) Enqueue(id string, payload T, opts ...EnqueueOption) error {
 	r.seq++
 	j := &job[T]{
 		id: id, payload: payload, priority: prio, maxAtt: int32(maxAtt),
-		seq: r.seq, created: now, updated: now, hidx: -1,
+		hash: hash, seq: r.seq, created: now, updated: now, hidx: -1,
 	}
 	j.state = stateNew
-	r.jobs[id] = j
+	r.jobs.Insert(j, hash, pos)
 	r.stats.Enqueued++
 	r.emit(EventEnqueued, now, j, "", 0, nil)
 	r.schedule(j, at, now)
@@ -421,7 +424,6 @@ func (r *Router[T]) grant(workerID string, now int64, rl *runLease[T]) (*Lease[T
 	r.setState(j, StateLeased)
 	j.attempt++
 	j.token = r.lastToken
-	j.owner = workerID
 	j.at = addSat(now, r.opts.LeaseDuration)
 	j.updated = now
 	j.ended = endNone
@@ -464,7 +466,7 @@ func (r *Router[T]) Get(id string) (j Job[T], ok bool) {
 	if r.phase != phaseClosed {
 		r.settle(r.now(), -1)
 	}
-	if x := r.jobs[id]; x != nil {
+	if x := r.jobs.Get(id); x != nil {
 		j, ok = r.snapshot(x), true
 	}
 	r.unlock()
@@ -475,7 +477,7 @@ func (r *Router[T]) snapshot(x *job[T]) Job[T] {
 	j := Job[T]{
 		ID: x.id, Payload: x.payload, State: x.state, Priority: x.priority,
 		Attempt: int(x.attempt), MaxAttempts: int(x.maxAtt), Token: x.token,
-		Owner: x.owner, Progress: slices.Clone(x.progress), LastError: x.lastErr,
+		Owner: x.owner(), Progress: slices.Clone(x.progress), LastError: x.lastErr,
 		CreatedAt: r.timeAt(x.created), UpdatedAt: r.timeAt(x.updated),
 	}
 	switch x.state {
@@ -504,7 +506,7 @@ func (r *Router[T]) Cancel(id string) error {
 	}
 	now := r.now()
 	r.settle(now, -1)
-	j := r.jobs[id]
+	j := r.jobs.Get(id)
 	if j == nil {
 		r.unlock()
 		return fmt.Errorf("%w: %q", ErrNotFound, id)
@@ -513,7 +515,7 @@ func (r *Router[T]) Cancel(id string) error {
 	var tok Token
 	switch j.state {
 	case StateLeased:
-		worker, tok = j.owner, j.token
+		worker, tok = j.owner(), j.token
 		r.endLease(j, endCanceled, true)
 	case StatePending:
 		r.ready.Remove(int(j.hidx))
@@ -591,7 +593,7 @@ func (r *Router[T]) Close(ctx context.Context) error {
 	r.settle(now, -1)
 	for r.leases.Len() > 0 {
 		j := r.leases.At(0)
-		worker, tok := j.owner, j.token
+		worker, tok := j.owner(), j.token
 		r.endLease(j, endRevoked, true)
 		r.emit(EventReleased, now, j, worker, tok, ErrClosed)
 		r.makeReady(j, now)
@@ -633,10 +635,11 @@ func (r *Router[T]) Audit() error {
 		errs = append(errs, fmt.Errorf("leaserouter: audit: "+format, args...))
 	}
 	var counts [numStates]int
-	for id, j := range r.jobs {
-		if j.id != id {
-			bad("job %q stored under key %q", j.id, id)
-		}
+	if !r.jobs.Valid() {
+		bad("the job index is corrupt")
+	}
+	for j := range r.jobs.All() {
+		id := j.id
 		if j.state >= numStates {
 			bad("job %q has invalid state %d", id, j.state)
 			continue
@@ -654,9 +657,6 @@ func (r *Router[T]) Audit() error {
 		}
 		if leased && (j.lease.j != j || j.lease.Token != j.token || j.attempt < 1) {
 			bad("job %q's lease does not match it (token %d vs %d)", id, j.lease.Token, j.token)
-		}
-		if !leased && j.owner != "" {
-			bad("job %q in state %v has owner %q", id, j.state, j.owner)
 		}
 		i := int(j.hidx)
 		var at bool // j is at position i of its state's index
@@ -691,7 +691,7 @@ func (r *Router[T]) Audit() error {
 	finished, last := 0, int64(math.MinInt64)
 	for j := r.retHead; j != nil; j = j.next {
 		finished++
-		if !j.state.Terminal() || r.jobs[j.id] != j {
+		if !j.state.Terminal() || r.jobs.Get(j.id) != j {
 			bad("retention queue holds job %q in state %v", j.id, j.state)
 		}
 		if j.at < last {

@@ -334,3 +334,47 @@ func BenchmarkRequeueLatency(b *testing.B) {
 	slices.Sort(lat)
 	b.ReportMetric(float64(lat[len(lat)*99/100])/float64(time.Millisecond), "p99-requeue-ms")
 }
+
+// BenchmarkLifecycleFloor is not a target: it prices what any Lifecycle
+// must do on this machine, with no router logic — three monotonic clock
+// reads (one per call, for the enqueue time, the lease expiry and the
+// validity check), three uncontended lock/unlock pairs (one per call), a
+// string-keyed index insert and delete, and the two allocations of a job
+// record and a Lease of our sizes — so that Lifecycle's ratio to
+// BaselineChannel can be read against what the API's three calls cost at
+// the least.
+func BenchmarkLifecycleFloor(b *testing.B) {
+	type jobRec struct {
+		_ [160]byte
+		p *int
+	}
+	type leaseRec struct {
+		_ [128]byte
+		p *int
+	}
+	var mu sync.Mutex
+	epoch := time.Now()
+	index := map[string]*jobRec{}
+	id := ids("j", 1<<10)
+	var sink int64
+	var keep *leaseRec
+	ptr := new(int) // the records hold pointers, as ours do, for the GC to scan
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		s := id[i&(len(id)-1)]
+		mu.Lock()
+		sink += int64(time.Since(epoch))
+		index[s] = &jobRec{p: ptr}
+		mu.Unlock()
+		mu.Lock()
+		sink += int64(time.Since(epoch))
+		keep = &leaseRec{p: ptr}
+		mu.Unlock()
+		mu.Lock()
+		sink += int64(time.Since(epoch))
+		delete(index, s)
+		mu.Unlock()
+	}
+	runtime.KeepAlive(keep)
+	runtime.KeepAlive(sink)
+}

@@ -216,15 +216,24 @@ func badNop(context.Context, *lease) error { return nil }
 
 // badLeaseOps are the lease operations that can be refused.
 var badLeaseOps = []struct {
-	name string
-	op   func(l *lease) error
+	name      string
+	op        func(l *lease) error
+	heartbeat bool // a refusal also counts in Stats.HeartbeatsRefused
 }{
-	{"Heartbeat(nil)", func(l *lease) error { return l.Heartbeat(nil) }},
-	{"Heartbeat(progress)", func(l *lease) error { return l.Heartbeat([]byte("x")) }},
-	{"Complete", func(l *lease) error { return l.Complete() }},
-	{"Fail(err)", func(l *lease) error { return l.Fail(errors.New("x")) }},
-	{"Fail(nil)", func(l *lease) error { return l.Fail(nil) }},
-	{"Release", func(l *lease) error { return l.Release() }},
+	{"Heartbeat(nil)", func(l *lease) error { return l.Heartbeat(nil) }, true},
+	{"Heartbeat(progress)", func(l *lease) error { return l.Heartbeat([]byte("x")) }, true},
+	{"Complete", func(l *lease) error { return l.Complete() }, false},
+	{"Fail(err)", func(l *lease) error { return l.Fail(errors.New("x")) }, false},
+	{"Fail(nil)", func(l *lease) error { return l.Fail(nil) }, false},
+	{"Release", func(l *lease) error { return l.Release() }, false},
+}
+
+// staleStats is the change in Stats of a refused lease operation.
+func staleStats(heartbeat bool) func(s *leaserouter.Stats) {
+	if heartbeat {
+		return func(s *leaserouter.Stats) { s.StaleRejections++; s.HeartbeatsRefused++ }
+	}
+	return badStale
 }
 
 func badRows() []badRow {
@@ -893,7 +902,7 @@ func badLeaseRows() []badRow {
 					badLost(t, op.op(l), l, e.current(fx), e.reason)
 					badRejected(t, fx, l)
 				},
-				stats: badStale,
+				stats: staleStats(op.heartbeat),
 				// The fixture's leases are all on distinct jobs; the event names l's job.
 				events: []string{"stale_rejected:" + map[string]string{
 					"superseded": "stale", "completed": "done", "failed": "dead", "canceled": "canceled",

@@ -54,6 +54,32 @@ type Event struct {
 	Token    Token  // the lease concerned, if any (for stale_rejected, the refused one)
 	Attempt  int    // the job's attempt count at the transition (for stale_rejected, the refused lease's attempt)
 	Err      error  // the cause, for duplicate, failed, dead, stale_rejected and released by Close
+
+	// Durations the transition closes, for histograms; zero where they do
+	// not apply. Measured on the router's monotonic clock.
+
+	// Wait, on lease_acquired: how long the job was ready before this
+	// lease — since its enqueue, its run-at, its release, or the expiry of
+	// its previous lease.
+	Wait time.Duration
+	// Requeued, on lease_acquired: the job was ready again because its
+	// previous lease expired, so Wait is the time from that expiry to this
+	// lease (how long a crashed worker's job waited).
+	Requeued bool
+	// Held, on completed, failed, released, lease_expired and canceled (of
+	// a leased job): how long the lease was held, from its grant to the
+	// transition (for lease_expired, to the expiry instant). On completed
+	// and failed it is the job's run time.
+	Held time.Duration
+}
+
+// setHeld records on the last event how long the lease granted at
+// "granted" was held until "at". The caller holds r.mu and has just
+// emitted the event.
+func (r *Router[T]) setHeld(granted, at int64) {
+	if r.hooked {
+		r.outbox[len(r.outbox)-1].Held = time.Duration(at - granted)
+	}
 }
 
 // emit records an event for delivery after the lock is released. The

@@ -378,6 +378,9 @@ func (m *fuzzModel) hold(fl *fuzzLease) (*fuzzJob, error) {
 func (m *fuzzModel) heartbeat(fl *fuzzLease, progress []byte) error {
 	j, err := m.hold(fl)
 	if err != nil {
+		if !m.closed {
+			m.stats.HeartbeatsRefused++
+		}
 		return err
 	}
 	j.expiry = max(j.expiry, m.now+fuzzLD)

@@ -97,6 +97,9 @@ func (l *Lease[T]) Heartbeat(progress []byte) error {
 	now := r.now()
 	j, err := r.holding(l, now)
 	if err != nil {
+		if r.phase != phaseClosed {
+			r.stats.HeartbeatsRefused++
+		}
 		r.unlock()
 		return err
 	}
@@ -140,6 +143,7 @@ func (l *Lease[T]) Complete() error {
 func (r *Router[T]) complete(j *job[T], l *Lease[T], now int64) {
 	r.endLease(j, endCompleted, false)
 	r.emit(EventCompleted, now, j, l.WorkerID, l.Token, nil)
+	r.setHeld(l.granted, now)
 	r.finish(j, StateSucceeded, now)
 }
 
@@ -170,6 +174,7 @@ func (l *Lease[T]) Fail(cause error) error {
 	j.lastErr = cause.Error()
 	r.endLease(j, endFailed, false)
 	r.emit(EventFailed, now, j, l.WorkerID, l.Token, cause)
+	r.setHeld(l.granted, now)
 	if permanent || j.attempt >= j.maxAtt {
 		r.kill(j, now)
 	} else {
@@ -199,6 +204,7 @@ func (l *Lease[T]) Release() error {
 	}
 	r.endLease(j, endReleased, false)
 	r.emit(EventReleased, now, j, l.WorkerID, l.Token, nil)
+	r.setHeld(l.granted, now)
 	r.requeue(j, now, now)
 	r.unlock()
 	return nil
@@ -241,8 +247,9 @@ func (r *Router[T]) lostError(l *Lease[T]) *LeaseLostError {
 // endLease ends j's current lease: it leaves the lease heap and, when the
 // holder did not end it itself (notify), every context watching the lease
 // (Run's handler context, KeepAlive's) is canceled with a *LeaseLostError.
-// The caller holds r.mu and moves j to its next state at once.
-func (r *Router[T]) endLease(j *job[T], why endReason, notify bool) {
+// It returns the instant the lease was granted. The caller holds r.mu and
+// moves j to its next state at once.
+func (r *Router[T]) endLease(j *job[T], why endReason, notify bool) (granted int64) {
 	r.leases.Remove(int(j.hidx))
 	j.ended = why
 	l := j.lease
@@ -260,6 +267,7 @@ func (r *Router[T]) endLease(j *job[T], why endReason, notify bool) {
 		}
 	}
 	l.lost = nil
+	return l.granted
 }
 
 // watch registers f to be called with a cause wrapping ErrLeaseLost when l

@@ -1212,6 +1212,7 @@ func harnessStale(t *testing.T, held, bug bool) []string {
 		badf("B's expiry moved from %v to %v", bExpiry, b.Expiry())
 	}
 	stats.StaleRejections += uint64(len(harnessStaleOps))
+	stats.HeartbeatsRefused++ // one of the ops is a heartbeat
 	if got := r.Stats(); got != stats {
 		badf("Stats: got %+v, want %+v", got, stats)
 	}
@@ -1717,6 +1718,7 @@ func TestHarnessCrashedWorker(t *testing.T) {
 		require.Equal(t, dead, get(t, r, "j"))
 		st.Duplicates++
 		st.StaleRejections += uint64(maxAtt * len(harnessStaleOps))
+		st.HeartbeatsRefused += uint64(maxAtt) // one of the ops is a heartbeat
 		require.Equal(t, st, r.Stats(), "only the refusals were counted")
 		for _, e := range rec.all()[nEvents:] {
 			require.Contains(t, []leaserouter.EventKind{leaserouter.EventDuplicate, leaserouter.EventStaleRejected}, e.Kind, "%+v", e)

@@ -146,8 +146,9 @@ func (r *Router[T]) expire(j *job[T]) {
 	worker, tok := j.owner(), j.token
 	r.stats.Expirations++
 	j.lastErr = "lease expired"
-	r.endLease(j, endExpired, true)
+	granted := r.endLease(j, endExpired, true)
 	r.emit(EventLeaseExpired, at, j, worker, tok, nil)
+	r.setHeld(granted, at)
 	r.requeue(j, at, at)
 }
 

@@ -150,7 +150,8 @@ type Stats struct {
 	Enqueued                                                uint64 // jobs accepted by Enqueue
 	Duplicates                                              uint64 // Enqueue calls refused with ErrDuplicate
 	LeasesGranted                                           uint64 // leases granted (attempts started)
-	Heartbeats                                              uint64 // heartbeats accepted (refused ones count in StaleRejections)
+	Heartbeats                                              uint64 // heartbeats accepted
+	HeartbeatsRefused                                       uint64 // heartbeats refused because the lease was lost (also counted in StaleRejections)
 	Expirations                                             uint64 // leases that expired
 	Retries                                                 uint64 // jobs scheduled again by Fail
 	Dead                                                    uint64 // jobs that reached StateFailed
@@ -420,6 +421,7 @@ func (r *Router[T]) grant(workerID string, now int64, rl *runLease[T]) (*Lease[T
 		return nil, ErrTokensExhausted
 	}
 	r.ready.Pop()
+	readyAt, requeued := j.at, j.ended == endExpired
 	r.lastToken++
 	r.setState(j, StateLeased)
 	j.attempt++
@@ -444,6 +446,10 @@ func (r *Router[T]) grant(workerID string, now int64, rl *runLease[T]) (*Lease[T
 	j.lease = l
 	r.stats.LeasesGranted++
 	r.emit(EventLeaseAcquired, now, j, workerID, j.token, nil)
+	if r.hooked {
+		e := &r.outbox[len(r.outbox)-1]
+		e.Wait, e.Requeued = time.Duration(now-readyAt), requeued
+	}
 	return l, nil
 }
 
@@ -513,10 +519,11 @@ func (r *Router[T]) Cancel(id string) error {
 	}
 	var worker string
 	var tok Token
+	granted := int64(-1)
 	switch j.state {
 	case StateLeased:
 		worker, tok = j.owner(), j.token
-		r.endLease(j, endCanceled, true)
+		granted = r.endLease(j, endCanceled, true)
 	case StatePending:
 		r.ready.Remove(int(j.hidx))
 	case StateScheduled:
@@ -526,6 +533,9 @@ func (r *Router[T]) Cancel(id string) error {
 		return nil
 	}
 	r.emit(EventCanceled, now, j, worker, tok, nil)
+	if granted >= 0 {
+		r.setHeld(granted, now)
+	}
 	r.finish(j, StateCanceled, now)
 	r.unlock()
 	return nil
@@ -594,8 +604,9 @@ func (r *Router[T]) Close(ctx context.Context) error {
 	for r.leases.Len() > 0 {
 		j := r.leases.At(0)
 		worker, tok := j.owner(), j.token
-		r.endLease(j, endRevoked, true)
+		granted := r.endLease(j, endRevoked, true)
 		r.emit(EventReleased, now, j, worker, tok, ErrClosed)
+		r.setHeld(granted, now)
 		r.makeReady(j, now)
 	}
 	r.phase = phaseClosed

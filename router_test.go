@@ -871,6 +871,9 @@ func TestComplete(t *testing.T) {
 			require.Equal(t, "completed", lle.Reason)
 			require.Equal(t, j, get(t, r, "a"))
 			st.StaleRejections++
+			if i == 1 { // the heartbeat
+				st.HeartbeatsRefused++
+			}
 			require.Equal(t, st, r.Stats(), "op %d", i)
 		}
 		requireNoJob(t, r)
@@ -912,6 +915,9 @@ func TestStaleOperationsRefused(t *testing.T) {
 				require.Contains(t, []string{"expired", "superseded"}, lle.Reason)
 				require.Equal(t, before, get(t, r, "a"), "a refused operation changes nothing")
 				stats.StaleRejections++
+				if strings.HasPrefix(tt.name, "Heartbeat") {
+					stats.HeartbeatsRefused++
+				}
 				require.Equal(t, stats, r.Stats())
 
 				synctest.Wait()

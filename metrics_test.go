@@ -76,7 +76,7 @@ func TestEventDurations(t *testing.T) {
 		require.NoError(t, l.Fail(errors.New("boom")))
 		check(want{kind: leaserouter.EventFailed, held: 2 * time.Second})
 		sleep(7*time.Second + time.Second) // ready at the run-at, leased a second later
-		l = acquire(t, r, "w")
+		acquire(t, r, "w")
 		check(want{kind: acq, wait: time.Second})
 
 		sleep(5 * time.Second)

@@ -1,0 +1,197 @@
+// Package prometheus exposes a leaserouter Router to Prometheus: gauges of
+// jobs by state and counters of every total in Stats, read at scrape time,
+// and histograms of the durations the Router's events carry (lease wait,
+// requeue wait after an expiry, run time). It is a module of its own so
+// that the leaserouter module depends on nothing but the standard library.
+//
+// Wire it in three steps: the Collector's OnEvent goes into
+// leaserouter.Options (alone, or chained with your own hook), Observe
+// names the Router once New has returned it, and the Collector is
+// registered like any other:
+//
+//	c := lrprom.NewCollector(lrprom.Options{})
+//	r, err := leaserouter.New[Payload](leaserouter.Options{OnEvent: c.Chain(myHook)})
+//	if err != nil { ... }
+//	c.Observe(r)
+//	prometheus.MustRegister(c)
+//
+// Metric names follow the Prometheus conventions (base units, _total for
+// counters, _seconds for durations) under the namespace "leaserouter".
+package prometheus
+
+import (
+	"sync/atomic"
+
+	prom "github.com/prometheus/client_golang/prometheus"
+
+	"github.com/leaserouter/leaserouter"
+)
+
+// StatsSource is what the Collector reads at scrape time: a
+// *leaserouter.Router of any payload type.
+type StatsSource interface {
+	Stats() leaserouter.Stats
+}
+
+// Options configure a Collector. The zero value is valid.
+type Options struct {
+	// Namespace prefixes every metric name. Default "leaserouter".
+	Namespace string
+	// ConstLabels are added to every metric, for example the name of the
+	// Router when a process has several. Default none.
+	ConstLabels prom.Labels
+	// Buckets are the upper bounds, in seconds, of every histogram.
+	// Default DefaultBuckets.
+	Buckets []float64
+}
+
+// DefaultBuckets span 10µs to about 42s, a factor of 4 apart: an in-process
+// lease wait is microseconds when workers are idle and seconds when they
+// are not; run times span the same range.
+var DefaultBuckets = prom.ExponentialBuckets(10e-6, 4, 12)
+
+// Collector is a prometheus.Collector over one Router. Make one with
+// NewCollector; it is safe for concurrent use (OnEvent from the Router's
+// event delivery, Collect from scrapes, Observe from anywhere).
+type Collector struct {
+	src atomic.Pointer[StatsSource]
+
+	jobs     *prom.Desc
+	counters []counter
+
+	leaseWait   prom.Histogram
+	requeueWait prom.Histogram
+	run         *prom.HistogramVec
+}
+
+// counter is one Stats total exported as a Prometheus counter.
+type counter struct {
+	desc  *prom.Desc
+	value func(*leaserouter.Stats) uint64
+}
+
+// NewCollector returns a Collector with no Router yet: until Observe is
+// called, a scrape has only the histograms.
+func NewCollector(opts Options) *Collector {
+	ns := opts.Namespace
+	if ns == "" {
+		ns = "leaserouter"
+	}
+	buckets := opts.Buckets
+	if buckets == nil {
+		buckets = DefaultBuckets
+	}
+	c := &Collector{
+		jobs: prom.NewDesc(prom.BuildFQName(ns, "", "jobs"),
+			"Jobs in each state now; finished ones count while retained.", []string{"state"}, opts.ConstLabels),
+	}
+	for _, k := range []struct {
+		name, help string
+		value      func(*leaserouter.Stats) uint64
+	}{
+		{"enqueued_total", "Jobs accepted by Enqueue.", func(s *leaserouter.Stats) uint64 { return s.Enqueued }},
+		{"duplicates_total", "Enqueue calls refused because the job ID was known.", func(s *leaserouter.Stats) uint64 { return s.Duplicates }},
+		{"leases_granted_total", "Leases granted (attempts started).", func(s *leaserouter.Stats) uint64 { return s.LeasesGranted }},
+		{"heartbeats_total", "Heartbeats accepted.", func(s *leaserouter.Stats) uint64 { return s.Heartbeats }},
+		{"heartbeats_refused_total", "Heartbeats refused because the lease was lost.", func(s *leaserouter.Stats) uint64 { return s.HeartbeatsRefused }},
+		{"lease_expirations_total", "Leases that expired (their holder stopped heartbeating).", func(s *leaserouter.Stats) uint64 { return s.Expirations }},
+		{"retries_total", "Jobs scheduled again after a failed attempt.", func(s *leaserouter.Stats) uint64 { return s.Retries }},
+		{"dead_total", "Jobs that reached the dead state (attempts exhausted or permanent failure).", func(s *leaserouter.Stats) uint64 { return s.Dead }},
+		{"stale_rejections_total", "Lease operations refused because the lease was lost (fencing at the router).", func(s *leaserouter.Stats) uint64 { return s.StaleRejections }},
+		{"purged_total", "Finished jobs dropped, at once or after retention.", func(s *leaserouter.Stats) uint64 { return s.Purged }},
+	} {
+		c.counters = append(c.counters, counter{
+			desc:  prom.NewDesc(prom.BuildFQName(ns, "", k.name), k.help, nil, opts.ConstLabels),
+			value: k.value,
+		})
+	}
+	c.leaseWait = prom.NewHistogram(prom.HistogramOpts{
+		Namespace: ns, Name: "lease_wait_seconds", ConstLabels: opts.ConstLabels, Buckets: buckets,
+		Help: "Time a job was ready before it was leased: since its enqueue, run-at, release or the expiry of its previous lease.",
+	})
+	c.requeueWait = prom.NewHistogram(prom.HistogramOpts{
+		Namespace: ns, Name: "requeue_wait_seconds", ConstLabels: opts.ConstLabels, Buckets: buckets,
+		Help: "Time from a lease's expiry to its job being leased again.",
+	})
+	c.run = prom.NewHistogramVec(prom.HistogramOpts{
+		Namespace: ns, Name: "run_seconds", ConstLabels: opts.ConstLabels, Buckets: buckets,
+		Help: "Time from a lease's grant to its job's completion or failure, by outcome.",
+	}, []string{"outcome"})
+	return c
+}
+
+// Observe makes the Collector export s's Stats at every scrape; s is
+// usually the *leaserouter.Router whose Options.OnEvent is c.OnEvent or
+// c.Chain(...). Calling it again replaces s; nil stops exporting Stats.
+func (c *Collector) Observe(s StatsSource) {
+	if s == nil {
+		c.src.Store(nil)
+		return
+	}
+	c.src.Store(&s)
+}
+
+// OnEvent records the durations e carries in the histograms. Pass it as
+// leaserouter.Options.OnEvent; it never blocks and never calls back into
+// the Router.
+func (c *Collector) OnEvent(e leaserouter.Event) {
+	switch e.Kind {
+	case leaserouter.EventLeaseAcquired:
+		c.leaseWait.Observe(e.Wait.Seconds())
+		if e.Requeued {
+			c.requeueWait.Observe(e.Wait.Seconds())
+		}
+	case leaserouter.EventCompleted:
+		c.run.WithLabelValues("completed").Observe(e.Held.Seconds())
+	case leaserouter.EventFailed:
+		c.run.WithLabelValues("failed").Observe(e.Held.Seconds())
+	}
+}
+
+// Chain returns an OnEvent hook that records e, then calls next (if not
+// nil), so the Collector can share Options.OnEvent with a hook of your
+// own.
+func (c *Collector) Chain(next func(leaserouter.Event)) func(leaserouter.Event) {
+	if next == nil {
+		return c.OnEvent
+	}
+	return func(e leaserouter.Event) {
+		c.OnEvent(e)
+		next(e)
+	}
+}
+
+var states = []leaserouter.State{
+	leaserouter.StatePending, leaserouter.StateScheduled, leaserouter.StateLeased,
+	leaserouter.StateSucceeded, leaserouter.StateFailed, leaserouter.StateCanceled,
+}
+
+// Describe sends every metric's description (prometheus.Collector).
+func (c *Collector) Describe(ch chan<- *prom.Desc) {
+	ch <- c.jobs
+	for _, k := range c.counters {
+		ch <- k.desc
+	}
+	c.leaseWait.Describe(ch)
+	c.requeueWait.Describe(ch)
+	c.run.Describe(ch)
+}
+
+// Collect sends the current metrics (prometheus.Collector). The gauges and
+// counters come from one Stats call, so they are consistent with each
+// other and with Stats at that instant.
+func (c *Collector) Collect(ch chan<- prom.Metric) {
+	if src := c.src.Load(); src != nil {
+		s := (*src).Stats()
+		byState := [...]int{s.Pending, s.Scheduled, s.Leased, s.Succeeded, s.Failed, s.Canceled}
+		for i, st := range states {
+			ch <- prom.MustNewConstMetric(c.jobs, prom.GaugeValue, float64(byState[i]), st.String())
+		}
+		for _, k := range c.counters {
+			ch <- prom.MustNewConstMetric(k.desc, prom.CounterValue, float64(k.value(&s)))
+		}
+	}
+	c.leaseWait.Collect(ch)
+	c.requeueWait.Collect(ch)
+	c.run.Collect(ch)
+}

@@ -1,0 +1,239 @@
+package prometheus_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	prom "github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/leaserouter/leaserouter"
+	lrprom "github.com/leaserouter/leaserouter/prometheus"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const ld = 10 * time.Second
+
+// scenario runs a fixed workload in which every counter moves: a
+// completion, a failure retried, a release, an expiry and its requeue, a
+// duplicate, a cancel, heartbeats accepted and refused. In a bubble every
+// duration is exact.
+func scenario(t *testing.T, r *leaserouter.Router[string]) {
+	t.Helper()
+	for _, id := range []string{"a", "b", "c", "d"} {
+		require.NoError(t, r.Enqueue(id, id))
+	}
+	require.ErrorIs(t, r.Enqueue("a", "again"), leaserouter.ErrDuplicate)
+	time.Sleep(time.Second) // every job waits 1s for its first lease
+	a, err := r.TryAcquire("w")
+	require.NoError(t, err)
+	b, err := r.TryAcquire("w")
+	require.NoError(t, err)
+	_, err = r.TryAcquire("w") // c: its holder crashes
+	require.NoError(t, err)
+	require.NoError(t, r.Cancel("d"))
+	time.Sleep(2 * time.Second)
+	require.NoError(t, a.Heartbeat(nil))
+	require.NoError(t, a.Complete())               // ran 2s
+	require.NoError(t, b.Fail(errors.New("boom"))) // ran 2s, retried at once (Backoff 0)
+	require.ErrorIs(t, a.Heartbeat(nil), leaserouter.ErrLeaseLost)
+	b, err = r.TryAcquire("w") // waited 0s
+	require.NoError(t, err)
+	require.NoError(t, b.Release()) // held 0s
+	time.Sleep(ld)                  // c's lease expired at 11s
+	time.Sleep(3 * time.Second)     // now 16s
+	b, err = r.TryAcquire("w")      // b first: ready since its release at 3s, so it waited 13s
+	require.NoError(t, err)
+	require.Equal(t, "b", b.JobID)
+	c, err := r.TryAcquire("w") // requeued after the expiry: waited 5s
+	require.NoError(t, err)
+	require.Equal(t, "c", c.JobID)
+	require.Equal(t, 2, c.Attempt)
+}
+
+// TestCollectorMatchesStats checks the whole exposition of the scenario:
+// gauges and counters equal to Stats, and the histograms' counts and
+// exact sums.
+func TestCollectorMatchesStats(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := lrprom.NewCollector(lrprom.Options{Buckets: []float64{1, 10}})
+		var chained atomic.Int64
+		r, err := leaserouter.New[string](leaserouter.Options{
+			LeaseDuration: ld, Backoff: func(int) time.Duration { return 0 },
+			OnEvent: c.Chain(func(leaserouter.Event) { chained.Add(1) }),
+		})
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			_ = r.Close(ctx) // revoke the two leases still held
+		})
+		c.Observe(r)
+		reg := prom.NewPedanticRegistry()
+		reg.MustRegister(c)
+
+		scenario(t, r)
+		synctest.Wait() // events delivered
+		st := r.Stats()
+		require.NotZero(t, chained.Load(), "the chained hook saw the events")
+		want := fmt.Sprintf(`
+# HELP leaserouter_jobs Jobs in each state now; finished ones count while retained.
+# TYPE leaserouter_jobs gauge
+leaserouter_jobs{state="canceled"} 1
+leaserouter_jobs{state="failed"} 0
+leaserouter_jobs{state="leased"} 2
+leaserouter_jobs{state="pending"} 0
+leaserouter_jobs{state="scheduled"} 0
+leaserouter_jobs{state="succeeded"} 1
+# HELP leaserouter_enqueued_total Jobs accepted by Enqueue.
+# TYPE leaserouter_enqueued_total counter
+leaserouter_enqueued_total %d
+# HELP leaserouter_duplicates_total Enqueue calls refused because the job ID was known.
+# TYPE leaserouter_duplicates_total counter
+leaserouter_duplicates_total %d
+# HELP leaserouter_leases_granted_total Leases granted (attempts started).
+# TYPE leaserouter_leases_granted_total counter
+leaserouter_leases_granted_total %d
+# HELP leaserouter_heartbeats_total Heartbeats accepted.
+# TYPE leaserouter_heartbeats_total counter
+leaserouter_heartbeats_total %d
+# HELP leaserouter_heartbeats_refused_total Heartbeats refused because the lease was lost.
+# TYPE leaserouter_heartbeats_refused_total counter
+leaserouter_heartbeats_refused_total %d
+# HELP leaserouter_lease_expirations_total Leases that expired (their holder stopped heartbeating).
+# TYPE leaserouter_lease_expirations_total counter
+leaserouter_lease_expirations_total %d
+# HELP leaserouter_retries_total Jobs scheduled again after a failed attempt.
+# TYPE leaserouter_retries_total counter
+leaserouter_retries_total %d
+# HELP leaserouter_stale_rejections_total Lease operations refused because the lease was lost (fencing at the router).
+# TYPE leaserouter_stale_rejections_total counter
+leaserouter_stale_rejections_total %d
+# HELP leaserouter_lease_wait_seconds Time a job was ready before it was leased: since its enqueue, run-at, release or the expiry of its previous lease.
+# TYPE leaserouter_lease_wait_seconds histogram
+leaserouter_lease_wait_seconds_bucket{le="1"} 4
+leaserouter_lease_wait_seconds_bucket{le="10"} 5
+leaserouter_lease_wait_seconds_bucket{le="+Inf"} 6
+leaserouter_lease_wait_seconds_sum 21
+leaserouter_lease_wait_seconds_count 6
+# HELP leaserouter_requeue_wait_seconds Time from a lease's expiry to its job being leased again.
+# TYPE leaserouter_requeue_wait_seconds histogram
+leaserouter_requeue_wait_seconds_bucket{le="1"} 0
+leaserouter_requeue_wait_seconds_bucket{le="10"} 1
+leaserouter_requeue_wait_seconds_bucket{le="+Inf"} 1
+leaserouter_requeue_wait_seconds_sum 5
+leaserouter_requeue_wait_seconds_count 1
+# HELP leaserouter_run_seconds Time from a lease's grant to its job's completion or failure, by outcome.
+# TYPE leaserouter_run_seconds histogram
+leaserouter_run_seconds_bucket{outcome="completed",le="1"} 0
+leaserouter_run_seconds_bucket{outcome="completed",le="10"} 1
+leaserouter_run_seconds_bucket{outcome="completed",le="+Inf"} 1
+leaserouter_run_seconds_sum{outcome="completed"} 2
+leaserouter_run_seconds_count{outcome="completed"} 1
+leaserouter_run_seconds_bucket{outcome="failed",le="1"} 0
+leaserouter_run_seconds_bucket{outcome="failed",le="10"} 1
+leaserouter_run_seconds_bucket{outcome="failed",le="+Inf"} 1
+leaserouter_run_seconds_sum{outcome="failed"} 2
+leaserouter_run_seconds_count{outcome="failed"} 1
+`, st.Enqueued, st.Duplicates, st.LeasesGranted, st.Heartbeats, st.HeartbeatsRefused,
+			st.Expirations, st.Retries, st.StaleRejections)
+		require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want),
+			"leaserouter_jobs", "leaserouter_enqueued_total", "leaserouter_duplicates_total",
+			"leaserouter_leases_granted_total", "leaserouter_heartbeats_total",
+			"leaserouter_heartbeats_refused_total", "leaserouter_lease_expirations_total",
+			"leaserouter_retries_total", "leaserouter_stale_rejections_total",
+			"leaserouter_lease_wait_seconds", "leaserouter_requeue_wait_seconds", "leaserouter_run_seconds"))
+		// The scenario moved every counter it names (but dead and purged).
+		require.Equal(t, leaserouter.Stats{
+			Leased: 2, Succeeded: 1, Canceled: 1, Enqueued: 4, Duplicates: 1, LeasesGranted: 6,
+			Heartbeats: 1, HeartbeatsRefused: 1, Expirations: 1, Retries: 1, StaleRejections: 1,
+		}, st)
+		require.Equal(t, 6, testutil.CollectAndCount(c, "leaserouter_jobs"))
+		problems, err := testutil.CollectAndLint(c)
+		require.NoError(t, err)
+		require.Empty(t, problems, "metric names and help follow the Prometheus conventions")
+	})
+}
+
+// TestScrapeOverHTTP serves the Collector through promhttp and checks the
+// exposition a scraper gets: every counter equals Stats at the scrape.
+func TestScrapeOverHTTP(t *testing.T) {
+	c := lrprom.NewCollector(lrprom.Options{ConstLabels: prom.Labels{"router": "test"}})
+	r, err := leaserouter.New[string](leaserouter.Options{OnEvent: c.OnEvent})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = r.Close(context.Background()) })
+	c.Observe(r)
+	reg := prom.NewRegistry()
+	reg.MustRegister(c)
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+
+	for i := range 10 {
+		require.NoError(t, r.Enqueue(fmt.Sprint(i), ""))
+	}
+	for range 7 {
+		l, err := r.TryAcquire("w")
+		require.NoError(t, err)
+		require.NoError(t, l.Complete())
+	}
+	res, err := http.Get(srv.URL)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	body, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	st := r.Stats()
+
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(string(body)))
+	require.NoError(t, err, "%s", body)
+	value := func(name string) float64 {
+		t.Helper()
+		f := families[name]
+		require.NotNil(t, f, "%s missing from:\n%s", name, body)
+		require.Len(t, f.Metric, 1, name)
+		m := f.Metric[0]
+		require.Equal(t, "router", m.Label[0].GetName())
+		require.Equal(t, "test", m.Label[0].GetValue())
+		return m.GetCounter().GetValue()
+	}
+	require.EqualValues(t, st.Enqueued, value("leaserouter_enqueued_total"))
+	require.EqualValues(t, 10, value("leaserouter_enqueued_total"))
+	require.EqualValues(t, st.LeasesGranted, value("leaserouter_leases_granted_total"))
+	require.EqualValues(t, 7, value("leaserouter_leases_granted_total"))
+	require.EqualValues(t, st.Purged, value("leaserouter_purged_total"))
+	require.EqualValues(t, 7, families["leaserouter_lease_wait_seconds"].Metric[0].GetHistogram().GetSampleCount())
+	require.Contains(t, string(body), `leaserouter_jobs{router="test",state="pending"} 3`)
+	require.Contains(t, string(body), `leaserouter_jobs{router="test",state="succeeded"} 7`)
+}
+
+// TestCollectorBeforeObserve: with no Router yet (or after Observe(nil)),
+// a scrape has the histograms only, and nothing panics.
+func TestCollectorBeforeObserve(t *testing.T) {
+	c := lrprom.NewCollector(lrprom.Options{Namespace: "jobs"})
+	require.Zero(t, testutil.CollectAndCount(c, "jobs_jobs"))
+	require.Equal(t, 1, testutil.CollectAndCount(c, "jobs_lease_wait_seconds"))
+	r, err := leaserouter.New[int](leaserouter.Options{})
+	require.NoError(t, err)
+	defer r.Close(context.Background())
+	c.Observe(r)
+	require.Equal(t, 6, testutil.CollectAndCount(c, "jobs_jobs"))
+	c.Observe(nil)
+	require.Zero(t, testutil.CollectAndCount(c, "jobs_jobs"))
+	require.NotNil(t, c.Chain(nil), "Chain(nil) is OnEvent alone")
+}

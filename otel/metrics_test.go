@@ -1,0 +1,193 @@
+package otel_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.uber.org/goleak"
+
+	"github.com/leaserouter/leaserouter"
+	lrotel "github.com/leaserouter/leaserouter/otel"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const ld = 10 * time.Second
+
+// collected is one collection, by instrument name.
+type collected map[string]metricdata.Metrics
+
+func collect(t *testing.T, reader *sdkmetric.ManualReader) collected {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(context.Background(), &rm))
+	out := collected{}
+	for _, sm := range rm.ScopeMetrics {
+		require.Equal(t, lrotel.ScopeName, sm.Scope.Name)
+		for _, m := range sm.Metrics {
+			out[m.Name] = m
+		}
+	}
+	return out
+}
+
+// sum returns the value of a counter's one data point.
+func (c collected) sum(t *testing.T, name string) int64 {
+	t.Helper()
+	m, ok := c[name]
+	require.True(t, ok, "%s not collected", name)
+	s, ok := m.Data.(metricdata.Sum[int64])
+	require.True(t, ok, "%s is %T", name, m.Data)
+	require.True(t, s.IsMonotonic, name)
+	require.Len(t, s.DataPoints, 1, name)
+	return s.DataPoints[0].Value
+}
+
+// hist returns a histogram's data point with the given attribute values.
+func (c collected) hist(t *testing.T, name string, kv ...attribute.KeyValue) metricdata.HistogramDataPoint[float64] {
+	t.Helper()
+	m, ok := c[name]
+	require.True(t, ok, "%s not collected", name)
+	require.Equal(t, "s", m.Unit, name)
+	h, ok := m.Data.(metricdata.Histogram[float64])
+	require.True(t, ok, "%s is %T", name, m.Data)
+	for _, dp := range h.DataPoints {
+		match := true
+		for _, a := range kv {
+			v, ok := dp.Attributes.Value(a.Key)
+			match = match && ok && v == a.Value
+		}
+		if match {
+			return dp
+		}
+	}
+	t.Fatalf("%s has no data point with %v", name, kv)
+	return metricdata.HistogramDataPoint[float64]{}
+}
+
+// TestMetricsMatchStats runs a workload in which every figure moves, with
+// exact durations in a bubble, and checks each instrument against Stats
+// and the known durations.
+func TestMetricsMatchStats(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reader := sdkmetric.NewManualReader()
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+		m, err := lrotel.New(mp, lrotel.Options{Attributes: []attribute.KeyValue{attribute.String("router", "test")}})
+		require.NoError(t, err)
+		defer func() { require.NoError(t, m.Close()) }()
+		r, err := leaserouter.New[string](leaserouter.Options{
+			LeaseDuration: ld, Backoff: func(int) time.Duration { return 0 }, OnEvent: m.OnEvent,
+		})
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			_ = r.Close(ctx)
+		})
+		m.Observe(r)
+
+		for _, id := range []string{"a", "b", "c"} {
+			require.NoError(t, r.Enqueue(id, id))
+		}
+		require.ErrorIs(t, r.Enqueue("a", ""), leaserouter.ErrDuplicate)
+		time.Sleep(time.Second)
+		a, err := r.TryAcquire("w") // waited 1s
+		require.NoError(t, err)
+		b, err := r.TryAcquire("w") // waited 1s
+		require.NoError(t, err)
+		_, err = r.TryAcquire("w") // c, waited 1s: its holder crashes
+		require.NoError(t, err)
+		time.Sleep(2 * time.Second)
+		require.NoError(t, a.Heartbeat(nil))
+		require.NoError(t, a.Complete())               // ran 2s
+		require.NoError(t, b.Fail(errors.New("boom"))) // ran 2s, pending again at once
+		require.ErrorIs(t, a.Heartbeat(nil), leaserouter.ErrLeaseLost)
+		time.Sleep(ld)             // c expired at 11s; now 13s
+		_, err = r.TryAcquire("w") // b, waited 10s
+		require.NoError(t, err)
+		_, err = r.TryAcquire("w") // c, requeued: waited 2s
+		require.NoError(t, err)
+		synctest.Wait()
+
+		got := collect(t, reader)
+		st := r.Stats()
+		require.Equal(t, leaserouter.Stats{
+			Leased: 2, Succeeded: 1, Enqueued: 3, Duplicates: 1, LeasesGranted: 5, Heartbeats: 1,
+			HeartbeatsRefused: 1, Expirations: 1, Retries: 1, StaleRejections: 1,
+		}, st)
+		for name, want := range map[string]uint64{
+			"leaserouter.jobs.enqueued": st.Enqueued, "leaserouter.jobs.duplicates": st.Duplicates,
+			"leaserouter.leases.granted": st.LeasesGranted, "leaserouter.heartbeats": st.Heartbeats,
+			"leaserouter.heartbeats.refused": st.HeartbeatsRefused, "leaserouter.leases.expired": st.Expirations,
+			"leaserouter.jobs.retried": st.Retries, "leaserouter.jobs.dead": st.Dead,
+			"leaserouter.stale_rejections": st.StaleRejections, "leaserouter.jobs.purged": st.Purged,
+		} {
+			require.EqualValues(t, want, got.sum(t, name), name)
+		}
+		require.EqualValues(t, st.LeasesGranted, got.sum(t, "messaging.client.consumed.messages"))
+
+		jobs := got["leaserouter.jobs"].Data.(metricdata.Gauge[int64])
+		byState := map[string]int64{}
+		for _, dp := range jobs.DataPoints {
+			v, ok := dp.Attributes.Value(lrotel.StateKey)
+			require.True(t, ok)
+			router, _ := dp.Attributes.Value("router")
+			require.Equal(t, "test", router.AsString(), "Options.Attributes on every measurement")
+			byState[v.AsString()] = dp.Value
+		}
+		require.Equal(t, map[string]int64{
+			"pending": 0, "scheduled": 0, "leased": 2, "succeeded": 1, "failed": 0, "canceled": 0,
+		}, byState)
+
+		wait := got.hist(t, "leaserouter.lease.wait.duration")
+		require.EqualValues(t, 5, wait.Count)
+		require.Equal(t, 1.0+1+1+10+2, wait.Sum)
+		requeue := got.hist(t, "leaserouter.requeue.wait.duration")
+		require.EqualValues(t, 1, requeue.Count)
+		require.Equal(t, 2.0, requeue.Sum)
+		system := attribute.String("messaging.system", "leaserouter")
+		process := attribute.String("messaging.operation.name", "process")
+		failed := got.hist(t, "messaging.process.duration", system, process, attribute.String("error.type", "_OTHER"))
+		require.EqualValues(t, 1, failed.Count)
+		require.Equal(t, 2.0, failed.Sum)
+		var runs uint64
+		for _, dp := range got["messaging.process.duration"].Data.(metricdata.Histogram[float64]).DataPoints {
+			require.True(t, dp.Attributes.HasValue("messaging.system") && dp.Attributes.HasValue("messaging.operation.name"))
+			runs += dp.Count
+		}
+		require.EqualValues(t, 2, runs, "a completion and a failure")
+	})
+}
+
+func TestNewAndObserveEdges(t *testing.T) {
+	_, err := lrotel.New(nil, lrotel.Options{})
+	require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+
+	reader := sdkmetric.NewManualReader()
+	m, err := lrotel.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), lrotel.Options{})
+	require.NoError(t, err)
+	_, ok := collect(t, reader)["leaserouter.jobs.enqueued"]
+	require.False(t, ok, "nothing read from Stats before Observe")
+	r, err := leaserouter.New[int](leaserouter.Options{OnEvent: m.Chain(nil)})
+	require.NoError(t, err)
+	defer r.Close(context.Background())
+	m.Observe(r)
+	require.NoError(t, r.Enqueue("x", 1))
+	require.EqualValues(t, 1, collect(t, reader).sum(t, "leaserouter.jobs.enqueued"))
+	m.Observe(nil)
+	_, ok = collect(t, reader)["leaserouter.jobs.enqueued"]
+	require.False(t, ok, "nothing read after Observe(nil)")
+	var chained int
+	hook := m.Chain(func(leaserouter.Event) { chained++ })
+	hook(leaserouter.Event{Kind: leaserouter.EventLeaseAcquired})
+	require.Equal(t, 1, chained)
+	require.NoError(t, m.Close())
+	require.NoError(t, m.Close(), "Close twice")
+}

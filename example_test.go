@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"log/slog"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -259,4 +261,155 @@ func ExampleFence_Do() {
 	// worker-a refused: true true
 	// balance: 100
 	// worker-b complete: <nil>
+}
+
+func ExampleRouter_Acquire() {
+	r, err := leaserouter.New[string](leaserouter.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer r.Close(context.Background())
+
+	// Acquire blocks until a job is ready or ctx is done.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	_, err = r.Acquire(ctx, "worker-1")
+	fmt.Println(err)
+
+	if err := r.Enqueue("report", "q3"); err != nil {
+		log.Fatal(err)
+	}
+	l, err := r.Acquire(context.Background(), "worker-1")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(l.JobID, l.Payload, l.WorkerID, l.Attempt)
+	fmt.Println(l.Release()) // hand it back: pending again, the attempt counted
+	j, _ := r.Get("report")
+	fmt.Println(j.State, j.Attempt)
+	// Output:
+	// context deadline exceeded
+	// report q3 worker-1 1
+	// <nil>
+	// pending 1
+}
+
+func ExampleRouter_Cancel() {
+	r, err := leaserouter.New[string](leaserouter.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer r.Close(context.Background())
+
+	_ = r.Enqueue("export", "all")
+	l, _ := r.TryAcquire("worker-1")
+	fmt.Println(r.Cancel("export"))
+	// The holder's lease is lost at once.
+	fmt.Println(errors.Is(l.Complete(), leaserouter.ErrLeaseLost))
+	fmt.Println(errors.Is(r.Cancel("nope"), leaserouter.ErrNotFound))
+	j, _ := r.Get("export")
+	fmt.Println(j.State)
+	// Output:
+	// <nil>
+	// true
+	// true
+	// canceled
+}
+
+func ExampleRouter_Stats() {
+	r, err := leaserouter.New[string](leaserouter.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer r.Close(context.Background())
+
+	_ = r.Enqueue("a", "")
+	_ = r.Enqueue("b", "")
+	_ = r.Enqueue("a", "") // refused: duplicate
+	l, _ := r.TryAcquire("worker-1")
+	_ = l.Heartbeat(nil)
+	_ = l.Complete()
+	_ = l.Heartbeat(nil) // refused: the lease has ended
+
+	s := r.Stats()
+	fmt.Println("pending", s.Pending, "succeeded", s.Succeeded)
+	fmt.Println("enqueued", s.Enqueued, "duplicates", s.Duplicates, "leases", s.LeasesGranted)
+	fmt.Println("heartbeats", s.Heartbeats, "refused", s.HeartbeatsRefused, "stale", s.StaleRejections)
+	// Output:
+	// pending 1 succeeded 1
+	// enqueued 2 duplicates 1 leases 1
+	// heartbeats 1 refused 1 stale 1
+}
+
+func ExampleRouter_Close() {
+	r, err := leaserouter.New[string](leaserouter.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = r.Enqueue("a", "")
+	l, _ := r.TryAcquire("worker-1")
+
+	// Close waits for granted leases until ctx is done, then revokes them.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	fmt.Println(r.Close(ctx))
+	fmt.Println(errors.Is(l.Complete(), leaserouter.ErrLeaseLost))
+	fmt.Println(r.Enqueue("b", ""))
+	j, _ := r.Get("a") // Get and Stats still answer
+	fmt.Println(j.State, j.Attempt)
+	fmt.Println(r.Close(context.Background())) // again: nil
+	// Output:
+	// context deadline exceeded
+	// true
+	// leaserouter: router closed
+	// pending 1
+	// <nil>
+}
+
+func ExampleOptions_logger() {
+	// Drop the time so the output is stable; keep every other key.
+	log := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey || a.Key == "token" {
+				return slog.Attr{}
+			}
+			return a
+		},
+	}))
+	r, err := leaserouter.New[string](leaserouter.Options{Logger: log})
+	if err != nil {
+		panic(err)
+	}
+	_ = r.Enqueue("a", "")
+	l, _ := r.TryAcquire("worker-1")
+	_ = l.Fail(leaserouter.Permanent(errors.New("bad input")))
+	_ = r.Close(context.Background()) // every record written
+	// Output:
+	// level=INFO msg=enqueued event=enqueued job_id=a attempt=0 worker_id=""
+	// level=INFO msg=lease_acquired event=lease_acquired job_id=a attempt=1 worker_id=worker-1
+	// level=INFO msg=failed event=failed job_id=a attempt=1 worker_id=worker-1 err="bad input"
+	// level=WARN msg=dead event=dead job_id=a attempt=1 worker_id="" err="bad input"
+}
+
+func ExampleOptions_onEvent() {
+	var kinds []string
+	var runs int
+	r, err := leaserouter.New[string](leaserouter.Options{
+		OnEvent: func(e leaserouter.Event) {
+			kinds = append(kinds, e.Kind.String()) // calls are serial: no lock needed
+			if e.Kind == leaserouter.EventCompleted && e.Held >= 0 {
+				runs++ // e.Held is the job's run time: feed a histogram with it
+			}
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	_ = r.Enqueue("a", "")
+	l, _ := r.TryAcquire("worker-1")
+	_ = l.Complete()
+	_ = r.Close(context.Background()) // every event delivered
+	fmt.Println(kinds, runs)
+	// Output:
+	// [enqueued lease_acquired completed] 1
 }

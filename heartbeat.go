@@ -81,9 +81,10 @@ func defaultInterval(lease time.Duration) time.Duration { return max(lease/3, 1)
 // The first heartbeat of a job is due HeartbeatInterval after its lease
 // was granted, so a job shorter than that costs no heartbeat, no timer and
 // no goroutine: one heartbeat goroutine per Run serves every worker's
-// lease, sleeping until the earliest heartbeat due. The handler's context
-// is made only if the handler uses it (Done, Err, Value). A worker that
-// completes a job takes its next one in the same step, under one lock.
+// lease, sleeping until the earliest heartbeat due. The context.Context
+// behind the handler's ctx is made only if the handler calls its Done or
+// Value (Err answers without it). A worker that completes a job takes its
+// next one in the same step, under one lock.
 //
 // Run blocks until every handler it started has returned and every
 // goroutine it started has ended. It returns nil when stopped by ctx or

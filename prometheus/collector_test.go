@@ -163,11 +163,40 @@ leaserouter_run_seconds_count{outcome="failed"} 1
 			Leased: 2, Succeeded: 1, Canceled: 1, Enqueued: 4, Duplicates: 1, LeasesGranted: 6,
 			Heartbeats: 1, HeartbeatsRefused: 1, Expirations: 1, Retries: 1, StaleRejections: 1,
 		}, st)
+		for name, want := range map[string]uint64{
+			"leaserouter_leases_granted_total": st.LeasesGranted,
+			"leaserouter_heartbeats_total":     st.Heartbeats,
+			"leaserouter_dead_total":           st.Dead,
+			"leaserouter_purged_total":         st.Purged,
+		} {
+			require.Equal(t, float64(want), testutil.ToFloat64(only{c, name}), name)
+		}
 		require.Equal(t, 6, testutil.CollectAndCount(c, "leaserouter_jobs"))
 		problems, err := testutil.CollectAndLint(c)
 		require.NoError(t, err)
 		require.Empty(t, problems, "metric names and help follow the Prometheus conventions")
 	})
+}
+
+// only is the one metric of c named name, for testutil.ToFloat64.
+type only struct {
+	c    prom.Collector
+	name string
+}
+
+func (o only) Describe(ch chan<- *prom.Desc) { prom.DescribeByCollect(o, ch) }
+
+func (o only) Collect(ch chan<- prom.Metric) {
+	all := make(chan prom.Metric)
+	go func() {
+		o.c.Collect(all)
+		close(all)
+	}()
+	for m := range all {
+		if strings.Contains(m.Desc().String(), `fqName: "`+o.name+`"`) {
+			ch <- m
+		}
+	}
 }
 
 // TestScrapeOverHTTP serves the Collector through promhttp and checks the

@@ -74,9 +74,11 @@ func defaultInterval(lease time.Duration) time.Duration { return max(lease/3, 1)
 // every opts.HeartbeatInterval in the background while h runs, and then
 // completes the job (h returned nil), fails it (h returned an error or
 // panicked) — or, when ctx was done meanwhile, completes it if h returned
-// nil and releases it otherwise. If the lease was lost while h ran, Run
-// leaves the job alone: its new state was decided by whoever ended the
-// lease.
+// nil and releases it otherwise. Heartbeats go on until h returns, even
+// after ctx is done, so a handler winding down keeps its lease (Close
+// revokes the leases still held when its own ctx is done). If the lease
+// was lost while h ran, Run leaves the job alone: its new state was
+// decided by whoever ended the lease.
 //
 // The first heartbeat of a job is due HeartbeatInterval after its lease
 // was granted, so a job shorter than that costs no heartbeat, no timer and
@@ -158,7 +160,7 @@ func (u *runner[T]) work(ctx context.Context, s *slot[T], id string) {
 	for {
 		if l == nil {
 			var err error
-			if l, err = u.r.acquire(ctx, id, new(runLease[T])); err != nil {
+			if l, err = u.r.acquire(ctx, id, newRunLease[T](ctx)); err != nil {
 				return // ctx done or Router closed
 			}
 		}
@@ -166,10 +168,17 @@ func (u *runner[T]) work(ctx context.Context, s *slot[T], id string) {
 	}
 }
 
+// newRunLease allocates a Lease for Run with its handler context's parent
+// set, so that a loss right after the grant already knows it.
+func newRunLease[T any](ctx context.Context) *runLease[T] {
+	rl := new(runLease[T])
+	rl.hc.parent = ctx
+	return rl
+}
+
 // process runs the handler on l and ends the lease as Run documents. It
 // returns the worker's next lease if it took one while completing l.
 func (u *runner[T]) process(ctx context.Context, s *slot[T], l *Lease[T], id string) *Lease[T] {
-	l.hc.parent = ctx
 	due := addSat(l.granted, u.interval)
 	s.mu.Lock()
 	s.l, s.due = l, due
@@ -198,7 +207,7 @@ func (u *runner[T]) process(ctx context.Context, s *slot[T], l *Lease[T], id str
 		_ = l.Complete()
 	default:
 		// The next Lease is allocated here, not under the router's lock.
-		return u.r.completeNext(l, id, new(runLease[T]))
+		return u.r.completeNext(l, id, newRunLease[T](ctx))
 	}
 	return nil
 }
@@ -243,10 +252,13 @@ func (u *runner[T]) heartbeats(stop <-chan struct{}) {
 	}
 }
 
-// beat heartbeats the slot's lease; if the lease is lost, or Run is
-// stopping, the lease gets no more heartbeats. The caller holds s.mu.
+// beat heartbeats the slot's lease; once the lease is lost it gets no more
+// heartbeats. A handler still running after Run's ctx is done keeps its
+// lease, so that one winding down and returning nil completes its job as
+// Run promises (Close revokes leases that outstay its own ctx). The
+// caller holds s.mu.
 func (u *runner[T]) beat(s *slot[T], now int64) {
-	if s.l.hc.Err() != nil {
+	if !s.l.hc.live() {
 		s.due = math.MaxInt64
 		return
 	}
@@ -286,12 +298,13 @@ func (r *Router[T]) completeNext(l *Lease[T], workerID string, rl *runLease[T]) 
 // parent. The Value of a made context is what makes context.Cause and
 // derived contexts work as for any context.WithCancelCause.
 type leaseCtx struct {
-	parent context.Context // set before the handler runs, then read-only
+	parent context.Context // set before the lease is granted, then read-only
 
 	mu     sync.Mutex
 	ctx    context.Context // nil until made
 	cancel context.CancelCauseFunc
 	cause  error // the first cause stop was given; nil while live
+	perr   error // the parent's Err when stop came before the context was made
 }
 
 // made returns the context behind c, making it if needed.
@@ -299,7 +312,13 @@ func (c *leaseCtx) made() context.Context {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.ctx == nil {
-		c.ctx, c.cancel = context.WithCancelCause(c.parent)
+		p := c.parent
+		if c.cause != nil && c.perr == nil {
+			// Stopped while the parent was live: that cause came first and
+			// must stay the context's, whatever the parent did since.
+			p = context.WithoutCancel(p)
+		}
+		c.ctx, c.cancel = context.WithCancelCause(p)
 		if c.cause != nil {
 			c.cancel(c.cause)
 		}
@@ -316,9 +335,19 @@ func (c *leaseCtx) stop(cause error) error {
 		c.cause = cause
 		if c.cancel != nil {
 			c.cancel(cause)
+		} else {
+			c.perr = c.parent.Err() // was the parent done first?
 		}
 	}
 	return c.cause
+}
+
+// live reports whether c has not been stopped: the lease is not lost and
+// the handler has not returned.
+func (c *leaseCtx) live() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cause == nil
 }
 
 // Deadline is the parent's: a lease's end is not known in advance.
@@ -333,11 +362,13 @@ func (c *leaseCtx) Value(key any) any { return c.made().Value(key) }
 // Err answers without making the context when it can.
 func (c *leaseCtx) Err() error {
 	c.mu.Lock()
-	ctx, cause := c.ctx, c.cause
+	ctx, cause, perr := c.ctx, c.cause, c.perr
 	c.mu.Unlock()
 	switch {
 	case ctx != nil:
 		return ctx.Err()
+	case perr != nil:
+		return perr // the parent was done first, as the made context will say
 	case cause != nil:
 		return context.Canceled
 	}

@@ -264,29 +264,93 @@ func TestRunHeartbeatAfterIdle(t *testing.T) {
 	})
 }
 
-// TestRunHeartbeatStopsWithRunContext: once Run's ctx is done, a handler
-// still running gets no more heartbeats, so one that ignores its context
-// loses its lease at the expiry, and Run then leaves the job alone.
-func TestRunHeartbeatStopsWithRunContext(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		rec := &recorder{}
-		r := setup(t, leaserouter.Options{LeaseDuration: ld, OnEvent: rec.record})
+// TestRunHeartbeatsUntilHandlerReturns: after Run's ctx is done, a
+// handler still running keeps its lease by heartbeats until it returns;
+// then nil completes the job and an error releases it.
+func TestRunHeartbeatsUntilHandlerReturns(t *testing.T) {
+	for _, result := range []error{nil, errors.New("stopped")} {
+		t.Run(fmt.Sprint(result), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := setup(t, leaserouter.Options{LeaseDuration: ld})
+				require.NoError(t, r.Enqueue("a", ""))
+				h := func(ctx context.Context, l *lease) error {
+					time.Sleep(3 * ld) // winds down slowly, ignoring its context
+					return result
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				done := goRun(ctx, r, leaserouter.WorkerOptions{Workers: 1}, h)
+				sleep(ld / 2)
+				cancel()
+				sleep(3*ld - ld/2 - time.Nanosecond)
+				requireBlocked(t, done)
+				st := r.Stats()
+				require.Equal(t, uint64(9), st.Heartbeats, "every ld/3 (rounded down, so the 9th comes 3ns before 3ld), Run's ctx done or not")
+				sleep(time.Nanosecond)
+				require.NoError(t, receive(t, done))
+				j := get(t, r, "a")
+				want := leaserouter.StateSucceeded
+				if result != nil {
+					want = leaserouter.StatePending
+				}
+				require.Equal(t, want, j.State)
+				require.Equal(t, 1, j.Attempt)
+				require.Zero(t, r.Stats().Expirations)
+			})
+		})
+	}
+}
+
+// TestRunHandlerContextCauseOrder: the handler's context reports the
+// first of its two causes, whichever came first and whenever the handler
+// asks, as context.WithCancelCause(Run's ctx) canceled at the loss would.
+func TestRunHandlerContextCauseOrder(t *testing.T) {
+	type seen struct{ err, cause error }
+	run := func(t *testing.T, runCtx context.Context, stopRun func(), lossFirst bool) seen {
+		r := setup(t, leaserouter.Options{LeaseDuration: ld})
 		require.NoError(t, r.Enqueue("a", ""))
+		out := make(chan seen, 1)
+		proceed := make(chan struct{})
 		h := func(ctx context.Context, l *lease) error {
-			time.Sleep(3 * ld) // ignores its context
-			return errors.New("late")
+			<-proceed // no look at ctx until both causes have come
+			before := ctx.Err()
+			<-ctx.Done() // makes the context behind it
+			require.Equal(t, before, ctx.Err(), "Err is the same before and after the context is made")
+			out <- seen{ctx.Err(), context.Cause(ctx)}
+			return nil
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := goRun(ctx, r, leaserouter.WorkerOptions{Workers: 1}, h)
-		sleep(ld / 2)
-		beats := r.Stats().Heartbeats
-		require.Equal(t, uint64(1), beats)
-		cancel() // Run stopping: no more heartbeats for the running handler
-		sleep(3 * ld)
+		done := goRun(runCtx, r, leaserouter.WorkerOptions{Workers: 1}, h)
+		sleep(time.Second)
+		if lossFirst {
+			require.NoError(t, r.Cancel("a"))
+			sleep(time.Second)
+			stopRun()
+		} else {
+			stopRun()
+			sleep(time.Second)
+			require.NoError(t, r.Cancel("a"))
+		}
+		sleep(time.Second)
+		close(proceed)
+		synctest.Wait()
 		require.NoError(t, receive(t, done))
-		require.Equal(t, beats, r.Stats().Heartbeats)
-		require.Equal(t, uint64(1), r.Stats().Expirations, "the lease ran out while the handler ignored ctx")
-		require.Equal(t, []string{"enqueued", "lease_acquired", "lease_extended", "lease_expired"}, rec.kinds("a"))
+		return receive(t, out)
+	}
+	t.Run("loss then Run canceled", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			s := run(t, ctx, cancel, true)
+			require.ErrorIs(t, s.err, context.Canceled)
+			require.ErrorIs(t, s.cause, leaserouter.ErrLeaseLost)
+		})
+	})
+	t.Run("Run's deadline then loss", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			s := run(t, ctx, func() { time.Sleep(time.Second) }, false)
+			require.ErrorIs(t, s.err, context.DeadlineExceeded)
+			require.ErrorIs(t, s.cause, context.DeadlineExceeded)
+		})
 	})
 }
 

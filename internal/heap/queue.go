@@ -109,8 +109,11 @@ func (q *Queue[E]) At(i int) E {
 
 // Contains reports whether position i is one an element can have now.
 func (q *Queue[E]) Contains(i int) bool {
-	if i >= 0 {
+	switch {
+	case i >= 0:
 		return i < q.heap.Len()
+	case i == -1:
+		return false // "in no index"
 	}
 	s := -2 - i
 	return s < len(q.ring) && (s-q.head)&(len(q.ring)-1) < q.n

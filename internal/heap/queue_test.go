@@ -109,3 +109,16 @@ func TestQueueValidCatchesDisorder(t *testing.T) {
 	b.idx = 7 // a stale position
 	require.False(t, q.Valid(index))
 }
+
+// TestQueueContainsNoPosition: -1 ("in no index") is never a position,
+// even when the ring's last slot is in use (Audit relies on it).
+func TestQueueContainsNoPosition(t *testing.T) {
+	q := newQueue()
+	for i := range 16 {
+		q.Push(&item{key: i})
+	}
+	require.True(t, q.Contains(-2-15))
+	require.False(t, q.Contains(-1))
+	require.False(t, q.Contains(-2-16))
+	require.False(t, q.Contains(0), "the heap is empty")
+}

@@ -168,11 +168,12 @@ func (u *runner[T]) work(ctx context.Context, s *slot[T], id string) {
 	}
 }
 
-// newRunLease allocates a Lease for Run with its handler context's parent
-// set, so that a loss right after the grant already knows it.
+// newRunLease allocates a Lease for Run with its handler context, whose
+// parent is set now so that a loss right after the grant already knows it.
 func newRunLease[T any](ctx context.Context) *runLease[T] {
 	rl := new(runLease[T])
 	rl.hc.parent = ctx
+	rl.Lease.hc = &rl.hc
 	return rl
 }
 

@@ -286,6 +286,7 @@ func (r *Router[T]) Enqueue(id string, payload T, opts ...EnqueueOption) error {
 			timing, runAt = optRunAt, o.runAt
 		}
 	}
+	hash := r.jobs.Hash(id) // the seed never changes: no lock needed
 	r.mu.Lock()
 	if r.phase != phaseOpen {
 		r.mu.Unlock()
@@ -293,7 +294,6 @@ func (r *Router[T]) Enqueue(id string, payload T, opts ...EnqueueOption) error {
 	}
 	now := r.now()
 	r.settle(now, -1)
-	hash := r.jobs.Hash(id)
 	known, pos := r.jobs.Find(id, hash)
 	if known != nil {
 		r.stats.Duplicates++
@@ -410,8 +410,8 @@ func (r *Router[T]) acquire(ctx context.Context, workerID string, rl *runLease[T
 }
 
 // grant leases the first ready job, or returns ErrNoJob. A non-nil rl
-// (Run's) is used for the Lease and its handler context; it must be
-// zeroed. The caller holds r.mu and has settled.
+// (Run's, from newRunLease) is used for the Lease. The caller holds r.mu
+// and has settled.
 func (r *Router[T]) grant(workerID string, now int64, rl *runLease[T]) (*Lease[T], error) {
 	j, ok := r.ready.Peek()
 	if !ok {
@@ -434,7 +434,6 @@ func (r *Router[T]) grant(workerID string, now int64, rl *runLease[T]) (*Lease[T
 	var l *Lease[T]
 	if rl != nil {
 		l = &rl.Lease
-		l.hc = &rl.hc
 	} else {
 		l = new(Lease[T])
 	}

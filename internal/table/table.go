@@ -40,7 +40,8 @@ func New[V any](key func(*V) string) *Table[V] {
 	return &Table[V]{slots: make([]slot[V], 8), seed: maphash.MakeSeed(), key: key}
 }
 
-// Hash returns the hash of key, for Find, Insert and Delete.
+// Hash returns the hash of key, for Find, Insert and Delete. It reads only
+// the seed, fixed at New, so it is safe without the table's guard.
 func (t *Table[V]) Hash(key string) uint64 { return maphash.String(t.seed, key) }
 
 // Len returns the number of elements.

@@ -987,6 +987,7 @@ func badLeaseRows() []badRow {
 				require.Equal(t, leaserouter.StateFailed, j.State)
 				require.Equal(t, "wrapped: bad", j.LastError)
 				require.Less(t, j.Attempt, j.MaxAttempts, "attempts were left")
+				synctest.Wait() // events are delivered by the router's own goroutine
 				e := fx.rec.last(t, "leased")
 				require.Equal(t, leaserouter.EventDead, e.Kind)
 			},
@@ -1017,6 +1018,9 @@ func badRunRows() []badRow {
 		badRunInvalid("nil handler", leaserouter.WorkerOptions{}, nil, "Handler"),
 		badRunInvalid("Workers -1", leaserouter.WorkerOptions{Workers: -1}, badNop, "Workers"),
 		badRunInvalid("Workers MinInt", leaserouter.WorkerOptions{Workers: math.MinInt}, badNop, "Workers"),
+		badRunInvalid("Workers MaxWorkers+1", leaserouter.WorkerOptions{Workers: leaserouter.MaxWorkers + 1}, badNop, "Workers"),
+		badRunInvalid("Workers 1<<40", leaserouter.WorkerOptions{Workers: 1 << 40}, badNop, "Workers"),
+		badRunInvalid("Workers MaxInt", leaserouter.WorkerOptions{Workers: math.MaxInt}, badNop, "Workers"),
 		badRunInvalid("HeartbeatInterval -1ns", leaserouter.WorkerOptions{HeartbeatInterval: -1}, badNop, "HeartbeatInterval"),
 		badRunInvalid("HeartbeatInterval MinInt64", leaserouter.WorkerOptions{HeartbeatInterval: math.MinInt64}, badNop, "HeartbeatInterval"),
 		badRunInvalid("HeartbeatInterval == LeaseDuration", leaserouter.WorkerOptions{HeartbeatInterval: ld}, badNop, "HeartbeatInterval"),

@@ -112,6 +112,18 @@ func BenchmarkLifecycle(b *testing.B) {
 	}
 }
 
+// BenchmarkLifecycleHooked: BenchmarkLifecycle with a no-op OnEvent, so
+// every transition records an event for the delivery goroutine. Target:
+// <= 1.5 x BenchmarkLifecycle.
+func BenchmarkLifecycleHooked(b *testing.B) {
+	r := benchRouter(b, Options{Retention: -1, OnEvent: func(Event) {}})
+	id := ids("j", 1<<10)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		lifecycle(b, r, id[i&(len(id)-1)])
+	}
+}
+
 // BenchmarkLifecycleParallel: the same from b.RunParallel.
 func BenchmarkLifecycleParallel(b *testing.B) {
 	r := benchRouter(b, Options{Retention: -1})

@@ -2,9 +2,12 @@ package leaserouter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/leaserouter/leaserouter/internal/goid"
 )
 
 // EventKind names a transition of a job. Its String is the event's log
@@ -73,74 +76,297 @@ type Event struct {
 	Held time.Duration
 }
 
-// setHeld records on the last event how long the lease granted at
-// "granted" was held until "at". The caller holds r.mu and has just
-// emitted the event.
-func (r *Router[T]) setHeld(granted, at int64) {
-	if r.hooked {
-		r.outbox[len(r.outbox)-1].Held = time.Duration(at - granted)
-	}
+// eventBacklog bounds the events waiting for delivery that new work may
+// add: Enqueue, TryAcquire and Acquire wait while this many are
+// undelivered, until delivery has brought the backlog down to half (so a
+// steady overload wakes producers in batches, not one per event). Lease
+// operations, Cancel and the reaper never wait: their events come from jobs
+// the router already holds, a few per transition. 4096 events are about
+// 0.5 MB.
+const eventBacklog = 4096
+
+// progressEvery is how many events the delivery goroutine delivers between
+// updates of the backlog, so that waiting producers get room while a large
+// batch is still being delivered.
+const progressEvery = 64
+
+// kindReport marks an entry of the outbox that is not an event but a
+// report (a recovered panic of Backoff) for the delivery goroutine to log,
+// so the lease operation that found it never pays for the Logger.
+const kindReport EventKind = 0
+
+// record is an event as the outbox holds it: smaller than an Event, with
+// times as router-clock integers, so emitting one under the lock builds no
+// time.Time. The delivery goroutine turns it into an Event.
+type record struct {
+	jobID    string
+	workerID string
+	err      error
+	at       int64 // the transition's instant on the router's clock
+	token    Token
+	dur      int64 // Event.Wait on lease_acquired, Event.Held on the events ending a lease
+	attempt  int32
+	kind     EventKind
+	requeued bool
 }
 
-// emit records an event for delivery after the lock is released. The
-// caller holds r.mu. With no hook configured it costs one branch.
-func (r *Router[T]) emit(kind EventKind, at int64, j *job[T], worker string, tok Token, err error) {
+// event is rec as delivered.
+func (r *Router[T]) event(rec *record) Event {
+	e := Event{
+		Kind: rec.kind, Time: r.timeAt(rec.at), JobID: rec.jobID, WorkerID: rec.workerID,
+		Token: rec.token, Attempt: int(rec.attempt), Err: rec.err, Requeued: rec.requeued,
+	}
+	if rec.kind == EventLeaseAcquired {
+		e.Wait = time.Duration(rec.dur)
+	} else {
+		e.Held = time.Duration(rec.dur)
+	}
+	return e
+}
+
+// emit records an event of job j (and lease l, if one is concerned) for
+// the delivery goroutine and returns it, so the caller can fill the
+// durations it closes; it returns nil when no hook is configured, at the
+// cost of one branch. The caller holds r.mu.
+func (r *Router[T]) emit(kind EventKind, at int64, j *job[T], l *Lease[T], tok Token, err error) *record {
 	if !r.hooked {
-		return
+		return nil
 	}
-	r.outbox = append(r.outbox, Event{
-		Kind: kind, Time: r.timeAt(at), JobID: j.id, WorkerID: worker,
-		Token: tok, Attempt: int(j.attempt), Err: err,
-	})
+	rec := r.push()
+	rec.kind, rec.at, rec.token, rec.attempt, rec.jobID = kind, at, tok, j.attempt, j.id
+	if l != nil {
+		rec.workerID = l.WorkerID
+	}
+	if err != nil {
+		rec.err = err
+	}
+	return rec
 }
 
-// unlock releases r.mu and delivers the events recorded so far, in order.
-// Only one goroutine delivers at a time (the first to find events waiting);
-// the others leave their events to it, so delivery order is the order of the
-// transitions, and an OnEvent that calls back into the Router appends to the
-// queue its own goroutine is draining instead of deadlocking.
+// push appends a zero record to the outbox and returns it. The slots of
+// the outbox beyond its length are always zero (new memory, or cleared by
+// the delivery goroutine), so emit writes only the fields it sets.
+func (r *Router[T]) push() *record {
+	n := len(r.outbox)
+	if n < cap(r.outbox) {
+		r.outbox = r.outbox[:n+1]
+	} else {
+		r.outbox = append(r.outbox, record{})
+	}
+	return &r.outbox[n]
+}
+
+// setHeld records on rec, if any, how long the lease granted at "granted"
+// was held until "at".
+func setHeld(rec *record, granted, at int64) {
+	if rec != nil {
+		rec.dur = at - granted
+	}
+}
+
+// unlock releases r.mu, the end of every critical section that may have
+// emitted events, and wakes the delivery goroutine if it sleeps while
+// events wait (or while Close waits for it to end). It never delivers: the
+// caller's latency does not depend on the hooks.
 func (r *Router[T]) unlock() {
-	if r.delivering || len(r.outbox) == 0 {
-		r.mu.Unlock()
-		return
+	kick := r.deliverIdle && (len(r.outbox) > 0 || r.phase == phaseClosed)
+	if kick {
+		r.deliverIdle = false
 	}
-	r.delivering = true
-	for len(r.outbox) > 0 {
-		batch := r.outbox
-		r.outbox = r.spare[:0]
-		r.mu.Unlock()
-		r.deliver(batch)
-		clear(batch) // drop references to errors and IDs
-		r.mu.Lock()
-		r.spare = batch[:0]
-	}
-	r.delivering = false
-	r.idle.Broadcast()
 	r.mu.Unlock()
-}
-
-func (r *Router[T]) deliver(batch []Event) {
-	for i := range batch {
-		r.deliverOne(&batch[i])
+	if kick {
+		// Sent once per idle period, and the goroutine has taken the last
+		// one before it went idle: the buffer of one is free.
+		r.deliverKick <- struct{}{}
 	}
 }
 
-// deliverOne calls the hooks for one event. A panic in OnEvent is recovered
-// and logged, so one bad hook cannot leave the queue half-delivered.
-func (r *Router[T]) deliverOne(e *Event) {
-	if r.opts.OnEvent != nil {
-		func() {
-			defer func() {
-				if p := recover(); p != nil {
-					r.log().Error("leaserouter: OnEvent panicked", "event", e.Kind.String(), "job_id", e.JobID, "panic", fmt.Sprint(p))
-				}
-			}()
-			r.opts.OnEvent(*e)
-		}()
+// deliverLoop is the Router's delivery goroutine, started by New when
+// OnEvent or Logger is set and ended by Close once every event is
+// delivered. It takes the outbox as a batch and calls the hooks outside the
+// lock, so events reach them in the order of the transitions and a hook
+// that calls back into the Router appends to the queue this goroutine will
+// drain next instead of deadlocking.
+func (r *Router[T]) deliverLoop() {
+	defer close(r.deliveryDone)
+	r.mu.Lock()
+	r.deliverer = goid.Current()
+	for {
+		if len(r.outbox) == 0 {
+			if r.phase == phaseClosed {
+				r.mu.Unlock()
+				return
+			}
+			r.deliverIdle = true
+			r.mu.Unlock()
+			<-r.deliverKick
+			r.mu.Lock()
+			continue
+		}
+		batch := r.outbox
+		r.outbox, r.spare = r.spare[:0], nil
+		r.inflight = len(batch)
+		r.mu.Unlock()
+		var c cursor
+		for c.i < len(batch) {
+			r.deliverFrom(batch, &c)
+		}
+		clear(batch) // drop references to errors and IDs; emit relies on zero slots
+		r.mu.Lock()
+		r.delivered(&c)
+		if cap(batch) <= 2*eventBacklog {
+			r.spare = batch[:0] // reuse it, unless a burst made it large
+		}
 	}
-	if r.opts.Logger != nil {
-		logEvent(r.opts.Logger, e)
+}
+
+// cursor is the delivery goroutine's place in a batch.
+type cursor struct {
+	i      int  // the record being delivered
+	logged int  // records counted as delivered (r.inflight updated)
+	logger bool // OnEvent is done with record i: the Logger is next
+	panics int  // hook panics not yet counted in Stats
+}
+
+// delivered records the progress of c through its batch, and lets
+// producers waiting for room go on once the backlog is down to half. The
+// caller holds r.mu.
+func (r *Router[T]) delivered(c *cursor) {
+	r.inflight -= c.i - c.logged
+	c.logged = c.i
+	r.stats.CallbackPanics += uint64(c.panics)
+	c.panics = 0
+	if r.room != nil && len(r.outbox)+r.inflight <= eventBacklog/2 {
+		close(r.room)
+		r.room = nil
 	}
+}
+
+// errDone is awaitRoom's report that its done channel fired.
+var errDone = errors.New("leaserouter: done")
+
+// awaitRoom waits while the event backlog is full, for a producer of new
+// work (Enqueue, TryAcquire, Acquire). It is called with r.mu held and the
+// Router open, and returns with r.mu held: nil when there is room (or the
+// Router has no hooks, or the caller is the delivery goroutine itself, an
+// OnEvent calling back, which must not wait for its own delivery),
+// ErrClosed if the Router closed meanwhile, or errDone if done fired first.
+func (r *Router[T]) awaitRoom(done <-chan struct{}) error {
+	for r.backlogFull() {
+		if goid.Current() == r.deliverer {
+			return nil
+		}
+		room := r.roomChan()
+		r.mu.Unlock()
+		select {
+		case <-room:
+		case <-r.closing:
+		case <-done:
+			r.mu.Lock()
+			return errDone
+		}
+		r.mu.Lock()
+		if r.phase != phaseOpen {
+			return ErrClosed
+		}
+	}
+	return nil
+}
+
+// backlogFull reports whether eventBacklog events wait for delivery. The
+// caller holds r.mu.
+func (r *Router[T]) backlogFull() bool {
+	return r.hooked && len(r.outbox)+r.inflight >= eventBacklog
+}
+
+// roomChan returns the channel closed when the backlog is down to half.
+// The caller holds r.mu.
+func (r *Router[T]) roomChan() chan struct{} {
+	if r.room == nil {
+		r.room = make(chan struct{})
+	}
+	return r.room
+}
+
+// deliverFrom calls the hooks for batch[c.i:], in order, and updates the
+// backlog every progressEvery records. A panic in OnEvent or in the
+// Logger's handler is recovered and reported, and delivery resumes where
+// it stopped (the Logger still gets the event whose OnEvent panicked), so
+// one bad hook can neither stop delivery nor reach the goroutine that
+// caused the event. Recovery is set up once per call, not per event.
+func (r *Router[T]) deliverFrom(batch []record, c *cursor) {
+	defer func() {
+		if p := recover(); p != nil {
+			c.panics++
+			rec := &batch[c.i]
+			if !c.logger {
+				r.report(fmt.Sprintf("leaserouter: OnEvent panicked on %s: %v", rec.kind, p), rec.jobID)
+				c.logger = true
+				return
+			}
+			// Not through the Logger that just panicked.
+			reportTo(slog.Default(), fmt.Sprintf("leaserouter: Logger handler panicked on %s: %v", rec.kind, p), rec.jobID)
+			c.i, c.logger = c.i+1, false
+		}
+	}()
+	onEvent, logger := r.opts.OnEvent, r.opts.Logger
+	for ; c.i < len(batch); c.i, c.logger = c.i+1, false {
+		if c.i-c.logged >= progressEvery {
+			r.mu.Lock()
+			r.delivered(c)
+			r.mu.Unlock()
+		}
+		rec := &batch[c.i]
+		if rec.kind == kindReport {
+			r.report(rec.err.Error(), rec.jobID)
+			continue
+		}
+		e := r.event(rec)
+		if !c.logger && onEvent != nil {
+			onEvent(e)
+		}
+		c.logger = true
+		if logger != nil {
+			logEvent(logger, &e)
+		}
+	}
+}
+
+// reportPanic counts a recovered panic of a user callback and queues its
+// report for the delivery goroutine, so the caller never waits for the
+// Logger. It returns false when the Router has no delivery goroutine (and
+// no Logger): the caller then reports to slog.Default() itself, after
+// releasing the lock. The caller holds r.mu.
+func (r *Router[T]) reportPanic(err error, jobID string) (queued bool) {
+	r.stats.CallbackPanics++
+	if r.hooked {
+		rec := r.push()
+		rec.kind, rec.jobID, rec.err = kindReport, jobID, err
+	}
+	return r.hooked
+}
+
+// callRecovered calls f and returns what it panicked with, or nil.
+func callRecovered(f func()) (p any) {
+	defer func() { p = recover() }()
+	f()
+	return nil
+}
+
+// report logs a recovered panic of a user callback at level Error through
+// the Logger, or slog.Default() when none is set (or when the Logger
+// panics too).
+func (r *Router[T]) report(msg, jobID string) {
+	if l := r.opts.Logger; l != nil {
+		if callRecovered(func() { reportTo(l, msg, jobID) }) == nil {
+			return
+		}
+	}
+	reportTo(slog.Default(), msg, jobID)
+}
+
+func reportTo(l *slog.Logger, msg, jobID string) {
+	_ = callRecovered(func() { l.Error(msg, "job_id", jobID) })
 }
 
 func (r *Router[T]) log() *slog.Logger {

@@ -25,3 +25,7 @@ func ExpireNow[T any](r *Router[T], id string) bool {
 	r.unlock()
 	return ok
 }
+
+// EventBacklog is the bound on undelivered events that makes producers of
+// new work wait.
+const EventBacklog = eventBacklog

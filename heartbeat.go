@@ -25,25 +25,37 @@ import (
 // must not.
 type Handler[T any] func(ctx context.Context, l *Lease[T]) error
 
+// MaxWorkers is the most worker goroutines one Run starts
+// (WorkerOptions.Workers); more is refused with ErrInvalidOptions rather
+// than risking the process's memory. Several Runs may share a Router.
+const MaxWorkers = 1 << 16
+
+// MinHeartbeatInterval is the floor of a heartbeat interval, for Run and
+// KeepAlive: a shorter positive interval is raised to it (or to a quarter
+// of LeaseDuration, if that is shorter), so a typo such as 1ns cannot turn
+// heartbeats into a busy loop that holds the router's lock.
+const MinHeartbeatInterval = time.Millisecond
+
 // WorkerOptions configure Run. The zero value is valid.
 type WorkerOptions struct {
 	// Workers is the number of worker goroutines. Default
-	// runtime.GOMAXPROCS(0); negative is invalid.
+	// runtime.GOMAXPROCS(0); negative or above MaxWorkers is invalid.
 	Workers int
 	// WorkerID is the prefix of worker IDs: worker i is "<WorkerID>-<i>".
 	// Default "<hostname>-<pid>".
 	WorkerID string
 	// HeartbeatInterval is how often a running job's lease is extended.
 	// Default LeaseDuration/3; negative, or >= LeaseDuration (the lease
-	// would expire between heartbeats), is invalid. Keep it well below
+	// would expire between heartbeats), is invalid; a positive value below
+	// MinHeartbeatInterval is raised to it (see there). Keep it well below
 	// LeaseDuration so a late heartbeat or two do not lose the lease.
 	HeartbeatInterval time.Duration
 }
 
 func (o WorkerOptions) withDefaults(lease time.Duration) (WorkerOptions, error) {
 	switch {
-	case o.Workers < 0:
-		return o, fmt.Errorf("%w: WorkerOptions.Workers is %d, must be >= 0 (0 = GOMAXPROCS)", ErrInvalidOptions, o.Workers)
+	case o.Workers < 0 || o.Workers > MaxWorkers:
+		return o, fmt.Errorf("%w: WorkerOptions.Workers is %d, must be in [0, %d] (0 = GOMAXPROCS)", ErrInvalidOptions, o.Workers, MaxWorkers)
 	case o.HeartbeatInterval < 0:
 		return o, fmt.Errorf("%w: WorkerOptions.HeartbeatInterval is %v, must be >= 0 (0 = LeaseDuration/3)", ErrInvalidOptions, o.HeartbeatInterval)
 	}
@@ -57,16 +69,22 @@ func (o WorkerOptions) withDefaults(lease time.Duration) (WorkerOptions, error) 
 		}
 		o.WorkerID = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
-	if o.HeartbeatInterval == 0 {
-		o.HeartbeatInterval = defaultInterval(lease)
-	}
+	o.HeartbeatInterval = heartbeatInterval(o.HeartbeatInterval, lease)
 	if o.HeartbeatInterval >= lease { // checked after defaulting: LeaseDuration/3 of 1ns is no interval
 		return o, fmt.Errorf("%w: WorkerOptions.HeartbeatInterval %v must be < LeaseDuration %v", ErrInvalidOptions, o.HeartbeatInterval, lease)
 	}
 	return o, nil
 }
 
-func defaultInterval(lease time.Duration) time.Duration { return max(lease/3, 1) }
+// heartbeatInterval is the interval Run and KeepAlive use when asked for
+// interval: LeaseDuration/3 for interval <= 0, and never below the floor
+// (see MinHeartbeatInterval). The caller refuses a result >= lease.
+func heartbeatInterval(interval, lease time.Duration) time.Duration {
+	if interval <= 0 {
+		return max(lease/3, 1)
+	}
+	return max(interval, min(MinHeartbeatInterval, lease/4))
+}
 
 // Run processes jobs with opts.Workers worker goroutines until ctx is done
 // or the Router is closed. Each worker acquires a job, runs h with a context
@@ -114,17 +132,27 @@ func (r *Router[T]) Run(ctx context.Context, opts WorkerOptions, h Handler[T]) e
 		r: r, h: h, interval: opts.HeartbeatInterval,
 		slots: make([]slot[T], opts.Workers), kick: make(chan struct{}, 1),
 	}
+	// A worker that can get no more leases ends its loop; the error is
+	// Run's once every worker has.
+	var exhausted atomic.Pointer[error]
 	u.wake.Store(math.MaxInt64)
 	stop := make(chan struct{})
 	var beats, workers sync.WaitGroup
 	beats.Go(func() { u.heartbeats(stop) })
 	for i := range opts.Workers {
 		id := fmt.Sprintf("%s-%d", opts.WorkerID, i)
-		workers.Go(func() { u.work(ctx, &u.slots[i], id) })
+		workers.Go(func() {
+			if err := u.work(ctx, &u.slots[i], id); err != nil {
+				exhausted.CompareAndSwap(nil, &err)
+			}
+		})
 	}
 	workers.Wait()
 	close(stop)
 	beats.Wait()
+	if err := exhausted.Load(); err != nil {
+		return fmt.Errorf("leaserouter: Run stopped with jobs left: %w", *err)
+	}
 	return nil
 }
 
@@ -150,8 +178,10 @@ type slot[T any] struct {
 	_   [40]byte   // keep workers' slots on separate cache lines
 }
 
-// work is one worker loop of Run.
-func (u *runner[T]) work(ctx context.Context, s *slot[T], id string) {
+// work is one worker loop of Run. It returns nil when ctx is done or the
+// Router closed, and the error when it can get no more leases
+// (ErrTokensExhausted).
+func (u *runner[T]) work(ctx context.Context, s *slot[T], id string) error {
 	// A context of the worker's own as the handlers' parent, so that making
 	// one (it registers with its parent) contends with no other worker.
 	ctx, cancel := context.WithCancel(ctx)
@@ -161,7 +191,10 @@ func (u *runner[T]) work(ctx context.Context, s *slot[T], id string) {
 		if l == nil {
 			var err error
 			if l, err = u.r.acquire(ctx, id, newRunLease[T](ctx)); err != nil {
-				return // ctx done or Router closed
+				if errors.Is(err, ErrTokensExhausted) {
+					return err
+				}
+				return nil // ctx done or Router closed
 			}
 		}
 		l = u.process(ctx, s, l, id)
@@ -420,9 +453,7 @@ func KeepAlive[T any](ctx context.Context, l *Lease[T], interval time.Duration) 
 		return canceled(ctx, fmt.Errorf("leaserouter: KeepAlive of a nil *Lease: %w", ErrInvalidOptions))
 	}
 	lease := l.r.opts.LeaseDuration
-	if interval <= 0 {
-		interval = defaultInterval(lease)
-	}
+	interval = heartbeatInterval(interval, lease)
 	if interval >= lease {
 		return canceled(ctx, fmt.Errorf("%w: KeepAlive interval %v must be < LeaseDuration %v", ErrInvalidOptions, interval, lease))
 	}

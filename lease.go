@@ -3,6 +3,7 @@ package leaserouter
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 )
@@ -66,7 +67,10 @@ func (e *LeaseLostError) As(target any) bool {
 	return false
 }
 
-var errNilLease = &LeaseLostError{Reason: "nil lease"}
+// errNilLease returns the error of an operation on a nil *Lease: a fresh
+// one each time, so a caller that edits it through errors.As changes no
+// other caller's.
+func errNilLease() error { return &LeaseLostError{Reason: "nil lease"} }
 
 // Expiry returns the instant the lease ends unless extended by Heartbeat.
 // It is the last expiry the lease had while valid; it says nothing about
@@ -90,7 +94,7 @@ func (l *Lease[T]) Expiry() time.Time {
 // changing nothing. It does not block beyond the router's lock.
 func (l *Lease[T]) Heartbeat(progress []byte) error {
 	if l == nil || l.r == nil {
-		return errNilLease
+		return errNilLease()
 	}
 	r := l.r
 	r.mu.Lock()
@@ -113,7 +117,7 @@ func (l *Lease[T]) Heartbeat(progress []byte) error {
 	}
 	j.updated = now
 	r.stats.Heartbeats++
-	r.emit(EventLeaseExtended, now, j, l.WorkerID, l.Token, nil)
+	r.emit(EventLeaseExtended, now, j, l, l.Token, nil)
 	r.unlock()
 	return nil
 }
@@ -123,7 +127,7 @@ func (l *Lease[T]) Heartbeat(progress []byte) error {
 // stale holder can never complete a job another worker now holds.
 func (l *Lease[T]) Complete() error {
 	if l == nil || l.r == nil {
-		return errNilLease
+		return errNilLease()
 	}
 	r := l.r
 	r.mu.Lock()
@@ -142,8 +146,7 @@ func (l *Lease[T]) Complete() error {
 // that l is valid.
 func (r *Router[T]) complete(j *job[T], l *Lease[T], now int64) {
 	r.endLease(j, endCompleted, false)
-	r.emit(EventCompleted, now, j, l.WorkerID, l.Token, nil)
-	r.setHeld(l.granted, now)
+	setHeld(r.emit(EventCompleted, now, j, l, l.Token, nil), l.granted, now)
 	r.finish(j, StateSucceeded, now)
 }
 
@@ -156,34 +159,52 @@ func (r *Router[T]) complete(j *job[T], l *Lease[T], now int64) {
 // nothing.
 func (l *Lease[T]) Fail(cause error) error {
 	if l == nil || l.r == nil {
-		return errNilLease
-	}
-	r := l.r
-	r.mu.Lock()
-	now := r.now()
-	j, err := r.holding(l, now)
-	if err != nil {
-		r.unlock()
-		return err
+		return errNilLease()
 	}
 	if cause == nil {
 		cause = errUnknown
 	}
 	var perm *permanentError
 	permanent := errors.As(cause, &perm)
+	r := l.r
+	// Backoff is user code: called before taking the lock, never under it.
+	// l.Attempt is the job's attempt count whenever l is still valid.
+	var delay time.Duration
+	var panicked error
+	if !permanent {
+		delay, panicked = r.backoff(l.Attempt)
+	}
+	r.mu.Lock()
+	if panicked != nil && !r.reportPanic(panicked, l.JobID) {
+		defer reportTo(slog.Default(), panicked.Error(), l.JobID) // after the unlock below
+	}
+	now := r.now()
+	j, err := r.holding(l, now)
+	if err != nil {
+		r.unlock()
+		return err
+	}
 	j.lastErr = cause.Error()
 	r.endLease(j, endFailed, false)
-	r.emit(EventFailed, now, j, l.WorkerID, l.Token, cause)
-	r.setHeld(l.granted, now)
+	setHeld(r.emit(EventFailed, now, j, l, l.Token, cause), l.granted, now)
 	if permanent || j.attempt >= j.maxAtt {
 		r.kill(j, now)
 	} else {
 		r.stats.Retries++
-		r.schedule(j, addSat(now, max(r.opts.Backoff(int(j.attempt)), 0)), now)
-		r.emit(EventRetryScheduled, now, j, l.WorkerID, l.Token, nil)
+		r.schedule(j, addSat(now, max(delay, 0)), now)
+		r.emit(EventRetryScheduled, now, j, l, l.Token, nil)
 	}
 	r.unlock()
 	return nil
+}
+
+// backoff returns Options.Backoff(attempt), or DefaultBackoff(attempt) and
+// the recovered panic as an error if Backoff panics.
+func (r *Router[T]) backoff(attempt int) (d time.Duration, panicked error) {
+	if p := callRecovered(func() { d = r.opts.Backoff(attempt) }); p != nil {
+		return DefaultBackoff(attempt), fmt.Errorf("leaserouter: Backoff(%d) panicked: %v; used DefaultBackoff", attempt, p)
+	}
+	return d, nil
 }
 
 // Release hands the lease back now instead of letting it expire. The
@@ -192,7 +213,7 @@ func (l *Lease[T]) Fail(cause error) error {
 // the lease is no longer valid, changing nothing.
 func (l *Lease[T]) Release() error {
 	if l == nil || l.r == nil {
-		return errNilLease
+		return errNilLease()
 	}
 	r := l.r
 	r.mu.Lock()
@@ -203,8 +224,7 @@ func (l *Lease[T]) Release() error {
 		return err
 	}
 	r.endLease(j, endReleased, false)
-	r.emit(EventReleased, now, j, l.WorkerID, l.Token, nil)
-	r.setHeld(l.granted, now)
+	setHeld(r.emit(EventReleased, now, j, l, l.Token, nil), l.granted, now)
 	r.requeue(j, now, now)
 	r.unlock()
 	return nil
@@ -226,9 +246,8 @@ func (r *Router[T]) holding(l *Lease[T], now int64) (*job[T], error) {
 		return nil, err // after Close nothing changes, not even the counts
 	}
 	r.stats.StaleRejections++
-	r.emit(EventStaleRejected, now, j, l.WorkerID, l.Token, err)
-	if r.hooked {
-		r.outbox[len(r.outbox)-1].Attempt = l.Attempt // the refused lease's, not the job's latest
+	if e := r.emit(EventStaleRejected, now, j, l, l.Token, err); e != nil {
+		e.attempt = int32(l.Attempt) // the refused lease's, not the job's latest
 	}
 	return nil, err
 }
@@ -247,9 +266,9 @@ func (r *Router[T]) lostError(l *Lease[T]) *LeaseLostError {
 // endLease ends j's current lease: it leaves the lease heap and, when the
 // holder did not end it itself (notify), every context watching the lease
 // (Run's handler context, KeepAlive's) is canceled with a *LeaseLostError.
-// It returns the instant the lease was granted. The caller holds r.mu and
+// The caller holds r.mu and
 // moves j to its next state at once.
-func (r *Router[T]) endLease(j *job[T], why endReason, notify bool) (granted int64) {
+func (r *Router[T]) endLease(j *job[T], why endReason, notify bool) {
 	r.leases.Remove(int(j.hidx))
 	j.ended = why
 	l := j.lease
@@ -267,7 +286,6 @@ func (r *Router[T]) endLease(j *job[T], why endReason, notify bool) (granted int
 		}
 	}
 	l.lost = nil
-	return l.granted
 }
 
 // watch registers f to be called with a cause wrapping ErrLeaseLost when l

@@ -94,6 +94,7 @@ func TestEventDurations(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		require.ErrorIs(t, r.Close(ctx), context.Canceled)
+		synctest.Wait() // Close cut short did not wait for delivery
 		require.Equal(t, 6*time.Second, rec.last(t, "b").Held)
 		last := rec.last(t, "c")
 		require.Equal(t, leaserouter.EventReleased, last.Kind)

@@ -49,6 +49,7 @@ func TestMonotonicLeaseExpiry(t *testing.T) {
 	const leaseDur = 50 * time.Millisecond
 	var mu sync.Mutex
 	var expired []leaserouter.Event
+	expiredSeen := make(chan struct{}, 8)
 	r, err := leaserouter.New[string](leaserouter.Options{
 		LeaseDuration: leaseDur,
 		OnEvent: func(e leaserouter.Event) {
@@ -56,6 +57,7 @@ func TestMonotonicLeaseExpiry(t *testing.T) {
 				mu.Lock()
 				expired = append(expired, e)
 				mu.Unlock()
+				expiredSeen <- struct{}{}
 			}
 		},
 	})
@@ -95,6 +97,11 @@ func TestMonotonicLeaseExpiry(t *testing.T) {
 	require.False(t, back.Before(exp), "job re-granted at %v, before its lease's expiry %v", back, exp)
 	lost := requireLost(t, l.Heartbeat(nil), l.Token, l2.Token)
 	require.Equal(t, "superseded", lost.Reason)
+	select { // events are delivered by the router's own goroutine
+	case <-expiredSeen:
+	case <-ctx.Done():
+		t.Fatal("lease_expired never delivered")
+	}
 	mu.Lock()
 	require.Len(t, expired, 1)
 	require.True(t, expired[0].Time.Equal(exp), "lease_expired at %v, expiry %v", expired[0].Time, exp)

@@ -833,6 +833,9 @@ func raceRunAndClose(t *testing.T, revoke bool) {
 		closeCtx = c
 	}
 	err = r.Close(closeCtx)
+	// A second Close waits for the delivery the first one, cut short, did
+	// not wait for.
+	require.NoError(t, r.Close(context.Background()))
 	atClose := log.all()
 	if revoke {
 		require.ErrorIs(t, err, context.Canceled, "Close cut short must return ctx.Err()")
@@ -1563,6 +1566,7 @@ func TestHarnessCancelVsAcquire(t *testing.T) {
 						l, err = r.TryAcquire("w")
 						return err
 					}).run(order)
+					synctest.Wait() // events delivered
 					require.NoError(t, errs[0], "Cancel")
 					j := get(t, r, id)
 					require.Equal(t, leaserouter.StateCanceled, j.State)
@@ -1590,6 +1594,7 @@ func TestHarnessCancelVsAcquire(t *testing.T) {
 					for _, op := range harnessStaleOps {
 						require.Empty(t, harnessLost(op.do(l), l, l.Token, "canceled"), op.name)
 					}
+					synctest.Wait()
 					require.Equal(t, []string{"enqueued", "lease_acquired", "canceled",
 						"stale_rejected", "stale_rejected", "stale_rejected", "stale_rejected"}, rec.kinds(id))
 				}

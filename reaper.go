@@ -44,9 +44,22 @@ func (r *Router[T]) reap() {
 			timerAt = next
 		}
 		r.armed = timerAt
+		var room chan struct{}
+		if more && r.backlogFull() {
+			room = r.roomChan()
+		}
 		r.unlock()
 		if more {
-			runtime.Gosched() // let waiting callers take the lock between batches
+			if room != nil {
+				// A mass expiry must not outrun a slow hook: wait for room
+				// (or a kick, which Close sends) before the next batch.
+				select {
+				case <-room:
+				case <-r.kick:
+				}
+			} else {
+				runtime.Gosched() // let waiting callers take the lock between batches
+			}
 			continue
 		}
 		select {
@@ -142,13 +155,11 @@ func (r *Router[T]) settle(now int64, limit int) (more bool) {
 // expire ends a lease at its expiry instant, as if at that instant: the
 // job becomes pending with that instant as its ready time, or dead.
 func (r *Router[T]) expire(j *job[T]) {
-	at := j.at
-	worker, tok := j.owner(), j.token
+	at, l := j.at, j.lease
 	r.stats.Expirations++
 	j.lastErr = "lease expired"
-	granted := r.endLease(j, endExpired, true)
-	r.emit(EventLeaseExpired, at, j, worker, tok, nil)
-	r.setHeld(granted, at)
+	r.endLease(j, endExpired, true)
+	setHeld(r.emit(EventLeaseExpired, at, j, l, l.Token, nil), l.granted, at)
 	r.requeue(j, at, at)
 }
 
@@ -172,7 +183,7 @@ func (r *Router[T]) kill(j *job[T], at int64) {
 	if r.hooked {
 		err = errors.New(j.lastErr)
 	}
-	r.emit(EventDead, at, j, "", j.token, err)
+	r.emit(EventDead, at, j, nil, j.token, err)
 	r.finish(j, StateFailed, at)
 }
 
@@ -232,7 +243,7 @@ func (r *Router[T]) purge(j *job[T]) {
 	r.jobs.Delete(j, j.hash)
 	r.counts[j.state]--
 	r.stats.Purged++
-	r.emit(EventPurged, j.at, j, "", j.token, nil)
+	r.emit(EventPurged, j.at, j, nil, j.token, nil)
 }
 
 // setState moves j to state s, keeping the per-state counts, and closes

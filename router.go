@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leaserouter/leaserouter/internal/goid"
 	"github.com/leaserouter/leaserouter/internal/heap"
 	"github.com/leaserouter/leaserouter/internal/hook"
 	"github.com/leaserouter/leaserouter/internal/table"
@@ -157,6 +158,7 @@ type Stats struct {
 	Dead                                                    uint64 // jobs that reached StateFailed
 	StaleRejections                                         uint64 // lease operations refused because the lease was lost
 	Purged                                                  uint64 // finished jobs dropped, at once or after Retention
+	CallbackPanics                                          uint64 // panics recovered from Backoff, OnEvent and the Logger's handler
 }
 
 type phase uint8
@@ -186,26 +188,33 @@ type Router[T any] struct {
 	done    chan struct{} // closed when Close has finished
 	reaper  sync.WaitGroup
 
-	mu         sync.Mutex
-	jobs       *table.Table[job[T]] // by ID
-	ready      *heap.Queue[*job[T]] // pending jobs by priority, ready time, seq
-	sched      *heap.Heap[*job[T]]  // scheduled jobs by run-at
-	leases     *heap.Heap[*job[T]]  // leased jobs by lease expiry
-	retHead    *job[T]              // finished jobs by purge time (a FIFO: finish times never decrease)
-	retTail    *job[T]
-	counts     [numStates + 1]int // by State; the last slot is stateNew's, never read
-	stats      Stats              // totals; counts fill the per-state fields on read
-	lastToken  Token
-	seq        uint64
-	armed      int64 // the reaper's next wake-up; math.MaxInt64 if none
-	waiters    []chan struct{}
-	phase      phase
-	drained    chan struct{} // closed when the last lease ends while draining
-	outbox     []Event       // events waiting for delivery, in order
-	spare      []Event
-	delivering bool
-	idle       sync.Cond   // signaled when delivery stops
-	hooks      *hook.Hooks // test hooks; nil outside tests
+	mu        sync.Mutex
+	jobs      *table.Table[job[T]] // by ID
+	ready     *heap.Queue[*job[T]] // pending jobs by priority, ready time, seq
+	sched     *heap.Heap[*job[T]]  // scheduled jobs by run-at
+	leases    *heap.Heap[*job[T]]  // leased jobs by lease expiry
+	retHead   *job[T]              // finished jobs by purge time (a FIFO: finish times never decrease)
+	retTail   *job[T]
+	counts    [numStates + 1]int // by State; the last slot is stateNew's, never read
+	stats     Stats              // totals; counts fill the per-state fields on read
+	lastToken Token
+	seq       uint64
+	armed     int64 // the reaper's next wake-up; math.MaxInt64 if none
+	waiters   []chan struct{}
+	phase     phase
+	drained   chan struct{} // closed when the last lease ends while draining
+	hooks     *hook.Hooks   // test hooks; nil outside tests
+
+	// Event delivery (event.go), all guarded by mu.
+	outbox      []record      // events waiting for the delivery goroutine, in order
+	spare       []record      // the last batch's memory, for the next outbox
+	inflight    int           // events of the batch in delivery not yet delivered
+	deliverIdle bool          // the delivery goroutine waits for deliverKick
+	room        chan struct{} // closed when the backlog is down to half; nil unless a producer waits
+	deliverer   uint64        // the delivery goroutine's ID, so a hook calling back is recognised
+
+	deliverKick  chan struct{} // wakes the idle delivery goroutine; cap 1
+	deliveryDone chan struct{} // closed when the delivery goroutine ends
 }
 
 // New returns a running Router. Zero Options fields get their defaults; a
@@ -229,11 +238,15 @@ func New[T any](opts Options) (*Router[T], error) {
 		leases:  heap.New(dueBefore[T], setHeapIndex[T]),
 		armed:   math.MaxInt64,
 	}
-	r.idle.L = &r.mu
 	// Seed above the wall clock so a downstream that persisted yesterday's
 	// tokens still admits today's (see Token).
 	r.lastToken = max(opts.TokenFloor, Token(max(r.epoch.UnixNano(), 0)))
 	r.reaper.Go(r.reap)
+	if r.hooked {
+		r.deliverKick = make(chan struct{}, 1)
+		r.deliveryDone = make(chan struct{})
+		go r.deliverLoop() // owned by Close, which waits on deliveryDone
+	}
 	return r, nil
 }
 
@@ -292,13 +305,18 @@ func (r *Router[T]) Enqueue(id string, payload T, opts ...EnqueueOption) error {
 		r.mu.Unlock()
 		return ErrClosed
 	}
+	if err := r.awaitRoom(nil); err != nil {
+		r.mu.Unlock()
+		return err
+	}
 	now := r.now()
 	r.settle(now, -1)
 	known, pos := r.jobs.Find(id, hash)
 	if known != nil {
 		r.stats.Duplicates++
 		if r.hooked {
-			r.emit(EventDuplicate, now, &job[T]{id: id}, "", 0, ErrDuplicate)
+			// The known job's latest token, as on every event of that job.
+			r.emit(EventDuplicate, now, &job[T]{id: id}, nil, known.token, ErrDuplicate)
 		}
 		r.unlock()
 		return fmt.Errorf("%w: %q", ErrDuplicate, id)
@@ -324,7 +342,7 @@ func (r *Router[T]) Enqueue(id string, payload T, opts ...EnqueueOption) error {
 	j.state = stateNew
 	r.jobs.Insert(j, hash, pos)
 	r.stats.Enqueued++
-	r.emit(EventEnqueued, now, j, "", 0, nil)
+	r.emit(EventEnqueued, now, j, nil, 0, nil)
 	r.schedule(j, at, now)
 	r.unlock()
 	return nil
@@ -343,6 +361,10 @@ func (r *Router[T]) TryAcquire(workerID string) (*Lease[T], error) {
 	if r.phase != phaseOpen {
 		r.mu.Unlock()
 		return nil, ErrClosed
+	}
+	if err := r.awaitRoom(nil); err != nil {
+		r.mu.Unlock()
+		return nil, err
 	}
 	now := r.now()
 	r.settle(now, -1)
@@ -367,14 +389,33 @@ func (r *Router[T]) acquire(ctx context.Context, workerID string, rl *runLease[T
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	done := ctx.Done()
+	woken := false // woken for a job: one we do not take must be passed on
 	for {
+		// ctx is the caller's code: consulted outside the lock, before each
+		// attempt, so a done ctx gets no job; a wake-up for a job we will
+		// not take goes to the next waiter.
 		if err := ctx.Err(); err != nil {
+			if woken {
+				r.mu.Lock()
+				r.wakeOne()
+				r.mu.Unlock()
+			}
 			return nil, err
 		}
 		r.mu.Lock()
 		if r.phase != phaseOpen {
 			r.mu.Unlock()
 			return nil, ErrClosed
+		}
+		if !woken { // a woken waiter passed this already; waiting now could strand its job
+			if err := r.awaitRoom(done); err != nil {
+				r.mu.Unlock()
+				if err == errDone {
+					err = ctx.Err()
+				}
+				return nil, err
+			}
 		}
 		now := r.now()
 		r.settle(now, -1)
@@ -385,18 +426,13 @@ func (r *Router[T]) acquire(ctx context.Context, workerID string, rl *runLease[T
 		w := make(chan struct{}, 1)
 		r.waiters = append(r.waiters, w)
 		r.unlock()
+		woken = false
 		select {
 		case <-w:
-			if ctx.Err() != nil {
-				// Woken for a job we will not take: pass the wake-up on.
-				r.mu.Lock()
-				r.wakeOne()
-				r.mu.Unlock()
-				return nil, ctx.Err()
-			}
+			woken = true
 		case <-r.closing:
 			return nil, ErrClosed
-		case <-ctx.Done():
+		case <-done:
 			r.mu.Lock()
 			if i := slices.Index(r.waiters, w); i >= 0 {
 				r.waiters = slices.Delete(r.waiters, i, i+1)
@@ -444,10 +480,8 @@ func (r *Router[T]) grant(workerID string, now int64, rl *runLease[T]) (*Lease[T
 	}
 	j.lease = l
 	r.stats.LeasesGranted++
-	r.emit(EventLeaseAcquired, now, j, workerID, j.token, nil)
-	if r.hooked {
-		e := &r.outbox[len(r.outbox)-1]
-		e.Wait, e.Requeued = time.Duration(now-readyAt), requeued
+	if e := r.emit(EventLeaseAcquired, now, j, l, j.token, nil); e != nil {
+		e.dur, e.requeued = now-readyAt, requeued
 	}
 	return l, nil
 }
@@ -516,24 +550,24 @@ func (r *Router[T]) Cancel(id string) error {
 		r.unlock()
 		return fmt.Errorf("%w: %q", ErrNotFound, id)
 	}
-	var worker string
-	var tok Token
-	granted := int64(-1)
+	// The event carries the job's latest token even when it is not leased
+	// (an expired lease settled just now): no event of a job carries a
+	// token older than its latest lease's.
 	switch j.state {
 	case StateLeased:
-		worker, tok = j.owner(), j.token
-		granted = r.endLease(j, endCanceled, true)
-	case StatePending:
-		r.ready.Remove(int(j.hidx))
-	case StateScheduled:
-		r.sched.Remove(int(j.hidx))
+		l := j.lease
+		r.endLease(j, endCanceled, true)
+		setHeld(r.emit(EventCanceled, now, j, l, l.Token, nil), l.granted, now)
+	case StatePending, StateScheduled:
+		if j.state == StatePending {
+			r.ready.Remove(int(j.hidx))
+		} else {
+			r.sched.Remove(int(j.hidx))
+		}
+		r.emit(EventCanceled, now, j, nil, j.token, nil)
 	default:
 		r.unlock()
 		return nil
-	}
-	r.emit(EventCanceled, now, j, worker, tok, nil)
-	if granted >= 0 {
-		r.setHeld(granted, now)
 	}
 	r.finish(j, StateCanceled, now)
 	r.unlock()
@@ -574,11 +608,16 @@ func (r *Router[T]) Close(ctx context.Context) error {
 		ctx = context.Background()
 	}
 	r.mu.Lock()
+	// Close from an OnEvent hook must not wait for the delivery it is part
+	// of: the delivery goroutine goes on once the hook returns.
+	fromHook := r.hooked && goid.Current() == r.deliverer
 	if r.phase != phaseOpen {
 		r.mu.Unlock()
-		select {
-		case <-r.done:
-		case <-ctx.Done():
+		if !fromHook {
+			// Wait for the first call, and for delivery even if the first
+			// call's ctx cut it short: Close(done ctx) to revoke at once,
+			// then Close(ctx) to wait for the last events.
+			r.waitClosed(ctx)
 		}
 		return nil
 	}
@@ -602,32 +641,54 @@ func (r *Router[T]) Close(ctx context.Context) error {
 	r.settle(now, -1)
 	for r.leases.Len() > 0 {
 		j := r.leases.At(0)
-		worker, tok := j.owner(), j.token
-		granted := r.endLease(j, endRevoked, true)
-		r.emit(EventReleased, now, j, worker, tok, ErrClosed)
-		r.setHeld(granted, now)
+		l := j.lease
+		r.endLease(j, endRevoked, true)
+		setHeld(r.emit(EventReleased, now, j, l, l.Token, ErrClosed), l.granted, now)
 		r.makeReady(j, now)
 	}
 	r.phase = phaseClosed
-	r.unlock()
+	r.unlock() // wakes the delivery goroutine to deliver the rest and end
 	select {
 	case r.kick <- struct{}{}:
 	default:
 	}
 	r.reaper.Wait()
-	// Deliver what is left, or wait for the goroutine delivering it.
-	r.mu.Lock()
-	for r.delivering || len(r.outbox) > 0 {
-		if r.delivering {
-			r.idle.Wait()
-			continue
-		}
-		r.unlock()
-		r.mu.Lock()
-	}
-	r.mu.Unlock()
 	close(r.done)
+	if !fromHook && !r.waitClosed(ctx) && err == nil {
+		err = ctx.Err()
+	}
 	return err
+}
+
+// waitClosed waits until the first Close has finished and the delivery
+// goroutine, if any, has delivered every event and ended, or until ctx is
+// done; it reports whether they did.
+func (r *Router[T]) waitClosed(ctx context.Context) bool {
+	if !r.hooked {
+		return waitFor(ctx, r.done)
+	}
+	return waitFor(ctx, r.done) && waitFor(ctx, r.deliveryDone)
+}
+
+// waitFor waits until ch is closed or ctx is done, and reports whether ch
+// was closed (preferred when both are).
+func waitFor(ctx context.Context, ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+	}
+	select {
+	case <-ch:
+		return true
+	case <-ctx.Done():
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
 }
 
 // Audit checks every internal invariant of the Router and returns an error

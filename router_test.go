@@ -973,6 +973,15 @@ func TestLeaseLostErrorAsValueTarget(t *testing.T) {
 
 func TestNilLease(t *testing.T) {
 	var l *lease
+	// Each refusal is a value of its own: editing one changes no other.
+	var first *leaserouter.LeaseLostError
+	require.ErrorAs(t, l.Complete(), &first)
+	first.Reason, first.JobID = "edited", "edited"
+	var second *leaserouter.LeaseLostError
+	require.ErrorAs(t, l.Complete(), &second)
+	require.Equal(t, "nil lease", second.Reason)
+	require.Empty(t, second.JobID)
+
 	require.ErrorIs(t, l.Heartbeat(nil), leaserouter.ErrLeaseLost)
 	require.ErrorIs(t, l.Complete(), leaserouter.ErrLeaseLost)
 	require.ErrorIs(t, l.Fail(nil), leaserouter.ErrLeaseLost)
@@ -1370,6 +1379,27 @@ func TestCancel(t *testing.T) {
 	})
 }
 
+// TestCancelAfterExpiryCarriesLatestToken: a job whose lease expired is
+// pending when canceled, and its canceled event (like a duplicate Enqueue's)
+// carries the expired lease's token: no event of the job after
+// lease_acquired carries an older one. (Before, they carried 0.)
+func TestCancelAfterExpiryCarriesLatestToken(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		r := setup(t, leaserouter.Options{LeaseDuration: ld, OnEvent: rec.record})
+		require.NoError(t, r.Enqueue("a", ""))
+		l := acquire(t, r, "w")
+		sleep(ld)
+		require.ErrorIs(t, r.Enqueue("a", ""), leaserouter.ErrDuplicate)
+		require.NoError(t, r.Cancel("a"))
+		synctest.Wait()
+		require.Equal(t, []string{"enqueued", "lease_acquired", "lease_expired", "duplicate", "canceled"}, rec.kinds("a"))
+		for _, e := range rec.of("a")[1:] {
+			require.Equal(t, l.Token, e.Token, "%v", e.Kind)
+		}
+	})
+}
+
 // ---------------------------------------------------------------------------
 // Acquire
 
@@ -1471,6 +1501,57 @@ func TestAcquireContextCanceled(t *testing.T) {
 		require.Equal(t, "a", res.l.JobID)
 		require.Equal(t, uint64(1), r.Stats().LeasesGranted)
 	})
+}
+
+// flipCtx is a context whose Err is nil for its first n calls and
+// context.Canceled after, while Done never closes: it is canceled at an
+// exact step of Acquire.
+type flipCtx struct {
+	context.Context
+	mu    sync.Mutex
+	calls int
+	n     int
+}
+
+func (c *flipCtx) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls++
+	if c.calls > c.n {
+		return context.Canceled
+	}
+	return nil
+}
+
+// TestAcquireWokenWithCtxCanceledPassesWakeOn: a waiter woken for a job
+// whose ctx is canceled at any step after the wake-up either takes the job
+// or passes the wake-up on; the next waiter never sleeps beside a ready
+// job. (Before, a ctx canceled between the post-wake check and the next
+// check, n = 2, returned without passing it on.)
+func TestAcquireWokenWithCtxCanceledPassesWakeOn(t *testing.T) {
+	for n := 1; n <= 4; n++ {
+		t.Run(fmt.Sprint("Err nil for ", n, " calls"), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := setup(t, leaserouter.Options{})
+				first := goAcquire(&flipCtx{Context: context.Background(), n: n}, r, "first")
+				synctest.Wait()
+				second := goAcquire(context.Background(), r, "second")
+				synctest.Wait()
+				require.NoError(t, r.Enqueue("a", ""))
+				synctest.Wait()
+				res := receive(t, first)
+				if res.err == nil {
+					require.Equal(t, "a", res.l.JobID)
+					requireBlocked(t, second)
+					return
+				}
+				require.ErrorIs(t, res.err, context.Canceled)
+				got := receive(t, second)
+				require.NoError(t, got.err, "the wake-up was passed on")
+				require.Equal(t, "a", got.l.JobID)
+			})
+		})
+	}
 }
 
 func TestAcquireDeadlineExactly(t *testing.T) {
@@ -2233,6 +2314,26 @@ func TestKeepAliveIntervalTooLong(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestKeepAliveIntervalFloor: an interval below MinHeartbeatInterval is
+// raised to it. (Before, KeepAlive(l, 1ns) made a million heartbeats in
+// half a second.)
+func TestKeepAliveIntervalFloor(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := setup(t, leaserouter.Options{LeaseDuration: ld})
+		require.NoError(t, r.Enqueue("a", ""))
+		l := acquire(t, r, "w")
+		kctx, stop := leaserouter.KeepAlive(context.Background(), l, time.Nanosecond)
+		defer stop()
+		sleep(leaserouter.MinHeartbeatInterval - time.Nanosecond)
+		require.Zero(t, r.Stats().Heartbeats)
+		sleep(time.Nanosecond)
+		require.EqualValues(t, 1, r.Stats().Heartbeats)
+		sleep(9 * leaserouter.MinHeartbeatInterval)
+		require.EqualValues(t, 10, r.Stats().Heartbeats)
+		require.NoError(t, kctx.Err())
+	})
 }
 
 func TestKeepAliveDefaultInterval(t *testing.T) {

@@ -8,6 +8,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -387,6 +389,51 @@ func TestRunCompletesAndTakesNext(t *testing.T) {
 			"completed j1", "lease_acquired j2", "completed j2",
 		}, kinds)
 		require.Equal(t, 3, r.Stats().Succeeded)
+		cancel()
+		synctest.Wait()
+		require.NoError(t, receive(t, done))
+	})
+}
+
+// TestRunTokensExhausted: when the Router can grant no more leases, Run
+// returns an error wrapping ErrTokensExhausted once its handlers are done,
+// with the jobs left pending. (Before, it returned nil.)
+func TestRunTokensExhausted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := setup(t, leaserouter.Options{TokenFloor: math.MaxInt64 - 5})
+		for i := range 20 {
+			require.NoError(t, r.Enqueue(fmt.Sprint(i), ""))
+		}
+		var ran atomic.Int64
+		err := r.Run(context.Background(), leaserouter.WorkerOptions{Workers: 2}, func(context.Context, *lease) error {
+			ran.Add(1)
+			return nil
+		})
+		require.ErrorIs(t, err, leaserouter.ErrTokensExhausted)
+		require.EqualValues(t, 5, ran.Load(), "the five tokens above the floor")
+		st := r.Stats()
+		require.Equal(t, 5, st.Succeeded)
+		require.Equal(t, 15, st.Pending, "no job lost")
+	})
+}
+
+// TestRunHeartbeatIntervalFloor: a HeartbeatInterval below
+// MinHeartbeatInterval is raised to it.
+func TestRunHeartbeatIntervalFloor(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := setup(t, leaserouter.Options{LeaseDuration: ld})
+		require.NoError(t, r.Enqueue("a", ""))
+		ctx, cancel := context.WithCancel(context.Background())
+		release := make(chan struct{})
+		done := goRun(ctx, r, leaserouter.WorkerOptions{Workers: 1, HeartbeatInterval: time.Nanosecond},
+			func(context.Context, *lease) error { <-release; return nil })
+		sleep(leaserouter.MinHeartbeatInterval - time.Nanosecond)
+		require.Zero(t, r.Stats().Heartbeats)
+		sleep(time.Nanosecond)
+		require.EqualValues(t, 1, r.Stats().Heartbeats)
+		sleep(9 * leaserouter.MinHeartbeatInterval)
+		require.EqualValues(t, 10, r.Stats().Heartbeats)
+		close(release)
 		cancel()
 		synctest.Wait()
 		require.NoError(t, receive(t, done))

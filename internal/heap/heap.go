@@ -62,6 +62,7 @@ func (h *Heap[E]) Remove(i int) E {
 	var zero E
 	h.items[n] = zero // drop the reference so the element can be collected
 	h.items = h.items[:n]
+	h.items = shrink(h.items)
 	if i != n && !h.down(i) {
 		h.up(i)
 	}
@@ -88,6 +89,25 @@ func (h *Heap[E]) Valid(index func(E) int) bool {
 		}
 	}
 	return true
+}
+
+// Cap returns the capacity of the heap's memory, for tests of memory use.
+func (h *Heap[E]) Cap() int { return cap(h.items) }
+
+// minCap is the capacity below which a slice is never shrunk.
+const minCap = 64
+
+// shrink returns s in half its capacity once it is at most a quarter full,
+// so memory follows the elements after a burst; append doubles it again,
+// and the gap between a quarter and full is the hysteresis that keeps a
+// steady load from reallocating.
+func shrink[E any](s []E) []E {
+	if c := cap(s); c > minCap && len(s) <= c/4 {
+		t := make([]E, len(s), c/2)
+		copy(t, s)
+		return t
+	}
+	return s
 }
 
 func (h *Heap[E]) swap(i, j int) {

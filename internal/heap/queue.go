@@ -55,12 +55,21 @@ func (q *Queue[E]) Push(e E) {
 }
 
 // grow packs the ring's live elements from slot 0 into a new ring, twice
-// as long unless removals left it at most half full.
+// as long unless removals left it at most half full. A ring shrinks to a
+// quarter once at most an eighth of it is live (see Remove), so after a
+// resize either way it is at most half full: a steady load never resizes
+// back and forth.
 func (q *Queue[E]) grow() {
 	size := max(len(q.ring), 16)
 	if q.live > len(q.ring)/2 {
 		size = 2 * len(q.ring)
 	}
+	q.resize(size)
+}
+
+// resize packs the ring's live elements from slot 0 into a new ring of
+// size slots (a power of two, more than q.live).
+func (q *Queue[E]) resize(size int) {
 	ring := make([]E, size)
 	k := 0
 	for i := range q.n {
@@ -141,8 +150,15 @@ func (q *Queue[E]) Remove(i int) E {
 	for q.n > 0 && q.ring[(q.head+q.n-1)&mask] == zero {
 		q.n--
 	}
+	if len(q.ring) > minCap && q.live <= len(q.ring)/8 {
+		q.resize(len(q.ring) / 4) // memory follows the elements after a burst
+	}
 	return e
 }
+
+// Cap returns the capacity of the queue's memory (ring and heap), for
+// tests of memory use.
+func (q *Queue[E]) Cap() int { return len(q.ring) + q.heap.Cap() }
 
 // Valid reports whether the ring is in order, the heap is valid, and every
 // element knows its own position (checked with index), for audits.

@@ -122,3 +122,28 @@ func TestQueueContainsNoPosition(t *testing.T) {
 	require.False(t, q.Contains(-2-16))
 	require.False(t, q.Contains(0), "the heap is empty")
 }
+
+// TestQueueAndHeapShrinkAfterBurst: after a burst drains, the ring and the
+// heap give their memory back; at a steady size they do not resize.
+func TestQueueAndHeapShrinkAfterBurst(t *testing.T) {
+	q := newQueue()
+	for i := range 100_000 {
+		q.Push(&item{key: i})
+		if i%10 == 0 {
+			q.Push(&item{key: -i}) // out of order: into the heap
+		}
+	}
+	require.Greater(t, q.Cap(), 100_000)
+	for q.Len() > 5 {
+		q.Pop()
+	}
+	require.LessOrEqual(t, q.Cap(), 2*minCap, "5 elements left")
+	require.True(t, q.Valid(func(e *item) int { return e.idx }))
+
+	size := q.Cap()
+	for i := range 1000 {
+		q.Push(&item{key: 1_000_000 + i})
+		q.Pop()
+		require.Equal(t, size, q.Cap(), "step %d resized", i)
+	}
+}

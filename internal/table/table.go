@@ -20,6 +20,16 @@ import (
 // maxLoad is the fill, in eighths, past which the table doubles.
 const maxLoad = 6
 
+// minSlots is the smallest table; a table never shrinks below it.
+const minSlots = 8
+
+// A table shrinks when its fill falls below 1/shrinkBelow, to the size
+// that puts the fill at about 3/8, as after a doubling. The gap between
+// 1/16 and 6/8 is the hysteresis: a steady load never resizes back and
+// forth, and each resize is paid for by at least as many inserts or
+// deletes as it moves elements.
+const shrinkBelow = 16
+
 // Table maps string keys to *V. The zero value is not usable; make one
 // with New. A Table is not safe for concurrent use: the router guards it
 // with its own lock.
@@ -37,7 +47,7 @@ type slot[V any] struct {
 
 // New returns an empty Table; key gives an element's key.
 func New[V any](key func(*V) string) *Table[V] {
-	return &Table[V]{slots: make([]slot[V], 8), seed: maphash.MakeSeed(), key: key}
+	return &Table[V]{slots: make([]slot[V], minSlots), seed: maphash.MakeSeed(), key: key}
 }
 
 // Hash returns the hash of key, for Find, Insert and Delete. It reads only
@@ -78,9 +88,13 @@ func (t *Table[V]) Insert(v *V, h uint64, pos int) {
 	}
 }
 
-func (t *Table[V]) grow() {
+func (t *Table[V]) grow() { t.resize(2 * len(t.slots)) }
+
+// resize moves every element into a new table of size slots (a power of
+// two that holds them under maxLoad).
+func (t *Table[V]) resize(size int) {
 	old := t.slots
-	t.slots = make([]slot[V], 2*len(old))
+	t.slots = make([]slot[V], size)
 	mask := len(t.slots) - 1
 	for _, s := range old {
 		if s.v == nil {
@@ -116,8 +130,18 @@ func (t *Table[V]) Delete(v *V, h uint64) bool {
 	}
 	t.slots[i] = slot[V]{}
 	t.n--
+	if t.n*shrinkBelow < len(t.slots) && len(t.slots) > minSlots {
+		size := minSlots
+		for size*3 < t.n*8 { // fill at most 3/8
+			size *= 2
+		}
+		t.resize(size)
+	}
 	return true
 }
+
+// Cap returns the number of slots, for tests of memory use.
+func (t *Table[V]) Cap() int { return len(t.slots) }
 
 // All yields every element, in no particular order. The table must not
 // change during the iteration.

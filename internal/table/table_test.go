@@ -88,3 +88,39 @@ func TestTableAllStopsEarly(t *testing.T) {
 	}
 	require.Equal(t, 3, n)
 }
+
+// TestTableShrinksAfterBurst: after a burst of inserts is deleted, the
+// table's memory follows its few elements; at a steady size it does not
+// resize back and forth.
+func TestTableShrinksAfterBurst(t *testing.T) {
+	tb := newTable()
+	var es []*elem
+	for i := range 100_000 {
+		key := fmt.Sprint("k", i)
+		h := tb.Hash(key)
+		_, pos := tb.Find(key, h)
+		e := &elem{key: key, hash: h}
+		tb.Insert(e, h, pos)
+		es = append(es, e)
+	}
+	peak := tb.Cap()
+	require.GreaterOrEqual(t, peak, 100_000)
+	for _, e := range es[10:] {
+		require.True(t, tb.Delete(e, e.hash))
+	}
+	require.LessOrEqual(t, tb.Cap(), 64, "10 elements left in %d slots", tb.Cap())
+	require.True(t, tb.Valid())
+	for _, e := range es[:10] {
+		require.Same(t, e, tb.Get(e.key))
+	}
+
+	// A steady size at a boundary: one insert and one delete per step.
+	size := tb.Cap()
+	for i := range 1000 {
+		e := es[10+i]
+		_, pos := tb.Find(e.key, e.hash)
+		tb.Insert(e, e.hash, pos)
+		require.True(t, tb.Delete(e, e.hash))
+		require.Equal(t, size, tb.Cap(), "step %d resized", i)
+	}
+}

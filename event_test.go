@@ -1,0 +1,402 @@
+package leaserouter_test
+
+// Tests of event delivery (event.go): delivery by the Router's own
+// goroutine, off every caller's path; the bounded backlog; hooks that
+// panic or call Close.
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/leaserouter/leaserouter"
+)
+
+// gate is an OnEvent hook that blocks every call until opened, counting
+// the events it has seen.
+type gate struct {
+	open chan struct{}
+	seen atomic.Int64
+}
+
+func newGate() *gate { return &gate{open: make(chan struct{})} }
+
+func (g *gate) hook(leaserouter.Event) {
+	g.seen.Add(1)
+	<-g.open
+}
+
+// TestDeliveryOffLeasePath: with OnEvent stuck in a call, every lease
+// operation and Cancel still returns at once, and the events all arrive,
+// in order, once the hook moves again. (Before delivery had a goroutine of
+// its own, the caller that found events waiting delivered them: here the
+// first Heartbeat would block in the hook for good.)
+func TestDeliveryOffLeasePath(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newGate()
+		var mu sync.Mutex
+		var kinds []string
+		r := setup(t, leaserouter.Options{LeaseDuration: ld, Backoff: noBackoff, OnEvent: func(e leaserouter.Event) {
+			g.hook(e)
+			mu.Lock()
+			kinds = append(kinds, e.Kind.String())
+			mu.Unlock()
+		}})
+		for _, id := range []string{"a", "b", "c", "d"} {
+			require.NoError(t, r.Enqueue(id, ""))
+		}
+		synctest.Wait()
+		require.EqualValues(t, 1, g.seen.Load(), "the hook is stuck in its first call")
+
+		a, b, c, d := acquire(t, r, "w"), acquire(t, r, "w"), acquire(t, r, "w"), acquire(t, r, "w")
+		require.NoError(t, a.Heartbeat([]byte("cp")))
+		require.NoError(t, a.Complete())
+		require.NoError(t, b.Fail(errors.New("boom")))
+		require.NoError(t, c.Release())
+		require.NoError(t, r.Cancel("d"))
+		requireLost(t, d.Heartbeat(nil), d.Token, d.Token)
+		kctx, stop := leaserouter.KeepAlive(context.Background(), acquire(t, r, "w"), time.Second)
+		sleep(time.Second) // one KeepAlive heartbeat, through the stuck hook
+		require.NoError(t, kctx.Err())
+		stop()
+		synctest.Wait()
+		require.EqualValues(t, 1, g.seen.Load(), "still stuck: nothing above waited for it")
+
+		close(g.open)
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		require.Equal(t, []string{"enqueued", "enqueued", "enqueued", "enqueued",
+			"lease_acquired", "lease_acquired", "lease_acquired", "lease_acquired",
+			"lease_extended", "completed", "failed", "retry_scheduled", "released",
+			"canceled", "stale_rejected", "lease_acquired", "lease_extended"}, kinds)
+	})
+}
+
+// TestBacklogBounded: while the hook is stuck, Enqueue and TryAcquire wait
+// once EventBacklog events are undelivered, lease operations never do, and
+// the producers go on when the backlog is down to half.
+func TestBacklogBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newGate()
+		r := setup(t, leaserouter.Options{LeaseDuration: ld, OnEvent: g.hook})
+		require.NoError(t, r.Enqueue("held", ""))
+		held := acquire(t, r, "w")
+		n := 2 // events so far
+		for n < leaserouter.EventBacklog {
+			require.NoError(t, r.Enqueue(string(rune('a'+n%26))+time.Duration(n).String(), ""))
+			n++
+		}
+		enq := make(chan error, 1)
+		go func() { enq <- r.Enqueue("over", "") }()
+		try := make(chan error, 1)
+		go func() {
+			_, err := r.TryAcquire("w")
+			try <- err
+		}()
+		ctx, cancel := context.WithCancel(context.Background())
+		acq := goAcquire(ctx, r, "w")
+		synctest.Wait()
+		requireBlocked(t, enq)
+		requireBlocked(t, try)
+		requireBlocked(t, acq)
+
+		// Lease operations go on, adding to the backlog beyond the bound.
+		for range 10 {
+			sleep(time.Second)
+			require.NoError(t, held.Heartbeat(nil))
+		}
+		cancel()
+		synctest.Wait()
+		require.ErrorIs(t, receive(t, acq).err, context.Canceled, "Acquire waiting for room honours its ctx")
+		requireBlocked(t, enq)
+
+		close(g.open)
+		synctest.Wait()
+		require.NoError(t, receive(t, enq))
+		require.NoError(t, receive(t, try))
+		require.EqualValues(t, leaserouter.EventBacklog+10+2, g.seen.Load())
+	})
+}
+
+// TestBacklogProducerFromHook: an OnEvent that enqueues while the backlog
+// is full is not made to wait for its own delivery.
+func TestBacklogProducerFromHook(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var r *router
+		release := make(chan struct{})
+		follow := make(chan error, 1)
+		r = setup(t, leaserouter.Options{OnEvent: func(e leaserouter.Event) {
+			if e.JobID == "first" && e.Kind == leaserouter.EventEnqueued {
+				<-release // let the test fill the backlog behind this event
+				follow <- r.Enqueue("follow-up", "")
+			}
+		}})
+		require.NoError(t, r.Enqueue("first", ""))
+		for i := range leaserouter.EventBacklog - 1 { // the backlog is full after these
+
+			require.NoError(t, r.Enqueue(time.Duration(i).String(), ""))
+		}
+		synctest.Wait()
+		close(release)
+		synctest.Wait()
+		require.NoError(t, receive(t, follow))
+		require.Equal(t, leaserouter.StatePending, get(t, r, "follow-up").State)
+	})
+}
+
+// panicHandler is a slog.Handler whose Handle panics.
+type panicHandler struct{ logRecorder }
+
+func (h *panicHandler) Handle(context.Context, slog.Record) error { panic("bad handler") }
+
+// useDefaultLogger makes slog.Default() write to h for the rest of the test.
+func useDefaultLogger(t *testing.T, h slog.Handler) {
+	old := slog.Default()
+	slog.SetDefault(slog.New(h))
+	t.Cleanup(func() { slog.SetDefault(old) })
+}
+
+// TestLoggerPanicRecovered: a Logger handler that panics never reaches the
+// caller; OnEvent goes on getting every event; the panics are counted and
+// reported to slog.Default(); Close returns at once.
+func TestLoggerPanicRecovered(t *testing.T) {
+	def := &logRecorder{}
+	useDefaultLogger(t, def)
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		r := setup(t, leaserouter.Options{Logger: slog.New(&panicHandler{}), OnEvent: rec.record})
+		require.NotPanics(t, func() { require.NoError(t, r.Enqueue("a", "")) })
+		require.NoError(t, acquire(t, r, "w").Complete())
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		t0 := time.Now()
+		require.NoError(t, r.Close(ctx))
+		require.Zero(t, time.Since(t0), "Close did not wait for its ctx")
+		require.Equal(t, []string{"enqueued", "lease_acquired", "completed"}, rec.kinds("a"))
+		require.EqualValues(t, 3, r.Stats().CallbackPanics)
+		require.Len(t, def.messages(), 3)
+		require.Contains(t, def.messages()[0], "Logger handler panicked on enqueued")
+	})
+}
+
+// TestOnEventPanicReported: a panicking OnEvent is reported through the
+// Logger at level Error and counted.
+func TestOnEventPanicReported(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := &logRecorder{}
+		r := setup(t, leaserouter.Options{Logger: slog.New(h), OnEvent: func(e leaserouter.Event) {
+			if e.Kind == leaserouter.EventEnqueued {
+				panic("bad hook")
+			}
+		}})
+		require.NoError(t, r.Enqueue("a", ""))
+		require.NoError(t, r.Close(context.Background()))
+		require.EqualValues(t, 1, r.Stats().CallbackPanics)
+		require.Equal(t, []string{"leaserouter: OnEvent panicked on enqueued: bad hook", "enqueued"}, h.messages())
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		require.Equal(t, slog.LevelError, h.recs[0].Level)
+	})
+}
+
+// TestCloseFromOnEvent: Close called from OnEvent, on an event of a
+// caller's transition or of the reaper's, returns without waiting for the
+// delivery it is part of (before, it waited for itself for ever); the
+// caller and a later Close return too, and every event is delivered.
+func TestCloseFromOnEvent(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		trigger leaserouter.EventKind
+	}{
+		{"caller's event", leaserouter.EventEnqueued},
+		{"reaper's event", leaserouter.EventLeaseExpired},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var r *router
+				closed := make(chan error, 1)
+				var took time.Duration
+				rec := &recorder{}
+				r = setup(t, leaserouter.Options{LeaseDuration: ld, OnEvent: func(e leaserouter.Event) {
+					rec.record(e)
+					if e.Kind == tt.trigger && e.JobID == "a" {
+						ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+						defer cancel()
+						t0 := time.Now()
+						closed <- r.Close(ctx)
+						took = time.Since(t0)
+					}
+				}})
+				require.NoError(t, r.Enqueue("a", ""))
+				if tt.trigger == leaserouter.EventLeaseExpired {
+					acquire(t, r, "crashed")
+					sleep(ld)
+				}
+				synctest.Wait()
+				require.NoError(t, receive(t, closed))
+				require.Zero(t, took, "Close from the hook returned at once")
+				require.ErrorIs(t, r.Enqueue("b", ""), leaserouter.ErrClosed)
+				require.NoError(t, r.Close(context.Background()))
+				want := []string{"enqueued"}
+				if tt.trigger == leaserouter.EventLeaseExpired {
+					want = []string{"enqueued", "lease_acquired", "lease_expired"}
+				}
+				require.Equal(t, want, rec.kinds("a"))
+			})
+		})
+	}
+}
+
+// TestCloseHonoursCtxWithStuckHook: a hook that never returns cannot hold
+// Close beyond its ctx; a second Close waits for delivery to end.
+func TestCloseHonoursCtxWithStuckHook(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newGate()
+		r := setup(t, leaserouter.Options{OnEvent: g.hook})
+		require.NoError(t, r.Enqueue("a", ""))
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		t0 := time.Now()
+		require.ErrorIs(t, r.Close(ctx), context.DeadlineExceeded)
+		require.Equal(t, 300*time.Millisecond, time.Since(t0))
+		again := goClose(context.Background(), r)
+		synctest.Wait()
+		requireBlocked(t, again)
+		close(g.open)
+		synctest.Wait()
+		require.NoError(t, receive(t, again))
+	})
+}
+
+// TestBackoffPanicRecovered: a Backoff that panics does not leave the
+// router locked; the retry uses DefaultBackoff and the panic is reported
+// and counted.
+func TestBackoffPanicRecovered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := &logRecorder{}
+		r := setup(t, leaserouter.Options{Logger: slog.New(h), Backoff: func(int) time.Duration { panic("bad backoff") }})
+		require.NoError(t, r.Enqueue("a", ""))
+		l := acquire(t, r, "w")
+		require.NotPanics(t, func() { require.NoError(t, l.Fail(errors.New("boom"))) })
+		j := get(t, r, "a")
+		require.Equal(t, leaserouter.StateScheduled, j.State)
+		// DefaultBackoff(1) is in [0.5s, 1s).
+		wait := j.RunAt.Sub(time.Now())
+		require.GreaterOrEqual(t, wait, 500*time.Millisecond)
+		require.Less(t, wait, time.Second)
+		require.NoError(t, r.Enqueue("b", ""), "the router is not left locked")
+		require.EqualValues(t, 1, r.Stats().CallbackPanics)
+		synctest.Wait()
+		require.Contains(t, h.messages(), "leaserouter: Backoff(1) panicked: bad backoff; used DefaultBackoff")
+	})
+}
+
+// TestBackoffPanicWithoutLogger: with no Logger the report goes to
+// slog.Default().
+func TestBackoffPanicWithoutLogger(t *testing.T) {
+	def := &logRecorder{}
+	useDefaultLogger(t, def)
+	synctest.Test(t, func(t *testing.T) {
+		r := setup(t, leaserouter.Options{Backoff: func(int) time.Duration { panic("bad backoff") }})
+		require.NoError(t, r.Enqueue("a", ""))
+		require.NoError(t, acquire(t, r, "w").Fail(nil))
+		require.Equal(t, leaserouter.StateScheduled, get(t, r, "a").State)
+		require.Equal(t, []string{"leaserouter: Backoff(1) panicked: bad backoff; used DefaultBackoff"}, def.messages())
+	})
+}
+
+// spin2us is an OnEvent hook that costs 2µs of CPU, like a metrics hook
+// doing a little work per event.
+func spin2us(leaserouter.Event) {
+	for t0 := time.Now(); time.Since(t0) < 2*time.Microsecond; {
+	}
+}
+
+// heartbeatsUnderLoad runs two producers looping Enqueue + TryAcquire +
+// Complete on a Router with hook (nil for none) while a lease of duration
+// lease is heartbeated every interval, n times, and returns each
+// heartbeat's latency and error.
+func heartbeatsUnderLoad(tb testing.TB, hook func(leaserouter.Event), lease, interval time.Duration, n int) ([]time.Duration, []error) {
+	r, err := leaserouter.New[int](leaserouter.Options{LeaseDuration: lease, Retention: -1, OnEvent: hook})
+	require.NoError(tb, err)
+	defer r.Close(context.Background())
+	require.NoError(tb, r.Enqueue("held", 0, leaserouter.WithPriority(1)))
+	held, err := r.TryAcquire("keeper")
+	require.NoError(tb, err)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for p := range 2 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_ = r.Enqueue(strconv.Itoa(p)+"-"+strconv.Itoa(i), i)
+				if l, err := r.TryAcquire("producer"); err == nil {
+					_ = l.Complete()
+				}
+			}
+		})
+	}
+	lat := make([]time.Duration, 0, n)
+	var errs []error
+	tick := time.NewTicker(interval)
+	for range n {
+		<-tick.C
+		t0 := time.Now()
+		err := held.Heartbeat(nil)
+		lat = append(lat, time.Since(t0))
+		errs = append(errs, err)
+	}
+	tick.Stop()
+	close(stop)
+	wg.Wait()
+	return lat, errs
+}
+
+// TestHeartbeatUnaffectedByHookLoad, in real time because the defect was
+// about real scheduling: with a 2µs OnEvent and two goroutines producing
+// events as fast as they can, a 50ms lease heartbeated every 10ms is never
+// lost. (Before, the heartbeating goroutine delivered the others' events
+// and lost its lease by the 5th to 7th heartbeat.)
+func TestHeartbeatUnaffectedByHookLoad(t *testing.T) {
+	lat, errs := heartbeatsUnderLoad(t, spin2us, 50*time.Millisecond, 10*time.Millisecond, 30)
+	for i, err := range errs {
+		require.NoError(t, err, "heartbeat %d (latency %v)", i+1, lat[i])
+	}
+	slices.Sort(lat)
+	t.Logf("heartbeat latency p50 %v, max %v", lat[len(lat)/2], lat[len(lat)-1])
+}
+
+// BenchmarkHeartbeatLatency reports Heartbeat latency (p50-µs, p99-µs)
+// under two busy producers, with no hook and with a 2µs hook; the second
+// must stay within 2 × the first. One heartbeat per millisecond of a 1s
+// lease; run with -benchtime 2000x for stable percentiles.
+func BenchmarkHeartbeatLatency(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		hook func(leaserouter.Event)
+	}{{"no-hook", nil}, {"hook-2us", spin2us}} {
+		b.Run(bc.name, func(b *testing.B) {
+			lat, errs := heartbeatsUnderLoad(b, bc.hook, time.Second, time.Millisecond, b.N)
+			require.NoError(b, errors.Join(errs...))
+			slices.Sort(lat)
+			us := func(q float64) float64 { return float64(lat[int(q*float64(len(lat)-1))]) / 1e3 }
+			b.ReportMetric(us(0.5), "p50-µs")
+			b.ReportMetric(us(0.99), "p99-µs")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}

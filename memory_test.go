@@ -1,0 +1,57 @@
+package leaserouter_test
+
+import (
+	"runtime"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/leaserouter/leaserouter"
+)
+
+// heapInUse returns the live heap after a full collection.
+func heapInUse() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// burst enqueues n jobs, drains them, then goes on with light use, and
+// returns the live heap above base at the peak and at the end.
+func burst(t testing.TB, r *leaserouter.Router[int], n int, base uint64) (peak, after uint64) {
+	for i := range n {
+		require.NoError(t, r.Enqueue("burst-"+strconv.Itoa(i), i))
+	}
+	peak = heapInUse() - base
+	for range n {
+		l, err := r.TryAcquire("w")
+		require.NoError(t, err)
+		require.NoError(t, l.Complete())
+	}
+	for i := range 1000 { // light use after the burst
+		require.NoError(t, r.Enqueue("light-"+strconv.Itoa(i), i))
+		l, err := r.TryAcquire("w")
+		require.NoError(t, err)
+		require.NoError(t, l.Complete())
+	}
+	return peak, max(heapInUse(), base) - base
+}
+
+// TestMemoryReturnsAfterBurst: after a burst of jobs drains, the ID index
+// and the queues shrink, so the heap held by the router returns to a small
+// fraction of its peak. (Before, the index and the ready queue kept their
+// peak size: about a fifth of the peak stayed.)
+func TestMemoryReturnsAfterBurst(t *testing.T) {
+	const n = 200_000
+	base := heapInUse()
+	r, err := leaserouter.New[int](leaserouter.Options{Retention: -1})
+	require.NoError(t, err)
+	defer r.Close(t.Context())
+	peak, after := burst(t, r, n, base)
+	t.Logf("peak %d KiB, after %d KiB", peak>>10, after>>10)
+	require.Greater(t, peak, uint64(n*100), "the burst was measured")
+	require.Less(t, after, peak/20, "heap after the burst: %d of %d bytes", after, peak)
+	runtime.KeepAlive(r)
+}

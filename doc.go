@@ -48,8 +48,10 @@
 //
 // # Observability
 //
-// Options.OnEvent receives every transition in order, outside the lock,
-// and each Event carries the durations it closes: Event.Wait on
+// Options.OnEvent receives every transition in order, from a delivery
+// goroutine of the Router's own, so hooks never slow a lease operation (at
+// most 4096 events wait; beyond that Enqueue and Acquire wait for
+// delivery). Each Event carries the durations it closes: Event.Wait on
 // lease_acquired (how long the job was ready; with Event.Requeued, how long
 // it waited after its previous lease expired) and Event.Held when a lease
 // ends (on completed and failed, the job's run time). Options.Logger writes
@@ -57,7 +59,8 @@
 // worker_id and err. Router.Stats gives counts and totals (heartbeats
 // accepted and refused among them), Router.Audit checks every internal
 // invariant, and Router.Get a copy of one job. With no hook set, none of
-// this costs more than a branch.
+// this costs more than a branch. A panic in a hook (or in Options.Backoff)
+// is recovered, counted in Stats.CallbackPanics and logged.
 //
 // Adapters live in modules of their own, so this one needs only the
 // standard library: github.com/leaserouter/leaserouter/prometheus (a

@@ -108,9 +108,12 @@ func heartbeatInterval(interval, lease time.Duration) time.Duration {
 //
 // Run blocks until every handler it started has returned and every
 // goroutine it started has ended. It returns nil when stopped by ctx or
-// Close; ErrClosed at once if the Router was already closed; and at once,
-// starting nothing, an error wrapping ErrInvalidOptions for bad opts or a
-// nil h. Several Runs may share a Router. A nil ctx means
+// Close; ErrClosed at once if the Router was already closed; an error
+// wrapping ErrTokensExhausted when the Router can grant no more leases
+// (each worker stops at its next acquire, so running handlers finish, and
+// the jobs left stay pending); and at once, starting nothing, an error
+// wrapping ErrInvalidOptions for bad opts (Workers above MaxWorkers among
+// them) or a nil h. Several Runs may share a Router. A nil ctx means
 // context.Background().
 func (r *Router[T]) Run(ctx context.Context, opts WorkerOptions, h Handler[T]) error {
 	if ctx == nil {
@@ -435,7 +438,8 @@ func (e *panicError) Error() string { return fmt.Sprintf("panic: %v\n\n%s", e.va
 // context, derived from ctx, is canceled as soon as a heartbeat is refused
 // or the lease is lost otherwise (expiry, Cancel, Close), with a cause
 // wrapping ErrLeaseLost (context.Cause). An interval <= 0 means
-// LeaseDuration/3. An interval >= LeaseDuration (it could never keep the
+// LeaseDuration/3; a positive interval below MinHeartbeatInterval is raised
+// to it. An interval >= LeaseDuration (it could never keep the
 // lease) or a nil l gives a context already canceled with a cause wrapping
 // ErrInvalidOptions; a lease already lost gives one already canceled with
 // its *LeaseLostError. Heartbeats run on a timer, not a goroutine of their

@@ -89,9 +89,12 @@ type Options struct {
 	// WithMaxAttempts overrides it per job.
 	MaxAttempts int
 	// Backoff gives the delay before retrying a job after Lease.Fail on
-	// the given attempt (1 for the first). Default DefaultBackoff. It is
-	// called under the router's lock: it must be fast and must not call
-	// the Router. A result <= 0 retries at once.
+	// the given attempt (1 for the first). Default DefaultBackoff. A
+	// result <= 0 retries at once. Fail calls it before taking the
+	// router's lock, never under it, so it may call the Router; a slow one
+	// slows that Fail only. A panic in it is recovered, counted in
+	// Stats.CallbackPanics and reported (see OnEvent), and the attempt
+	// uses DefaultBackoff instead.
 	Backoff func(attempt int) time.Duration
 	// Retention is how long finished jobs stay for Get and dedup. Zero
 	// means DefaultRetention (10m); negative means finished jobs are
@@ -105,13 +108,34 @@ type Options struct {
 	// token persisted by a previous run if the wall clock may step back
 	// between runs. It must be below math.MaxInt64.
 	TokenFloor Token
-	// OnEvent, if set, receives every event in the order the transitions
-	// happened, never while the router's lock is held; it may call back
-	// into the Router (but not Close). A panic in it is recovered and
-	// logged. Calls are serial: a slow OnEvent delays later events.
+	// OnEvent, if set, receives every event, in the order the transitions
+	// happened, from the Router's own delivery goroutine: never under the
+	// router's lock and never on the goroutine that made the transition,
+	// so what it costs delays events, not the calls that cause them. Calls
+	// are serial. It may call back into the Router.
+	//
+	// Up to 4096 events wait for delivery. Beyond that Enqueue,
+	// TryAcquire and Acquire wait until delivery has brought the backlog
+	// down to half, so a hook slower than the event rate slows the
+	// producers of new work (and bounds the memory events hold); lease
+	// operations (Heartbeat, Complete, Fail, Release, KeepAlive's and
+	// Run's heartbeats), Cancel and the reaper never wait, so a worker
+	// never loses a lease because hooks are slow. Calls made from OnEvent
+	// itself never wait for room.
+	//
+	// A panic in OnEvent is recovered, counted in Stats.CallbackPanics and
+	// reported at level Error through Logger (slog.Default() if Logger is
+	// nil); delivery goes on with the next event. OnEvent should not call
+	// Close; if it does, that Close does not wait for the delivery it is
+	// part of. Close returns once every event has been delivered (or its
+	// ctx is done).
 	OnEvent func(Event)
 	// Logger, if set, gets one record per event (message: the event kind;
-	// keys: event, job_id, token, attempt, worker_id, err). Nil discards.
+	// keys: event, job_id, token, attempt, worker_id, err), written by the
+	// delivery goroutine after OnEvent's call for the same event, with the
+	// same ordering and backlog as OnEvent. A panic in its handler is
+	// recovered, counted in Stats.CallbackPanics and reported to
+	// slog.Default(). Nil discards.
 	Logger *slog.Logger
 }
 
@@ -175,10 +199,13 @@ const (
 //
 // A Router guards all its state with one mutex, held only for short,
 // non-blocking work: O(log n) heap operations per transition, and never
-// user code (OnEvent and Logger run after it is released). One background
-// goroutine, the reaper, makes expiries and scheduled jobs visible at their
-// instant; correctness never depends on it, because every call first
-// settles what is due.
+// user code. One background goroutine, the reaper, makes expiries and
+// scheduled jobs visible at their instant; correctness never depends on
+// it, because every call first settles what is due. A second, started only
+// when Options.OnEvent or Options.Logger is set, delivers events. Its
+// memory follows the live jobs: after a burst drains, the ID index and the
+// queues shrink (with hysteresis, so a steady load never resizes them back
+// and forth).
 type Router[T any] struct {
 	opts    Options
 	epoch   time.Time     // monotonic origin of the int64 times in job
@@ -269,10 +296,10 @@ func addSat(t int64, d time.Duration) int64 {
 // WithRunAt put its run-at in the future. It returns an error wrapping
 // ErrDuplicate if the router still knows id (unfinished, or finished and
 // retained), ErrFull beyond Options.Capacity, ErrInvalidJob for an empty id
-// or a bad option (naming it), and ErrClosed after Close; in each case
-// nothing changes. It never blocks
-// beyond the router's lock, and wakes one blocked Acquire if the job is
-// ready.
+// or a bad option (naming it), and ErrClosed after Close (or when Close
+// starts while it waits); in each case nothing changes. It blocks only on
+// the router's lock and, with a hook set, while the event backlog is full
+// (see Options.OnEvent). It wakes one blocked Acquire if the job is ready.
 func (r *Router[T]) Enqueue(id string, payload T, opts ...EnqueueOption) error {
 	if id == "" {
 		return fmt.Errorf("%w: empty ID", ErrInvalidJob)
@@ -354,8 +381,10 @@ func (r *Router[T]) unfinished() int {
 
 // TryAcquire leases the ready job that comes first — highest priority, then
 // earliest ready time, then enqueue order — to workerID, without blocking.
-// It returns ErrNoJob if no job is ready and ErrClosed after Close.
-// workerID is informational (events, Job.Owner) and may be empty.
+// It returns ErrNoJob if no job is ready and ErrClosed after Close. It
+// does not wait for a job, but with a hook set it waits, as Enqueue does,
+// while the event backlog is full (see Options.OnEvent). workerID is
+// informational (events, Job.Owner) and may be empty.
 func (r *Router[T]) TryAcquire(workerID string) (*Lease[T], error) {
 	r.mu.Lock()
 	if r.phase != phaseOpen {
@@ -378,7 +407,12 @@ func (r *Router[T]) TryAcquire(workerID string) (*Lease[T], error) {
 // released). It returns ctx.Err() if ctx is done first — checked before
 // each attempt, so a done ctx never gets a job, and a job is never taken and
 // dropped — and ErrClosed after Close or when Close starts while it waits.
-// Waiters are served in arrival order. A nil ctx means context.Background().
+// Waiters are served in arrival order; a waiter woken for a job it does not
+// take (its ctx done meanwhile) passes the wake-up to the next. With a hook
+// set it first waits, as Enqueue does, while the event backlog is full (see
+// Options.OnEvent), returning ctx.Err() if ctx is done meanwhile. ctx is
+// consulted outside the router's lock. A nil ctx means
+// context.Background().
 func (r *Router[T]) Acquire(ctx context.Context, workerID string) (*Lease[T], error) {
 	return r.acquire(ctx, workerID, nil)
 }
@@ -597,12 +631,18 @@ func (r *Router[T]) Stats() Stats {
 // attempt counted, their Run and KeepAlive contexts are canceled, and
 // their holders' operations are refused with ErrLeaseLost. (So with a
 // context that is never done, Close waits for every held lease to end,
-// which for an abandoned lease means its expiry.) It then stops
-// the reaper, delivers every remaining event and returns: ctx.Err() if
-// draining was cut short, nil otherwise. Get, Stats and Audit keep working
-// on the state left. Calling Close again waits for the first call to finish
-// (or ctx) and returns nil. Close must not be called from OnEvent. A nil
-// ctx means context.Background().
+// which for an abandoned lease means its expiry.) It then stops the
+// reaper, waits until the delivery goroutine has delivered every remaining
+// event and ended, and returns: nil, or ctx.Err() if ctx was done first
+// (draining or delivery cut short; the delivery goroutine then ends once
+// the hook it is in returns and the rest is delivered). Get, Stats and
+// Audit keep working on the state left. Calling Close again waits, until
+// its own ctx is done, for the first call to finish and for delivery to
+// end, and returns nil: Close with a done ctx revokes at once, and a later
+// Close(ctx) waits for the last events. Called from OnEvent, Close does all
+// of this except wait for the delivery it is part of (or, if Close was
+// called before, returns nil at once). A nil ctx means
+// context.Background().
 func (r *Router[T]) Close(ctx context.Context) error {
 	if ctx == nil {
 		ctx = context.Background()

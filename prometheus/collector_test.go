@@ -220,6 +220,9 @@ func TestScrapeOverHTTP(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, l.Complete())
 	}
+	// Events reach the histograms from the Router's delivery goroutine:
+	// Close delivers them all (Stats still answers after it).
+	require.NoError(t, r.Close(context.Background()))
 	res, err := http.Get(srv.URL)
 	require.NoError(t, err)
 	defer res.Body.Close()

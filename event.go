@@ -77,18 +77,25 @@ type Event struct {
 }
 
 // eventBacklog bounds the events waiting for delivery that new work may
-// add: Enqueue, TryAcquire and Acquire wait while this many are
-// undelivered, until delivery has brought the backlog down to half (so a
-// steady overload wakes producers in batches, not one per event). Lease
-// operations, Cancel and the reaper never wait: their events come from jobs
-// the router already holds, a few per transition. 4096 events are about
-// 0.5 MB.
+// add: Enqueue, TryAcquire, Acquire (and Run taking its next job) wait
+// while this many are undelivered, until delivery has brought the backlog
+// down to half (so a steady overload wakes producers in batches, not one
+// per event); the reaper waits between batches of a mass expiry. Lease
+// operations and Cancel never wait: their events come from jobs and leases
+// the router already holds, a few per lease when it ends plus one per
+// heartbeat, so while the producers wait the backlog grows only at the
+// heartbeat rate of the leases already granted. 4096 events are about
+// 330 KB.
 const eventBacklog = 4096
 
 // progressEvery is how many events the delivery goroutine delivers between
 // updates of the backlog, so that waiting producers get room while a large
-// batch is still being delivered.
-const progressEvery = 64
+// batch is still being delivered. Each update takes the router's lock, so
+// it is a quarter of the backlog rather than a handful of events: often
+// enough for the room at half the backlog to open in time, rarely enough
+// not to contend with the callers (measured: 64 cost BenchmarkLifecycleHooked
+// about 8%).
+const progressEvery = 1024
 
 // kindReport marks an entry of the outbox that is not an event but a
 // report (a recovered panic of Backoff) for the delivery goroutine to log,
@@ -188,44 +195,80 @@ func (r *Router[T]) unlock() {
 // that calls back into the Router appends to the queue this goroutine will
 // drain next instead of deadlocking.
 func (r *Router[T]) deliverLoop() {
-	defer close(r.deliveryDone)
+	goexit := true // until the loop returns: a hook called runtime.Goexit
+	defer func() {
+		if goexit {
+			r.resumeAfterGoexit()
+			return
+		}
+		close(r.deliveryDone)
+	}()
 	r.mu.Lock()
 	r.deliverer = goid.Current()
 	for {
-		if len(r.outbox) == 0 {
-			if r.phase == phaseClosed {
+		if r.batch == nil {
+			if len(r.outbox) == 0 {
+				if r.phase == phaseClosed {
+					r.mu.Unlock()
+					goexit = false
+					return
+				}
+				r.deliverIdle = true
 				r.mu.Unlock()
-				return
+				<-r.deliverKick
+				r.mu.Lock()
+				continue
 			}
-			r.deliverIdle = true
-			r.mu.Unlock()
-			<-r.deliverKick
-			r.mu.Lock()
-			continue
+			r.batch, r.cur = r.outbox, cursor{}
+			r.outbox, r.spare = r.spare[:0], nil
+			r.inflight = len(r.batch)
 		}
-		batch := r.outbox
-		r.outbox, r.spare = r.spare[:0], nil
-		r.inflight = len(batch)
+		batch, c := r.batch, &r.cur
 		r.mu.Unlock()
-		var c cursor
+		if c.report != "" { // left by a delivery goroutine a hook ended
+			r.report(c.report, c.reportJob)
+			c.report = ""
+		}
 		for c.i < len(batch) {
-			r.deliverFrom(batch, &c)
+			r.deliverFrom(batch, c)
 		}
 		clear(batch) // drop references to errors and IDs; emit relies on zero slots
 		r.mu.Lock()
-		r.delivered(&c)
+		r.delivered(c)
+		r.batch = nil
 		if cap(batch) <= 2*eventBacklog {
 			r.spare = batch[:0] // reuse it, unless a burst made it large
 		}
 	}
 }
 
+// resumeAfterGoexit runs as the delivery goroutine ends because a hook
+// called runtime.Goexit (t.FailNow in a test's OnEvent, say): it counts
+// that as a panic of the hook, steps past it as deliverFrom steps past a
+// panic, and starts a delivery goroutine to go on from there, so events
+// are neither lost nor stuck and Close still finds a goroutine to wait for.
+func (r *Router[T]) resumeAfterGoexit() {
+	c := &r.cur
+	rec := &r.batch[c.i]
+	c.panics++
+	hook := "OnEvent"
+	if c.logger {
+		hook = "Logger handler"
+		c.i++
+	}
+	c.logger = !c.logger
+	c.report, c.reportJob = fmt.Sprintf("leaserouter: %s called runtime.Goexit on %s", hook, rec.kind), rec.jobID
+	go r.deliverLoop() // owned by Close, as the one it replaces
+}
+
 // cursor is the delivery goroutine's place in a batch.
 type cursor struct {
-	i      int  // the record being delivered
-	logged int  // records counted as delivered (r.inflight updated)
-	logger bool // OnEvent is done with record i: the Logger is next
-	panics int  // hook panics not yet counted in Stats
+	i         int    // the record being delivered
+	logged    int    // records counted as delivered (r.inflight updated)
+	logger    bool   // OnEvent is done with record i: the Logger is next
+	panics    int    // hook panics not yet counted in Stats
+	report    string // a report for the next delivery goroutine to log
+	reportJob string
 }
 
 // delivered records the progress of c through its batch, and lets

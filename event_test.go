@@ -7,7 +7,9 @@ package leaserouter_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -257,6 +259,70 @@ func TestCloseFromOnEvent(t *testing.T) {
 	}
 }
 
+// TestCloseFromOnEventWhileReaperWaitsForRoom: a mass expiry filled the
+// backlog, so the reaper waits for room between batches, when OnEvent
+// calls Close, which waits for a lease that expires later. The reaper must
+// not wait for room once Close has begun, or no one settles that expiry
+// and Close (from the hook, so the room never comes) waits for ever.
+func TestCloseFromOnEventWhileReaperWaitsForRoom(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var block, closed atomic.Bool
+		release := make(chan struct{})
+		var r *router
+		r = setup(t, leaserouter.Options{LeaseDuration: ld, OnEvent: func(leaserouter.Event) {
+			if block.CompareAndSwap(true, false) {
+				<-release
+				_ = r.Close(context.Background())
+				closed.Store(true)
+			}
+		}})
+		for i := range 5000 {
+			require.NoError(t, r.Enqueue(fmt.Sprint(i), ""))
+		}
+		require.NoError(t, r.Enqueue("late", ""))
+		for range 5000 {
+			acquire(t, r, "crashed")
+		}
+		sleep(ld / 2)
+		acquire(t, r, "crashed") // "late", expiring ld/2 after the others
+		block.Store(true)
+		sleep(ld/2 + time.Millisecond) // the 5000 expire: the reaper fills the backlog
+		require.GreaterOrEqual(t, leaserouter.Backlog(r), leaserouter.EventBacklog)
+		close(release)
+		sleep(ld)
+		require.True(t, closed.Load(), "Close from the hook still waiting for the drain")
+	})
+}
+
+// TestOnEventGoexitRecovered: a hook that calls runtime.Goexit (t.FailNow
+// in a test's OnEvent) ends the delivery goroutine; a new one goes on
+// from the next event, so no event is lost, producers are not left
+// waiting, and Close returns.
+func TestOnEventGoexitRecovered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := &logRecorder{}
+		rec := &recorder{}
+		r := setup(t, leaserouter.Options{Logger: slog.New(h), OnEvent: func(e leaserouter.Event) {
+			if e.JobID == "a" && e.Kind == leaserouter.EventEnqueued {
+				runtime.Goexit()
+			}
+			rec.record(e)
+		}})
+		require.NoError(t, r.Enqueue("a", ""))
+		require.NoError(t, acquire(t, r, "w").Complete())
+		for i := range leaserouter.EventBacklog {
+			require.NoError(t, r.Enqueue(fmt.Sprint(i), ""), "producers are not left waiting")
+		}
+		require.NoError(t, r.Close(context.Background()))
+		require.Equal(t, []string{"lease_acquired", "completed"}, rec.kinds("a"))
+		require.Len(t, rec.all(), leaserouter.EventBacklog+2)
+		require.EqualValues(t, 1, r.Stats().CallbackPanics)
+		msgs := h.messages()
+		require.Equal(t, []string{"leaserouter: OnEvent called runtime.Goexit on enqueued", "enqueued"}, msgs[:2],
+			"reported, and the Logger still got the event")
+	})
+}
+
 // TestCloseHonoursCtxWithStuckHook: a hook that never returns cannot hold
 // Close beyond its ctx; a second Close waits for delivery to end.
 func TestCloseHonoursCtxWithStuckHook(t *testing.T) {
@@ -399,4 +465,25 @@ func BenchmarkHeartbeatLatency(b *testing.B) {
 			b.ReportMetric(0, "ns/op")
 		})
 	}
+}
+
+// TestBackoffPanicAfterClose: a Fail refused after Close changes no count,
+// even when Backoff panics; the panic is still reported.
+func TestBackoffPanicAfterClose(t *testing.T) {
+	def := &logRecorder{}
+	useDefaultLogger(t, def)
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		r := setup(t, leaserouter.Options{OnEvent: rec.record, Backoff: func(int) time.Duration { panic("bad backoff") }})
+		require.NoError(t, r.Enqueue("a", ""))
+		l := acquire(t, r, "w")
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		require.ErrorIs(t, r.Close(ctx), context.Canceled)
+		require.NoError(t, r.Close(context.Background()))
+		before := r.Stats()
+		require.ErrorIs(t, l.Fail(errors.New("late")), leaserouter.ErrLeaseLost)
+		require.Equal(t, before, r.Stats(), "after Close nothing changes")
+		require.Equal(t, []string{"leaserouter: Backoff(1) panicked: bad backoff; used DefaultBackoff"}, def.messages())
+	})
 }

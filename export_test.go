@@ -29,3 +29,10 @@ func ExpireNow[T any](r *Router[T], id string) bool {
 // EventBacklog is the bound on undelivered events that makes producers of
 // new work wait.
 const EventBacklog = eventBacklog
+
+// Backlog returns the number of events recorded and not yet delivered.
+func Backlog[T any](r *Router[T]) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.outbox) + r.inflight
+}

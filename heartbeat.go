@@ -320,7 +320,7 @@ func (r *Router[T]) completeNext(l *Lease[T], workerID string, rl *runLease[T]) 
 	}
 	r.complete(j, l, now)
 	var next *Lease[T]
-	if r.phase == phaseOpen {
+	if r.phase == phaseOpen && !r.backlogFull() { // else acquire waits for room
 		next, _ = r.grant(workerID, now, rl)
 	}
 	r.unlock()

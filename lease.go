@@ -175,8 +175,10 @@ func (l *Lease[T]) Fail(cause error) error {
 		delay, panicked = r.backoff(l.Attempt)
 	}
 	r.mu.Lock()
-	if panicked != nil && !r.reportPanic(panicked, l.JobID) {
-		defer reportTo(slog.Default(), panicked.Error(), l.JobID) // after the unlock below
+	if panicked != nil && (r.phase == phaseClosed || !r.reportPanic(panicked, l.JobID)) {
+		// No delivery goroutine (none configured, or ended by Close, after
+		// which no count changes): report it after the unlock below.
+		defer reportTo(slog.Default(), panicked.Error(), l.JobID)
 	}
 	now := r.now()
 	j, err := r.holding(l, now)

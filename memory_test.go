@@ -55,3 +55,21 @@ func TestMemoryReturnsAfterBurst(t *testing.T) {
 	require.Less(t, after, peak/20, "heap after the burst: %d of %d bytes", after, peak)
 	runtime.KeepAlive(r)
 }
+
+// BenchmarkMemoryBurst reports the live heap held by a Router (Retention
+// -1, no hook) at the peak of a 2,000,000-job burst (peak-MB) and after
+// the burst drains and 1,000 more jobs pass through (after-MB).
+func BenchmarkMemoryBurst(b *testing.B) {
+	const n = 2_000_000
+	var peak, after uint64
+	for b.Loop() {
+		base := heapInUse()
+		r, err := leaserouter.New[int](leaserouter.Options{Retention: -1})
+		require.NoError(b, err)
+		peak, after = burst(b, r, n, base)
+		require.NoError(b, r.Close(b.Context()))
+	}
+	b.ReportMetric(float64(peak)/(1<<20), "peak-MB")
+	b.ReportMetric(float64(after)/(1<<20), "after-MB")
+	b.ReportMetric(0, "ns/op")
+}

@@ -52,9 +52,11 @@ func (r *Router[T]) reap() {
 		if more {
 			if room != nil {
 				// A mass expiry must not outrun a slow hook: wait for room
-				// (or a kick, which Close sends) before the next batch.
+				// before the next batch. Not once Close has begun: it may be
+				// waiting, from inside a hook, for expiries to drain.
 				select {
 				case <-room:
+				case <-r.closing:
 				case <-r.kick:
 				}
 			} else {

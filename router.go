@@ -117,11 +117,14 @@ type Options struct {
 	// Up to 4096 events wait for delivery. Beyond that Enqueue,
 	// TryAcquire and Acquire wait until delivery has brought the backlog
 	// down to half, so a hook slower than the event rate slows the
-	// producers of new work (and bounds the memory events hold); lease
-	// operations (Heartbeat, Complete, Fail, Release, KeepAlive's and
-	// Run's heartbeats), Cancel and the reaper never wait, so a worker
-	// never loses a lease because hooks are slow. Calls made from OnEvent
-	// itself never wait for room.
+	// producers of new work (and bounds the memory events hold: beyond
+	// 4096, only the leases already granted add events, one per heartbeat
+	// and a few when each ends); lease operations (Heartbeat, Complete,
+	// Fail, Release, KeepAlive's and Run's heartbeats) and Cancel never
+	// wait, so a worker never loses a lease because hooks are slow. Calls
+	// made from OnEvent itself never wait for room; a goroutine OnEvent
+	// waits for must not call Enqueue, TryAcquire or Acquire (with the
+	// backlog full, it would wait for OnEvent).
 	//
 	// A panic in OnEvent is recovered, counted in Stats.CallbackPanics and
 	// reported at level Error through Logger (slog.Default() if Logger is
@@ -239,6 +242,8 @@ type Router[T any] struct {
 	deliverIdle bool          // the delivery goroutine waits for deliverKick
 	room        chan struct{} // closed when the backlog is down to half; nil unless a producer waits
 	deliverer   uint64        // the delivery goroutine's ID, so a hook calling back is recognised
+	batch       []record      // the batch in delivery; nil between batches
+	cur         cursor        // the delivery goroutine's place in batch (owned by it, not guarded)
 
 	deliverKick  chan struct{} // wakes the idle delivery goroutine; cap 1
 	deliveryDone chan struct{} // closed when the delivery goroutine ends
@@ -488,6 +493,9 @@ func (r *Router[T]) grant(workerID string, now int64, rl *runLease[T]) (*Lease[T
 		return nil, ErrNoJob
 	}
 	if r.lastToken >= maxToken {
+		// Every waiter must learn it too (Run's workers stop on it): the
+		// wake-up for this job goes on, and each waiter passes it on.
+		r.wakeOne()
 		return nil, ErrTokensExhausted
 	}
 	r.ready.Pop()

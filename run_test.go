@@ -439,3 +439,49 @@ func TestRunHeartbeatIntervalFloor(t *testing.T) {
 		require.NoError(t, receive(t, done))
 	})
 }
+
+// TestRunTokensExhaustedWakesIdleWorkers: workers blocked waiting for a
+// job learn that tokens ran out when one becomes ready, and Run returns.
+// (Before, the woken worker returned without passing the wake-up on, and
+// Run waited for ever.)
+func TestRunTokensExhaustedWakesIdleWorkers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := setup(t, leaserouter.Options{TokenFloor: math.MaxInt64 - 1})
+		done := goRun(context.Background(), r, leaserouter.WorkerOptions{Workers: 3}, func(context.Context, *lease) error { return nil })
+		synctest.Wait()
+		require.NoError(t, r.Enqueue("a", "")) // takes the last token
+		synctest.Wait()
+		require.NoError(t, r.Enqueue("b", "")) // no worker can lease it
+		synctest.Wait()
+		require.ErrorIs(t, receive(t, done), leaserouter.ErrTokensExhausted)
+		require.Equal(t, leaserouter.StatePending, get(t, r, "b").State)
+	})
+}
+
+// TestRunRespectsEventBacklog: Run taking its next job as it completes one
+// waits for room like Acquire, so a slow hook bounds the backlog.
+func TestRunRespectsEventBacklog(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var block atomic.Bool
+		release := make(chan struct{})
+		r := setup(t, leaserouter.Options{Retention: -1, OnEvent: func(leaserouter.Event) {
+			if block.Load() {
+				<-release
+			}
+		}})
+		for i := range 20000 {
+			require.NoError(t, r.Enqueue(fmt.Sprint(i), ""))
+		}
+		synctest.Wait()
+		block.Store(true)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := goRun(ctx, r, leaserouter.WorkerOptions{Workers: 1}, func(context.Context, *lease) error { return nil })
+		synctest.Wait()
+		n := leaserouter.Backlog(r)
+		close(release)
+		cancel()
+		synctest.Wait()
+		require.NoError(t, receive(t, done))
+		require.LessOrEqual(t, n, leaserouter.EventBacklog+4, "backlog while the hook was stuck")
+	})
+}

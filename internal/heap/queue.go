@@ -11,7 +11,7 @@ package heap
 //
 // Positions given to setIndex: >= 0 in the heap, <= -2 in the ring (slot s
 // is -2-s), -1 when an element leaves. Ring positions change only when the
-// ring grows. E must be a type whose zero value is never pushed (the ring
+// ring is resized (it grows when full and shrinks when mostly empty). E must be a type whose zero value is never pushed (the ring
 // marks a removed slot with it), such as a non-nil pointer.
 type Queue[E comparable] struct {
 	ring     []E // power-of-two length; live slots hold elements in order

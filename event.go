@@ -412,13 +412,6 @@ func reportTo(l *slog.Logger, msg, jobID string) {
 	_ = callRecovered(func() { l.Error(msg, "job_id", jobID) })
 }
 
-func (r *Router[T]) log() *slog.Logger {
-	if r.opts.Logger != nil {
-		return r.opts.Logger
-	}
-	return slog.Default()
-}
-
 // logEvent writes one record per event with stable keys: event, job_id,
 // token, attempt, worker_id and err. Expiries, stale rejections and dead
 // jobs are warnings; the rest is info.

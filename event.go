@@ -219,15 +219,16 @@ func (r *Router[T]) deliverLoop() {
 				r.mu.Lock()
 				continue
 			}
-			r.batch, r.cur = r.outbox, cursor{}
+			r.batch, *r.cur = r.outbox, cursor{}
 			r.outbox, r.spare = r.spare[:0], nil
 			r.inflight = len(r.batch)
 		}
-		batch, c := r.batch, &r.cur
+		batch, c := r.batch, r.cur
 		r.mu.Unlock()
 		if c.report != "" { // left by a delivery goroutine a hook ended
-			r.report(c.report, c.reportJob)
+			msg := c.report
 			c.report = ""
+			r.reportFrom(c, msg, c.reportJob)
 		}
 		for c.i < len(batch) {
 			r.deliverFrom(batch, c)
@@ -248,9 +249,14 @@ func (r *Router[T]) deliverLoop() {
 // panic, and starts a delivery goroutine to go on from there, so events
 // are neither lost nor stuck and Close still finds a goroutine to wait for.
 func (r *Router[T]) resumeAfterGoexit() {
-	c := &r.cur
-	rec := &r.batch[c.i]
+	c := r.cur
 	c.panics++
+	if c.reporting { // the Logger ended it while reporting: the cursor is already past that
+		c.reporting = false
+		go r.deliverLoop()
+		return
+	}
+	rec := &r.batch[c.i]
 	hook := "OnEvent"
 	if c.logger {
 		hook = "Logger handler"
@@ -266,6 +272,7 @@ type cursor struct {
 	i         int    // the record being delivered
 	logged    int    // records counted as delivered (r.inflight updated)
 	logger    bool   // OnEvent is done with record i: the Logger is next
+	reporting bool   // in reportFrom: a Goexit now is the Logger's, and the cursor is already past it
 	panics    int    // hook panics not yet counted in Stats
 	report    string // a report for the next delivery goroutine to log
 	reportJob string
@@ -343,8 +350,8 @@ func (r *Router[T]) deliverFrom(batch []record, c *cursor) {
 			c.panics++
 			rec := &batch[c.i]
 			if !c.logger {
-				r.report(fmt.Sprintf("leaserouter: OnEvent panicked on %s: %v", rec.kind, p), rec.jobID)
-				c.logger = true
+				c.logger = true // moved on before reporting, which calls the Logger
+				r.reportFrom(c, fmt.Sprintf("leaserouter: OnEvent panicked on %s: %v", rec.kind, p), rec.jobID)
 				return
 			}
 			// Not through the Logger that just panicked.
@@ -361,7 +368,10 @@ func (r *Router[T]) deliverFrom(batch []record, c *cursor) {
 		}
 		rec := &batch[c.i]
 		if rec.kind == kindReport {
-			r.report(rec.err.Error(), rec.jobID)
+			if !c.logger {
+				c.logger = true
+				r.reportFrom(c, rec.err.Error(), rec.jobID)
+			}
 			continue
 		}
 		e := r.event(rec)
@@ -397,19 +407,34 @@ func callRecovered(f func()) (p any) {
 }
 
 // report logs a recovered panic of a user callback at level Error through
-// the Logger, or slog.Default() when none is set (or when the Logger
-// panics too).
-func (r *Router[T]) report(msg, jobID string) {
+// the Logger, or slog.Default() when none is set or when the Logger panics
+// too; it reports whether the Logger panicked (one more callback panic).
+func (r *Router[T]) report(msg, jobID string) (loggerPanicked bool) {
 	if l := r.opts.Logger; l != nil {
-		if callRecovered(func() { reportTo(l, msg, jobID) }) == nil {
-			return
+		if reportTo(l, msg, jobID) {
+			return false
 		}
+		loggerPanicked = true
 	}
 	reportTo(slog.Default(), msg, jobID)
+	return loggerPanicked
 }
 
-func reportTo(l *slog.Logger, msg, jobID string) {
-	_ = callRecovered(func() { l.Error(msg, "job_id", jobID) })
+// reportFrom is report called by the delivery goroutine at cursor c,
+// which has moved past what is reported, so that a Logger calling
+// runtime.Goexit here makes resumeAfterGoexit skip nothing more.
+func (r *Router[T]) reportFrom(c *cursor, msg, jobID string) {
+	c.reporting = true
+	if r.report(msg, jobID) {
+		c.panics++
+	}
+	c.reporting = false
+}
+
+// reportTo logs msg at level Error through l and reports whether it did
+// (l's handler did not panic).
+func reportTo(l *slog.Logger, msg, jobID string) bool {
+	return callRecovered(func() { l.Error(msg, "job_id", jobID) }) == nil
 }
 
 // logEvent writes one record per event with stable keys: event, job_id,

@@ -488,3 +488,122 @@ func TestBackoffPanicAfterClose(t *testing.T) {
 		require.Equal(t, []string{"leaserouter: Backoff(1) panicked: bad backoff; used DefaultBackoff"}, def.messages())
 	})
 }
+
+// goexitHandler is a slog.Handler that calls runtime.Goexit on records at
+// or above min (as a test handler doing t.Fatal on errors would) and keeps
+// the rest.
+type goexitHandler struct {
+	logRecorder
+	min slog.Level
+}
+
+func (h *goexitHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level >= h.min {
+		runtime.Goexit()
+	}
+	return h.logRecorder.Handle(ctx, r)
+}
+
+func (h *goexitHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *goexitHandler) WithGroup(string) slog.Handler      { return h }
+
+// TestLoggerGoexitWhileReporting: a Logger that ends the delivery
+// goroutine while a panic is being reported through it, or on every
+// record, loses no event for OnEvent and crashes nothing. (Before, the
+// replacement goroutine blamed the next event, skipped hook calls and
+// indexed past the batch.)
+func TestLoggerGoexitWhileReporting(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		min      slog.Level
+		panicsOn string
+	}{
+		{"on reports of an OnEvent panic", slog.LevelError, "a"},
+		{"on every record", slog.LevelDebug, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := &goexitHandler{min: tt.min}
+				rec := &recorder{}
+				r := setup(t, leaserouter.Options{Logger: slog.New(h), OnEvent: func(e leaserouter.Event) {
+					if e.JobID == tt.panicsOn {
+						panic("bad hook")
+					}
+					rec.record(e)
+				}})
+				ids := []string{"a", "b", "c", "d"}
+				for _, id := range ids {
+					require.NoError(t, r.Enqueue(id, ""))
+				}
+				require.NoError(t, r.Close(context.Background()))
+				want := ids
+				if tt.panicsOn != "" {
+					want = ids[1:]
+				}
+				var got []string
+				for _, e := range rec.all() {
+					got = append(got, e.JobID)
+				}
+				require.Equal(t, want, got)
+				if tt.min == slog.LevelError {
+					require.Equal(t, []string{"enqueued", "enqueued", "enqueued", "enqueued"}, h.messages(),
+						"the Logger got every event, the one OnEvent panicked on included")
+				}
+			})
+		})
+	}
+}
+
+// TestStaleRetriesBoundBacklog: a stale holder retrying a refused
+// operation in a loop waits for room like a producer, so the backlog
+// stays bounded while the hook is stuck. Run's and KeepAlive's heartbeats
+// stop at their first refusal instead.
+func TestStaleRetriesBoundBacklog(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newGate()
+		r := setup(t, leaserouter.Options{LeaseDuration: ld, OnEvent: g.hook})
+		require.NoError(t, r.Enqueue("a", ""))
+		l := acquire(t, r, "w")
+		require.NoError(t, r.Cancel("a"))
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for range 2 * leaserouter.EventBacklog {
+				requireLost(t, l.Heartbeat(nil), l.Token, l.Token)
+			}
+		}()
+		synctest.Wait()
+		require.LessOrEqual(t, leaserouter.Backlog(r), leaserouter.EventBacklog, "the retries wait")
+		requireBlocked(t, done)
+		close(g.open)
+		synctest.Wait()
+		receive(t, done)
+	})
+}
+
+// errorPanicHandler is a slog.Handler that panics on records at level
+// Error and keeps the rest.
+type errorPanicHandler struct{ logRecorder }
+
+func (h *errorPanicHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelError {
+		panic("bad handler")
+	}
+	return h.logRecorder.Handle(ctx, r)
+}
+
+// TestReportFallsBackWhenLoggerPanics: the report of an OnEvent panic goes
+// to slog.Default() when the Logger panics on it, and both panics count.
+func TestReportFallsBackWhenLoggerPanics(t *testing.T) {
+	def := &logRecorder{}
+	useDefaultLogger(t, def)
+	synctest.Test(t, func(t *testing.T) {
+		h := &errorPanicHandler{}
+		r := setup(t, leaserouter.Options{Logger: slog.New(h), OnEvent: func(leaserouter.Event) { panic("bad hook") }})
+		require.NoError(t, r.Enqueue("a", ""))
+		require.NoError(t, r.Close(context.Background()))
+		require.Equal(t, []string{"leaserouter: OnEvent panicked on enqueued: bad hook"}, def.messages())
+		require.Equal(t, []string{"enqueued"}, h.messages())
+		require.EqualValues(t, 2, r.Stats().CallbackPanics)
+	})
+}

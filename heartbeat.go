@@ -299,7 +299,7 @@ func (u *runner[T]) beat(s *slot[T], now int64) {
 		s.due = math.MaxInt64
 		return
 	}
-	if err := s.l.Heartbeat(nil); err != nil {
+	if err := s.l.heartbeat(nil, false); err != nil {
 		s.l.hc.stop(err)
 		s.due = math.MaxInt64
 		return
@@ -439,7 +439,8 @@ func (e *panicError) Error() string { return fmt.Sprintf("panic: %v\n\n%s", e.va
 // or the lease is lost otherwise (expiry, Cancel, Close), with a cause
 // wrapping ErrLeaseLost (context.Cause). An interval <= 0 means
 // LeaseDuration/3; a positive interval below MinHeartbeatInterval is raised
-// to it. An interval >= LeaseDuration (it could never keep the
+// to it, or to LeaseDuration/4 if that is shorter. An interval >=
+// LeaseDuration (it could never keep the
 // lease) or a nil l gives a context already canceled with a cause wrapping
 // ErrInvalidOptions; a lease already lost gives one already canceled with
 // its *LeaseLostError. Heartbeats run on a timer, not a goroutine of their
@@ -509,7 +510,7 @@ func (k *keeper[T]) beat() {
 	if k.stopped || k.ctx.Err() != nil {
 		return
 	}
-	if err := k.l.Heartbeat(nil); err != nil {
+	if err := k.l.heartbeat(nil, false); err != nil {
 		k.stopped = true
 		k.cancel(err)
 		return

@@ -91,8 +91,18 @@ func (l *Lease[T]) Expiry() time.Time {
 // lease of the job (Lease.Progress) if this one is lost; a nil progress keeps
 // the last checkpoint, and an empty one clears it. It returns a
 // *LeaseLostError if the lease is no longer valid (including after Close),
-// changing nothing. It does not block beyond the router's lock.
+// changing nothing. It does not block beyond the router's lock, except
+// that a refused call (the lease is lost: nothing left to keep alive) waits,
+// as Enqueue does, while the event backlog is full, so a stale holder
+// retrying in a loop cannot grow it without bound (see Options.OnEvent).
 func (l *Lease[T]) Heartbeat(progress []byte) error {
+	return l.heartbeat(progress, true)
+}
+
+// heartbeat is Heartbeat; Run's and KeepAlive's heartbeats pass
+// waitIfRefused false: they stop at the first refusal, so theirs are
+// bounded, and their goroutines serve other leases or a cancel func.
+func (l *Lease[T]) heartbeat(progress []byte, waitIfRefused bool) error {
 	if l == nil || l.r == nil {
 		return errNilLease()
 	}
@@ -104,7 +114,11 @@ func (l *Lease[T]) Heartbeat(progress []byte) error {
 		if r.phase != phaseClosed {
 			r.stats.HeartbeatsRefused++
 		}
-		r.unlock()
+		if waitIfRefused {
+			r.unlockRefused()
+		} else {
+			r.unlock()
+		}
 		return err
 	}
 	if exp := addSat(now, r.opts.LeaseDuration); exp > j.at {
@@ -124,7 +138,9 @@ func (l *Lease[T]) Heartbeat(progress []byte) error {
 
 // Complete marks the job succeeded and ends the lease. It returns a
 // *LeaseLostError if the lease is no longer valid, changing nothing: a
-// stale holder can never complete a job another worker now holds.
+// stale holder can never complete a job another worker now holds. Like
+// Heartbeat, it blocks only on the router's lock, and a refused call waits
+// while the event backlog is full.
 func (l *Lease[T]) Complete() error {
 	if l == nil || l.r == nil {
 		return errNilLease()
@@ -134,7 +150,7 @@ func (l *Lease[T]) Complete() error {
 	now := r.now()
 	j, err := r.holding(l, now)
 	if err != nil {
-		r.unlock()
+		r.unlockRefused()
 		return err
 	}
 	r.complete(j, l, now)
@@ -154,9 +170,11 @@ func (r *Router[T]) complete(j *job[T], l *Lease[T], now int64) {
 // cause's message ("unknown error" for a nil cause). If cause is (or wraps) a
 // Permanent error, or the job has used all its attempts, the job becomes
 // StateFailed (dead); otherwise it is scheduled again after
-// Options.Backoff(attempt), or made pending at once if that is <= 0. It
-// returns a *LeaseLostError if the lease is no longer valid, changing
-// nothing.
+// Options.Backoff(attempt), or made pending at once if that is <= 0.
+// Backoff is called before the lease is checked, outside the router's
+// lock, even if the call is then refused. It returns a *LeaseLostError if
+// the lease is no longer valid, changing nothing; a refused call waits, as
+// Heartbeat's does, while the event backlog is full.
 func (l *Lease[T]) Fail(cause error) error {
 	if l == nil || l.r == nil {
 		return errNilLease()
@@ -183,7 +201,7 @@ func (l *Lease[T]) Fail(cause error) error {
 	now := r.now()
 	j, err := r.holding(l, now)
 	if err != nil {
-		r.unlock()
+		r.unlockRefused()
 		return err
 	}
 	j.lastErr = cause.Error()
@@ -212,7 +230,8 @@ func (r *Router[T]) backoff(attempt int) (d time.Duration, panicked error) {
 // Release hands the lease back now instead of letting it expire. The
 // attempt still counts: the job becomes pending at once, or StateFailed
 // (dead) if it has used all its attempts. It returns a *LeaseLostError if
-// the lease is no longer valid, changing nothing.
+// the lease is no longer valid, changing nothing; a refused call waits, as
+// Heartbeat's does, while the event backlog is full.
 func (l *Lease[T]) Release() error {
 	if l == nil || l.r == nil {
 		return errNilLease()
@@ -222,7 +241,7 @@ func (l *Lease[T]) Release() error {
 	now := r.now()
 	j, err := r.holding(l, now)
 	if err != nil {
-		r.unlock()
+		r.unlockRefused()
 		return err
 	}
 	r.endLease(j, endReleased, false)
@@ -230,6 +249,17 @@ func (l *Lease[T]) Release() error {
 	r.requeue(j, now, now)
 	r.unlock()
 	return nil
+}
+
+// unlockRefused is unlock for a lease operation refused because its lease
+// is lost. With nothing left to keep alive, it first waits for room like a
+// producer (awaitRoom), so a stale holder retrying in a loop cannot grow
+// the event backlog without bound. The caller holds r.mu.
+func (r *Router[T]) unlockRefused() {
+	if r.phase == phaseOpen {
+		_ = r.awaitRoom(nil) // ErrClosed: Close began, nothing to wait for
+	}
+	r.unlock()
 }
 
 // holding settles what is due and returns l's job if l is still valid.

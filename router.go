@@ -121,14 +121,16 @@ type Options struct {
 	// 4096, only the leases already granted add events, one per heartbeat
 	// and a few when each ends); lease operations (Heartbeat, Complete,
 	// Fail, Release, KeepAlive's and Run's heartbeats) and Cancel never
-	// wait, so a worker never loses a lease because hooks are slow. Calls
+	// wait, so a worker never loses a lease because hooks are slow (only a
+	// refused one, whose lease is already lost, waits like a producer). Calls
 	// made from OnEvent itself never wait for room; a goroutine OnEvent
 	// waits for must not call Enqueue, TryAcquire or Acquire (with the
 	// backlog full, it would wait for OnEvent).
 	//
-	// A panic in OnEvent is recovered, counted in Stats.CallbackPanics and
-	// reported at level Error through Logger (slog.Default() if Logger is
-	// nil); delivery goes on with the next event. OnEvent should not call
+	// A panic in OnEvent (or a runtime.Goexit, as t.FailNow does) is
+	// recovered, counted in Stats.CallbackPanics and reported at level
+	// Error through Logger (slog.Default() if Logger is nil); delivery goes
+	// on with the next event. OnEvent should not call
 	// Close; if it does, that Close does not wait for the delivery it is
 	// part of. Close returns once every event has been delivered (or its
 	// ctx is done).
@@ -243,7 +245,11 @@ type Router[T any] struct {
 	room        chan struct{} // closed when the backlog is down to half; nil unless a producer waits
 	deliverer   uint64        // the delivery goroutine's ID, so a hook calling back is recognised
 	batch       []record      // the batch in delivery; nil between batches
-	cur         cursor        // the delivery goroutine's place in batch (owned by it, not guarded)
+	// cur is the delivery goroutine's place in batch, written per event by
+	// it alone (not guarded). A separate allocation: on a cache line of the
+	// Router's, every event delivered would steal the line the callers'
+	// next emit writes (measured: about 10% of BenchmarkLifecycleHooked).
+	cur *cursor
 
 	deliverKick  chan struct{} // wakes the idle delivery goroutine; cap 1
 	deliveryDone chan struct{} // closed when the delivery goroutine ends
@@ -277,6 +283,7 @@ func New[T any](opts Options) (*Router[T], error) {
 	if r.hooked {
 		r.deliverKick = make(chan struct{}, 1)
 		r.deliveryDone = make(chan struct{})
+		r.cur = new(cursor)
 		go r.deliverLoop() // owned by Close, which waits on deliveryDone
 	}
 	return r, nil

@@ -21,32 +21,6 @@ type Token uint64
 // maxToken is the largest token issued: tokens must fit in an int64 column.
 const maxToken Token = math.MaxInt64
 
-// StaleTokenError is returned by Fence.Admit and Fence.Do when a token is
-// lower than the highest one already admitted for the key: its holder's lease
-// has been superseded. errors.Is(err, ErrStaleToken) is true.
-type StaleTokenError struct {
-	Key     string
-	Token   Token // the refused token
-	Highest Token // the highest token admitted for Key so far
-}
-
-// Error describes the refused token, its key and the highest admitted.
-func (e StaleTokenError) Error() string {
-	return fmt.Sprintf("leaserouter: stale fencing token %d for key %q (highest admitted %d)", e.Token, e.Key, e.Highest)
-}
-
-// Is makes errors.Is(err, ErrStaleToken) true.
-func (e StaleTokenError) Is(target error) bool { return target == ErrStaleToken }
-
-// As lets errors.As fill a StaleTokenError value as well as a pointer.
-func (e *StaleTokenError) As(target any) bool {
-	if t, ok := target.(*StaleTokenError); ok {
-		*t = *e
-		return true
-	}
-	return false
-}
-
 // Fence guards downstream resources against stale lease holders: before a
 // holder writes to the resource named key, it presents its lease's Token, and
 // the Fence refuses any token lower than the highest it has admitted for that

@@ -2,6 +2,8 @@ package leaserouter
 
 import (
 	"fmt"
+	"math"
+	"slices"
 	"time"
 )
 
@@ -173,4 +175,28 @@ func (j *job[T]) owner() string {
 		return ""
 	}
 	return j.lease.WorkerID
+}
+
+func (r *Router[T]) snapshot(x *job[T]) Job[T] {
+	j := Job[T]{
+		ID: x.id, Payload: x.payload, State: x.state, Priority: x.priority,
+		Attempt: int(x.attempt), MaxAttempts: int(x.maxAtt), Token: x.token,
+		Owner: x.owner(), Progress: slices.Clone(x.progress), LastError: x.lastErr,
+		CreatedAt: r.timeAt(x.created), UpdatedAt: r.timeAt(x.updated),
+	}
+	switch x.state {
+	case StateLeased:
+		j.LeaseExpiry = r.timeAt(x.at)
+	case StateScheduled:
+		j.RunAt = r.timeAt(x.at)
+	}
+	return j
+}
+
+// addSat adds without overflowing: a huge delay saturates to "never".
+func addSat(t int64, d time.Duration) int64 {
+	if int64(d) > math.MaxInt64-t {
+		return math.MaxInt64
+	}
+	return t + int64(d)
 }

@@ -34,44 +34,6 @@ type Lease[T any] struct {
 	hc      *leaseCtx           // Run's handler context, in the same allocation; nil outside Run
 }
 
-// runLease is a Lease granted to Run, allocated with its handler context.
-type runLease[T any] struct {
-	Lease[T]
-	hc leaseCtx
-}
-
-// LeaseLostError is returned by an operation on a lease that is no longer
-// valid. errors.Is(err, ErrLeaseLost) is true; errors.As works with both a
-// *LeaseLostError and a LeaseLostError target.
-type LeaseLostError struct {
-	JobID   string
-	Token   Token  // the refused lease's token
-	Current Token  // the job's latest token; 0 if the job is gone (purged)
-	Reason  string // why the lease ended: "expired", "superseded", "released", "failed", "completed", "canceled", "revoked"; "nil lease" for a nil *Lease
-}
-
-// Error describes the refused lease, the current token and the reason.
-func (e LeaseLostError) Error() string {
-	return fmt.Sprintf("leaserouter: lease lost: job %q token %d (current %d): %s", e.JobID, e.Token, e.Current, e.Reason)
-}
-
-// Is makes errors.Is(err, ErrLeaseLost) true.
-func (e LeaseLostError) Is(target error) bool { return target == ErrLeaseLost }
-
-// As lets errors.As fill a LeaseLostError value as well as a pointer.
-func (e *LeaseLostError) As(target any) bool {
-	if t, ok := target.(*LeaseLostError); ok {
-		*t = *e
-		return true
-	}
-	return false
-}
-
-// errNilLease returns the error of an operation on a nil *Lease: a fresh
-// one each time, so a caller that edits it through errors.As changes no
-// other caller's.
-func errNilLease() error { return &LeaseLostError{Reason: "nil lease"} }
-
 // Expiry returns the instant the lease ends unless extended by Heartbeat.
 // It is the last expiry the lease had while valid; it says nothing about
 // whether the lease is still valid (an operation on it tells). A nil *Lease
@@ -156,14 +118,6 @@ func (l *Lease[T]) Complete() error {
 	r.complete(j, l, now)
 	r.unlock()
 	return nil
-}
-
-// complete makes l's job succeeded. The caller holds r.mu and has checked
-// that l is valid.
-func (r *Router[T]) complete(j *job[T], l *Lease[T], now int64) {
-	r.endLease(j, endCompleted, false)
-	setHeld(r.emit(EventCompleted, now, j, l, l.Token, nil), l.granted, now)
-	r.finish(j, StateSucceeded, now)
 }
 
 // Fail ends the lease with a failed attempt. The job's LastError becomes
@@ -357,5 +311,3 @@ func (e *permanentError) Error() string { return e.err.Error() }
 
 // Unwrap returns the error given to Permanent.
 func (e *permanentError) Unwrap() error { return e.err }
-
-var errUnknown = errors.New("unknown error")

@@ -1,13 +1,13 @@
 package leaserouter
 
 import (
-	"errors"
 	"math"
 	"runtime"
 	"time"
 )
 
-// The reaper is the Router's one background goroutine. It sleeps until the
+// The reaper is the Router's background goroutine for deadlines (events
+// have one of their own, event.go). It sleeps until the
 // earliest deadline — a lease expiry, a scheduled job's run-at, a finished
 // job's retention end — settles what is due, and sleeps again; an operation
 // that adds an earlier deadline re-arms it through r.kick. There is no
@@ -154,108 +154,6 @@ func (r *Router[T]) settle(now int64, limit int) (more bool) {
 	}
 }
 
-// expire ends a lease at its expiry instant, as if at that instant: the
-// job becomes pending with that instant as its ready time, or dead.
-func (r *Router[T]) expire(j *job[T]) {
-	at, l := j.at, j.lease
-	r.stats.Expirations++
-	j.lastErr = "lease expired"
-	r.endLease(j, endExpired, true)
-	setHeld(r.emit(EventLeaseExpired, at, j, l, l.Token, nil), l.granted, at)
-	r.requeue(j, at, at)
-}
-
-// requeue makes a job whose lease ended by expiry or release pending at
-// readyAt, or dead at "at" if it has used all its attempts.
-func (r *Router[T]) requeue(j *job[T], readyAt, at int64) {
-	if j.attempt >= j.maxAtt {
-		r.kill(j, at)
-		return
-	}
-	r.makeReady(j, readyAt)
-}
-
-// kill makes a job dead (StateFailed).
-func (r *Router[T]) kill(j *job[T], at int64) {
-	if j.lastErr == "" {
-		j.lastErr = "attempts exhausted"
-	}
-	r.stats.Dead++
-	var err error
-	if r.hooked {
-		err = errors.New(j.lastErr)
-	}
-	r.emit(EventDead, at, j, nil, j.token, err)
-	r.finish(j, StateFailed, at)
-}
-
-// makeReady makes j pending with ready time at and wakes one waiter.
-func (r *Router[T]) makeReady(j *job[T], at int64) {
-	r.setState(j, StatePending)
-	j.at = at
-	j.updated = max(j.updated, at)
-	r.ready.Push(j)
-	r.wakeOne()
-}
-
-// schedule makes j scheduled until runAt, or pending at once (ready time
-// now) if runAt is not after now.
-func (r *Router[T]) schedule(j *job[T], runAt, now int64) {
-	if runAt <= now {
-		r.makeReady(j, now)
-		return
-	}
-	r.setState(j, StateScheduled)
-	j.at = runAt
-	j.updated = now
-	r.sched.Push(j)
-	r.arm(runAt)
-}
-
-// finish moves j to a terminal state at "at" and into retention, or drops
-// it at once when Retention < 0.
-func (r *Router[T]) finish(j *job[T], s State, at int64) {
-	r.setState(j, s)
-	j.updated = max(j.updated, at)
-	j.at = at
-	if r.opts.Retention < 0 {
-		r.purge(j)
-		return
-	}
-	j.at = addSat(at, r.opts.Retention)
-	if r.retTail == nil {
-		r.retHead = j
-	} else {
-		r.retTail.next = j
-	}
-	r.retTail = j
-	r.arm(j.at)
-}
-
-// purge drops a finished job at j.at (its purge instant). With Retention
-// >= 0 it is the retention queue's head.
-func (r *Router[T]) purge(j *job[T]) {
-	if r.retHead == j {
-		r.retHead = j.next
-		if r.retHead == nil {
-			r.retTail = nil
-		}
-		j.next = nil
-	}
-	r.jobs.Delete(j, j.hash)
-	r.counts[j.state]--
-	r.stats.Purged++
-	r.emit(EventPurged, j.at, j, nil, j.token, nil)
-}
-
-// setState moves j to state s, keeping the per-state counts, and closes
-// the drain channel when the last lease ends during Close.
-func (r *Router[T]) setState(j *job[T], s State) {
-	r.counts[j.state]--
-	r.counts[s]++
-	if j.state == StateLeased && r.drained != nil && r.counts[StateLeased] == 0 {
-		close(r.drained)
-		r.drained = nil
-	}
-	j.state = s
-}
+// reapBatch bounds the due items one reaper pass settles under the lock
+// before it yields, so a mass expiry cannot hold the lock for long.
+const reapBatch = 1024

@@ -2,11 +2,8 @@ package leaserouter
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 	"math"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -16,179 +13,6 @@ import (
 	"github.com/leaserouter/leaserouter/internal/hook"
 	"github.com/leaserouter/leaserouter/internal/table"
 )
-
-// Errors returned by the package, for errors.Is. Messages start with
-// "leaserouter:"; returned errors may wrap them with more context.
-var (
-	// ErrLeaseLost: an operation on a lease that is no longer valid (expired,
-	// superseded, ended, revoked by Close). The error is a *LeaseLostError.
-	ErrLeaseLost = errors.New("leaserouter: lease lost")
-	// ErrStaleToken: a Fence refused a token lower than one it has admitted.
-	// The error is a *StaleTokenError.
-	ErrStaleToken = errors.New("leaserouter: stale fencing token")
-	// ErrDuplicate: Enqueue of an ID the router still knows.
-	ErrDuplicate = errors.New("leaserouter: duplicate job ID")
-	// ErrNotFound: Cancel of an ID the router does not know.
-	ErrNotFound = errors.New("leaserouter: job not found")
-	// ErrNoJob: TryAcquire found no job ready.
-	ErrNoJob = errors.New("leaserouter: no job ready")
-	// ErrClosed: the Router is closed (or closing) and takes no new work.
-	ErrClosed = errors.New("leaserouter: router closed")
-	// ErrFull: Enqueue would exceed Options.Capacity.
-	ErrFull = errors.New("leaserouter: router at capacity")
-	// ErrInvalidOptions: a bad Options or WorkerOptions field, nil handler,
-	// or a bad argument to KeepAlive or Fence.Do. The message names it.
-	ErrInvalidOptions = errors.New("leaserouter: invalid options")
-	// ErrInvalidJob: a bad argument to Enqueue (empty ID, bad option).
-	ErrInvalidJob = errors.New("leaserouter: invalid job")
-	// ErrTokensExhausted: the Router has issued the largest token that fits
-	// in an int64 and can grant no more leases; make a new Router with a
-	// lower TokenFloor. Unreachable in practice from the default floor.
-	ErrTokensExhausted = errors.New("leaserouter: fencing tokens exhausted")
-)
-
-// Defaults applied by New to zero Options fields.
-const (
-	DefaultLeaseDuration = 30 * time.Second
-	DefaultMaxAttempts   = 5
-	DefaultRetention     = 10 * time.Minute
-)
-
-// DefaultBackoff is the Backoff used when Options.Backoff is nil:
-// exponential from 1s (attempt 1) doubling per attempt, capped at 5m, with
-// "equal jitter" (a random duration in [d/2, d)) so that jobs failing
-// together do not retry together (Brooker, "Exponential Backoff And
-// Jitter", AWS Architecture Blog, 2015). attempt < 1 is treated as 1.
-func DefaultBackoff(attempt int) time.Duration {
-	const base, ceiling = time.Second, 5 * time.Minute
-	d := ceiling
-	if attempt < 1 {
-		attempt = 1
-	}
-	if attempt <= 9 { // 1s<<9 > 5m: past that the cap applies
-		d = min(base<<(attempt-1), ceiling)
-	}
-	return d/2 + rand.N(d/2)
-}
-
-// reapBatch bounds the due items one reaper pass settles under the lock
-// before it yields, so a mass expiry cannot hold the lock for long.
-const reapBatch = 1024
-
-// Options configure a Router. The zero value is valid: every zero field
-// gets its default.
-type Options struct {
-	// LeaseDuration is how long a lease lasts without a heartbeat.
-	// Default DefaultLeaseDuration (30s); negative is invalid. Choose it
-	// above the worst pause a healthy worker can have between heartbeats
-	// (GC, slow calls), not from the average job length.
-	LeaseDuration time.Duration
-	// MaxAttempts is how many leases a job may be granted before it is dead
-	// (StateFailed). Default DefaultMaxAttempts (5); negative or above
-	// math.MaxInt32 is invalid.
-	// WithMaxAttempts overrides it per job.
-	MaxAttempts int
-	// Backoff gives the delay before retrying a job after Lease.Fail on
-	// the given attempt (1 for the first). Default DefaultBackoff. A
-	// result <= 0 retries at once. Fail calls it before taking the
-	// router's lock, never under it, so it may call the Router; a slow one
-	// slows that Fail only. A panic in it is recovered, counted in
-	// Stats.CallbackPanics and reported (see OnEvent), and the attempt
-	// uses DefaultBackoff instead.
-	Backoff func(attempt int) time.Duration
-	// Retention is how long finished jobs stay for Get and dedup. Zero
-	// means DefaultRetention (10m); negative means finished jobs are
-	// dropped at once.
-	Retention time.Duration
-	// Capacity is the most unfinished (pending, scheduled, leased) jobs
-	// the Router holds; beyond it Enqueue returns ErrFull. Zero means
-	// unlimited; negative is invalid.
-	Capacity int
-	// TokenFloor: every token issued is greater than it. Pass the last
-	// token persisted by a previous run if the wall clock may step back
-	// between runs. It must be below math.MaxInt64.
-	TokenFloor Token
-	// OnEvent, if set, receives every event, in the order the transitions
-	// happened, from the Router's own delivery goroutine: never under the
-	// router's lock and never on the goroutine that made the transition,
-	// so what it costs delays events, not the calls that cause them. Calls
-	// are serial. It may call back into the Router.
-	//
-	// Up to 4096 events wait for delivery. Beyond that Enqueue,
-	// TryAcquire and Acquire wait until delivery has brought the backlog
-	// down to half, so a hook slower than the event rate slows the
-	// producers of new work (and bounds the memory events hold: beyond
-	// 4096, only the leases already granted add events, one per heartbeat
-	// and a few when each ends); lease operations (Heartbeat, Complete,
-	// Fail, Release, KeepAlive's and Run's heartbeats) and Cancel never
-	// wait, so a worker never loses a lease because hooks are slow (only a
-	// refused one, whose lease is already lost, waits like a producer). Calls
-	// made from OnEvent itself never wait for room; a goroutine OnEvent
-	// waits for must not call Enqueue, TryAcquire or Acquire (with the
-	// backlog full, it would wait for OnEvent).
-	//
-	// A panic in OnEvent (or a runtime.Goexit, as t.FailNow does) is
-	// recovered, counted in Stats.CallbackPanics and reported at level
-	// Error through Logger (slog.Default() if Logger is nil); delivery goes
-	// on with the next event. OnEvent should not call
-	// Close; if it does, that Close does not wait for the delivery it is
-	// part of. Close returns once every event has been delivered (or its
-	// ctx is done).
-	OnEvent func(Event)
-	// Logger, if set, gets one record per event (message: the event kind;
-	// keys: event, job_id, token, attempt, worker_id, err), written by the
-	// delivery goroutine after OnEvent's call for the same event, with the
-	// same ordering and backlog as OnEvent. A panic in its handler is
-	// recovered, counted in Stats.CallbackPanics and reported to
-	// slog.Default(). Nil discards.
-	Logger *slog.Logger
-}
-
-func (o Options) withDefaults() (Options, error) {
-	switch {
-	case o.LeaseDuration < 0:
-		return o, fmt.Errorf("%w: LeaseDuration is %v, must be > 0 (or 0 for the default %v)", ErrInvalidOptions, o.LeaseDuration, DefaultLeaseDuration)
-	case o.MaxAttempts < 0:
-		return o, fmt.Errorf("%w: MaxAttempts is %d, must be >= 1 (or 0 for the default %d)", ErrInvalidOptions, o.MaxAttempts, DefaultMaxAttempts)
-	case o.Capacity < 0:
-		return o, fmt.Errorf("%w: Capacity is %d, must be >= 0 (0 = unlimited)", ErrInvalidOptions, o.Capacity)
-	case o.TokenFloor >= maxToken:
-		return o, fmt.Errorf("%w: TokenFloor is %d, must be < %d so tokens fit in an int64", ErrInvalidOptions, o.TokenFloor, maxToken)
-	case o.MaxAttempts > math.MaxInt32:
-		return o, fmt.Errorf("%w: MaxAttempts is %d, must be <= %d", ErrInvalidOptions, o.MaxAttempts, math.MaxInt32)
-	}
-	if o.LeaseDuration == 0 {
-		o.LeaseDuration = DefaultLeaseDuration
-	}
-	if o.MaxAttempts == 0 {
-		o.MaxAttempts = DefaultMaxAttempts
-	}
-	if o.Backoff == nil {
-		o.Backoff = DefaultBackoff
-	}
-	if o.Retention == 0 {
-		o.Retention = DefaultRetention
-	}
-	return o, nil
-}
-
-// Stats is a point-in-time view of a Router: jobs in each state now, and
-// totals since New.
-type Stats struct {
-	// Jobs in each state now; finished ones count while retained.
-	Pending, Scheduled, Leased, Succeeded, Failed, Canceled int
-	Enqueued                                                uint64 // jobs accepted by Enqueue
-	Duplicates                                              uint64 // Enqueue calls refused with ErrDuplicate
-	LeasesGranted                                           uint64 // leases granted (attempts started)
-	Heartbeats                                              uint64 // heartbeats accepted
-	HeartbeatsRefused                                       uint64 // heartbeats refused because the lease was lost (also counted in StaleRejections)
-	Expirations                                             uint64 // leases that expired
-	Retries                                                 uint64 // jobs scheduled again by Fail
-	Dead                                                    uint64 // jobs that reached StateFailed
-	StaleRejections                                         uint64 // lease operations refused because the lease was lost
-	Purged                                                  uint64 // finished jobs dropped, at once or after Retention
-	CallbackPanics                                          uint64 // panics recovered from Backoff, OnEvent and the Logger's handler
-}
 
 type phase uint8
 
@@ -294,14 +118,6 @@ func New[T any](opts Options) (*Router[T], error) {
 func (r *Router[T]) now() int64 { return int64(time.Since(r.epoch)) }
 
 func (r *Router[T]) timeAt(ns int64) time.Time { return r.epoch.Add(time.Duration(ns)) }
-
-// addSat adds without overflowing: a huge delay saturates to "never".
-func addSat(t int64, d time.Duration) int64 {
-	if int64(d) > math.MaxInt64-t {
-		return math.MaxInt64
-	}
-	return t + int64(d)
-}
 
 // Enqueue adds a job with a unique id and its payload. It returns nil once
 // the job is stored: pending (ready to lease), or scheduled if WithDelay or
@@ -491,50 +307,6 @@ func (r *Router[T]) acquire(ctx context.Context, workerID string, rl *runLease[T
 	}
 }
 
-// grant leases the first ready job, or returns ErrNoJob. A non-nil rl
-// (Run's, from newRunLease) is used for the Lease. The caller holds r.mu
-// and has settled.
-func (r *Router[T]) grant(workerID string, now int64, rl *runLease[T]) (*Lease[T], error) {
-	j, ok := r.ready.Peek()
-	if !ok {
-		return nil, ErrNoJob
-	}
-	if r.lastToken >= maxToken {
-		// Every waiter must learn it too (Run's workers stop on it): the
-		// wake-up for this job goes on, and each waiter passes it on.
-		r.wakeOne()
-		return nil, ErrTokensExhausted
-	}
-	r.ready.Pop()
-	readyAt, requeued := j.at, j.ended == endExpired
-	r.lastToken++
-	r.setState(j, StateLeased)
-	j.attempt++
-	j.token = r.lastToken
-	j.at = addSat(now, r.opts.LeaseDuration)
-	j.updated = now
-	j.ended = endNone
-	r.leases.Push(j)
-	r.arm(j.at)
-	var l *Lease[T]
-	if rl != nil {
-		l = &rl.Lease
-	} else {
-		l = new(Lease[T])
-	}
-	l.JobID, l.Payload, l.Attempt, l.Token = j.id, j.payload, int(j.attempt), j.token
-	l.WorkerID, l.r, l.j, l.granted, l.expiry = workerID, r, j, now, j.at
-	if j.progress != nil {
-		l.Progress = slices.Clone(j.progress)
-	}
-	j.lease = l
-	r.stats.LeasesGranted++
-	if e := r.emit(EventLeaseAcquired, now, j, l, j.token, nil); e != nil {
-		e.dur, e.requeued = now-readyAt, requeued
-	}
-	return l, nil
-}
-
 // wakeOne wakes the longest-waiting Acquire, if any. The caller holds r.mu.
 func (r *Router[T]) wakeOne() {
 	if len(r.waiters) == 0 {
@@ -559,22 +331,6 @@ func (r *Router[T]) Get(id string) (j Job[T], ok bool) {
 	}
 	r.unlock()
 	return j, ok
-}
-
-func (r *Router[T]) snapshot(x *job[T]) Job[T] {
-	j := Job[T]{
-		ID: x.id, Payload: x.payload, State: x.state, Priority: x.priority,
-		Attempt: int(x.attempt), MaxAttempts: int(x.maxAtt), Token: x.token,
-		Owner: x.owner(), Progress: slices.Clone(x.progress), LastError: x.lastErr,
-		CreatedAt: r.timeAt(x.created), UpdatedAt: r.timeAt(x.updated),
-	}
-	switch x.state {
-	case StateLeased:
-		j.LeaseExpiry = r.timeAt(x.at)
-	case StateScheduled:
-		j.RunAt = r.timeAt(x.at)
-	}
-	return j
 }
 
 // Cancel makes a pending, scheduled or leased job StateCanceled; a leased
@@ -621,21 +377,6 @@ func (r *Router[T]) Cancel(id string) error {
 	r.finish(j, StateCanceled, now)
 	r.unlock()
 	return nil
-}
-
-// Stats returns the counts and totals, after settling what is due. It is
-// O(1) and works after Close.
-func (r *Router[T]) Stats() Stats {
-	r.mu.Lock()
-	if r.phase != phaseClosed {
-		r.settle(r.now(), -1)
-	}
-	s := r.stats
-	c := r.counts
-	r.unlock()
-	s.Pending, s.Scheduled, s.Leased = c[StatePending], c[StateScheduled], c[StateLeased]
-	s.Succeeded, s.Failed, s.Canceled = c[StateSucceeded], c[StateFailed], c[StateCanceled]
-	return s
 }
 
 // Close stops the Router. It refuses new work at once (Enqueue, Acquire,
@@ -744,95 +485,4 @@ func waitFor(ctx context.Context, ch <-chan struct{}) bool {
 			return false
 		}
 	}
-}
-
-// Audit checks every internal invariant of the Router and returns an error
-// describing each violation (errors.Join), or nil. It checks the one
-// invariant — a job has at most one lease and it is its current one — and
-// the bookkeeping behind it: per-state counts, each heap's order and
-// membership, lease and token fields, the retention queue's order. It is
-// O(n) under the lock: for tests and operators, not for hot paths. It does
-// not settle anything and works after Close.
-func (r *Router[T]) Audit() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var errs []error
-	bad := func(format string, args ...any) {
-		errs = append(errs, fmt.Errorf("leaserouter: audit: "+format, args...))
-	}
-	var counts [numStates]int
-	if !r.jobs.Valid() {
-		bad("the job index is corrupt")
-	}
-	for j := range r.jobs.All() {
-		id := j.id
-		if j.state >= numStates {
-			bad("job %q has invalid state %d", id, j.state)
-			continue
-		}
-		counts[j.state]++
-		if j.token > r.lastToken {
-			bad("job %q has token %d above the last issued %d", id, j.token, r.lastToken)
-		}
-		if j.attempt > j.maxAtt || j.attempt < 0 {
-			bad("job %q has attempt %d of max %d", id, j.attempt, j.maxAtt)
-		}
-		leased := j.state == StateLeased
-		if leased != (j.lease != nil) {
-			bad("job %q in state %v has lease %v", id, j.state, j.lease != nil)
-		}
-		if leased && (j.lease.j != j || j.lease.Token != j.token || j.attempt < 1) {
-			bad("job %q's lease does not match it (token %d vs %d)", id, j.lease.Token, j.token)
-		}
-		i := int(j.hidx)
-		var at bool // j is at position i of its state's index
-		switch j.state {
-		case StatePending:
-			at = r.ready.Contains(i) && r.ready.At(i) == j
-		case StateScheduled:
-			at = i >= 0 && i < r.sched.Len() && r.sched.At(i) == j
-		case StateLeased:
-			at = i >= 0 && i < r.leases.Len() && r.leases.At(i) == j
-		}
-		if !j.state.Terminal() {
-			if !at {
-				bad("job %q in state %v is not at its heap position %d", id, j.state, i)
-			}
-		} else if j.hidx != -1 {
-			bad("finished job %q still has heap position %d", id, j.hidx)
-		}
-	}
-	for s := range numStates {
-		if counts[s] != r.counts[s] {
-			bad("%v count is %d, but %d jobs are %v", s, r.counts[s], counts[s], s)
-		}
-	}
-	idx := func(j *job[T]) int { return int(j.hidx) }
-	if !r.ready.Valid(idx) || !r.sched.Valid(idx) || !r.leases.Valid(idx) {
-		bad("a heap is out of order or has stale positions")
-	}
-	if n := r.ready.Len() + r.sched.Len() + r.leases.Len(); n != r.unfinished() {
-		bad("heaps hold %d jobs, but %d are unfinished", n, r.unfinished())
-	}
-	finished, last := 0, int64(math.MinInt64)
-	for j := r.retHead; j != nil; j = j.next {
-		finished++
-		if !j.state.Terminal() || r.jobs.Get(j.id) != j {
-			bad("retention queue holds job %q in state %v", j.id, j.state)
-		}
-		if j.at < last {
-			bad("retention queue out of order at job %q", j.id)
-		}
-		last = j.at
-		if j.next == nil && j != r.retTail {
-			bad("retention queue tail is not its last job")
-		}
-	}
-	if want := counts[StateSucceeded] + counts[StateFailed] + counts[StateCanceled]; finished != want {
-		bad("retention queue holds %d jobs, but %d are finished", finished, want)
-	}
-	if r.phase == phaseClosed && r.leases.Len() > 0 {
-		bad("%d leases survive Close", r.leases.Len())
-	}
-	return errors.Join(errs...)
 }

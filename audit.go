@@ -1,0 +1,100 @@
+package leaserouter
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// Audit: every internal invariant of a Router, checked in O(n).
+
+// Audit checks every internal invariant of the Router and returns an error
+// describing each violation (errors.Join), or nil. It checks the one
+// invariant — a job has at most one lease and it is its current one — and
+// the bookkeeping behind it: per-state counts, each heap's order and
+// membership, lease and token fields, the retention queue's order. It is
+// O(n) under the lock: for tests and operators, not for hot paths. It does
+// not settle anything and works after Close.
+func (r *Router[T]) Audit() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("leaserouter: audit: "+format, args...))
+	}
+	var counts [numStates]int
+	if !r.jobs.Valid() {
+		bad("the job index is corrupt")
+	}
+	for j := range r.jobs.All() {
+		id := j.id
+		if j.state >= numStates {
+			bad("job %q has invalid state %d", id, j.state)
+			continue
+		}
+		counts[j.state]++
+		if j.token > r.lastToken {
+			bad("job %q has token %d above the last issued %d", id, j.token, r.lastToken)
+		}
+		if j.attempt > j.maxAtt || j.attempt < 0 {
+			bad("job %q has attempt %d of max %d", id, j.attempt, j.maxAtt)
+		}
+		leased := j.state == StateLeased
+		if leased != (j.lease != nil) {
+			bad("job %q in state %v has lease %v", id, j.state, j.lease != nil)
+		}
+		if leased && (j.lease.j != j || j.lease.Token != j.token || j.attempt < 1) {
+			bad("job %q's lease does not match it (token %d vs %d)", id, j.lease.Token, j.token)
+		}
+		i := int(j.hidx)
+		var at bool // j is at position i of its state's index
+		switch j.state {
+		case StatePending:
+			at = r.ready.Contains(i) && r.ready.At(i) == j
+		case StateScheduled:
+			at = i >= 0 && i < r.sched.Len() && r.sched.At(i) == j
+		case StateLeased:
+			at = i >= 0 && i < r.leases.Len() && r.leases.At(i) == j
+		}
+		if !j.state.Terminal() {
+			if !at {
+				bad("job %q in state %v is not at its heap position %d", id, j.state, i)
+			}
+		} else if j.hidx != -1 {
+			bad("finished job %q still has heap position %d", id, j.hidx)
+		}
+	}
+	for s := range numStates {
+		if counts[s] != r.counts[s] {
+			bad("%v count is %d, but %d jobs are %v", s, r.counts[s], counts[s], s)
+		}
+	}
+	idx := func(j *job[T]) int { return int(j.hidx) }
+	if !r.ready.Valid(idx) || !r.sched.Valid(idx) || !r.leases.Valid(idx) {
+		bad("a heap is out of order or has stale positions")
+	}
+	if n := r.ready.Len() + r.sched.Len() + r.leases.Len(); n != r.unfinished() {
+		bad("heaps hold %d jobs, but %d are unfinished", n, r.unfinished())
+	}
+	finished, last := 0, int64(math.MinInt64)
+	for j := r.retHead; j != nil; j = j.next {
+		finished++
+		if !j.state.Terminal() || r.jobs.Get(j.id) != j {
+			bad("retention queue holds job %q in state %v", j.id, j.state)
+		}
+		if j.at < last {
+			bad("retention queue out of order at job %q", j.id)
+		}
+		last = j.at
+		if j.next == nil && j != r.retTail {
+			bad("retention queue tail is not its last job")
+		}
+	}
+	if want := counts[StateSucceeded] + counts[StateFailed] + counts[StateCanceled]; finished != want {
+		bad("retention queue holds %d jobs, but %d are finished", finished, want)
+	}
+	if r.phase == phaseClosed && r.leases.Len() > 0 {
+		bad("%d leases survive Close", r.leases.Len())
+	}
+	return errors.Join(errs...)
+}

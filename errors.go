@@ -1,0 +1,99 @@
+package leaserouter
+
+import (
+	"errors"
+	"fmt"
+)
+
+// The errors of the package: the Err* values for errors.Is, and the typed
+// errors callers read fields of (LeaseLostError, StaleTokenError).
+
+// Errors returned by the package, for errors.Is. Messages start with
+// "leaserouter:"; returned errors may wrap them with more context.
+var (
+	// ErrLeaseLost: an operation on a lease that is no longer valid (expired,
+	// superseded, ended, revoked by Close). The error is a *LeaseLostError.
+	ErrLeaseLost = errors.New("leaserouter: lease lost")
+	// ErrStaleToken: a Fence refused a token lower than one it has admitted.
+	// The error is a *StaleTokenError.
+	ErrStaleToken = errors.New("leaserouter: stale fencing token")
+	// ErrDuplicate: Enqueue of an ID the router still knows.
+	ErrDuplicate = errors.New("leaserouter: duplicate job ID")
+	// ErrNotFound: Cancel of an ID the router does not know.
+	ErrNotFound = errors.New("leaserouter: job not found")
+	// ErrNoJob: TryAcquire found no job ready.
+	ErrNoJob = errors.New("leaserouter: no job ready")
+	// ErrClosed: the Router is closed (or closing) and takes no new work.
+	ErrClosed = errors.New("leaserouter: router closed")
+	// ErrFull: Enqueue would exceed Options.Capacity.
+	ErrFull = errors.New("leaserouter: router at capacity")
+	// ErrInvalidOptions: a bad Options or WorkerOptions field, nil handler,
+	// or a bad argument to KeepAlive or Fence.Do. The message names it.
+	ErrInvalidOptions = errors.New("leaserouter: invalid options")
+	// ErrInvalidJob: a bad argument to Enqueue (empty ID, bad option).
+	ErrInvalidJob = errors.New("leaserouter: invalid job")
+	// ErrTokensExhausted: the Router has issued the largest token that fits
+	// in an int64 and can grant no more leases; make a new Router with a
+	// lower TokenFloor. Unreachable in practice from the default floor.
+	ErrTokensExhausted = errors.New("leaserouter: fencing tokens exhausted")
+)
+
+// LeaseLostError is returned by an operation on a lease that is no longer
+// valid. errors.Is(err, ErrLeaseLost) is true; errors.As works with both a
+// *LeaseLostError and a LeaseLostError target.
+type LeaseLostError struct {
+	JobID   string
+	Token   Token  // the refused lease's token
+	Current Token  // the job's latest token; 0 if the job is gone (purged)
+	Reason  string // why the lease ended: "expired", "superseded", "released", "failed", "completed", "canceled", "revoked"; "nil lease" for a nil *Lease
+}
+
+// Error describes the refused lease, the current token and the reason.
+func (e LeaseLostError) Error() string {
+	return fmt.Sprintf("leaserouter: lease lost: job %q token %d (current %d): %s", e.JobID, e.Token, e.Current, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrLeaseLost) true.
+func (e LeaseLostError) Is(target error) bool { return target == ErrLeaseLost }
+
+// As lets errors.As fill a LeaseLostError value as well as a pointer.
+func (e *LeaseLostError) As(target any) bool {
+	if t, ok := target.(*LeaseLostError); ok {
+		*t = *e
+		return true
+	}
+	return false
+}
+
+// errNilLease returns the error of an operation on a nil *Lease: a fresh
+// one each time, so a caller that edits it through errors.As changes no
+// other caller's.
+func errNilLease() error { return &LeaseLostError{Reason: "nil lease"} }
+
+// StaleTokenError is returned by Fence.Admit and Fence.Do when a token is
+// lower than the highest one already admitted for the key: its holder's lease
+// has been superseded. errors.Is(err, ErrStaleToken) is true.
+type StaleTokenError struct {
+	Key     string
+	Token   Token // the refused token
+	Highest Token // the highest token admitted for Key so far
+}
+
+// Error describes the refused token, its key and the highest admitted.
+func (e StaleTokenError) Error() string {
+	return fmt.Sprintf("leaserouter: stale fencing token %d for key %q (highest admitted %d)", e.Token, e.Key, e.Highest)
+}
+
+// Is makes errors.Is(err, ErrStaleToken) true.
+func (e StaleTokenError) Is(target error) bool { return target == ErrStaleToken }
+
+// As lets errors.As fill a StaleTokenError value as well as a pointer.
+func (e *StaleTokenError) As(target any) bool {
+	if t, ok := target.(*StaleTokenError); ok {
+		*t = *e
+		return true
+	}
+	return false
+}
+
+var errUnknown = errors.New("unknown error")

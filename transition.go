@@ -1,0 +1,169 @@
+package leaserouter
+
+import (
+	"errors"
+	"slices"
+)
+
+// The job state machine: every change of a job's state, in one place.
+// Each function is called with r.mu held, after the caller has settled
+// what is due, and keeps the per-state counts, the heaps and the events in
+// step.
+
+// grant leases the first ready job, or returns ErrNoJob. A non-nil rl
+// (Run's, from newRunLease) is used for the Lease. The caller holds r.mu
+// and has settled.
+func (r *Router[T]) grant(workerID string, now int64, rl *runLease[T]) (*Lease[T], error) {
+	j, ok := r.ready.Peek()
+	if !ok {
+		return nil, ErrNoJob
+	}
+	if r.lastToken >= maxToken {
+		// Every waiter must learn it too (Run's workers stop on it): the
+		// wake-up for this job goes on, and each waiter passes it on.
+		r.wakeOne()
+		return nil, ErrTokensExhausted
+	}
+	r.ready.Pop()
+	readyAt, requeued := j.at, j.ended == endExpired
+	r.lastToken++
+	r.setState(j, StateLeased)
+	j.attempt++
+	j.token = r.lastToken
+	j.at = addSat(now, r.opts.LeaseDuration)
+	j.updated = now
+	j.ended = endNone
+	r.leases.Push(j)
+	r.arm(j.at)
+	var l *Lease[T]
+	if rl != nil {
+		l = &rl.Lease
+	} else {
+		l = new(Lease[T])
+	}
+	l.JobID, l.Payload, l.Attempt, l.Token = j.id, j.payload, int(j.attempt), j.token
+	l.WorkerID, l.r, l.j, l.granted, l.expiry = workerID, r, j, now, j.at
+	if j.progress != nil {
+		l.Progress = slices.Clone(j.progress)
+	}
+	j.lease = l
+	r.stats.LeasesGranted++
+	if e := r.emit(EventLeaseAcquired, now, j, l, j.token, nil); e != nil {
+		e.dur, e.requeued = now-readyAt, requeued
+	}
+	return l, nil
+}
+
+// complete makes l's job succeeded. The caller holds r.mu and has checked
+// that l is valid.
+func (r *Router[T]) complete(j *job[T], l *Lease[T], now int64) {
+	r.endLease(j, endCompleted, false)
+	setHeld(r.emit(EventCompleted, now, j, l, l.Token, nil), l.granted, now)
+	r.finish(j, StateSucceeded, now)
+}
+
+// expire ends a lease at its expiry instant, as if at that instant: the
+// job becomes pending with that instant as its ready time, or dead.
+func (r *Router[T]) expire(j *job[T]) {
+	at, l := j.at, j.lease
+	r.stats.Expirations++
+	j.lastErr = "lease expired"
+	r.endLease(j, endExpired, true)
+	setHeld(r.emit(EventLeaseExpired, at, j, l, l.Token, nil), l.granted, at)
+	r.requeue(j, at, at)
+}
+
+// requeue makes a job whose lease ended by expiry or release pending at
+// readyAt, or dead at "at" if it has used all its attempts.
+func (r *Router[T]) requeue(j *job[T], readyAt, at int64) {
+	if j.attempt >= j.maxAtt {
+		r.kill(j, at)
+		return
+	}
+	r.makeReady(j, readyAt)
+}
+
+// kill makes a job dead (StateFailed).
+func (r *Router[T]) kill(j *job[T], at int64) {
+	if j.lastErr == "" {
+		j.lastErr = "attempts exhausted"
+	}
+	r.stats.Dead++
+	var err error
+	if r.hooked {
+		err = errors.New(j.lastErr)
+	}
+	r.emit(EventDead, at, j, nil, j.token, err)
+	r.finish(j, StateFailed, at)
+}
+
+// makeReady makes j pending with ready time at and wakes one waiter.
+func (r *Router[T]) makeReady(j *job[T], at int64) {
+	r.setState(j, StatePending)
+	j.at = at
+	j.updated = max(j.updated, at)
+	r.ready.Push(j)
+	r.wakeOne()
+}
+
+// schedule makes j scheduled until runAt, or pending at once (ready time
+// now) if runAt is not after now.
+func (r *Router[T]) schedule(j *job[T], runAt, now int64) {
+	if runAt <= now {
+		r.makeReady(j, now)
+		return
+	}
+	r.setState(j, StateScheduled)
+	j.at = runAt
+	j.updated = now
+	r.sched.Push(j)
+	r.arm(runAt)
+}
+
+// finish moves j to a terminal state at "at" and into retention, or drops
+// it at once when Retention < 0.
+func (r *Router[T]) finish(j *job[T], s State, at int64) {
+	r.setState(j, s)
+	j.updated = max(j.updated, at)
+	j.at = at
+	if r.opts.Retention < 0 {
+		r.purge(j)
+		return
+	}
+	j.at = addSat(at, r.opts.Retention)
+	if r.retTail == nil {
+		r.retHead = j
+	} else {
+		r.retTail.next = j
+	}
+	r.retTail = j
+	r.arm(j.at)
+}
+
+// purge drops a finished job at j.at (its purge instant). With Retention
+// >= 0 it is the retention queue's head.
+func (r *Router[T]) purge(j *job[T]) {
+	if r.retHead == j {
+		r.retHead = j.next
+		if r.retHead == nil {
+			r.retTail = nil
+		}
+		j.next = nil
+	}
+	r.jobs.Delete(j, j.hash)
+	r.counts[j.state]--
+	r.stats.Purged++
+	r.emit(EventPurged, j.at, j, nil, j.token, nil)
+}
+
+// setState moves j to state s, keeping the per-state counts, and closes
+// the drain channel when the last lease ends during Close.
+func (r *Router[T]) setState(j *job[T], s State) {
+	r.counts[j.state]--
+	r.counts[s]++
+	if j.state == StateLeased && r.drained != nil && r.counts[StateLeased] == 0 {
+		close(r.drained)
+		r.drained = nil
+	}
+	j.state = s
+}

@@ -36,3 +36,12 @@ func Backlog[T any](r *Router[T]) int {
 	defer r.mu.Unlock()
 	return len(r.outbox) + r.inflight
 }
+
+// PlantSkipTokenCheck plants a bug in r for proving that checkers catch
+// one: a lease operation on a leased job is accepted even when the lease is
+// not the job's current one.
+func PlantSkipTokenCheck[T any](r *Router[T]) {
+	r.mu.Lock()
+	r.current = func(*job[T], *Lease[T]) bool { return true }
+	r.mu.Unlock()
+}

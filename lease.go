@@ -205,6 +205,11 @@ func (l *Lease[T]) Release() error {
 	return nil
 }
 
+// isCurrent reports whether l is j's current lease: the token check of the
+// one invariant (the lease of a job is replaced, never reused, on every
+// grant, so pointer identity is token identity).
+func isCurrent[T any](j *job[T], l *Lease[T]) bool { return j.lease == l }
+
 // unlockRefused is unlock for a lease operation refused because its lease
 // is lost. With nothing left to keep alive, it first waits for room like a
 // producer (awaitRoom), so a stale holder retrying in a loop cannot grow
@@ -224,7 +229,7 @@ func (r *Router[T]) holding(l *Lease[T], now int64) (*job[T], error) {
 		r.settle(now, -1)
 	}
 	j := l.j
-	if j.state == StateLeased && (j.lease == l || r.hooks != nil && r.hooks.SkipTokenCheck) {
+	if j.state == StateLeased && r.current(j, l) {
 		return j, nil
 	}
 	err := r.lostError(l)

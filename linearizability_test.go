@@ -57,7 +57,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaserouter/leaserouter"
-	"github.com/leaserouter/leaserouter/internal/hook"
 )
 
 const (
@@ -386,7 +385,7 @@ func linRun(t *testing.T, seed uint64, bug bool) ([]porcupine.Operation, leasero
 	h := &linHistory{}
 	h.budget.Store(linOps)
 	if bug {
-		leaserouter.SetHooks(r, &hook.Hooks{SkipTokenCheck: true})
+		leaserouter.PlantSkipTokenCheck(r)
 		h.enqueue(r, 0, "bug")
 		old := h.acquire(r, 0, "bug-first")
 		require.NotNil(t, old)

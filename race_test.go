@@ -1143,7 +1143,10 @@ func harnessStale(t *testing.T, held, bug bool) []string {
 	badf := func(format string, args ...any) { bad = append(bad, fmt.Sprintf(format, args...)) }
 	rec := &recorder{}
 	r := setup(t, leaserouter.Options{LeaseDuration: ld, Backoff: hourBackoff, OnEvent: rec.record})
-	hooks := &hook.Hooks{SkipTokenCheck: bug}
+	hooks := &hook.Hooks{}
+	if bug {
+		leaserouter.PlantSkipTokenCheck(r)
+	}
 	hr := newHarnessReaper(t)
 	if held {
 		hooks.ReaperChose = hr.chose

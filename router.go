@@ -60,6 +60,11 @@ type Router[T any] struct {
 	phase     phase
 	drained   chan struct{} // closed when the last lease ends while draining
 	hooks     *hook.Hooks   // test hooks; nil outside tests
+	// current reports whether l is j's current lease: isCurrent, the one
+	// invariant's token check. A test that proves its checkers catch a
+	// broken router swaps in a planted bug (export_test.go); nothing here
+	// reads a test switch.
+	current func(j *job[T], l *Lease[T]) bool
 
 	// Event delivery (event.go), all guarded by mu.
 	outbox      []record      // events waiting for the delivery goroutine, in order
@@ -99,6 +104,7 @@ func New[T any](opts Options) (*Router[T], error) {
 		sched:   heap.New(dueBefore[T], setHeapIndex[T]),
 		leases:  heap.New(dueBefore[T], setHeapIndex[T]),
 		armed:   math.MaxInt64,
+		current: isCurrent[T],
 	}
 	// Seed above the wall clock so a downstream that persisted yesterday's
 	// tokens still admits today's (see Token).

@@ -10,8 +10,4 @@ type Hooks struct {
 	// router's lock released, so a test can land a heartbeat, completion
 	// or acquire in between. The reaper re-checks after the hook returns.
 	ReaperChose func(jobID string, token uint64)
-	// SkipTokenCheck plants a bug for proving that checkers catch one: a
-	// lease operation on a leased job is accepted even when the lease is
-	// not the job's current one.
-	SkipTokenCheck bool
 }

@@ -181,7 +181,7 @@ func badCheck(t *testing.T, fx *badFx, before badSnap, row badRow) {
 func badLost(t *testing.T, err error, l *lease, current leaserouter.Token, reason string) {
 	t.Helper()
 	lle := requireLost(t, err, l.Token, current)
-	require.Equal(t, reason, lle.Reason)
+	require.Equal(t, leaserouter.LostReason(reason), lle.Reason)
 	require.Equal(t, l.JobID, lle.JobID)
 	var v leaserouter.LeaseLostError
 	require.ErrorAs(t, err, &v)

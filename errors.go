@@ -43,10 +43,27 @@ var (
 // *LeaseLostError and a LeaseLostError target.
 type LeaseLostError struct {
 	JobID   string
-	Token   Token  // the refused lease's token
-	Current Token  // the job's latest token; 0 if the job is gone (purged)
-	Reason  string // why the lease ended: "expired", "superseded", "released", "failed", "completed", "canceled", "revoked"; "nil lease" for a nil *Lease
+	Token   Token      // the refused lease's token
+	Current Token      // the job's latest token; 0 if the job is gone (purged)
+	Reason  LostReason // why the lease ended; LostSuperseded whenever the job has a newer lease
 }
+
+// LostReason says why a lease was lost, as LeaseLostError.Reason gives
+// it. The values are stable strings, so code may switch on the constants
+// or compare with the strings.
+type LostReason string
+
+// The reasons a lease is lost.
+const (
+	LostExpired    LostReason = "expired"    // its expiry passed (whether or not the reaper had run)
+	LostSuperseded LostReason = "superseded" // the job has a newer lease, whatever ended this one
+	LostReleased   LostReason = "released"   // its holder released it
+	LostFailed     LostReason = "failed"     // its holder failed the attempt
+	LostCompleted  LostReason = "completed"  // its holder completed the job
+	LostCanceled   LostReason = "canceled"   // Router.Cancel canceled the job
+	LostRevoked    LostReason = "revoked"    // Close revoked it
+	LostNilLease   LostReason = "nil lease"  // the operation was on a nil *Lease
+)
 
 // Error describes the refused lease, the current token and the reason.
 func (e LeaseLostError) Error() string {
@@ -68,7 +85,7 @@ func (e *LeaseLostError) As(target any) bool {
 // errNilLease returns the error of an operation on a nil *Lease: a fresh
 // one each time, so a caller that edits it through errors.As changes no
 // other caller's.
-func errNilLease() error { return &LeaseLostError{Reason: "nil lease"} }
+func errNilLease() error { return &LeaseLostError{Reason: LostNilLease} }
 
 // StaleTokenError is returned by Fence.Admit and Fence.Do when a token is
 // lower than the highest one already admitted for the key: its holder's lease

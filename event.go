@@ -22,9 +22,9 @@ const (
 	EventLeaseExtended                       // a heartbeat extended a lease
 	EventLeaseExpired                        // a lease expired; Time is its expiry instant
 	EventCompleted                           // the job succeeded
-	EventFailed                              // the holder called Fail; Err is the cause
+	EventFailed                              // the holder called Fail: one failed attempt (dead is EventDead, StateFailed); Err is the cause
 	EventRetryScheduled                      // a failed job will be retried after its backoff
-	EventDead                                // the job reached StateFailed; Err is its last error
+	EventDead                                // the job is dead: it reached StateFailed (Stats.Failed, Stats.Dead); Err is its last error
 	EventStaleRejected                       // an operation on a lost lease was refused; Token is the lease's
 	EventReleased                            // the holder (or Close) handed the lease back
 	EventCanceled                            // the job was canceled

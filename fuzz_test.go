@@ -365,7 +365,7 @@ func (m *fuzzModel) hold(fl *fuzzLease) (*fuzzJob, error) {
 	if !m.closed { // after Close the state is frozen, counts included
 		m.stats.StaleRejections++
 	}
-	e := &leaserouter.LeaseLostError{JobID: j.id, Token: m.token(fl.rank), Reason: j.ended}
+	e := &leaserouter.LeaseLostError{JobID: j.id, Token: m.token(fl.rank), Reason: leaserouter.LostReason(j.ended)}
 	if j.rank != fl.rank {
 		e.Reason = "superseded"
 	}

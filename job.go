@@ -19,7 +19,7 @@ const (
 	StateScheduled              // waiting for its run-at time (delay or retry backoff)
 	StateLeased                 // held by one worker under a lease
 	StateSucceeded              // terminal: completed by the holder of a valid lease
-	StateFailed                 // terminal: attempts exhausted or permanent failure (dead)
+	StateFailed                 // terminal: attempts exhausted or permanent failure (dead, EventDead); EventFailed is one failed attempt
 	StateCanceled               // terminal: canceled by Router.Cancel
 	numStates
 	stateNew = numStates // a job being enqueued, before its first state
@@ -139,10 +139,10 @@ const (
 	endRevoked
 )
 
-var endReasonNames = [...]string{"unknown", "expired", "released", "failed", "completed", "canceled", "revoked"}
+var endReasonNames = [...]LostReason{"unknown", LostExpired, LostReleased, LostFailed, LostCompleted, LostCanceled, LostRevoked}
 
-// String is the reason as LeaseLostError.Reason gives it.
-func (e endReason) String() string { return endReasonNames[e] }
+// reason is the reason as LeaseLostError.Reason gives it.
+func (e endReason) reason() LostReason { return endReasonNames[e] }
 
 // readyBefore orders the ready heap: higher priority first, then earlier
 // ready time, then enqueue order.

@@ -244,9 +244,9 @@ func (r *Router[T]) holding(l *Lease[T], now int64) (*job[T], error) {
 }
 
 func (r *Router[T]) lostError(l *Lease[T]) *LeaseLostError {
-	e := &LeaseLostError{JobID: l.JobID, Token: l.Token, Reason: l.j.ended.String()}
+	e := &LeaseLostError{JobID: l.JobID, Token: l.Token, Reason: l.j.ended.reason()}
 	if l.j.token != l.Token {
-		e.Reason = "superseded"
+		e.Reason = LostSuperseded
 	}
 	if cur := r.jobs.Get(l.JobID); cur != nil {
 		e.Current = cur.token

@@ -265,7 +265,7 @@ func (h *linHistory) leaseOp(client int, kind linKind, l *lease) error {
 	switch {
 	case err == nil:
 	case errors.As(err, &lost):
-		out.token, out.refused, out.reason = lost.Current, lost.Token, lost.Reason
+		out.token, out.refused, out.reason = lost.Current, lost.Token, string(lost.Reason)
 	default:
 		out.err = err.Error()
 	}

@@ -96,7 +96,7 @@ func TestMonotonicLeaseExpiry(t *testing.T) {
 	require.Equal(t, 2, l2.Attempt)
 	require.False(t, back.Before(exp), "job re-granted at %v, before its lease's expiry %v", back, exp)
 	lost := requireLost(t, l.Heartbeat(nil), l.Token, l2.Token)
-	require.Equal(t, "superseded", lost.Reason)
+	require.Equal(t, leaserouter.LostSuperseded, lost.Reason)
 	select { // events are delivered by the router's own goroutine
 	case <-expiredSeen:
 	case <-ctx.Done():
@@ -124,7 +124,7 @@ func TestMonotonicLeaseExpiry(t *testing.T) {
 		exp2 = e
 	} else {
 		lost = requireLost(t, err, l2.Token, l2.Token)
-		require.Equal(t, "expired", lost.Reason)
+		require.Equal(t, leaserouter.LostExpired, lost.Reason)
 		require.False(t, after.Before(exp2), "heartbeat refused as expired at %v, before expiry %v", after, exp2)
 	}
 
@@ -137,7 +137,7 @@ func TestMonotonicLeaseExpiry(t *testing.T) {
 	}
 	require.False(t, time.Now().Before(exp2), "the timer fired before the expiry")
 	lost = requireLost(t, l2.Heartbeat(nil), l2.Token, l2.Token)
-	require.Equal(t, "expired", lost.Reason)
+	require.Equal(t, leaserouter.LostExpired, lost.Reason)
 	require.Equal(t, leaserouter.StatePending, get(t, r, "a").State, "settled as the reaper would")
 	require.NoError(t, r.Cancel("a")) // out of the way of the scheduled jobs below
 

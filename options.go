@@ -1,6 +1,7 @@
 package leaserouter
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"math"
@@ -116,17 +117,11 @@ func (o Options) withDefaults() (Options, error) {
 	case o.MaxAttempts > math.MaxInt32:
 		return o, fmt.Errorf("%w: MaxAttempts is %d, must be <= %d", ErrInvalidOptions, o.MaxAttempts, math.MaxInt32)
 	}
-	if o.LeaseDuration == 0 {
-		o.LeaseDuration = DefaultLeaseDuration
-	}
-	if o.MaxAttempts == 0 {
-		o.MaxAttempts = DefaultMaxAttempts
-	}
-	if o.Backoff == nil {
+	o.LeaseDuration = cmp.Or(o.LeaseDuration, DefaultLeaseDuration)
+	o.MaxAttempts = cmp.Or(o.MaxAttempts, DefaultMaxAttempts)
+	o.Retention = cmp.Or(o.Retention, DefaultRetention)
+	if o.Backoff == nil { // a func is not comparable: no cmp.Or
 		o.Backoff = DefaultBackoff
-	}
-	if o.Retention == 0 {
-		o.Retention = DefaultRetention
 	}
 	return o, nil
 }

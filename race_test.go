@@ -476,7 +476,7 @@ func TestRaceCompleteSameLease(t *testing.T) {
 			require.ErrorIs(t, err, leaserouter.ErrLeaseLost)
 			require.Equal(t, l.Token, lle.Token)
 			require.Equal(t, id, lle.JobID)
-			require.Equal(t, "completed", lle.Reason)
+			require.Equal(t, leaserouter.LostCompleted, lle.Reason)
 		}
 		require.Equal(t, 1, wins, "round %d: %v", round, errs)
 		j, ok := r.Get(id)
@@ -638,7 +638,7 @@ func TestRaceCancelVsAcquire(t *testing.T) {
 			refused++
 			var lle *leaserouter.LeaseLostError
 			require.ErrorAs(t, outs[0].err, &lle, id)
-			require.Equal(t, "canceled", lle.Reason, id)
+			require.Equal(t, leaserouter.LostCanceled, lle.Reason, id)
 			require.Equal(t, l.Token, j.Token, id)
 			require.Empty(t, j.Owner, id)
 			for _, err := range []error{l.Heartbeat(nil), l.Complete(), l.Fail(nil), l.Release()} {
@@ -1078,7 +1078,7 @@ func harnessLost(err error, l *lease, current leaserouter.Token, reason string) 
 	if !errors.Is(err, leaserouter.ErrLeaseLost) || !errors.As(err, &lle) {
 		return fmt.Sprintf("lease %s/%d: got %v, want a *LeaseLostError", l.JobID, l.Token, err)
 	}
-	want := leaserouter.LeaseLostError{JobID: l.JobID, Token: l.Token, Current: current, Reason: reason}
+	want := leaserouter.LeaseLostError{JobID: l.JobID, Token: l.Token, Current: current, Reason: leaserouter.LostReason(reason)}
 	if *lle != want {
 		return fmt.Sprintf("lease %s/%d: got %+v, want %+v", l.JobID, l.Token, *lle, want)
 	}

@@ -126,33 +126,41 @@ func (r *Router[T]) settle(now int64, limit int) (more bool) {
 		p := r.retHead
 		// Pick the earliest due item so events come out in time order.
 		due := now
-		kind := 0
+		kind := dueNone
 		if lok && l.at <= due {
-			due, kind = l.at, 1
+			due, kind = l.at, dueExpiry
 		}
-		if sok && s.at <= due && (kind == 0 || s.at < due) {
-			due, kind = s.at, 2
+		if sok && s.at <= due && (kind == dueNone || s.at < due) {
+			due, kind = s.at, dueRunAt
 		}
-		if p != nil && p.at <= due && (kind == 0 || p.at < due) {
-			kind = 3
+		if p != nil && p.at <= due && (kind == dueNone || p.at < due) {
+			kind = duePurge
 		}
-		if kind == 0 {
+		if kind == dueNone {
 			return false
 		}
 		if limit >= 0 && n >= limit {
 			return true
 		}
 		switch kind {
-		case 1:
+		case dueExpiry:
 			r.expire(l)
-		case 2:
+		case dueRunAt:
 			r.sched.Pop()
 			r.makeReady(s, s.at)
-		case 3:
+		case duePurge:
 			r.purge(p)
 		}
 	}
 }
+
+// The kinds of item settle finds due, earliest first.
+const (
+	dueNone   = iota
+	dueExpiry // a lease's expiry
+	dueRunAt  // a scheduled job's run-at
+	duePurge  // a finished job's retention end
+)
 
 // reapBatch bounds the due items one reaper pass settles under the lock
 // before it yields, so a mass expiry cannot hold the lock for long.

@@ -868,7 +868,7 @@ func TestComplete(t *testing.T) {
 		}
 		for i, op := range ops {
 			lle := requireLost(t, op(), l.Token, l.Token)
-			require.Equal(t, "completed", lle.Reason)
+			require.Equal(t, leaserouter.LostCompleted, lle.Reason)
 			require.Equal(t, j, get(t, r, "a"))
 			st.StaleRejections++
 			if i == 1 { // the heartbeat
@@ -914,7 +914,7 @@ func TestStaleOperationsRefused(t *testing.T) {
 				require.Equal(t, "a", lle.JobID)
 				// The job has a newer lease: whatever ended this one, it is
 				// superseded.
-				require.Equal(t, "superseded", lle.Reason)
+				require.Equal(t, leaserouter.LostSuperseded, lle.Reason)
 				require.Equal(t, before, get(t, r, "a"), "a refused operation changes nothing")
 				stats.StaleRejections++
 				if strings.HasPrefix(tt.name, "Heartbeat") {
@@ -964,7 +964,7 @@ func TestLeaseLostErrorAsValueTarget(t *testing.T) {
 		require.NoError(t, l.Release())
 		err := l.Complete()
 		lle := requireLost(t, err, l.Token, l.Token)
-		require.Equal(t, "released", lle.Reason)
+		require.Equal(t, leaserouter.LostReleased, lle.Reason)
 
 		v, ok, panicked := asLeaseLostValue(err)
 		require.Nil(t, panicked, "errors.As with a LeaseLostError value target panicked")
@@ -981,7 +981,7 @@ func TestNilLease(t *testing.T) {
 	first.Reason, first.JobID = "edited", "edited"
 	var second *leaserouter.LeaseLostError
 	require.ErrorAs(t, l.Complete(), &second)
-	require.Equal(t, "nil lease", second.Reason)
+	require.Equal(t, leaserouter.LostNilLease, second.Reason)
 	require.Empty(t, second.JobID)
 
 	require.ErrorIs(t, l.Heartbeat(nil), leaserouter.ErrLeaseLost)
@@ -1127,7 +1127,7 @@ func TestRelease(t *testing.T) {
 		require.Empty(t, j.Owner)
 		require.True(t, j.LeaseExpiry.IsZero())
 		lle := requireLost(t, l.Release(), l.Token, l.Token)
-		require.Equal(t, "released", lle.Reason)
+		require.Equal(t, leaserouter.LostReleased, lle.Reason)
 
 		l2 := acquire(t, r, "w2")
 		require.Equal(t, 2, l2.Attempt)
@@ -1342,7 +1342,7 @@ func TestCancel(t *testing.T) {
 		}
 		// The leased job's lease is lost at once.
 		lle := requireLost(t, ll.Heartbeat(nil), ll.Token, ll.Token)
-		require.Equal(t, "canceled", lle.Reason)
+		require.Equal(t, leaserouter.LostCanceled, lle.Reason)
 		requireLost(t, ll.Complete(), ll.Token, ll.Token)
 		require.Equal(t, leaserouter.StateCanceled, get(t, r, "leased").State)
 
@@ -1902,7 +1902,7 @@ func TestCloseRevokesWhenContextDone(t *testing.T) {
 		require.Empty(t, j.Owner)
 		for _, op := range []func() error{l.Complete, func() error { return l.Heartbeat(nil) }, l.Release} {
 			lle := requireLost(t, op(), l.Token, l.Token)
-			require.Equal(t, "revoked", lle.Reason)
+			require.Equal(t, leaserouter.LostRevoked, lle.Reason)
 		}
 		require.Equal(t, leaserouter.StatePending, get(t, r, "a").State)
 		st := r.Stats()
@@ -2288,7 +2288,7 @@ func TestKeepAliveContextCanceledWhenLeaseLost(t *testing.T) {
 		require.Error(t, kctx.Err(), "canceled the moment the lease was lost")
 		var lle *leaserouter.LeaseLostError
 		require.ErrorAs(t, context.Cause(kctx), &lle)
-		require.Equal(t, "canceled", lle.Reason)
+		require.Equal(t, leaserouter.LostCanceled, lle.Reason)
 		require.Equal(t, leaserouter.StateCanceled, get(t, r, "a").State)
 
 		// A lease already expired: canceled with the same cause.

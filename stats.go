@@ -1,23 +1,44 @@
 package leaserouter
 
+import "iter"
+
 // Stats: counts by state and totals since New.
 
-// Stats is a point-in-time view of a Router: jobs in each state now, and
-// totals since New.
+// Stats is a point-in-time view of a Router: jobs in each state now
+// (finished ones while retained), and totals since New. Router.Stats
+// returns one; ByState iterates the per-state counts.
 type Stats struct {
-	// Jobs in each state now; finished ones count while retained.
-	Pending, Scheduled, Leased, Succeeded, Failed, Canceled int
-	Enqueued                                                uint64 // jobs accepted by Enqueue
-	Duplicates                                              uint64 // Enqueue calls refused with ErrDuplicate
-	LeasesGranted                                           uint64 // leases granted (attempts started)
-	Heartbeats                                              uint64 // heartbeats accepted
-	HeartbeatsRefused                                       uint64 // heartbeats refused because the lease was lost (also counted in StaleRejections)
-	Expirations                                             uint64 // leases that expired
-	Retries                                                 uint64 // jobs scheduled again by Fail
-	Dead                                                    uint64 // jobs that reached StateFailed
-	StaleRejections                                         uint64 // lease operations refused because the lease was lost
-	Purged                                                  uint64 // finished jobs dropped, at once or after Retention
-	CallbackPanics                                          uint64 // panics recovered from Backoff, OnEvent and the Logger's handler
+	Pending   int // jobs ready to be leased
+	Scheduled int // jobs waiting for their run-at (delay or retry backoff)
+	Leased    int // jobs held under a lease
+	Succeeded int // completed jobs, while retained
+	Failed    int // dead jobs (StateFailed), while retained
+	Canceled  int // canceled jobs, while retained
+
+	Enqueued          uint64 // jobs accepted by Enqueue
+	Duplicates        uint64 // Enqueue calls refused with ErrDuplicate
+	LeasesGranted     uint64 // leases granted (attempts started)
+	Heartbeats        uint64 // heartbeats accepted
+	HeartbeatsRefused uint64 // heartbeats refused because the lease was lost (also counted in StaleRejections)
+	Expirations       uint64 // leases that expired
+	Retries           uint64 // jobs scheduled again by Fail (EventRetryScheduled)
+	Dead              uint64 // jobs that reached StateFailed (EventDead); not EventFailed, which is one failed attempt
+	StaleRejections   uint64 // lease operations refused because the lease was lost
+	Purged            uint64 // finished jobs dropped, at once or after Retention
+	CallbackPanics    uint64 // panics recovered from Backoff, OnEvent and the Logger's handler
+}
+
+// ByState yields every State, in the order of the constants, with the
+// number of jobs in it, so code that exports per-state figures need not
+// list the states itself.
+func (s Stats) ByState() iter.Seq2[State, int] {
+	return func(yield func(State, int) bool) {
+		for st, n := range [numStates]int{s.Pending, s.Scheduled, s.Leased, s.Succeeded, s.Failed, s.Canceled} {
+			if !yield(State(st), n) {
+				return
+			}
+		}
+	}
 }
 
 // Stats returns the counts and totals, after settling what is due. It is

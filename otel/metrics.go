@@ -90,11 +90,6 @@ var statsCounters = []struct {
 // StateKey is the attribute of leaserouter.jobs giving the jobs' state.
 const StateKey = attribute.Key("leaserouter.job.state")
 
-var states = []leaserouter.State{
-	leaserouter.StatePending, leaserouter.StateScheduled, leaserouter.StateLeased,
-	leaserouter.StateSucceeded, leaserouter.StateFailed, leaserouter.StateCanceled,
-}
-
 // New creates the instruments with mp's meter ScopeName and registers the
 // callback that reads Stats at every collection. A nil mp is an error
 // wrapping leaserouter.ErrInvalidOptions; an error from mp is returned as
@@ -148,9 +143,9 @@ func New(mp metric.MeterProvider, opts Options) (*Metrics, error) {
 	m.processOK = with(system, process)
 	// error.type: a handler error is not classified further here.
 	m.processFailed = with(system, process, semconv.ErrorTypeKey.String(string(messagingconv.ErrorTypeOther)))
-	stateOpts := make([]metric.ObserveOption, len(states))
-	for i, st := range states {
-		stateOpts[i] = with(StateKey.String(st.String()))
+	var stateOpts []metric.ObserveOption // by State
+	for st := range (leaserouter.Stats{}).ByState() {
+		stateOpts = append(stateOpts, with(StateKey.String(st.String())))
 	}
 
 	m.reg, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
@@ -159,9 +154,8 @@ func New(mp metric.MeterProvider, opts Options) (*Metrics, error) {
 			return nil
 		}
 		s := (*src).Stats()
-		byState := [...]int{s.Pending, s.Scheduled, s.Leased, s.Succeeded, s.Failed, s.Canceled}
-		for i := range states {
-			o.ObserveInt64(jobs, int64(byState[i]), stateOpts[i])
+		for st, n := range s.ByState() {
+			o.ObserveInt64(jobs, int64(n), stateOpts[st])
 		}
 		for i, k := range statsCounters {
 			o.ObserveInt64(counters[i], int64(k.value(&s)), m.withAttrs)

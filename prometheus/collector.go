@@ -161,11 +161,6 @@ func (c *Collector) Chain(next func(leaserouter.Event)) func(leaserouter.Event) 
 	}
 }
 
-var states = []leaserouter.State{
-	leaserouter.StatePending, leaserouter.StateScheduled, leaserouter.StateLeased,
-	leaserouter.StateSucceeded, leaserouter.StateFailed, leaserouter.StateCanceled,
-}
-
 // Describe sends every metric's description (prometheus.Collector).
 func (c *Collector) Describe(ch chan<- *prom.Desc) {
 	ch <- c.jobs
@@ -183,9 +178,8 @@ func (c *Collector) Describe(ch chan<- *prom.Desc) {
 func (c *Collector) Collect(ch chan<- prom.Metric) {
 	if src := c.src.Load(); src != nil {
 		s := (*src).Stats()
-		byState := [...]int{s.Pending, s.Scheduled, s.Leased, s.Succeeded, s.Failed, s.Canceled}
-		for i, st := range states {
-			ch <- prom.MustNewConstMetric(c.jobs, prom.GaugeValue, float64(byState[i]), st.String())
+		for st, n := range s.ByState() {
+			ch <- prom.MustNewConstMetric(c.jobs, prom.GaugeValue, float64(n), st.String())
 		}
 		for _, k := range c.counters {
 			ch <- prom.MustNewConstMetric(k.desc, prom.CounterValue, float64(k.value(&s)))

@@ -3,7 +3,7 @@ module github.com/leaserouter/leaserouter/prometheus
 go 1.26.0
 
 require (
-	github.com/leaserouter/leaserouter v0.0.0
+	github.com/leaserouter/leaserouter v0.1.0
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
 )

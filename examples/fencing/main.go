@@ -163,7 +163,7 @@ func workerA(ctx context.Context, r *leaserouter.Router[string], fence *leaserou
 	event(log, slog.LevelWarn, "router refused the completion of a lost lease", "completion_refused", id,
 		slog.Uint64("token", uint64(lost.Token)),
 		slog.Uint64("current_token", uint64(lost.Current)),
-		slog.String("reason", lost.Reason))
+		slog.String("reason", string(lost.Reason)))
 	event(log, slog.LevelInfo, "worker exits", "worker_exit", id, slog.String("reason", "stale"))
 	return nil
 }

@@ -139,7 +139,7 @@ type keeper[T any] struct {
 func keepAlive[T any](ctx context.Context, l *Lease[T], interval time.Duration) (context.Context, *keeper[T]) {
 	kctx, cancel := context.WithCancelCause(ctx)
 	k := &keeper[T]{l: l, ctx: kctx, cancel: cancel, interval: interval}
-	if !l.watch(cancel) {
+	if !l.watch(k) {
 		k.stopped = true // cancel has been called with the loss
 		return kctx, k
 	}
@@ -150,6 +150,9 @@ func keepAlive[T any](ctx context.Context, l *Lease[T], interval time.Duration) 
 	k.mu.Unlock()
 	return kctx, k
 }
+
+// leaseLost cancels the context with the loss (lostWatcher).
+func (k *keeper[T]) leaseLost(cause error) { k.cancel(cause) }
 
 func (k *keeper[T]) beat() {
 	defer k.beats.Done()

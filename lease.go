@@ -28,10 +28,9 @@ type Lease[T any] struct {
 
 	r       *Router[T]
 	j       *job[T]
-	granted int64               // the instant it was granted, on the router's clock
-	expiry  int64               // guarded by r.mu
-	lost    []func(cause error) // guarded by r.mu; called when the lease is lost against the holder's will
-	hc      *leaseCtx           // Run's handler context, in the same allocation; nil outside Run
+	granted int64       // the instant it was granted, on the router's clock
+	expiry  int64       // guarded by r.mu
+	lost    lostWatcher // guarded by r.mu; told when the lease is lost against the holder's will; nil if none
 }
 
 // Expiry returns the instant the lease ends unless extended by Heartbeat.
@@ -264,25 +263,35 @@ func (r *Router[T]) endLease(j *job[T], why endReason, notify bool) {
 	j.ended = why
 	l := j.lease
 	j.lease = nil
-	if notify && (len(l.lost) > 0 || l.hc != nil) {
-		cause := r.lostError(l)
+	if notify && l.lost != nil {
 		// Canceling a context runs no user code synchronously (AfterFunc
 		// callbacks get goroutines of their own), so it is safe under r.mu,
 		// and doing it here makes the loss visible at once.
-		for _, f := range l.lost {
-			f(cause)
-		}
-		if l.hc != nil {
-			l.hc.stop(cause)
-		}
+		l.lost.leaseLost(r.lostError(l))
 	}
 	l.lost = nil
 }
 
-// watch registers f to be called with a cause wrapping ErrLeaseLost when l
+// lostWatcher is told, once, when a lease is lost against its holder's
+// will (expiry, Cancel, Close), with a *LeaseLostError: Run's handler
+// context and KeepAlive's context. It is called under r.mu, so it must only
+// cancel a context.
+type lostWatcher interface{ leaseLost(cause error) }
+
+// lostWatchers is the watcher of a lease watched more than once (Run's
+// handler context and a KeepAlive, say): it tells each, in order.
+type lostWatchers []lostWatcher
+
+func (ws lostWatchers) leaseLost(cause error) {
+	for _, w := range ws {
+		w.leaseLost(cause)
+	}
+}
+
+// watch registers w to be told, with a cause wrapping ErrLeaseLost, when l
 // is lost against its holder's will (expiry, Cancel, Close). If l is not
-// valid now, f is called at once. It reports whether f was registered.
-func (l *Lease[T]) watch(f func(cause error)) bool {
+// valid now, w is told at once. It reports whether w was registered.
+func (l *Lease[T]) watch(w lostWatcher) bool {
 	r := l.r
 	r.mu.Lock()
 	if r.phase != phaseClosed {
@@ -290,9 +299,16 @@ func (l *Lease[T]) watch(f func(cause error)) bool {
 	}
 	ok := l.j.state == StateLeased && l.j.lease == l
 	if ok {
-		l.lost = append(l.lost, f)
+		switch cur := l.lost.(type) {
+		case nil:
+			l.lost = w
+		case lostWatchers:
+			l.lost = append(cur, w)
+		default:
+			l.lost = lostWatchers{cur, w}
+		}
 	} else {
-		f(r.lostError(l))
+		w.leaseLost(r.lostError(l))
 	}
 	r.unlock()
 	return ok

@@ -251,9 +251,9 @@ func (r *Router[T]) Acquire(ctx context.Context, workerID string) (*Lease[T], er
 	return r.acquire(ctx, workerID, nil)
 }
 
-// acquire is Acquire; a non-nil rl is the memory for Run's Lease,
-// allocated before taking the lock.
-func (r *Router[T]) acquire(ctx context.Context, workerID string, rl *runLease[T]) (*Lease[T], error) {
+// acquire is Acquire; a non-nil into is the Lease to grant (Run's,
+// allocated before taking the lock).
+func (r *Router[T]) acquire(ctx context.Context, workerID string, into *Lease[T]) (*Lease[T], error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -287,7 +287,7 @@ func (r *Router[T]) acquire(ctx context.Context, workerID string, rl *runLease[T
 		}
 		now := r.now()
 		r.settle(now, -1)
-		if l, err := r.grant(workerID, now, rl); err != ErrNoJob {
+		if l, err := r.grant(workerID, now, into); err != ErrNoJob {
 			r.unlock()
 			return l, err
 		}

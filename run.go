@@ -163,10 +163,10 @@ type runner[T any] struct {
 
 // slot is what one worker is running, for the heartbeat goroutine.
 type slot[T any] struct {
-	mu  sync.Mutex // held by the heartbeat goroutine while it beats, so clearing l waits for a beat in flight
-	l   *Lease[T]  // nil between jobs
-	due int64      // l's next heartbeat on the router's clock; math.MaxInt64 once it must not beat
-	_   [40]byte   // keep workers' slots on separate cache lines
+	mu  sync.Mutex   // held by the heartbeat goroutine while it beats, so clearing l waits for a beat in flight
+	l   *runLease[T] // nil between jobs
+	due int64        // l's next heartbeat on the router's clock; math.MaxInt64 once it must not beat
+	_   [40]byte     // keep workers' slots on separate cache lines
 }
 
 // work is one worker loop of Run. It returns nil when ctx is done or the
@@ -177,42 +177,45 @@ func (u *runner[T]) work(ctx context.Context, s *slot[T], id string) error {
 	// one (it registers with its parent) contends with no other worker.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var l *Lease[T]
+	var rl *runLease[T]
 	for {
-		if l == nil {
-			var err error
-			if l, err = u.r.acquire(ctx, id, newRunLease[T](ctx)); err != nil {
+		if rl == nil {
+			rl = newRunLease[T](ctx)
+			if _, err := u.r.acquire(ctx, id, &rl.Lease); err != nil {
 				if errors.Is(err, ErrTokensExhausted) {
 					return err
 				}
 				return nil // ctx done or Router closed
 			}
 		}
-		l = u.process(ctx, s, l, id)
+		rl = u.process(ctx, s, rl, id)
 	}
 }
 
-// runLease is a Lease granted to Run, allocated with its handler context.
+// runLease is a Lease granted to Run, allocated with its handler context,
+// which watches the lease from the start (so a loss right after the grant
+// already cancels it): one allocation per job.
 type runLease[T any] struct {
 	Lease[T]
 	hc leaseCtx
 }
 
 // newRunLease allocates a Lease for Run with its handler context, whose
-// parent is set now so that a loss right after the grant already knows it.
+// parent is ctx.
 func newRunLease[T any](ctx context.Context) *runLease[T] {
 	rl := new(runLease[T])
 	rl.hc.parent = ctx
-	rl.Lease.hc = &rl.hc
+	rl.lost = &rl.hc
 	return rl
 }
 
-// process runs the handler on l and ends the lease as Run documents. It
-// returns the worker's next lease if it took one while completing l.
-func (u *runner[T]) process(ctx context.Context, s *slot[T], l *Lease[T], id string) *Lease[T] {
+// process runs the handler on rl and ends the lease as Run documents. It
+// returns the worker's next lease if it took one while completing rl.
+func (u *runner[T]) process(ctx context.Context, s *slot[T], rl *runLease[T], id string) *runLease[T] {
+	l := &rl.Lease
 	due := addSat(l.granted, u.interval)
 	s.mu.Lock()
-	s.l, s.due = l, due
+	s.l, s.due = rl, due
 	s.mu.Unlock()
 	if due < u.wake.Load() {
 		select {
@@ -220,11 +223,11 @@ func (u *runner[T]) process(ctx context.Context, s *slot[T], l *Lease[T], id str
 		default:
 		}
 	}
-	err := call(l.hc, l, u.h)
+	err := call(&rl.hc, l, u.h)
 	s.mu.Lock()
 	s.l = nil
 	s.mu.Unlock()
-	if errors.Is(l.hc.stop(context.Canceled), ErrLeaseLost) {
+	if errors.Is(rl.hc.stop(context.Canceled), ErrLeaseLost) {
 		// The lease was lost while h ran (and an event said so): acting
 		// on it now could only be refused.
 		return nil
@@ -238,29 +241,33 @@ func (u *runner[T]) process(ctx context.Context, s *slot[T], l *Lease[T], id str
 		_ = l.Complete()
 	default:
 		// The next Lease is allocated here, not under the router's lock.
-		return u.r.completeNext(l, id, newRunLease[T](ctx))
+		next := newRunLease[T](ctx)
+		if u.r.completeNext(l, id, &next.Lease) {
+			return next
+		}
 	}
 	return nil
 }
 
 // completeNext completes l as Lease.Complete does and, under the same
-// lock, leases the next ready job to workerID for Run in rl, if one is
-// ready and the Router open. It returns the new lease or nil.
-func (r *Router[T]) completeNext(l *Lease[T], workerID string, rl *runLease[T]) *Lease[T] {
+// lock, leases the next ready job to workerID for Run into next, if one is
+// ready and the Router open. It reports whether it did.
+func (r *Router[T]) completeNext(l *Lease[T], workerID string, next *Lease[T]) bool {
 	r.mu.Lock()
 	now := r.now()
 	j, err := r.holding(l, now)
 	if err != nil {
 		r.unlock()
-		return nil
+		return false
 	}
 	r.complete(j, l, now)
-	var next *Lease[T]
+	granted := false
 	if r.phase == phaseOpen && !r.backlogFull() { // else acquire waits for room
-		next, _ = r.grant(workerID, now, rl)
+		_, err := r.grant(workerID, now, next)
+		granted = err == nil
 	}
 	r.unlock()
-	return next
+	return granted
 }
 
 // leaseCtx is the context Run gives a handler: canceled when the lease is
@@ -347,6 +354,9 @@ func (c *leaseCtx) Err() error {
 	}
 	return c.parent.Err()
 }
+
+// leaseLost stops c with the loss (lostWatcher).
+func (c *leaseCtx) leaseLost(cause error) { c.stop(cause) }
 
 // String names the context as the context package names its own.
 func (c *leaseCtx) String() string { return fmt.Sprint(c.parent) + ".WithCancel(leaserouter lease)" }

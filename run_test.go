@@ -485,3 +485,38 @@ func TestRunRespectsEventBacklog(t *testing.T) {
 		require.LessOrEqual(t, n, leaserouter.EventBacklog+4, "backlog while the hook was stuck")
 	})
 }
+
+// TestRunLeaseWatchedTwice: a Run lease also kept alive with KeepAlive is
+// watched twice; when it is lost both the handler's context and
+// KeepAlive's are canceled at once, with the same cause.
+func TestRunLeaseWatchedTwice(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := setup(t, leaserouter.Options{LeaseDuration: ld})
+		require.NoError(t, r.Enqueue("a", ""))
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		causes := make(chan [2]error, 1)
+		kept := make(chan struct{})
+		done := goRun(ctx, r, leaserouter.WorkerOptions{Workers: 1}, func(hctx context.Context, l *lease) error {
+			kctx, stop := leaserouter.KeepAlive(hctx, l, time.Second)
+			defer stop()
+			close(kept)
+			<-hctx.Done()
+			causes <- [2]error{context.Cause(hctx), context.Cause(kctx)}
+			return nil
+		})
+		synctest.Wait()
+		<-kept
+		require.NoError(t, r.Cancel("a"))
+		synctest.Wait()
+		got := receive(t, causes)
+		for _, c := range got {
+			var lle *leaserouter.LeaseLostError
+			require.ErrorAs(t, c, &lle)
+			require.Equal(t, leaserouter.LostCanceled, lle.Reason)
+		}
+		cancel()
+		synctest.Wait()
+		require.NoError(t, receive(t, done))
+	})
+}

@@ -10,10 +10,10 @@ import (
 // what is due, and keeps the per-state counts, the heaps and the events in
 // step.
 
-// grant leases the first ready job, or returns ErrNoJob. A non-nil rl
-// (Run's, from newRunLease) is used for the Lease. The caller holds r.mu
-// and has settled.
-func (r *Router[T]) grant(workerID string, now int64, rl *runLease[T]) (*Lease[T], error) {
+// grant leases the first ready job, or returns ErrNoJob. The Lease is l if
+// not nil (Run's, allocated with its handler context outside the lock by
+// newRunLease), else a new one. The caller holds r.mu and has settled.
+func (r *Router[T]) grant(workerID string, now int64, l *Lease[T]) (*Lease[T], error) {
 	j, ok := r.ready.Peek()
 	if !ok {
 		return nil, ErrNoJob
@@ -35,10 +35,7 @@ func (r *Router[T]) grant(workerID string, now int64, rl *runLease[T]) (*Lease[T
 	j.ended = endNone
 	r.leases.Push(j)
 	r.arm(j.at)
-	var l *Lease[T]
-	if rl != nil {
-		l = &rl.Lease
-	} else {
+	if l == nil {
 		l = new(Lease[T])
 	}
 	l.JobID, l.Payload, l.Attempt, l.Token = j.id, j.payload, int(j.attempt), j.token

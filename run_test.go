@@ -498,10 +498,11 @@ func TestRunLeaseWatchedTwice(t *testing.T) {
 		causes := make(chan [2]error, 1)
 		kept := make(chan struct{})
 		done := goRun(ctx, r, leaserouter.WorkerOptions{Workers: 1}, func(hctx context.Context, l *lease) error {
-			kctx, stop := leaserouter.KeepAlive(hctx, l, time.Second)
+			kctx, stop := leaserouter.KeepAlive(context.Background(), l, time.Second)
 			defer stop()
 			close(kept)
 			<-hctx.Done()
+			<-kctx.Done() // its own watcher, not its parent, tells it
 			causes <- [2]error{context.Cause(hctx), context.Cause(kctx)}
 			return nil
 		})

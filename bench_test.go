@@ -218,7 +218,7 @@ func BenchmarkReaperIdle(b *testing.B) {
 		r.mu.Lock()
 		r.settle(r.now(), reapBatch)
 		r.armed = r.nextDeadline()
-		r.unlock()
+		r.unlockAndDeliver()
 	}
 }
 
@@ -249,7 +249,7 @@ func BenchmarkExpire(b *testing.B) {
 		if r.counts[StatePending] != n {
 			b.Fatalf("%d pending, want %d", r.counts[StatePending], n)
 		}
-		r.mu.Unlock()
+		r.unlockAndDeliver()
 		_ = r.Close(context.Background())
 		b.StartTimer()
 	}

@@ -171,11 +171,12 @@ func setHeld(rec *record, granted, at int64) {
 	}
 }
 
-// unlock releases r.mu, the end of every critical section that may have
-// emitted events, and wakes the delivery goroutine if it sleeps while
-// events wait (or while Close waits for it to end). It never delivers: the
-// caller's latency does not depend on the hooks.
-func (r *Router[T]) unlock() {
+// unlockAndDeliver releases r.mu, the end of every critical section, and
+// sees that the events it emitted get delivered: it wakes the delivery
+// goroutine if it sleeps while events wait (or while Close waits for it to
+// end). It never calls a hook itself, so the caller's latency does not
+// depend on them.
+func (r *Router[T]) unlockAndDeliver() {
 	kick := r.deliverIdle && (len(r.outbox) > 0 || r.phase == phaseClosed)
 	if kick {
 		r.deliverIdle = false

@@ -6,7 +6,7 @@ import "github.com/leaserouter/leaserouter/internal/hook"
 func SetHooks[T any](r *Router[T], h *hook.Hooks) {
 	r.mu.Lock()
 	r.hooks = h
-	r.mu.Unlock()
+	r.unlockAndDeliver()
 }
 
 // ExpireNow makes the lease of job id expire at the current instant, as
@@ -22,7 +22,7 @@ func ExpireNow[T any](r *Router[T], id string) bool {
 		r.leases.Fix(int(j.hidx))
 		r.settle(now, -1)
 	}
-	r.unlock()
+	r.unlockAndDeliver()
 	return ok
 }
 
@@ -43,5 +43,5 @@ func Backlog[T any](r *Router[T]) int {
 func PlantSkipTokenCheck[T any](r *Router[T]) {
 	r.mu.Lock()
 	r.current = func(*job[T], *Lease[T]) bool { return true }
-	r.mu.Unlock()
+	r.unlockAndDeliver()
 }

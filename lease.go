@@ -68,9 +68,7 @@ func (l *Lease[T]) heartbeat(progress []byte, waitIfRefused bool) error {
 		return errNilLease()
 	}
 	r := l.r
-	r.mu.Lock()
-	now := r.now()
-	j, err := r.holding(l, now)
+	j, now, err := l.lock()
 	if err != nil {
 		if r.phase != phaseClosed {
 			r.stats.HeartbeatsRefused++
@@ -78,7 +76,7 @@ func (l *Lease[T]) heartbeat(progress []byte, waitIfRefused bool) error {
 		if waitIfRefused {
 			r.unlockRefused()
 		} else {
-			r.unlock()
+			r.unlockAndDeliver()
 		}
 		return err
 	}
@@ -93,7 +91,7 @@ func (l *Lease[T]) heartbeat(progress []byte, waitIfRefused bool) error {
 	j.updated = now
 	r.stats.Heartbeats++
 	r.emit(EventLeaseExtended, now, j, l, l.Token, nil)
-	r.unlock()
+	r.unlockAndDeliver()
 	return nil
 }
 
@@ -107,15 +105,13 @@ func (l *Lease[T]) Complete() error {
 		return errNilLease()
 	}
 	r := l.r
-	r.mu.Lock()
-	now := r.now()
-	j, err := r.holding(l, now)
+	j, now, err := l.lock()
 	if err != nil {
 		r.unlockRefused()
 		return err
 	}
 	r.complete(j, l, now)
-	r.unlock()
+	r.unlockAndDeliver()
 	return nil
 }
 
@@ -145,14 +141,12 @@ func (l *Lease[T]) Fail(cause error) error {
 	if !permanent {
 		delay, panicked = r.backoff(l.Attempt)
 	}
-	r.mu.Lock()
+	j, now, err := l.lock()
 	if panicked != nil && (r.phase == phaseClosed || !r.reportPanic(panicked, l.JobID)) {
 		// No delivery goroutine (none configured, or ended by Close, after
 		// which no count changes): report it after the unlock below.
 		defer reportTo(slog.Default(), panicked.Error(), l.JobID)
 	}
-	now := r.now()
-	j, err := r.holding(l, now)
 	if err != nil {
 		r.unlockRefused()
 		return err
@@ -167,7 +161,7 @@ func (l *Lease[T]) Fail(cause error) error {
 		r.schedule(j, addSat(now, max(delay, 0)), now)
 		r.emit(EventRetryScheduled, now, j, l, l.Token, nil)
 	}
-	r.unlock()
+	r.unlockAndDeliver()
 	return nil
 }
 
@@ -190,9 +184,7 @@ func (l *Lease[T]) Release() error {
 		return errNilLease()
 	}
 	r := l.r
-	r.mu.Lock()
-	now := r.now()
-	j, err := r.holding(l, now)
+	j, now, err := l.lock()
 	if err != nil {
 		r.unlockRefused()
 		return err
@@ -200,8 +192,21 @@ func (l *Lease[T]) Release() error {
 	r.endLease(j, endReleased, false)
 	setHeld(r.emit(EventReleased, now, j, l, l.Token, nil), l.granted, now)
 	r.requeue(j, now, now)
-	r.unlock()
+	r.unlockAndDeliver()
 	return nil
+}
+
+// lock begins an operation on l: it takes r.mu, settles what is due at
+// the current instant and checks that l is still valid (holding), the
+// "no hidden timing" rule said once for every lease operation. It returns
+// l's job and the instant with r.mu held; on a refusal, with r.mu still
+// held, the *LeaseLostError (counted and reported as holding does).
+func (l *Lease[T]) lock() (j *job[T], now int64, err error) {
+	r := l.r
+	r.mu.Lock()
+	now = r.now()
+	j, err = r.holding(l, now)
+	return j, now, err
 }
 
 // isCurrent reports whether l is j's current lease: the token check of the
@@ -217,7 +222,7 @@ func (r *Router[T]) unlockRefused() {
 	if r.phase == phaseOpen {
 		_ = r.awaitRoom(nil) // ErrClosed: Close began, nothing to wait for
 	}
-	r.unlock()
+	r.unlockAndDeliver()
 }
 
 // holding settles what is due and returns l's job if l is still valid.
@@ -310,7 +315,7 @@ func (l *Lease[T]) watch(w lostWatcher) bool {
 	} else {
 		w.leaseLost(r.lostError(l))
 	}
-	r.unlock()
+	r.unlockAndDeliver()
 	return ok
 }
 

@@ -31,7 +31,7 @@ func (r *Router[T]) reap() {
 	for {
 		r.mu.Lock()
 		if r.phase == phaseClosed {
-			r.mu.Unlock()
+			r.unlockAndDeliver()
 			return
 		}
 		if r.hooks != nil && r.hooks.ReaperChose != nil {
@@ -48,7 +48,7 @@ func (r *Router[T]) reap() {
 		if more && r.backlogFull() {
 			room = r.roomChan()
 		}
-		r.unlock()
+		r.unlockAndDeliver()
 		if more {
 			if room != nil {
 				// A mass expiry must not outrun a slow hook: wait for room
@@ -82,7 +82,7 @@ func (r *Router[T]) reaperChose() {
 		return
 	}
 	id, tok := j.id, j.token
-	r.unlock()
+	r.unlockAndDeliver()
 	r.hooks.ReaperChose(id, uint64(tok))
 	r.mu.Lock()
 }

@@ -119,6 +119,29 @@ func New[T any](opts Options) (*Router[T], error) {
 	return r, nil
 }
 
+// lockOpen begins a call that needs the Router open (Enqueue,
+// TryAcquire, Acquire, Cancel): it takes r.mu and settles what is due at
+// the current instant, the "no hidden timing" rule said once for every
+// call. With room it first waits while the event backlog is full
+// (awaitRoom; done cuts that short). It returns the instant with r.mu held,
+// or, with r.mu released, ErrClosed or errDone.
+func (r *Router[T]) lockOpen(room bool, done <-chan struct{}) (now int64, err error) {
+	r.mu.Lock()
+	if r.phase != phaseOpen {
+		r.unlockAndDeliver()
+		return 0, ErrClosed
+	}
+	if room {
+		if err := r.awaitRoom(done); err != nil {
+			r.unlockAndDeliver()
+			return 0, err
+		}
+	}
+	now = r.now()
+	r.settle(now, -1)
+	return now, nil
+}
+
 // now is the router's clock: nanoseconds since epoch on the monotonic
 // clock, so a wall-clock step can neither expire nor extend a lease.
 func (r *Router[T]) now() int64 { return int64(time.Since(r.epoch)) }
@@ -161,17 +184,10 @@ func (r *Router[T]) Enqueue(id string, payload T, opts ...EnqueueOption) error {
 		}
 	}
 	hash := r.jobs.Hash(id) // the seed never changes: no lock needed
-	r.mu.Lock()
-	if r.phase != phaseOpen {
-		r.mu.Unlock()
-		return ErrClosed
-	}
-	if err := r.awaitRoom(nil); err != nil {
-		r.mu.Unlock()
+	now, err := r.lockOpen(true, nil)
+	if err != nil {
 		return err
 	}
-	now := r.now()
-	r.settle(now, -1)
 	known, pos := r.jobs.Find(id, hash)
 	if known != nil {
 		r.stats.Duplicates++
@@ -179,11 +195,11 @@ func (r *Router[T]) Enqueue(id string, payload T, opts ...EnqueueOption) error {
 			// The known job's latest token, as on every event of that job.
 			r.emit(EventDuplicate, now, &job[T]{id: id}, nil, known.token, ErrDuplicate)
 		}
-		r.unlock()
+		r.unlockAndDeliver()
 		return fmt.Errorf("%w: %q", ErrDuplicate, id)
 	}
 	if c := r.opts.Capacity; c > 0 && r.unfinished() >= c {
-		r.unlock()
+		r.unlockAndDeliver()
 		return fmt.Errorf("%w: %d unfinished jobs", ErrFull, c)
 	}
 	at := now
@@ -205,7 +221,7 @@ func (r *Router[T]) Enqueue(id string, payload T, opts ...EnqueueOption) error {
 	r.stats.Enqueued++
 	r.emit(EventEnqueued, now, j, nil, 0, nil)
 	r.schedule(j, at, now)
-	r.unlock()
+	r.unlockAndDeliver()
 	return nil
 }
 
@@ -220,19 +236,12 @@ func (r *Router[T]) unfinished() int {
 // while the event backlog is full (see Options.OnEvent). workerID is
 // informational (events, Job.Owner) and may be empty.
 func (r *Router[T]) TryAcquire(workerID string) (*Lease[T], error) {
-	r.mu.Lock()
-	if r.phase != phaseOpen {
-		r.mu.Unlock()
-		return nil, ErrClosed
-	}
-	if err := r.awaitRoom(nil); err != nil {
-		r.mu.Unlock()
+	now, err := r.lockOpen(true, nil)
+	if err != nil {
 		return nil, err
 	}
-	now := r.now()
-	r.settle(now, -1)
 	l, err := r.grant(workerID, now, nil)
-	r.unlock()
+	r.unlockAndDeliver()
 	return l, err
 }
 
@@ -267,33 +276,26 @@ func (r *Router[T]) acquire(ctx context.Context, workerID string, into *Lease[T]
 			if woken {
 				r.mu.Lock()
 				r.wakeOne()
-				r.mu.Unlock()
+				r.unlockAndDeliver()
 			}
 			return nil, err
 		}
-		r.mu.Lock()
-		if r.phase != phaseOpen {
-			r.mu.Unlock()
-			return nil, ErrClosed
-		}
-		if !woken { // a woken waiter passed this already; waiting now could strand its job
-			if err := r.awaitRoom(done); err != nil {
-				r.mu.Unlock()
-				if err == errDone {
-					err = ctx.Err()
-				}
-				return nil, err
+		// A woken waiter passed the room check already; waiting now could
+		// strand its job.
+		now, err := r.lockOpen(!woken, done)
+		if err != nil {
+			if err == errDone {
+				err = ctx.Err()
 			}
+			return nil, err
 		}
-		now := r.now()
-		r.settle(now, -1)
 		if l, err := r.grant(workerID, now, into); err != ErrNoJob {
-			r.unlock()
+			r.unlockAndDeliver()
 			return l, err
 		}
 		w := make(chan struct{}, 1)
 		r.waiters = append(r.waiters, w)
-		r.unlock()
+		r.unlockAndDeliver()
 		woken = false
 		select {
 		case <-w:
@@ -307,7 +309,7 @@ func (r *Router[T]) acquire(ctx context.Context, workerID string, into *Lease[T]
 			} else if len(w) > 0 {
 				r.wakeOne() // we were woken for a job we will not take: pass it on
 			}
-			r.mu.Unlock()
+			r.unlockAndDeliver()
 			return nil, ctx.Err()
 		}
 	}
@@ -335,7 +337,7 @@ func (r *Router[T]) Get(id string) (j Job[T], ok bool) {
 	if x := r.jobs.Get(id); x != nil {
 		j, ok = r.snapshot(x), true
 	}
-	r.unlock()
+	r.unlockAndDeliver()
 	return j, ok
 }
 
@@ -349,16 +351,13 @@ func (r *Router[T]) Cancel(id string) error {
 	if id == "" {
 		return fmt.Errorf("%w: %w: empty ID", ErrInvalidJob, ErrNotFound)
 	}
-	r.mu.Lock()
-	if r.phase != phaseOpen {
-		r.mu.Unlock()
-		return ErrClosed
+	now, err := r.lockOpen(false, nil)
+	if err != nil {
+		return err
 	}
-	now := r.now()
-	r.settle(now, -1)
 	j := r.jobs.Get(id)
 	if j == nil {
-		r.unlock()
+		r.unlockAndDeliver()
 		return fmt.Errorf("%w: %q", ErrNotFound, id)
 	}
 	// The event carries the job's latest token even when it is not leased
@@ -377,11 +376,11 @@ func (r *Router[T]) Cancel(id string) error {
 		}
 		r.emit(EventCanceled, now, j, nil, j.token, nil)
 	default:
-		r.unlock()
+		r.unlockAndDeliver()
 		return nil
 	}
 	r.finish(j, StateCanceled, now)
-	r.unlock()
+	r.unlockAndDeliver()
 	return nil
 }
 
@@ -414,7 +413,7 @@ func (r *Router[T]) Close(ctx context.Context) error {
 	// of: the delivery goroutine goes on once the hook returns.
 	fromHook := r.hooked && goid.Current() == r.deliverer
 	if r.phase != phaseOpen {
-		r.mu.Unlock()
+		r.unlockAndDeliver()
 		if !fromHook {
 			// Wait for the first call, and for delivery even if the first
 			// call's ctx cut it short: Close(done ctx) to revoke at once,
@@ -431,7 +430,7 @@ func (r *Router[T]) Close(ctx context.Context) error {
 	if r.counts[StateLeased] > 0 {
 		r.drained = make(chan struct{})
 		drained := r.drained
-		r.unlock()
+		r.unlockAndDeliver()
 		select {
 		case <-drained:
 		case <-ctx.Done():
@@ -449,7 +448,7 @@ func (r *Router[T]) Close(ctx context.Context) error {
 		r.makeReady(j, now)
 	}
 	r.phase = phaseClosed
-	r.unlock() // wakes the delivery goroutine to deliver the rest and end
+	r.unlockAndDeliver() // wakes the delivery goroutine to deliver the rest and end
 	select {
 	case r.kick <- struct{}{}:
 	default:

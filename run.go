@@ -253,11 +253,9 @@ func (u *runner[T]) process(ctx context.Context, s *slot[T], rl *runLease[T], id
 // lock, leases the next ready job to workerID for Run into next, if one is
 // ready and the Router open. It reports whether it did.
 func (r *Router[T]) completeNext(l *Lease[T], workerID string, next *Lease[T]) bool {
-	r.mu.Lock()
-	now := r.now()
-	j, err := r.holding(l, now)
+	j, now, err := l.lock()
 	if err != nil {
-		r.unlock()
+		r.unlockAndDeliver()
 		return false
 	}
 	r.complete(j, l, now)
@@ -266,7 +264,7 @@ func (r *Router[T]) completeNext(l *Lease[T], workerID string, next *Lease[T]) b
 		_, err := r.grant(workerID, now, next)
 		granted = err == nil
 	}
-	r.unlock()
+	r.unlockAndDeliver()
 	return granted
 }
 

@@ -50,7 +50,7 @@ func (r *Router[T]) Stats() Stats {
 	}
 	s := r.stats
 	c := r.counts
-	r.unlock()
+	r.unlockAndDeliver()
 	s.Pending, s.Scheduled, s.Leased = c[StatePending], c[StateScheduled], c[StateLeased]
 	s.Succeeded, s.Failed, s.Canceled = c[StateSucceeded], c[StateFailed], c[StateCanceled]
 	return s

@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -174,134 +176,6 @@ func TestRunHandlerContextRunCanceledUntouched(t *testing.T) {
 	})
 }
 
-// TestRunHeartbeatsExactlyOnTime: one heartbeat goroutine serves several
-// workers whose jobs start and end at different times. Every lease is
-// extended at exactly grant+k*interval while its handler runs and never
-// after, and a job shorter than the interval gets no heartbeat at all.
-func TestRunHeartbeatsExactlyOnTime(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		const interval = 3 * time.Second
-		rec := &recorder{}
-		r := setup(t, leaserouter.Options{LeaseDuration: ld, OnEvent: rec.record})
-		// Job "d<n>" runs n seconds; workers take them as they come. No n
-		// is a multiple of the interval, so that no heartbeat falls at the
-		// instant its handler returns (their order would be a coin toss).
-		lengths := []int{1, 7, 10, 2, 13, 4, 0, 8}
-		for _, n := range lengths {
-			require.NoError(t, r.Enqueue(fmt.Sprint("d", n), ""))
-		}
-		h := func(ctx context.Context, l *lease) error {
-			var n int
-			_, err := fmt.Sscanf(l.JobID, "d%d", &n)
-			require.NoError(t, err)
-			time.Sleep(time.Duration(n) * time.Second)
-			return nil
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := goRun(ctx, r, leaserouter.WorkerOptions{Workers: 3, HeartbeatInterval: interval}, h)
-		sleep(time.Minute) // long idle afterwards: the heartbeat goroutine must not beat anything
-		beats := 0
-		for _, n := range lengths {
-			id := fmt.Sprint("d", n)
-			require.Equal(t, leaserouter.StateSucceeded, get(t, r, id).State, id)
-			var granted, completed time.Time
-			var extended []time.Time
-			for _, e := range rec.of(id) {
-				switch e.Kind {
-				case leaserouter.EventLeaseAcquired:
-					granted = e.Time
-				case leaserouter.EventLeaseExtended:
-					extended = append(extended, e.Time)
-				case leaserouter.EventCompleted:
-					completed = e.Time
-				}
-			}
-			require.Equal(t, time.Duration(n)*time.Second, completed.Sub(granted), id)
-			var want []time.Time
-			for at := granted.Add(interval); at.Before(completed); at = at.Add(interval) {
-				want = append(want, at)
-			}
-			require.Len(t, extended, len(want), id)
-			for i := range want {
-				requireTime(t, want[i], extended[i], "heartbeat %d of %s", i, id)
-			}
-			beats += len(want)
-		}
-		require.Equal(t, uint64(beats), r.Stats().Heartbeats)
-		require.NotZero(t, beats)
-		require.Zero(t, r.Stats().Expirations)
-		cancel()
-		synctest.Wait()
-		require.NoError(t, receive(t, done))
-	})
-}
-
-// TestRunHeartbeatAfterIdle: the heartbeat goroutine sleeps without a
-// timer while no job runs, and a job started then is still extended on
-// time.
-func TestRunHeartbeatAfterIdle(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		rec := &recorder{}
-		r := setup(t, leaserouter.Options{LeaseDuration: ld, OnEvent: rec.record})
-		h := func(ctx context.Context, l *lease) error {
-			time.Sleep(ld + ld/2)
-			return nil
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := goRun(ctx, r, leaserouter.WorkerOptions{Workers: 2}, h)
-		sleep(time.Hour)
-		require.Zero(t, r.Stats().Heartbeats)
-		start := time.Now()
-		require.NoError(t, r.Enqueue("a", ""))
-		sleep(2 * ld)
-		ext := rec.ofKind(leaserouter.EventLeaseExtended)
-		require.Len(t, ext, 4, "at ld/3, 2ld/3, ld and 4ld/3")
-		for i, e := range ext {
-			requireTime(t, start.Add(time.Duration(i+1)*(ld/3)), e.Time, "heartbeat %d", i)
-		}
-		require.Equal(t, leaserouter.StateSucceeded, get(t, r, "a").State)
-		cancel()
-		synctest.Wait()
-		require.NoError(t, receive(t, done))
-	})
-}
-
-// TestRunHeartbeatsUntilHandlerReturns: after Run's ctx is done, a
-// handler still running keeps its lease by heartbeats until it returns;
-// then nil completes the job and an error releases it.
-func TestRunHeartbeatsUntilHandlerReturns(t *testing.T) {
-	for _, result := range []error{nil, errors.New("stopped")} {
-		t.Run(fmt.Sprint(result), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := setup(t, leaserouter.Options{LeaseDuration: ld})
-				require.NoError(t, r.Enqueue("a", ""))
-				h := func(ctx context.Context, l *lease) error {
-					time.Sleep(3 * ld) // winds down slowly, ignoring its context
-					return result
-				}
-				ctx, cancel := context.WithCancel(context.Background())
-				done := goRun(ctx, r, leaserouter.WorkerOptions{Workers: 1}, h)
-				sleep(ld / 2)
-				cancel()
-				sleep(3*ld - ld/2 - time.Nanosecond)
-				requireBlocked(t, done)
-				st := r.Stats()
-				require.Equal(t, uint64(9), st.Heartbeats, "every ld/3 (rounded down, so the 9th comes 3ns before 3ld), Run's ctx done or not")
-				sleep(time.Nanosecond)
-				require.NoError(t, receive(t, done))
-				j := get(t, r, "a")
-				want := leaserouter.StateSucceeded
-				if result != nil {
-					want = leaserouter.StatePending
-				}
-				require.Equal(t, want, j.State)
-				require.Equal(t, 1, j.Attempt)
-				require.Zero(t, r.Stats().Expirations)
-			})
-		})
-	}
-}
-
 // TestRunHandlerContextCauseOrder: the handler's context reports the
 // first of its two causes, whichever came first and whenever the handler
 // asks, as context.WithCancelCause(Run's ctx) canceled at the loss would.
@@ -417,29 +291,6 @@ func TestRunTokensExhausted(t *testing.T) {
 	})
 }
 
-// TestRunHeartbeatIntervalFloor: a HeartbeatInterval below
-// MinHeartbeatInterval is raised to it.
-func TestRunHeartbeatIntervalFloor(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		r := setup(t, leaserouter.Options{LeaseDuration: ld})
-		require.NoError(t, r.Enqueue("a", ""))
-		ctx, cancel := context.WithCancel(context.Background())
-		release := make(chan struct{})
-		done := goRun(ctx, r, leaserouter.WorkerOptions{Workers: 1, HeartbeatInterval: time.Nanosecond},
-			func(context.Context, *lease) error { <-release; return nil })
-		sleep(leaserouter.MinHeartbeatInterval - time.Nanosecond)
-		require.Zero(t, r.Stats().Heartbeats)
-		sleep(time.Nanosecond)
-		require.EqualValues(t, 1, r.Stats().Heartbeats)
-		sleep(9 * leaserouter.MinHeartbeatInterval)
-		require.EqualValues(t, 10, r.Stats().Heartbeats)
-		close(release)
-		cancel()
-		synctest.Wait()
-		require.NoError(t, receive(t, done))
-	})
-}
-
 // TestRunTokensExhaustedWakesIdleWorkers: workers blocked waiting for a
 // job learn that tokens ran out when one becomes ready, and Run returns.
 // (Before, the woken worker returned without passing the wake-up on, and
@@ -486,36 +337,252 @@ func TestRunRespectsEventBacklog(t *testing.T) {
 	})
 }
 
-// TestRunLeaseWatchedTwice: a Run lease also kept alive with KeepAlive is
-// watched twice; when it is lost both the handler's context and
-// KeepAlive's are canceled at once, with the same cause.
-func TestRunLeaseWatchedTwice(t *testing.T) {
+func TestRunProcessesJobs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := setup(t, leaserouter.Options{LeaseDuration: ld})
+		var mu sync.Mutex
+		workerOf := map[string]string{}
+		h := func(ctx context.Context, l *lease) error {
+			mu.Lock()
+			defer mu.Unlock()
+			workerOf[l.JobID] = l.WorkerID
+			return nil
+		}
+		for i := range 5 {
+			require.NoError(t, r.Enqueue(fmt.Sprint("job-", i), ""))
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := goRun(ctx, r, leaserouter.WorkerOptions{Workers: 2, WorkerID: "w"}, h)
+		synctest.Wait()
+		require.NoError(t, r.Enqueue("late", ""))
+		synctest.Wait()
+		requireBlocked(t, done)
+
+		mu.Lock()
+		require.Len(t, workerOf, 6)
+		workers := map[string]bool{}
+		for id, w := range workerOf {
+			require.Equal(t, leaserouter.StateSucceeded, get(t, r, id).State, id)
+			require.True(t, strings.HasPrefix(w, "w-"), "worker ID %q", w)
+			workers[w] = true
+		}
+		mu.Unlock()
+		require.LessOrEqual(t, len(workers), 2)
+		require.Equal(t, 6, r.Stats().Succeeded)
+
+		cancel()
+		synctest.Wait()
+		require.NoError(t, receive(t, done), "Run stopped by ctx returns nil")
+	})
+}
+
+func TestRunHandlerErrorFailsAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := setup(t, leaserouter.Options{LeaseDuration: ld, Backoff: hourBackoff})
+		require.NoError(t, r.Enqueue("retry", ""))
+		require.NoError(t, r.Enqueue("permanent", ""))
+		h := func(ctx context.Context, l *lease) error {
+			if l.JobID == "permanent" {
+				return leaserouter.Permanent(errors.New("bad input"))
+			}
+			return errors.New("boom")
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := goRun(ctx, r, leaserouter.WorkerOptions{Workers: 1}, h)
+		synctest.Wait()
+
+		j := get(t, r, "retry")
+		require.Equal(t, leaserouter.StateScheduled, j.State)
+		require.Equal(t, "boom", j.LastError)
+		require.Equal(t, 1, j.Attempt)
+		j = get(t, r, "permanent")
+		require.Equal(t, leaserouter.StateFailed, j.State)
+		require.Equal(t, "bad input", j.LastError)
+		cancel()
+		synctest.Wait()
+		require.NoError(t, receive(t, done))
+	})
+}
+
+func TestRunHandlerPanicFailsAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := setup(t, leaserouter.Options{LeaseDuration: ld, Backoff: hourBackoff})
+		require.NoError(t, r.Enqueue("a", ""))
+		h := func(ctx context.Context, l *lease) error {
+			if l.JobID == "a" {
+				panic("kaboom")
+			}
+			return nil
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := goRun(ctx, r, leaserouter.WorkerOptions{Workers: 1}, h)
+		synctest.Wait()
+
+		j := get(t, r, "a")
+		require.Equal(t, leaserouter.StateScheduled, j.State, "a panic is a failed attempt")
+		require.Contains(t, j.LastError, "panic")
+		require.Contains(t, j.LastError, "kaboom")
+		require.Contains(t, j.LastError, "run_test.go", "LastError holds the stack")
+
+		require.NoError(t, r.Enqueue("b", ""))
+		synctest.Wait()
+		require.Equal(t, leaserouter.StateSucceeded, get(t, r, "b").State, "the worker survives the panic")
+		cancel()
+		synctest.Wait()
+		require.NoError(t, receive(t, done))
+	})
+}
+
+func TestRunHandlerContextCanceledWhenJobCanceled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := setup(t, leaserouter.Options{LeaseDuration: ld})
 		require.NoError(t, r.Enqueue("a", ""))
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		causes := make(chan [2]error, 1)
-		kept := make(chan struct{})
-		done := goRun(ctx, r, leaserouter.WorkerOptions{Workers: 1}, func(hctx context.Context, l *lease) error {
-			kctx, stop := leaserouter.KeepAlive(context.Background(), l, time.Second)
-			defer stop()
-			close(kept)
-			<-hctx.Done()
-			<-kctx.Done() // its own watcher, not its parent, tells it
-			causes <- [2]error{context.Cause(hctx), context.Cause(kctx)}
-			return nil
-		})
-		synctest.Wait()
-		<-kept
-		require.NoError(t, r.Cancel("a"))
-		synctest.Wait()
-		got := receive(t, causes)
-		for _, c := range got {
-			var lle *leaserouter.LeaseLostError
-			require.ErrorAs(t, c, &lle)
-			require.Equal(t, leaserouter.LostCanceled, lle.Reason)
+		causes := make(chan error, 1)
+		h := func(ctx context.Context, l *lease) error {
+			<-ctx.Done()
+			causes <- context.Cause(ctx)
+			return ctx.Err()
 		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := goRun(ctx, r, leaserouter.WorkerOptions{Workers: 1}, h)
+		sleep(3 * ld) // background heartbeats keep it leased
+		require.Equal(t, leaserouter.StateLeased, get(t, r, "a").State)
+		requireBlocked(t, causes)
+
+		require.NoError(t, r.Cancel("a"))
+		synctest.Wait() // no time passes: canceled as soon as the lease is lost
+		cause := receive(t, causes)
+		require.ErrorIs(t, cause, leaserouter.ErrLeaseLost)
+		require.Equal(t, leaserouter.StateCanceled, get(t, r, "a").State, "the handler's error changes nothing")
+		cancel()
+		synctest.Wait()
+		require.NoError(t, receive(t, done))
+	})
+}
+
+func TestRunHandlerContextCanceledWhenLeaseRevoked(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		r := setup(t, leaserouter.Options{LeaseDuration: ld, OnEvent: rec.record})
+		require.NoError(t, r.Enqueue("a", ""))
+		causes := make(chan error, 1)
+		h := func(ctx context.Context, l *lease) error {
+			<-ctx.Done()
+			causes <- context.Cause(ctx)
+			return nil
+		}
+		runDone := goRun(context.Background(), r, leaserouter.WorkerOptions{Workers: 1}, h)
+		synctest.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*ld) // longer than a lease: heartbeats go on
+		defer cancel()
+		closed := goClose(ctx, r)
+
+		sleep(3*ld - time.Nanosecond)
+		requireBlocked(t, causes)
+		requireBlocked(t, closed)
+		require.Equal(t, leaserouter.StateLeased, get(t, r, "a").State)
+		sleep(time.Nanosecond)
+		require.ErrorIs(t, receive(t, causes), leaserouter.ErrLeaseLost)
+		require.ErrorIs(t, receive(t, closed), context.DeadlineExceeded)
+		require.NoError(t, receive(t, runDone), "Run stopped by Close returns nil")
+		j := get(t, r, "a")
+		require.Equal(t, leaserouter.StatePending, j.State, "revoked, not completed by the late nil")
+		require.Equal(t, uint64(0), r.Stats().Expirations)
+		require.NotContains(t, rec.kinds("a"), "completed")
+	})
+}
+
+func TestRunReturnsAfterEveryHandler(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := setup(t, leaserouter.Options{LeaseDuration: ld})
+		require.NoError(t, r.Enqueue("ok", ""))
+		require.NoError(t, r.Enqueue("bad", ""))
+		var returned atomic.Int32
+		h := func(ctx context.Context, l *lease) error {
+			<-ctx.Done()
+			time.Sleep(5 * time.Second) // winding down takes a while
+			returned.Add(1)
+			if l.JobID == "bad" {
+				return errors.New("stopped")
+			}
+			return nil
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := goRun(ctx, r, leaserouter.WorkerOptions{Workers: 2}, h)
+		synctest.Wait()
+		require.Equal(t, 2, r.Stats().Leased)
+
+		cancel()
+		sleep(5*time.Second - time.Nanosecond)
+		requireBlocked(t, done)
+		sleep(time.Nanosecond)
+		require.NoError(t, receive(t, done))
+		require.Equal(t, int32(2), returned.Load(), "Run returned only after every handler")
+
+		// Run's ctx canceled: nil completes, anything else releases.
+		require.Equal(t, leaserouter.StateSucceeded, get(t, r, "ok").State)
+		j := get(t, r, "bad")
+		require.Equal(t, leaserouter.StatePending, j.State)
+		require.Equal(t, 1, j.Attempt)
+		require.Equal(t, uint64(0), r.Stats().Retries)
+	})
+}
+
+func TestRunHandlerCheckpointReachesRetry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := setup(t, leaserouter.Options{LeaseDuration: ld, Backoff: noBackoff})
+		require.NoError(t, r.Enqueue("a", ""))
+		var mu sync.Mutex
+		var progress []string
+		h := func(ctx context.Context, l *lease) error {
+			mu.Lock()
+			progress = append(progress, string(l.Progress))
+			mu.Unlock()
+			if l.Attempt == 1 {
+				if err := l.Heartbeat([]byte("half")); err != nil {
+					return leaserouter.Permanent(err)
+				}
+				return errors.New("crash")
+			}
+			return nil
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := goRun(ctx, r, leaserouter.WorkerOptions{Workers: 1}, h)
+		synctest.Wait()
+		cancel()
+		synctest.Wait()
+		require.NoError(t, receive(t, done))
+		mu.Lock()
+		defer mu.Unlock()
+		require.Equal(t, []string{"", "half"}, progress)
+		require.Equal(t, leaserouter.StateSucceeded, get(t, r, "a").State)
+	})
+}
+
+func TestRunDefaultWorkerOptions(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := setup(t, leaserouter.Options{LeaseDuration: ld})
+		var mu sync.Mutex
+		var workers []string
+		h := func(ctx context.Context, l *lease) error {
+			mu.Lock()
+			defer mu.Unlock()
+			workers = append(workers, l.WorkerID)
+			return nil
+		}
+		for i := range 3 {
+			require.NoError(t, r.Enqueue(fmt.Sprint(i), ""))
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := goRun(ctx, r, leaserouter.WorkerOptions{}, h)
+		synctest.Wait()
+		require.Equal(t, 3, r.Stats().Succeeded)
+		mu.Lock()
+		require.Len(t, workers, 3)
+		for _, w := range workers {
+			require.NotEmpty(t, w, "a default worker ID")
+		}
+		mu.Unlock()
 		cancel()
 		synctest.Wait()
 		require.NoError(t, receive(t, done))

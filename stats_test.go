@@ -2,6 +2,7 @@ package leaserouter_test
 
 import (
 	"testing"
+	"testing/synctest"
 
 	"github.com/stretchr/testify/require"
 
@@ -27,4 +28,21 @@ func TestStatsByState(t *testing.T) {
 		break
 	}
 	require.Equal(t, 1, seen)
+}
+
+func TestStatsHeartbeatsRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := setup(t, leaserouter.Options{LeaseDuration: ld})
+		require.NoError(t, r.Enqueue("a", ""))
+		l := acquire(t, r, "w")
+		require.NoError(t, l.Heartbeat(nil))
+		require.NoError(t, l.Heartbeat(nil))
+		sleep(ld)
+		require.ErrorIs(t, l.Heartbeat(nil), leaserouter.ErrLeaseLost)
+		require.ErrorIs(t, l.Complete(), leaserouter.ErrLeaseLost)
+		st := r.Stats()
+		require.Equal(t, uint64(2), st.Heartbeats)
+		require.Equal(t, uint64(1), st.HeartbeatsRefused)
+		require.Equal(t, uint64(2), st.StaleRejections, "a refused heartbeat is a stale rejection too")
+	})
 }

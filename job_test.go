@@ -1,0 +1,159 @@
+package leaserouter_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/leaserouter/leaserouter"
+	"github.com/stretchr/testify/require"
+)
+
+func TestStateStringAndTerminal(t *testing.T) {
+	tests := []struct {
+		s        leaserouter.State
+		name     string
+		terminal bool
+	}{
+		{leaserouter.StatePending, "pending", false},
+		{leaserouter.StateScheduled, "scheduled", false},
+		{leaserouter.StateLeased, "leased", false},
+		{leaserouter.StateSucceeded, "succeeded", true},
+		{leaserouter.StateFailed, "failed", true},
+		{leaserouter.StateCanceled, "canceled", true},
+	}
+	for _, tt := range tests {
+		require.Equal(t, tt.name, tt.s.String())
+		require.Equal(t, tt.terminal, tt.s.Terminal(), tt.name)
+	}
+	require.Equal(t, leaserouter.State(0), leaserouter.StatePending, "zero State is pending")
+}
+
+func TestOrderPriorityThenEnqueueOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := setup(t, leaserouter.Options{})
+		// Same instant (the bubble's clock stands still): ties go to enqueue order.
+		require.NoError(t, r.Enqueue("low-1", ""))
+		require.NoError(t, r.Enqueue("high", "", leaserouter.WithPriority(5)))
+		require.NoError(t, r.Enqueue("neg", "", leaserouter.WithPriority(-1)))
+		require.NoError(t, r.Enqueue("low-2", ""))
+		require.NoError(t, r.Enqueue("mid", "", leaserouter.WithPriority(1)))
+		require.NoError(t, r.Enqueue("low-3", ""))
+		var got []string
+		for range 6 {
+			got = append(got, acquire(t, r, "w").JobID)
+		}
+		require.Equal(t, []string{"high", "mid", "low-1", "low-2", "low-3", "neg"}, got)
+		requireNoJob(t, r)
+	})
+}
+
+func TestOrderByReadyTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := setup(t, leaserouter.Options{LeaseDuration: ld,
+			Backoff: func(int) time.Duration { return 3 * time.Second }})
+		// Enqueue order X, F, S, Z, Y, P; ready order Z, X, S, F, Y (P by priority).
+		require.NoError(t, r.Enqueue("X", ""))
+		lx := acquire(t, r, "w") // expires at t0+10s: X is ready at that instant
+		require.Equal(t, "X", lx.JobID)
+		require.NoError(t, r.Enqueue("F", ""))
+		lf := acquire(t, r, "w")
+		require.Equal(t, "F", lf.JobID)
+		require.NoError(t, r.Enqueue("S", "", leaserouter.WithDelay(11*time.Second))) // ready t0+11s
+		sleep(8 * time.Second)
+		require.NoError(t, r.Enqueue("Z", "")) // ready t0+8s
+		sleep(time.Second)
+		require.NoError(t, lf.Fail(errors.New("retry"))) // ready t0+12s
+		sleep(4 * time.Second)
+		require.NoError(t, r.Enqueue("Y", "")) // ready t0+13s
+		sleep(time.Second)
+		require.NoError(t, r.Enqueue("P", "", leaserouter.WithPriority(1))) // t0+14s, higher priority
+		sleep(time.Second)
+
+		var got []string
+		for range 6 {
+			l := acquire(t, r, "w")
+			got = append(got, l.JobID)
+			require.NoError(t, l.Complete())
+		}
+		require.Equal(t, []string{"P", "Z", "X", "S", "F", "Y"}, got)
+	})
+}
+
+func TestOrderReleasedJobReadyAtTheCall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := setup(t, leaserouter.Options{LeaseDuration: ld})
+		require.NoError(t, r.Enqueue("a", ""))
+		la := acquire(t, r, "w")
+		sleep(time.Second)
+		require.NoError(t, r.Enqueue("b", ""))
+		sleep(time.Second)
+		require.NoError(t, la.Release()) // a is ready at t0+2s, after b (t0+1s)
+		require.Equal(t, "b", acquire(t, r, "w").JobID)
+		l := acquire(t, r, "w")
+		require.Equal(t, "a", l.JobID)
+		require.Equal(t, 2, l.Attempt)
+	})
+}
+
+func TestEnqueueDelayAndRunAtLastWins(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := setup(t, leaserouter.Options{})
+		t0 := time.Now()
+		require.NoError(t, r.Enqueue("delay-last", "",
+			leaserouter.WithRunAt(t0.Add(time.Hour)), leaserouter.WithDelay(10*time.Second)))
+		require.NoError(t, r.Enqueue("runat-last", "",
+			leaserouter.WithDelay(10*time.Second), leaserouter.WithRunAt(t0.Add(time.Hour))))
+		require.NoError(t, r.Enqueue("zero-runat-last", "",
+			leaserouter.WithDelay(10*time.Second), leaserouter.WithRunAt(time.Time{})))
+		require.NoError(t, r.Enqueue("zero-delay-last", "",
+			leaserouter.WithRunAt(t0.Add(time.Hour)), leaserouter.WithDelay(0)))
+
+		j := get(t, r, "delay-last")
+		require.Equal(t, leaserouter.StateScheduled, j.State)
+		requireTime(t, t0.Add(10*time.Second), j.RunAt, "")
+		j = get(t, r, "runat-last")
+		require.Equal(t, leaserouter.StateScheduled, j.State)
+		requireTime(t, t0.Add(time.Hour), j.RunAt, "")
+		require.Equal(t, leaserouter.StatePending, get(t, r, "zero-runat-last").State)
+		require.Equal(t, leaserouter.StatePending, get(t, r, "zero-delay-last").State)
+		require.Equal(t, 2, r.Stats().Scheduled)
+		require.Equal(t, 2, r.Stats().Pending)
+	})
+}
+
+func TestEnqueueRunAtInThePastReadyAtEnqueueTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := setup(t, leaserouter.Options{})
+		t0 := time.Now()
+		require.NoError(t, r.Enqueue("first", ""))
+		sleep(5 * time.Second)
+		require.NoError(t, r.Enqueue("past", "", leaserouter.WithRunAt(t0.Add(-time.Hour))))
+		require.Equal(t, leaserouter.StatePending, get(t, r, "past").State)
+		// Its ready time is its enqueue time (t0+5s), not its run-at.
+		require.Equal(t, "first", acquire(t, r, "w").JobID)
+		require.Equal(t, "past", acquire(t, r, "w").JobID)
+	})
+}
+
+func TestPayloadOfReferenceTypeIsShared(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r, err := leaserouter.New[*[]int](leaserouter.Options{})
+		require.NoError(t, err)
+		defer func() {
+			require.NoError(t, r.Close(context.Background()))
+			require.NoError(t, r.Audit())
+		}()
+		p := &[]int{1}
+		require.NoError(t, r.Enqueue("a", p))
+		j, ok := r.Get("a")
+		require.True(t, ok)
+		require.Same(t, p, j.Payload)
+		l, err := r.TryAcquire("w")
+		require.NoError(t, err)
+		require.Same(t, p, l.Payload)
+		require.NoError(t, l.Complete())
+	})
+}

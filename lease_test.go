@@ -1,0 +1,391 @@
+package leaserouter_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/leaserouter/leaserouter"
+	"github.com/stretchr/testify/require"
+)
+
+func TestHeartbeat(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		r := setup(t, leaserouter.Options{LeaseDuration: ld, OnEvent: rec.record})
+		require.NoError(t, r.Enqueue("a", ""))
+		t0 := time.Now()
+		l := acquire(t, r, "w1")
+		tok := l.Token
+		require.Nil(t, l.Progress, "no checkpoint on a first lease")
+
+		sleep(4 * time.Second)
+		p := []byte("step-1")
+		require.NoError(t, l.Heartbeat(p))
+		p[0] = 'X' // the router stored a copy
+		require.Equal(t, tok, l.Token, "Heartbeat never changes the token")
+		requireTime(t, t0.Add(4*time.Second+ld), l.Expiry(), "extended to now+LeaseDuration")
+		j := get(t, r, "a")
+		require.Equal(t, tok, j.Token)
+		requireTime(t, t0.Add(4*time.Second+ld), j.LeaseExpiry, "")
+		require.Equal(t, "step-1", string(j.Progress))
+		require.Equal(t, "w1", j.Owner)
+		require.Equal(t, uint64(1), r.Stats().Heartbeats)
+
+		sleep(time.Second)
+		require.NoError(t, l.Heartbeat(nil))
+		require.Equal(t, "step-1", string(get(t, r, "a").Progress), "nil progress keeps the last")
+		requireTime(t, t0.Add(5*time.Second+ld), l.Expiry(), "")
+		require.Equal(t, uint64(2), r.Stats().Heartbeats)
+
+		sleep(ld - time.Nanosecond)
+		require.Equal(t, leaserouter.StateLeased, get(t, r, "a").State)
+		sleep(time.Nanosecond)
+		requireLost(t, l.Heartbeat([]byte("too late")), tok, tok)
+		j = get(t, r, "a")
+		require.Equal(t, leaserouter.StatePending, j.State, "a refused heartbeat does not revive the lease")
+		require.Equal(t, "step-1", string(j.Progress), "a refused heartbeat stores nothing")
+		st := r.Stats()
+		require.Equal(t, uint64(2), st.Heartbeats, "refused heartbeats are not counted as heartbeats")
+		require.Equal(t, uint64(1), st.StaleRejections)
+
+		l2 := acquire(t, r, "w2")
+		require.Equal(t, "step-1", string(l2.Progress), "the next lease carries the checkpoint")
+		require.Equal(t, 2, l2.Attempt)
+		require.Greater(t, l2.Token, tok)
+
+		ext := rec.ofKind(leaserouter.EventLeaseExtended)
+		require.Len(t, ext, 2)
+		for _, e := range ext {
+			require.Equal(t, tok, e.Token)
+			require.Equal(t, "w1", e.WorkerID)
+			require.Equal(t, 1, e.Attempt)
+		}
+	})
+}
+
+func TestComplete(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		r := setup(t, leaserouter.Options{LeaseDuration: ld, OnEvent: rec.record})
+		require.NoError(t, r.Enqueue("a", ""))
+		l := acquire(t, r, "w")
+		sleep(time.Second)
+		require.NoError(t, l.Complete())
+
+		j := get(t, r, "a")
+		require.Equal(t, leaserouter.StateSucceeded, j.State)
+		require.Empty(t, j.Owner)
+		require.True(t, j.LeaseExpiry.IsZero())
+		require.Equal(t, l.Token, j.Token)
+		require.Equal(t, 1, j.Attempt)
+		st := r.Stats()
+		require.Equal(t, 1, st.Succeeded)
+		require.Equal(t, 0, st.Leased)
+
+		// Every operation on the ended lease is refused and changes nothing else.
+		ops := []func() error{
+			l.Complete,
+			func() error { return l.Heartbeat([]byte("x")) },
+			func() error { return l.Fail(errors.New("x")) },
+			l.Release,
+		}
+		for i, op := range ops {
+			lle := requireLost(t, op(), l.Token, l.Token)
+			require.Equal(t, leaserouter.LostCompleted, lle.Reason)
+			require.Equal(t, j, get(t, r, "a"))
+			st.StaleRejections++
+			if i == 1 { // the heartbeat
+				st.HeartbeatsRefused++
+			}
+			require.Equal(t, st, r.Stats(), "op %d", i)
+		}
+		requireNoJob(t, r)
+		synctest.Wait()
+		require.Equal(t, []string{"enqueued", "lease_acquired", "completed",
+			"stale_rejected", "stale_rejected", "stale_rejected", "stale_rejected"}, rec.kinds("a"))
+	})
+}
+
+func TestStaleOperationsRefused(t *testing.T) {
+	ops := []struct {
+		name string
+		op   func(*lease) error
+	}{
+		{"Heartbeat", func(l *lease) error { return l.Heartbeat([]byte("stale")) }},
+		{"HeartbeatNil", func(l *lease) error { return l.Heartbeat(nil) }},
+		{"Complete", (*lease).Complete},
+		{"Fail", func(l *lease) error { return l.Fail(errors.New("stale")) }},
+		{"FailPermanent", func(l *lease) error { return l.Fail(leaserouter.Permanent(errors.New("stale"))) }},
+		{"Release", (*lease).Release},
+	}
+	for _, tt := range ops {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rec := &recorder{}
+				r := setup(t, leaserouter.Options{LeaseDuration: ld, Backoff: noBackoff, OnEvent: rec.record})
+				require.NoError(t, r.Enqueue("a", ""))
+				old := acquire(t, r, "w1")
+				require.NoError(t, old.Heartbeat([]byte("old")))
+				sleep(ld)
+				cur := acquire(t, r, "w2")
+				require.NoError(t, cur.Heartbeat([]byte("cur")))
+				require.Greater(t, cur.Token, old.Token)
+				before, stats := get(t, r, "a"), r.Stats()
+
+				err := tt.op(old)
+				lle := requireLost(t, err, old.Token, cur.Token)
+				require.Equal(t, "a", lle.JobID)
+				// The job has a newer lease: whatever ended this one, it is
+				// superseded.
+				require.Equal(t, leaserouter.LostSuperseded, lle.Reason)
+				require.Equal(t, before, get(t, r, "a"), "a refused operation changes nothing")
+				stats.StaleRejections++
+				if strings.HasPrefix(tt.name, "Heartbeat") {
+					stats.HeartbeatsRefused++
+				}
+				require.Equal(t, stats, r.Stats())
+
+				synctest.Wait()
+				e := rec.last(t, "a")
+				require.Equal(t, leaserouter.EventStaleRejected, e.Kind)
+				require.Equal(t, old.Token, e.Token, "stale_rejected carries the refused token")
+				require.ErrorIs(t, e.Err, leaserouter.ErrLeaseLost)
+				var eLLE *leaserouter.LeaseLostError
+				require.ErrorAs(t, e.Err, &eLLE)
+				require.Equal(t, old.Token, eLLE.Token)
+
+				require.NoError(t, cur.Complete(), "the current lease is undisturbed")
+			})
+		})
+	}
+}
+
+// asLeaseLostValue calls errors.As with a LeaseLostError value target,
+// reporting a panic instead of crashing the test binary. The target goes
+// through an any so that vet's errorsas check does not reject the call.
+func asLeaseLostValue(err error) (v leaserouter.LeaseLostError, ok bool, panicked any) {
+	defer func() { panicked = recover() }()
+	var target any = &v
+	ok = errors.As(err, target)
+	return v, ok, nil
+}
+
+// The brief: errors.As works with a *LeaseLostError target and also with a
+// LeaseLostError value target.
+func TestLeaseLostErrorAsValueTarget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := setup(t, leaserouter.Options{})
+		require.NoError(t, r.Enqueue("a", ""))
+		l := acquire(t, r, "w")
+		require.NoError(t, l.Release())
+		err := l.Complete()
+		lle := requireLost(t, err, l.Token, l.Token)
+		require.Equal(t, leaserouter.LostReleased, lle.Reason)
+
+		v, ok, panicked := asLeaseLostValue(err)
+		require.Nil(t, panicked, "errors.As with a LeaseLostError value target panicked")
+		require.True(t, ok)
+		require.Equal(t, *lle, v)
+	})
+}
+
+func TestNilLease(t *testing.T) {
+	var l *lease
+	// Each refusal is a value of its own: editing one changes no other.
+	var first *leaserouter.LeaseLostError
+	require.ErrorAs(t, l.Complete(), &first)
+	first.Reason, first.JobID = "edited", "edited"
+	var second *leaserouter.LeaseLostError
+	require.ErrorAs(t, l.Complete(), &second)
+	require.Equal(t, leaserouter.LostNilLease, second.Reason)
+	require.Empty(t, second.JobID)
+
+	require.ErrorIs(t, l.Heartbeat(nil), leaserouter.ErrLeaseLost)
+	require.ErrorIs(t, l.Complete(), leaserouter.ErrLeaseLost)
+	require.ErrorIs(t, l.Fail(nil), leaserouter.ErrLeaseLost)
+	require.ErrorIs(t, l.Release(), leaserouter.ErrLeaseLost)
+	require.True(t, l.Expiry().IsZero())
+}
+
+func TestFailSchedulesAfterBackoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var calls []int
+		backoff := func(attempt int) time.Duration {
+			mu.Lock()
+			defer mu.Unlock()
+			calls = append(calls, attempt)
+			return time.Duration(attempt) * 10 * time.Second
+		}
+		rec := &recorder{}
+		r := setup(t, leaserouter.Options{LeaseDuration: time.Minute, MaxAttempts: 3, Backoff: backoff,
+			Retention: 2 * time.Hour, OnEvent: rec.record})
+		require.NoError(t, r.Enqueue("a", ""))
+
+		l1 := acquire(t, r, "w")
+		t1 := time.Now()
+		require.NoError(t, l1.Fail(errors.New("boom 1")))
+		j := get(t, r, "a")
+		require.Equal(t, leaserouter.StateScheduled, j.State)
+		requireTime(t, t1.Add(10*time.Second), j.RunAt, "Backoff(1)")
+		require.Equal(t, "boom 1", j.LastError)
+		require.Equal(t, 1, j.Attempt)
+		require.Empty(t, j.Owner)
+		st := r.Stats()
+		require.Equal(t, uint64(1), st.Retries)
+		require.Equal(t, 1, st.Scheduled)
+
+		sleep(10*time.Second - time.Nanosecond)
+		requireNoJob(t, r)
+		sleep(time.Nanosecond)
+		l2 := acquire(t, r, "w")
+		require.Equal(t, 2, l2.Attempt)
+		t2 := time.Now()
+		require.NoError(t, l2.Fail(errors.New("boom 2")))
+		requireTime(t, t2.Add(20*time.Second), get(t, r, "a").RunAt, "Backoff(2)")
+
+		sleep(20 * time.Second)
+		l3 := acquire(t, r, "w")
+		require.Equal(t, 3, l3.Attempt)
+		require.NoError(t, l3.Fail(errors.New("boom 3")))
+		j = get(t, r, "a")
+		require.Equal(t, leaserouter.StateFailed, j.State, "dead after MaxAttempts")
+		require.Equal(t, "boom 3", j.LastError)
+		st = r.Stats()
+		require.Equal(t, uint64(1), st.Dead)
+		require.Equal(t, 1, st.Failed)
+		require.Equal(t, uint64(2), st.Retries)
+		mu.Lock()
+		require.GreaterOrEqual(t, len(calls), 2)
+		require.Equal(t, []int{1, 2}, calls[:2])
+		mu.Unlock()
+
+		sleep(time.Hour)
+		requireNoJob(t, r)
+		require.Equal(t, leaserouter.StateFailed, get(t, r, "a").State)
+
+		require.Equal(t, []string{"enqueued",
+			"lease_acquired", "failed", "retry_scheduled",
+			"lease_acquired", "failed", "retry_scheduled",
+			"lease_acquired", "failed", "dead"}, rec.kinds("a"))
+		evs := rec.of("a")
+		require.EqualError(t, evs[2].Err, "boom 1")
+		require.EqualError(t, evs[8].Err, "boom 3")
+		require.ErrorContains(t, evs[9].Err, "boom 3", "dead carries the last error")
+	})
+}
+
+func TestFailWithNonPositiveBackoffRetriesAtOnce(t *testing.T) {
+	for _, d := range []time.Duration{0, -time.Second} {
+		t.Run(d.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rec := &recorder{}
+				r := setup(t, leaserouter.Options{Backoff: func(int) time.Duration { return d }, OnEvent: rec.record})
+				require.NoError(t, r.Enqueue("a", ""))
+				l := acquire(t, r, "w")
+				require.NoError(t, l.Fail(errors.New("boom")))
+				require.Equal(t, leaserouter.StatePending, get(t, r, "a").State)
+				l2 := acquire(t, r, "w")
+				require.Equal(t, 2, l2.Attempt)
+				synctest.Wait()
+				require.Equal(t, []string{"enqueued", "lease_acquired", "failed", "retry_scheduled", "lease_acquired"},
+					rec.kinds("a"))
+			})
+		})
+	}
+}
+
+func TestRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		r := setup(t, leaserouter.Options{LeaseDuration: ld, OnEvent: rec.record})
+		require.NoError(t, r.Enqueue("a", ""))
+		l := acquire(t, r, "w1")
+		require.NoError(t, l.Release())
+		j := get(t, r, "a")
+		require.Equal(t, leaserouter.StatePending, j.State, "pending at once")
+		require.Equal(t, 1, j.Attempt, "the attempt counts")
+		require.Empty(t, j.Owner)
+		require.True(t, j.LeaseExpiry.IsZero())
+		lle := requireLost(t, l.Release(), l.Token, l.Token)
+		require.Equal(t, leaserouter.LostReleased, lle.Reason)
+
+		l2 := acquire(t, r, "w2")
+		require.Equal(t, 2, l2.Attempt)
+		synctest.Wait()
+		rel := rec.ofKind(leaserouter.EventReleased)
+		require.Len(t, rel, 1)
+		require.Equal(t, l.Token, rel[0].Token)
+		require.Equal(t, "w1", rel[0].WorkerID)
+		require.Equal(t, 1, rel[0].Attempt)
+	})
+}
+
+func TestPermanent(t *testing.T) {
+	require.NoError(t, leaserouter.Permanent(nil))
+	base := errors.New("bad input")
+	perm := leaserouter.Permanent(base)
+	require.ErrorIs(t, perm, base)
+	require.Equal(t, base.Error(), perm.Error())
+
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		r := setup(t, leaserouter.Options{MaxAttempts: 5, Backoff: noBackoff, OnEvent: rec.record})
+		require.NoError(t, r.Enqueue("a", ""))
+		require.NoError(t, r.Enqueue("wrapped", ""))
+
+		require.NoError(t, acquire(t, r, "w").Fail(perm))
+		j := get(t, r, "a")
+		require.Equal(t, leaserouter.StateFailed, j.State, "no retry for a permanent error")
+		require.Equal(t, 1, j.Attempt)
+		require.Equal(t, "bad input", j.LastError)
+
+		require.NoError(t, acquire(t, r, "w").Fail(fmt.Errorf("parse: %w", perm)))
+		j = get(t, r, "wrapped")
+		require.Equal(t, leaserouter.StateFailed, j.State, "a wrapped permanent error fails at once too")
+		require.Equal(t, "parse: bad input", j.LastError)
+
+		st := r.Stats()
+		require.Equal(t, uint64(2), st.Dead)
+		require.Equal(t, uint64(0), st.Retries)
+		synctest.Wait()
+		require.Equal(t, []string{"enqueued", "lease_acquired", "failed", "dead"}, rec.kinds("a"))
+	})
+}
+
+func TestFailNilAndLastErrorKept(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := setup(t, leaserouter.Options{Backoff: noBackoff})
+		require.NoError(t, r.Enqueue("a", ""))
+		require.NoError(t, acquire(t, r, "w").Fail(nil))
+		j := get(t, r, "a")
+		require.Equal(t, "unknown error", j.LastError)
+		require.Equal(t, leaserouter.StatePending, j.State, "Fail(nil) is a failure with a retry")
+
+		l := acquire(t, r, "w")
+		require.NoError(t, l.Fail(errors.New("boom")))
+		require.NoError(t, acquire(t, r, "w").Complete())
+		j = get(t, r, "a")
+		require.Equal(t, leaserouter.StateSucceeded, j.State)
+		require.Equal(t, "boom", j.LastError, "kept after a later success")
+		require.Equal(t, 3, j.Attempt)
+	})
+}
+
+func TestEmptyWorkerID(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := setup(t, leaserouter.Options{})
+		require.NoError(t, r.Enqueue("a", ""))
+		l := acquire(t, r, "")
+		require.Empty(t, l.WorkerID)
+		j := get(t, r, "a")
+		require.Equal(t, leaserouter.StateLeased, j.State)
+		require.Empty(t, j.Owner)
+		require.NoError(t, l.Complete())
+	})
+}

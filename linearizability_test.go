@@ -29,7 +29,7 @@ package leaserouter_test
 //   - TryAcquire returning ErrNoJob is left out of the history: "no job was
 //     ready" is a statement about every partition at one instant, which a
 //     per-job model cannot judge. Such calls are only counted. Acquire order
-//     (priority, ready time) is not checked here either; router_test.go
+//     (priority, ready time) is not checked here either; job_test.go
 //     checks it rule by rule.
 //   - A refused lease operation must carry a *LeaseLostError whose Token is
 //     the refused lease's, whose Current is the job's latest token at the

@@ -904,3 +904,19 @@ func TestEventDurations(t *testing.T) {
 		require.Equal(t, 9*time.Second, last.Held)
 	})
 }
+
+// TestBackoffPanicReportedBeforeRefusal: the report of a Backoff panic is
+// logged before what the refused Fail emits, in the order of the calls.
+func TestBackoffPanicReportedBeforeRefusal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := &logRecorder{}
+		r := setup(t, leaserouter.Options{Logger: slog.New(h), Backoff: func(int) time.Duration { panic("bad backoff") }})
+		require.NoError(t, r.Enqueue("a", ""))
+		l := acquire(t, r, "w")
+		require.NoError(t, r.Cancel("a"))
+		require.ErrorIs(t, l.Fail(errors.New("late")), leaserouter.ErrLeaseLost)
+		require.NoError(t, r.Close(context.Background()))
+		require.Equal(t, []string{"enqueued", "lease_acquired", "canceled",
+			"leaserouter: Backoff(1) panicked: bad backoff; used DefaultBackoff", "stale_rejected"}, h.messages())
+	})
+}

@@ -363,7 +363,8 @@ func TestRunLeaseWatchedTwice(t *testing.T) {
 			defer stop()
 			close(kept)
 			<-hctx.Done()
-			<-kctx.Done() // its own watcher, not its parent, tells it
+			// KeepAlive's context, not derived from the handler's, was
+			// told first: it is canceled already.
 			causes <- [2]error{context.Cause(hctx), context.Cause(kctx)}
 			return nil
 		})

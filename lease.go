@@ -141,12 +141,15 @@ func (l *Lease[T]) Fail(cause error) error {
 	if !permanent {
 		delay, panicked = r.backoff(l.Attempt)
 	}
-	j, now, err := l.lock()
+	r.mu.Lock()
+	// Reported before the check, so the report comes before anything the
+	// check emits (settled expiries, stale_rejected).
 	if panicked != nil && (r.phase == phaseClosed || !r.reportPanic(panicked, l.JobID)) {
 		// No delivery goroutine (none configured, or ended by Close, after
 		// which no count changes): report it after the unlock below.
 		defer reportTo(slog.Default(), panicked.Error(), l.JobID)
 	}
+	j, now, err := l.check()
 	if err != nil {
 		r.unlockRefused()
 		return err
@@ -202,10 +205,14 @@ func (l *Lease[T]) Release() error {
 // l's job and the instant with r.mu held; on a refusal, with r.mu still
 // held, the *LeaseLostError (counted and reported as holding does).
 func (l *Lease[T]) lock() (j *job[T], now int64, err error) {
-	r := l.r
-	r.mu.Lock()
-	now = r.now()
-	j, err = r.holding(l, now)
+	l.r.mu.Lock()
+	return l.check()
+}
+
+// check is lock's second half, for a caller that already holds r.mu.
+func (l *Lease[T]) check() (j *job[T], now int64, err error) {
+	now = l.r.now()
+	j, err = l.r.holding(l, now)
 	return j, now, err
 }
 
@@ -304,11 +311,19 @@ func (l *Lease[T]) watch(w lostWatcher) bool {
 	}
 	ok := l.j.state == StateLeased && l.j.lease == l
 	if ok {
+		// Run's handler context is told last, so a handler woken by the
+		// loss finds every other watcher's context canceled already.
 		switch cur := l.lost.(type) {
 		case nil:
 			l.lost = w
+		case *leaseCtx:
+			l.lost = lostWatchers{w, cur}
 		case lostWatchers:
-			l.lost = append(cur, w)
+			if _, run := cur[len(cur)-1].(*leaseCtx); run {
+				l.lost = slices.Insert(cur, len(cur)-1, w)
+			} else {
+				l.lost = append(cur, w)
+			}
 		default:
 			l.lost = lostWatchers{cur, w}
 		}

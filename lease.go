@@ -101,6 +101,12 @@ func (l *Lease[T]) heartbeat(progress []byte, waitIfRefused bool) error {
 // Heartbeat, it blocks only on the router's lock, and a refused call waits
 // while the event backlog is full.
 func (l *Lease[T]) Complete() error {
+	return l.end(func(r *Router[T], j *job[T], now int64) { r.complete(j, l, now) })
+}
+
+// end runs op, which ends l, as one critical section after l.lock, or
+// refuses it as every lease operation is refused.
+func (l *Lease[T]) end(op func(r *Router[T], j *job[T], now int64)) error {
 	if l == nil || l.r == nil {
 		return errNilLease()
 	}
@@ -110,7 +116,7 @@ func (l *Lease[T]) Complete() error {
 		r.unlockRefused()
 		return err
 	}
-	r.complete(j, l, now)
+	op(r, j, now)
 	r.unlockAndDeliver()
 	return nil
 }
@@ -183,20 +189,11 @@ func (r *Router[T]) backoff(attempt int) (d time.Duration, panicked error) {
 // the lease is no longer valid, changing nothing; a refused call waits, as
 // Heartbeat's does, while the event backlog is full.
 func (l *Lease[T]) Release() error {
-	if l == nil || l.r == nil {
-		return errNilLease()
-	}
-	r := l.r
-	j, now, err := l.lock()
-	if err != nil {
-		r.unlockRefused()
-		return err
-	}
-	r.endLease(j, endReleased, false)
-	setHeld(r.emit(EventReleased, now, j, l, l.Token, nil), l.granted, now)
-	r.requeue(j, now, now)
-	r.unlockAndDeliver()
-	return nil
+	return l.end(func(r *Router[T], j *job[T], now int64) {
+		r.endLease(j, endReleased, false)
+		setHeld(r.emit(EventReleased, now, j, l, l.Token, nil), l.granted, now)
+		r.requeue(j, now, now)
+	})
 }
 
 // lock begins an operation on l: it takes r.mu, settles what is due at

@@ -54,7 +54,7 @@ func (r *Router[T]) Audit() error {
 		case StateScheduled:
 			at = i >= 0 && i < r.sched.Len() && r.sched.At(i) == j
 		case StateLeased:
-			at = i >= 0 && i < r.leases.Len() && r.leases.At(i) == j
+			at = r.leases.Contains(i) && r.leases.At(i) == j
 		}
 		if !j.state.Terminal() {
 			if !at {

@@ -124,6 +124,37 @@ func BenchmarkLifecycleHooked(b *testing.B) {
 	}
 }
 
+// BenchmarkLifecycleMany: EnqueueMany of 64 jobs, TryAcquireMany(64) and
+// Complete of each, Retention -1; ns/op is per job, to compare with
+// BenchmarkLifecycle (target: <= 0.65 of it).
+func BenchmarkLifecycleMany(b *testing.B) {
+	const batch = 64
+	r := benchRouter(b, Options{Retention: -1})
+	id := ids("j", 1<<10)
+	specs := make([]JobSpec[int], batch)
+	jobs := 0
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		for k := range specs {
+			specs[k] = JobSpec[int]{ID: id[(i*batch+k)&(len(id)-1)], Payload: 1}
+		}
+		if _, err := r.EnqueueMany(specs); err != nil {
+			b.Fatal(err)
+		}
+		ls, err := r.TryAcquireMany("w", batch)
+		if err != nil || len(ls) != batch {
+			b.Fatal(len(ls), err)
+		}
+		for _, l := range ls {
+			if err := l.Complete(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		jobs += batch
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(jobs), "ns/op")
+}
+
 // BenchmarkLifecycleParallel: the same from b.RunParallel.
 func BenchmarkLifecycleParallel(b *testing.B) {
 	r := benchRouter(b, Options{Retention: -1})

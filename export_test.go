@@ -18,8 +18,9 @@ func ExpireNow[T any](r *Router[T], id string) bool {
 	ok := j != nil && j.state == StateLeased && r.phase != phaseClosed
 	if ok {
 		now := r.now()
+		r.leases.Remove(int(j.hidx))
 		j.at = now
-		r.leases.Fix(int(j.hidx))
+		r.leases.Push(j)
 		r.settle(now, -1)
 	}
 	r.unlockAndDeliver()

@@ -200,3 +200,50 @@ func addSat(t int64, d time.Duration) int64 {
 	}
 	return t + int64(d)
 }
+
+// enqueueSpec is one job's Enqueue options, checked, and its ID's hash:
+// what Enqueue and EnqueueMany work out before taking the lock.
+type enqueueSpec struct {
+	prio   int
+	maxAtt int
+	timing optKind
+	delay  time.Duration
+	runAt  time.Time
+	hash   uint64
+}
+
+// parseJob checks id and opts and returns what insert needs, or an error
+// wrapping ErrInvalidJob. It reads nothing guarded by r.mu.
+func (r *Router[T]) parseJob(id string, opts []EnqueueOption) (enqueueSpec, error) {
+	s := enqueueSpec{maxAtt: r.opts.MaxAttempts}
+	if id == "" {
+		return s, fmt.Errorf("%w: empty ID", ErrInvalidJob)
+	}
+	for _, o := range opts {
+		switch o.kind {
+		case optPriority:
+			s.prio = o.n
+		case optMaxAttempts:
+			if o.n < 1 || o.n > math.MaxInt32 {
+				return s, fmt.Errorf("%w: WithMaxAttempts(%d) for job %q, must be in [1, %d]", ErrInvalidJob, o.n, id, math.MaxInt32)
+			}
+			s.maxAtt = o.n
+		case optDelay:
+			if o.d < 0 {
+				return s, fmt.Errorf("%w: WithDelay(%v) for job %q, must be >= 0", ErrInvalidJob, o.d, id)
+			}
+			s.timing, s.delay = optDelay, o.d
+		case optRunAt:
+			s.timing, s.runAt = optRunAt, o.runAt
+		}
+	}
+	s.hash = r.jobs.Hash(id) // the seed never changes: no lock needed
+	return s, nil
+}
+
+// JobSpec is one job of an EnqueueMany batch: Enqueue's arguments.
+type JobSpec[T any] struct {
+	ID      string
+	Payload T
+	Options []EnqueueOption
+}

@@ -81,8 +81,12 @@ func (l *Lease[T]) heartbeat(progress []byte, waitIfRefused bool) error {
 		return err
 	}
 	if exp := addSat(now, r.opts.LeaseDuration); exp > j.at {
+		// Out and in again: the new expiry is the latest yet (every lease
+		// lasts LeaseDuration from an earlier instant), so it goes to the
+		// back of the queue's ring.
+		r.leases.Remove(int(j.hidx))
 		j.at = exp
-		r.leases.Fix(int(j.hidx))
+		r.leases.Push(j)
 	}
 	l.expiry = j.at
 	if progress != nil {

@@ -48,7 +48,7 @@ type Router[T any] struct {
 	jobs      *table.Table[job[T]] // by ID
 	ready     *heap.Queue[*job[T]] // pending jobs by priority, ready time, seq
 	sched     *heap.Heap[*job[T]]  // scheduled jobs by run-at
-	leases    *heap.Heap[*job[T]]  // leased jobs by lease expiry
+	leases    *heap.Queue[*job[T]] // leased jobs by lease expiry: granted and extended in expiry order, so mostly its ring
 	retHead   *job[T]              // finished jobs by purge time (a FIFO: finish times never decrease)
 	retTail   *job[T]
 	counts    [numStates + 1]int // by State; the last slot is stateNew's, never read
@@ -102,7 +102,7 @@ func New[T any](opts Options) (*Router[T], error) {
 		jobs:    table.New(jobID[T]),
 		ready:   heap.NewQueue(readyBefore[T], setHeapIndex[T]),
 		sched:   heap.New(dueBefore[T], setHeapIndex[T]),
-		leases:  heap.New(dueBefore[T], setHeapIndex[T]),
+		leases:  heap.NewQueue(dueBefore[T], setHeapIndex[T]),
 		armed:   math.MaxInt64,
 		current: isCurrent[T],
 	}
@@ -158,43 +158,17 @@ func (r *Router[T]) timeAt(ns int64) time.Time { return r.epoch.Add(time.Duratio
 // the router's lock and, with a hook set, while the event backlog is full
 // (see Options.OnEvent). It wakes one blocked Acquire if the job is ready.
 func (r *Router[T]) Enqueue(id string, payload T, opts ...EnqueueOption) error {
-	if id == "" {
-		return fmt.Errorf("%w: empty ID", ErrInvalidJob)
+	spec, err := r.parseJob(id, opts)
+	if err != nil {
+		return err
 	}
-	prio, maxAtt := 0, r.opts.MaxAttempts
-	var delay time.Duration
-	var runAt time.Time
-	timing := optNone
-	for _, o := range opts {
-		switch o.kind {
-		case optPriority:
-			prio = o.n
-		case optMaxAttempts:
-			if o.n < 1 || o.n > math.MaxInt32 {
-				return fmt.Errorf("%w: WithMaxAttempts(%d) for job %q, must be in [1, %d]", ErrInvalidJob, o.n, id, math.MaxInt32)
-			}
-			maxAtt = o.n
-		case optDelay:
-			if o.d < 0 {
-				return fmt.Errorf("%w: WithDelay(%v) for job %q, must be >= 0", ErrInvalidJob, o.d, id)
-			}
-			timing, delay = optDelay, o.d
-		case optRunAt:
-			timing, runAt = optRunAt, o.runAt
-		}
-	}
-	hash := r.jobs.Hash(id) // the seed never changes: no lock needed
 	now, err := r.lockOpen(true, nil)
 	if err != nil {
 		return err
 	}
-	known, pos := r.jobs.Find(id, hash)
+	known, pos := r.jobs.Find(id, spec.hash)
 	if known != nil {
-		r.stats.Duplicates++
-		if r.hooked {
-			// The known job's latest token, as on every event of that job.
-			r.emit(EventDuplicate, now, &job[T]{id: id}, nil, known.token, ErrDuplicate)
-		}
+		r.duplicate(id, known, now)
 		r.unlockAndDeliver()
 		return fmt.Errorf("%w: %q", ErrDuplicate, id)
 	}
@@ -202,27 +176,20 @@ func (r *Router[T]) Enqueue(id string, payload T, opts ...EnqueueOption) error {
 		r.unlockAndDeliver()
 		return fmt.Errorf("%w: %d unfinished jobs", ErrFull, c)
 	}
-	at := now
-	switch timing {
-	case optDelay:
-		at = addSat(now, delay)
-	case optRunAt:
-		if !runAt.IsZero() {
-			at = max(now, addSat(0, runAt.Sub(r.epoch)))
-		}
-	}
-	r.seq++
-	j := &job[T]{
-		id: id, payload: payload, priority: prio, maxAtt: int32(maxAtt),
-		hash: hash, seq: r.seq, created: now, updated: now, hidx: -1,
-	}
-	j.state = stateNew
-	r.jobs.Insert(j, hash, pos)
-	r.stats.Enqueued++
-	r.emit(EventEnqueued, now, j, nil, 0, nil)
-	r.schedule(j, at, now)
+	r.insert(id, payload, &spec, pos, now, nil)
 	r.unlockAndDeliver()
 	return nil
+}
+
+// duplicate counts and reports an Enqueue of id refused because the router
+// knows it (known; for an ID repeated within a batch, the job the batch
+// just enqueued). The caller holds r.mu.
+func (r *Router[T]) duplicate(id string, known *job[T], now int64) {
+	r.stats.Duplicates++
+	if r.hooked {
+		// The known job's latest token, as on every event of that job.
+		r.emit(EventDuplicate, now, &job[T]{id: id}, nil, known.token, ErrDuplicate)
+	}
 }
 
 func (r *Router[T]) unfinished() int {
@@ -263,6 +230,19 @@ func (r *Router[T]) Acquire(ctx context.Context, workerID string) (*Lease[T], er
 // acquire is Acquire; a non-nil into is the Lease to grant (Run's,
 // allocated before taking the lock).
 func (r *Router[T]) acquire(ctx context.Context, workerID string, into *Lease[T]) (*Lease[T], error) {
+	var l *Lease[T]
+	err := r.await(ctx, func(now int64) (err error) {
+		l, err = r.grant(workerID, now, into)
+		return err
+	})
+	return l, err
+}
+
+// await is the loop of Acquire and AcquireMany: it calls take, with r.mu
+// held and what is due settled at now, until take returns something other
+// than ErrNoJob, waiting between tries for a wake-up (a job made ready),
+// ctx or Close. It returns take's error, ctx.Err() or ErrClosed.
+func (r *Router[T]) await(ctx context.Context, take func(now int64) error) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -278,7 +258,7 @@ func (r *Router[T]) acquire(ctx context.Context, workerID string, into *Lease[T]
 				r.wakeOne()
 				r.unlockAndDeliver()
 			}
-			return nil, err
+			return err
 		}
 		// A woken waiter passed the room check already; waiting now could
 		// strand its job.
@@ -287,11 +267,11 @@ func (r *Router[T]) acquire(ctx context.Context, workerID string, into *Lease[T]
 			if err == errDone {
 				err = ctx.Err()
 			}
-			return nil, err
+			return err
 		}
-		if l, err := r.grant(workerID, now, into); err != ErrNoJob {
+		if err := take(now); err != ErrNoJob {
 			r.unlockAndDeliver()
-			return l, err
+			return err
 		}
 		w := make(chan struct{}, 1)
 		r.waiters = append(r.waiters, w)
@@ -301,7 +281,7 @@ func (r *Router[T]) acquire(ctx context.Context, workerID string, into *Lease[T]
 		case <-w:
 			woken = true
 		case <-r.closing:
-			return nil, ErrClosed
+			return ErrClosed
 		case <-done:
 			r.mu.Lock()
 			if i := slices.Index(r.waiters, w); i >= 0 {
@@ -310,7 +290,7 @@ func (r *Router[T]) acquire(ctx context.Context, workerID string, into *Lease[T]
 				r.wakeOne() // we were woken for a job we will not take: pass it on
 			}
 			r.unlockAndDeliver()
-			return nil, ctx.Err()
+			return ctx.Err()
 		}
 	}
 }
@@ -440,8 +420,11 @@ func (r *Router[T]) Close(ctx context.Context) error {
 	}
 	now := r.now()
 	r.settle(now, -1)
-	for r.leases.Len() > 0 {
-		j := r.leases.At(0)
+	for {
+		j, ok := r.leases.Peek()
+		if !ok {
+			break
+		}
 		l := j.lease
 		r.endLease(j, endRevoked, true)
 		setHeld(r.emit(EventReleased, now, j, l, l.Token, ErrClosed), l.granted, now)

@@ -164,3 +164,32 @@ func (r *Router[T]) setState(j *job[T], s State) {
 	}
 	j.state = s
 }
+
+// insert stores a new job at pos (from a Find that found nothing, with no
+// change since) and makes it pending, or scheduled until its run-at. The
+// record is j if not nil (EnqueueMany's, from one allocation per batch),
+// else a new one. The caller holds r.mu and has settled at now.
+func (r *Router[T]) insert(id string, payload T, s *enqueueSpec, pos int, now int64, j *job[T]) {
+	at := now
+	switch s.timing {
+	case optDelay:
+		at = addSat(now, s.delay)
+	case optRunAt:
+		if !s.runAt.IsZero() {
+			at = max(now, addSat(0, s.runAt.Sub(r.epoch)))
+		}
+	}
+	r.seq++
+	if j == nil {
+		j = new(job[T])
+	}
+	*j = job[T]{
+		id: id, payload: payload, priority: s.prio, maxAtt: int32(s.maxAtt),
+		hash: s.hash, seq: r.seq, created: now, updated: now, hidx: -1,
+	}
+	j.state = stateNew
+	r.jobs.Insert(j, s.hash, pos)
+	r.stats.Enqueued++
+	r.emit(EventEnqueued, now, j, nil, 0, nil)
+	r.schedule(j, at, now)
+}

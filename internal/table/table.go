@@ -24,11 +24,17 @@ const maxLoad = 6
 const minSlots = 8
 
 // A table shrinks when its fill falls below 1/shrinkBelow, to the size
-// that puts the fill at about 3/8, as after a doubling. The gap between
-// 1/16 and 6/8 is the hysteresis: a steady load never resizes back and
-// forth, and each resize is paid for by at least as many inserts or
-// deletes as it moves elements.
-const shrinkBelow = 16
+// that puts the fill at about 3/8, as after a doubling, but never below
+// shrinkFloor slots (16 KiB): memory that matters comes back, while a load
+// that swings between empty and a few hundred elements (batches) keeps its
+// table instead of regrowing it every time. The gap between 1/16 and 6/8
+// is the hysteresis: a steady load never resizes back and forth, and each
+// resize is paid for by at least as many inserts or deletes as it moves
+// elements.
+const (
+	shrinkBelow = 16
+	shrinkFloor = 1024
+)
 
 // Table maps string keys to *V. The zero value is not usable; make one
 // with New. A Table is not safe for concurrent use: the router guards it
@@ -130,8 +136,8 @@ func (t *Table[V]) Delete(v *V, h uint64) bool {
 	}
 	t.slots[i] = slot[V]{}
 	t.n--
-	if t.n*shrinkBelow < len(t.slots) && len(t.slots) > minSlots {
-		size := minSlots
+	if t.n*shrinkBelow < len(t.slots) && len(t.slots) > shrinkFloor {
+		size := shrinkFloor
 		for size*3 < t.n*8 { // fill at most 3/8
 			size *= 2
 		}

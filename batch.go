@@ -1,0 +1,142 @@
+package leaserouter
+
+import (
+	"context"
+	"fmt"
+)
+
+// Batches: many jobs enqueued, or many leases granted, under one lock and
+// one clock reading, as seed 004's ClaimMany and River's InsertMany do, so
+// the per-call cost of the lock and the clock is paid once per batch.
+
+// EnqueueMany enqueues jobs in slice order, as that many Enqueue calls
+// would at one instant, under one lock. IDs the router knows, or that
+// repeat an earlier ID of the batch, are skipped as duplicates (counted in
+// Stats.Duplicates, an EventDuplicate each) and their indexes returned in
+// order; the rest are enqueued, with the events Enqueue emits, in order.
+// All or nothing: an invalid job (the error wraps ErrInvalidJob and names
+// its index), new jobs that would exceed Options.Capacity (ErrFull) or a
+// closed router (ErrClosed) return the error and enqueue nothing, count
+// nothing. An empty or nil batch enqueues nothing and returns nil, nil. It
+// blocks like Enqueue: on the router's lock and, with a hook set, while
+// the event backlog is full. jobs is not retained.
+func (r *Router[T]) EnqueueMany(jobs []JobSpec[T]) (duplicates []int, err error) {
+	specs := make([]enqueueSpec, len(jobs))
+	for i := range jobs {
+		if specs[i], err = r.parseJob(jobs[i].ID, jobs[i].Options); err != nil {
+			return nil, fmt.Errorf("%w (batch index %d)", err, i)
+		}
+	}
+	if len(jobs) == 0 {
+		return nil, nil
+	}
+	now, err := r.lockOpen(true, nil)
+	if err != nil {
+		return nil, err
+	}
+	if c := r.opts.Capacity; c > 0 {
+		if fresh := r.freshJobs(jobs, specs); r.unfinished()+fresh > c {
+			r.unlockAndDeliver()
+			return nil, fmt.Errorf("%w: %d unfinished jobs, %d more in the batch", ErrFull, r.unfinished(), fresh)
+		}
+	}
+	// One allocation for the batch's records (a record then lives as long
+	// as the longest-lived of its batch, at most its Retention), made under
+	// the lock only because it is sized by the batch. Inserting in order
+	// makes an ID repeated within the batch a known one by the time it
+	// comes again.
+	records := make([]job[T], len(jobs))
+	for i := range jobs {
+		id := jobs[i].ID
+		known, pos := r.jobs.Find(id, specs[i].hash)
+		if known != nil { // known before the batch, or repeated within it
+			duplicates = append(duplicates, i)
+			r.duplicate(id, known, now)
+			continue
+		}
+		r.insert(id, jobs[i].Payload, &specs[i], pos, now, &records[i])
+	}
+	r.unlockAndDeliver()
+	return duplicates, nil
+}
+
+// TryAcquireMany leases up to max ready jobs to workerID, in the order
+// TryAcquire would hand them out, under one lock and one clock reading.
+// Each lease is independent: its own token (increasing in slice order),
+// expiry, heartbeats and completion. It returns the leases (at least one),
+// or ErrNoJob if none is ready, ErrTokensExhausted if tokens ran out before
+// the first, ErrClosed after Close, and an error wrapping ErrInvalidOptions
+// for max < 1. It waits like TryAcquire (see there).
+func (r *Router[T]) TryAcquireMany(workerID string, max int) ([]*Lease[T], error) {
+	if max < 1 {
+		return nil, fmt.Errorf("%w: TryAcquireMany max is %d, must be >= 1", ErrInvalidOptions, max)
+	}
+	now, err := r.lockOpen(true, nil)
+	if err != nil {
+		return nil, err
+	}
+	ls, err := r.grantMany(workerID, now, max)
+	r.unlockAndDeliver()
+	return ls, err
+}
+
+// AcquireMany leases up to max ready jobs as TryAcquireMany does, blocking
+// as Acquire does until at least one is ready: it returns ctx.Err() if ctx
+// is done first and ErrClosed after Close (or when Close starts while it
+// waits); max < 1 is an error wrapping ErrInvalidOptions. A nil ctx means
+// context.Background().
+func (r *Router[T]) AcquireMany(ctx context.Context, workerID string, max int) ([]*Lease[T], error) {
+	if max < 1 {
+		return nil, fmt.Errorf("%w: AcquireMany max is %d, must be >= 1", ErrInvalidOptions, max)
+	}
+	var ls []*Lease[T]
+	err := r.await(ctx, func(now int64) (err error) {
+		ls, err = r.grantMany(workerID, now, max)
+		return err
+	})
+	return ls, err
+}
+
+// grantMany grants up to max leases in order, stopping at the first
+// ErrNoJob or ErrTokensExhausted: that error only if it granted none. The
+// caller holds r.mu and has settled.
+func (r *Router[T]) grantMany(workerID string, now int64, max int) ([]*Lease[T], error) {
+	n := min(max, r.ready.Len())
+	ls := make([]*Lease[T], 0, n)
+	block := make([]Lease[T], n) // one allocation for the batch's leases
+	for len(ls) < max {
+		var into *Lease[T]
+		if len(ls) < n {
+			into = &block[len(ls)]
+		}
+		l, err := r.grant(workerID, now, into)
+		if err != nil {
+			if len(ls) > 0 {
+				break
+			}
+			return nil, err
+		}
+		ls = append(ls, l)
+	}
+	return ls, nil
+}
+
+// freshJobs counts the jobs of a batch that would be enqueued (neither
+// known nor repeating an earlier ID of the batch), changing nothing, for
+// the capacity check that refuses the whole batch or none of it. The caller
+// holds r.mu.
+func (r *Router[T]) freshJobs(jobs []JobSpec[T], specs []enqueueSpec) int {
+	seen := make(map[string]struct{}, len(jobs))
+	fresh := 0
+	for i := range jobs {
+		id := jobs[i].ID
+		if _, ok := seen[id]; ok {
+			continue
+		}
+		seen[id] = struct{}{}
+		if known, _ := r.jobs.Find(id, specs[i].hash); known == nil {
+			fresh++
+		}
+	}
+	return fresh
+}

@@ -23,7 +23,7 @@ import (
 func (r *Router[T]) EnqueueMany(jobs []JobSpec[T]) (duplicates []int, err error) {
 	specs := make([]enqueueSpec, len(jobs))
 	for i := range jobs {
-		if specs[i], err = r.parseJob(jobs[i].ID, jobs[i].Options); err != nil {
+		if err = r.parseJob(&specs[i], jobs[i].ID, jobs[i].Options); err != nil {
 			return nil, fmt.Errorf("%w (batch index %d)", err, i)
 		}
 	}

@@ -212,12 +212,13 @@ type enqueueSpec struct {
 	hash   uint64
 }
 
-// parseJob checks id and opts and returns what insert needs, or an error
-// wrapping ErrInvalidJob. It reads nothing guarded by r.mu.
-func (r *Router[T]) parseJob(id string, opts []EnqueueOption) (enqueueSpec, error) {
-	s := enqueueSpec{maxAtt: r.opts.MaxAttempts}
+// parseJob checks id and opts and fills s with what insert needs, or
+// returns an error wrapping ErrInvalidJob. It reads nothing guarded by
+// r.mu. (s is filled in place: returning it costs Enqueue a copy.)
+func (r *Router[T]) parseJob(s *enqueueSpec, id string, opts []EnqueueOption) error {
+	s.maxAtt = r.opts.MaxAttempts
 	if id == "" {
-		return s, fmt.Errorf("%w: empty ID", ErrInvalidJob)
+		return fmt.Errorf("%w: empty ID", ErrInvalidJob)
 	}
 	for _, o := range opts {
 		switch o.kind {
@@ -225,12 +226,12 @@ func (r *Router[T]) parseJob(id string, opts []EnqueueOption) (enqueueSpec, erro
 			s.prio = o.n
 		case optMaxAttempts:
 			if o.n < 1 || o.n > math.MaxInt32 {
-				return s, fmt.Errorf("%w: WithMaxAttempts(%d) for job %q, must be in [1, %d]", ErrInvalidJob, o.n, id, math.MaxInt32)
+				return fmt.Errorf("%w: WithMaxAttempts(%d) for job %q, must be in [1, %d]", ErrInvalidJob, o.n, id, math.MaxInt32)
 			}
 			s.maxAtt = o.n
 		case optDelay:
 			if o.d < 0 {
-				return s, fmt.Errorf("%w: WithDelay(%v) for job %q, must be >= 0", ErrInvalidJob, o.d, id)
+				return fmt.Errorf("%w: WithDelay(%v) for job %q, must be >= 0", ErrInvalidJob, o.d, id)
 			}
 			s.timing, s.delay = optDelay, o.d
 		case optRunAt:
@@ -238,7 +239,7 @@ func (r *Router[T]) parseJob(id string, opts []EnqueueOption) (enqueueSpec, erro
 		}
 	}
 	s.hash = r.jobs.Hash(id) // the seed never changes: no lock needed
-	return s, nil
+	return nil
 }
 
 // JobSpec is one job of an EnqueueMany batch: Enqueue's arguments.

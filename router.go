@@ -158,8 +158,8 @@ func (r *Router[T]) timeAt(ns int64) time.Time { return r.epoch.Add(time.Duratio
 // the router's lock and, with a hook set, while the event backlog is full
 // (see Options.OnEvent). It wakes one blocked Acquire if the job is ready.
 func (r *Router[T]) Enqueue(id string, payload T, opts ...EnqueueOption) error {
-	spec, err := r.parseJob(id, opts)
-	if err != nil {
+	var spec enqueueSpec
+	if err := r.parseJob(&spec, id, opts); err != nil {
 		return err
 	}
 	now, err := r.lockOpen(true, nil)

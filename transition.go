@@ -183,10 +183,10 @@ func (r *Router[T]) insert(id string, payload T, s *enqueueSpec, pos int, now in
 	if j == nil {
 		j = new(job[T])
 	}
-	*j = job[T]{
-		id: id, payload: payload, priority: s.prio, maxAtt: int32(s.maxAtt),
-		hash: s.hash, seq: r.seq, created: now, updated: now, hidx: -1,
-	}
+	// Field by field: the record is zero (new, or a fresh batch's), and a
+	// composite literal here would cost a copy.
+	j.id, j.payload, j.priority, j.maxAtt = id, payload, s.prio, int32(s.maxAtt)
+	j.hash, j.seq, j.created, j.updated, j.hidx = s.hash, r.seq, now, now, -1
 	j.state = stateNew
 	r.jobs.Insert(j, s.hash, pos)
 	r.stats.Enqueued++

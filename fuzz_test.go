@@ -691,6 +691,10 @@ func (h *fuzzHarness) enqueue(payload int, op fuzzOp) {
 
 func (h *fuzzHarness) acquire(op fuzzOp) {
 	worker := fuzzWorkers[int(op.a)%len(fuzzWorkers)]
+	if op.b%4 == 3 {
+		h.acquireMany(worker, int(op.c%4)+1)
+		return
+	}
 	h.logf("acquire %s", worker)
 	l, err := h.r.TryAcquire(worker)
 	j, want := h.m.acquire(worker)
@@ -700,6 +704,36 @@ func (h *fuzzHarness) acquire(op fuzzOp) {
 		require.Nil(h.t, l, "%v", h)
 		return
 	}
+	h.granted(j, l, worker)
+}
+
+// acquireMany is TryAcquireMany(worker, max) against the model taking
+// leases one by one at the same instant, up to max or its first refusal
+// (the batch's error only if it is the first).
+func (h *fuzzHarness) acquireMany(worker string, max int) {
+	h.logf("acquire many %s max=%d", worker, max)
+	ls, err := h.r.TryAcquireMany(worker, max)
+	var js []*fuzzJob
+	var want error
+	for len(js) < max {
+		j, err := h.m.acquire(worker)
+		if err != nil {
+			if len(js) == 0 {
+				want = err
+			}
+			break
+		}
+		js = append(js, j)
+	}
+	h.requireErr(want, err)
+	require.Len(h.t, ls, len(js), "%v", h)
+	for i, j := range js {
+		h.granted(j, ls[i], worker)
+	}
+}
+
+// granted checks lease l against the model's grant of j and records it.
+func (h *fuzzHarness) granted(j *fuzzJob, l *leaserouter.Lease[int], worker string) {
 	require.NotNil(h.t, l, "%v", h)
 	fuzzEqual(h.t,
 		fuzzLeaseView{j.id, j.payload, j.attempt, worker, string(j.progress), j.expiry},

@@ -248,6 +248,27 @@ func (h *linHistory) acquire(r *router, client int, worker string) *lease {
 	return l
 }
 
+// acquireMany records TryAcquireMany(worker, max) as one acquire per lease
+// granted, all with the call's interval: a batch is atomic, so any order of
+// them within it is a linearization, and the checker may find one.
+func (h *linHistory) acquireMany(r *router, client int, worker string, max int) []*lease {
+	call := h.clock.Add(1)
+	ls, err := r.TryAcquireMany(worker, max)
+	ret := h.clock.Add(1)
+	switch {
+	case errors.Is(err, leaserouter.ErrNoJob):
+		h.noJob.Add(1)
+		return nil
+	case err != nil:
+		h.add(client, linInput{kind: linAcquire}, linOutput{err: err.Error()}, call, ret)
+		return nil
+	}
+	for _, l := range ls {
+		h.add(client, linInput{kind: linAcquire, job: l.JobID, token: l.Token}, linOutput{ok: true, attempt: l.Attempt}, call, ret)
+	}
+	return ls
+}
+
 func (h *linHistory) leaseOp(client int, kind linKind, l *lease) error {
 	call := h.clock.Add(1)
 	var err error
@@ -471,7 +492,9 @@ func linRun(t *testing.T, seed uint64, bug bool) ([]porcupine.Operation, leasero
 			var kept []*lease
 			for take() {
 				if rng.IntN(4) == 0 {
-					if l := h.acquire(r, c, fmt.Sprintf("zombie-%d", c)); l != nil {
+					// Zombies take leases in batches, to put TryAcquireMany
+					// in the history.
+					for _, l := range h.acquireMany(r, c, fmt.Sprintf("zombie-%d", c), 1+rng.IntN(3)) {
 						kept = append(kept, l)
 						pool.add(l)
 					}

@@ -30,6 +30,10 @@ func (r *Router[T]) EnqueueMany(jobs []JobSpec[T]) (duplicates []int, err error)
 	if len(jobs) == 0 {
 		return nil, nil
 	}
+	// One allocation for the batch's records, made before taking the lock
+	// (a record then lives as long as the longest-lived of its batch, at
+	// most its Retention).
+	records := make([]job[T], len(jobs))
 	now, err := r.lockOpen(true, nil)
 	if err != nil {
 		return nil, err
@@ -40,12 +44,8 @@ func (r *Router[T]) EnqueueMany(jobs []JobSpec[T]) (duplicates []int, err error)
 			return nil, fmt.Errorf("%w: %d unfinished jobs, %d more in the batch", ErrFull, r.unfinished(), fresh)
 		}
 	}
-	// One allocation for the batch's records (a record then lives as long
-	// as the longest-lived of its batch, at most its Retention), made under
-	// the lock only because it is sized by the batch. Inserting in order
-	// makes an ID repeated within the batch a known one by the time it
-	// comes again.
-	records := make([]job[T], len(jobs))
+	// Inserting in order makes an ID repeated within the batch a known one
+	// by the time it comes again.
 	for i := range jobs {
 		id := jobs[i].ID
 		known, pos := r.jobs.Find(id, specs[i].hash)

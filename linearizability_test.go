@@ -236,25 +236,16 @@ func (h *linHistory) acquire(r *router, client int, worker string) *lease {
 	call := h.clock.Add(1)
 	l, err := r.TryAcquire(worker)
 	ret := h.clock.Add(1)
-	switch {
-	case errors.Is(err, leaserouter.ErrNoJob):
-		h.noJob.Add(1)
-		return nil
-	case err != nil:
-		h.add(client, linInput{kind: linAcquire}, linOutput{err: err.Error()}, call, ret)
-		return nil
+	if ls := h.granted(client, []*lease{l}, err, call, ret); ls != nil {
+		return ls[0]
 	}
-	h.add(client, linInput{kind: linAcquire, job: l.JobID, token: l.Token}, linOutput{ok: true, attempt: l.Attempt}, call, ret)
-	return l
+	return nil
 }
 
-// acquireMany records TryAcquireMany(worker, max) as one acquire per lease
-// granted, all with the call's interval: a batch is atomic, so any order of
-// them within it is a linearization, and the checker may find one.
-func (h *linHistory) acquireMany(r *router, client int, worker string, max int) []*lease {
-	call := h.clock.Add(1)
-	ls, err := r.TryAcquireMany(worker, max)
-	ret := h.clock.Add(1)
+// granted records the leases of one acquire call (one for TryAcquire, a
+// batch for TryAcquireMany), all with the call's interval, or its refusal,
+// and returns the leases (nil if refused).
+func (h *linHistory) granted(client int, ls []*lease, err error, call, ret int64) []*lease {
 	switch {
 	case errors.Is(err, leaserouter.ErrNoJob):
 		h.noJob.Add(1)
@@ -267,6 +258,16 @@ func (h *linHistory) acquireMany(r *router, client int, worker string, max int) 
 		h.add(client, linInput{kind: linAcquire, job: l.JobID, token: l.Token}, linOutput{ok: true, attempt: l.Attempt}, call, ret)
 	}
 	return ls
+}
+
+// acquireMany records TryAcquireMany(worker, max) as one acquire per lease
+// granted, all with the call's interval: a batch is atomic, so any order of
+// them within it is a linearization, and the checker may find one.
+func (h *linHistory) acquireMany(r *router, client int, worker string, max int) []*lease {
+	call := h.clock.Add(1)
+	ls, err := r.TryAcquireMany(worker, max)
+	ret := h.clock.Add(1)
+	return h.granted(client, ls, err, call, ret)
 }
 
 func (h *linHistory) leaseOp(client int, kind linKind, l *lease) error {

@@ -24,9 +24,9 @@ func heartbeatInterval(interval, lease time.Duration) time.Duration {
 	return max(interval, min(MinHeartbeatInterval, lease/4))
 }
 
-// heartbeats is Run's heartbeat goroutine: it heartbeats every slot's
-// lease when due and sleeps until the earliest next one, or until kicked
-// by a worker whose lease is due sooner, or until stop is closed.
+// heartbeats is Run's heartbeat goroutine: it beats every slot when due
+// and sleeps until the earliest next one, or until kicked by a worker
+// whose batch is due sooner, or until stop is closed.
 func (u *runner[T]) heartbeats(stop <-chan struct{}) {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -40,7 +40,7 @@ func (u *runner[T]) heartbeats(stop <-chan struct{}) {
 		for i := range u.slots {
 			s := &u.slots[i]
 			s.mu.Lock()
-			if s.l != nil {
+			if s.batch != nil {
 				if s.due <= now {
 					u.beat(s, now)
 				}
@@ -64,18 +64,25 @@ func (u *runner[T]) heartbeats(stop <-chan struct{}) {
 	}
 }
 
-// beat heartbeats the slot's lease; once the lease is lost it gets no more
-// heartbeats. A handler still running after Run's ctx is done keeps its
-// lease, so that one winding down and returning nil completes its job as
-// Run promises (Close revokes leases that outstay its own ctx). The
-// caller holds s.mu.
+// beat cuts the slot's batch if it is still going (its first heartbeat
+// is due: see Run) and heartbeats the running lease; once that lease is
+// lost it gets no more heartbeats. A handler still running after Run's
+// ctx is done keeps its lease, so that one winding down and returning nil
+// completes its job as Run promises (Close revokes leases that outstay its
+// own ctx). The caller holds s.mu.
 func (u *runner[T]) beat(s *slot[T], now int64) {
-	if !s.l.hc.live() {
+	u.cut(s)
+	if !s.running {
+		s.due = math.MaxInt64 // between jobs: the worker ends the batch
+		return
+	}
+	rl := &s.batch[s.next-1]
+	if !rl.hc.live() {
 		s.due = math.MaxInt64
 		return
 	}
-	if err := s.l.heartbeat(nil, false); err != nil {
-		s.l.hc.stop(err)
+	if err := rl.heartbeat(nil, false); err != nil {
+		rl.hc.stop(err)
 		s.due = math.MaxInt64
 		return
 	}

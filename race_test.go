@@ -736,7 +736,9 @@ func raceRunAndClose(t *testing.T, revoke bool) {
 	}
 	final := log.all()
 	if revoke {
-		require.Len(t, revoked, workers)
+		// The leases of the stuck handlers, and any their workers had
+		// leased ahead in a batch (Run).
+		require.GreaterOrEqual(t, len(revoked), workers)
 		causesMu.Lock()
 		require.Len(t, causes, workers)
 		for _, c := range causes {

@@ -60,6 +60,7 @@ type Router[T any] struct {
 	phase     phase
 	drained   chan struct{} // closed when the last lease ends while draining
 	hooks     *hook.Hooks   // test hooks; nil outside tests
+	warm      uint64        // sink of the loads that warm the caches for a batch (grantInto, completeMany); its value means nothing
 	// current reports whether l is j's current lease: isCurrent, the one
 	// invariant's token check. A test that proves its checkers catch a
 	// broken router swaps in a planted bug (export_test.go); nothing here

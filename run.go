@@ -1,8 +1,8 @@
 package leaserouter
 
 import (
+	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -34,6 +34,13 @@ type Handler[T any] func(ctx context.Context, l *Lease[T]) error
 // than risking the process's memory. Several Runs may share a Router.
 const MaxWorkers = 1 << 16
 
+// DefaultBatch is the default of WorkerOptions.Batch, and MaxBatch the
+// largest Batch allowed.
+const (
+	DefaultBatch = 256
+	MaxBatch     = 1024
+)
+
 // WorkerOptions configure Run. The zero value is valid.
 type WorkerOptions struct {
 	// Workers is the number of worker goroutines. Default
@@ -46,8 +53,18 @@ type WorkerOptions struct {
 	// Default LeaseDuration/3; negative, or >= LeaseDuration (the lease
 	// would expire between heartbeats), is invalid; a positive value below
 	// MinHeartbeatInterval is raised to it (see there). Keep it well below
-	// LeaseDuration so a late heartbeat or two do not lose the lease.
+	// LeaseDuration so a late heartbeat or two do not lose the lease. It
+	// also bounds how long a job leased in a batch waits for its turn (see
+	// Run).
 	HeartbeatInterval time.Duration
+	// Batch is the most jobs one worker leases at once, so that when the
+	// backlog is deep and jobs are short the router's lock is taken once
+	// per batch rather than once per job. Default DefaultBatch (256); 1
+	// leases one job at a time; negative or above MaxBatch is invalid. It
+	// is a ceiling, not a size: a worker leases one job at a time until
+	// its jobs prove short, so the default is safe for long jobs (see
+	// Run).
+	Batch int
 }
 
 func (o WorkerOptions) withDefaults(lease time.Duration) (WorkerOptions, error) {
@@ -56,6 +73,8 @@ func (o WorkerOptions) withDefaults(lease time.Duration) (WorkerOptions, error) 
 		return o, fmt.Errorf("%w: WorkerOptions.Workers is %d, must be in [0, %d] (0 = GOMAXPROCS)", ErrInvalidOptions, o.Workers, MaxWorkers)
 	case o.HeartbeatInterval < 0:
 		return o, fmt.Errorf("%w: WorkerOptions.HeartbeatInterval is %v, must be >= 0 (0 = LeaseDuration/3)", ErrInvalidOptions, o.HeartbeatInterval)
+	case o.Batch < 0 || o.Batch > MaxBatch:
+		return o, fmt.Errorf("%w: WorkerOptions.Batch is %d, must be in [0, %d] (0 = %d)", ErrInvalidOptions, o.Batch, MaxBatch, DefaultBatch)
 	}
 	if o.Workers == 0 {
 		o.Workers = runtime.GOMAXPROCS(0)
@@ -67,6 +86,7 @@ func (o WorkerOptions) withDefaults(lease time.Duration) (WorkerOptions, error) 
 		}
 		o.WorkerID = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
+	o.Batch = cmp.Or(o.Batch, DefaultBatch)
 	o.HeartbeatInterval = heartbeatInterval(o.HeartbeatInterval, lease)
 	if o.HeartbeatInterval >= lease { // checked after defaulting: LeaseDuration/3 of 1ns is no interval
 		return o, fmt.Errorf("%w: WorkerOptions.HeartbeatInterval %v must be < LeaseDuration %v", ErrInvalidOptions, o.HeartbeatInterval, lease)
@@ -86,13 +106,36 @@ func (o WorkerOptions) withDefaults(lease time.Duration) (WorkerOptions, error) 
 // was lost while h ran, Run leaves the job alone: its new state was
 // decided by whoever ended the lease.
 //
-// The first heartbeat of a job is due HeartbeatInterval after its lease
-// was granted, so a job shorter than that costs no heartbeat, no timer and
-// no goroutine: one heartbeat goroutine per Run serves every worker's
-// lease, sleeping until the earliest heartbeat due. The context.Context
-// behind the handler's ctx is made only if the handler calls its Done or
-// Value (Err answers without it). A worker that completes a job takes its
-// next one in the same step, under one lock.
+// Batches. A worker leases up to opts.Batch jobs at once, under one lock,
+// runs them in order, and completes those whose handler returned nil
+// together with its next lease (an error fails the job at once). How many
+// it leases adapts to the jobs: one at first and after any batch that was
+// cut (below), twice as many as the last time (up to Batch) after a batch
+// that finished within a quarter of HeartbeatInterval, half as many after
+// one that took over half of it; and never more than its share of the
+// ready jobs with the callers blocked in Acquire or AcquireMany at that
+// moment (other workers, other Runs; at least one), so no worker takes
+// the jobs another is waiting for. A worker waiting for the router's lock
+// between batches yields the processor rather than blocking at once, and
+// one whose last batch came up short (a shallow backlog) yields a little
+// before its next, so that producers get in and batches stay large. A batch lasts at most one HeartbeatInterval, which
+// is shorter than the lease: when its first heartbeat is due while it is
+// still going — a job turned out long — it is cut. The jobs that finished
+// are completed then, and those still waiting their turn are handed back
+// unstarted: each becomes pending again, ready as of the instant it was
+// leased, and that lease is not counted as an attempt (its event is
+// EventReleased). So a job leased ahead never loses its lease while it
+// waits, and a long job holds others back for at most one
+// HeartbeatInterval. When ctx is done or Close starts, the jobs a worker
+// has not started are handed back at once.
+//
+// The first heartbeat of a batch is due HeartbeatInterval after it was
+// leased, so a batch shorter than that costs no heartbeat, no timer and
+// no goroutine: one heartbeat goroutine per Run serves every worker,
+// sleeping until the earliest heartbeat due. The context.Context behind
+// the handler's ctx is made only if the handler calls its Done or Value
+// (Err answers without it). The Leases of a batch, with their handler
+// contexts, are one allocation, made outside the router's lock.
 //
 // Run blocks until every handler it started has returned and every
 // goroutine it started has ended. It returns nil when stopped by ctx or
@@ -120,7 +163,7 @@ func (r *Router[T]) Run(ctx context.Context, opts WorkerOptions, h Handler[T]) e
 	default:
 	}
 	u := &runner[T]{
-		r: r, h: h, interval: opts.HeartbeatInterval,
+		r: r, h: h, interval: opts.HeartbeatInterval, batch: opts.Batch,
 		slots: make([]slot[T], opts.Workers), kick: make(chan struct{}, 1),
 	}
 	// A worker that can get no more leases ends its loop; the error is
@@ -131,9 +174,9 @@ func (r *Router[T]) Run(ctx context.Context, opts WorkerOptions, h Handler[T]) e
 	var beats, workers sync.WaitGroup
 	beats.Go(func() { u.heartbeats(stop) })
 	for i := range opts.Workers {
-		id := fmt.Sprintf("%s-%d", opts.WorkerID, i)
+		w := &worker[T]{u: u, s: &u.slots[i], id: fmt.Sprintf("%s-%d", opts.WorkerID, i), size: 1}
 		workers.Go(func() {
-			if err := u.work(ctx, &u.slots[i], id); err != nil {
+			if err := w.work(ctx); err != nil {
 				exhausted.CompareAndSwap(nil, &err)
 			}
 		})
@@ -153,6 +196,7 @@ type runner[T any] struct {
 	r        *Router[T]
 	h        Handler[T]
 	interval time.Duration
+	batch    int       // WorkerOptions.Batch
 	slots    []slot[T] // one per worker
 	// wake is when the heartbeat goroutine next scans the slots
 	// (math.MaxInt64: only when kicked). A worker whose heartbeat is due
@@ -161,147 +205,47 @@ type runner[T any] struct {
 	kick chan struct{} // cap 1
 }
 
-// slot is what one worker is running, for the heartbeat goroutine.
-type slot[T any] struct {
-	mu  sync.Mutex   // held by the heartbeat goroutine while it beats, so clearing l waits for a beat in flight
-	l   *runLease[T] // nil between jobs
-	due int64        // l's next heartbeat on the router's clock; math.MaxInt64 once it must not beat
-	_   [40]byte     // keep workers' slots on separate cache lines
-}
-
-// work is one worker loop of Run. It returns nil when ctx is done or the
-// Router closed, and the error when it can get no more leases
-// (ErrTokensExhausted).
-func (u *runner[T]) work(ctx context.Context, s *slot[T], id string) error {
-	// A context of the worker's own as the handlers' parent, so that making
-	// one (it registers with its parent) contends with no other worker.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var rl *runLease[T]
-	for {
-		if rl == nil {
-			rl = newRunLease[T](ctx)
-			if _, err := u.r.acquire(ctx, id, &rl.Lease); err != nil {
-				if errors.Is(err, ErrTokensExhausted) {
-					return err
-				}
-				return nil // ctx done or Router closed
-			}
-		}
-		rl = u.process(ctx, s, rl, id)
-	}
-}
-
-// runLease is a Lease granted to Run, allocated with its handler context,
-// which watches the lease from the start (so a loss right after the grant
-// already cancels it): one allocation per job.
-type runLease[T any] struct {
-	Lease[T]
-	hc leaseCtx
-}
-
-// newRunLease allocates a Lease for Run with its handler context, whose
-// parent is ctx.
-func newRunLease[T any](ctx context.Context) *runLease[T] {
-	rl := new(runLease[T])
-	rl.hc.parent = ctx
-	rl.lost = &rl.hc
-	return rl
-}
-
-// process runs the handler on rl and ends the lease as Run documents. It
-// returns the worker's next lease if it took one while completing rl.
-func (u *runner[T]) process(ctx context.Context, s *slot[T], rl *runLease[T], id string) *runLease[T] {
-	l := &rl.Lease
-	due := addSat(l.granted, u.interval)
-	s.mu.Lock()
-	s.l, s.due = rl, due
-	s.mu.Unlock()
-	if due < u.wake.Load() {
-		select {
-		case u.kick <- struct{}{}:
-		default:
-		}
-	}
-	err := call(&rl.hc, l, u.h)
-	s.mu.Lock()
-	s.l = nil
-	s.mu.Unlock()
-	if errors.Is(rl.hc.stop(context.Canceled), ErrLeaseLost) {
-		// The lease was lost while h ran (and an event said so): acting
-		// on it now could only be refused.
-		return nil
-	}
-	switch {
-	case ctx.Err() != nil && err != nil:
-		_ = l.Release() // refused only if the lease was lost: nothing left to do
-	case err != nil:
-		_ = l.Fail(err)
-	case ctx.Err() != nil:
-		_ = l.Complete()
-	default:
-		// The next Lease is allocated here, not under the router's lock.
-		next := newRunLease[T](ctx)
-		if u.r.completeNext(l, id, &next.Lease) {
-			return next
-		}
-	}
-	return nil
-}
-
-// completeNext completes l as Lease.Complete does and, under the same
-// lock, leases the next ready job to workerID for Run into next, if one is
-// ready and the Router open. It reports whether it did.
-func (r *Router[T]) completeNext(l *Lease[T], workerID string, next *Lease[T]) bool {
-	j, now, err := l.lock()
-	if err != nil {
-		r.unlockAndDeliver()
-		return false
-	}
-	r.complete(j, l, now)
-	granted := false
-	if r.phase == phaseOpen && !r.backlogFull() { // else acquire waits for room
-		_, err := r.grant(workerID, now, next)
-		granted = err == nil
-	}
-	r.unlockAndDeliver()
-	return granted
-}
-
 // leaseCtx is the context Run gives a handler: canceled when the lease is
 // lost, when Run's context is done, or when the handler has returned. The
 // context.Context behind it is made on first use (Done, Value, or Err
 // after a cancellation), so a handler that never looks at its context
 // costs no context at all; until then Err answers from the cause and the
 // parent. The Value of a made context is what makes context.Cause and
-// derived contexts work as for any context.WithCancelCause.
+// derived contexts work as for any context.WithCancelCause. It is kept
+// small: one is allocated per job.
 type leaseCtx struct {
 	parent context.Context // set before the lease is granted, then read-only
 
-	mu     sync.Mutex
-	ctx    context.Context // nil until made
-	cancel context.CancelCauseFunc
-	cause  error // the first cause stop was given; nil while live
-	perr   error // the parent's Err when stop came before the context was made
+	mu         sync.Mutex
+	made       *madeCtx // nil until made
+	cause      error    // the first cause stop was given; nil while live
+	parentDone bool     // the parent was done when stop came before the context was made
 }
 
-// made returns the context behind c, making it if needed.
-func (c *leaseCtx) made() context.Context {
+// madeCtx is the context behind a leaseCtx, once made.
+type madeCtx struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+}
+
+// ctx returns the context behind c, making it if needed.
+func (c *leaseCtx) ctx() context.Context {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.ctx == nil {
+	if c.made == nil {
 		p := c.parent
-		if c.cause != nil && c.perr == nil {
+		if c.cause != nil && !c.parentDone {
 			// Stopped while the parent was live: that cause came first and
 			// must stay the context's, whatever the parent did since.
 			p = context.WithoutCancel(p)
 		}
-		c.ctx, c.cancel = context.WithCancelCause(p)
+		ctx, cancel := context.WithCancelCause(p)
+		c.made = &madeCtx{ctx, cancel}
 		if c.cause != nil {
-			c.cancel(c.cause)
+			cancel(c.cause)
 		}
 	}
-	return c.ctx
+	return c.made.ctx
 }
 
 // stop cancels c with cause unless it was stopped before, and returns the
@@ -311,10 +255,10 @@ func (c *leaseCtx) stop(cause error) error {
 	defer c.mu.Unlock()
 	if c.cause == nil {
 		c.cause = cause
-		if c.cancel != nil {
-			c.cancel(cause)
+		if c.made != nil {
+			c.made.cancel(cause)
 		} else {
-			c.perr = c.parent.Err() // was the parent done first?
+			c.parentDone = c.parent.Err() != nil // was the parent done first?
 		}
 	}
 	return c.cause
@@ -332,21 +276,21 @@ func (c *leaseCtx) live() bool {
 func (c *leaseCtx) Deadline() (time.Time, bool) { return c.parent.Deadline() }
 
 // Done makes the context and returns its channel.
-func (c *leaseCtx) Done() <-chan struct{} { return c.made().Done() }
+func (c *leaseCtx) Done() <-chan struct{} { return c.ctx().Done() }
 
 // Value makes the context and asks it, so that context.Cause finds it.
-func (c *leaseCtx) Value(key any) any { return c.made().Value(key) }
+func (c *leaseCtx) Value(key any) any { return c.ctx().Value(key) }
 
 // Err answers without making the context when it can.
 func (c *leaseCtx) Err() error {
 	c.mu.Lock()
-	ctx, cause, perr := c.ctx, c.cause, c.perr
+	made, cause, parentDone := c.made, c.cause, c.parentDone
 	c.mu.Unlock()
 	switch {
-	case ctx != nil:
-		return ctx.Err()
-	case perr != nil:
-		return perr // the parent was done first, as the made context will say
+	case made != nil:
+		return made.ctx.Err()
+	case parentDone:
+		return c.parent.Err() // the parent was done first, as the made context will say (a done context's Err never changes)
 	case cause != nil:
 		return context.Canceled
 	}

@@ -70,6 +70,18 @@ func (r *Router[T]) expire(j *job[T]) {
 	r.requeue(j, at, at)
 }
 
+// handBack ends a lease Run granted ahead of its turn and never gave to a
+// handler (see Run): the job is pending again, ready as of the instant it
+// was leased, and the lease is not counted as an attempt. Its event is EventReleased. The caller holds r.mu
+// and has checked that l is valid.
+func (r *Router[T]) handBack(j *job[T], l *Lease[T], now int64) {
+	r.endLease(j, endReleased, false)
+	setHeld(r.emit(EventReleased, now, j, l, l.Token, nil), l.granted, now)
+	j.attempt--
+	j.updated = now
+	r.makeReady(j, l.granted)
+}
+
 // requeue makes a job whose lease ended by expiry or release pending at
 // readyAt, or dead at "at" if it has used all its attempts.
 func (r *Router[T]) requeue(j *job[T], readyAt, at int64) {

@@ -94,8 +94,11 @@ func (h *Heap[E]) Valid(index func(E) int) bool {
 // Cap returns the capacity of the heap's memory, for tests of memory use.
 func (h *Heap[E]) Cap() int { return cap(h.items) }
 
-// minCap is the capacity below which a slice is never shrunk.
-const minCap = 64
+// minCap is the capacity below which a slice is never shrunk (8 KiB of
+// pointers): memory that matters comes back after a burst, while a load
+// that swings between empty and a few hundred elements (Run's batches of
+// leases) keeps its memory instead of reallocating it on every swing.
+const minCap = 1024
 
 // shrink returns s in half its capacity once it is at most a quarter full,
 // so memory follows the elements after a burst; append doubles it again,

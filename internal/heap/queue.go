@@ -179,3 +179,15 @@ func (q *Queue[E]) Valid(index func(E) int) bool {
 	}
 	return live == q.live && q.heap.Valid(index)
 }
+
+// Upcoming returns the element i places behind the ring's front (0 is the
+// front), or the zero E if that slot is removed or past the ring's end, so
+// a caller can read elements about to be popped before popping them.
+// Elements in the heap part are not seen.
+func (q *Queue[E]) Upcoming(i int) E {
+	var zero E
+	if i < 0 || i >= q.n {
+		return zero
+	}
+	return q.ring[(q.head+i)&(len(q.ring)-1)]
+}

@@ -1,0 +1,304 @@
+package leaserouter
+
+import (
+	"context"
+	"errors"
+	"math"
+	"runtime"
+	"sync"
+)
+
+// Run's workers: each leases a batch of jobs under one lock, runs their
+// handlers in turn, and completes them with its next batch; the heartbeat
+// goroutine (heartbeat.go) cuts a batch that outlasts its first heartbeat.
+// See Run for the rule.
+
+// slot is one worker's batch, shared with the heartbeat goroutine, which
+// heartbeats the running lease and cuts a batch that outlasts its first
+// heartbeat (cut).
+type slot[T any] struct {
+	mu      sync.Mutex    // held by the heartbeat goroutine while it beats or cuts, so the worker never races it for a lease
+	batch   []runLease[T] // the batch's leases, in order; nil between batches
+	next    int           // batch[:next] started, batch[next:] waiting their turn
+	running bool          // batch[next-1]'s handler runs
+	done    []*Lease[T]   // started leases whose handler returned nil, not yet completed
+	due     int64         // the next heartbeat on the router's clock; math.MaxInt64 if none
+	_       [16]byte      // keep workers' slots on separate cache lines
+}
+
+// runLease is a Lease granted to Run with its handler context, which
+// watches the lease from the start (so a loss right after the grant
+// already cancels it).
+type runLease[T any] struct {
+	Lease[T]
+	hc leaseCtx
+}
+
+// worker is one worker loop of Run and what it keeps between batches.
+type worker[T any] struct {
+	u     *runner[T]
+	s     *slot[T]
+	id    string
+	ctx   context.Context // the handlers' parent
+	size  int             // how many jobs to lease next (see Run)
+	short bool            // the last step leased less than half of size
+	// Memory reused across batches: the unused rest of the last block of
+	// leases, the pointers handed to the router, and the spare done list.
+	spare []runLease[T]
+	into  []*Lease[T]
+	done  []*Lease[T]
+}
+
+// work is the worker's loop. It returns nil when ctx is done or the
+// Router closed, and the error when it can get no more leases
+// (ErrTokensExhausted).
+func (w *worker[T]) work(ctx context.Context) error {
+	// A context of the worker's own as the handlers' parent, so that making
+	// one (it registers with its parent) contends with no other worker.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w.ctx = ctx
+	for {
+		batch, err := w.lease()
+		if err != nil {
+			if errors.Is(err, ErrTokensExhausted) {
+				return err
+			}
+			return nil // ctx done or Router closed
+		}
+		w.run(batch)
+	}
+}
+
+// lease completes the jobs of the last batch that finished and leases the
+// next batch, under one lock when a job is ready and the event backlog has
+// room; otherwise it leases as Acquire does, waiting.
+func (w *worker[T]) lease() ([]runLease[T], error) {
+	s, r := w.s, w.u.r
+	s.mu.Lock()
+	done := s.done
+	s.done = w.done[:0]
+	s.mu.Unlock()
+	// Leases come from a block allocated here, outside the router's lock,
+	// and used up before the next: with a shallow backlog a worker leases
+	// a job or two at a time, and a block per batch would waste the rest.
+	if len(w.spare) == 0 {
+		w.spare = make([]runLease[T], max(w.size, 16))
+	}
+	block := w.spare[:min(w.size, len(w.spare))]
+	w.into = w.into[:0]
+	for i := range block {
+		block[i].hc.parent = w.ctx
+		block[i].lost = &block[i].hc
+		w.into = append(w.into, &block[i].Lease)
+	}
+	if w.short {
+		// The last batch came up short: the backlog is shallow, its
+		// producers slower than the workers. Yielding a little first lets
+		// them in (and at the lock), so the next batch is larger and the
+		// workers contend with them less.
+		for range shortYields {
+			runtime.Gosched()
+		}
+	}
+	n := r.runStep(done, w.id, w.into, w.ctx.Err() == nil)
+	w.short = n < len(w.into)/2
+	clear(done)
+	w.done = done[:0]
+	if n == 0 {
+		err := r.await(w.ctx, func(now int64) (err error) {
+			n, err = r.grantInto(w.id, now, w.into[:r.share(len(w.into))])
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	w.spare = w.spare[n:]
+	return block[:n], nil
+}
+
+// runStep is a Run worker's step between batches, under one lock: it
+// completes done (the jobs of its last batch that finished) and, if grant
+// and the Router is open with room for events, leases into into its
+// share of the ready jobs (share). It returns how many it leased; with 0
+// the worker leases as Acquire does. Completing never waits for room: it
+// is a lease operation.
+func (r *Router[T]) runStep(done []*Lease[T], workerID string, into []*Lease[T], grant bool) int {
+	r.lockYielding()
+	now := r.now()
+	if r.phase != phaseClosed {
+		r.settle(now, -1)
+	}
+	r.completeMany(done, now)
+	n := 0
+	if grant && r.phase == phaseOpen && !r.backlogFull() {
+		n, _ = r.grantInto(workerID, now, into[:r.share(len(into))]) // an error: acquire returns it
+	}
+	r.unlockAndDeliver()
+	return n
+}
+
+// lockYielding takes r.mu for a Run worker's step. While another holds it,
+// it yields the processor (runtime.Gosched) and tries again, up to
+// lockYields times, before blocking in Lock: a goroutine blocked in Lock is
+// woken onto the processor of the one that unlocked, which runs on with
+// its own batch, so two workers taking turns on the lock would run one
+// at a time (measured: 1.35 of 2 cores busy, and no faster than a single
+// worker). Yielding leaves the processor to any other goroutine that can
+// run, so only an otherwise idle one is spent.
+func (r *Router[T]) lockYielding() {
+	for range lockYields {
+		if r.mu.TryLock() {
+			return
+		}
+		runtime.Gosched()
+	}
+	r.mu.Lock()
+}
+
+// shortYields is how many times a worker yields before a step that
+// follows a short batch (worker.lease): about as long as a few Enqueue
+// calls take.
+const shortYields = 16
+
+// lockYields bounds lockYielding's tries: a few hundred microseconds,
+// longer than the step of a batch of MaxBatch jobs.
+const lockYields = 2048
+
+// share is how many jobs a worker asking for want leases: its share of
+// the ready jobs with those blocked in Acquire (or AcquireMany: other
+// workers, other Runs), and at least one, within the room left in the
+// event backlog (roomFor). The caller holds r.mu.
+func (r *Router[T]) share(want int) int {
+	return r.roomFor(max(1, min(want, r.ready.Len()/(1+len(r.waiters)))))
+}
+
+// run runs a batch: each lease's handler in turn, until the batch ends or
+// is cut; then it adapts the size of the next one.
+func (w *worker[T]) run(batch []runLease[T]) {
+	u, s := w.u, w.s
+	due := addSat(batch[0].granted, u.interval)
+	s.mu.Lock()
+	s.batch, s.next, s.due = batch, 0, due
+	s.mu.Unlock()
+	if due < u.wake.Load() {
+		select {
+		case u.kick <- struct{}{}:
+		default:
+		}
+	}
+	for {
+		s.mu.Lock()
+		if s.next < len(s.batch) && w.stopping() {
+			u.cut(s) // hand back what has not started
+		}
+		if s.next == len(s.batch) { // the batch is over, or was cut
+			cut := len(s.batch) < len(batch)
+			s.batch, s.due = nil, math.MaxInt64
+			s.mu.Unlock()
+			w.adapt(cut, batch[0].granted)
+			return
+		}
+		rl := &s.batch[s.next]
+		s.next++
+		s.running = true
+		s.mu.Unlock()
+		w.process(rl)
+	}
+}
+
+// stopping reports whether the worker must start no more jobs: Run's ctx
+// is done or Close has started.
+func (w *worker[T]) stopping() bool {
+	select {
+	case <-w.u.r.closing:
+		return true
+	default:
+		return w.ctx.Err() != nil
+	}
+}
+
+// adapt sets the size of the next batch (see Run) from how the last one,
+// leased at granted, went.
+func (w *worker[T]) adapt(cut bool, granted int64) {
+	took := w.u.r.now() - granted
+	switch {
+	case cut:
+		w.size = 1
+	case took <= int64(w.u.interval)/4:
+		w.size = min(2*w.size, w.u.batch)
+	case took > int64(w.u.interval)/2:
+		w.size = max(1, w.size/2)
+	}
+}
+
+// process runs the handler on rl and ends the lease as Run documents: a
+// nil result joins the slot's done list, completed with the next lease.
+func (w *worker[T]) process(rl *runLease[T]) {
+	l := &rl.Lease
+	if !rl.hc.live() {
+		// Lost while it waited its turn (Cancel, say): nothing to run.
+		w.finished(nil)
+		return
+	}
+	err := call(&rl.hc, l, w.u.h)
+	if errors.Is(rl.hc.stop(context.Canceled), ErrLeaseLost) {
+		// The lease was lost while h ran (and an event said so): acting
+		// on it now could only be refused.
+		w.finished(nil)
+		return
+	}
+	switch {
+	case err == nil:
+		w.finished(l) // completed with the next lease, even if ctx is done now
+	case w.ctx.Err() != nil:
+		w.finished(nil)
+		_ = l.Release() // refused only if the lease was lost: nothing left to do
+	default:
+		w.finished(nil)
+		_ = l.Fail(err)
+	}
+}
+
+// finished records that the running handler returned, and adds l, if not
+// nil, to the leases to complete.
+func (w *worker[T]) finished(l *Lease[T]) {
+	s := w.s
+	s.mu.Lock()
+	s.running = false
+	if l != nil {
+		s.done = append(s.done, l)
+	}
+	s.mu.Unlock()
+}
+
+// cut ends a batch's wait, under one router lock: the jobs that finished
+// are completed and those not started handed back (handBack), leaving only
+// the running one, if any. The heartbeat goroutine cuts a batch whose
+// first heartbeat is due, a worker its own when it stops. The caller holds
+// s.mu.
+func (u *runner[T]) cut(s *slot[T]) {
+	waiting := s.batch[s.next:]
+	if len(waiting) == 0 && len(s.done) == 0 {
+		return
+	}
+	r := u.r
+	r.mu.Lock()
+	now := r.now()
+	if r.phase != phaseClosed {
+		r.settle(now, -1)
+	}
+	r.completeMany(s.done, now)
+	for i := range waiting {
+		// One lost while it waited (Cancel, Close) is left alone, as
+		// process leaves it.
+		if l := &waiting[i].Lease; r.phase != phaseClosed && l.j.state == StateLeased && r.current(l.j, l) {
+			r.handBack(l.j, l, now)
+		}
+	}
+	r.unlockAndDeliver()
+	clear(s.done)
+	s.done = s.done[:0]
+	s.batch = s.batch[:s.next]
+}

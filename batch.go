@@ -107,7 +107,7 @@ func (r *Router[T]) grantMany(workerID string, now int64, max int) ([]*Lease[T],
 	for i := range ls {
 		ls[i] = &block[i]
 	}
-	k, err := r.grantInto(workerID, now, ls)
+	k, err := r.grantInto(workerID, now, ls, nil)
 	return ls[:k], err
 }
 
@@ -125,8 +125,10 @@ func (r *Router[T]) roomFor(n int) int {
 // grantInto grants up to len(into) leases in order, into the Leases given
 // (zero, or set up for Run by its caller), and returns how many it granted,
 // stopping at the first ErrNoJob or ErrTokensExhausted: that error only if
-// it granted none. The caller holds r.mu and has settled.
-func (r *Router[T]) grantInto(workerID string, now int64, into []*Lease[T]) (int, error) {
+// it granted none. A non-nil ready (as long as into) gets each job's ready
+// time before its lease (Run keeps it, for handBack). The caller holds
+// r.mu and has settled.
+func (r *Router[T]) grantInto(workerID string, now int64, into []*Lease[T], ready []int64) (int, error) {
 	// The jobs about to be leased were enqueued long ago, so their records
 	// are likely out of the CPU's caches: reading them all first, in a
 	// loop whose loads do not depend on each other, overlaps those misses
@@ -137,6 +139,9 @@ func (r *Router[T]) grantInto(workerID string, now int64, into []*Lease[T]) (int
 		}
 	}
 	for i := range into {
+		if j, ok := r.ready.Peek(); ok && ready != nil {
+			ready[i] = j.at // what grant leases, if it does
+		}
 		if _, err := r.grant(workerID, now, into[i]); err != nil {
 			if i > 0 {
 				return i, nil

@@ -26,7 +26,7 @@ const (
 	EventRetryScheduled                      // a failed job will be retried after its backoff
 	EventDead                                // the job is dead: it reached StateFailed (Stats.Failed, Stats.Dead); Err is its last error
 	EventStaleRejected                       // an operation on a lost lease was refused; Token is the lease's
-	EventReleased                            // the holder (or Close) handed the lease back
+	EventReleased                            // the holder (or Close, or Run for a job it had not started) handed the lease back
 	EventCanceled                            // the job was canceled
 	EventPurged                              // a finished job was dropped (retention over)
 	numEventKinds

@@ -26,11 +26,16 @@ func heartbeatInterval(interval, lease time.Duration) time.Duration {
 
 // heartbeats is Run's heartbeat goroutine: it beats every slot when due
 // and sleeps until the earliest next one, or until kicked by a worker
-// whose batch is due sooner, or until stop is closed.
-func (u *runner[T]) heartbeats(stop <-chan struct{}) {
+// whose batch is due sooner, or until stop is closed. Once ctx is done or
+// Close has started, it cuts every batch (cut), so that a worker stuck in
+// a long handler neither holds back the completions of the jobs it
+// finished nor keeps the jobs it has not started.
+func (u *runner[T]) heartbeats(ctx context.Context, stop <-chan struct{}) {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
+	done, closing := ctx.Done(), u.r.closing
+	stopping := false
 	for {
 		// Published before the scan: a worker that starts a lease after
 		// its slot was scanned sees it and kicks.
@@ -41,6 +46,9 @@ func (u *runner[T]) heartbeats(stop <-chan struct{}) {
 			s := &u.slots[i]
 			s.mu.Lock()
 			if s.batch != nil {
+				if stopping {
+					u.cut(s)
+				}
 				if s.due <= now {
 					u.beat(s, now)
 				}
@@ -57,6 +65,12 @@ func (u *runner[T]) heartbeats(stop <-chan struct{}) {
 		select {
 		case <-fire:
 		case <-u.kick:
+			timer.Stop()
+		case <-done:
+			done, stopping = nil, true
+			timer.Stop()
+		case <-closing:
+			closing, stopping = nil, true
 			timer.Stop()
 		case <-stop:
 			return

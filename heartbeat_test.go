@@ -34,9 +34,7 @@ func TestRunHeartbeatsKeepLongHandlerAlive(t *testing.T) {
 				st := r.Stats()
 				require.Equal(t, uint64(0), st.Expirations)
 				require.GreaterOrEqual(t, st.Heartbeats, uint64(4))
-				cancel()
-				synctest.Wait()
-				require.NoError(t, receive(t, done))
+				stopRun(t, cancel, done)
 			})
 		})
 	}
@@ -98,9 +96,7 @@ func TestRunHeartbeatsExactlyOnTime(t *testing.T) {
 		require.Equal(t, uint64(beats), r.Stats().Heartbeats)
 		require.NotZero(t, beats)
 		require.Zero(t, r.Stats().Expirations)
-		cancel()
-		synctest.Wait()
-		require.NoError(t, receive(t, done))
+		stopRun(t, cancel, done)
 	})
 }
 
@@ -128,9 +124,7 @@ func TestRunHeartbeatAfterIdle(t *testing.T) {
 			requireTime(t, start.Add(time.Duration(i+1)*(ld/3)), e.Time, "heartbeat %d", i)
 		}
 		require.Equal(t, leaserouter.StateSucceeded, get(t, r, "a").State)
-		cancel()
-		synctest.Wait()
-		require.NoError(t, receive(t, done))
+		stopRun(t, cancel, done)
 	})
 }
 
@@ -187,9 +181,7 @@ func TestRunHeartbeatIntervalFloor(t *testing.T) {
 		sleep(9 * leaserouter.MinHeartbeatInterval)
 		require.EqualValues(t, 10, r.Stats().Heartbeats)
 		close(release)
-		cancel()
-		synctest.Wait()
-		require.NoError(t, receive(t, done))
+		stopRun(t, cancel, done)
 	})
 }
 
@@ -378,8 +370,6 @@ func TestRunLeaseWatchedTwice(t *testing.T) {
 			require.ErrorAs(t, c, &lle)
 			require.Equal(t, leaserouter.LostCanceled, lle.Reason)
 		}
-		cancel()
-		synctest.Wait()
-		require.NoError(t, receive(t, done))
+		stopRun(t, cancel, done)
 	})
 }

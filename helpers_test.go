@@ -187,6 +187,15 @@ func goRun(ctx context.Context, r *router, opts leaserouter.WorkerOptions, h lea
 	return ch
 }
 
+// stopRun cancels Run's ctx and checks that Run returned nil once every
+// goroutine of the bubble has settled.
+func stopRun(t *testing.T, cancel context.CancelFunc, done <-chan error) {
+	t.Helper()
+	cancel()
+	synctest.Wait()
+	require.NoError(t, receive(t, done))
+}
+
 // requireBlocked checks nothing has been sent on ch yet.
 func requireBlocked[T any](t *testing.T, ch <-chan T) {
 	t.Helper()

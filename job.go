@@ -48,8 +48,8 @@ type Job[T any] struct {
 	Payload     T // shared with the caller when T is a reference type
 	State       State
 	Priority    int
-	Attempt     int   // leases granted so far; the first lease is attempt 1
-	MaxAttempts int   // leases the job may be granted before it is dead
+	Attempt     int   // leases granted so far (not counting those Run handed back unstarted); the first lease is attempt 1
+	MaxAttempts int   // attempts the job may have before it is dead
 	Token       Token // fencing token of the latest lease; 0 if never leased
 	Owner       string
 	LeaseExpiry time.Time // zero unless StateLeased

@@ -21,7 +21,7 @@ import (
 type Lease[T any] struct {
 	JobID    string
 	Payload  T
-	Attempt  int    // 1 for the job's first lease, 2 for its second, ...
+	Attempt  int    // 1 for the job's first attempt, 2 for its second, ... (a lease Run hands back unstarted is no attempt: see Run)
 	Token    Token  // fencing token: pass it to a Fence before writing downstream
 	WorkerID string // as given to Acquire or TryAcquire
 	Progress []byte // checkpoint left by an earlier attempt (a copy), so a retry can resume; nil if none

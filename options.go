@@ -43,8 +43,8 @@ type Options struct {
 	// above the worst pause a healthy worker can have between heartbeats
 	// (GC, slow calls), not from the average job length.
 	LeaseDuration time.Duration
-	// MaxAttempts is how many leases a job may be granted before it is dead
-	// (StateFailed). Default DefaultMaxAttempts (5); negative or above
+	// MaxAttempts is how many attempts (leases granted, less those Run
+	// hands back unstarted) a job may have before it is dead (StateFailed). Default DefaultMaxAttempts (5); negative or above
 	// math.MaxInt32 is invalid.
 	// WithMaxAttempts overrides it per job.
 	MaxAttempts int

@@ -737,7 +737,8 @@ func raceRunAndClose(t *testing.T, revoke bool) {
 	final := log.all()
 	if revoke {
 		// The leases of the stuck handlers, and any their workers had
-		// leased ahead in a batch (Run).
+		// leased ahead in a batch that Close, with its ctx done already,
+		// revoked before Run's heartbeat goroutine could hand them back.
 		require.GreaterOrEqual(t, len(revoked), workers)
 		causesMu.Lock()
 		require.Len(t, causes, workers)

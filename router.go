@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -28,7 +29,10 @@ const (
 //
 // A Router guards all its state with one mutex, held only for short,
 // non-blocking work: O(log n) heap operations per transition, and never
-// user code. One background goroutine, the reaper, makes expiries and
+// user code. Producers (Enqueue, TryAcquire, Acquire and their batch
+// forms) and Run's workers that find it held yield the processor
+// (runtime.Gosched) for a while before blocking, so that goroutines taking
+// turns on it keep running on every processor. One background goroutine, the reaper, makes expiries and
 // scheduled jobs visible at their instant; correctness never depends on
 // it, because every call first settles what is due. A second, started only
 // when Options.OnEvent or Options.Logger is set, delivers events. Its
@@ -57,6 +61,7 @@ type Router[T any] struct {
 	seq       uint64
 	armed     int64 // the reaper's next wake-up; math.MaxInt64 if none
 	waiters   []chan struct{}
+	woken     int // waiters woken for a job and not back for it yet (Run's share counts them as waiting)
 	phase     phase
 	drained   chan struct{} // closed when the last lease ends while draining
 	hooks     *hook.Hooks   // test hooks; nil outside tests
@@ -127,7 +132,7 @@ func New[T any](opts Options) (*Router[T], error) {
 // (awaitRoom; done cuts that short). It returns the instant with r.mu held,
 // or, with r.mu released, ErrClosed or errDone.
 func (r *Router[T]) lockOpen(room bool, done <-chan struct{}) (now int64, err error) {
-	r.mu.Lock()
+	r.lockYielding()
 	if r.phase != phaseOpen {
 		r.unlockAndDeliver()
 		return 0, ErrClosed
@@ -142,6 +147,34 @@ func (r *Router[T]) lockOpen(room bool, done <-chan struct{}) (now int64, err er
 	r.settle(now, -1)
 	return now, nil
 }
+
+// lockYielding takes r.mu for a caller that may wait for it: a producer
+// (lockOpen) or a Run worker between batches. While another goroutine
+// holds it, it yields the processor (runtime.Gosched) and tries again, up
+// to lockYields times, before blocking in Lock. A goroutine blocked in
+// Lock is woken onto the processor of the one that unlocked, which runs
+// on with its own work, so goroutines taking turns on the lock would run
+// one at a time on one processor (measured: Run's two workers kept 1.35
+// of 2 cores busy, no faster than one worker, and an Enqueue loop beside
+// them ran 10% slower). Yielding leaves the processor to any other
+// goroutine that can run, so only an otherwise idle one is spent, for at
+// most the length of a few batches. Lease operations take the lock with
+// Lock: one that waits in Lock for a millisecond puts the mutex in its
+// starvation mode, where TryLock fails, so yielding callers never keep
+// the lock from them for long.
+func (r *Router[T]) lockYielding() {
+	for range lockYields {
+		if r.mu.TryLock() {
+			return
+		}
+		runtime.Gosched()
+	}
+	r.mu.Lock()
+}
+
+// lockYields bounds lockYielding's tries: a few hundred microseconds,
+// longer than the step of a batch of MaxBatch jobs.
+const lockYields = 2048
 
 // now is the router's clock: nanoseconds since epoch on the monotonic
 // clock, so a wall-clock step can neither expire nor extend a lease.
@@ -225,15 +258,14 @@ func (r *Router[T]) TryAcquire(workerID string) (*Lease[T], error) {
 // consulted outside the router's lock. A nil ctx means
 // context.Background().
 func (r *Router[T]) Acquire(ctx context.Context, workerID string) (*Lease[T], error) {
-	return r.acquire(ctx, workerID, nil)
+	return r.acquire(ctx, workerID)
 }
 
-// acquire is Acquire; a non-nil into is the Lease to grant (Run's,
-// allocated before taking the lock).
-func (r *Router[T]) acquire(ctx context.Context, workerID string, into *Lease[T]) (*Lease[T], error) {
+// acquire is Acquire.
+func (r *Router[T]) acquire(ctx context.Context, workerID string) (*Lease[T], error) {
 	var l *Lease[T]
 	err := r.await(ctx, func(now int64) (err error) {
-		l, err = r.grant(workerID, now, into)
+		l, err = r.grant(workerID, now, nil)
 		return err
 	})
 	return l, err
@@ -256,6 +288,7 @@ func (r *Router[T]) await(ctx context.Context, take func(now int64) error) error
 		if err := ctx.Err(); err != nil {
 			if woken {
 				r.mu.Lock()
+				r.woken--
 				r.wakeOne()
 				r.unlockAndDeliver()
 			}
@@ -269,6 +302,9 @@ func (r *Router[T]) await(ctx context.Context, take func(now int64) error) error
 				err = ctx.Err()
 			}
 			return err
+		}
+		if woken {
+			r.woken-- // back for the job it was woken for
 		}
 		if err := take(now); err != ErrNoJob {
 			r.unlockAndDeliver()
@@ -288,6 +324,7 @@ func (r *Router[T]) await(ctx context.Context, take func(now int64) error) error
 			if i := slices.Index(r.waiters, w); i >= 0 {
 				r.waiters = slices.Delete(r.waiters, i, i+1)
 			} else if len(w) > 0 {
+				r.woken--
 				r.wakeOne() // we were woken for a job we will not take: pass it on
 			}
 			r.unlockAndDeliver()
@@ -303,6 +340,7 @@ func (r *Router[T]) wakeOne() {
 	}
 	w := r.waiters[0]
 	r.waiters = slices.Delete(r.waiters, 0, 1)
+	r.woken++
 	w <- struct{}{} // cap 1 and sent once: never blocks
 }
 

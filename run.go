@@ -172,7 +172,7 @@ func (r *Router[T]) Run(ctx context.Context, opts WorkerOptions, h Handler[T]) e
 	u.wake.Store(math.MaxInt64)
 	stop := make(chan struct{})
 	var beats, workers sync.WaitGroup
-	beats.Go(func() { u.heartbeats(stop) })
+	beats.Go(func() { u.heartbeats(ctx, stop) })
 	for i := range opts.Workers {
 		w := &worker[T]{u: u, s: &u.slots[i], id: fmt.Sprintf("%s-%d", opts.WorkerID, i), size: 1}
 		workers.Go(func() {
@@ -212,7 +212,7 @@ type runner[T any] struct {
 // costs no context at all; until then Err answers from the cause and the
 // parent. The Value of a made context is what makes context.Cause and
 // derived contexts work as for any context.WithCancelCause. It is kept
-// small: one is allocated per job.
+// small: there is one per job (in its batch's block of leases).
 type leaseCtx struct {
 	parent context.Context // set before the lease is granted, then read-only
 

@@ -48,9 +48,7 @@ func TestRunHandlerContextUntouchedUntilLost(t *testing.T) {
 		require.ErrorIs(t, s.cause, leaserouter.ErrLeaseLost)
 		require.Equal(t, leaserouter.StateCanceled, get(t, r, "a").State, "the handler's nil completes nothing")
 		require.Zero(t, r.Stats().StaleRejections, "Run knew the lease was lost and did not act on it")
-		cancel()
-		synctest.Wait()
-		require.NoError(t, receive(t, done))
+		stopRun(t, cancel, done)
 	})
 }
 
@@ -110,9 +108,7 @@ func TestRunHandlerContextAfterReturn(t *testing.T) {
 				_, hasDeadline := c.Deadline()
 				require.False(t, hasDeadline)
 				require.Contains(t, fmt.Sprint(c), "leaserouter")
-				cancel()
-				synctest.Wait()
-				require.NoError(t, receive(t, done))
+				stopRun(t, cancel, done)
 			})
 		})
 	}
@@ -143,9 +139,7 @@ func TestRunHandlerContextValuesAndDeadline(t *testing.T) {
 		s := receive(t, out)
 		require.Equal(t, "v", s.v)
 		require.True(t, want.Equal(s.deadline))
-		cancel()
-		synctest.Wait()
-		require.NoError(t, receive(t, done))
+		stopRun(t, cancel, done)
 	})
 }
 
@@ -263,9 +257,7 @@ func TestRunCompletesAndTakesNext(t *testing.T) {
 			"completed j1", "lease_acquired j2", "completed j2",
 		}, kinds)
 		require.Equal(t, 3, r.Stats().Succeeded)
-		cancel()
-		synctest.Wait()
-		require.NoError(t, receive(t, done))
+		stopRun(t, cancel, done)
 	})
 }
 
@@ -331,9 +323,7 @@ func TestRunRespectsEventBacklog(t *testing.T) {
 		synctest.Wait()
 		n := leaserouter.Backlog(r)
 		close(release)
-		cancel()
-		synctest.Wait()
-		require.NoError(t, receive(t, done))
+		stopRun(t, cancel, done)
 		// Beyond the bound, only leases already granted add events: the
 		// last batch's completions (completed and purged each).
 		require.LessOrEqual(t, n, leaserouter.EventBacklog+2*leaserouter.DefaultBatch+4, "backlog while the hook was stuck")
@@ -401,9 +391,7 @@ func TestRunHandlerErrorFailsAttempt(t *testing.T) {
 		j = get(t, r, "permanent")
 		require.Equal(t, leaserouter.StateFailed, j.State)
 		require.Equal(t, "bad input", j.LastError)
-		cancel()
-		synctest.Wait()
-		require.NoError(t, receive(t, done))
+		stopRun(t, cancel, done)
 	})
 }
 
@@ -430,9 +418,7 @@ func TestRunHandlerPanicFailsAttempt(t *testing.T) {
 		require.NoError(t, r.Enqueue("b", ""))
 		synctest.Wait()
 		require.Equal(t, leaserouter.StateSucceeded, get(t, r, "b").State, "the worker survives the panic")
-		cancel()
-		synctest.Wait()
-		require.NoError(t, receive(t, done))
+		stopRun(t, cancel, done)
 	})
 }
 
@@ -457,9 +443,7 @@ func TestRunHandlerContextCanceledWhenJobCanceled(t *testing.T) {
 		cause := receive(t, causes)
 		require.ErrorIs(t, cause, leaserouter.ErrLeaseLost)
 		require.Equal(t, leaserouter.StateCanceled, get(t, r, "a").State, "the handler's error changes nothing")
-		cancel()
-		synctest.Wait()
-		require.NoError(t, receive(t, done))
+		stopRun(t, cancel, done)
 	})
 }
 
@@ -552,9 +536,7 @@ func TestRunHandlerCheckpointReachesRetry(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := goRun(ctx, r, leaserouter.WorkerOptions{Workers: 1}, h)
 		synctest.Wait()
-		cancel()
-		synctest.Wait()
-		require.NoError(t, receive(t, done))
+		stopRun(t, cancel, done)
 		mu.Lock()
 		defer mu.Unlock()
 		require.Equal(t, []string{"", "half"}, progress)
@@ -586,8 +568,6 @@ func TestRunDefaultWorkerOptions(t *testing.T) {
 			require.NotEmpty(t, w, "a default worker ID")
 		}
 		mu.Unlock()
-		cancel()
-		synctest.Wait()
-		require.NoError(t, receive(t, done))
+		stopRun(t, cancel, done)
 	})
 }

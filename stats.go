@@ -17,7 +17,7 @@ type Stats struct {
 
 	Enqueued          uint64 // jobs accepted by Enqueue
 	Duplicates        uint64 // Enqueue calls refused with ErrDuplicate
-	LeasesGranted     uint64 // leases granted (attempts started)
+	LeasesGranted     uint64 // leases granted: attempts started, and leases Run handed back unstarted (see Run)
 	Heartbeats        uint64 // heartbeats accepted
 	HeartbeatsRefused uint64 // heartbeats refused because the lease was lost (also counted in StaleRejections)
 	Expirations       uint64 // leases that expired

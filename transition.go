@@ -11,8 +11,8 @@ import (
 // step.
 
 // grant leases the first ready job, or returns ErrNoJob. The Lease is l if
-// not nil (Run's, allocated with its handler context outside the lock by
-// newRunLease), else a new one. The caller holds r.mu and has settled.
+// not nil (a batch's, allocated outside the lock), else a new one. The
+// caller holds r.mu and has settled.
 func (r *Router[T]) grant(workerID string, now int64, l *Lease[T]) (*Lease[T], error) {
 	j, ok := r.ready.Peek()
 	if !ok {
@@ -71,15 +71,16 @@ func (r *Router[T]) expire(j *job[T]) {
 }
 
 // handBack ends a lease Run granted ahead of its turn and never gave to a
-// handler (see Run): the job is pending again, ready as of the instant it
-// was leased, and the lease is not counted as an attempt. Its event is EventReleased. The caller holds r.mu
-// and has checked that l is valid.
-func (r *Router[T]) handBack(j *job[T], l *Lease[T], now int64) {
+// handler (see Run): the job is pending again with readyAt, its ready time
+// before that lease, so it keeps its place in the order, and the lease is
+// not counted as an attempt. Its event is EventReleased. The caller holds
+// r.mu and has checked that l is valid.
+func (r *Router[T]) handBack(j *job[T], l *Lease[T], now, readyAt int64) {
 	r.endLease(j, endReleased, false)
 	setHeld(r.emit(EventReleased, now, j, l, l.Token, nil), l.granted, now)
 	j.attempt--
 	j.updated = now
-	r.makeReady(j, l.granted)
+	r.makeReady(j, readyAt)
 }
 
 // requeue makes a job whose lease ended by expiry or release pending at

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"runtime"
+	"slices"
 	"sync"
 )
 
@@ -23,7 +24,7 @@ type slot[T any] struct {
 	running bool          // batch[next-1]'s handler runs
 	done    []*Lease[T]   // started leases whose handler returned nil, not yet completed
 	due     int64         // the next heartbeat on the router's clock; math.MaxInt64 if none
-	_       [16]byte      // keep workers' slots on separate cache lines
+	_       [48]byte      // keep workers' slots on separate cache lines (128 bytes)
 }
 
 // runLease is a Lease granted to Run with its handler context, which
@@ -31,7 +32,8 @@ type slot[T any] struct {
 // already cancels it).
 type runLease[T any] struct {
 	Lease[T]
-	hc leaseCtx
+	hc    leaseCtx
+	ready int64 // the job's ready time before it was leased, kept if it is handed back
 }
 
 // worker is one worker loop of Run and what it keeps between batches.
@@ -40,12 +42,13 @@ type worker[T any] struct {
 	s     *slot[T]
 	id    string
 	ctx   context.Context // the handlers' parent
-	size  int             // how many jobs to lease next (see Run)
+	size  int             // the most jobs to lease next (see Run)
+	got   int             // how many it leased last time
 	short bool            // the last step leased less than half of size
-	// Memory reused across batches: the unused rest of the last block of
-	// leases, the pointers handed to the router, and the spare done list.
-	spare []runLease[T]
+	// Memory reused across steps: the pointers handed to the router (nil
+	// between steps), the ready times it fills in, the spare done list.
 	into  []*Lease[T]
+	ready []int64
 	done  []*Lease[T]
 }
 
@@ -79,14 +82,13 @@ func (w *worker[T]) lease() ([]runLease[T], error) {
 	done := s.done
 	s.done = w.done[:0]
 	s.mu.Unlock()
-	// Leases come from a block allocated here, outside the router's lock,
-	// and used up before the next: with a shallow backlog a worker leases
-	// a job or two at a time, and a block per batch would waste the rest.
-	if len(w.spare) == 0 {
-		w.spare = make([]runLease[T], max(w.size, 16))
-	}
-	block := w.spare[:min(w.size, len(w.spare))]
-	w.into = w.into[:0]
+	// The batch's leases are one block, allocated here, outside the
+	// router's lock, sized by what the worker got last time, doubled (with
+	// a shallow backlog it gets a job or two per batch), and never used
+	// for a later batch, so that it keeps no finished lease, nor its job
+	// and payload, alive.
+	block := make([]runLease[T], min(w.size, max(1, 2*w.got)))
+	w.into, w.ready = w.into[:0], slices.Grow(w.ready[:0], len(block))[:len(block)]
 	for i := range block {
 		block[i].hc.parent = w.ctx
 		block[i].lost = &block[i].hc
@@ -101,30 +103,36 @@ func (w *worker[T]) lease() ([]runLease[T], error) {
 			runtime.Gosched()
 		}
 	}
-	n := r.runStep(done, w.id, w.into, w.ctx.Err() == nil)
-	w.short = n < len(w.into)/2
+	n := r.runStep(done, w.id, w.into, w.ready, w.ctx.Err() == nil)
 	clear(done)
 	w.done = done[:0]
 	if n == 0 {
 		err := r.await(w.ctx, func(now int64) (err error) {
-			n, err = r.grantInto(w.id, now, w.into[:r.share(len(w.into))])
+			k := r.share(len(w.into))
+			n, err = r.grantInto(w.id, now, w.into[:k], w.ready[:k])
 			return err
 		})
 		if err != nil {
+			clear(w.into)
 			return nil, err
 		}
 	}
-	w.spare = w.spare[n:]
+	clear(w.into) // the router keeps no pointer into it; neither should the worker
+	w.got, w.short = n, n < w.size/2
+	for i := range n {
+		block[i].ready = w.ready[i]
+	}
 	return block[:n], nil
 }
 
 // runStep is a Run worker's step between batches, under one lock: it
 // completes done (the jobs of its last batch that finished) and, if grant
 // and the Router is open with room for events, leases into into its
-// share of the ready jobs (share). It returns how many it leased; with 0
+// share of the ready jobs (share), with their ready times into ready. It
+// returns how many it leased; with 0
 // the worker leases as Acquire does. Completing never waits for room: it
 // is a lease operation.
-func (r *Router[T]) runStep(done []*Lease[T], workerID string, into []*Lease[T], grant bool) int {
+func (r *Router[T]) runStep(done []*Lease[T], workerID string, into []*Lease[T], ready []int64, grant bool) int {
 	r.lockYielding()
 	now := r.now()
 	if r.phase != phaseClosed {
@@ -133,28 +141,11 @@ func (r *Router[T]) runStep(done []*Lease[T], workerID string, into []*Lease[T],
 	r.completeMany(done, now)
 	n := 0
 	if grant && r.phase == phaseOpen && !r.backlogFull() {
-		n, _ = r.grantInto(workerID, now, into[:r.share(len(into))]) // an error: acquire returns it
+		k := r.share(len(into))
+		n, _ = r.grantInto(workerID, now, into[:k], ready[:k]) // an error: acquire returns it
 	}
 	r.unlockAndDeliver()
 	return n
-}
-
-// lockYielding takes r.mu for a Run worker's step. While another holds it,
-// it yields the processor (runtime.Gosched) and tries again, up to
-// lockYields times, before blocking in Lock: a goroutine blocked in Lock is
-// woken onto the processor of the one that unlocked, which runs on with
-// its own batch, so two workers taking turns on the lock would run one
-// at a time (measured: 1.35 of 2 cores busy, and no faster than a single
-// worker). Yielding leaves the processor to any other goroutine that can
-// run, so only an otherwise idle one is spent.
-func (r *Router[T]) lockYielding() {
-	for range lockYields {
-		if r.mu.TryLock() {
-			return
-		}
-		runtime.Gosched()
-	}
-	r.mu.Lock()
 }
 
 // shortYields is how many times a worker yields before a step that
@@ -162,16 +153,13 @@ func (r *Router[T]) lockYielding() {
 // calls take.
 const shortYields = 16
 
-// lockYields bounds lockYielding's tries: a few hundred microseconds,
-// longer than the step of a batch of MaxBatch jobs.
-const lockYields = 2048
-
 // share is how many jobs a worker asking for want leases: its share of
 // the ready jobs with those blocked in Acquire (or AcquireMany: other
-// workers, other Runs), and at least one, within the room left in the
+// workers, other Runs) or woken for a job and not back for it yet, and at
+// least one, within the room left in the
 // event backlog (roomFor). The caller holds r.mu.
 func (r *Router[T]) share(want int) int {
-	return r.roomFor(max(1, min(want, r.ready.Len()/(1+len(r.waiters)))))
+	return r.roomFor(max(1, min(want, r.ready.Len()/(1+len(r.waiters)+r.woken))))
 }
 
 // run runs a batch: each lease's handler in turn, until the batch ends or
@@ -294,7 +282,7 @@ func (u *runner[T]) cut(s *slot[T]) {
 		// One lost while it waited (Cancel, Close) is left alone, as
 		// process leaves it.
 		if l := &waiting[i].Lease; r.phase != phaseClosed && l.j.state == StateLeased && r.current(l.j, l) {
-			r.handBack(l.j, l, now)
+			r.handBack(l.j, l, now, waiting[i].ready)
 		}
 	}
 	r.unlockAndDeliver()

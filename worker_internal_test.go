@@ -1,0 +1,42 @@
+package leaserouter
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestShare: a Run worker leases at most its share of the ready jobs with
+// the callers blocked in Acquire (and those woken for a job and not back
+// for it yet), at least one, and no more than the room left in the event
+// backlog.
+func TestShare(t *testing.T) {
+	r, err := New[int](Options{})
+	require.NoError(t, err)
+	defer r.Close(nil)
+	specs := make([]JobSpec[int], 100)
+	for i := range specs {
+		specs[i].ID = fmt.Sprint(i)
+	}
+	_, err = r.EnqueueMany(specs)
+	require.NoError(t, err)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	share := func(want, waiters, woken, backlog int) int {
+		defer func(h bool) { r.waiters, r.woken, r.outbox, r.hooked = nil, 0, nil, h }(r.hooked)
+		r.waiters, r.woken = make([]chan struct{}, waiters), woken
+		if backlog > 0 {
+			r.hooked = true // as with OnEvent set
+			r.outbox = make([]record, backlog)
+		}
+		return r.share(want)
+	}
+	require.Equal(t, 64, share(64, 0, 0, 0), "nobody waits: what it asks for")
+	require.Equal(t, 100, share(256, 0, 0, 0), "nobody waits: every ready job")
+	require.Equal(t, 25, share(256, 3, 0, 0), "three wait: a quarter")
+	require.Equal(t, 25, share(256, 1, 2, 0), "two woken and one waiting: a quarter")
+	require.Equal(t, 1, share(256, 200, 0, 0), "at least one")
+	require.Equal(t, 10, share(256, 0, 0, eventBacklog-10), "the room left in the event backlog")
+	require.Equal(t, 1, share(256, 0, 0, eventBacklog), "at least one")
+}

@@ -3,6 +3,8 @@ package leaserouter
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync"
 )
 
 // Batches: many jobs enqueued, or many leases granted, under one lock and
@@ -21,7 +23,13 @@ import (
 // blocks like Enqueue: on the router's lock and, with a hook set, while
 // the event backlog is full. jobs is not retained.
 func (r *Router[T]) EnqueueMany(jobs []JobSpec[T]) (duplicates []int, err error) {
-	specs := make([]enqueueSpec, len(jobs))
+	sp := specPool.Get().(*[]enqueueSpec)
+	defer func() {
+		clear(*sp)
+		specPool.Put(sp)
+	}()
+	specs := slices.Grow((*sp)[:0], len(jobs))[:len(jobs)]
+	*sp = specs
 	for i := range jobs {
 		if err = r.parseJob(&specs[i], jobs[i].ID, jobs[i].Options); err != nil {
 			return nil, fmt.Errorf("%w (batch index %d)", err, i)
@@ -59,6 +67,10 @@ func (r *Router[T]) EnqueueMany(jobs []JobSpec[T]) (duplicates []int, err error)
 	r.unlockAndDeliver()
 	return duplicates, nil
 }
+
+// specPool holds the parsed specs of EnqueueMany's batches, needed only
+// while the call lasts, so a steady stream of batches allocates none.
+var specPool = sync.Pool{New: func() any { return new([]enqueueSpec) }}
 
 // TryAcquireMany leases up to max ready jobs to workerID, in the order
 // TryAcquire would hand them out, under one lock and one clock reading.
@@ -122,6 +134,11 @@ func (r *Router[T]) roomFor(n int) int {
 	return max(1, n)
 }
 
+// warmAbove is the number of jobs from which a batch warms the caches
+// first (grantInto, completeMany): about where the job records and the
+// ID index outgrow the CPU's caches.
+const warmAbove = 1 << 14
+
 // grantInto grants up to len(into) leases in order, into the Leases given
 // (zero, or set up for Run by its caller), and returns how many it granted,
 // stopping at the first ErrNoJob or ErrTokensExhausted: that error only if
@@ -134,6 +151,9 @@ func (r *Router[T]) grantInto(workerID string, now int64, into []*Lease[T], read
 	// loop whose loads do not depend on each other, overlaps those misses
 	// instead of paying them one after another in grant.
 	for i := range into {
+		if r.ready.Len() < warmAbove {
+			break // all in the caches
+		}
 		if j := r.ready.Upcoming(i); j != nil {
 			r.warm += uint64(len(j.id)) ^ uint64(j.token) ^ uint64(j.at) ^ uint64(j.state)
 		}
@@ -159,7 +179,7 @@ func (r *Router[T]) grantInto(workerID string, now int64, into []*Lease[T], read
 func (r *Router[T]) completeMany(ls []*Lease[T], now int64) {
 	// Completing drops finished jobs from the ID index when Retention < 0:
 	// touch their slots first, so the cache misses overlap (see grantInto).
-	if r.opts.Retention < 0 {
+	if r.opts.Retention < 0 && r.jobs.Len() >= warmAbove {
 		for _, l := range ls {
 			r.warm += r.jobs.Touch(l.j.hash)
 		}

@@ -105,7 +105,18 @@ func (l *Lease[T]) heartbeat(progress []byte, waitIfRefused bool) error {
 // Heartbeat, it blocks only on the router's lock, and a refused call waits
 // while the event backlog is full.
 func (l *Lease[T]) Complete() error {
-	return l.end(func(r *Router[T], j *job[T], now int64) { r.complete(j, l, now) })
+	if l == nil || l.r == nil {
+		return errNilLease()
+	}
+	r := l.r
+	j, now, err := l.lock()
+	if err != nil {
+		r.unlockRefused()
+		return err
+	}
+	r.complete(j, l, now)
+	r.unlockAndDeliver()
+	return nil
 }
 
 // end runs op, which ends l, as one critical section after l.lock, or

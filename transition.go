@@ -14,8 +14,7 @@ import (
 // not nil (a batch's, allocated outside the lock), else a new one. The
 // caller holds r.mu and has settled.
 func (r *Router[T]) grant(workerID string, now int64, l *Lease[T]) (*Lease[T], error) {
-	j, ok := r.ready.Peek()
-	if !ok {
+	if r.ready.Len() == 0 {
 		return nil, ErrNoJob
 	}
 	if r.lastToken >= maxToken {
@@ -24,7 +23,7 @@ func (r *Router[T]) grant(workerID string, now int64, l *Lease[T]) (*Lease[T], e
 		r.wakeOne()
 		return nil, ErrTokensExhausted
 	}
-	r.ready.Pop()
+	j, _ := r.ready.Pop()
 	readyAt, requeued := j.at, j.ended == endExpired
 	r.lastToken++
 	r.setState(j, StateLeased)

@@ -26,7 +26,9 @@ func (r *Router[T]) EnqueueMany(jobs []JobSpec[T]) (duplicates []int, err error)
 	sp := specPool.Get().(*[]enqueueSpec)
 	defer func() {
 		clear(*sp)
-		specPool.Put(sp)
+		if cap(*sp) <= maxPooledSpecs { // a huge batch's specs go to the GC
+			specPool.Put(sp)
+		}
 	}()
 	specs := slices.Grow((*sp)[:0], len(jobs))[:len(jobs)]
 	*sp = specs
@@ -71,6 +73,10 @@ func (r *Router[T]) EnqueueMany(jobs []JobSpec[T]) (duplicates []int, err error)
 // specPool holds the parsed specs of EnqueueMany's batches, needed only
 // while the call lasts, so a steady stream of batches allocates none.
 var specPool = sync.Pool{New: func() any { return new([]enqueueSpec) }}
+
+// maxPooledSpecs bounds the specs kept in specPool (64 bytes each), so the
+// pool never holds a huge batch's memory after it.
+const maxPooledSpecs = 4096
 
 // TryAcquireMany leases up to max ready jobs to workerID, in the order
 // TryAcquire would hand them out, under one lock and one clock reading.
@@ -142,10 +148,10 @@ const warmAbove = 1 << 14
 // grantInto grants up to len(into) leases in order, into the Leases given
 // (zero, or set up for Run by its caller), and returns how many it granted,
 // stopping at the first ErrNoJob or ErrTokensExhausted: that error only if
-// it granted none. A non-nil ready (as long as into) gets each job's ready
-// time before its lease (Run keeps it, for handBack). The caller holds
+// it granted none. A non-nil ready (as long as into) gets how each job was
+// ready before its lease (Run keeps it, for handBack). The caller holds
 // r.mu and has settled.
-func (r *Router[T]) grantInto(workerID string, now int64, into []*Lease[T], ready []int64) (int, error) {
+func (r *Router[T]) grantInto(workerID string, now int64, into []*Lease[T], ready []readyAt) (int, error) {
 	// The jobs about to be leased were enqueued long ago, so their records
 	// are likely out of the CPU's caches: reading them all first, in a
 	// loop whose loads do not depend on each other, overlaps those misses
@@ -160,7 +166,7 @@ func (r *Router[T]) grantInto(workerID string, now int64, into []*Lease[T], read
 	}
 	for i := range into {
 		if j, ok := r.ready.Peek(); ok && ready != nil {
-			ready[i] = j.at // what grant leases, if it does
+			ready[i] = readyAt{j.at, j.ended == endExpired} // what grant leases, if it does
 		}
 		if _, err := r.grant(workerID, now, into[i]); err != nil {
 			if i > 0 {

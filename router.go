@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -29,10 +28,7 @@ const (
 //
 // A Router guards all its state with one mutex, held only for short,
 // non-blocking work: O(log n) heap operations per transition, and never
-// user code. Producers (Enqueue, TryAcquire, Acquire and their batch
-// forms) and Run's workers that find it held yield the processor
-// (runtime.Gosched) for a while before blocking, so that goroutines taking
-// turns on it keep running on every processor. One background goroutine, the reaper, makes expiries and
+// user code. One background goroutine, the reaper, makes expiries and
 // scheduled jobs visible at their instant; correctness never depends on
 // it, because every call first settles what is due. A second, started only
 // when Options.OnEvent or Options.Logger is set, delivers events. Its
@@ -132,7 +128,7 @@ func New[T any](opts Options) (*Router[T], error) {
 // (awaitRoom; done cuts that short). It returns the instant with r.mu held,
 // or, with r.mu released, ErrClosed or errDone.
 func (r *Router[T]) lockOpen(room bool, done <-chan struct{}) (now int64, err error) {
-	r.lockYielding()
+	r.mu.Lock()
 	if r.phase != phaseOpen {
 		r.unlockAndDeliver()
 		return 0, ErrClosed
@@ -147,34 +143,6 @@ func (r *Router[T]) lockOpen(room bool, done <-chan struct{}) (now int64, err er
 	r.settle(now, -1)
 	return now, nil
 }
-
-// lockYielding takes r.mu for a caller that may wait for it: a producer
-// (lockOpen) or a Run worker between batches. While another goroutine
-// holds it, it yields the processor (runtime.Gosched) and tries again, up
-// to lockYields times, before blocking in Lock. A goroutine blocked in
-// Lock is woken onto the processor of the one that unlocked, which runs
-// on with its own work, so goroutines taking turns on the lock would run
-// one at a time on one processor (measured: Run's two workers kept 1.35
-// of 2 cores busy, no faster than one worker, and an Enqueue loop beside
-// them ran 10% slower). Yielding leaves the processor to any other
-// goroutine that can run, so only an otherwise idle one is spent, for at
-// most the length of a few batches. Lease operations take the lock with
-// Lock: one that waits in Lock for a millisecond puts the mutex in its
-// starvation mode, where TryLock fails, so yielding callers never keep
-// the lock from them for long.
-func (r *Router[T]) lockYielding() {
-	for range lockYields {
-		if r.mu.TryLock() {
-			return
-		}
-		runtime.Gosched()
-	}
-	r.mu.Lock()
-}
-
-// lockYields bounds lockYielding's tries: a few hundred microseconds,
-// longer than the step of a batch of MaxBatch jobs.
-const lockYields = 2048
 
 // now is the router's clock: nanoseconds since epoch on the monotonic
 // clock, so a wall-clock step can neither expire nor extend a lease.

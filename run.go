@@ -116,15 +116,19 @@ func (o WorkerOptions) withDefaults(lease time.Duration) (WorkerOptions, error) 
 // ready jobs with the callers blocked in Acquire or AcquireMany at that
 // moment (other workers, other Runs; at least one), so no worker takes
 // the jobs another is waiting for. A worker waiting for the router's lock
-// between batches yields the processor rather than blocking at once, and
-// one whose last batch came up short (a shallow backlog) yields a little
-// before its next, so that producers get in and batches stay large. A batch lasts at most one HeartbeatInterval, which
-// is shorter than the lease: when its first heartbeat is due while it is
+// between batches yields the processor rather than blocking at once; one
+// whose last batch came up short (a shallow backlog) yields a little
+// before its next, and one that found nothing ready yields a little and
+// looks again before it blocks, so that producers get in, batches stay
+// large and a producer rarely pays for waking a worker.
+//
+// A batch lasts at most one HeartbeatInterval, which is shorter than the
+// lease: when its first heartbeat is due while it is
 // still going — a job turned out long — it is cut. The jobs that finished
 // are completed then, and those still waiting their turn are handed back
-// unstarted: each becomes pending again, ready as of the instant it was
-// leased, and that lease is not counted as an attempt (its event is
-// EventReleased). So a job leased ahead never loses its lease while it
+// unstarted: each becomes pending again, with the ready time it had
+// before (so in its old place in the order), and that lease is not
+// counted as an attempt (its event is EventReleased). So a job leased ahead never loses its lease while it
 // waits, and a long job holds others back for at most one
 // HeartbeatInterval. When ctx is done or Close starts, the jobs a worker
 // has not started are handed back at once.

@@ -70,16 +70,27 @@ func (r *Router[T]) expire(j *job[T]) {
 }
 
 // handBack ends a lease Run granted ahead of its turn and never gave to a
-// handler (see Run): the job is pending again with readyAt, its ready time
-// before that lease, so it keeps its place in the order, and the lease is
-// not counted as an attempt. Its event is EventReleased. The caller holds
-// r.mu and has checked that l is valid.
-func (r *Router[T]) handBack(j *job[T], l *Lease[T], now, readyAt int64) {
+// handler (see Run): the job is pending again as it was before that lease
+// (ready), so it keeps its place in the order and its next lease_acquired
+// event says what the previous one would have, and the lease is not
+// counted as an attempt. Its event is EventReleased. The caller holds r.mu
+// and has checked that l is valid.
+func (r *Router[T]) handBack(j *job[T], l *Lease[T], now int64, ready readyAt) {
 	r.endLease(j, endReleased, false)
 	setHeld(r.emit(EventReleased, now, j, l, l.Token, nil), l.granted, now)
 	j.attempt--
 	j.updated = now
-	r.makeReady(j, readyAt)
+	if ready.requeued {
+		j.ended = endExpired // as before the lease: ready since an expiry
+	}
+	r.makeReady(j, ready.at)
+}
+
+// readyAt is how a pending job was ready: its ready time, and whether it
+// was ready again because a lease expired (Event.Requeued).
+type readyAt struct {
+	at       int64
+	requeued bool
 }
 
 // requeue makes a job whose lease ended by expiry or release pending at

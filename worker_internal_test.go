@@ -1,6 +1,7 @@
 package leaserouter
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
@@ -14,7 +15,7 @@ import (
 func TestShare(t *testing.T) {
 	r, err := New[int](Options{})
 	require.NoError(t, err)
-	defer r.Close(nil)
+	defer r.Close(context.Background())
 	specs := make([]JobSpec[int], 100)
 	for i := range specs {
 		specs[i].ID = fmt.Sprint(i)
@@ -39,4 +40,21 @@ func TestShare(t *testing.T) {
 	require.Equal(t, 1, share(256, 200, 0, 0), "at least one")
 	require.Equal(t, 10, share(256, 0, 0, eventBacklog-10), "the room left in the event backlog")
 	require.Equal(t, 1, share(256, 0, 0, eventBacklog), "at least one")
+}
+
+// TestSpecPoolKeepsNoHugeBatch: EnqueueMany's pool of parsed specs takes
+// back only modest ones, so a huge batch's memory is not kept after it.
+func TestSpecPoolKeepsNoHugeBatch(t *testing.T) {
+	r, err := New[int](Options{})
+	require.NoError(t, err)
+	defer r.Close(context.Background())
+	specs := make([]JobSpec[int], 2*maxPooledSpecs)
+	for i := range specs {
+		specs[i].ID = fmt.Sprint(i)
+	}
+	_, err = r.EnqueueMany(specs)
+	require.NoError(t, err)
+	sp := specPool.Get().(*[]enqueueSpec)
+	require.LessOrEqual(t, cap(*sp), maxPooledSpecs)
+	specPool.Put(sp)
 }

@@ -335,3 +335,43 @@ func TestRunBatchSpreadsNewJobsOverIdleWorkers(t *testing.T) {
 		stopRun(t, cancel, done)
 	})
 }
+
+// TestRunBatchHandBackKeepsRequeued: a job ready again because its lease
+// expired, then leased ahead in a batch and handed back, is leased next
+// as if that batch had never been: Event.Requeued, and Wait from the
+// expiry.
+func TestRunBatchHandBackKeepsRequeued(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		r := setup(t, leaserouter.Options{LeaseDuration: ld, OnEvent: rec.record})
+		require.NoError(t, r.Enqueue("e", ""))
+		acquire(t, r, "crashed") // and never heard of again
+		for _, id := range []string{"s0", "s1", "s2", "x", "long"} {
+			require.NoError(t, r.Enqueue(id, ""))
+		}
+		sleep(ld) // e's lease expires: ready again, after the others
+		h := func(ctx context.Context, l *lease) error {
+			if l.JobID == "long" {
+				<-ctx.Done()
+			}
+			return nil
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := goRun(ctx, r, leaserouter.WorkerOptions{Workers: 1, Batch: 4, HeartbeatInterval: time.Second}, h)
+		synctest.Wait()
+		require.Equal(t, leaserouter.StateLeased, get(t, r, "e").State, "leased ahead, behind long")
+		sleep(time.Second) // the cut hands e back
+		require.Equal(t, leaserouter.StatePending, get(t, r, "e").State)
+		l := acquire(t, r, "other")
+		require.Equal(t, "e", l.JobID)
+		require.Equal(t, 2, l.Attempt, "the expired lease counts, the one handed back does not")
+		synctest.Wait() // the event is delivered
+		acquired := rec.ofKind(leaserouter.EventLeaseAcquired)
+		last := acquired[len(acquired)-1]
+		require.Equal(t, "e", last.JobID)
+		require.True(t, last.Requeued)
+		require.Equal(t, time.Second, last.Wait, "from the expiry")
+		require.NoError(t, l.Complete())
+		stopRun(t, cancel, done)
+	})
+}

@@ -30,101 +30,132 @@ const (
 // BenchmarkPond: pond v2 with 2 workers; Submit of every job while they
 // run, then StopAndWait.
 func BenchmarkPond(b *testing.B) {
-	var done atomic.Int64
-	task := func() { done.Add(1) }
+	var done int64
 	for b.Loop() {
-		pool := pond.NewPool(peerWorkers)
-		for range peerJobs {
-			pool.Submit(task)
-		}
-		pool.StopAndWait()
+		done += runPond(peerJobs)
 	}
-	report(b, done.Load())
+	report(b, done)
 }
 
 // BenchmarkRouterEnqueue: leaserouter's Run with 2 workers, while one
 // goroutine enqueues every job with Enqueue; the operation ends when the
 // last job is complete.
-func BenchmarkRouterEnqueue(b *testing.B) {
-	benchRouter(b, func(r *leaserouter.Router[int]) error {
-		for i := range peerJobs {
-			if err := r.Enqueue(strconv.Itoa(i), i); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-}
+func BenchmarkRouterEnqueue(b *testing.B) { benchRouter(b, enqueueEach) }
 
 // BenchmarkRouterEnqueueMany: as BenchmarkRouterEnqueue, enqueueing with
-// EnqueueMany in batches of enqueueBatch.
-func BenchmarkRouterEnqueueMany(b *testing.B) {
-	const enqueueBatch = 256
-	benchRouter(b, func(r *leaserouter.Router[int]) error {
-		specs := make([]leaserouter.JobSpec[int], enqueueBatch) // EnqueueMany does not retain it
-		for i := 0; i < peerJobs; i += enqueueBatch {
-			batch := specs[:min(enqueueBatch, peerJobs-i)]
-			for k := range batch {
-				batch[k] = leaserouter.JobSpec[int]{ID: strconv.Itoa(i + k), Payload: i + k}
-			}
-			if _, err := r.EnqueueMany(batch); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-}
+// EnqueueMany in batches of 256.
+func BenchmarkRouterEnqueueMany(b *testing.B) { benchRouter(b, enqueueMany) }
 
 // BenchmarkRouterBacklog: every job enqueued first, then Run with 2
 // workers until the last is complete (both timed).
-func BenchmarkRouterBacklog(b *testing.B) {
-	benchRouter(b, nil)
-}
+func BenchmarkRouterBacklog(b *testing.B) { benchRouter(b, nil) }
 
-// benchRouter runs each operation on a new Router (Retention -1: finished
-// jobs are dropped at once, as a pool forgets its tasks). With enqueue,
-// Run's workers start first and enqueue runs beside them; without, every
-// job is enqueued with Enqueue before Run starts.
-func benchRouter(b *testing.B, enqueue func(*leaserouter.Router[int]) error) {
-	var done atomic.Int64
+func benchRouter(b *testing.B, enqueue func(*leaserouter.Router[int], int) error) {
+	var done int64
 	for b.Loop() {
-		r, err := leaserouter.New[int](leaserouter.Options{Retention: -1})
+		n, err := runRouter(peerJobs, enqueue)
 		if err != nil {
 			b.Fatal(err)
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		var left atomic.Int64
-		left.Store(peerJobs)
-		h := func(context.Context, *leaserouter.Lease[int]) error {
-			done.Add(1)
-			if left.Add(-1) == 0 {
-				cancel()
-			}
-			return nil
-		}
-		if enqueue == nil {
-			for i := range peerJobs {
-				if err := r.Enqueue(strconv.Itoa(i), i); err != nil {
-					b.Fatal(err)
-				}
-			}
-		}
-		ran := make(chan error, 1)
-		go func() { ran <- r.Run(ctx, leaserouter.WorkerOptions{Workers: peerWorkers}, h) }()
-		if enqueue != nil {
-			if err := enqueue(r); err != nil {
-				b.Fatal(err)
-			}
-		}
-		if err := <-ran; err != nil {
-			b.Fatal(err)
-		}
-		cancel()
-		if err := r.Close(context.Background()); err != nil {
-			b.Fatal(err)
+		done += n
+	}
+	report(b, done)
+}
+
+// TestPeerWorkloads runs each workload on a few jobs: every job is done
+// once, on both sides.
+func TestPeerWorkloads(t *testing.T) {
+	const n = 10_000
+	if got := runPond(n); got != n {
+		t.Fatalf("pond ran %d tasks, want %d", got, n)
+	}
+	for name, enqueue := range map[string]func(*leaserouter.Router[int], int) error{
+		"Enqueue": enqueueEach, "EnqueueMany": enqueueMany, "backlog": nil,
+	} {
+		got, err := runRouter(n, enqueue)
+		if err != nil || got != n {
+			t.Fatalf("%s: ran %d jobs (%v), want %d", name, got, err, n)
 		}
 	}
-	report(b, done.Load())
+}
+
+// runPond submits n no-op tasks to a new pond pool of peerWorkers while
+// they run, waits for them and returns how many ran.
+func runPond(n int) int64 {
+	var done atomic.Int64
+	task := func() { done.Add(1) }
+	pool := pond.NewPool(peerWorkers)
+	for range n {
+		pool.Submit(task)
+	}
+	pool.StopAndWait()
+	return done.Load()
+}
+
+// runRouter pushes n no-op jobs through a new Router (Retention -1:
+// finished jobs are dropped at once, as a pool forgets its tasks) with Run
+// and peerWorkers workers, and returns how many ran. With enqueue, Run's
+// workers start first and enqueue runs beside them; without, every job is
+// enqueued with Enqueue before Run starts.
+func runRouter(n int, enqueue func(*leaserouter.Router[int], int) error) (int64, error) {
+	r, err := leaserouter.New[int](leaserouter.Options{Retention: -1})
+	if err != nil {
+		return 0, err
+	}
+	defer r.Close(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var done atomic.Int64
+	h := func(context.Context, *leaserouter.Lease[int]) error {
+		if done.Add(1) == int64(n) {
+			cancel()
+		}
+		return nil
+	}
+	if enqueue == nil {
+		if err := enqueueEach(r, n); err != nil {
+			return 0, err
+		}
+	}
+	ran := make(chan error, 1)
+	go func() { ran <- r.Run(ctx, leaserouter.WorkerOptions{Workers: peerWorkers}, h) }()
+	if enqueue != nil {
+		if err := enqueue(r, n); err != nil {
+			cancel()
+			<-ran
+			return done.Load(), err
+		}
+	}
+	if err := <-ran; err != nil {
+		return done.Load(), err
+	}
+	return done.Load(), r.Close(context.Background())
+}
+
+// enqueueEach enqueues jobs 0..n-1 with one Enqueue each.
+func enqueueEach(r *leaserouter.Router[int], n int) error {
+	for i := range n {
+		if err := r.Enqueue(strconv.Itoa(i), i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// enqueueMany enqueues jobs 0..n-1 with EnqueueMany, 256 at a time.
+func enqueueMany(r *leaserouter.Router[int], n int) error {
+	const batch = 256
+	specs := make([]leaserouter.JobSpec[int], batch) // EnqueueMany does not retain it
+	for i := 0; i < n; i += batch {
+		b := specs[:min(batch, n-i)]
+		for k := range b {
+			b[k] = leaserouter.JobSpec[int]{ID: strconv.Itoa(i + k), Payload: i + k}
+		}
+		if _, err := r.EnqueueMany(b); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // report gives the jobs per second of the whole benchmark.

@@ -166,7 +166,7 @@ func (r *Router[T]) grantInto(workerID string, now int64, into []*Lease[T], read
 	}
 	for i := range into {
 		if j, ok := r.ready.Peek(); ok && ready != nil {
-			ready[i] = readyAt{j.at, j.ended == endExpired} // what grant leases, if it does
+			ready[i] = makeReadyAt(j.at, j.ended == endExpired) // what grant leases, if it does
 		}
 		if _, err := r.grant(workerID, now, into[i]); err != nil {
 			if i > 0 {

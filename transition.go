@@ -80,17 +80,31 @@ func (r *Router[T]) handBack(j *job[T], l *Lease[T], now int64, ready readyAt) {
 	setHeld(r.emit(EventReleased, now, j, l, l.Token, nil), l.granted, now)
 	j.attempt--
 	j.updated = now
-	if ready.requeued {
+	at, requeued := ready.get()
+	if requeued {
 		j.ended = endExpired // as before the lease: ready since an expiry
 	}
-	r.makeReady(j, ready.at)
+	r.makeReady(j, at)
 }
 
-// readyAt is how a pending job was ready: its ready time, and whether it
-// was ready again because a lease expired (Event.Requeued).
-type readyAt struct {
-	at       int64
-	requeued bool
+// readyAt is how a pending job was ready: its ready time (never negative
+// on the router's clock), and whether it was ready again because a lease
+// expired (Event.Requeued), in 8 bytes: a requeued job's time is stored
+// complemented. One is kept per lease of Run's batches.
+type readyAt int64
+
+func makeReadyAt(at int64, requeued bool) readyAt {
+	if requeued {
+		return readyAt(^at)
+	}
+	return readyAt(at)
+}
+
+func (a readyAt) get() (at int64, requeued bool) {
+	if a < 0 {
+		return int64(^a), true
+	}
+	return int64(a), false
 }
 
 // requeue makes a job whose lease ended by expiry or release pending at

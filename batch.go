@@ -165,10 +165,11 @@ func (r *Router[T]) grantInto(workerID string, now int64, into []*Lease[T], read
 		}
 	}
 	for i := range into {
-		if j, ok := r.ready.Peek(); ok && ready != nil {
-			ready[i] = makeReadyAt(j.at, j.ended == endExpired) // what grant leases, if it does
+		var was *readyAt
+		if ready != nil {
+			was = &ready[i]
 		}
-		if _, err := r.grant(workerID, now, into[i]); err != nil {
+		if _, err := r.grant(workerID, now, into[i], was); err != nil {
 			if i > 0 {
 				return i, nil
 			}

@@ -209,7 +209,7 @@ func (r *Router[T]) TryAcquire(workerID string) (*Lease[T], error) {
 	if err != nil {
 		return nil, err
 	}
-	l, err := r.grant(workerID, now, nil)
+	l, err := r.grant(workerID, now, nil, nil)
 	r.unlockAndDeliver()
 	return l, err
 }
@@ -233,7 +233,7 @@ func (r *Router[T]) Acquire(ctx context.Context, workerID string) (*Lease[T], er
 func (r *Router[T]) acquire(ctx context.Context, workerID string) (*Lease[T], error) {
 	var l *Lease[T]
 	err := r.await(ctx, func(now int64) (err error) {
-		l, err = r.grant(workerID, now, nil)
+		l, err = r.grant(workerID, now, nil, nil)
 		return err
 	})
 	return l, err

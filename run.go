@@ -218,7 +218,7 @@ type runner[T any] struct {
 // derived contexts work as for any context.WithCancelCause. It is kept
 // small: there is one per job (in its batch's block of leases).
 type leaseCtx struct {
-	parent context.Context // set before the lease is granted, then read-only
+	parent *context.Context // the worker's ctx (one per worker, not per job: see worker.ctx); set before the lease is granted
 
 	mu         sync.Mutex
 	made       *madeCtx // nil until made
@@ -237,7 +237,7 @@ func (c *leaseCtx) ctx() context.Context {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.made == nil {
-		p := c.parent
+		p := *c.parent
 		if c.cause != nil && !c.parentDone {
 			// Stopped while the parent was live: that cause came first and
 			// must stay the context's, whatever the parent did since.
@@ -262,7 +262,7 @@ func (c *leaseCtx) stop(cause error) error {
 		if c.made != nil {
 			c.made.cancel(cause)
 		} else {
-			c.parentDone = c.parent.Err() != nil // was the parent done first?
+			c.parentDone = (*c.parent).Err() != nil // was the parent done first?
 		}
 	}
 	return c.cause
@@ -277,7 +277,7 @@ func (c *leaseCtx) live() bool {
 }
 
 // Deadline is the parent's: a lease's end is not known in advance.
-func (c *leaseCtx) Deadline() (time.Time, bool) { return c.parent.Deadline() }
+func (c *leaseCtx) Deadline() (time.Time, bool) { return (*c.parent).Deadline() }
 
 // Done makes the context and returns its channel.
 func (c *leaseCtx) Done() <-chan struct{} { return c.ctx().Done() }
@@ -294,18 +294,18 @@ func (c *leaseCtx) Err() error {
 	case made != nil:
 		return made.ctx.Err()
 	case parentDone:
-		return c.parent.Err() // the parent was done first, as the made context will say (a done context's Err never changes)
+		return (*c.parent).Err() // the parent was done first, as the made context will say (a done context's Err never changes)
 	case cause != nil:
 		return context.Canceled
 	}
-	return c.parent.Err()
+	return (*c.parent).Err()
 }
 
 // leaseLost stops c with the loss (lostWatcher).
 func (c *leaseCtx) leaseLost(cause error) { c.stop(cause) }
 
 // String names the context as the context package names its own.
-func (c *leaseCtx) String() string { return fmt.Sprint(c.parent) + ".WithCancel(leaserouter lease)" }
+func (c *leaseCtx) String() string { return fmt.Sprint(*c.parent) + ".WithCancel(leaserouter lease)" }
 
 // call runs h, turning a panic into an error carrying the stack.
 func call[T any](ctx context.Context, l *Lease[T], h Handler[T]) (err error) {

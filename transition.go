@@ -11,9 +11,10 @@ import (
 // step.
 
 // grant leases the first ready job, or returns ErrNoJob. The Lease is l if
-// not nil (a batch's, allocated outside the lock), else a new one. The
-// caller holds r.mu and has settled.
-func (r *Router[T]) grant(workerID string, now int64, l *Lease[T]) (*Lease[T], error) {
+// not nil (a batch's, allocated outside the lock), else a new one; a
+// non-nil was gets how the job was ready before (Run keeps it for
+// handBack). The caller holds r.mu and has settled.
+func (r *Router[T]) grant(workerID string, now int64, l *Lease[T], was *readyAt) (*Lease[T], error) {
 	if r.ready.Len() == 0 {
 		return nil, ErrNoJob
 	}
@@ -25,6 +26,9 @@ func (r *Router[T]) grant(workerID string, now int64, l *Lease[T]) (*Lease[T], e
 	}
 	j, _ := r.ready.Pop()
 	readyAt, requeued := j.at, j.ended == endExpired
+	if was != nil {
+		*was = makeReadyAt(readyAt, requeued)
+	}
 	r.lastToken++
 	r.setState(j, StateLeased)
 	j.attempt++

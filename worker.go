@@ -20,11 +20,12 @@ import (
 type slot[T any] struct {
 	mu      sync.Mutex    // held by the heartbeat goroutine while it beats or cuts, so the worker never races it for a lease
 	batch   []runLease[T] // the batch's leases, in order; nil between batches
+	ready   []readyAt     // how each job of batch was ready before it (for handBack)
 	next    int           // batch[:next] started, batch[next:] waiting their turn
 	running bool          // batch[next-1]'s handler runs
 	done    []*Lease[T]   // started leases whose handler returned nil, not yet completed
 	due     int64         // the next heartbeat on the router's clock; math.MaxInt64 if none
-	_       [48]byte      // keep workers' slots on separate cache lines (128 bytes)
+	_       [24]byte      // keep workers' slots on separate cache lines (128 bytes)
 }
 
 // runLease is a Lease granted to Run with its handler context, which
@@ -32,8 +33,7 @@ type slot[T any] struct {
 // already cancels it).
 type runLease[T any] struct {
 	Lease[T]
-	hc    leaseCtx
-	ready readyAt // how the job was ready before it was leased, kept if it is handed back
+	hc leaseCtx
 }
 
 // worker is one worker loop of Run and what it keeps between batches.
@@ -41,12 +41,16 @@ type worker[T any] struct {
 	u     *runner[T]
 	s     *slot[T]
 	id    string
-	ctx   context.Context // the handlers' parent
+	ctx   context.Context // the handlers' parent (their leaseCtx points here)
 	size  int             // the most jobs to lease next (see Run)
 	got   int             // how many it leased last time
 	short bool            // the last step leased less than half of size
-	// Memory reused across steps: the pointers handed to the router (nil
-	// between steps), the ready times it fills in, the spare done list.
+	// Memory reused across steps: the rest of the block of leases (see
+	// take) and whether a batch used its start, the pointers handed to the
+	// router (nil between steps), the ready times it fills in, the spare
+	// done list.
+	spare []runLease[T]
+	used  bool
 	into  []*Lease[T]
 	ready []readyAt
 	done  []*Lease[T]
@@ -62,38 +66,30 @@ func (w *worker[T]) work(ctx context.Context) error {
 	defer cancel()
 	w.ctx = ctx
 	for {
-		batch, err := w.lease()
+		batch, ready, err := w.lease()
 		if err != nil {
 			if errors.Is(err, ErrTokensExhausted) {
 				return err
 			}
 			return nil // ctx done or Router closed
 		}
-		w.run(batch)
+		w.run(batch, ready)
 	}
 }
 
 // lease completes the jobs of the last batch that finished and leases the
 // next batch, under one lock when a job is ready and the event backlog has
 // room; otherwise it leases as Acquire does, waiting.
-func (w *worker[T]) lease() ([]runLease[T], error) {
+func (w *worker[T]) lease() ([]runLease[T], []readyAt, error) {
 	s, r := w.s, w.u.r
 	s.mu.Lock()
 	done := s.done
 	s.done = w.done[:0]
 	s.mu.Unlock()
-	// The batch's leases are one block, allocated here, outside the
-	// router's lock, sized by what the worker got last time, doubled (with
-	// a shallow backlog it gets a job or two per batch), and never used
-	// for a later batch, so that it keeps no finished lease, nor its job
-	// and payload, alive.
-	block := make([]runLease[T], min(w.size, max(1, 2*w.got)))
-	w.into, w.ready = w.into[:0], slices.Grow(w.ready[:0], len(block))[:len(block)]
-	for i := range block {
-		block[i].hc.parent = w.ctx
-		block[i].lost = &block[i].hc
-		w.into = append(w.into, &block[i].Lease)
-	}
+	// As many leases as the worker got last time, doubled (with a shallow
+	// backlog it gets a job or two per batch), up to size.
+	want := min(w.size, max(1, 2*w.got))
+	block := w.take(want)
 	if w.short {
 		// The last batch came up short: the backlog is shallow, its
 		// producers slower than the workers. Yielding a little first lets
@@ -115,6 +111,14 @@ func (w *worker[T]) lease() ([]runLease[T], error) {
 		n = r.runStep(nil, w.id, w.into, w.ready, w.ctx.Err() == nil)
 	}
 	if n == 0 {
+		if w.used {
+			// About to wait, maybe long: the block's part used by earlier
+			// batches would keep their leases (and jobs and payloads)
+			// alive meanwhile. Wait with a lease of its own: a worker
+			// that waits gets a job or two.
+			w.spare = nil
+			block = w.take(1)
+		}
 		err := r.await(w.ctx, func(now int64) (err error) {
 			k := r.share(len(w.into))
 			n, err = r.grantInto(w.id, now, w.into[:k], w.ready[:k])
@@ -122,15 +126,40 @@ func (w *worker[T]) lease() ([]runLease[T], error) {
 		})
 		if err != nil {
 			clear(w.into)
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	clear(w.into) // the router keeps no pointer into it; neither should the worker
-	w.got, w.short = n, n < w.size/2
-	for i := range n {
-		block[i].ready = w.ready[i]
+	if n < len(block) {
+		w.got = n // the backlog, not the block, limited the batch
+	} else {
+		w.got = max(w.got, n)
 	}
-	return block[:n], nil
+	w.short = n < len(block)/2
+	w.spare, w.used = w.spare[n:], true
+	return block[:n], w.ready[:n], nil
+}
+
+// take returns up to want unused leases from the worker's block, set up
+// for Run, with w.into pointing at them. A block is allocated here,
+// outside the router's lock, when the last one is used up; it fills its
+// allocation (slices.Grow rounds up to the allocator's size), and is
+// handed out batch by batch, so none of it is wasted: the batch at the end
+// of a block may come out shorter than want.
+func (w *worker[T]) take(want int) []runLease[T] {
+	if len(w.spare) == 0 {
+		w.spare = slices.Grow([]runLease[T](nil), want)
+		w.spare, w.used = w.spare[:cap(w.spare)], false
+	}
+	block := w.spare[:min(want, len(w.spare))]
+	clear(w.into) // pointers into an earlier block must not keep it alive
+	w.into, w.ready = w.into[:0], slices.Grow(w.ready[:0], len(block))[:len(block)]
+	for i := range block {
+		block[i].hc.parent = &w.ctx
+		block[i].lost = &block[i].hc
+		w.into = append(w.into, &block[i].Lease)
+	}
+	return block
 }
 
 // runStep is a Run worker's step between batches, under one lock: it
@@ -199,11 +228,11 @@ func (r *Router[T]) share(want int) int {
 
 // run runs a batch: each lease's handler in turn, until the batch ends or
 // is cut; then it adapts the size of the next one.
-func (w *worker[T]) run(batch []runLease[T]) {
+func (w *worker[T]) run(batch []runLease[T], ready []readyAt) {
 	u, s := w.u, w.s
 	due := addSat(batch[0].granted, u.interval)
 	s.mu.Lock()
-	s.batch, s.next, s.due = batch, 0, due
+	s.batch, s.ready, s.next, s.due = batch, ready, 0, due
 	s.mu.Unlock()
 	if due < u.wake.Load() {
 		select {
@@ -218,7 +247,7 @@ func (w *worker[T]) run(batch []runLease[T]) {
 		}
 		if s.next == len(s.batch) { // the batch is over, or was cut
 			cut := len(s.batch) < len(batch)
-			s.batch, s.due = nil, math.MaxInt64
+			s.batch, s.ready, s.due = nil, nil, math.MaxInt64
 			s.mu.Unlock()
 			w.adapt(cut, batch[0].granted)
 			return
@@ -317,7 +346,7 @@ func (u *runner[T]) cut(s *slot[T]) {
 		// One lost while it waited (Cancel, Close) is left alone, as
 		// process leaves it.
 		if l := &waiting[i].Lease; r.phase != phaseClosed && l.j.state == StateLeased && r.current(l.j, l) {
-			r.handBack(l.j, l, now, waiting[i].ready)
+			r.handBack(l.j, l, now, s.ready[s.next+i])
 		}
 	}
 	r.unlockAndDeliver()

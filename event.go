@@ -134,11 +134,17 @@ func (r *Router[T]) event(rec *record) Event {
 // emit records an event of job j (and lease l, if one is concerned) for
 // the delivery goroutine and returns it, so the caller can fill the
 // durations it closes; it returns nil when no hook is configured, at the
-// cost of one branch. The caller holds r.mu.
+// cost of one branch (emit is small enough to be inlined; record is not).
+// The caller holds r.mu.
 func (r *Router[T]) emit(kind EventKind, at int64, j *job[T], l *Lease[T], tok Token, err error) *record {
 	if !r.hooked {
 		return nil
 	}
+	return r.record(kind, at, j, l, tok, err)
+}
+
+// record is emit's work when a hook is configured.
+func (r *Router[T]) record(kind EventKind, at int64, j *job[T], l *Lease[T], tok Token, err error) *record {
 	rec := r.push()
 	rec.kind, rec.at, rec.token, rec.attempt, rec.jobID = kind, at, tok, j.attempt, j.id
 	if l != nil {

@@ -41,7 +41,10 @@
 //
 // Router.Run starts worker goroutines that acquire, heartbeat every
 // WorkerOptions.HeartbeatInterval, and complete or fail each job from the
-// Handler's result; a panic fails the attempt with its stack. KeepAlive gives
+// Handler's result; a panic fails the attempt with its stack. With a deep
+// backlog of short jobs each worker leases a batch of them under one lock
+// (WorkerOptions.Batch; see Run for the rule that keeps long jobs safe).
+// KeepAlive gives
 // the same heartbeat and lost-lease context to code that acquires leases
 // itself. Choose LeaseDuration above the longest pause a healthy worker can
 // have (GC, a slow call) and the heartbeat interval at a third of it or less.

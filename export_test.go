@@ -46,3 +46,7 @@ func PlantSkipTokenCheck[T any](r *Router[T]) {
 	r.current = func(*job[T], *Lease[T]) bool { return true }
 	r.unlockAndDeliver()
 }
+
+// MaxShared bounds the finished leases of Run's earlier batches that a
+// later batch's block keeps alive.
+const MaxShared = maxShared

@@ -139,7 +139,7 @@ func (o WorkerOptions) withDefaults(lease time.Duration) (WorkerOptions, error) 
 // sleeping until the earliest heartbeat due. The context.Context behind
 // the handler's ctx is made only if the handler calls its Done or Value
 // (Err answers without it). The Leases of a batch, with their handler
-// contexts, are one allocation, made outside the router's lock.
+// contexts, come from one allocation, made outside the router's lock.
 //
 // Run blocks until every handler it started has returned and every
 // goroutine it started has ended. It returns nil when stopped by ctx or

@@ -2,7 +2,8 @@ package leaserouter_test
 
 // Tests of Run's machinery behind its contract: the handler context made
 // only when used, the one heartbeat goroutine serving every worker, and the
-// worker that completes a job and takes the next under one lock.
+// worker that completes a job and takes the next under one lock. Batches
+// are tested in worker_test.go.
 
 import (
 	"context"

@@ -44,13 +44,13 @@ type worker[T any] struct {
 	ctx   context.Context // the handlers' parent (their leaseCtx points here)
 	size  int             // the most jobs to lease next (see Run)
 	got   int             // how many it leased last time
-	short bool            // the last step leased less than half of size
+	short bool            // the last step leased less than half of what it asked for
 	// Memory reused across steps: the rest of the block of leases (see
-	// take) and whether a batch used its start, the pointers handed to the
+	// take) and how many of it were handed out, the pointers handed to the
 	// router (nil between steps), the ready times it fills in, the spare
 	// done list.
 	spare []runLease[T]
-	used  bool
+	used  int // leases of the block already handed out
 	into  []*Lease[T]
 	ready []readyAt
 	done  []*Lease[T]
@@ -111,7 +111,7 @@ func (w *worker[T]) lease() ([]runLease[T], []readyAt, error) {
 		n = r.runStep(nil, w.id, w.into, w.ready, w.ctx.Err() == nil)
 	}
 	if n == 0 {
-		if w.used {
+		if w.used > 0 {
 			// About to wait, maybe long: the block's part used by earlier
 			// batches would keep their leases (and jobs and payloads)
 			// alive meanwhile. Wait with a lease of its own: a worker
@@ -130,28 +130,25 @@ func (w *worker[T]) lease() ([]runLease[T], []readyAt, error) {
 		}
 	}
 	clear(w.into) // the router keeps no pointer into it; neither should the worker
-	if n < len(block) {
-		w.got = n // the backlog, not the block, limited the batch
-	} else {
-		w.got = max(w.got, n)
-	}
-	w.short = n < len(block)/2
-	w.spare, w.used = w.spare[n:], true
+	w.got, w.short = n, n < len(block)/2
+	w.spare, w.used = w.spare[n:], w.used+n
 	return block[:n], w.ready[:n], nil
 }
 
-// take returns up to want unused leases from the worker's block, set up
-// for Run, with w.into pointing at them. A block is allocated here,
-// outside the router's lock, when the last one is used up; it fills its
-// allocation (slices.Grow rounds up to the allocator's size), and is
-// handed out batch by batch, so none of it is wasted: the batch at the end
-// of a block may come out shorter than want.
+// take returns want unused leases from the worker's block, set up for
+// Run, with w.into pointing at them. A block is allocated here, outside
+// the router's lock, when the rest of the last one is shorter than want
+// (a batch is never split over blocks) or maxShared of it are handed out
+// already. So a block serves several batches only when a shallow backlog
+// leaves most of it unused, and a long job keeps fewer than maxShared
+// finished leases (and their jobs and payloads) alive with it. A block
+// fills its allocation (slices.Grow rounds up to the allocator's size).
 func (w *worker[T]) take(want int) []runLease[T] {
-	if len(w.spare) == 0 {
+	if len(w.spare) < want || w.used >= maxShared {
 		w.spare = slices.Grow([]runLease[T](nil), want)
-		w.spare, w.used = w.spare[:cap(w.spare)], false
+		w.spare, w.used = w.spare[:cap(w.spare)], 0
 	}
-	block := w.spare[:min(want, len(w.spare))]
+	block := w.spare[:want]
 	clear(w.into) // pointers into an earlier block must not keep it alive
 	w.into, w.ready = w.into[:0], slices.Grow(w.ready[:0], len(block))[:len(block)]
 	for i := range block {
@@ -211,6 +208,10 @@ func (r *Router[T]) lockYielding() {
 // lockYields bounds lockYielding's tries: a few hundred microseconds,
 // longer than the step of a batch of MaxBatch jobs.
 const lockYields = 2048
+
+// maxShared bounds the leases of one block handed out to earlier batches
+// before a later batch takes from it (see take).
+const maxShared = 16
 
 // shortYields is how many times a worker yields before a step that
 // follows a short batch (worker.lease): about as long as a few Enqueue

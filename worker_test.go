@@ -259,6 +259,53 @@ func TestRunBatchKeepsNoFinishedJobAlive(t *testing.T) {
 	})
 }
 
+// TestRunBatchLongJobKeepsFewFinishedAlive: while a long job runs, the
+// leases of the worker's earlier batches that share its block (and their
+// jobs and payloads) are fewer than MaxShared, whatever came before.
+func TestRunBatchLongJobKeepsFewFinishedAlive(t *testing.T) {
+	for _, quick := range []int{7, 31, 300} {
+		t.Run(fmt.Sprint(quick, " quick jobs first"), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				type payload struct{ _ [1 << 10]byte }
+				r, err := leaserouter.New[*payload](leaserouter.Options{Retention: -1, LeaseDuration: ld})
+				require.NoError(t, err)
+				defer r.Close(context.Background())
+				var refs []weak.Pointer[payload]
+				for i := range quick + 1 {
+					p := new(payload)
+					refs = append(refs, weak.Make(p))
+					require.NoError(t, r.Enqueue(fmt.Sprint(i), p))
+				}
+				slow := fmt.Sprint(quick)
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan error, 1)
+				go func() {
+					done <- r.Run(ctx, leaserouter.WorkerOptions{Workers: 1}, func(ctx context.Context, l *leaserouter.Lease[*payload]) error {
+						if l.JobID == slow {
+							<-ctx.Done()
+						}
+						return nil
+					})
+				}()
+				synctest.Wait()
+				require.Equal(t, leaserouter.StateLeased, func() leaserouter.State { j, _ := r.Get(slow); return j.State }())
+				runtime.GC()
+				runtime.GC()
+				alive := 0
+				for i, w := range refs[:quick] {
+					if _, known := r.Get(fmt.Sprint(i)); !known && w.Value() != nil {
+						alive++ // finished, dropped, and still kept
+					}
+				}
+				require.Less(t, alive, leaserouter.MaxShared)
+				cancel()
+				synctest.Wait()
+				require.NoError(t, <-done)
+			})
+		})
+	}
+}
+
 // TestRunBatchSkipsLostWhileWaiting: a job canceled while it waits its turn
 // in a batch is never run, and nothing is refused on its account.
 func TestRunBatchSkipsLostWhileWaiting(t *testing.T) {

@@ -161,11 +161,10 @@ func (w *worker[T]) take(want int) []runLease[T] {
 
 // runStep is a Run worker's step between batches, under one lock: it
 // completes done (the jobs of its last batch that finished) and, if grant
-// and the Router is open with room for events, leases into into its
-// share of the ready jobs (share), with their ready times into ready. It
-// returns how many it leased; with 0
-// the worker leases as Acquire does. Completing never waits for room: it
-// is a lease operation.
+// and the Router is open with room for events, leases into into its share
+// of the ready jobs (share), with how they were ready into ready. It
+// returns how many it leased; with 0 the worker leases as Acquire does.
+// Completing never waits for room: it is a lease operation.
 func (r *Router[T]) runStep(done []*Lease[T], workerID string, into []*Lease[T], ready []readyAt, grant bool) int {
 	r.lockYielding()
 	now := r.now()

@@ -156,12 +156,11 @@ func (r *Router[T]) grantInto(workerID string, now int64, into []*Lease[T], read
 	// are likely out of the CPU's caches: reading them all first, in a
 	// loop whose loads do not depend on each other, overlaps those misses
 	// instead of paying them one after another in grant.
-	for i := range into {
-		if r.ready.Len() < warmAbove {
-			break // all in the caches
-		}
-		if j := r.ready.Upcoming(i); j != nil {
-			r.warm += uint64(len(j.id)) ^ uint64(j.token) ^ uint64(j.at) ^ uint64(j.state)
+	if r.ready.Len() >= warmAbove { // below, all in the caches
+		for i := range into {
+			if j := r.ready.Upcoming(i); j != nil {
+				r.warm += uint64(len(j.id)) ^ uint64(j.token) ^ uint64(j.at) ^ uint64(j.state)
+			}
 		}
 	}
 	for i := range into {

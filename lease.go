@@ -105,18 +105,7 @@ func (l *Lease[T]) heartbeat(progress []byte, waitIfRefused bool) error {
 // Heartbeat, it blocks only on the router's lock, and a refused call waits
 // while the event backlog is full.
 func (l *Lease[T]) Complete() error {
-	if l == nil || l.r == nil {
-		return errNilLease()
-	}
-	r := l.r
-	j, now, err := l.lock()
-	if err != nil {
-		r.unlockRefused()
-		return err
-	}
-	r.complete(j, l, now)
-	r.unlockAndDeliver()
-	return nil
+	return l.end(func(r *Router[T], j *job[T], now int64) { r.complete(j, l, now) })
 }
 
 // end runs op, which ends l, as one critical section after l.lock, or
@@ -228,6 +217,11 @@ func (l *Lease[T]) check() (j *job[T], now int64, err error) {
 	return j, now, err
 }
 
+// valid reports whether l is its job's current lease and the job leased:
+// the one invariant, with what is due settled by the caller (holding
+// settles; so must any other caller). The caller holds r.mu.
+func (r *Router[T]) valid(l *Lease[T]) bool { return l.j.state == StateLeased && r.current(l.j, l) }
+
 // isCurrent reports whether l is j's current lease: the token check of the
 // one invariant (the lease of a job is replaced, never reused, on every
 // grant, so pointer identity is token identity).
@@ -251,16 +245,15 @@ func (r *Router[T]) holding(l *Lease[T], now int64) (*job[T], error) {
 	if r.phase != phaseClosed {
 		r.settle(now, -1)
 	}
-	j := l.j
-	if j.state == StateLeased && r.current(j, l) {
-		return j, nil
+	if r.valid(l) {
+		return l.j, nil
 	}
 	err := r.lostError(l)
 	if r.phase == phaseClosed {
 		return nil, err // after Close nothing changes, not even the counts
 	}
 	r.stats.StaleRejections++
-	if e := r.emit(EventStaleRejected, now, j, l, l.Token, err); e != nil {
+	if e := r.emit(EventStaleRejected, now, l.j, l, l.Token, err); e != nil {
 		e.attempt = int32(l.Attempt) // the refused lease's, not the job's latest
 	}
 	return nil, err
@@ -318,9 +311,7 @@ func (ws lostWatchers) leaseLost(cause error) {
 func (l *Lease[T]) watch(w lostWatcher) bool {
 	r := l.r
 	r.mu.Lock()
-	if r.phase != phaseClosed {
-		r.settle(r.now(), -1)
-	}
+	r.settleNow()
 	ok := l.j.state == StateLeased && l.j.lease == l
 	if ok {
 		// Run's handler context is told last, so a handler woken by the

@@ -144,6 +144,17 @@ func (r *Router[T]) lockOpen(room bool, done <-chan struct{}) (now int64, err er
 	return now, nil
 }
 
+// settleNow reads the clock and settles what is due at that instant,
+// unless the Router is closed (its state is then frozen), and returns the
+// instant. The caller holds r.mu.
+func (r *Router[T]) settleNow() int64 {
+	now := r.now()
+	if r.phase != phaseClosed {
+		r.settle(now, -1)
+	}
+	return now
+}
+
 // now is the router's clock: nanoseconds since epoch on the monotonic
 // clock, so a wall-clock step can neither expire nor extend a lease.
 func (r *Router[T]) now() int64 { return int64(time.Since(r.epoch)) }
@@ -226,11 +237,6 @@ func (r *Router[T]) TryAcquire(workerID string) (*Lease[T], error) {
 // consulted outside the router's lock. A nil ctx means
 // context.Background().
 func (r *Router[T]) Acquire(ctx context.Context, workerID string) (*Lease[T], error) {
-	return r.acquire(ctx, workerID)
-}
-
-// acquire is Acquire.
-func (r *Router[T]) acquire(ctx context.Context, workerID string) (*Lease[T], error) {
 	var l *Lease[T]
 	err := r.await(ctx, func(now int64) (err error) {
 		l, err = r.grant(workerID, now, nil, nil)
@@ -318,9 +324,7 @@ func (r *Router[T]) wakeOne() {
 // reference type. Get works after Close, on the state Close left.
 func (r *Router[T]) Get(id string) (j Job[T], ok bool) {
 	r.mu.Lock()
-	if r.phase != phaseClosed {
-		r.settle(r.now(), -1)
-	}
+	r.settleNow()
 	if x := r.jobs.Get(id); x != nil {
 		j, ok = r.snapshot(x), true
 	}

@@ -45,9 +45,7 @@ func (s Stats) ByState() iter.Seq2[State, int] {
 // O(1) and works after Close.
 func (r *Router[T]) Stats() Stats {
 	r.mu.Lock()
-	if r.phase != phaseClosed {
-		r.settle(r.now(), -1)
-	}
+	r.settleNow()
 	s := r.stats
 	c := r.counts
 	r.unlockAndDeliver()

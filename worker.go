@@ -95,9 +95,7 @@ func (w *worker[T]) lease() ([]runLease[T], []readyAt, error) {
 		// producers slower than the workers. Yielding a little first lets
 		// them in (and at the lock), so the next batch is larger and the
 		// workers contend with them less.
-		for range shortYields {
-			runtime.Gosched()
-		}
+		yieldShort()
 	}
 	n := r.runStep(done, w.id, w.into, w.ready, w.ctx.Err() == nil)
 	clear(done)
@@ -105,9 +103,7 @@ func (w *worker[T]) lease() ([]runLease[T], []readyAt, error) {
 	if n == 0 && w.ctx.Err() == nil {
 		// Nothing ready: before blocking, which costs the producer that
 		// wakes it a wake-up, give the producers a moment, as above.
-		for range shortYields {
-			runtime.Gosched()
-		}
+		yieldShort()
 		n = r.runStep(nil, w.id, w.into, w.ready, w.ctx.Err() == nil)
 	}
 	if n == 0 {
@@ -167,10 +163,7 @@ func (w *worker[T]) take(want int) []runLease[T] {
 // Completing never waits for room: it is a lease operation.
 func (r *Router[T]) runStep(done []*Lease[T], workerID string, into []*Lease[T], ready []readyAt, grant bool) int {
 	r.lockYielding()
-	now := r.now()
-	if r.phase != phaseClosed {
-		r.settle(now, -1)
-	}
+	now := r.settleNow()
 	r.completeMany(done, now)
 	n := 0
 	if grant && r.phase == phaseOpen && !r.backlogFull() {
@@ -211,6 +204,13 @@ const lockYields = 2048
 // maxShared bounds the leases of one block handed out to earlier batches
 // before a later batch takes from it (see take).
 const maxShared = 16
+
+// yieldShort yields the processor shortYields times.
+func yieldShort() {
+	for range shortYields {
+		runtime.Gosched()
+	}
+}
 
 // shortYields is how many times a worker yields before a step that
 // follows a short batch (worker.lease): about as long as a few Enqueue
@@ -301,14 +301,14 @@ func (w *worker[T]) process(rl *runLease[T]) {
 		w.finished(nil)
 		return
 	}
-	switch {
-	case err == nil:
+	if err == nil {
 		w.finished(l) // completed with the next lease, even if ctx is done now
-	case w.ctx.Err() != nil:
-		w.finished(nil)
+		return
+	}
+	w.finished(nil)
+	if w.ctx.Err() != nil {
 		_ = l.Release() // refused only if the lease was lost: nothing left to do
-	default:
-		w.finished(nil)
+	} else {
 		_ = l.Fail(err)
 	}
 }
@@ -337,15 +337,12 @@ func (u *runner[T]) cut(s *slot[T]) {
 	}
 	r := u.r
 	r.mu.Lock()
-	now := r.now()
-	if r.phase != phaseClosed {
-		r.settle(now, -1)
-	}
+	now := r.settleNow()
 	r.completeMany(s.done, now)
 	for i := range waiting {
-		// One lost while it waited (Cancel, Close) is left alone, as
-		// process leaves it.
-		if l := &waiting[i].Lease; r.phase != phaseClosed && l.j.state == StateLeased && r.current(l.j, l) {
+		// One lost while it waited (Cancel, Close: a closed Router has
+		// no lease) is left alone, as process leaves it.
+		if l := &waiting[i].Lease; r.valid(l) {
 			r.handBack(l.j, l, now, s.ready[s.next+i])
 		}
 	}

@@ -162,6 +162,28 @@ func TestRunBatchCutAtFirstHeartbeat(t *testing.T) {
 	})
 }
 
+// TestRunBatchCutLeavesLostAlone: a job canceled while it waits its turn
+// is not handed back by the cut; the others are.
+func TestRunBatchCutLeavesLostAlone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const interval = time.Second
+		fx, opts, h := newBatchFixture(t, interval, 3*ld)
+		r := fx.r
+		ctx, cancel := context.WithCancel(context.Background())
+		done := goRun(ctx, r, opts, h)
+		synctest.Wait()
+		require.NoError(t, r.Cancel("b"))
+		sleep(interval)
+		require.Equal(t, leaserouter.StatePending, get(t, r, "a").State, "handed back")
+		require.Equal(t, leaserouter.StateCanceled, get(t, r, "b").State)
+		require.Equal(t, []string{"enqueued", "lease_acquired", "canceled"}, fx.rec.kinds("b"))
+		require.Empty(t, fx.rec.ofKind(leaserouter.EventStaleRejected))
+		cancel()
+		sleep(3 * ld)
+		require.NoError(t, receive(t, done))
+	})
+}
+
 // TestRunBatchStopHandsBack: when Run's ctx is done, or Close starts, in
 // the middle of a batch whose running handler is slow to return, the jobs
 // that finished are completed and those not started handed back unstarted

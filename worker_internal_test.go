@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 )
@@ -57,4 +58,13 @@ func TestSpecPoolKeepsNoHugeBatch(t *testing.T) {
 	sp := specPool.Get().(*[]enqueueSpec)
 	require.LessOrEqual(t, cap(*sp), maxPooledSpecs)
 	specPool.Put(sp)
+}
+
+// TestRecordSizes pins the sizes of a job record and a Lease, which
+// BenchmarkLifecycleFloor copies (it prices two allocations "of our
+// sizes") and BenchmarkMemory's figure follows: a field added to either
+// must update the floor too.
+func TestRecordSizes(t *testing.T) {
+	require.EqualValues(t, 152, unsafe.Sizeof(job[int]{}))
+	require.EqualValues(t, 128, unsafe.Sizeof(Lease[int]{}))
 }

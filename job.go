@@ -217,6 +217,15 @@ type enqueueSpec struct {
 // r.mu. (s is filled in place: returning it costs Enqueue a copy.)
 func (r *Router[T]) parseJob(s *enqueueSpec, id string, opts []EnqueueOption) error {
 	s.maxAtt = r.opts.MaxAttempts
+	if err := readOptions(s, id, opts); err != nil {
+		return err
+	}
+	s.hash = r.jobs.Hash(id) // the seed never changes: no lock needed
+	return nil
+}
+
+// readOptions checks id and applies opts to s, in order.
+func readOptions(s *enqueueSpec, id string, opts []EnqueueOption) error {
 	if id == "" {
 		return fmt.Errorf("%w: empty ID", ErrInvalidJob)
 	}
@@ -238,8 +247,37 @@ func (r *Router[T]) parseJob(s *enqueueSpec, id string, opts []EnqueueOption) er
 			s.timing, s.runAt = optRunAt, o.runAt
 		}
 	}
-	s.hash = r.jobs.Hash(id) // the seed never changes: no lock needed
 	return nil
+}
+
+// EnqueueSettings is what a job's ID and EnqueueOptions ask for, as
+// ReadEnqueueOptions reads them, for routers built on this package's
+// contract (pgrouter). At most one of Delay and RunAt is set: the later
+// of WithDelay and WithRunAt in the list.
+type EnqueueSettings struct {
+	Priority    int           // WithPriority; default 0
+	MaxAttempts int           // WithMaxAttempts; 0 when not given (the router's default applies)
+	Delay       time.Duration // WithDelay: ready at enqueue time + Delay; 0 when not given
+	RunAt       time.Time     // WithRunAt: ready at RunAt (at once if not after the enqueue time); zero when not given
+}
+
+// ReadEnqueueOptions checks id and opts as Enqueue does and returns what
+// they ask for, or an error wrapping ErrInvalidJob (empty id, WithDelay <
+// 0, WithMaxAttempts out of [1, math.MaxInt32]). Nil or empty opts give
+// the zero EnqueueSettings.
+func ReadEnqueueOptions(id string, opts []EnqueueOption) (EnqueueSettings, error) {
+	var s enqueueSpec
+	if err := readOptions(&s, id, opts); err != nil {
+		return EnqueueSettings{}, err
+	}
+	e := EnqueueSettings{Priority: s.prio, MaxAttempts: s.maxAtt}
+	switch s.timing {
+	case optDelay:
+		e.Delay = s.delay
+	case optRunAt:
+		e.RunAt = s.runAt
+	}
+	return e, nil
 }
 
 // JobSpec is one job of an EnqueueMany batch: Enqueue's arguments.

@@ -157,3 +157,31 @@ func TestPayloadOfReferenceTypeIsShared(t *testing.T) {
 		require.NoError(t, l.Complete())
 	})
 }
+
+// TestReadEnqueueOptions: options read as Enqueue applies them (the later
+// of WithDelay and WithRunAt wins), and the same bad input refused.
+func TestReadEnqueueOptions(t *testing.T) {
+	at := time.Unix(1e9, 0)
+	s, err := leaserouter.ReadEnqueueOptions("a", nil)
+	require.NoError(t, err)
+	require.Equal(t, leaserouter.EnqueueSettings{}, s)
+	s, err = leaserouter.ReadEnqueueOptions("a", []leaserouter.EnqueueOption{
+		leaserouter.WithPriority(-3), leaserouter.WithRunAt(at), leaserouter.WithDelay(time.Second), leaserouter.WithMaxAttempts(7),
+	})
+	require.NoError(t, err)
+	require.Equal(t, leaserouter.EnqueueSettings{Priority: -3, MaxAttempts: 7, Delay: time.Second}, s)
+	s, err = leaserouter.ReadEnqueueOptions("a", []leaserouter.EnqueueOption{leaserouter.WithDelay(time.Second), leaserouter.WithRunAt(at)})
+	require.NoError(t, err)
+	require.Equal(t, leaserouter.EnqueueSettings{RunAt: at}, s)
+	for _, bad := range []struct {
+		id   string
+		opts []leaserouter.EnqueueOption
+	}{
+		{"", nil},
+		{"a", []leaserouter.EnqueueOption{leaserouter.WithDelay(-1)}},
+		{"a", []leaserouter.EnqueueOption{leaserouter.WithMaxAttempts(0)}},
+	} {
+		_, err := leaserouter.ReadEnqueueOptions(bad.id, bad.opts)
+		require.ErrorIs(t, err, leaserouter.ErrInvalidJob)
+	}
+}

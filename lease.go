@@ -141,8 +141,7 @@ func (l *Lease[T]) Fail(cause error) error {
 	if cause == nil {
 		cause = errUnknown
 	}
-	var perm *permanentError
-	permanent := errors.As(cause, &perm)
+	permanent := IsPermanent(cause)
 	r := l.r
 	// Backoff is user code: called before taking the lock, never under it.
 	// l.Attempt is the job's attempt count whenever l is still valid.
@@ -346,6 +345,14 @@ func Permanent(err error) error {
 		return nil
 	}
 	return &permanentError{err: err}
+}
+
+// IsPermanent reports whether err is, or wraps, an error made by
+// Permanent: the test Fail applies, for routers built on this package's
+// contract (pgrouter). A nil err is not permanent.
+func IsPermanent(err error) bool {
+	var perm *permanentError
+	return errors.As(err, &perm)
 }
 
 type permanentError struct{ err error }

@@ -389,3 +389,12 @@ func TestEmptyWorkerID(t *testing.T) {
 		require.NoError(t, l.Complete())
 	})
 }
+
+// TestIsPermanent: Permanent errors are told apart, wrapped or not.
+func TestIsPermanent(t *testing.T) {
+	base := errors.New("bad input")
+	require.True(t, leaserouter.IsPermanent(leaserouter.Permanent(base)))
+	require.True(t, leaserouter.IsPermanent(fmt.Errorf("job 7: %w", leaserouter.Permanent(base))))
+	require.False(t, leaserouter.IsPermanent(base))
+	require.False(t, leaserouter.IsPermanent(nil))
+}

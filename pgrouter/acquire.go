@@ -1,0 +1,232 @@
+package pgrouter
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leaserouter/leaserouter"
+)
+
+// settleDue settles what is due in the queue at the database's clock, at
+// most $2 items of each kind, oldest first: expired leases (pending again
+// with the expiry instant as ready time, or dead when attempts are
+// exhausted) and scheduled jobs whose run-at has come (pending, their
+// run-at as ready time). Rows another transaction holds are skipped
+// (their holder is acting on them). It returns how many expired leases
+// became pending, how many became dead, how many scheduled jobs became
+// pending.
+const settleDue = `
+WITH c AS (SELECT clock_timestamp() AS now),
+exp AS (
+	UPDATE leaserouter_jobs j SET
+		state = CASE WHEN j.attempt >= j.max_attempts THEN 4 ELSE 0 END,
+		ready_at = j.lease_expires_at, requeued = j.attempt < j.max_attempts,
+		ended = 'expired', last_error = 'lease expired', owner = '',
+		updated_at = j.lease_expires_at, lease_expires_at = NULL,
+		purge_at = CASE WHEN j.attempt >= j.max_attempts THEN j.lease_expires_at + $3 * interval '1 microsecond' END
+	FROM (SELECT queue, id FROM leaserouter_jobs
+		WHERE queue = $1 AND state = 2 AND lease_expires_at <= (SELECT now FROM c)
+		ORDER BY lease_expires_at LIMIT $2 FOR UPDATE SKIP LOCKED) d
+	WHERE j.queue = d.queue AND j.id = d.id
+	RETURNING j.state),
+sch AS (
+	UPDATE leaserouter_jobs j SET state = 0, updated_at = j.ready_at
+	FROM (SELECT queue, id FROM leaserouter_jobs
+		WHERE queue = $1 AND state = 1 AND ready_at <= (SELECT now FROM c)
+		ORDER BY ready_at LIMIT $2 FOR UPDATE SKIP LOCKED) d
+	WHERE j.queue = d.queue AND j.id = d.id
+	RETURNING 1)
+SELECT (SELECT count(*) FROM exp WHERE state = 0), (SELECT count(*) FROM exp WHERE state = 4), (SELECT count(*) FROM sch)`
+
+// settleLimit bounds the items of each kind one settleDue settles.
+const settleLimit = 1000
+
+// claimJobs leases up to $2 pending jobs of the queue to worker $3 for $4
+// microseconds, in the ready order (priority, ready time, enqueue order),
+// skipping rows other claimers hold. Tokens are taken after the rows are
+// ordered, so they increase in the ready order.
+const claimJobs = `
+WITH picked AS (
+	SELECT queue, id, priority, ready_at, seq FROM leaserouter_jobs
+	WHERE queue = $1 AND state = 0
+	ORDER BY priority DESC, ready_at, seq
+	LIMIT $2 FOR UPDATE SKIP LOCKED),
+numbered AS (
+	SELECT queue, id, nextval('leaserouter_token') AS token
+	FROM (SELECT * FROM picked ORDER BY priority DESC, ready_at, seq) p),
+c AS (SELECT clock_timestamp() AS now)
+UPDATE leaserouter_jobs j SET
+	state = 2, token = n.token, attempt = j.attempt + 1, owner = $3, ended = '',
+	lease_expires_at = c.now + $4 * interval '1 microsecond', updated_at = c.now
+FROM numbered n, c
+WHERE j.queue = n.queue AND j.id = n.id
+RETURNING j.id, j.payload, j.attempt, j.token, j.progress, j.lease_expires_at`
+
+// nextDue is how long, in seconds on the database's clock, until the
+// queue's next scheduled job is ready or its next lease expires; NULL if
+// neither exists.
+const nextDue = `
+SELECT extract(epoch FROM least(
+	(SELECT min(ready_at) FROM leaserouter_jobs WHERE queue = $1 AND state = 1),
+	(SELECT min(lease_expires_at) FROM leaserouter_jobs WHERE queue = $1 AND state = 2)) - clock_timestamp())::float8`
+
+// TryAcquire leases the next ready job to workerID without waiting, after
+// settling what is due: ErrNoJob if none is ready, ErrClosed after Close,
+// or an error wrapping the driver's. One round trip.
+func (r *Router[T]) TryAcquire(ctx context.Context, workerID string) (*Lease[T], error) {
+	ls, _, err := r.claim(orBackground(ctx), "TryAcquire", workerID, 1, false)
+	if err != nil {
+		return nil, err
+	}
+	return ls[0], nil
+}
+
+// TryAcquireMany leases up to max ready jobs to workerID, in the ready
+// order, in one round trip; each lease is independent (its own token,
+// increasing in slice order, expiry, heartbeats and completion). It
+// returns at least one lease, or ErrNoJob, ErrClosed, an error wrapping
+// ErrInvalidOptions for max < 1, or one wrapping the driver's.
+func (r *Router[T]) TryAcquireMany(ctx context.Context, workerID string, max int) ([]*Lease[T], error) {
+	if max < 1 {
+		return nil, fmt.Errorf("%w: TryAcquireMany max is %d, must be >= 1", leaserouter.ErrInvalidOptions, max)
+	}
+	ls, _, err := r.claim(orBackground(ctx), "TryAcquireMany", workerID, max, false)
+	return ls, err
+}
+
+// Acquire leases the next ready job to workerID, waiting until one is
+// ready: woken by a notification from any process, by a timer at the
+// queue's next due instant (a scheduled job's run-at, a lease's expiry),
+// and at least every PollInterval. It returns ctx.Err() if ctx is done
+// first, ErrClosed after Close (or when Close starts while it waits), or
+// an error wrapping the driver's (it does not retry a failed round trip).
+func (r *Router[T]) Acquire(ctx context.Context, workerID string) (*Lease[T], error) {
+	ls, err := r.await(orBackground(ctx), "Acquire", workerID, 1)
+	if err != nil {
+		return nil, err
+	}
+	return ls[0], nil
+}
+
+// AcquireMany is TryAcquireMany, waiting as Acquire does until at least
+// one job is ready; max < 1 is an error wrapping ErrInvalidOptions.
+func (r *Router[T]) AcquireMany(ctx context.Context, workerID string, max int) ([]*Lease[T], error) {
+	if max < 1 {
+		return nil, fmt.Errorf("%w: AcquireMany max is %d, must be >= 1", leaserouter.ErrInvalidOptions, max)
+	}
+	return r.await(orBackground(ctx), "AcquireMany", workerID, max)
+}
+
+func (r *Router[T]) await(ctx context.Context, call, workerID string, n int) ([]*Lease[T], error) {
+	for {
+		woken := r.wake.wait() // before trying: a wake-up during the try is not missed
+		ls, due, err := r.claim(ctx, call, workerID, n, true)
+		if !errors.Is(err, leaserouter.ErrNoJob) {
+			return ls, err
+		}
+		wait := r.opts.PollInterval
+		if due != nil {
+			wait = min(wait, max(time.Duration(*due*float64(time.Second)), 0)+time.Millisecond)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-woken:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// claim settles what is due and leases up to max jobs, in one round trip
+// (a pgx.Batch, one implicit transaction); withDue also asks how long
+// until the next due instant, for a caller about to wait.
+func (r *Router[T]) claim(ctx context.Context, call, workerID string, max int, withDue bool) ([]*Lease[T], *float64, error) {
+	if err := r.open(); err != nil {
+		return nil, nil, err
+	}
+	q := r.opts.Queue
+	b := &pgx.Batch{}
+	b.Queue(settleDue, q, settleLimit, r.keep)
+	b.Queue(claimJobs, q, max, workerID, r.lease)
+	if withDue {
+		b.Queue(nextDue, q)
+	}
+	sent := time.Now()
+	res := r.db.SendBatch(ctx, b)
+	defer res.Close()
+	var requeued, dead, ready int64
+	if err := res.QueryRow().Scan(&requeued, &dead, &ready); err != nil {
+		return nil, nil, errWrap(call, err)
+	}
+	rows, err := res.Query()
+	if err != nil {
+		return nil, nil, errWrap(call, err)
+	}
+	var ls []*Lease[T]
+	var bad error
+	for rows.Next() {
+		var (
+			id       string
+			payload  []byte
+			attempt  int32
+			token    int64
+			progress []byte
+			expiry   time.Time
+		)
+		if err := rows.Scan(&id, &payload, &attempt, &token, &progress, &expiry); err != nil {
+			rows.Close()
+			return nil, nil, errWrap(call, err)
+		}
+		l := &Lease[T]{JobID: id, Attempt: int(attempt), Token: leaserouter.Token(token), WorkerID: workerID,
+			Progress: progress, r: r, expiry: expiry, proven: sent.Add(r.opts.LeaseDuration)}
+		if l.Payload, err = decode[T](id, payload); err != nil && bad == nil {
+			bad = err
+		}
+		ls = append(ls, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, errWrap(call, err)
+	}
+	var due *float64
+	if withDue {
+		if err := res.QueryRow().Scan(&due); err != nil {
+			return nil, nil, errWrap(call, err)
+		}
+	}
+	if err := res.Close(); err != nil { // the commit of the batch's implicit transaction
+		return nil, nil, errWrap(call, err)
+	}
+	slices.SortFunc(ls, func(a, b *Lease[T]) int { return cmp.Compare(a.Token, b.Token) })
+	r.mu.Lock()
+	r.stats.Expirations += uint64(requeued + dead)
+	r.stats.Dead += uint64(dead)
+	r.stats.LeasesGranted += uint64(len(ls))
+	for _, l := range ls {
+		r.held[l] = struct{}{}
+	}
+	r.mu.Unlock()
+	if requeued > 0 || ready > 0 {
+		r.notify(ctx) // other processes' waiters: jobs became ready
+	}
+	if bad != nil {
+		// A payload this process cannot decode: hand the leases back, so
+		// a process that can may take the jobs, and report it.
+		for _, l := range ls {
+			_ = l.Release(ctx)
+		}
+		return nil, nil, bad
+	}
+	if len(ls) == 0 {
+		return nil, due, leaserouter.ErrNoJob
+	}
+	return ls, due, nil
+}

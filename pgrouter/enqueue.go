@@ -1,0 +1,208 @@
+package pgrouter
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/leaserouter/leaserouter"
+)
+
+// querier is what Enqueue needs of a pool or a caller's transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// insertJobs inserts the jobs of unnest's arrays, in array order (their
+// enqueue order), at the database's clock: pending at once, or scheduled
+// until their run-at (a given run_at, or now + delay_us). A known ID is
+// left alone unless its job is finished and past its retention, when the
+// row becomes the new job. It returns the inserted IDs and, when one is
+// pending, notifies the queue's listeners (with the insert, so only if it
+// commits).
+const insertJobs = `
+WITH c AS (SELECT clock_timestamp() AS now),
+v AS (
+	SELECT r.id, r.priority, r.max_attempts, r.payload, r.ord, c.now,
+		CASE WHEN r.run_at IS NOT NULL THEN greatest(r.run_at, c.now)
+			ELSE c.now + r.delay_us * interval '1 microsecond' END AS ready
+	FROM unnest($2::text[], $3::bigint[], $4::integer[], $5::text[], $6::timestamptz[], $7::bigint[])
+		WITH ORDINALITY AS r(id, priority, max_attempts, payload, run_at, delay_us, ord), c),
+ins AS (
+	INSERT INTO leaserouter_jobs AS j (queue, id, state, priority, ready_at, max_attempts, payload, created_at, updated_at)
+	SELECT $1, id, CASE WHEN ready > now THEN 1 ELSE 0 END, priority, ready, max_attempts, payload::jsonb, now, now
+	FROM v ORDER BY ord
+	ON CONFLICT (queue, id) DO UPDATE SET
+		seq = DEFAULT, state = excluded.state, priority = excluded.priority, ready_at = excluded.ready_at,
+		requeued = false, attempt = 0, max_attempts = excluded.max_attempts, token = 0, owner = '',
+		lease_expires_at = NULL, ended = '', payload = excluded.payload, progress = NULL, last_error = '',
+		created_at = excluded.created_at, updated_at = excluded.updated_at, purge_at = NULL
+	WHERE j.state >= 3 AND j.purge_at <= clock_timestamp()
+	RETURNING j.id, j.state),
+n AS (SELECT pg_notify('` + channel + `', $1) FROM (SELECT FROM ins WHERE state = 0 LIMIT 1) one)
+SELECT id, (SELECT count(*) FROM n) FROM ins`
+
+// batch is a batch's columns, as insertJobs takes them.
+type batch struct {
+	ids      []string
+	priority []int64
+	maxAtt   []int32
+	payload  []string
+	runAt    []*time.Time
+	delay    []int64
+	index    []int // the caller's index of each row
+}
+
+// add checks one job and appends it, or returns an error wrapping
+// ErrInvalidJob.
+func addJob[T any](b *batch, r *Router[T], i int, id string, payload T, opts []leaserouter.EnqueueOption) error {
+	s, err := leaserouter.ReadEnqueueOptions(id, opts)
+	if err != nil {
+		return err
+	}
+	p, err := encode(id, payload)
+	if err != nil {
+		return err
+	}
+	if s.MaxAttempts == 0 {
+		s.MaxAttempts = r.opts.MaxAttempts
+	}
+	var at *time.Time
+	if !s.RunAt.IsZero() {
+		at = &s.RunAt
+	}
+	b.ids = append(b.ids, id)
+	b.priority = append(b.priority, int64(s.Priority))
+	b.maxAtt = append(b.maxAtt, int32(s.MaxAttempts))
+	b.payload = append(b.payload, p)
+	b.runAt = append(b.runAt, at)
+	b.delay = append(b.delay, s.Delay.Microseconds())
+	b.index = append(b.index, i)
+	return nil
+}
+
+// insert runs insertJobs for b on q and returns the IDs inserted.
+func (r *Router[T]) insert(ctx context.Context, q querier, b *batch) (map[string]bool, error) {
+	rows, err := q.Query(ctx, insertJobs, r.opts.Queue, b.ids, b.priority, b.maxAtt, b.payload, b.runAt, b.delay)
+	if err != nil {
+		return nil, err
+	}
+	inserted := make(map[string]bool, len(b.ids))
+	for rows.Next() {
+		var id string
+		var notified int64
+		if err := rows.Scan(&id, &notified); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		inserted[id] = true
+	}
+	return inserted, rows.Err()
+}
+
+// Enqueue adds a job, pending at once or scheduled by WithDelay/WithRunAt
+// (times on the database's clock), and wakes Acquires of the queue in
+// every process. It returns ErrDuplicate if the queue knows id (a
+// finished job past its Retention is not known any more), an error
+// wrapping ErrInvalidJob for an empty id, bad options or a payload that
+// does not encode as JSON, ErrClosed after Close, or an error wrapping
+// the driver's. It commits on its own; see EnqueueTx.
+func (r *Router[T]) Enqueue(ctx context.Context, id string, payload T, opts ...leaserouter.EnqueueOption) error {
+	return r.enqueue(orBackground(ctx), r.db, id, payload, opts)
+}
+
+// EnqueueTx is Enqueue as part of the caller's transaction tx: the job
+// exists, and wakes other processes, only if tx commits. A known id
+// returns ErrDuplicate and leaves tx usable. A nil tx is an error wrapping
+// ErrInvalidOptions.
+func (r *Router[T]) EnqueueTx(ctx context.Context, tx pgx.Tx, id string, payload T, opts ...leaserouter.EnqueueOption) error {
+	if tx == nil {
+		return fmt.Errorf("%w: EnqueueTx: nil tx", leaserouter.ErrInvalidOptions)
+	}
+	return r.enqueue(orBackground(ctx), tx, id, payload, opts)
+}
+
+func (r *Router[T]) enqueue(ctx context.Context, q querier, id string, payload T, opts []leaserouter.EnqueueOption) error {
+	var b batch
+	if err := addJob(&b, r, 0, id, payload, opts); err != nil {
+		return err
+	}
+	if err := r.open(); err != nil {
+		return err
+	}
+	inserted, err := r.insert(ctx, q, &b)
+	if err != nil {
+		return errWrap("Enqueue", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !inserted[id] {
+		r.stats.Duplicates++
+		return fmt.Errorf("%w: %q", leaserouter.ErrDuplicate, id)
+	}
+	r.stats.Enqueued++
+	return nil
+}
+
+// EnqueueMany enqueues jobs in slice order (their enqueue order, for
+// ties in the ready order) in one statement (unnest arrays) and one
+// transaction. IDs the queue knows, or that repeat an earlier ID of the
+// batch, are skipped as duplicates and their indexes returned in order.
+// All or nothing: an invalid job (the error wraps ErrInvalidJob and names
+// its index), ErrClosed or a database error enqueue nothing. An empty or
+// nil batch enqueues nothing and returns nil, nil. jobs is not retained.
+func (r *Router[T]) EnqueueMany(ctx context.Context, jobs []leaserouter.JobSpec[T]) (duplicates []int, err error) {
+	ctx = orBackground(ctx)
+	var b batch
+	seen := make(map[string]bool, len(jobs))
+	for i, j := range jobs {
+		if err := addJob(&b, r, i, j.ID, j.Payload, j.Options); err != nil {
+			return nil, fmt.Errorf("%w (batch index %d)", err, i)
+		}
+	}
+	if len(jobs) == 0 {
+		return nil, nil
+	}
+	if err := r.open(); err != nil {
+		return nil, err
+	}
+	// One statement cannot touch a row twice: a repeat within the batch
+	// is a duplicate on the client, before the database sees it.
+	var first batch
+	var repeats []int
+	for k, id := range b.ids {
+		if seen[id] {
+			repeats = append(repeats, b.index[k])
+			continue
+		}
+		seen[id] = true
+		first.ids = append(first.ids, id)
+		first.priority = append(first.priority, b.priority[k])
+		first.maxAtt = append(first.maxAtt, b.maxAtt[k])
+		first.payload = append(first.payload, b.payload[k])
+		first.runAt = append(first.runAt, b.runAt[k])
+		first.delay = append(first.delay, b.delay[k])
+		first.index = append(first.index, b.index[k])
+	}
+	inserted, err := r.insert(ctx, r.db, &first)
+	if err != nil {
+		return nil, errWrap("EnqueueMany", err)
+	}
+	for k, id := range first.ids {
+		if !inserted[id] {
+			repeats = append(repeats, first.index[k])
+		}
+	}
+	slices.Sort(repeats)
+	duplicates = repeats
+	r.mu.Lock()
+	r.stats.Enqueued += uint64(len(inserted))
+	r.stats.Duplicates += uint64(len(duplicates))
+	r.mu.Unlock()
+	return duplicates, nil
+}

@@ -1,0 +1,50 @@
+package pgrouter
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leaserouter/leaserouter"
+)
+
+// Fence admits token t for key in the caller's transaction tx, or refuses
+// it: the database form of leaserouter.Fence. It returns nil, and
+// records t as the key's highest token, iff t is at least the highest
+// token admitted for key so far; otherwise a *leaserouter.StaleTokenError
+// (errors.Is ErrStaleToken) naming the highest, and tx stays usable. The
+// key's row stays locked until tx ends, so a concurrent Fence on the same
+// key waits, then is refused if its token is lower: write the downstream
+// result in tx after Fence, and no stale holder's write can land after a
+// newer one's. Tokens: Kleppmann, "How to do distributed locking", 2016.
+// A nil tx or an empty key is an error wrapping ErrInvalidOptions.
+func Fence(ctx context.Context, tx pgx.Tx, key string, t leaserouter.Token) error {
+	ctx = orBackground(ctx)
+	if tx == nil || key == "" {
+		return fmt.Errorf("%w: Fence needs a transaction and a key", leaserouter.ErrInvalidOptions)
+	}
+	if t > 1<<63-1 {
+		return fmt.Errorf("%w: token %d is above the database's bigint", leaserouter.ErrInvalidOptions, t)
+	}
+	var admitted bool
+	err := tx.QueryRow(ctx, `
+		WITH up AS (
+			INSERT INTO leaserouter_fences AS f (key, token) VALUES ($1, $2)
+			ON CONFLICT (key) DO UPDATE SET token = excluded.token WHERE f.token <= excluded.token
+			RETURNING 1)
+		SELECT EXISTS (SELECT FROM up)`, key, int64(t)).Scan(&admitted)
+	if err != nil {
+		return fmt.Errorf("pgrouter: Fence: %w", err)
+	}
+	if admitted {
+		return nil
+	}
+	// Refused: the conflicting row is locked by this transaction now, so a
+	// new statement reads its latest token.
+	var highest int64
+	if err := tx.QueryRow(ctx, "SELECT token FROM leaserouter_fences WHERE key = $1", key).Scan(&highest); err != nil {
+		return fmt.Errorf("pgrouter: Fence: %w", err)
+	}
+	return &leaserouter.StaleTokenError{Key: key, Token: t, Highest: leaserouter.Token(highest)}
+}

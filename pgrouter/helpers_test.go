@@ -1,0 +1,60 @@
+package pgrouter_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/leaserouter/leaserouter/pgrouter"
+	"github.com/leaserouter/leaserouter/pgrouter/pgtest"
+)
+
+// newRouter returns a Router on a fresh database, closed when t ends.
+func newRouter[T any](t *testing.T, opts pgrouter.Options) (*pgrouter.Router[T], *pgxpool.Pool) {
+	t.Helper()
+	db := pgtest.New(t)
+	return routerOn[T](t, db, opts), db
+}
+
+// routerOn returns a Router on db, closed when t ends.
+func routerOn[T any](t *testing.T, db *pgxpool.Pool, opts pgrouter.Options) *pgrouter.Router[T] {
+	t.Helper()
+	r, err := pgrouter.New[T](t.Context(), db, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		// A done ctx: leases still held are revoked at once.
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if err := r.Close(ctx); err != nil {
+			require.ErrorIs(t, err, context.Canceled)
+		}
+	})
+	return r
+}
+
+// eventually polls cond every 10ms until it holds, failing t after limit:
+// for waits on the database's clock, which the test cannot drive.
+func eventually(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", limit, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// awaitDBTime waits until the database's clock is past at (bounded by
+// 10s): leases expire on that clock, which no test can drive.
+func awaitDBTime(t *testing.T, db *pgxpool.Pool, at time.Time) {
+	t.Helper()
+	eventually(t, 10*time.Second, "database clock past "+at.String(), func() bool {
+		var past bool
+		require.NoError(t, db.QueryRow(context.Background(), "SELECT clock_timestamp() > $1", at).Scan(&past))
+		return past
+	})
+}

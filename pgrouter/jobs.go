@@ -1,0 +1,142 @@
+package pgrouter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leaserouter/leaserouter"
+)
+
+// getJob reads one job, unless it is finished and past its retention (as
+// good as purged).
+const getJob = `
+SELECT id, payload, state, priority, attempt, max_attempts, token, owner, lease_expires_at, ready_at,
+	progress, last_error, created_at, updated_at
+FROM leaserouter_jobs
+WHERE queue = $1 AND id = $2 AND NOT (state >= 3 AND purge_at <= clock_timestamp())`
+
+// Get returns a snapshot of job id, after settling what is due in the
+// queue (so a lease past its expiry shows as the expiry left it), and
+// whether the queue knows it: a finished job past its Retention is not
+// known. Times are the database's. It works after Close. An empty id is
+// not found. Errors wrap the driver's.
+func (r *Router[T]) Get(ctx context.Context, id string) (leaserouter.Job[T], bool, error) {
+	ctx = orBackground(ctx)
+	var j leaserouter.Job[T]
+	if id == "" {
+		return j, false, nil
+	}
+	b := &pgx.Batch{}
+	b.Queue(settleDue, r.opts.Queue, settleLimit, r.keep)
+	b.Queue(getJob, r.opts.Queue, id)
+	res := r.db.SendBatch(ctx, b)
+	defer res.Close()
+	if _, err := res.Exec(); err != nil {
+		return j, false, errWrap("Get", err)
+	}
+	var (
+		payload      []byte
+		state        int16
+		prio         int64
+		att, maxAtt  int32
+		token        int64
+		expiry       *time.Time
+		readyAt      time.Time
+		lastErr      string
+		progress     []byte
+		owner        string
+		created, upd time.Time
+	)
+	err := res.QueryRow().Scan(&j.ID, &payload, &state, &prio, &att, &maxAtt, &token, &owner, &expiry, &readyAt,
+		&progress, &lastErr, &created, &upd)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return j, false, nil
+	}
+	if err != nil {
+		return j, false, errWrap("Get", err)
+	}
+	if j.Payload, err = decode[T](id, payload); err != nil {
+		return j, false, err
+	}
+	j.State, j.Priority, j.Attempt, j.MaxAttempts = leaserouter.State(state), int(prio), int(att), int(maxAtt)
+	j.Token, j.Owner, j.Progress, j.LastError = leaserouter.Token(token), owner, progress, lastErr
+	j.CreatedAt, j.UpdatedAt = created, upd
+	switch j.State {
+	case leaserouter.StateLeased:
+		j.LeaseExpiry = *expiry
+	case leaserouter.StateScheduled:
+		j.RunAt = readyAt
+	}
+	return j, true, nil
+}
+
+// Cancel makes a pending, scheduled or leased job StateCanceled, in one
+// statement; a leased job's lease is lost at once (its holder's
+// operations are refused with reason LostCanceled). Canceling a finished
+// job changes nothing and returns nil. It returns an error wrapping
+// ErrNotFound for an unknown id (for "" one wrapping both ErrInvalidJob
+// and ErrNotFound), ErrClosed after Close, or one wrapping the driver's.
+func (r *Router[T]) Cancel(ctx context.Context, id string) error {
+	ctx = orBackground(ctx)
+	if id == "" {
+		return fmt.Errorf("%w: %w: empty ID", leaserouter.ErrInvalidJob, leaserouter.ErrNotFound)
+	}
+	if err := r.open(); err != nil {
+		return err
+	}
+	var found bool
+	err := r.db.QueryRow(ctx, `
+		WITH upd AS (
+			UPDATE leaserouter_jobs SET state = 5, owner = '', lease_expires_at = NULL,
+				ended = CASE WHEN state = 2 THEN 'canceled' ELSE ended END,
+				updated_at = clock_timestamp(), purge_at = clock_timestamp() + $3 * interval '1 microsecond'
+			WHERE queue = $1 AND id = $2 AND state < 3
+			RETURNING 1)
+		SELECT EXISTS (SELECT FROM upd) OR EXISTS (SELECT FROM leaserouter_jobs
+			WHERE queue = $1 AND id = $2 AND NOT (state >= 3 AND purge_at <= clock_timestamp()))`,
+		r.opts.Queue, id, r.keep).Scan(&found)
+	if err != nil {
+		return errWrap("Cancel", err)
+	}
+	if !found {
+		return fmt.Errorf("%w: %q", leaserouter.ErrNotFound, id)
+	}
+	return nil
+}
+
+// Stats returns the queue's jobs by state, counted in the table (finished
+// ones while retained), and this Router's totals since New (other
+// processes' calls are not in them). It works after Close. Errors wrap
+// the driver's.
+func (r *Router[T]) Stats(ctx context.Context) (leaserouter.Stats, error) {
+	ctx = orBackground(ctx)
+	rows, err := r.db.Query(ctx, `SELECT state, count(*) FROM leaserouter_jobs
+		WHERE queue = $1 AND NOT (state >= 3 AND purge_at <= clock_timestamp()) GROUP BY state`, r.opts.Queue)
+	if err != nil {
+		return leaserouter.Stats{}, errWrap("Stats", err)
+	}
+	var by [6]int
+	for rows.Next() {
+		var st int16
+		var n int64
+		if err := rows.Scan(&st, &n); err != nil {
+			rows.Close()
+			return leaserouter.Stats{}, errWrap("Stats", err)
+		}
+		if st >= 0 && int(st) < len(by) {
+			by[st] = int(n)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return leaserouter.Stats{}, errWrap("Stats", err)
+	}
+	r.mu.Lock()
+	s := r.stats
+	r.mu.Unlock()
+	s.Pending, s.Scheduled, s.Leased, s.Succeeded, s.Failed, s.Canceled = by[0], by[1], by[2], by[3], by[4], by[5]
+	return s, nil
+}

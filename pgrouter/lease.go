@@ -1,0 +1,346 @@
+package pgrouter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leaserouter/leaserouter"
+)
+
+// Lease is one worker's time-bounded claim on one job, as in the core
+// (leaserouter.Lease), with validity decided by the database: every
+// operation is one statement that acts only if the job's row has the
+// lease's Token, is leased, and its lease_expires_at is after
+// clock_timestamp() at the moment the statement locks the row, and that
+// otherwise changes nothing and reports the job's current token and the
+// reason, in the same round trip, as a *leaserouter.LeaseLostError. The
+// row lock lasts until commit, so no re-claim can slip in between (which
+// is what makes CompleteTx safe inside a long transaction). Leases as a
+// recoverable alternative to locks: Gray and Cheriton, SOSP 1989; fencing
+// tokens: Kleppmann 2016, Chubby's sequencers (Burrows, OSDI 2006).
+//
+// The exported fields are set at grant and never change. Methods are safe
+// for concurrent use; each takes a ctx (nil means context.Background())
+// and returns errors wrapping the driver's when the database cannot be
+// reached.
+type Lease[T any] struct {
+	JobID    string
+	Payload  T
+	Attempt  int               // 1 for the job's first lease, 2 for its second, ...
+	Token    leaserouter.Token // fencing token: pass it to Fence in the transaction that writes downstream
+	WorkerID string
+	Progress []byte // checkpoint left by an earlier attempt; nil if none
+
+	r      *Router[T]
+	mu     sync.Mutex
+	expiry time.Time // the database's expiry instant, as of the last accepted heartbeat
+	proven time.Time // on the client's monotonic clock: send time of the last accepted grant or heartbeat + LeaseDuration
+}
+
+// Expiry returns the lease's expiry instant on the database's clock, as
+// of its grant or last accepted Heartbeat (it says nothing about whether
+// the lease is still valid). A nil *Lease returns the zero Time.
+func (l *Lease[T]) Expiry() time.Time {
+	if l == nil || l.r == nil {
+		return time.Time{}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.expiry
+}
+
+// leaseOp is the one invariant's statement: the UPDATE (its SET list
+// spliced in, its own arguments from $4) acts only on a valid lease; the
+// outer SELECT reports, in the same round trip, whether it acted, the
+// state it left, the new expiry, and otherwise the row as the statement
+// found it (current token, state, why its last lease ended, whether its
+// lease had expired).
+const leaseOp = `
+WITH upd AS (
+	UPDATE leaserouter_jobs SET %s
+	WHERE queue = $1 AND id = $2 AND token = $3 AND state = 2 AND lease_expires_at > clock_timestamp()
+	RETURNING state, lease_expires_at)
+SELECT (SELECT count(*) FROM upd) = 1, (SELECT state FROM upd), (SELECT lease_expires_at FROM upd),
+	j.token, j.state, j.ended, j.lease_expires_at <= clock_timestamp()
+FROM (SELECT) one LEFT JOIN leaserouter_jobs j ON j.queue = $1 AND j.id = $2`
+
+// opResult is what leaseOp reports.
+type opResult struct {
+	ok      bool
+	state   *int16     // the state the update left
+	expiry  *time.Time // the expiry the update left
+	token   *int64     // refused: the job's current token; nil if the row is gone
+	was     *int16     // refused: its state
+	ended   *string    // refused: why its latest lease ended
+	expired *bool      // refused: its lease had expired
+}
+
+// op runs leaseOp with set on q. A refusal returns a *LeaseLostError
+// (after settling the job if its lease was found expired); a lease that
+// ended here is no longer held.
+func (l *Lease[T]) op(ctx context.Context, q querier, call, set string, ends bool, args ...any) (opResult, error) {
+	var res opResult
+	if l == nil || l.r == nil {
+		return res, &leaserouter.LeaseLostError{Reason: leaserouter.LostNilLease}
+	}
+	r := l.r
+	all := append([]any{r.opts.Queue, l.JobID, int64(l.Token)}, args...)
+	rows, err := q.Query(ctx, fmt.Sprintf(leaseOp, set), all...)
+	if err == nil {
+		if rows.Next() {
+			err = rows.Scan(&res.ok, &res.state, &res.expiry, &res.token, &res.was, &res.ended, &res.expired)
+		}
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
+	}
+	if err != nil {
+		return res, fmt.Errorf("pgrouter: %s: %w", call, err)
+	}
+	if res.ok {
+		if ends {
+			r.release(l)
+		}
+		return res, nil
+	}
+	r.release(l) // refused: the lease is lost, nothing left to hold
+	r.mu.Lock()
+	r.stats.StaleRejections++
+	if call == "Heartbeat" {
+		r.stats.HeartbeatsRefused++
+	}
+	r.mu.Unlock()
+	return res, l.lost(ctx, res)
+}
+
+// lost builds the refusal's error from the row as the statement found it.
+func (l *Lease[T]) lost(ctx context.Context, res opResult) error {
+	e := &leaserouter.LeaseLostError{JobID: l.JobID, Token: l.Token, Reason: "unknown"}
+	switch {
+	case res.token == nil: // the job's row is gone (purged)
+	case leaserouter.Token(*res.token) != l.Token:
+		e.Current, e.Reason = leaserouter.Token(*res.token), leaserouter.LostSuperseded
+	case *res.was == int16(leaserouter.StateLeased):
+		// Still leased with this token: expired, or changed by a
+		// transaction that committed while this statement waited for the
+		// row (its snapshot is older); expired either way by now, or a
+		// newer statement tells.
+		e.Current, e.Reason = l.Token, leaserouter.LostExpired
+		_, _ = l.r.db.Exec(ctx, settleDue, l.r.opts.Queue, settleLimit, l.r.keep)
+	default:
+		e.Current = l.Token
+		if *res.ended != "" {
+			e.Reason = leaserouter.LostReason(*res.ended)
+		}
+	}
+	return e
+}
+
+// release forgets l in the Router's held leases (Close waits for them).
+func (r *Router[T]) release(l *Lease[T]) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.held[l]; !ok {
+		return
+	}
+	delete(r.held, l)
+	if len(r.held) == 0 && r.drained != nil {
+		close(r.drained)
+	}
+}
+
+// Heartbeat extends the lease to the database's clock + LeaseDuration,
+// never shortening it and never changing its token. A non-nil progress is
+// stored as the job's checkpoint, handed to the next lease of the job if
+// this one is lost; nil keeps the last one, empty clears it. It returns a
+// *LeaseLostError if the lease is no longer valid, changing nothing.
+func (l *Lease[T]) Heartbeat(ctx context.Context, progress []byte) error {
+	ctx = orBackground(ctx)
+	sent := time.Now()
+	var r *Router[T]
+	if l != nil {
+		r = l.r
+	}
+	var dur int64
+	if r != nil {
+		dur = r.lease
+	}
+	res, err := l.op(ctx, l.db(), "Heartbeat", `
+		lease_expires_at = greatest(lease_expires_at, clock_timestamp() + $4 * interval '1 microsecond'),
+		progress = CASE WHEN $5 THEN $6::bytea ELSE progress END, updated_at = clock_timestamp()`,
+		false, dur, progress != nil, progress)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.expiry = *res.expiry
+	l.proven = sent.Add(r.opts.LeaseDuration)
+	l.mu.Unlock()
+	r.mu.Lock()
+	r.stats.Heartbeats++
+	r.mu.Unlock()
+	return nil
+}
+
+// db is the pool of l's Router, or nil for a nil or zero Lease (op refuses those first).
+func (l *Lease[T]) db() querier {
+	if l == nil || l.r == nil {
+		return nil
+	}
+	return l.r.db
+}
+
+// completeSet ends a lease with success; its purge time is Retention
+// later ($4 microseconds).
+const completeSet = `state = 3, ended = 'completed', owner = '', lease_expires_at = NULL, requeued = false,
+	updated_at = clock_timestamp(), purge_at = clock_timestamp() + $4 * interval '1 microsecond'`
+
+// Complete ends the lease with success: the job is StateSucceeded, kept
+// for Get and dedup for Retention. It returns a *LeaseLostError if the
+// lease is no longer valid, changing nothing. If the connection fails
+// after the statement was sent, the outcome is resolved by re-reading the
+// row: nil if it shows this lease's completion.
+func (l *Lease[T]) Complete(ctx context.Context) error {
+	ctx = orBackground(ctx)
+	_, err := l.op(ctx, l.db(), "Complete", completeSet, true, l.keep())
+	if err != nil && !errors.As(err, new(*leaserouter.LeaseLostError)) && l.resolved(ctx, leaserouter.LostCompleted) {
+		return nil
+	}
+	return err
+}
+
+// keep is the Retention in microseconds, 0 for a nil or zero Lease.
+func (l *Lease[T]) keep() int64 {
+	if l == nil || l.r == nil {
+		return 0
+	}
+	return l.r.keep
+}
+
+// CompleteTx completes the lease as part of the caller's transaction tx:
+// the job is succeeded if and only if tx commits, and the row stays locked
+// until then, so no other lease of the job can be granted meanwhile (even
+// if this one's expiry passes). Write the job's result in the same tx,
+// after Fence, and a stale worker can never overwrite a newer attempt's.
+// It returns a *LeaseLostError (tx still usable) if the lease is no longer
+// valid; a nil tx is an error wrapping ErrInvalidOptions. Once it returns
+// nil, Close no longer waits for this lease.
+func (l *Lease[T]) CompleteTx(ctx context.Context, tx pgx.Tx) error {
+	if tx == nil {
+		return fmt.Errorf("%w: CompleteTx: nil tx", leaserouter.ErrInvalidOptions)
+	}
+	_, err := l.op(orBackground(ctx), tx, "CompleteTx", completeSet, true, l.keep())
+	return err
+}
+
+// resolved reports whether the job's row shows that this lease ended for
+// reason: used when a statement's outcome is unknown (the connection
+// failed after it was sent).
+func (l *Lease[T]) resolved(ctx context.Context, reason leaserouter.LostReason) bool {
+	if l == nil || l.r == nil {
+		return false
+	}
+	var token int64
+	var state int16
+	var ended string
+	err := l.r.db.QueryRow(ctx, "SELECT token, state, ended FROM leaserouter_jobs WHERE queue = $1 AND id = $2",
+		l.r.opts.Queue, l.JobID).Scan(&token, &state, &ended)
+	if err != nil || leaserouter.Token(token) != l.Token || state == int16(leaserouter.StateLeased) || ended != string(reason) {
+		return false
+	}
+	l.r.release(l)
+	return true
+}
+
+// Fail ends the lease with a failed attempt: LastError becomes cause's
+// message ("unknown error" for nil). A Permanent cause, or a job out of
+// attempts, makes it dead (StateFailed); otherwise it is scheduled again
+// after Options.Backoff(attempt) (called here, before the statement), or
+// pending at once if that is <= 0. It returns a *LeaseLostError if the
+// lease is no longer valid, changing nothing.
+func (l *Lease[T]) Fail(ctx context.Context, cause error) error {
+	ctx = orBackground(ctx)
+	if l == nil || l.r == nil {
+		return &leaserouter.LeaseLostError{Reason: leaserouter.LostNilLease}
+	}
+	if cause == nil {
+		cause = errors.New("unknown error")
+	}
+	r := l.r
+	backoff := r.backoff(l.Attempt)
+	res, err := l.op(ctx, r.db, "Fail", `
+		state = CASE WHEN $4 OR attempt >= max_attempts THEN 4 WHEN $5 > 0 THEN 1 ELSE 0 END,
+		ready_at = CASE WHEN $4 OR attempt >= max_attempts THEN ready_at
+			ELSE clock_timestamp() + greatest($5, 0) * interval '1 microsecond' END,
+		ended = 'failed', last_error = $6, owner = '', lease_expires_at = NULL, requeued = false,
+		updated_at = clock_timestamp(),
+		purge_at = CASE WHEN $4 OR attempt >= max_attempts THEN clock_timestamp() + $7 * interval '1 microsecond' END`,
+		true, leaserouter.IsPermanent(cause), backoff.Microseconds(), cause.Error(), r.keep)
+	if err != nil {
+		if !errors.As(err, new(*leaserouter.LeaseLostError)) && l.resolved(ctx, leaserouter.LostFailed) {
+			return nil
+		}
+		return err
+	}
+	r.mu.Lock()
+	if leaserouter.State(*res.state) == leaserouter.StateFailed {
+		r.stats.Dead++
+	} else {
+		r.stats.Retries++
+	}
+	r.mu.Unlock()
+	if leaserouter.State(*res.state) == leaserouter.StatePending {
+		r.notify(ctx)
+	}
+	return nil
+}
+
+// backoff is Options.Backoff(attempt), with a panic recovered as the
+// core does: the attempt uses DefaultBackoff.
+func (r *Router[T]) backoff(attempt int) (d time.Duration) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.mu.Lock()
+			r.stats.CallbackPanics++
+			r.mu.Unlock()
+			d = leaserouter.DefaultBackoff(attempt)
+		}
+	}()
+	return r.opts.Backoff(attempt)
+}
+
+// Release hands the lease back before its expiry: the job is pending
+// again at once (its attempt counted; dead if that was its last). It
+// returns a *LeaseLostError if the lease is no longer valid, changing
+// nothing.
+func (l *Lease[T]) Release(ctx context.Context) error {
+	ctx = orBackground(ctx)
+	res, err := l.op(ctx, l.db(), "Release", `
+		state = CASE WHEN attempt >= max_attempts THEN 4 ELSE 0 END,
+		ready_at = clock_timestamp(), ended = 'released', owner = '', lease_expires_at = NULL, requeued = false,
+		updated_at = clock_timestamp(),
+		last_error = CASE WHEN attempt >= max_attempts AND last_error = '' THEN 'attempts exhausted' ELSE last_error END,
+		purge_at = CASE WHEN attempt >= max_attempts THEN clock_timestamp() + $4 * interval '1 microsecond' END`,
+		true, l.keep())
+	if err != nil {
+		if !errors.As(err, new(*leaserouter.LeaseLostError)) && l.resolved(ctx, leaserouter.LostReleased) {
+			return nil
+		}
+		return err
+	}
+	r := l.r
+	if leaserouter.State(*res.state) == leaserouter.StateFailed {
+		r.mu.Lock()
+		r.stats.Dead++
+		r.mu.Unlock()
+	} else {
+		r.notify(ctx)
+	}
+	return nil
+}

@@ -1,0 +1,230 @@
+package pgtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Cluster is a throwaway PostgreSQL server: initdb into a temporary
+// directory, the server listening only on a Unix socket in it. It is run
+// as an unprivileged user when the test process is root (initdb refuses
+// root), and it receives SIGQUIT (immediate shutdown) when the thread that
+// started it dies, so it never outlives the test process; a directory left
+// by a killed process is removed by the next cluster started on the
+// machine. Methods are safe for concurrent use.
+type Cluster struct {
+	dir  string // the temporary directory: data/ and the socket
+	bin  string // the server's binaries
+	cred *syscall.Credential
+
+	mu      sync.Mutex
+	running chan error // the server's exit, nil while stopped
+	cmd     *exec.Cmd
+}
+
+// dirPrefix names a cluster's temporary directory: dirPrefix + pid + "-".
+const dirPrefix = "leaserouter-pgtest-"
+
+// bindir finds the PostgreSQL server's binaries: $PG_BINDIR, then
+// `pg_config --bindir`, then the newest /usr/lib/postgresql/*/bin (the
+// Debian packages' place). It returns "" when none has initdb.
+func bindir() string {
+	var dirs []string
+	if d := os.Getenv("PG_BINDIR"); d != "" {
+		dirs = append(dirs, d)
+	}
+	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
+		dirs = append(dirs, strings.TrimSpace(string(out)))
+	}
+	found, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(found, func(i, j int) bool { return version(found[i]) > version(found[j]) })
+	dirs = append(dirs, found...)
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
+			return d
+		}
+	}
+	return ""
+}
+
+// version is the major version in a /usr/lib/postgresql/<v>/bin path.
+func version(dir string) int {
+	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(dir)))
+	return v
+}
+
+// StartCluster initdbs and starts a new cluster; Stop it when done (it
+// also dies with the process). It returns an error wrapping
+// ErrNoPostgres when no server binaries are found. initdb takes about a
+// second here, the start a tenth.
+func StartCluster(ctx context.Context) (*Cluster, error) {
+	bin := bindir()
+	if bin == "" {
+		return nil, ErrNoPostgres
+	}
+	sweep()
+	dir, err := os.MkdirTemp("", dirPrefix+strconv.Itoa(os.Getpid())+"-")
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{dir: dir, bin: bin}
+	if os.Geteuid() == 0 {
+		if c.cred, err = unprivileged(); err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, err
+		}
+		if err := os.Chown(dir, int(c.cred.Uid), int(c.cred.Gid)); err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, err
+		}
+	}
+	initdb := exec.CommandContext(ctx, filepath.Join(bin, "initdb"), "-D", c.data(), "-U", "postgres",
+		"--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync")
+	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
+	if out, err := initdb.CombinedOutput(); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("pgtest: initdb: %w: %s", err, out)
+	}
+	if err := c.Start(ctx); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	return c, nil
+}
+
+// ErrNoPostgres: no PostgreSQL server binaries on this machine.
+var ErrNoPostgres = errors.New("pgtest: no PostgreSQL server found (install it: apt-get install -y postgresql)")
+
+// unprivileged is the user a root test process runs the server as:
+// "postgres" (the Debian package's), else "nobody".
+func unprivileged() (*syscall.Credential, error) {
+	for _, name := range []string{"postgres", "nobody"} {
+		u, err := user.Lookup(name)
+		if err != nil {
+			continue
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+	}
+	return nil, errors.New("pgtest: running as root and no unprivileged user (postgres, nobody) to run the server as")
+}
+
+func (c *Cluster) data() string { return filepath.Join(c.dir, "data") }
+
+// URL is a connection string for database name on the cluster, over its
+// Unix socket, as the superuser "postgres".
+func (c *Cluster) URL(name string) string {
+	return fmt.Sprintf("host=%s port=5432 user=postgres dbname=%s sslmode=disable", c.dir, name)
+}
+
+// Start starts the server (after Stop), waiting until it accepts
+// connections or ctx is done. Starting a running cluster does nothing.
+func (c *Cluster) Start(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.running != nil {
+		return nil
+	}
+	started := make(chan error, 1)
+	exited := make(chan error, 1)
+	go func() {
+		// Pdeathsig is sent when the thread that started the server ends:
+		// this goroutine keeps its thread, and lives as long as the server.
+		runtime.LockOSThread()
+		cmd := exec.Command(filepath.Join(c.bin, "postgres"), "-D", c.data(), "-k", c.dir,
+			"-c", "listen_addresses=", "-c", "port=5432", "-c", "max_connections=200",
+			"-c", "shared_buffers=64MB")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred, Pdeathsig: syscall.SIGQUIT, Setpgid: true}
+		log, err := os.Create(filepath.Join(c.dir, "server.log"))
+		if err == nil {
+			cmd.Stdout, cmd.Stderr = log, log
+			err = cmd.Start()
+		}
+		if err != nil {
+			started <- err
+			return
+		}
+		c.cmd = cmd
+		started <- nil
+		exited <- cmd.Wait()
+		_ = log.Close()
+	}()
+	if err := <-started; err != nil {
+		return fmt.Errorf("pgtest: start server: %w", err)
+	}
+	c.running = exited
+	for {
+		conn, err := pgx.Connect(ctx, c.URL("postgres"))
+		if err == nil {
+			_ = conn.Close(ctx)
+			return nil
+		}
+		select {
+		case err := <-exited:
+			c.running = nil
+			return fmt.Errorf("pgtest: server exited at start: %v (log in %s)", err, c.dir)
+		case <-ctx.Done():
+			return fmt.Errorf("pgtest: server not ready: %w", ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// Stop stops the server with a fast shutdown (sessions are ended, their
+// transactions rolled back), or an immediate one (as a crash) if crash is
+// set, and waits for it to exit. Stopping a stopped cluster does nothing.
+func (c *Cluster) Stop(crash bool) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.running == nil {
+		return nil
+	}
+	sig := syscall.SIGINT // fast shutdown
+	if crash {
+		sig = syscall.SIGQUIT // immediate shutdown: recovery at the next start
+	}
+	_ = c.cmd.Process.Signal(sig)
+	<-c.running
+	c.running = nil
+	return nil
+}
+
+// Close stops the server and removes its directory.
+func (c *Cluster) Close() error {
+	err := c.Stop(false)
+	return errors.Join(err, os.RemoveAll(c.dir))
+}
+
+// sweep removes the directories of clusters whose test process is gone
+// (killed before it could remove them); their servers died with it.
+func sweep() {
+	found, _ := filepath.Glob(filepath.Join(os.TempDir(), dirPrefix+"*"))
+	for _, d := range found {
+		pid, err := strconv.Atoi(strings.SplitN(strings.TrimPrefix(filepath.Base(d), dirPrefix), "-", 2)[0])
+		if err != nil || pid == os.Getpid() || syscall.Kill(pid, 0) == nil {
+			continue
+		}
+		if b, err := os.ReadFile(filepath.Join(d, "data", "postmaster.pid")); err == nil {
+			spid, _ := strconv.Atoi(strings.SplitN(string(b), "\n", 2)[0])
+			if spid > 0 && syscall.Kill(spid, 0) == nil {
+				continue // its server has not finished shutting down
+			}
+		}
+		_ = os.RemoveAll(d)
+	}
+}

@@ -1,0 +1,302 @@
+package pgrouter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/leaserouter/leaserouter"
+)
+
+// Options configure a Router. The zero value is valid: every zero field
+// gets its default, as in the core (leaserouter.Options).
+type Options struct {
+	// Queue names this Router's jobs: routers of other queues share the
+	// tables, never the jobs. Default "default".
+	Queue string
+	// LeaseDuration is how long a lease lasts without a heartbeat, on the
+	// database's clock. Default leaserouter.DefaultLeaseDuration (30s);
+	// negative is invalid; below a millisecond is invalid (the database
+	// keeps microseconds, and a lease must outlast a round trip).
+	LeaseDuration time.Duration
+	// MaxAttempts is how many leases a job may be granted before it is
+	// dead. Default leaserouter.DefaultMaxAttempts (5); negative or above
+	// math.MaxInt32 is invalid. WithMaxAttempts overrides it per job.
+	MaxAttempts int
+	// Backoff gives the delay before retrying a job after Lease.Fail on
+	// the given attempt (1 for the first). Default
+	// leaserouter.DefaultBackoff. A result <= 0 retries at once. A panic in
+	// it is recovered and the attempt uses DefaultBackoff.
+	Backoff func(attempt int) time.Duration
+	// Retention is how long finished jobs stay for Get and dedup. Zero
+	// means leaserouter.DefaultRetention (10m); negative means finished
+	// jobs are dropped at once (their rows are deleted by the next
+	// maintenance pass, and are invisible until then).
+	Retention time.Duration
+	// TokenFloor: every token issued is greater than it. The token
+	// sequence is shared by every Router of the database; New raises it
+	// above TokenFloor and the Unix time in nanoseconds (database clock),
+	// never lowers it. It must be below math.MaxInt64.
+	TokenFloor leaserouter.Token
+	// PollInterval bounds how long a blocked Acquire waits when a
+	// notification is missed (or the listening connection is down).
+	// Default 1s; negative is invalid.
+	PollInterval time.Duration
+	// OnEvent and Logger are accepted for the core's shape; event delivery
+	// is not built yet, and setting either is an error wrapping
+	// ErrInvalidOptions until it is.
+	OnEvent func(leaserouter.Event)
+	Logger  *slog.Logger
+}
+
+// DefaultPollInterval is the default Options.PollInterval.
+const DefaultPollInterval = time.Second
+
+// DefaultQueue is the default Options.Queue.
+const DefaultQueue = "default"
+
+// withDefaults checks o and fills its zero fields.
+func (o Options) withDefaults() (Options, error) {
+	bad := func(format string, a ...any) (Options, error) {
+		return o, fmt.Errorf("%w: "+format, append([]any{leaserouter.ErrInvalidOptions}, a...)...)
+	}
+	switch {
+	case o.LeaseDuration < 0 || o.LeaseDuration > 0 && o.LeaseDuration < time.Millisecond:
+		return bad("LeaseDuration %v, must be 0 (default) or >= 1ms", o.LeaseDuration)
+	case o.MaxAttempts < 0 || o.MaxAttempts > math.MaxInt32:
+		return bad("MaxAttempts %d, must be in [0, %d]", o.MaxAttempts, math.MaxInt32)
+	case o.PollInterval < 0:
+		return bad("PollInterval %v, must be >= 0", o.PollInterval)
+	case o.TokenFloor >= math.MaxInt64:
+		return bad("TokenFloor %d, must be below %d", o.TokenFloor, int64(math.MaxInt64))
+	case o.OnEvent != nil || o.Logger != nil:
+		return bad("OnEvent and Logger are not supported by pgrouter yet")
+	}
+	if o.Queue == "" {
+		o.Queue = DefaultQueue
+	}
+	if o.LeaseDuration == 0 {
+		o.LeaseDuration = leaserouter.DefaultLeaseDuration
+	}
+	if o.MaxAttempts == 0 {
+		o.MaxAttempts = leaserouter.DefaultMaxAttempts
+	}
+	if o.Backoff == nil {
+		o.Backoff = leaserouter.DefaultBackoff
+	}
+	if o.Retention == 0 {
+		o.Retention = leaserouter.DefaultRetention
+	}
+	if o.PollInterval == 0 {
+		o.PollInterval = DefaultPollInterval
+	}
+	return o, nil
+}
+
+// Router is the leaserouter contract on PostgreSQL: one queue's jobs in a
+// table many processes share, leases that expire on the database's clock,
+// fencing tokens the database checks. Every method is safe for concurrent
+// use; every method that talks to the database takes a ctx (nil means
+// context.Background()) and returns errors wrapping the driver's.
+type Router[T any] struct {
+	db    *pgxpool.Pool
+	opts  Options
+	lease int64 // LeaseDuration in microseconds
+	keep  int64 // Retention in microseconds, 0 if negative (purge at once)
+
+	mu      sync.Mutex
+	closed  bool
+	held    map[*Lease[T]]struct{} // leases granted here and not ended by their holder
+	drained chan struct{}          // closed when held empties while closing
+	stats   leaserouter.Stats      // totals since New (state counts come from the table)
+
+	wake    *waker
+	stop    context.CancelFunc // stops the listener
+	stopped sync.WaitGroup
+	done    chan struct{} // closed when Close has finished
+}
+
+// New returns a Router on db for opts.Queue, after checking that db has
+// the schema (run Migrate first) and raising the token sequence above
+// opts.TokenFloor and the Unix time in nanoseconds. It starts one
+// goroutine, which holds one connection of db to LISTEN for wake-ups;
+// Close stops it. Errors: invalid options wrap ErrInvalidOptions; a nil db
+// is ErrInvalidOptions too; others wrap the driver's.
+func New[T any](ctx context.Context, db *pgxpool.Pool, opts Options) (*Router[T], error) {
+	ctx = orBackground(ctx)
+	if db == nil {
+		return nil, fmt.Errorf("%w: nil pool", leaserouter.ErrInvalidOptions)
+	}
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if err := raiseTokens(ctx, db, opts.TokenFloor); err != nil {
+		return nil, err
+	}
+	r := &Router[T]{
+		db: db, opts: opts,
+		lease: opts.LeaseDuration.Microseconds(),
+		keep:  max(0, opts.Retention.Microseconds()),
+		held:  make(map[*Lease[T]]struct{}),
+		done:  make(chan struct{}),
+		wake:  newWaker(),
+	}
+	lctx, stop := context.WithCancel(context.Background())
+	r.stop = stop
+	r.stopped.Add(1)
+	go func() {
+		defer r.stopped.Done()
+		r.wake.listen(lctx, db, opts.Queue)
+	}()
+	return r, nil
+}
+
+// raiseTokens raises the token sequence to at least floor and the Unix
+// time in nanoseconds on the database's clock, never lowering it. The
+// no-op ALTER SEQUENCE holds a lock that makes concurrent nextval calls
+// wait until the transaction ends, so no token is issued between reading
+// the sequence and setting it: it cannot go back under concurrent claims.
+func raiseTokens(ctx context.Context, db *pgxpool.Pool, floor leaserouter.Token) error {
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "ALTER SEQUENCE leaserouter_token CACHE 1"); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `SELECT setval('leaserouter_token', greatest(
+				(SELECT last_value FROM leaserouter_token),
+				$1::bigint,
+				(extract(epoch FROM clock_timestamp()) * 1e9)::bigint), true)`, int64(floor))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("pgrouter: New: raise the token sequence (did Migrate run?): %w", err)
+	}
+	return nil
+}
+
+// Close stops the Router. It refuses new work at once (Enqueue,
+// EnqueueMany, Acquire, TryAcquire and their batch forms return
+// ErrClosed; blocked Acquires return ErrClosed), then waits, until ctx is
+// done, for the leases this Router granted to end (holders may still
+// Heartbeat, Complete, Fail and Release). Leases still held then are
+// revoked: their jobs are pending again at once (the attempt counted) and
+// their holders' operations are refused with ErrLeaseLost. It stops the
+// listening goroutine and returns nil, or ctx.Err() if ctx was done
+// first. Get and Stats keep working; Cancel returns ErrClosed. Calling Close again waits
+// for the first call and returns nil. A nil ctx means
+// context.Background().
+func (r *Router[T]) Close(ctx context.Context) error {
+	ctx = orBackground(ctx)
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		select {
+		case <-r.done:
+		case <-ctx.Done():
+		}
+		return nil
+	}
+	r.closed = true
+	r.drained = make(chan struct{})
+	if len(r.held) == 0 {
+		close(r.drained)
+	}
+	r.mu.Unlock()
+	r.wake.broadcast() // blocked Acquires see closed
+	var err error
+	select {
+	case <-r.drained:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	rerr := r.revokeHeld()
+	r.stop()
+	r.stopped.Wait()
+	close(r.done)
+	if err == nil {
+		err = rerr
+	}
+	return err
+}
+
+// revokeHeld makes the jobs of leases still held pending again at once.
+func (r *Router[T]) revokeHeld() error {
+	r.mu.Lock()
+	ids, tokens := make([]string, 0, len(r.held)), make([]int64, 0, len(r.held))
+	for l := range r.held {
+		ids = append(ids, l.JobID)
+		tokens = append(tokens, int64(l.Token))
+		delete(r.held, l)
+	}
+	r.mu.Unlock()
+	if len(ids) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := r.db.Exec(ctx, `UPDATE leaserouter_jobs j SET state = 0, ready_at = clock_timestamp(),
+			updated_at = clock_timestamp(), ended = 'revoked', owner = '', lease_expires_at = NULL, requeued = false
+		FROM unnest($2::text[], $3::bigint[]) AS h(id, token)
+		WHERE j.queue = $1 AND j.id = h.id AND j.token = h.token AND j.state = 2`, r.opts.Queue, ids, tokens)
+	if err != nil {
+		return fmt.Errorf("pgrouter: Close: revoke leases: %w", err)
+	}
+	r.notify(ctx)
+	return nil
+}
+
+// open returns ErrClosed after Close has begun.
+func (r *Router[T]) open() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return leaserouter.ErrClosed
+	}
+	return nil
+}
+
+// notify wakes the Routers of this queue in every process (best effort:
+// they also poll).
+func (r *Router[T]) notify(ctx context.Context) {
+	_, _ = r.db.Exec(ctx, "SELECT pg_notify($1, $2)", channel, r.opts.Queue)
+}
+
+// encode is a payload as the jsonb column holds it.
+func encode[T any](id string, payload T) (string, error) {
+	b, err := json.Marshal(payload)
+	if err != nil {
+		return "", fmt.Errorf("%w: payload of job %q does not encode as JSON: %v", leaserouter.ErrInvalidJob, id, err)
+	}
+	return string(b), nil
+}
+
+// decode reads a payload from its jsonb column.
+func decode[T any](id string, b []byte) (T, error) {
+	var v T
+	if err := json.Unmarshal(b, &v); err != nil {
+		return v, fmt.Errorf("pgrouter: payload of job %q does not decode: %w", id, err)
+	}
+	return v, nil
+}
+
+// errWrap wraps a driver error with the call's name.
+func errWrap(call string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var lost *leaserouter.LeaseLostError
+	if errors.As(err, &lost) || errors.Is(err, leaserouter.ErrClosed) || errors.Is(err, leaserouter.ErrNoJob) ||
+		errors.Is(err, leaserouter.ErrDuplicate) || errors.Is(err, leaserouter.ErrInvalidJob) ||
+		errors.Is(err, leaserouter.ErrNotFound) {
+		return err
+	}
+	return fmt.Errorf("pgrouter: %s: %w", call, err)
+}

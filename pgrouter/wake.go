@@ -1,0 +1,73 @@
+package pgrouter
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// channel is the LISTEN/NOTIFY channel of every queue; a notification's
+// payload is the queue whose jobs became ready (enqueued, released,
+// retried, or pending again after an expiry).
+const channel = "leaserouter"
+
+// waker tells blocked Acquires that a job may be ready: by a notification
+// from any process, or by Close. A missed notification costs at most
+// Options.PollInterval, as waiters also poll.
+type waker struct {
+	mu sync.Mutex
+	ch chan struct{} // closed by the next broadcast
+}
+
+func newWaker() *waker { return &waker{ch: make(chan struct{})} }
+
+// wait returns a channel closed at the next broadcast.
+func (w *waker) wait() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.ch
+}
+
+// broadcast wakes every waiter.
+func (w *waker) broadcast() {
+	w.mu.Lock()
+	close(w.ch)
+	w.ch = make(chan struct{})
+	w.mu.Unlock()
+}
+
+// listen holds a connection of its own (not one of db's, so the pool keeps
+// its size) that LISTENs on channel, and broadcasts each notification for
+// queue, until ctx is done. A lost connection is made again with backoff
+// (50ms doubling to 1s); each new one broadcasts once, for what it may
+// have missed.
+func (w *waker) listen(ctx context.Context, db *pgxpool.Pool, queue string) {
+	backoff := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		conn, err := pgx.ConnectConfig(ctx, db.Config().ConnConfig.Copy())
+		if err == nil {
+			if _, err = conn.Exec(ctx, "LISTEN "+channel); err == nil {
+				w.broadcast()
+				backoff = 50 * time.Millisecond
+				for {
+					n, err := conn.WaitForNotification(ctx)
+					if err != nil {
+						break
+					}
+					if n.Payload == queue {
+						w.broadcast()
+					}
+				}
+			}
+			_ = conn.Close(context.Background())
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}

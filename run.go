@@ -67,7 +67,11 @@ type WorkerOptions struct {
 	Batch int
 }
 
-func (o WorkerOptions) withDefaults(lease time.Duration) (WorkerOptions, error) {
+// WithDefaults returns o checked and with its zero fields set to their
+// defaults, for a router whose LeaseDuration is lease, as Run does first;
+// exported for routers built on this package's contract (pgrouter). Bad
+// fields return an error wrapping ErrInvalidOptions.
+func (o WorkerOptions) WithDefaults(lease time.Duration) (WorkerOptions, error) {
 	switch {
 	case o.Workers < 0 || o.Workers > MaxWorkers:
 		return o, fmt.Errorf("%w: WorkerOptions.Workers is %d, must be in [0, %d] (0 = GOMAXPROCS)", ErrInvalidOptions, o.Workers, MaxWorkers)
@@ -157,7 +161,7 @@ func (r *Router[T]) Run(ctx context.Context, opts WorkerOptions, h Handler[T]) e
 	if h == nil {
 		return fmt.Errorf("%w: nil Handler", ErrInvalidOptions)
 	}
-	opts, err := opts.withDefaults(r.opts.LeaseDuration)
+	opts, err := opts.WithDefaults(r.opts.LeaseDuration)
 	if err != nil {
 		return err
 	}

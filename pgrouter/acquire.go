@@ -80,7 +80,7 @@ SELECT extract(epoch FROM least(
 // settling what is due: ErrNoJob if none is ready, ErrClosed after Close,
 // or an error wrapping the driver's. One round trip.
 func (r *Router[T]) TryAcquire(ctx context.Context, workerID string) (*Lease[T], error) {
-	ls, _, err := r.claim(orBackground(ctx), "TryAcquire", workerID, 1, false)
+	ls, _, err := r.claim(orBackground(ctx), "TryAcquire", workerID, 1, false, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +96,7 @@ func (r *Router[T]) TryAcquireMany(ctx context.Context, workerID string, max int
 	if max < 1 {
 		return nil, fmt.Errorf("%w: TryAcquireMany max is %d, must be >= 1", leaserouter.ErrInvalidOptions, max)
 	}
-	ls, _, err := r.claim(orBackground(ctx), "TryAcquireMany", workerID, max, false)
+	ls, _, err := r.claim(orBackground(ctx), "TryAcquireMany", workerID, max, false, nil)
 	return ls, err
 }
 
@@ -126,7 +126,7 @@ func (r *Router[T]) AcquireMany(ctx context.Context, workerID string, max int) (
 func (r *Router[T]) await(ctx context.Context, call, workerID string, n int) ([]*Lease[T], error) {
 	for {
 		woken := r.wake.wait() // before trying: a wake-up during the try is not missed
-		ls, due, err := r.claim(ctx, call, workerID, n, true)
+		ls, due, err := r.claim(ctx, call, workerID, n, true, nil)
 		if !errors.Is(err, leaserouter.ErrNoJob) {
 			return ls, err
 		}
@@ -146,15 +146,21 @@ func (r *Router[T]) await(ctx context.Context, call, workerID string, n int) ([]
 	}
 }
 
-// claim settles what is due and leases up to max jobs, in one round trip
-// (a pgx.Batch, one implicit transaction); withDue also asks how long
-// until the next due instant, for a caller about to wait.
-func (r *Router[T]) claim(ctx context.Context, call, workerID string, max int, withDue bool) ([]*Lease[T], *float64, error) {
+// claim completes the leases of done (Run's: their handlers returned nil;
+// a lease no longer valid is refused, counted), settles what is due and
+// leases up to max jobs, in one round trip (a pgx.Batch, one implicit
+// transaction: on an error none of it happened); withDue also asks how
+// long until the next due instant, for a caller about to wait.
+func (r *Router[T]) claim(ctx context.Context, call, workerID string, max int, withDue bool, done []*Lease[T]) ([]*Lease[T], *float64, error) {
 	if err := r.open(); err != nil {
 		return nil, nil, err
 	}
 	q := r.opts.Queue
 	b := &pgx.Batch{}
+	if len(done) > 0 {
+		ids, tokens := leaseKeys(done)
+		b.Queue(completeMany, q, ids, tokens, r.keep)
+	}
 	b.Queue(settleDue, q, settleLimit, r.keep)
 	b.Queue(claimJobs, q, max, workerID, r.lease)
 	if withDue {
@@ -163,6 +169,14 @@ func (r *Router[T]) claim(ctx context.Context, call, workerID string, max int, w
 	sent := time.Now()
 	res := r.db.SendBatch(ctx, b)
 	defer res.Close()
+	var completed int64
+	if len(done) > 0 {
+		tag, err := res.Exec()
+		if err != nil {
+			return nil, nil, errWrap(call, err)
+		}
+		completed = tag.RowsAffected()
+	}
 	var requeued, dead, ready int64
 	if err := res.QueryRow().Scan(&requeued, &dead, &ready); err != nil {
 		return nil, nil, errWrap(call, err)
@@ -206,7 +220,11 @@ func (r *Router[T]) claim(ctx context.Context, call, workerID string, max int, w
 		return nil, nil, errWrap(call, err)
 	}
 	slices.SortFunc(ls, func(a, b *Lease[T]) int { return cmp.Compare(a.Token, b.Token) })
+	for _, l := range done {
+		r.release(l)
+	}
 	r.mu.Lock()
+	r.stats.StaleRejections += uint64(int64(len(done)) - completed)
 	r.stats.Expirations += uint64(requeued + dead)
 	r.stats.Dead += uint64(dead)
 	r.stats.LeasesGranted += uint64(len(ls))

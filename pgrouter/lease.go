@@ -40,6 +40,39 @@ type Lease[T any] struct {
 	mu     sync.Mutex
 	expiry time.Time // the database's expiry instant, as of the last accepted heartbeat
 	proven time.Time // on the client's monotonic clock: send time of the last accepted grant or heartbeat + LeaseDuration
+	txDone bool      // CompleteTx returned nil: completed if its transaction committed
+}
+
+// provenUntil is the instant, on the client's monotonic clock, until
+// which the lease is known valid: LeaseDuration after the send time of
+// its last accepted grant or heartbeat.
+func (l *Lease[T]) provenUntil() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.proven
+}
+
+// accepted records a heartbeat sent at sent that the database accepted,
+// leaving the expiry exp.
+func (l *Lease[T]) accepted(sent, exp time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.expiry = exp
+	l.proven = sent.Add(l.r.opts.LeaseDuration)
+}
+
+// completedTx reports whether CompleteTx completed l in a transaction
+// that committed (the row shows this lease's completion).
+func (l *Lease[T]) completedTx() bool {
+	l.mu.Lock()
+	tried := l.txDone
+	l.mu.Unlock()
+	if !tried {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.r.opts.LeaseDuration)
+	defer cancel()
+	return l.resolved(ctx, leaserouter.LostCompleted)
 }
 
 // Expiry returns the lease's expiry instant on the database's clock, as
@@ -178,10 +211,7 @@ func (l *Lease[T]) Heartbeat(ctx context.Context, progress []byte) error {
 	if err != nil {
 		return err
 	}
-	l.mu.Lock()
-	l.expiry = *res.expiry
-	l.proven = sent.Add(r.opts.LeaseDuration)
-	l.mu.Unlock()
+	l.accepted(sent, *res.expiry)
 	r.mu.Lock()
 	r.stats.Heartbeats++
 	r.mu.Unlock()
@@ -236,6 +266,11 @@ func (l *Lease[T]) CompleteTx(ctx context.Context, tx pgx.Tx) error {
 		return fmt.Errorf("%w: CompleteTx: nil tx", leaserouter.ErrInvalidOptions)
 	}
 	_, err := l.op(orBackground(ctx), tx, "CompleteTx", completeSet, true, l.keep())
+	if err == nil {
+		l.mu.Lock()
+		l.txDone = true
+		l.mu.Unlock()
+	}
 	return err
 }
 

@@ -112,6 +112,8 @@ type Router[T any] struct {
 	lease int64 // LeaseDuration in microseconds
 	keep  int64 // Retention in microseconds, 0 if negative (purge at once)
 
+	closing chan struct{} // closed when Close starts
+
 	mu      sync.Mutex
 	closed  bool
 	held    map[*Lease[T]]struct{} // leases granted here and not ended by their holder
@@ -144,11 +146,12 @@ func New[T any](ctx context.Context, db *pgxpool.Pool, opts Options) (*Router[T]
 	}
 	r := &Router[T]{
 		db: db, opts: opts,
-		lease: opts.LeaseDuration.Microseconds(),
-		keep:  max(0, opts.Retention.Microseconds()),
-		held:  make(map[*Lease[T]]struct{}),
-		done:  make(chan struct{}),
-		wake:  newWaker(),
+		lease:   opts.LeaseDuration.Microseconds(),
+		keep:    max(0, opts.Retention.Microseconds()),
+		held:    make(map[*Lease[T]]struct{}),
+		done:    make(chan struct{}),
+		closing: make(chan struct{}),
+		wake:    newWaker(),
 	}
 	lctx, stop := context.WithCancel(context.Background())
 	r.stop = stop
@@ -205,6 +208,7 @@ func (r *Router[T]) Close(ctx context.Context) error {
 		return nil
 	}
 	r.closed = true
+	close(r.closing)
 	r.drained = make(chan struct{})
 	if len(r.held) == 0 {
 		close(r.drained)

@@ -47,6 +47,27 @@ SELECT (SELECT count(*) FROM exp WHERE state = 0), (SELECT count(*) FROM exp WHE
 // settleLimit bounds the items of each kind one settleDue settles.
 const settleLimit = 1000
 
+// settle runs settleDue on its own and counts what it settled.
+func (r *Router[T]) settle(ctx context.Context) {
+	var requeued, dead, ready int64
+	if err := r.db.QueryRow(ctx, settleDue, r.opts.Queue, settleLimit, r.keep).Scan(&requeued, &dead, &ready); err == nil {
+		r.settled(ctx, requeued, dead, ready)
+	}
+}
+
+// settled counts what a settleDue settled (leases expired into pending
+// or dead jobs, scheduled jobs made ready) and wakes the queue's waiters
+// in every process if jobs became ready.
+func (r *Router[T]) settled(ctx context.Context, requeued, dead, ready int64) {
+	r.mu.Lock()
+	r.stats.Expirations += uint64(requeued + dead)
+	r.stats.Dead += uint64(dead)
+	r.mu.Unlock()
+	if requeued > 0 || ready > 0 {
+		r.notify(ctx)
+	}
+}
+
 // claimJobs leases up to $2 pending jobs of the queue to worker $3 for $4
 // microseconds, in the ready order (priority, ready time, enqueue order),
 // skipping rows other claimers hold. Tokens are taken after the rows are
@@ -130,11 +151,7 @@ func (r *Router[T]) await(ctx context.Context, call, workerID string, n int) ([]
 		if !errors.Is(err, leaserouter.ErrNoJob) {
 			return ls, err
 		}
-		wait := r.opts.PollInterval
-		if due != nil {
-			wait = min(wait, max(time.Duration(*due*float64(time.Second)), 0)+time.Millisecond)
-		}
-		t := time.NewTimer(wait)
+		t := time.NewTimer(r.waitFor(due))
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -145,6 +162,28 @@ func (r *Router[T]) await(ctx context.Context, call, workerID string, n int) ([]
 		t.Stop()
 	}
 }
+
+// waitFor is how long a waiter with nothing ready sleeps, unless woken:
+// until the next due instant (due seconds from now, nil if none), at
+// most PollInterval. A due instant already past belongs to a row another
+// transaction holds (claims settle the others): it is polled every
+// lockedPoll, not in a loop.
+func (r *Router[T]) waitFor(due *float64) time.Duration {
+	poll := r.opts.PollInterval
+	switch {
+	case due == nil:
+		return poll
+	case *due <= 0:
+		return min(poll, lockedPoll)
+	case *due >= poll.Seconds(): // also keeps a far-off instant from overflowing a Duration
+		return poll
+	}
+	return time.Duration(*due*float64(time.Second)) + time.Millisecond
+}
+
+// lockedPoll is how often a waiter looks again at a due row another
+// transaction holds.
+const lockedPoll = 100 * time.Millisecond
 
 // claim completes the leases of done (Run's: their handlers returned nil;
 // a lease no longer valid is refused, counted), settles what is due and
@@ -166,8 +205,13 @@ func (r *Router[T]) claim(ctx context.Context, call, workerID string, max int, w
 	if withDue {
 		b.Queue(nextDue, q)
 	}
+	// The round trip outlives the caller's ctx (bounded by a lease): a
+	// claim that commits while ctx ends must hand its leases back rather
+	// than strand them until they expire, burning an attempt.
+	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.opts.LeaseDuration)
+	defer cancel()
 	sent := time.Now()
-	res := r.db.SendBatch(ctx, b)
+	res := r.db.SendBatch(bg, b)
 	defer res.Close()
 	var completed int64
 	if len(done) > 0 {
@@ -185,8 +229,8 @@ func (r *Router[T]) claim(ctx context.Context, call, workerID string, max int, w
 	if err != nil {
 		return nil, nil, errWrap(call, err)
 	}
-	var ls []*Lease[T]
-	var bad error
+	var ls, bad []*Lease[T]
+	badPayload := map[*Lease[T]]error{}
 	for rows.Next() {
 		var (
 			id       string
@@ -202,8 +246,9 @@ func (r *Router[T]) claim(ctx context.Context, call, workerID string, max int, w
 		}
 		l := &Lease[T]{JobID: id, Attempt: int(attempt), Token: leaserouter.Token(token), WorkerID: workerID,
 			Progress: progress, r: r, expiry: expiry, proven: sent.Add(r.opts.LeaseDuration)}
-		if l.Payload, err = decode[T](id, payload); err != nil && bad == nil {
-			bad = err
+		if l.Payload, err = decode[T](id, payload); err != nil {
+			bad, badPayload[l] = append(bad, l), err
+			continue
 		}
 		ls = append(ls, l)
 	}
@@ -225,23 +270,34 @@ func (r *Router[T]) claim(ctx context.Context, call, workerID string, max int, w
 	}
 	r.mu.Lock()
 	r.stats.StaleRejections += uint64(int64(len(done)) - completed)
-	r.stats.Expirations += uint64(requeued + dead)
-	r.stats.Dead += uint64(dead)
 	r.stats.LeasesGranted += uint64(len(ls))
-	for _, l := range ls {
-		r.held[l] = struct{}{}
+	closed := r.closed
+	if !closed {
+		for _, l := range ls {
+			r.held[l] = struct{}{}
+		}
 	}
 	r.mu.Unlock()
-	if requeued > 0 || ready > 0 {
-		r.notify(ctx) // other processes' waiters: jobs became ready
-	}
-	if bad != nil {
-		// A payload this process cannot decode: hand the leases back, so
-		// a process that can may take the jobs, and report it.
-		for _, l := range ls {
-			_ = l.Release(ctx)
+	r.settled(bg, requeued, dead, ready)
+	// Granted, but nobody to hand them to: Close began meanwhile (it may
+	// have returned already), or the caller's ctx ended during the round
+	// trip. Hand them back unstarted.
+	if closed || ctx.Err() != nil {
+		r.handBack(bg, append(ls, bad...))
+		if closed {
+			return nil, nil, leaserouter.ErrClosed
 		}
-		return nil, nil, bad
+		return nil, nil, ctx.Err()
+	}
+	if len(bad) > 0 {
+		// Payloads this process cannot decode: fail those attempts (retried
+		// after Backoff, in any process, until dead), keep the others.
+		for _, l := range bad {
+			_ = l.Fail(bg, badPayload[l])
+		}
+		if len(ls) == 0 {
+			return nil, nil, badPayload[bad[0]]
+		}
 	}
 	if len(ls) == 0 {
 		return nil, due, leaserouter.ErrNoJob

@@ -35,9 +35,11 @@ func (r *Router[T]) Get(ctx context.Context, id string) (leaserouter.Job[T], boo
 	b.Queue(getJob, r.opts.Queue, id)
 	res := r.db.SendBatch(ctx, b)
 	defer res.Close()
-	if _, err := res.Exec(); err != nil {
+	var requeued, dead, ready int64
+	if err := res.QueryRow().Scan(&requeued, &dead, &ready); err != nil {
 		return j, false, errWrap("Get", err)
 	}
+	defer r.settled(ctx, requeued, dead, ready)
 	var (
 		payload      []byte
 		state        int16
@@ -89,7 +91,9 @@ func (r *Router[T]) Cancel(ctx context.Context, id string) error {
 		return err
 	}
 	var found bool
-	err := r.db.QueryRow(ctx, `
+	b := &pgx.Batch{}
+	b.Queue(settleDue, r.opts.Queue, settleLimit, r.keep) // a lease past its expiry is settled first, as the core does
+	b.Queue(`
 		WITH upd AS (
 			UPDATE leaserouter_jobs SET state = 5, owner = '', lease_expires_at = NULL,
 				ended = CASE WHEN state = 2 THEN 'canceled' ELSE ended END,
@@ -98,10 +102,20 @@ func (r *Router[T]) Cancel(ctx context.Context, id string) error {
 			RETURNING 1)
 		SELECT EXISTS (SELECT FROM upd) OR EXISTS (SELECT FROM leaserouter_jobs
 			WHERE queue = $1 AND id = $2 AND NOT (state >= 3 AND purge_at <= clock_timestamp()))`,
-		r.opts.Queue, id, r.keep).Scan(&found)
+		r.opts.Queue, id, r.keep)
+	res := r.db.SendBatch(ctx, b)
+	var requeued, dead, ready int64
+	err := res.QueryRow().Scan(&requeued, &dead, &ready)
+	if err == nil {
+		err = res.QueryRow().Scan(&found)
+	}
+	if cerr := res.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return errWrap("Cancel", err)
 	}
+	r.settled(ctx, requeued, dead, ready)
 	if !found {
 		return fmt.Errorf("%w: %q", leaserouter.ErrNotFound, id)
 	}

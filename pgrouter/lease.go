@@ -70,9 +70,7 @@ func (l *Lease[T]) completedTx() bool {
 	if !tried {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), l.r.opts.LeaseDuration)
-	defer cancel()
-	return l.resolved(ctx, leaserouter.LostCompleted)
+	return l.resolved(context.Background(), leaserouter.LostCompleted)
 }
 
 // Expiry returns the lease's expiry instant on the database's clock, as
@@ -87,51 +85,60 @@ func (l *Lease[T]) Expiry() time.Time {
 	return l.expiry
 }
 
-// leaseOp is the one invariant's statement: the UPDATE (its SET list
-// spliced in, its own arguments from $4) acts only on a valid lease; the
-// outer SELECT reports, in the same round trip, whether it acted, the
-// state it left, the new expiry, and otherwise the row as the statement
-// found it (current token, state, why its last lease ended, whether its
-// lease had expired).
+// lockRow locks a job's row (if it exists) until the end of the
+// transaction, before leaseOp runs in the same one: so leaseOp's clock
+// reading, its WHERE and its report all come after the lock is held,
+// even when another transaction held the row without changing it (a
+// SELECT ... FOR UPDATE), which would let a lone UPDATE go on with the
+// clock it read before waiting.
+const lockRow = `SELECT FROM leaserouter_jobs WHERE queue = $1 AND id = $2 FOR UPDATE`
+
+// leaseOp is the one invariant's statement, run with the row locked: the
+// UPDATE (its SET list spliced in, its own arguments from $4) acts only on
+// a valid lease; the outer SELECT reports, in the same round trip,
+// whether it acted, the state and expiry it left, and otherwise the row
+// as it was (its latest version: the lock is held): current token, state,
+// why its last lease ended.
 const leaseOp = `
 WITH upd AS (
 	UPDATE leaserouter_jobs SET %s
 	WHERE queue = $1 AND id = $2 AND token = $3 AND state = 2 AND lease_expires_at > clock_timestamp()
 	RETURNING state, lease_expires_at)
 SELECT (SELECT count(*) FROM upd) = 1, (SELECT state FROM upd), (SELECT lease_expires_at FROM upd),
-	j.token, j.state, j.ended, j.lease_expires_at <= clock_timestamp()
+	j.token, j.state, j.ended
 FROM (SELECT) one LEFT JOIN leaserouter_jobs j ON j.queue = $1 AND j.id = $2`
 
 // opResult is what leaseOp reports.
 type opResult struct {
-	ok      bool
-	state   *int16     // the state the update left
-	expiry  *time.Time // the expiry the update left
-	token   *int64     // refused: the job's current token; nil if the row is gone
-	was     *int16     // refused: its state
-	ended   *string    // refused: why its latest lease ended
-	expired *bool      // refused: its lease had expired
+	ok     bool
+	state  *int16     // the state the update left
+	expiry *time.Time // the expiry the update left
+	token  *int64     // refused: the job's current token; nil if the row is gone
+	was    *int16     // refused: its state
+	ended  *string    // refused: why its latest lease ended
 }
 
-// op runs leaseOp with set on q. A refusal returns a *LeaseLostError
-// (after settling the job if its lease was found expired); a lease that
-// ended here is no longer held.
-func (l *Lease[T]) op(ctx context.Context, q querier, call, set string, ends bool, args ...any) (opResult, error) {
+// op runs lockRow and leaseOp with set on q, in one round trip and one
+// transaction (q's own, or the batch's implicit one). A refusal returns a
+// *LeaseLostError; a lease that ended here, or was refused, is no longer
+// held. inTx: q is the caller's transaction (nothing else may run on the
+// pool meanwhile: the caller may hold its last connection).
+func (l *Lease[T]) op(ctx context.Context, q querier, inTx bool, call, set string, ends bool, args ...any) (opResult, error) {
 	var res opResult
 	if l == nil || l.r == nil {
 		return res, &leaserouter.LeaseLostError{Reason: leaserouter.LostNilLease}
 	}
 	r := l.r
-	all := append([]any{r.opts.Queue, l.JobID, int64(l.Token)}, args...)
-	rows, err := q.Query(ctx, fmt.Sprintf(leaseOp, set), all...)
+	b := &pgx.Batch{}
+	b.Queue(lockRow, r.opts.Queue, l.JobID)
+	b.Queue(fmt.Sprintf(leaseOp, set), append([]any{r.opts.Queue, l.JobID, int64(l.Token)}, args...)...)
+	br := q.SendBatch(ctx, b)
+	_, err := br.Exec()
 	if err == nil {
-		if rows.Next() {
-			err = rows.Scan(&res.ok, &res.state, &res.expiry, &res.token, &res.was, &res.ended, &res.expired)
-		}
-		rows.Close()
-		if err == nil {
-			err = rows.Err()
-		}
+		err = br.QueryRow().Scan(&res.ok, &res.state, &res.expiry, &res.token, &res.was, &res.ended)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
 	}
 	if err != nil {
 		return res, fmt.Errorf("pgrouter: %s: %w", call, err)
@@ -149,23 +156,25 @@ func (l *Lease[T]) op(ctx context.Context, q querier, call, set string, ends boo
 		r.stats.HeartbeatsRefused++
 	}
 	r.mu.Unlock()
-	return res, l.lost(ctx, res)
+	e := l.lost(res)
+	if e.Reason == leaserouter.LostExpired && !inTx {
+		r.settle(ctx) // found expired: settle it now, as the core's refusal does
+	}
+	return res, e
 }
 
-// lost builds the refusal's error from the row as the statement found it.
-func (l *Lease[T]) lost(ctx context.Context, res opResult) error {
+// lost builds the refusal's error from the row as the refusing statement
+// found it, with its lock held.
+func (l *Lease[T]) lost(res opResult) *leaserouter.LeaseLostError {
 	e := &leaserouter.LeaseLostError{JobID: l.JobID, Token: l.Token, Reason: "unknown"}
 	switch {
 	case res.token == nil: // the job's row is gone (purged)
 	case leaserouter.Token(*res.token) != l.Token:
 		e.Current, e.Reason = leaserouter.Token(*res.token), leaserouter.LostSuperseded
 	case *res.was == int16(leaserouter.StateLeased):
-		// Still leased with this token: expired, or changed by a
-		// transaction that committed while this statement waited for the
-		// row (its snapshot is older); expired either way by now, or a
-		// newer statement tells.
+		// Still leased with this token, yet refused: its expiry had
+		// passed at the moment the row was locked.
 		e.Current, e.Reason = l.Token, leaserouter.LostExpired
-		_, _ = l.r.db.Exec(ctx, settleDue, l.r.opts.Queue, settleLimit, l.r.keep)
 	default:
 		e.Current = l.Token
 		if *res.ended != "" {
@@ -183,7 +192,14 @@ func (r *Router[T]) release(l *Lease[T]) {
 		return
 	}
 	delete(r.held, l)
-	if len(r.held) == 0 && r.drained != nil {
+	r.checkDrained()
+}
+
+// checkDrained closes drained, once, when Close has begun and no lease is
+// held. The caller holds r.mu.
+func (r *Router[T]) checkDrained() {
+	if r.drained != nil && len(r.held) == 0 && !r.drainedDone {
+		r.drainedDone = true
 		close(r.drained)
 	}
 }
@@ -204,7 +220,7 @@ func (l *Lease[T]) Heartbeat(ctx context.Context, progress []byte) error {
 	if r != nil {
 		dur = r.lease
 	}
-	res, err := l.op(ctx, l.db(), "Heartbeat", `
+	res, err := l.op(ctx, l.db(), false, "Heartbeat", `
 		lease_expires_at = greatest(lease_expires_at, clock_timestamp() + $4 * interval '1 microsecond'),
 		progress = CASE WHEN $5 THEN $6::bytea ELSE progress END, updated_at = clock_timestamp()`,
 		false, dur, progress != nil, progress)
@@ -238,7 +254,7 @@ const completeSet = `state = 3, ended = 'completed', owner = '', lease_expires_a
 // row: nil if it shows this lease's completion.
 func (l *Lease[T]) Complete(ctx context.Context) error {
 	ctx = orBackground(ctx)
-	_, err := l.op(ctx, l.db(), "Complete", completeSet, true, l.keep())
+	_, err := l.op(ctx, l.db(), false, "Complete", completeSet, true, l.keep())
 	if err != nil && !errors.As(err, new(*leaserouter.LeaseLostError)) && l.resolved(ctx, leaserouter.LostCompleted) {
 		return nil
 	}
@@ -260,12 +276,15 @@ func (l *Lease[T]) keep() int64 {
 // after Fence, and a stale worker can never overwrite a newer attempt's.
 // It returns a *LeaseLostError (tx still usable) if the lease is no longer
 // valid; a nil tx is an error wrapping ErrInvalidOptions. Once it returns
-// nil, Close no longer waits for this lease.
+// nil, Close no longer waits for this lease. tx must be READ COMMITTED
+// (PostgreSQL's default): under REPEATABLE READ or SERIALIZABLE, a
+// heartbeat committed since tx's snapshot makes it fail with a
+// serialization error.
 func (l *Lease[T]) CompleteTx(ctx context.Context, tx pgx.Tx) error {
 	if tx == nil {
 		return fmt.Errorf("%w: CompleteTx: nil tx", leaserouter.ErrInvalidOptions)
 	}
-	_, err := l.op(orBackground(ctx), tx, "CompleteTx", completeSet, true, l.keep())
+	_, err := l.op(orBackground(ctx), tx, true, "CompleteTx", completeSet, true, l.keep())
 	if err == nil {
 		l.mu.Lock()
 		l.txDone = true
@@ -281,6 +300,10 @@ func (l *Lease[T]) resolved(ctx context.Context, reason leaserouter.LostReason) 
 	if l == nil || l.r == nil {
 		return false
 	}
+	// The caller's ctx may be what failed the statement: the answer is
+	// worth a lease's duration.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.r.opts.LeaseDuration)
+	defer cancel()
 	var token int64
 	var state int16
 	var ended string
@@ -309,10 +332,10 @@ func (l *Lease[T]) Fail(ctx context.Context, cause error) error {
 	}
 	r := l.r
 	backoff := r.backoff(l.Attempt)
-	res, err := l.op(ctx, r.db, "Fail", `
-		state = CASE WHEN $4 OR attempt >= max_attempts THEN 4 WHEN $5 > 0 THEN 1 ELSE 0 END,
+	res, err := l.op(ctx, r.db, false, "Fail", `
+		state = CASE WHEN $4 OR attempt >= max_attempts THEN 4 WHEN $5::bigint > 0 THEN 1 ELSE 0 END,
 		ready_at = CASE WHEN $4 OR attempt >= max_attempts THEN ready_at
-			ELSE clock_timestamp() + greatest($5, 0) * interval '1 microsecond' END,
+			ELSE clock_timestamp() + greatest($5::bigint, 0) * interval '1 microsecond' END,
 		ended = 'failed', last_error = $6, owner = '', lease_expires_at = NULL, requeued = false,
 		updated_at = clock_timestamp(),
 		purge_at = CASE WHEN $4 OR attempt >= max_attempts THEN clock_timestamp() + $7 * interval '1 microsecond' END`,
@@ -330,8 +353,8 @@ func (l *Lease[T]) Fail(ctx context.Context, cause error) error {
 		r.stats.Retries++
 	}
 	r.mu.Unlock()
-	if leaserouter.State(*res.state) == leaserouter.StatePending {
-		r.notify(ctx)
+	if leaserouter.State(*res.state) != leaserouter.StateFailed {
+		r.notify(ctx) // ready, or a new due instant for the waiters' timers
 	}
 	return nil
 }
@@ -356,7 +379,7 @@ func (r *Router[T]) backoff(attempt int) (d time.Duration) {
 // nothing.
 func (l *Lease[T]) Release(ctx context.Context) error {
 	ctx = orBackground(ctx)
-	res, err := l.op(ctx, l.db(), "Release", `
+	res, err := l.op(ctx, l.db(), false, "Release", `
 		state = CASE WHEN attempt >= max_attempts THEN 4 ELSE 0 END,
 		ready_at = clock_timestamp(), ended = 'released', owner = '', lease_expires_at = NULL, requeued = false,
 		updated_at = clock_timestamp(),

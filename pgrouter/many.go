@@ -108,13 +108,13 @@ func (r *Router[T]) heartbeatAll(ctx context.Context, ls []*Lease[T]) (map[strin
 func (r *Router[T]) lostErrors(ctx context.Context, ls []*Lease[T]) []error {
 	ids, _ := leaseKeys(ls)
 	found := make(map[string]opResult, len(ls))
-	rows, err := r.db.Query(ctx, `SELECT id, token, state, ended, lease_expires_at <= clock_timestamp()
+	rows, err := r.db.Query(ctx, `SELECT id, token, state, ended
 		FROM leaserouter_jobs WHERE queue = $1 AND id = ANY($2)`, r.opts.Queue, ids)
 	if err == nil {
 		for rows.Next() {
 			var id string
 			var res opResult
-			if rows.Scan(&id, &res.token, &res.was, &res.ended, &res.expired) == nil {
+			if rows.Scan(&id, &res.token, &res.was, &res.ended) == nil {
 				found[id] = res
 			}
 		}
@@ -123,7 +123,7 @@ func (r *Router[T]) lostErrors(ctx context.Context, ls []*Lease[T]) []error {
 	errs := make([]error, len(ls))
 	for i, l := range ls {
 		r.release(l)
-		errs[i] = l.lost(ctx, found[l.JobID])
+		errs[i] = l.lost(found[l.JobID])
 	}
 	r.mu.Lock()
 	r.stats.HeartbeatsRefused += uint64(len(ls))

@@ -38,8 +38,8 @@ type Options struct {
 	Backoff func(attempt int) time.Duration
 	// Retention is how long finished jobs stay for Get and dedup. Zero
 	// means leaserouter.DefaultRetention (10m); negative means finished
-	// jobs are dropped at once (their rows are deleted by the next
-	// maintenance pass, and are invisible until then).
+	// jobs are dropped at once (invisible at once; their rows are deleted
+	// by the next maintenance round, see New).
 	Retention time.Duration
 	// TokenFloor: every token issued is greater than it. The token
 	// sequence is shared by every Router of the database; New raises it
@@ -114,11 +114,12 @@ type Router[T any] struct {
 
 	closing chan struct{} // closed when Close starts
 
-	mu      sync.Mutex
-	closed  bool
-	held    map[*Lease[T]]struct{} // leases granted here and not ended by their holder
-	drained chan struct{}          // closed when held empties while closing
-	stats   leaserouter.Stats      // totals since New (state counts come from the table)
+	mu          sync.Mutex
+	closed      bool
+	drainedDone bool                   // drained was closed
+	held        map[*Lease[T]]struct{} // leases granted here and not ended by their holder
+	drained     chan struct{}          // closed when held empties while closing
+	stats       leaserouter.Stats      // totals since New (state counts come from the table)
 
 	wake    *waker
 	stop    context.CancelFunc // stops the listener
@@ -128,9 +129,12 @@ type Router[T any] struct {
 
 // New returns a Router on db for opts.Queue, after checking that db has
 // the schema (run Migrate first) and raising the token sequence above
-// opts.TokenFloor and the Unix time in nanoseconds. It starts one
-// goroutine, which holds one connection of db to LISTEN for wake-ups;
-// Close stops it. Errors: invalid options wrap ErrInvalidOptions; a nil db
+// opts.TokenFloor and the Unix time in nanoseconds. It starts two
+// goroutines: one holds a connection of its own (not one of db's) to
+// LISTEN for wake-ups, the other is the maintenance loop (settling what
+// is due and deleting finished jobs past their retention every
+// PollInterval); Close stops both. raiseTokens runs ALTER SEQUENCE, so
+// the role must own the schema's objects (as Migrate's role does). Errors: invalid options wrap ErrInvalidOptions; a nil db
 // is ErrInvalidOptions too; others wrap the driver's.
 func New[T any](ctx context.Context, db *pgxpool.Pool, opts Options) (*Router[T], error) {
 	ctx = orBackground(ctx)
@@ -155,11 +159,8 @@ func New[T any](ctx context.Context, db *pgxpool.Pool, opts Options) (*Router[T]
 	}
 	lctx, stop := context.WithCancel(context.Background())
 	r.stop = stop
-	r.stopped.Add(1)
-	go func() {
-		defer r.stopped.Done()
-		r.wake.listen(lctx, db, opts.Queue)
-	}()
+	r.stopped.Go(func() { r.wake.listen(lctx, db, opts.Queue) })
+	r.stopped.Go(func() { r.maintain(lctx) })
 	return r, nil
 }
 
@@ -210,9 +211,7 @@ func (r *Router[T]) Close(ctx context.Context) error {
 	r.closed = true
 	close(r.closing)
 	r.drained = make(chan struct{})
-	if len(r.held) == 0 {
-		close(r.drained)
-	}
+	r.checkDrained()
 	r.mu.Unlock()
 	r.wake.broadcast() // blocked Acquires see closed
 	var err error
@@ -244,12 +243,21 @@ func (r *Router[T]) revokeHeld() error {
 	if len(ids) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// Past a lease's duration the leases would have expired anyway.
+	ctx, cancel := context.WithTimeout(context.Background(), r.opts.LeaseDuration)
 	defer cancel()
-	_, err := r.db.Exec(ctx, `UPDATE leaserouter_jobs j SET state = 0, ready_at = clock_timestamp(),
-			updated_at = clock_timestamp(), ended = 'revoked', owner = '', lease_expires_at = NULL, requeued = false
+	// Revoked as the core revokes: pending again at once with the attempt
+	// counted, or dead if that was the last; a lease already expired is
+	// left to settleDue, which settles it as of its expiry.
+	_, err := r.db.Exec(ctx, `UPDATE leaserouter_jobs j SET
+			state = CASE WHEN j.attempt >= j.max_attempts THEN 4 ELSE 0 END,
+			ready_at = clock_timestamp(), updated_at = clock_timestamp(), ended = 'revoked', owner = '',
+			lease_expires_at = NULL, requeued = false,
+			last_error = CASE WHEN j.attempt >= j.max_attempts AND j.last_error = '' THEN 'attempts exhausted' ELSE j.last_error END,
+			purge_at = CASE WHEN j.attempt >= j.max_attempts THEN clock_timestamp() + $4 * interval '1 microsecond' END
 		FROM unnest($2::text[], $3::bigint[]) AS h(id, token)
-		WHERE j.queue = $1 AND j.id = h.id AND j.token = h.token AND j.state = 2`, r.opts.Queue, ids, tokens)
+		WHERE j.queue = $1 AND j.id = h.id AND j.token = h.token AND j.state = 2
+			AND j.lease_expires_at > clock_timestamp()`, r.opts.Queue, ids, tokens, r.keep)
 	if err != nil {
 		return fmt.Errorf("pgrouter: Close: revoke leases: %w", err)
 	}
@@ -279,7 +287,25 @@ func encode[T any](id string, payload T) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%w: payload of job %q does not encode as JSON: %v", leaserouter.ErrInvalidJob, id, err)
 	}
+	if hasNUL(b) {
+		return "", fmt.Errorf("%w: payload of job %q holds a NUL character, which PostgreSQL's jsonb cannot store", leaserouter.ErrInvalidJob, id)
+	}
 	return string(b), nil
+}
+
+// hasNUL reports whether JSON text b holds the escape \u0000 (a NUL in a
+// string), skipping escaped backslashes.
+func hasNUL(b []byte) bool {
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' {
+			continue
+		}
+		if i+5 < len(b) && string(b[i+1:i+6]) == "u0000" {
+			return true
+		}
+		i++ // the escaped character
+	}
+	return false
 }
 
 // decode reads a payload from its jsonb column.

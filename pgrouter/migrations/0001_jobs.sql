@@ -5,10 +5,15 @@
 
 CREATE SEQUENCE leaserouter_token AS bigint CACHE 1;
 
+-- Enqueue order. Taken explicitly by the enqueue statement, in the
+-- batch's order, before its rows are inserted in ID order (the order
+-- every batch locks rows in, so concurrent batches never deadlock).
+CREATE SEQUENCE leaserouter_job_seq AS bigint;
+
 CREATE TABLE leaserouter_jobs (
 	queue            text        NOT NULL,
 	id               text        NOT NULL,
-	seq              bigint      GENERATED ALWAYS AS IDENTITY, -- enqueue order, the last tie-breaker
+	seq              bigint      NOT NULL DEFAULT nextval('leaserouter_job_seq'), -- enqueue order, the last tie-breaker
 	state            smallint    NOT NULL,
 	priority         bigint      NOT NULL DEFAULT 0,
 	ready_at         timestamptz NOT NULL,           -- pending: ready time; scheduled: run-at

@@ -179,7 +179,10 @@ func (c *Cluster) Start(ctx context.Context) error {
 			c.running = nil
 			return fmt.Errorf("pgtest: server exited at start: %v (log in %s)", err, c.dir)
 		case <-ctx.Done():
-			return fmt.Errorf("pgtest: server not ready: %w", ctx.Err())
+			_ = c.cmd.Process.Signal(syscall.SIGQUIT)
+			<-exited
+			c.running = nil
+			return fmt.Errorf("pgtest: server not ready: %w (log in %s)", ctx.Err(), c.dir)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -216,15 +219,22 @@ func sweep() {
 	found, _ := filepath.Glob(filepath.Join(os.TempDir(), dirPrefix+"*"))
 	for _, d := range found {
 		pid, err := strconv.Atoi(strings.SplitN(strings.TrimPrefix(filepath.Base(d), dirPrefix), "-", 2)[0])
-		if err != nil || pid == os.Getpid() || syscall.Kill(pid, 0) == nil {
+		if err != nil || pid == os.Getpid() || alive(pid) {
 			continue
 		}
 		if b, err := os.ReadFile(filepath.Join(d, "data", "postmaster.pid")); err == nil {
 			spid, _ := strconv.Atoi(strings.SplitN(string(b), "\n", 2)[0])
-			if spid > 0 && syscall.Kill(spid, 0) == nil {
+			if spid > 0 && alive(spid) {
 				continue // its server has not finished shutting down
 			}
 		}
 		_ = os.RemoveAll(d)
 	}
+}
+
+// alive reports whether process pid exists (EPERM: it does, as another
+// user's).
+func alive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }

@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -129,7 +130,8 @@ func fresh(t testing.TB, adminURL, template string) *pgxpool.Pool {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	name := fmt.Sprintf("leaserouter_test_%d_%d", os.Getpid(), dbSeq.Add(1))
+	// Unique across processes and hosts sharing a server.
+	name := fmt.Sprintf("leaserouter_test_%d_%d_%08x", os.Getpid(), dbSeq.Add(1), rand.Uint32())
 	admin, err := pgx.Connect(ctx, adminURL)
 	if err != nil {
 		t.Fatalf("pgtest: connect: %v", err)

@@ -190,7 +190,9 @@ func raiseTokens(ctx context.Context, db *pgxpool.Pool, floor leaserouter.Token)
 // EnqueueMany, Acquire, TryAcquire and their batch forms return
 // ErrClosed; blocked Acquires return ErrClosed), then waits, until ctx is
 // done, for the leases this Router granted to end (holders may still
-// Heartbeat, Complete, Fail and Release). Leases still held then are
+// Heartbeat, Complete, Fail and Release); an abandoned lease ends at its
+// expiry (as proven by its last accepted heartbeat, on this process's
+// clock). Leases still held then are
 // revoked: their jobs are pending again at once (the attempt counted) and
 // their holders' operations are refused with ErrLeaseLost. It stops the
 // listening goroutine and returns nil, or ctx.Err() if ctx was done
@@ -214,12 +216,7 @@ func (r *Router[T]) Close(ctx context.Context) error {
 	r.checkDrained()
 	r.mu.Unlock()
 	r.wake.broadcast() // blocked Acquires see closed
-	var err error
-	select {
-	case <-r.drained:
-	case <-ctx.Done():
-		err = ctx.Err()
-	}
+	err := r.drain(ctx)
 	rerr := r.revokeHeld()
 	r.stop()
 	r.stopped.Wait()
@@ -228,6 +225,37 @@ func (r *Router[T]) Close(ctx context.Context) error {
 		err = rerr
 	}
 	return err
+}
+
+// drain waits until no lease granted here is held, or until every one
+// still held has passed the instant up to which a heartbeat proved it
+// valid (an abandoned lease ends at its expiry: Close does not wait
+// longer for it), or until ctx is done (then it returns ctx.Err()).
+func (r *Router[T]) drain(ctx context.Context) error {
+	for {
+		r.mu.Lock()
+		var last time.Time
+		for l := range r.held {
+			if p := l.provenUntil(); p.After(last) {
+				last = p
+			}
+		}
+		r.mu.Unlock()
+		wait := time.Until(last)
+		if wait <= 0 {
+			return nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-r.drained:
+			t.Stop()
+			return nil
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
 }
 
 // revokeHeld makes the jobs of leases still held pending again at once.

@@ -496,3 +496,26 @@ func TestTokenFloor(t *testing.T) {
 	require.NoError(t, err)
 	require.Greater(t, l2.Token, l.Token)
 }
+
+// TestCloseEndsAtAbandonedExpiry: Close with a ctx that is never done
+// waits for an abandoned lease only until its expiry.
+func TestCloseEndsAtAbandonedExpiry(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := t.Context()
+	r, err := pgrouter.New[int](ctx, db, pgrouter.Options{LeaseDuration: 200 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, r.Enqueue(ctx, "a", 1))
+	l, err := r.TryAcquire(ctx, "abandoned")
+	require.NoError(t, err)
+	closed := make(chan error, 1)
+	go func() { closed <- r.Close(context.Background()) }()
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close waited past the abandoned lease's expiry")
+	}
+	var lost *leaserouter.LeaseLostError
+	require.ErrorAs(t, l.Complete(ctx), &lost)
+	require.Equal(t, leaserouter.LostExpired, lost.Reason)
+}

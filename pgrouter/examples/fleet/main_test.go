@@ -1,0 +1,73 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/leaserouter/leaserouter/pgrouter/pgtest"
+)
+
+// TestMain runs the worker processes the fleet starts from this test
+// binary.
+func TestMain(m *testing.M) {
+	if os.Getenv(envWorker) == "1" {
+		os.Exit(worker(os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+func goSrc(t *testing.T) string {
+	src, err := goSource()
+	require.NoError(t, err)
+	return src
+}
+
+// TestFleet: worker processes killed with SIGKILL and stalling past their
+// leases still index every file exactly right, and the database refuses
+// the stale writes.
+func TestFleet(t *testing.T) {
+	cfg := config{
+		root:  filepath.Join(goSrc(t), "crypto"),
+		procs: 4, kill: 100 * time.Millisecond, pause: 150 * time.Millisecond, lease: 300 * time.Millisecond,
+	}
+	var log bytes.Buffer
+	s, err := coordinate(cfg, &log)
+	if errors.Is(err, pgtest.ErrNoPostgres) && os.Getenv(pgtest.EnvRequire) != "1" {
+		t.Skip(err)
+	}
+	require.NoError(t, err, log.String())
+	require.Greater(t, s.files, 100)
+	require.Zero(t, s.lost, "lost files")
+	require.Zero(t, s.mismatches, "wrong records")
+	require.Positive(t, s.kills, "no worker process was killed")
+	require.Positive(t, s.pauses, "no worker process was paused")
+	require.Positive(t, s.refused, "no stale write was refused")
+}
+
+// TestFleetCommand: the command's summary line and exit status, and bad
+// usage.
+func TestFleetCommand(t *testing.T) {
+	var out, errOut bytes.Buffer
+	code := run([]string{"-procs", "2", "-kill", "0", "-pause", "0", "-lease", "1s",
+		filepath.Join(goSrc(t), "unicode", "utf8")}, &out, &errOut)
+	if code != 0 && bytes.Contains(errOut.Bytes(), []byte(pgtest.ErrNoPostgres.Error())) && os.Getenv(pgtest.EnvRequire) != "1" {
+		t.Skip(errOut.String())
+	}
+	require.Equal(t, 0, code, errOut.String())
+	m := regexp.MustCompile(`files=(\d+) procs=2 killed=0 paused=0 stale_writes_refused=0 lost=0 mismatches=0`).FindSubmatch(out.Bytes())
+	require.NotNil(t, m, out.String())
+	n, _ := strconv.Atoi(string(m[1]))
+	require.Positive(t, n)
+
+	for _, bad := range [][]string{{"-procs", "0"}, {"-pause", "-1s"}, {"-lease", "1ms"}, {"a", "b"}} {
+		require.Equal(t, 2, run(bad, &out, &errOut), bad)
+	}
+}

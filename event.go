@@ -444,9 +444,19 @@ func reportTo(l *slog.Logger, msg, jobID string) bool {
 	return callRecovered(func() { l.Error(msg, "job_id", jobID) }) == nil
 }
 
-// logEvent writes one record per event with stable keys: event, job_id,
-// token, attempt, worker_id and err. Expiries, stale rejections and dead
-// jobs are warnings; the rest is info.
+// Log writes e to l as a Router writes each event to Options.Logger: one
+// record at e.Time, its message the kind, with the stable keys event,
+// job_id, token, attempt, worker_id and err (when Err is set); expiries,
+// stale rejections and dead jobs at level Warn, the rest at Info. A nil l
+// writes nothing. Exported for routers built on this package's contract
+// (pgrouter), so their logs read the same.
+func (e Event) Log(l *slog.Logger) {
+	if l != nil {
+		logEvent(l, &e)
+	}
+}
+
+// logEvent is Log, without the copy.
 func logEvent(l *slog.Logger, e *Event) {
 	level := slog.LevelInfo
 	switch e.Kind {

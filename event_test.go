@@ -5,6 +5,7 @@ package leaserouter_test
 // panic or call Close.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -919,4 +920,14 @@ func TestBackoffPanicReportedBeforeRefusal(t *testing.T) {
 		require.Equal(t, []string{"enqueued", "lease_acquired", "canceled",
 			"leaserouter: Backoff(1) panicked: bad backoff; used DefaultBackoff", "stale_rejected"}, h.messages())
 	})
+}
+
+// TestEventLog: Event.Log writes the record a Router's Logger gets.
+func TestEventLog(t *testing.T) {
+	var buf bytes.Buffer
+	l := slog.New(slog.NewTextHandler(&buf, nil))
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	leaserouter.Event{Kind: leaserouter.EventDead, Time: at, JobID: "j", WorkerID: "w", Token: 7, Attempt: 2, Err: errors.New("boom")}.Log(l)
+	require.Equal(t, "time=2026-01-02T03:04:05.000Z level=WARN msg=dead event=dead job_id=j token=7 attempt=2 worker_id=w err=boom\n", buf.String())
+	leaserouter.Event{Kind: leaserouter.EventCompleted}.Log(nil) // a nil Logger writes nothing
 }

@@ -13,57 +13,117 @@ import (
 	"github.com/leaserouter/leaserouter"
 )
 
-// settleDue settles what is due in the queue at the database's clock, at
-// most $2 items of each kind, oldest first: expired leases (pending again
-// with the expiry instant as ready time, or dead when attempts are
-// exhausted) and scheduled jobs whose run-at has come (pending, their
-// run-at as ready time). Rows another transaction holds are skipped
-// (their holder is acting on them). It returns how many expired leases
-// became pending, how many became dead, how many scheduled jobs became
-// pending.
-const settleDue = `
-WITH c AS (SELECT clock_timestamp() AS now),
-exp AS (
-	UPDATE leaserouter_jobs j SET
-		state = CASE WHEN j.attempt >= j.max_attempts THEN 4 ELSE 0 END,
-		ready_at = j.lease_expires_at, requeued = j.attempt < j.max_attempts,
-		ended = 'expired', last_error = 'lease expired', owner = '',
-		updated_at = j.lease_expires_at, lease_expires_at = NULL,
-		purge_at = CASE WHEN j.attempt >= j.max_attempts THEN j.lease_expires_at + $3 * interval '1 microsecond' END
-	FROM (SELECT queue, id FROM leaserouter_jobs
-		WHERE queue = $1 AND state = 2 AND lease_expires_at <= (SELECT now FROM c)
-		ORDER BY lease_expires_at LIMIT $2 FOR UPDATE SKIP LOCKED) d
-	WHERE j.queue = d.queue AND j.id = d.id
-	RETURNING j.state),
-sch AS (
+// settleExpired settles the queue's expired leases at the database's
+// clock, at most $2, oldest first: each job is pending again with its
+// expiry instant as ready time, or dead when its attempts are exhausted
+// (purged Retention, $3 microseconds, later). Rows another transaction
+// holds are skipped (their holder is acting on them). It returns each
+// job settled: ID, token, attempt, new state, expiry, holder.
+const settleExpired = `
+UPDATE leaserouter_jobs j SET
+	state = CASE WHEN j.attempt >= j.max_attempts THEN 4 ELSE 0 END,
+	ready_at = j.lease_expires_at, requeued = j.attempt < j.max_attempts,
+	ended = 'expired', last_error = 'lease expired', owner = '',
+	updated_at = j.lease_expires_at, lease_expires_at = NULL,
+	purge_at = CASE WHEN j.attempt >= j.max_attempts THEN j.lease_expires_at + $3 * interval '1 microsecond' END
+FROM (SELECT queue, id, owner FROM leaserouter_jobs
+	WHERE queue = $1 AND state = 2 AND lease_expires_at <= (SELECT clock_timestamp())
+	ORDER BY lease_expires_at LIMIT $2 FOR UPDATE SKIP LOCKED) d
+WHERE j.queue = d.queue AND j.id = d.id
+RETURNING j.id, j.token, j.attempt, j.state, j.ready_at, d.owner`
+
+// settleScheduled makes the queue's scheduled jobs whose run-at has come
+// pending, at most $2, with their run-at as ready time, and returns how
+// many.
+const settleScheduled = `
+WITH sch AS (
 	UPDATE leaserouter_jobs j SET state = 0, updated_at = j.ready_at
 	FROM (SELECT queue, id FROM leaserouter_jobs
-		WHERE queue = $1 AND state = 1 AND ready_at <= (SELECT now FROM c)
+		WHERE queue = $1 AND state = 1 AND ready_at <= (SELECT clock_timestamp())
 		ORDER BY ready_at LIMIT $2 FOR UPDATE SKIP LOCKED) d
 	WHERE j.queue = d.queue AND j.id = d.id
 	RETURNING 1)
-SELECT (SELECT count(*) FROM exp WHERE state = 0), (SELECT count(*) FROM exp WHERE state = 4), (SELECT count(*) FROM sch)`
+SELECT count(*) FROM sch`
 
-// settleLimit bounds the items of each kind one settleDue settles.
+// settleLimit bounds the items of each kind one settling settles.
 const settleLimit = 1000
 
-// settle runs settleDue on its own and counts what it settled.
+// settling is what one settling round found: the leases it expired and
+// how many scheduled jobs it made ready.
+type settling struct {
+	expired []leaserouter.Event // EventLeaseExpired, each followed by EventDead when the job died
+	dead    int
+	ready   int64
+}
+
+// queueSettle adds a settling round's two statements to b.
+func (r *Router[T]) queueSettle(b *pgx.Batch) {
+	b.Queue(settleExpired, r.opts.Queue, settleLimit, r.keep)
+	b.Queue(settleScheduled, r.opts.Queue, settleLimit)
+}
+
+// readSettle reads the results of queueSettle's statements.
+func readSettle(res pgx.BatchResults) (settling, error) {
+	var s settling
+	rows, err := res.Query()
+	if err != nil {
+		return s, err
+	}
+	for rows.Next() {
+		var (
+			id, owner string
+			token     int64
+			attempt   int32
+			state     int16
+			expiry    time.Time
+		)
+		if err := rows.Scan(&id, &token, &attempt, &state, &expiry, &owner); err != nil {
+			rows.Close()
+			return s, err
+		}
+		e := leaserouter.Event{Kind: leaserouter.EventLeaseExpired, Time: expiry, JobID: id, WorkerID: owner,
+			Token: leaserouter.Token(token), Attempt: int(attempt)}
+		s.expired = append(s.expired, e)
+		if leaserouter.State(state) == leaserouter.StateFailed {
+			e.Kind, e.Err = leaserouter.EventDead, errLeaseExpired
+			s.expired = append(s.expired, e)
+			s.dead++
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return s, err
+	}
+	err = res.QueryRow().Scan(&s.ready)
+	return s, err
+}
+
+// errLeaseExpired is the Err of EventDead for a job whose last lease
+// expired.
+var errLeaseExpired = errors.New("lease expired")
+
+// settle runs a settling round on its own.
 func (r *Router[T]) settle(ctx context.Context) {
-	var requeued, dead, ready int64
-	if err := r.db.QueryRow(ctx, settleDue, r.opts.Queue, settleLimit, r.keep).Scan(&requeued, &dead, &ready); err == nil {
-		r.settled(ctx, requeued, dead, ready)
+	b := &pgx.Batch{}
+	r.queueSettle(b)
+	res := r.db.SendBatch(ctx, b)
+	s, err := readSettle(res)
+	if cerr := res.Close(); err == nil && cerr == nil {
+		r.settled(ctx, s)
 	}
 }
 
-// settled counts what a settleDue settled (leases expired into pending
-// or dead jobs, scheduled jobs made ready) and wakes the queue's waiters
-// in every process if jobs became ready.
-func (r *Router[T]) settled(ctx context.Context, requeued, dead, ready int64) {
+// settled counts and reports what a settling round settled, and wakes the
+// queue's waiters in every process if jobs became ready.
+func (r *Router[T]) settled(ctx context.Context, s settling) {
+	if len(s.expired) == 0 && s.ready == 0 {
+		return
+	}
 	r.mu.Lock()
-	r.stats.Expirations += uint64(requeued + dead)
-	r.stats.Dead += uint64(dead)
+	r.stats.Expirations += uint64(len(s.expired) - s.dead)
+	r.stats.Dead += uint64(s.dead)
 	r.mu.Unlock()
-	if requeued > 0 || ready > 0 {
+	r.ev.add(s.expired...)
+	if len(s.expired) > s.dead || s.ready > 0 {
 		r.notify(ctx)
 	}
 }
@@ -87,7 +147,7 @@ UPDATE leaserouter_jobs j SET
 	lease_expires_at = c.now + $4 * interval '1 microsecond', updated_at = c.now
 FROM numbered n, c
 WHERE j.queue = n.queue AND j.id = n.id
-RETURNING j.id, j.payload, j.attempt, j.token, j.progress, j.lease_expires_at`
+RETURNING j.id, j.payload, j.attempt, j.token, j.progress, j.lease_expires_at, j.updated_at, j.ready_at, j.requeued`
 
 // nextDue is how long, in seconds on the database's clock, until the
 // queue's next scheduled job is ready or its next lease expires; NULL if
@@ -187,11 +247,14 @@ const lockedPoll = 100 * time.Millisecond
 
 // claim completes the leases of done (Run's: their handlers returned nil;
 // a lease no longer valid is refused, counted), settles what is due and
-// leases up to max jobs, in one round trip (a pgx.Batch, one implicit
+// leases up to n jobs, in one round trip (a pgx.Batch, one implicit
 // transaction: on an error none of it happened); withDue also asks how
 // long until the next due instant, for a caller about to wait.
-func (r *Router[T]) claim(ctx context.Context, call, workerID string, max int, withDue bool, done []*Lease[T]) ([]*Lease[T], *float64, error) {
+func (r *Router[T]) claim(ctx context.Context, call, workerID string, n int, withDue bool, done []*Lease[T]) ([]*Lease[T], *float64, error) {
 	if err := r.open(); err != nil {
+		return nil, nil, err
+	}
+	if err := r.ev.awaitRoom(ctx); err != nil {
 		return nil, nil, err
 	}
 	q := r.opts.Queue
@@ -200,8 +263,8 @@ func (r *Router[T]) claim(ctx context.Context, call, workerID string, max int, w
 		ids, tokens := leaseKeys(done)
 		b.Queue(completeMany, q, ids, tokens, r.keep)
 	}
-	b.Queue(settleDue, q, settleLimit, r.keep)
-	b.Queue(claimJobs, q, max, workerID, r.lease)
+	r.queueSettle(b)
+	b.Queue(claimJobs, q, n, workerID, r.lease)
 	if withDue {
 		b.Queue(nextDue, q)
 	}
@@ -213,16 +276,15 @@ func (r *Router[T]) claim(ctx context.Context, call, workerID string, max int, w
 	sent := time.Now()
 	res := r.db.SendBatch(bg, b)
 	defer res.Close()
-	var completed int64
+	var completed map[string]time.Time
 	if len(done) > 0 {
-		tag, err := res.Exec()
-		if err != nil {
+		var err error
+		if completed, err = readInstants(res.Query()); err != nil {
 			return nil, nil, errWrap(call, err)
 		}
-		completed = tag.RowsAffected()
 	}
-	var requeued, dead, ready int64
-	if err := res.QueryRow().Scan(&requeued, &dead, &ready); err != nil {
+	settled, err := readSettle(res)
+	if err != nil {
 		return nil, nil, errWrap(call, err)
 	}
 	rows, err := res.Query()
@@ -239,13 +301,17 @@ func (r *Router[T]) claim(ctx context.Context, call, workerID string, max int, w
 			token    int64
 			progress []byte
 			expiry   time.Time
+			granted  time.Time
+			readyAt  time.Time
+			requeued bool
 		)
-		if err := rows.Scan(&id, &payload, &attempt, &token, &progress, &expiry); err != nil {
+		if err := rows.Scan(&id, &payload, &attempt, &token, &progress, &expiry, &granted, &readyAt, &requeued); err != nil {
 			rows.Close()
 			return nil, nil, errWrap(call, err)
 		}
 		l := &Lease[T]{JobID: id, Attempt: int(attempt), Token: leaserouter.Token(token), WorkerID: workerID,
-			Progress: progress, r: r, expiry: expiry, proven: sent.Add(r.opts.LeaseDuration)}
+			Progress: progress, r: r, expiry: expiry, proven: sent.Add(r.opts.LeaseDuration),
+			granted: granted, wait: max(0, granted.Sub(readyAt)), requeued: requeued}
 		if l.Payload, err = decode[T](id, payload); err != nil {
 			bad, badPayload[l] = append(bad, l), err
 			continue
@@ -265,12 +331,9 @@ func (r *Router[T]) claim(ctx context.Context, call, workerID string, max int, w
 		return nil, nil, errWrap(call, err)
 	}
 	slices.SortFunc(ls, func(a, b *Lease[T]) int { return cmp.Compare(a.Token, b.Token) })
-	for _, l := range done {
-		r.release(l)
-	}
+	r.completedMany(done, completed)
 	r.mu.Lock()
-	r.stats.StaleRejections += uint64(int64(len(done)) - completed)
-	r.stats.LeasesGranted += uint64(len(ls))
+	r.stats.LeasesGranted += uint64(len(ls) + len(bad))
 	closed := r.closed
 	if !closed {
 		for _, l := range ls {
@@ -278,7 +341,17 @@ func (r *Router[T]) claim(ctx context.Context, call, workerID string, max int, w
 		}
 	}
 	r.mu.Unlock()
-	r.settled(bg, requeued, dead, ready)
+	r.settled(bg, settled)
+	if r.ev != nil {
+		evs := make([]leaserouter.Event, 0, len(ls)+len(bad))
+		for _, l := range append(slices.Clone(ls), bad...) {
+			e := l.event(leaserouter.EventLeaseAcquired, l.granted)
+			e.Held, e.Wait, e.Requeued = 0, l.wait, l.requeued
+			evs = append(evs, e)
+		}
+		slices.SortFunc(evs, func(a, b leaserouter.Event) int { return cmp.Compare(a.Token, b.Token) })
+		r.ev.add(evs...)
+	}
 	// Granted, but nobody to hand them to: Close began meanwhile (it may
 	// have returned already), or the caller's ctx ended during the round
 	// trip. Hand them back unstarted.

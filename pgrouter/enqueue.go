@@ -49,9 +49,9 @@ ins AS (
 		lease_expires_at = NULL, ended = '', payload = excluded.payload, progress = NULL, last_error = '',
 		created_at = excluded.created_at, updated_at = excluded.updated_at, purge_at = NULL
 	WHERE j.state >= 3 AND j.purge_at <= clock_timestamp()
-	RETURNING j.id),
+	RETURNING j.id, j.created_at),
 n AS (SELECT pg_notify('` + channel + `', $1) FROM (SELECT FROM ins LIMIT 1) one)
-SELECT id, (SELECT count(*) FROM n) FROM ins`
+SELECT id, created_at, (SELECT count(*) FROM n) FROM ins`
 
 // batch is a batch's columns, as insertJobs takes them.
 type batch struct {
@@ -92,23 +92,47 @@ func addJob[T any](b *batch, r *Router[T], i int, id string, payload T, opts []l
 	return nil
 }
 
-// insert runs insertJobs for b on q and returns the IDs inserted.
-func (r *Router[T]) insert(ctx context.Context, q querier, b *batch) (map[string]bool, error) {
+// insert runs insertJobs for b on q and returns the IDs inserted, with
+// the instant each was.
+func (r *Router[T]) insert(ctx context.Context, q querier, b *batch) (map[string]time.Time, error) {
+	if err := r.ev.awaitRoom(ctx); err != nil {
+		return nil, err
+	}
 	rows, err := q.Query(ctx, insertJobs, r.opts.Queue, b.ids, b.priority, b.maxAtt, b.payload, b.runAt, b.delay)
 	if err != nil {
 		return nil, err
 	}
-	inserted := make(map[string]bool, len(b.ids))
+	inserted := make(map[string]time.Time, len(b.ids))
 	for rows.Next() {
 		var id string
+		var at time.Time
 		var notified int64
-		if err := rows.Scan(&id, &notified); err != nil {
+		if err := rows.Scan(&id, &at, &notified); err != nil {
 			rows.Close()
 			return nil, err
 		}
-		inserted[id] = true
+		inserted[id] = at
 	}
 	return inserted, rows.Err()
+}
+
+// enqueued reports the events of an enqueue of ids, in order: enqueued
+// for those inserted, duplicate for the rest.
+func (r *Router[T]) enqueued(ids []string, inserted map[string]time.Time) {
+	if r.ev == nil {
+		return
+	}
+	evs := make([]leaserouter.Event, len(ids))
+	now := time.Now()
+	for i, id := range ids {
+		if at, ok := inserted[id]; ok {
+			evs[i] = leaserouter.Event{Kind: leaserouter.EventEnqueued, Time: at, JobID: id}
+			delete(inserted, id) // a repeat within the batch is a duplicate
+		} else {
+			evs[i] = leaserouter.Event{Kind: leaserouter.EventDuplicate, Time: now, JobID: id, Err: leaserouter.ErrDuplicate}
+		}
+	}
+	r.ev.add(evs...)
 }
 
 // Enqueue adds a job, pending at once or scheduled by WithDelay/WithRunAt
@@ -146,9 +170,11 @@ func (r *Router[T]) enqueue(ctx context.Context, q querier, id string, payload T
 	if err != nil {
 		return errWrap("Enqueue", err)
 	}
+	_, ok := inserted[id]
+	r.enqueued(b.ids, inserted)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !inserted[id] {
+	if !ok {
 		r.stats.Duplicates++
 		return fmt.Errorf("%w: %q", leaserouter.ErrDuplicate, id)
 	}
@@ -201,14 +227,16 @@ func (r *Router[T]) EnqueueMany(ctx context.Context, jobs []leaserouter.JobSpec[
 		return nil, errWrap("EnqueueMany", err)
 	}
 	for k, id := range first.ids {
-		if !inserted[id] {
+		if _, ok := inserted[id]; !ok {
 			repeats = append(repeats, first.index[k])
 		}
 	}
 	slices.Sort(repeats)
 	duplicates = repeats
+	n := len(inserted)
+	r.enqueued(b.ids, inserted)
 	r.mu.Lock()
-	r.stats.Enqueued += uint64(len(inserted))
+	r.stats.Enqueued += uint64(n)
 	r.stats.Duplicates += uint64(len(duplicates))
 	r.mu.Unlock()
 	return duplicates, nil

@@ -31,15 +31,15 @@ func (r *Router[T]) Get(ctx context.Context, id string) (leaserouter.Job[T], boo
 		return j, false, nil
 	}
 	b := &pgx.Batch{}
-	b.Queue(settleDue, r.opts.Queue, settleLimit, r.keep)
+	r.queueSettle(b)
 	b.Queue(getJob, r.opts.Queue, id)
 	res := r.db.SendBatch(ctx, b)
 	defer res.Close()
-	var requeued, dead, ready int64
-	if err := res.QueryRow().Scan(&requeued, &dead, &ready); err != nil {
+	settled, err := readSettle(res)
+	if err != nil {
 		return j, false, errWrap("Get", err)
 	}
-	defer r.settled(ctx, requeued, dead, ready)
+	defer r.settled(ctx, settled)
 	var (
 		payload      []byte
 		state        int16
@@ -53,7 +53,7 @@ func (r *Router[T]) Get(ctx context.Context, id string) (leaserouter.Job[T], boo
 		owner        string
 		created, upd time.Time
 	)
-	err := res.QueryRow().Scan(&j.ID, &payload, &state, &prio, &att, &maxAtt, &token, &owner, &expiry, &readyAt,
+	err = res.QueryRow().Scan(&j.ID, &payload, &state, &prio, &att, &maxAtt, &token, &owner, &expiry, &readyAt,
 		&progress, &lastErr, &created, &upd)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return j, false, nil
@@ -90,24 +90,34 @@ func (r *Router[T]) Cancel(ctx context.Context, id string) error {
 	if err := r.open(); err != nil {
 		return err
 	}
-	var found bool
+	var (
+		found   bool
+		token   *int64
+		attempt *int32
+		at      *time.Time
+		owner   *string
+		leased  *bool
+	)
 	b := &pgx.Batch{}
-	b.Queue(settleDue, r.opts.Queue, settleLimit, r.keep) // a lease past its expiry is settled first, as the core does
+	r.queueSettle(b) // a lease past its expiry is settled first, as the core does
 	b.Queue(`
-		WITH upd AS (
-			UPDATE leaserouter_jobs SET state = 5, owner = '', lease_expires_at = NULL,
-				ended = CASE WHEN state = 2 THEN 'canceled' ELSE ended END,
+		WITH was AS (SELECT state, owner FROM leaserouter_jobs WHERE queue = $1 AND id = $2 FOR UPDATE),
+		upd AS (
+			UPDATE leaserouter_jobs j SET state = 5, owner = '', lease_expires_at = NULL,
+				ended = CASE WHEN j.state = 2 THEN 'canceled' ELSE j.ended END,
 				updated_at = clock_timestamp(), purge_at = clock_timestamp() + $3 * interval '1 microsecond'
-			WHERE queue = $1 AND id = $2 AND state < 3
-			RETURNING 1)
+			FROM was
+			WHERE j.queue = $1 AND j.id = $2 AND j.state < 3
+			RETURNING j.token, j.attempt, j.updated_at, was.owner, was.state = 2 AS leased)
 		SELECT EXISTS (SELECT FROM upd) OR EXISTS (SELECT FROM leaserouter_jobs
-			WHERE queue = $1 AND id = $2 AND NOT (state >= 3 AND purge_at <= clock_timestamp()))`,
+				WHERE queue = $1 AND id = $2 AND NOT (state >= 3 AND purge_at <= clock_timestamp())),
+			(SELECT token FROM upd), (SELECT attempt FROM upd), (SELECT updated_at FROM upd),
+			(SELECT owner FROM upd), (SELECT leased FROM upd)`,
 		r.opts.Queue, id, r.keep)
 	res := r.db.SendBatch(ctx, b)
-	var requeued, dead, ready int64
-	err := res.QueryRow().Scan(&requeued, &dead, &ready)
+	settled, err := readSettle(res)
 	if err == nil {
-		err = res.QueryRow().Scan(&found)
+		err = res.QueryRow().Scan(&found, &token, &attempt, &at, &owner, &leased)
 	}
 	if cerr := res.Close(); err == nil {
 		err = cerr
@@ -115,9 +125,17 @@ func (r *Router[T]) Cancel(ctx context.Context, id string) error {
 	if err != nil {
 		return errWrap("Cancel", err)
 	}
-	r.settled(ctx, requeued, dead, ready)
+	r.settled(ctx, settled)
 	if !found {
 		return fmt.Errorf("%w: %q", leaserouter.ErrNotFound, id)
+	}
+	if at != nil { // canceled now, not finished before
+		e := leaserouter.Event{Kind: leaserouter.EventCanceled, Time: *at, JobID: id, Attempt: int(*attempt)}
+		if *leased {
+			e.WorkerID, e.Token = *owner, leaserouter.Token(*token)
+			r.releaseJob(id, e.Token) // a lease of this Router's: Close no longer waits for it
+		}
+		r.ev.add(e)
 	}
 	return nil
 }

@@ -41,6 +41,17 @@ type Lease[T any] struct {
 	expiry time.Time // the database's expiry instant, as of the last accepted heartbeat
 	proven time.Time // on the client's monotonic clock: send time of the last accepted grant or heartbeat + LeaseDuration
 	txDone bool      // CompleteTx returned nil: completed if its transaction committed
+
+	granted  time.Time     // the database's instant of the grant
+	wait     time.Duration // how long the job was ready before this lease (Event.Wait)
+	requeued bool          // ready again because a lease expired (Event.Requeued)
+}
+
+// event is an event of l at the instant at: Held is the time since the
+// grant.
+func (l *Lease[T]) event(kind leaserouter.EventKind, at time.Time) leaserouter.Event {
+	return leaserouter.Event{Kind: kind, Time: at, JobID: l.JobID, WorkerID: l.WorkerID, Token: l.Token,
+		Attempt: l.Attempt, Held: max(0, at.Sub(l.granted))}
 }
 
 // provenUntil is the instant, on the client's monotonic clock, until
@@ -103,8 +114,8 @@ const leaseOp = `
 WITH upd AS (
 	UPDATE leaserouter_jobs SET %s
 	WHERE queue = $1 AND id = $2 AND token = $3 AND state = 2 AND lease_expires_at > clock_timestamp()
-	RETURNING state, lease_expires_at)
-SELECT (SELECT count(*) FROM upd) = 1, (SELECT state FROM upd), (SELECT lease_expires_at FROM upd),
+	RETURNING state, lease_expires_at, updated_at)
+SELECT (SELECT count(*) FROM upd) = 1, (SELECT state FROM upd), (SELECT lease_expires_at FROM upd), (SELECT updated_at FROM upd),
 	j.token, j.state, j.ended
 FROM (SELECT) one LEFT JOIN leaserouter_jobs j ON j.queue = $1 AND j.id = $2`
 
@@ -113,6 +124,7 @@ type opResult struct {
 	ok     bool
 	state  *int16     // the state the update left
 	expiry *time.Time // the expiry the update left
+	at     *time.Time // the instant of the update
 	token  *int64     // refused: the job's current token; nil if the row is gone
 	was    *int16     // refused: its state
 	ended  *string    // refused: why its latest lease ended
@@ -135,7 +147,7 @@ func (l *Lease[T]) op(ctx context.Context, q querier, inTx bool, call, set strin
 	br := q.SendBatch(ctx, b)
 	_, err := br.Exec()
 	if err == nil {
-		err = br.QueryRow().Scan(&res.ok, &res.state, &res.expiry, &res.token, &res.was, &res.ended)
+		err = br.QueryRow().Scan(&res.ok, &res.state, &res.expiry, &res.at, &res.token, &res.was, &res.ended)
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -157,6 +169,9 @@ func (l *Lease[T]) op(ctx context.Context, q querier, inTx bool, call, set strin
 	}
 	r.mu.Unlock()
 	e := l.lost(res)
+	stale := l.event(leaserouter.EventStaleRejected, time.Now())
+	stale.Held, stale.Err = 0, e
+	r.ev.add(stale)
 	if e.Reason == leaserouter.LostExpired && !inTx {
 		r.settle(ctx) // found expired: settle it now, as the core's refusal does
 	}
@@ -195,6 +210,19 @@ func (r *Router[T]) release(l *Lease[T]) {
 	r.checkDrained()
 }
 
+// releaseJob forgets this Router's lease of job id with token t, if held.
+func (r *Router[T]) releaseJob(id string, t leaserouter.Token) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for l := range r.held {
+		if l.JobID == id && l.Token == t {
+			delete(r.held, l)
+			r.checkDrained()
+			return
+		}
+	}
+}
+
 // checkDrained closes drained, once, when Close has begun and no lease is
 // held. The caller holds r.mu.
 func (r *Router[T]) checkDrained() {
@@ -228,6 +256,9 @@ func (l *Lease[T]) Heartbeat(ctx context.Context, progress []byte) error {
 		return err
 	}
 	l.accepted(sent, *res.expiry)
+	e := l.event(leaserouter.EventLeaseExtended, *res.at)
+	e.Held = 0
+	r.ev.add(e)
 	r.mu.Lock()
 	r.stats.Heartbeats++
 	r.mu.Unlock()
@@ -254,9 +285,13 @@ const completeSet = `state = 3, ended = 'completed', owner = '', lease_expires_a
 // row: nil if it shows this lease's completion.
 func (l *Lease[T]) Complete(ctx context.Context) error {
 	ctx = orBackground(ctx)
-	_, err := l.op(ctx, l.db(), false, "Complete", completeSet, true, l.keep())
+	res, err := l.op(ctx, l.db(), false, "Complete", completeSet, true, l.keep())
 	if err != nil && !errors.As(err, new(*leaserouter.LeaseLostError)) && l.resolved(ctx, leaserouter.LostCompleted) {
+		l.r.ev.add(l.event(leaserouter.EventCompleted, time.Now()))
 		return nil
+	}
+	if err == nil {
+		l.r.ev.add(l.event(leaserouter.EventCompleted, *res.at))
 	}
 	return err
 }
@@ -284,11 +319,12 @@ func (l *Lease[T]) CompleteTx(ctx context.Context, tx pgx.Tx) error {
 	if tx == nil {
 		return fmt.Errorf("%w: CompleteTx: nil tx", leaserouter.ErrInvalidOptions)
 	}
-	_, err := l.op(orBackground(ctx), tx, true, "CompleteTx", completeSet, true, l.keep())
+	res, err := l.op(orBackground(ctx), tx, true, "CompleteTx", completeSet, true, l.keep())
 	if err == nil {
 		l.mu.Lock()
 		l.txDone = true
 		l.mu.Unlock()
+		l.r.ev.add(l.event(leaserouter.EventCompleted, *res.at))
 	}
 	return err
 }
@@ -346,18 +382,28 @@ func (l *Lease[T]) Fail(ctx context.Context, cause error) error {
 		}
 		return err
 	}
+	failed := l.event(leaserouter.EventFailed, *res.at)
+	failed.Err = cause
+	next := l.event(leaserouter.EventRetryScheduled, *res.at)
+	next.Held = 0
 	r.mu.Lock()
 	if leaserouter.State(*res.state) == leaserouter.StateFailed {
 		r.stats.Dead++
+		next.Kind, next.Err = leaserouter.EventDead, cause
 	} else {
 		r.stats.Retries++
 	}
 	r.mu.Unlock()
+	r.ev.add(failed, next)
 	if leaserouter.State(*res.state) != leaserouter.StateFailed {
 		r.notify(ctx) // ready, or a new due instant for the waiters' timers
 	}
 	return nil
 }
+
+// errExhausted is the Err of EventDead for a job whose last lease was
+// released (or revoked).
+var errExhausted = errors.New("attempts exhausted")
 
 // backoff is Options.Backoff(attempt), with a panic recovered as the
 // core does: the attempt uses DefaultBackoff.
@@ -393,7 +439,11 @@ func (l *Lease[T]) Release(ctx context.Context) error {
 		return err
 	}
 	r := l.r
+	r.ev.add(l.event(leaserouter.EventReleased, *res.at))
 	if leaserouter.State(*res.state) == leaserouter.StateFailed {
+		dead := l.event(leaserouter.EventDead, *res.at)
+		dead.Held, dead.Err = 0, errExhausted
+		r.ev.add(dead)
 		r.mu.Lock()
 		r.stats.Dead++
 		r.mu.Unlock()

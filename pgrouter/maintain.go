@@ -3,11 +3,13 @@ package pgrouter
 import (
 	"context"
 	"time"
+
+	"github.com/leaserouter/leaserouter"
 )
 
 // purgeDue deletes up to $2 finished jobs of the queue past their
 // retention, oldest first, skipping rows other transactions hold, and
-// returns how many it deleted.
+// returns each: ID, token, attempt, purge time.
 const purgeDue = `
 WITH d AS (
 	DELETE FROM leaserouter_jobs j
@@ -15,8 +17,8 @@ WITH d AS (
 		WHERE queue = $1 AND state >= 3 AND purge_at <= clock_timestamp()
 		ORDER BY purge_at LIMIT $2 FOR UPDATE SKIP LOCKED) p
 	WHERE j.queue = p.queue AND j.id = p.id
-	RETURNING 1)
-SELECT count(*) FROM d`
+	RETURNING j.id, j.token, j.attempt, j.purge_at)
+SELECT id, token, attempt, purge_at FROM d`
 
 // maintain is the Router's maintenance loop, until ctx is done: every
 // PollInterval it settles what is due (expired leases, scheduled jobs
@@ -36,16 +38,42 @@ func (r *Router[T]) maintain(ctx context.Context) {
 		}
 		for ctx.Err() == nil {
 			r.settle(ctx)
-			var n int64
-			if err := r.db.QueryRow(ctx, purgeDue, r.opts.Queue, settleLimit).Scan(&n); err != nil {
-				break
-			}
-			r.mu.Lock()
-			r.stats.Purged += uint64(n)
-			r.mu.Unlock()
-			if n < settleLimit {
+			n, err := r.purge(ctx)
+			if err != nil || n < settleLimit {
 				break
 			}
 		}
 	}
+}
+
+// purge runs purgeDue once, counts and reports what it deleted.
+func (r *Router[T]) purge(ctx context.Context) (int, error) {
+	rows, err := r.db.Query(ctx, purgeDue, r.opts.Queue, settleLimit)
+	if err != nil {
+		return 0, err
+	}
+	var evs []leaserouter.Event
+	n := 0
+	for rows.Next() {
+		var e leaserouter.Event
+		var token int64
+		var attempt int32
+		if err := rows.Scan(&e.JobID, &token, &attempt, &e.Time); err != nil {
+			rows.Close()
+			return n, err
+		}
+		n++
+		if r.ev != nil {
+			e.Kind, e.Token, e.Attempt = leaserouter.EventPurged, leaserouter.Token(token), int(attempt)
+			evs = append(evs, e)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return n, err
+	}
+	r.mu.Lock()
+	r.stats.Purged += uint64(n)
+	r.mu.Unlock()
+	r.ev.add(evs...)
+	return n, nil
 }

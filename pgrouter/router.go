@@ -50,11 +50,24 @@ type Options struct {
 	// notification is missed (or the listening connection is down).
 	// Default 1s; negative is invalid.
 	PollInterval time.Duration
-	// OnEvent and Logger are accepted for the core's shape; event delivery
-	// is not built yet, and setting either is an error wrapping
-	// ErrInvalidOptions until it is.
+	// OnEvent, if set, receives every event of this process's transitions
+	// (those its calls, its Run and its maintenance loop made; other
+	// processes report their own), in the order this process recorded
+	// them, from a goroutine of the Router's own, never on the goroutine
+	// that made the transition; calls are serial. Event.Time is the
+	// database's instant of the transition (for lease_expired, the expiry;
+	// for duplicate and stale_rejected, this process's clock). Up to 4096
+	// events wait for delivery; beyond that Enqueue, EnqueueMany and
+	// claims (Acquire, TryAcquire, Run taking jobs) wait before their
+	// round trip until the delivery goroutine has taken them, so a hook
+	// slower than the event rate slows the producers of new work; lease
+	// operations never wait. A panic in OnEvent is recovered, counted in
+	// Stats.CallbackPanics and reported to slog.Default(). Close returns
+	// once every event has been delivered (or its ctx is done).
 	OnEvent func(leaserouter.Event)
-	Logger  *slog.Logger
+	// Logger, if set, gets one record per event, as the core writes them
+	// (leaserouter.Event.Log), after OnEvent's call for the same event.
+	Logger *slog.Logger
 }
 
 // DefaultPollInterval is the default Options.PollInterval.
@@ -77,8 +90,6 @@ func (o Options) withDefaults() (Options, error) {
 		return bad("PollInterval %v, must be >= 0", o.PollInterval)
 	case o.TokenFloor >= math.MaxInt64:
 		return bad("TokenFloor %d, must be below %d", o.TokenFloor, int64(math.MaxInt64))
-	case o.OnEvent != nil || o.Logger != nil:
-		return bad("OnEvent and Logger are not supported by pgrouter yet")
 	}
 	if o.Queue == "" {
 		o.Queue = DefaultQueue
@@ -121,6 +132,7 @@ type Router[T any] struct {
 	drained     chan struct{}          // closed when held empties while closing
 	stats       leaserouter.Stats      // totals since New (state counts come from the table)
 
+	ev      *events // nil unless OnEvent or Logger is set
 	wake    *waker
 	stop    context.CancelFunc // stops the listener
 	stopped sync.WaitGroup
@@ -157,6 +169,11 @@ func New[T any](ctx context.Context, db *pgxpool.Pool, opts Options) (*Router[T]
 		closing: make(chan struct{}),
 		wake:    newWaker(),
 	}
+	r.ev = newEvents(opts.OnEvent, opts.Logger, func() {
+		r.mu.Lock()
+		r.stats.CallbackPanics++
+		r.mu.Unlock()
+	})
 	lctx, stop := context.WithCancel(context.Background())
 	r.stop = stop
 	r.stopped.Go(func() { r.wake.listen(lctx, db, opts.Queue) })
@@ -220,6 +237,9 @@ func (r *Router[T]) Close(ctx context.Context) error {
 	rerr := r.revokeHeld()
 	r.stop()
 	r.stopped.Wait()
+	if eerr := r.ev.close(ctx); err == nil {
+		err = eerr
+	}
 	close(r.done)
 	if err == nil {
 		err = rerr
@@ -261,23 +281,23 @@ func (r *Router[T]) drain(ctx context.Context) error {
 // revokeHeld makes the jobs of leases still held pending again at once.
 func (r *Router[T]) revokeHeld() error {
 	r.mu.Lock()
-	ids, tokens := make([]string, 0, len(r.held)), make([]int64, 0, len(r.held))
+	ls := make([]*Lease[T], 0, len(r.held))
 	for l := range r.held {
-		ids = append(ids, l.JobID)
-		tokens = append(tokens, int64(l.Token))
+		ls = append(ls, l)
 		delete(r.held, l)
 	}
 	r.mu.Unlock()
-	if len(ids) == 0 {
+	if len(ls) == 0 {
 		return nil
 	}
+	ids, tokens := leaseKeys(ls)
 	// Past a lease's duration the leases would have expired anyway.
 	ctx, cancel := context.WithTimeout(context.Background(), r.opts.LeaseDuration)
 	defer cancel()
 	// Revoked as the core revokes: pending again at once with the attempt
 	// counted, or dead if that was the last; a lease already expired is
-	// left to settleDue, which settles it as of its expiry.
-	_, err := r.db.Exec(ctx, `UPDATE leaserouter_jobs j SET
+	// left to settling, which settles it as of its expiry.
+	rows, err := r.db.Query(ctx, `UPDATE leaserouter_jobs j SET
 			state = CASE WHEN j.attempt >= j.max_attempts THEN 4 ELSE 0 END,
 			ready_at = clock_timestamp(), updated_at = clock_timestamp(), ended = 'revoked', owner = '',
 			lease_expires_at = NULL, requeued = false,
@@ -285,13 +305,47 @@ func (r *Router[T]) revokeHeld() error {
 			purge_at = CASE WHEN j.attempt >= j.max_attempts THEN clock_timestamp() + $4 * interval '1 microsecond' END
 		FROM unnest($2::text[], $3::bigint[]) AS h(id, token)
 		WHERE j.queue = $1 AND j.id = h.id AND j.token = h.token AND j.state = 2
-			AND j.lease_expires_at > clock_timestamp()`, r.opts.Queue, ids, tokens, r.keep)
+			AND j.lease_expires_at > clock_timestamp()
+		RETURNING j.id, j.updated_at, j.state`, r.opts.Queue, ids, tokens, r.keep)
 	if err != nil {
 		return fmt.Errorf("pgrouter: Close: revoke leases: %w", err)
 	}
+	byID := make(map[string]*Lease[T], len(ls))
+	for _, l := range ls {
+		byID[l.JobID] = l
+	}
+	var evs []leaserouter.Event
+	dead := 0
+	for rows.Next() {
+		var id string
+		var at time.Time
+		var state int16
+		if err := rows.Scan(&id, &at, &state); err != nil {
+			rows.Close()
+			return fmt.Errorf("pgrouter: Close: revoke leases: %w", err)
+		}
+		e := byID[id].event(leaserouter.EventReleased, at)
+		e.Err = errRevoked
+		evs = append(evs, e)
+		if leaserouter.State(state) == leaserouter.StateFailed {
+			e.Kind, e.Held, e.Err = leaserouter.EventDead, 0, errExhausted
+			evs = append(evs, e)
+			dead++
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("pgrouter: Close: revoke leases: %w", err)
+	}
+	r.mu.Lock()
+	r.stats.Dead += uint64(dead)
+	r.mu.Unlock()
+	r.ev.add(evs...)
 	r.notify(ctx)
 	return nil
 }
+
+// errRevoked is the Err of EventReleased for a lease Close revoked.
+var errRevoked = errors.New("lease revoked by Close")
 
 // open returns ErrClosed after Close has begun.
 func (r *Router[T]) open() error {

@@ -515,7 +515,10 @@ func TestCloseEndsAtAbandonedExpiry(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Close waited past the abandoned lease's expiry")
 	}
+	// Close stops waiting at the expiry as this process proved it (send
+	// time + LeaseDuration), a round trip before the database's: what is
+	// still valid then is revoked.
 	var lost *leaserouter.LeaseLostError
 	require.ErrorAs(t, l.Complete(ctx), &lost)
-	require.Equal(t, leaserouter.LostExpired, lost.Reason)
+	require.Contains(t, []leaserouter.LostReason{leaserouter.LostExpired, leaserouter.LostRevoked}, lost.Reason)
 }

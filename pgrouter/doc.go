@@ -1,0 +1,64 @@
+// Package pgrouter is the leaserouter contract on PostgreSQL (14 or
+// later): one durable job set shared by many processes on many machines,
+// with the core's concepts, names and guarantees — leases with an expiry,
+// a fencing token per lease, attempts, backoff, dead jobs, heartbeats with
+// checkpoints, Run and KeepAlive — and the core's types wherever the
+// meaning is the same (leaserouter.Token, State, Job, JobSpec,
+// WorkerOptions, EnqueueOption, Permanent, LeaseLostError, ...), so moving
+// from one process to many changes a constructor and a lease type, not a
+// handler's logic.
+//
+// # The one invariant, in database time
+//
+// A lease is valid iff the job's row has its token, is leased, and its
+// lease_expires_at is after clock_timestamp() at the moment the operation
+// holds the row's lock. Every lease operation locks the row and then, in
+// the same transaction and round trip, checks exactly that and acts, or
+// changes nothing and reports the current token and the reason. The
+// client's clock is never used for validity: durations are sent as
+// intervals added to the database's clock. CompleteTx and Fence run in the
+// caller's transaction, so a job's result and its completion commit
+// together, and a stale holder's write is refused by the database
+// (Kleppmann, "How to do distributed locking", 2016; Chubby's sequencers,
+// Burrows, OSDI 2006).
+//
+// # Rules that differ from the core
+//
+//   - Order is exact within one claim; concurrent claimers skip rows
+//     locked by each other (FOR UPDATE SKIP LOCKED), so two claims may
+//     interleave.
+//   - Wake-ups: LISTEN/NOTIFY on enqueue, release, retry and expiry
+//     settling, plus a timer at the earliest due instant, plus a poll every
+//     Options.PollInterval: a missed notification delays a job by at most
+//     that.
+//   - Stats: counts by state come from the table; totals are this
+//     Router's own since New (other processes' calls are not in them).
+//   - Capacity is not offered: the table is the queue.
+//   - Events are emitted by the process that made the transition, ordered
+//     within that process (see Options.OnEvent); lease_expired, dead on
+//     expiry and purged come from whichever process settles or purges.
+//   - Faults: calls return errors wrapping the driver's. An unknown outcome
+//     of Complete, Fail or Release (the connection failed after the
+//     statement was sent) is resolved by re-reading the row. A claim whose
+//     caller's ctx ends during the round trip hands its leases back. Run
+//     survives a database restart: it backs off and goes on, and a
+//     handler's ctx is canceled as soon as its lease can no longer be
+//     proven valid from the client's monotonic clock (the send time of the
+//     last accepted heartbeat plus LeaseDuration).
+//   - Close waits for an abandoned lease only until its expiry as proven
+//     by its last accepted heartbeat, then revokes what is still valid.
+//
+// # Schema
+//
+// Migrate creates the tables leaserouter_jobs and leaserouter_fences, the
+// sequences leaserouter_token (fencing tokens: cache 1, raised by New
+// above TokenFloor and the Unix time in nanoseconds, never lowered) and
+// leaserouter_job_seq (enqueue order), and partial indexes for the ready
+// order, scheduled run-ats, lease expiries and purge times. Payloads are
+// JSON (encoding/json) in a jsonb column, readable in SQL. The jobs table
+// is created with aggressive autovacuum settings (every job is updated
+// several times and deleted): a long-running transaction elsewhere in the
+// database (an open snapshot) keeps dead rows alive and slows claims.
+//
+// Package pgtest gives tests a fresh migrated database in one call.
+package pgrouter

@@ -1,0 +1,151 @@
+package pgrouter
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/leaserouter/leaserouter"
+)
+
+// eventBacklog bounds the events waiting for delivery that new work may
+// add, as in the core: Enqueue, EnqueueMany and claims wait, before their
+// round trip, while this many wait, until delivery has brought the backlog
+// down to half; lease operations never wait.
+const eventBacklog = 4096
+
+// events delivers a Router's events to Options.OnEvent and Options.Logger
+// from a goroutine of its own, in the order this process recorded them,
+// never on the goroutine that made the transition.
+type events struct {
+	onEvent func(leaserouter.Event)
+	logger  *slog.Logger
+	panics  func() // counts a recovered hook panic
+
+	mu    sync.Mutex
+	queue []leaserouter.Event
+	room  chan struct{} // closed when the backlog falls to half; replaced when it fills
+	kick  chan struct{} // cap 1: events are waiting
+	stop  chan struct{} // closed by Close: deliver what is left and end
+	ended chan struct{} // closed when the delivery goroutine has ended
+}
+
+// newEvents returns nil when no hook is set: recording is then free.
+func newEvents(onEvent func(leaserouter.Event), logger *slog.Logger, panics func()) *events {
+	if onEvent == nil && logger == nil {
+		return nil
+	}
+	e := &events{onEvent: onEvent, logger: logger, panics: panics, room: make(chan struct{}),
+		kick: make(chan struct{}, 1), stop: make(chan struct{}), ended: make(chan struct{})}
+	close(e.room)
+	go e.deliver()
+	return e
+}
+
+// add records events, in order.
+func (e *events) add(evs ...leaserouter.Event) {
+	if e == nil || len(evs) == 0 {
+		return
+	}
+	e.mu.Lock()
+	e.queue = append(e.queue, evs...)
+	if len(e.queue) >= eventBacklog {
+		select {
+		case <-e.room:
+			e.room = make(chan struct{})
+		default:
+		}
+	}
+	e.mu.Unlock()
+	select {
+	case e.kick <- struct{}{}:
+	default:
+	}
+}
+
+// awaitRoom waits while the backlog is full, or until ctx is done.
+func (e *events) awaitRoom(ctx context.Context) error {
+	if e == nil {
+		return nil
+	}
+	e.mu.Lock()
+	room := e.room
+	e.mu.Unlock()
+	select {
+	case <-room:
+		return nil
+	case <-e.stop:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// deliver is the delivery goroutine.
+func (e *events) deliver() {
+	defer close(e.ended)
+	for {
+		e.mu.Lock()
+		batch := e.queue
+		e.queue = nil
+		select {
+		case <-e.room:
+		default:
+			close(e.room) // empty now
+		}
+		e.mu.Unlock()
+		for _, ev := range batch {
+			e.call(ev)
+		}
+		if len(batch) > 0 {
+			continue
+		}
+		select {
+		case <-e.kick:
+		case <-e.stop:
+			e.mu.Lock()
+			left := len(e.queue)
+			e.mu.Unlock()
+			if left == 0 {
+				return
+			}
+		}
+	}
+}
+
+// call delivers one event to each hook, a panic recovered, counted and
+// reported to slog.Default().
+func (e *events) call(ev leaserouter.Event) {
+	if e.onEvent != nil {
+		e.recovered("OnEvent", ev, func() { e.onEvent(ev) })
+	}
+	if e.logger != nil {
+		e.recovered("Logger", ev, func() { ev.Log(e.logger) })
+	}
+}
+
+func (e *events) recovered(hook string, ev leaserouter.Event, f func()) {
+	defer func() {
+		if p := recover(); p != nil {
+			e.panics()
+			slog.Default().Error(fmt.Sprintf("pgrouter: %s panicked on %s: %v", hook, ev.Kind, p), "job_id", ev.JobID)
+		}
+	}()
+	f()
+}
+
+// close delivers what is left and ends the delivery goroutine, waiting
+// until it has or ctx is done.
+func (e *events) close(ctx context.Context) error {
+	if e == nil {
+		return nil
+	}
+	close(e.stop)
+	select {
+	case <-e.ended:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -113,11 +113,17 @@ const lockRow = `SELECT FROM leaserouter_jobs WHERE queue = $1 AND id = $2 FOR U
 const leaseOp = `
 WITH upd AS (
 	UPDATE leaserouter_jobs SET %s
-	WHERE queue = $1 AND id = $2 AND token = $3 AND state = 2 AND lease_expires_at > clock_timestamp()
+	WHERE queue = $1 AND id = $2 AND %s
 	RETURNING state, lease_expires_at, updated_at)
 SELECT (SELECT count(*) FROM upd) = 1, (SELECT state FROM upd), (SELECT lease_expires_at FROM upd), (SELECT updated_at FROM upd),
 	j.token, j.state, j.ended
 FROM (SELECT) one LEFT JOIN leaserouter_jobs j ON j.queue = $1 AND j.id = $2`
+
+// validLease is the one invariant, as leaseOp's WHERE states it for the
+// lease whose token is $3 (with the row locked: see lockRow). A test that
+// proves its checker catches a broken router swaps in a planted bug
+// (export_test.go); nothing else changes it.
+var validLease = `token = $3 AND state = 2 AND lease_expires_at > clock_timestamp()`
 
 // opResult is what leaseOp reports.
 type opResult struct {
@@ -143,7 +149,7 @@ func (l *Lease[T]) op(ctx context.Context, q querier, inTx bool, call, set strin
 	r := l.r
 	b := &pgx.Batch{}
 	b.Queue(lockRow, r.opts.Queue, l.JobID)
-	b.Queue(fmt.Sprintf(leaseOp, set), append([]any{r.opts.Queue, l.JobID, int64(l.Token)}, args...)...)
+	b.Queue(fmt.Sprintf(leaseOp, set, validLease), append([]any{r.opts.Queue, l.JobID, int64(l.Token)}, args...)...)
 	br := q.SendBatch(ctx, b)
 	_, err := br.Exec()
 	if err == nil {

@@ -1,0 +1,192 @@
+package benchmarks
+
+// The database-backed comparison: pgrouter and River
+// (github.com/riverqueue/river with riverpgxv5), on the same kind of
+// server (a throwaway PostgreSQL cluster from pgrouter/pgtest, fsync on,
+// server and client on one machine), in the same run:
+//
+//	cd benchmarks && go test -run XXX -bench 'Pgrouter|River' -benchtime 20000x -count 3
+//
+// Each side gets b.N no-op jobs enqueued in batches before it starts, and
+// 2 workers; jobs/s is from the start of its workers to the last job
+// completed (committed). River is tuned for throughput (fetch cooldown and
+// poll interval at their 1ms minimum, completions flushed by its batch
+// completer); pgrouter runs with its defaults (batched claims, completions
+// with the next claim).
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+
+	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/pgrouter"
+	"github.com/leaserouter/leaserouter/pgrouter/pgtest"
+)
+
+// dbWorkers is the number of workers on both database-backed sides.
+const dbWorkers = 2
+
+// BenchmarkPgrouterRunMany: pgrouter's Run, 2 workers, default batching.
+func BenchmarkPgrouterRunMany(b *testing.B) {
+	b.ReportMetric(pgrouterJobs(b, b.N), "jobs/s")
+}
+
+// BenchmarkRiver: River v0.51.1, one queue with 2 workers, tuned for
+// throughput.
+func BenchmarkRiver(b *testing.B) {
+	b.ReportMetric(riverJobs(b, b.N), "jobs/s")
+}
+
+// TestDatabaseWorkloads runs both database-backed sides on a few jobs, so
+// the suite checks the comparison works (every job completed).
+func TestDatabaseWorkloads(t *testing.T) {
+	for name, run := range map[string]func(testing.TB, int) float64{"pgrouter": pgrouterJobs, "river": riverJobs} {
+		t.Run(name, func(t *testing.T) {
+			if rate := run(t, 300); rate <= 0 {
+				t.Fatalf("%s: %v jobs/s", name, rate)
+			}
+		})
+	}
+}
+
+// pgrouterJobs enqueues n no-op jobs, runs them through pgrouter's Run
+// with 2 workers, and returns jobs/s from the start of Run to its return
+// (every job completed).
+func pgrouterJobs(b testing.TB, n int) float64 {
+	db := pgtest.New(b)
+	ctx := context.Background()
+	r, err := pgrouter.New[int](ctx, db, pgrouter.Options{Retention: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close(ctx)
+	specs := make([]leaserouter.JobSpec[int], 0, 1000)
+	for i := range n {
+		specs = append(specs, leaserouter.JobSpec[int]{ID: fmt.Sprint("j", i), Payload: i})
+		if len(specs) == cap(specs) || i == n-1 {
+			if _, err := r.EnqueueMany(ctx, specs); err != nil {
+				b.Fatal(err)
+			}
+			specs = specs[:0]
+		}
+	}
+	var left atomic.Int64
+	left.Store(int64(n))
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	resetTimer(b)
+	start := time.Now()
+	err = r.Run(rctx, leaserouter.WorkerOptions{Workers: dbWorkers}, func(context.Context, *pgrouter.Lease[int]) error {
+		if left.Add(-1) == 0 {
+			cancel() // Run completes the last jobs as it stops
+		}
+		return nil
+	})
+	elapsed := time.Since(start)
+	if err != nil {
+		b.Fatal(err)
+	}
+	st, err := r.Stats(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if st.Pending+st.Leased+st.Scheduled != 0 {
+		b.Fatalf("pgrouter left %d jobs unfinished", st.Pending+st.Leased+st.Scheduled)
+	}
+	return float64(n) / elapsed.Seconds()
+}
+
+// resetTimer resets a benchmark's timer, to leave the setup out.
+func resetTimer(tb testing.TB) {
+	if b, ok := tb.(*testing.B); ok {
+		b.ResetTimer()
+	}
+}
+
+// noopArgs is River's job: nothing to do.
+type noopArgs struct {
+	N int `json:"n"`
+}
+
+func (noopArgs) Kind() string { return "noop" }
+
+type noopWorker struct {
+	river.WorkerDefaults[noopArgs]
+}
+
+func (*noopWorker) Work(context.Context, *river.Job[noopArgs]) error { return nil }
+
+// riverJobs inserts n no-op jobs, runs them with River (one queue, 2
+// workers, tuned for throughput), and returns jobs/s from the client's
+// start to the last job's completion event.
+func riverJobs(b testing.TB, n int) float64 {
+	db := pgtest.New(b)
+	ctx := context.Background()
+	if err := riverMigrate(ctx, db); err != nil {
+		b.Fatal(err)
+	}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &noopWorker{})
+	client, err := river.NewClient(riverpgxv5.New(db), &river.Config{
+		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: dbWorkers}},
+		Workers:           workers,
+		FetchCooldown:     time.Millisecond,
+		FetchPollInterval: time.Millisecond,
+		Logger:            slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	params := make([]river.InsertManyParams, 0, 1000)
+	for i := range n {
+		params = append(params, river.InsertManyParams{Args: noopArgs{N: i}})
+		if len(params) == cap(params) || i == n-1 {
+			if _, err := client.InsertMany(ctx, params); err != nil {
+				b.Fatal(err)
+			}
+			params = params[:0]
+		}
+	}
+	completed, stop := client.Subscribe(river.EventKindJobCompleted)
+	defer stop()
+	resetTimer(b)
+	start := time.Now()
+	if err := client.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	timeout := time.After(10 * time.Minute)
+	for k := 0; k < n; k++ {
+		select {
+		case <-completed:
+		case <-timeout:
+			b.Fatalf("River completed %d of %d jobs in 10 minutes", k, n)
+		}
+	}
+	elapsed := time.Since(start)
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := client.Stop(sctx); err != nil {
+		b.Fatal(err)
+	}
+	return float64(n) / elapsed.Seconds()
+}
+
+// riverMigrate installs River's schema beside pgrouter's.
+func riverMigrate(ctx context.Context, db *pgxpool.Pool) error {
+	m, err := rivermigrate.New(riverpgxv5.New(db), nil)
+	if err != nil {
+		return err
+	}
+	_, err = m.Migrate(ctx, rivermigrate.DirectionUp, nil)
+	return err
+}

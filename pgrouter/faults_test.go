@@ -83,3 +83,73 @@ func TestRunSurvivesServerRestart(t *testing.T) {
 		})
 	}
 }
+
+// TestLongTransactionHoldsCompletedJob: a user transaction that completed
+// a job with CompleteTx and stays open holds the job's row: the job is
+// neither re-leased nor settled meanwhile (even past the lease's expiry),
+// other jobs are claimed without waiting, and the completion stands when
+// the transaction commits.
+func TestLongTransactionHoldsCompletedJob(t *testing.T) {
+	r, db := newRouter[int](t, pgrouter.Options{LeaseDuration: 100 * time.Millisecond, PollInterval: time.Hour})
+	ctx := t.Context()
+	require.NoError(t, r.Enqueue(ctx, "held", 1))
+	l, err := r.TryAcquire(ctx, "w")
+	require.NoError(t, err)
+	tx, err := db.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	require.NoError(t, l.CompleteTx(ctx, tx))
+	awaitDBTime(t, db, l.Expiry().Add(100*time.Millisecond))
+
+	require.NoError(t, r.Enqueue(ctx, "other", 2))
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	o, err := r.TryAcquire(cctx, "w2")
+	require.NoError(t, err, "a claim does not wait for the held row")
+	require.Equal(t, "other", o.JobID)
+	_, err = r.TryAcquire(cctx, "w3")
+	require.ErrorIs(t, err, leaserouter.ErrNoJob, "the held job is not re-leased")
+	j, _, err := r.Get(cctx, "held")
+	require.NoError(t, err, "Get does not wait for the held row")
+	require.Equal(t, leaserouter.StateLeased, j.State, "not settled while held")
+
+	require.NoError(t, tx.Commit(ctx))
+	j, _, err = r.Get(ctx, "held")
+	require.NoError(t, err)
+	require.Equal(t, leaserouter.StateSucceeded, j.State)
+}
+
+// TestConnectionDroppedMidCall: the server ends a Complete's connection
+// while the statement waits; the call returns the driver's error (not a
+// success it cannot prove), nothing changed, and the lease still
+// completes on a retry.
+func TestConnectionDroppedMidCall(t *testing.T) {
+	r, db := newRouter[int](t, pgrouter.Options{LeaseDuration: time.Hour})
+	ctx := t.Context()
+	require.NoError(t, r.Enqueue(ctx, "a", 1))
+	l, err := r.TryAcquire(ctx, "w")
+	require.NoError(t, err)
+	blocker, err := db.Begin(ctx)
+	require.NoError(t, err)
+	_, err = blocker.Exec(ctx, "SELECT FROM leaserouter_jobs WHERE id = 'a' FOR UPDATE")
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- l.Complete(ctx) }()
+	var pid int
+	eventually(t, 10*time.Second, "Complete waiting for the row", func() bool {
+		err := db.QueryRow(ctx, `SELECT pid FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%leaserouter_jobs%'`).Scan(&pid)
+		return err == nil
+	})
+	var killed bool
+	require.NoError(t, db.QueryRow(ctx, "SELECT pg_terminate_backend($1)", pid).Scan(&killed))
+	require.True(t, killed)
+	err = <-done
+	require.Error(t, err)
+	require.NotErrorIs(t, err, leaserouter.ErrLeaseLost, "a dropped connection is not a lost lease")
+	require.NoError(t, blocker.Rollback(ctx))
+	j, _, err := r.Get(ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, leaserouter.StateLeased, j.State, "nothing changed")
+	require.NoError(t, l.Complete(ctx), "the lease is still valid: a retry completes it")
+}

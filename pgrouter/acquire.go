@@ -245,12 +245,17 @@ func (r *Router[T]) waitFor(due *float64) time.Duration {
 // transaction holds.
 const lockedPoll = 100 * time.Millisecond
 
-// claim completes the leases of done (Run's: their handlers returned nil;
-// a lease no longer valid is refused, counted), settles what is due and
+// claim completes the leases of *finished (Run's: their handlers returned
+// nil; a lease no longer valid is refused, counted; *finished is set to
+// nil once that committed), settles what is due and
 // leases up to n jobs, in one round trip (a pgx.Batch, one implicit
 // transaction: on an error none of it happened); withDue also asks how
 // long until the next due instant, for a caller about to wait.
-func (r *Router[T]) claim(ctx context.Context, call, workerID string, n int, withDue bool, done []*Lease[T]) ([]*Lease[T], *float64, error) {
+func (r *Router[T]) claim(ctx context.Context, call, workerID string, n int, withDue bool, finished *[]*Lease[T]) ([]*Lease[T], *float64, error) {
+	var done []*Lease[T]
+	if finished != nil {
+		done = *finished
+	}
 	if err := r.open(); err != nil {
 		return nil, nil, err
 	}
@@ -331,7 +336,10 @@ func (r *Router[T]) claim(ctx context.Context, call, workerID string, n int, wit
 		return nil, nil, errWrap(call, err)
 	}
 	slices.SortFunc(ls, func(a, b *Lease[T]) int { return cmp.Compare(a.Token, b.Token) })
-	r.completedMany(done, completed)
+	if len(done) > 0 {
+		r.completedMany(done, completed)
+		*finished = nil // committed: completed, or refused
+	}
 	r.mu.Lock()
 	r.stats.LeasesGranted += uint64(len(ls) + len(bad))
 	closed := r.closed
@@ -356,7 +364,7 @@ func (r *Router[T]) claim(ctx context.Context, call, workerID string, n int, wit
 	// have returned already), or the caller's ctx ended during the round
 	// trip. Hand them back unstarted.
 	if closed || ctx.Err() != nil {
-		r.handBack(bg, append(ls, bad...))
+		r.handBack(bg, r.db, append(ls, bad...))
 		if closed {
 			return nil, nil, leaserouter.ErrClosed
 		}

@@ -72,13 +72,18 @@ func (l *Lease[T]) accepted(sent, exp time.Time) {
 	l.proven = sent.Add(l.r.opts.LeaseDuration)
 }
 
+// txTried reports whether CompleteTx returned nil for l (its transaction
+// may still be open: l is no longer heartbeated).
+func (l *Lease[T]) txTried() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.txDone
+}
+
 // completedTx reports whether CompleteTx completed l in a transaction
 // that committed (the row shows this lease's completion).
 func (l *Lease[T]) completedTx() bool {
-	l.mu.Lock()
-	tried := l.txDone
-	l.mu.Unlock()
-	if !tried {
+	if !l.txTried() {
 		return false
 	}
 	return l.resolved(context.Background(), leaserouter.LostCompleted)

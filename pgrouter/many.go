@@ -8,38 +8,69 @@ import (
 	"github.com/leaserouter/leaserouter"
 )
 
-// Statements on many leases of the queue at once, each lease acted on only
-// if valid (the one invariant, as in leaseOp): $2 and $3 are the leases'
-// job IDs and tokens.
+// Statements on many leases of the queue at once: $2 and $3 are the
+// leases' job IDs and tokens. Each first locks the jobs' rows in ID
+// order (the order every statement of pgrouter locks several rows in, so
+// two of them never deadlock), then acts on a lease only if it is valid
+// with the row locked (the one invariant, as in leaseOp).
 const (
-	// completeMany completes them; $4 is the Retention in microseconds.
-	completeMany = `
+	// lockLeasesBlocking locks the rows of the leases' jobs, whatever
+	// their token now, in ID order; lockLeasesSkipping skips those
+	// another transaction holds.
+	lockLeasesBlocking = `
+WITH l AS (
+	SELECT j.queue, j.id, h.token AS held FROM leaserouter_jobs j
+	JOIN unnest($2::text[], $3::bigint[]) AS h(id, token) ON j.id = h.id
+	WHERE j.queue = $1 ORDER BY j.id FOR UPDATE OF j)`
+	lockLeasesSkipping = `
+WITH l AS (
+	SELECT j.queue, j.id, h.token AS held FROM leaserouter_jobs j
+	JOIN unnest($2::text[], $3::bigint[]) AS h(id, token) ON j.id = h.id
+	WHERE j.queue = $1 ORDER BY j.id FOR UPDATE OF j SKIP LOCKED)`
+
+	// completeMany completes the valid ones; $4 is the Retention in
+	// microseconds. It returns each completed: ID, instant.
+	completeMany = lockLeasesBlocking + `
 UPDATE leaserouter_jobs j SET state = 3, ended = 'completed', owner = '', lease_expires_at = NULL,
 	requeued = false, updated_at = clock_timestamp(), purge_at = clock_timestamp() + $4 * interval '1 microsecond'
-FROM unnest($2::text[], $3::bigint[]) AS h(id, token)
-WHERE j.queue = $1 AND j.id = h.id AND j.token = h.token AND j.state = 2 AND j.lease_expires_at > clock_timestamp()
+FROM l
+WHERE j.queue = l.queue AND j.id = l.id AND j.token = l.held AND j.state = 2 AND j.lease_expires_at > clock_timestamp()
 RETURNING j.id, j.updated_at`
 
-	// heartbeatMany extends them to the database's clock + $4
-	// microseconds, never shortening one, and returns those extended.
-	heartbeatMany = `
-UPDATE leaserouter_jobs j SET updated_at = clock_timestamp(),
-	lease_expires_at = greatest(j.lease_expires_at, clock_timestamp() + $4 * interval '1 microsecond')
-FROM unnest($2::text[], $3::bigint[]) AS h(id, token)
-WHERE j.queue = $1 AND j.id = h.id AND j.token = h.token AND j.state = 2 AND j.lease_expires_at > clock_timestamp()
-RETURNING j.id, j.lease_expires_at, j.updated_at`
+	// heartbeatMany extends the valid ones to the database's clock + $4
+	// microseconds, never shortening one, skipping rows another
+	// transaction holds (a handler's own CompleteTx, say: a heartbeat
+	// never waits). It returns each row it locked: ID, the lease's token,
+	// and the new expiry and the instant if it extended it (NULL: lost).
+	heartbeatMany = lockLeasesSkipping + `,
+x AS (
+	UPDATE leaserouter_jobs j SET updated_at = clock_timestamp(),
+		lease_expires_at = greatest(j.lease_expires_at, clock_timestamp() + $4 * interval '1 microsecond')
+	FROM l
+	WHERE j.queue = l.queue AND j.id = l.id AND j.token = l.held AND j.state = 2 AND j.lease_expires_at > clock_timestamp()
+	RETURNING j.id, j.token, j.lease_expires_at, j.updated_at)
+SELECT l.id, l.held, x.lease_expires_at, x.updated_at FROM l LEFT JOIN x ON x.id = l.id AND x.token = l.held`
 
 	// handBackMany ends leases Run granted ahead of their turn and never
-	// started: pending again with the ready time (and requeued flag) they
-	// had before, which a claim leaves as they were, and the lease not
-	// counted as an attempt.
-	handBackMany = `
-UPDATE leaserouter_jobs j SET state = 0, attempt = j.attempt - 1, ended = 'released', owner = '',
-	lease_expires_at = NULL, updated_at = clock_timestamp()
-FROM unnest($2::text[], $3::bigint[]) AS h(id, token)
-WHERE j.queue = $1 AND j.id = h.id AND j.token = h.token AND j.state = 2 AND j.lease_expires_at > clock_timestamp()
+	// started: pending again with the ready time (and requeued flag, and
+	// so the reason its previous lease ended) they had before, which a
+	// claim leaves as they were, and the lease not counted as an attempt.
+	handBackMany = lockLeasesBlocking + `
+UPDATE leaserouter_jobs j SET state = 0, attempt = j.attempt - 1, owner = '', lease_expires_at = NULL,
+	ended = CASE WHEN j.requeued THEN 'expired' ELSE 'released' END, updated_at = clock_timestamp()
+FROM l
+WHERE j.queue = l.queue AND j.id = l.id AND j.token = l.held AND j.state = 2 AND j.lease_expires_at > clock_timestamp()
 RETURNING j.id, j.updated_at`
 )
+
+// leaseKeys are the job IDs and tokens of ls, as the statements take them.
+func leaseKeys[T any](ls []*Lease[T]) ([]string, []int64) {
+	ids, tokens := make([]string, len(ls)), make([]int64, len(ls))
+	for i, l := range ls {
+		ids[i], tokens[i] = l.JobID, int64(l.Token)
+	}
+	return ids, tokens
+}
 
 // readInstants reads the (job ID, instant) rows a statement above
 // returns.
@@ -84,34 +115,27 @@ func (r *Router[T]) completedMany(ls []*Lease[T], done map[string]time.Time) {
 	r.ev.add(evs...)
 }
 
-// leaseKeys are the job IDs and tokens of ls, as the statements take them.
-func leaseKeys[T any](ls []*Lease[T]) ([]string, []int64) {
-	ids, tokens := make([]string, len(ls)), make([]int64, len(ls))
-	for i, l := range ls {
-		ids[i], tokens[i] = l.JobID, int64(l.Token)
-	}
-	return ids, tokens
-}
-
-// completeAll completes ls in one statement (those still valid), as a
-// stopping Run worker does with its finished jobs.
-func (r *Router[T]) completeAll(ctx context.Context, ls []*Lease[T]) {
+// completeAll completes ls on q in one statement (those still valid), as
+// Run does with finished jobs outside a claim, and reports whether the
+// statement ran (if not, none was completed).
+func (r *Router[T]) completeAll(ctx context.Context, q querier, ls []*Lease[T]) bool {
 	ids, tokens := leaseKeys(ls)
-	done, err := readInstants(r.db.Query(ctx, completeMany, r.opts.Queue, ids, tokens, r.keep))
+	done, err := readInstants(q.Query(ctx, completeMany, r.opts.Queue, ids, tokens, r.keep))
 	if err != nil {
-		return // not completed: the leases expire and the jobs run again
+		return false
 	}
 	r.completedMany(ls, done)
+	return true
 }
 
-// handBack hands back ls (see handBackMany) and wakes the queue's
+// handBack hands back ls on q (see handBackMany) and wakes the queue's
 // waiters. On an error the leases stay until their expiry.
-func (r *Router[T]) handBack(ctx context.Context, ls []*Lease[T]) {
+func (r *Router[T]) handBack(ctx context.Context, q querier, ls []*Lease[T]) {
 	if len(ls) == 0 {
 		return
 	}
 	ids, tokens := leaseKeys(ls)
-	back, err := readInstants(r.db.Query(ctx, handBackMany, r.opts.Queue, ids, tokens))
+	back, err := readInstants(q.Query(ctx, handBackMany, r.opts.Queue, ids, tokens))
 	for _, l := range ls {
 		r.release(l)
 		if at, ok := back[l.JobID]; ok && r.ev != nil {
@@ -123,80 +147,116 @@ func (r *Router[T]) handBack(ctx context.Context, ls []*Lease[T]) {
 	}
 }
 
-// heartbeatAll extends ls in one statement and returns the new expiry of
-// each lease extended, by job ID; the others are lost, or were ended by
-// their holder meanwhile (the caller tells, and counts).
-func (r *Router[T]) heartbeatAll(ctx context.Context, ls []*Lease[T]) (map[string]time.Time, error) {
-	alive := make(map[string]time.Time, len(ls))
+// beatResult is what one heartbeat round found: the leases extended
+// (with their new expiry) and those lost (with why); a lease in neither
+// could not be looked at (its row held by another transaction).
+type beatResult[T any] struct {
+	alive map[*Lease[T]]time.Time
+	lost  map[*Lease[T]]error
+}
+
+// heartbeatAll extends ls on q in one statement. A lease whose row it
+// could not lock and whose row is gone or shows another lease is lost
+// too; the refusals are counted and reported.
+func (r *Router[T]) heartbeatAll(ctx context.Context, q querier, ls []*Lease[T]) (beatResult[T], error) {
+	res := beatResult[T]{alive: map[*Lease[T]]time.Time{}, lost: map[*Lease[T]]error{}}
 	if len(ls) == 0 {
-		return alive, nil
+		return res, nil
+	}
+	type key struct {
+		id    string
+		token leaserouter.Token
+	}
+	byKey := make(map[key]*Lease[T], len(ls))
+	for _, l := range ls {
+		byKey[key{l.JobID, l.Token}] = l
 	}
 	ids, tokens := leaseKeys(ls)
-	rows, err := r.db.Query(ctx, heartbeatMany, r.opts.Queue, ids, tokens, r.lease)
+	rows, err := q.Query(ctx, heartbeatMany, r.opts.Queue, ids, tokens, r.lease)
 	if err != nil {
-		return nil, err
+		return res, err
 	}
+	seen := map[*Lease[T]]bool{}
 	var evs []leaserouter.Event
+	var refused []*Lease[T]
 	for rows.Next() {
 		var id string
-		var exp, at time.Time
-		if err := rows.Scan(&id, &exp, &at); err != nil {
+		var token int64
+		var exp, at *time.Time
+		if err := rows.Scan(&id, &token, &exp, &at); err != nil {
 			rows.Close()
-			return nil, err
+			return res, err
 		}
-		alive[id] = exp
+		l := byKey[key{id, leaserouter.Token(token)}]
+		if l == nil {
+			continue
+		}
+		seen[l] = true
+		if exp == nil {
+			refused = append(refused, l)
+			continue
+		}
+		res.alive[l] = *exp
 		if r.ev != nil {
-			evs = append(evs, leaserouter.Event{Kind: leaserouter.EventLeaseExtended, Time: at, JobID: id})
+			e := l.event(leaserouter.EventLeaseExtended, *at)
+			e.Held = 0
+			evs = append(evs, e)
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, err
+		return res, err
 	}
-	if len(evs) > 0 {
-		byID := make(map[string]*Lease[T], len(ls))
-		for _, l := range ls {
-			byID[l.JobID] = l
+	r.mu.Lock()
+	r.stats.Heartbeats += uint64(len(res.alive))
+	r.mu.Unlock()
+	r.ev.add(evs...)
+	var unseen []*Lease[T]
+	for _, l := range ls {
+		if !seen[l] {
+			unseen = append(unseen, l)
 		}
-		for i := range evs {
-			l := byID[evs[i].JobID]
-			evs[i].WorkerID, evs[i].Token, evs[i].Attempt = l.WorkerID, l.Token, l.Attempt
-		}
-		r.ev.add(evs...)
 	}
-	return alive, nil
-}
-
-// lostErrors reads why each lease of ls, refused by a heartbeat, was
-// lost, in one statement, as a refused operation would report it, and
-// counts the refusals.
-func (r *Router[T]) lostErrors(ctx context.Context, ls []*Lease[T]) []error {
-	ids, _ := leaseKeys(ls)
-	found := make(map[string]opResult, len(ls))
-	rows, err := r.db.Query(ctx, `SELECT id, token, state, ended
-		FROM leaserouter_jobs WHERE queue = $1 AND id = ANY($2)`, r.opts.Queue, ids)
-	if err == nil {
-		for rows.Next() {
-			var id string
-			var res opResult
-			if rows.Scan(&id, &res.token, &res.was, &res.ended) == nil {
-				found[id] = res
-			}
-		}
-		rows.Close()
-	}
-	errs := make([]error, len(ls))
+	found := r.inspect(ctx, q, append(refused, unseen...))
 	now := time.Now()
-	for i, l := range ls {
+	for _, l := range append(refused, unseen...) {
+		row, ok := found[l.JobID]
+		if !seen[l] && ok && row.token != nil && leaserouter.Token(*row.token) == l.Token && *row.was == int16(leaserouter.StateLeased) {
+			continue // held by another transaction, still this lease's: unknown until the next round
+		}
+		e := l.lost(row)
+		res.lost[l] = e
 		r.release(l)
-		e := l.lost(found[l.JobID])
-		errs[i] = e
 		stale := l.event(leaserouter.EventStaleRejected, now)
 		stale.Held, stale.Err = 0, e
 		r.ev.add(stale)
 	}
 	r.mu.Lock()
-	r.stats.HeartbeatsRefused += uint64(len(ls))
-	r.stats.StaleRejections += uint64(len(ls))
+	r.stats.HeartbeatsRefused += uint64(len(res.lost))
+	r.stats.StaleRejections += uint64(len(res.lost))
 	r.mu.Unlock()
-	return errs
+	return res, nil
+}
+
+// inspect reads the rows of ls's jobs without locking them (current
+// token, state, why the last lease ended), by job ID; a job whose row is
+// gone is missing.
+func (r *Router[T]) inspect(ctx context.Context, q querier, ls []*Lease[T]) map[string]opResult {
+	found := map[string]opResult{}
+	if len(ls) == 0 {
+		return found
+	}
+	ids, _ := leaseKeys(ls)
+	rows, err := q.Query(ctx, `SELECT id, token, state, ended FROM leaserouter_jobs WHERE queue = $1 AND id = ANY($2)`, r.opts.Queue, ids)
+	if err != nil {
+		return found
+	}
+	for rows.Next() {
+		var id string
+		var res opResult
+		if rows.Scan(&id, &res.token, &res.was, &res.ended) == nil {
+			found[id] = res
+		}
+	}
+	rows.Close()
+	return found
 }

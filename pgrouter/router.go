@@ -297,14 +297,15 @@ func (r *Router[T]) revokeHeld() error {
 	// Revoked as the core revokes: pending again at once with the attempt
 	// counted, or dead if that was the last; a lease already expired is
 	// left to settling, which settles it as of its expiry.
-	rows, err := r.db.Query(ctx, `UPDATE leaserouter_jobs j SET
+	rows, err := r.db.Query(ctx, lockLeasesBlocking+`
+		UPDATE leaserouter_jobs j SET
 			state = CASE WHEN j.attempt >= j.max_attempts THEN 4 ELSE 0 END,
 			ready_at = clock_timestamp(), updated_at = clock_timestamp(), ended = 'revoked', owner = '',
 			lease_expires_at = NULL, requeued = false,
 			last_error = CASE WHEN j.attempt >= j.max_attempts AND j.last_error = '' THEN 'attempts exhausted' ELSE j.last_error END,
 			purge_at = CASE WHEN j.attempt >= j.max_attempts THEN clock_timestamp() + $4 * interval '1 microsecond' END
-		FROM unnest($2::text[], $3::bigint[]) AS h(id, token)
-		WHERE j.queue = $1 AND j.id = h.id AND j.token = h.token AND j.state = 2
+		FROM l
+		WHERE j.queue = l.queue AND j.id = l.id AND j.token = l.held AND j.state = 2
 			AND j.lease_expires_at > clock_timestamp()
 		RETURNING j.id, j.updated_at, j.state`, r.opts.Queue, ids, tokens, r.keep)
 	if err != nil {

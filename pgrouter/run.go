@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/leaserouter/leaserouter"
 )
@@ -18,36 +21,44 @@ type Handler[T any] func(ctx context.Context, l *Lease[T]) error
 
 // Run processes jobs with opts.Workers worker goroutines until ctx is done
 // or the Router is closed, with the core's semantics (leaserouter.Run):
-// each worker leases jobs, runs h with a context canceled as soon as the
-// lease is lost, and then completes the job (h returned nil), fails it (h
-// returned an error or panicked), or, when ctx was done meanwhile,
-// completes it if h returned nil and releases it otherwise. If the lease
-// was lost while h ran, Run leaves the job alone. A handler may complete
-// its own lease with CompleteTx, writing its result in the same
-// transaction; when that committed, Run does nothing more for the job,
-// otherwise it goes on as above.
+// each worker leases jobs, runs h with a context derived from ctx and
+// canceled as soon as the lease is lost, and then completes the job (h
+// returned nil), fails it (h returned an error or panicked), or, when ctx
+// was done meanwhile, completes it if h returned nil and releases it
+// otherwise. If the lease was lost while h ran, Run leaves the job alone.
+// A handler may complete its own lease with CompleteTx, writing its
+// result in the same transaction; when that committed, Run does nothing
+// more for the job, otherwise it goes on as above.
 //
-// Round trips. One heartbeat goroutine per Run extends every lease the
-// Run holds in one statement every opts.HeartbeatInterval, however many
-// there are. A worker leases up to opts.Batch jobs in one statement (one
-// at first, doubling after a batch that took at most a quarter of
+// Round trips. A worker leases up to opts.Batch jobs in one statement
+// (one at first, doubling after a batch that took at most a quarter of
 // HeartbeatInterval, halving after one that took over half), runs them in
 // order, and completes those whose handler returned nil in the same round
-// trip as its next lease. At each heartbeat, the jobs of every batch still
-// waiting their turn are handed back unstarted (pending again in their
-// old place, the lease not counted as an attempt), in the same round; so
-// a job leased ahead waits at most one HeartbeatInterval, never loses its
-// lease while it waits, and a long job holds others back for at most one
-// HeartbeatInterval. When ctx is done or Close starts they are handed
-// back at once.
+// trip as its next lease. A worker with nothing to do takes the back half
+// of the jobs another worker of the Run leased and has not started (no
+// round trip: the leases are the Run's already), so a burst is spread.
+// One heartbeat goroutine per Run, on a connection of its own (so a pool
+// whose connections the handlers hold never starves it), runs a round
+// every opts.HeartbeatInterval: the jobs still waiting their turn are
+// handed back unstarted (pending again in their old place, the lease not
+// counted as an attempt), the finished ones not yet completed are
+// completed, and every running lease is extended in one statement,
+// however many there are (rows another transaction holds, a handler's
+// own CompleteTx say, are skipped, never waited for). So a job leased
+// ahead waits at most one HeartbeatInterval and never loses its lease
+// while it waits, a finished one never expires before it is completed,
+// and a long job holds others back for at most one HeartbeatInterval.
+// When ctx is done or Close starts, workers start no more jobs and the
+// waiting ones are handed back at once.
 //
 // Validity from the client's side: a handler's ctx is canceled with a
 // *leaserouter.LeaseLostError when a heartbeat finds the lease lost, and
 // with an error wrapping ErrLeaseLost when LeaseDuration has passed, on
 // the client's monotonic clock, since the send time of the last accepted
 // grant or heartbeat (the database unreachable: the lease can no longer be
-// proven valid). Database errors do not stop Run: a worker backs off (50ms
-// doubling to 1s) and goes on when the database is back.
+// proven valid); the job is then released, not failed, if the handler
+// returns an error. Database errors do not stop Run: a worker backs off
+// (50ms doubling to 1s) and goes on when the database is back.
 //
 // Run blocks until every handler it started has returned and every
 // goroutine it started has ended. It returns nil when stopped by ctx or
@@ -67,9 +78,9 @@ func (r *Router[T]) Run(ctx context.Context, opts leaserouter.WorkerOptions, h H
 	if err := r.open(); err != nil {
 		return err
 	}
-	u := &runner[T]{r: r, h: h, opts: opts, held: make(map[*Lease[T]]*held)}
+	u := &runner[T]{r: r, h: h, opts: opts, ctx: ctx, held: make(map[*Lease[T]]*held), idle: newWaker()}
 	u.stopping, u.stop = context.WithCancel(context.Background())
-	go func() { // the Run stops on ctx or on Close
+	go func() { // wakes sleeping workers and the heartbeat goroutine when the Run stops
 		select {
 		case <-ctx.Done():
 		case <-r.closing:
@@ -80,11 +91,13 @@ func (r *Router[T]) Run(ctx context.Context, opts leaserouter.WorkerOptions, h H
 	var beats, workers sync.WaitGroup
 	beatsDone := make(chan struct{})
 	beats.Go(func() { u.heartbeats(beatsDone) })
+	u.mu.Lock()
 	for i := range opts.Workers {
 		w := &worker[T]{u: u, id: fmt.Sprintf("%s-%d", opts.WorkerID, i), size: 1}
 		u.workers = append(u.workers, w)
 		workers.Go(w.work)
 	}
+	u.mu.Unlock()
 	workers.Wait()
 	close(beatsDone)
 	beats.Wait()
@@ -97,13 +110,32 @@ type runner[T any] struct {
 	r    *Router[T]
 	h    Handler[T]
 	opts leaserouter.WorkerOptions
+	ctx  context.Context // Run's: handlers' contexts derive from it
 
-	stopping context.Context // done when ctx is done or Close starts
+	stopping context.Context // done when ctx is done or Close starts (wakes sleepers; stopped() is the test)
 	stop     context.CancelFunc
+
+	conn *pgx.Conn // the heartbeat goroutine's own connection; nil until made, or after it failed
+	idle *waker    // wakes the Run's sleeping workers when one leased a batch they may steal from
 
 	mu      sync.Mutex
 	workers []*worker[T]
 	held    map[*Lease[T]]*held // the Run's leases not yet ended: waiting or running
+	orphans []*Lease[T]         // finished leases a heartbeat round failed to complete: the next round tries again
+}
+
+// stopped reports whether the Run is stopping: its ctx is done or Close
+// has begun. Checked directly, so a worker never starts a job after.
+func (u *runner[T]) stopped() bool {
+	if u.ctx.Err() != nil {
+		return true
+	}
+	select {
+	case <-u.r.closing:
+		return true
+	default:
+		return false
+	}
 }
 
 // held is what the Run knows of one of its leases.
@@ -120,7 +152,7 @@ type worker[T any] struct {
 	waiting []*Lease[T] // leased ahead, not started; guarded by u.mu
 	started time.Time   // when the current batch was leased; guarded by u.mu
 	cut     bool        // the heartbeat handed back the batch's tail; guarded by u.mu
-	done    []*Lease[T] // handlers returned nil: completed with the next claim
+	done    []*Lease[T] // handlers returned nil: completed with the next claim, or by the next heartbeat; guarded by u.mu
 }
 
 // dbCtx bounds one round trip of Run's to a LeaseDuration, past which its
@@ -135,26 +167,39 @@ func (w *worker[T]) work() {
 	u, r := w.u, w.u.r
 	backoff := time.Duration(0)
 	for {
-		if u.stopping.Err() != nil {
+		if u.stopped() {
 			w.flush()
 			return
 		}
-		woken := r.wake.wait()
+		if stolen, started := w.steal(); len(stolen) > 0 {
+			w.batch(stolen, started)
+			continue
+		}
+		woken, stealable := r.wake.wait(), u.idle.wait()
+		u.mu.Lock()
+		done := w.done
+		w.done = nil
+		u.mu.Unlock()
 		ctx, cancel := u.dbCtx()
-		ls, due, err := r.claim(ctx, "Run", w.id, w.size, true, w.done)
+		ls, due, err := r.claim(ctx, "Run", w.id, w.size, true, &done)
 		cancel()
+		if len(done) > 0 { // not completed (the round trip failed): next time
+			u.mu.Lock()
+			w.done = append(done, w.done...)
+			u.mu.Unlock()
+		}
 		var wait time.Duration
 		switch {
-		case err == nil || errors.Is(err, leaserouter.ErrNoJob):
-			w.done, backoff = nil, 0
-			if err == nil {
-				w.batch(ls)
-				continue
+		case err == nil:
+			backoff = 0
+			if len(ls) > 1 {
+				u.idle.broadcast() // idle workers of the Run take part of it
 			}
-			wait = r.opts.PollInterval
-			if due != nil {
-				wait = min(wait, max(time.Duration(*due*float64(time.Second)), 0)+time.Millisecond)
-			}
+			w.batch(ls, time.Now())
+			continue
+		case errors.Is(err, leaserouter.ErrNoJob):
+			backoff = 0
+			wait = r.waitFor(due)
 		case errors.Is(err, leaserouter.ErrClosed):
 			w.flush()
 			return
@@ -166,24 +211,51 @@ func (w *worker[T]) work() {
 		select {
 		case <-u.stopping.Done():
 		case <-woken:
+		case <-stealable:
 		case <-t.C:
 		}
 		t.Stop()
 	}
 }
 
-// batch runs a batch's jobs in order, then adapts the next batch's size.
-func (w *worker[T]) batch(ls []*Lease[T]) {
+// steal takes the back half of the longest waiting tail of another
+// worker of the Run, with the instant its batch was leased, so that a
+// burst leased by one worker is spread over the idle ones (no round trip:
+// the leases are the Run's already).
+func (w *worker[T]) steal() ([]*Lease[T], time.Time) {
 	u := w.u
 	u.mu.Lock()
-	w.waiting, w.started, w.cut = ls, time.Now(), false
+	defer u.mu.Unlock()
+	var victim *worker[T]
+	for _, o := range u.workers {
+		if o != w && len(o.waiting) >= 2 && (victim == nil || len(o.waiting) > len(victim.waiting)) {
+			victim = o
+		}
+	}
+	if victim == nil {
+		return nil, time.Time{}
+	}
+	k := len(victim.waiting) / 2
+	stolen := slices.Clone(victim.waiting[k:])
+	victim.waiting = victim.waiting[:k]
+	return stolen, victim.started
+}
+
+// batch runs a batch's jobs in order (until the Run stops: the rest are
+// handed back by flush), then adapts the next batch's size.
+func (w *worker[T]) batch(ls []*Lease[T], started time.Time) {
+	u := w.u
+	u.mu.Lock()
+	w.waiting, w.started, w.cut = ls, started, false
 	for _, l := range ls {
-		u.held[l] = &held{}
+		if u.held[l] == nil {
+			u.held[l] = &held{}
+		}
 	}
 	u.mu.Unlock()
 	for {
 		u.mu.Lock()
-		if len(w.waiting) == 0 {
+		if len(w.waiting) == 0 || u.stopped() {
 			break
 		}
 		l := w.waiting[0]
@@ -208,7 +280,8 @@ func (w *worker[T]) batch(ls []*Lease[T]) {
 // run runs the handler on l, then ends the lease as Run's rules say.
 func (w *worker[T]) run(l *Lease[T], h *held) {
 	u := w.u
-	hctx, cancel := context.WithCancelCause(context.Background())
+	hctx, cancel := context.WithCancelCause(u.ctx)
+	defer cancel(nil)
 	u.mu.Lock()
 	h.cancel = cancel
 	h.timer = time.AfterFunc(time.Until(l.provenUntil()), func() { cancel(errUnproven) })
@@ -218,28 +291,26 @@ func (w *worker[T]) run(l *Lease[T], h *held) {
 	h.timer.Stop()
 	delete(u.held, l)
 	u.mu.Unlock()
+	cause := context.Cause(hctx)
 	var lost *leaserouter.LeaseLostError
-	if errors.As(context.Cause(hctx), &lost) {
-		cancel(nil)
-		return // lost while h ran: its new state was decided by whoever ended it
+	if errors.As(cause, &lost) || l.completedTx() {
+		return // lost while h ran (its new state was decided by whoever ended it), or completed by h
 	}
-	cancel(nil)
-	if l.completedTx() {
+	if err == nil {
+		u.mu.Lock()
+		w.done = append(w.done, l)
+		u.mu.Unlock()
 		return
 	}
 	ctx, done := u.dbCtx()
 	defer done()
-	switch {
-	case err == nil:
-		w.done = append(w.done, l)
-		if u.stopping.Err() != nil {
-			w.flush()
-		}
-	case u.stopping.Err() != nil:
+	if u.stopped() || errors.Is(cause, errUnproven) {
+		// Stopping, or the lease could not be proven: hand the job back
+		// rather than count a failure the handler may not have had.
 		_ = l.Release(ctx)
-	default:
-		_ = l.Fail(ctx, err)
+		return
 	}
+	_ = l.Fail(ctx, err)
 }
 
 // errUnproven cancels a handler's ctx when its lease can no longer be
@@ -261,33 +332,40 @@ func (u *runner[T]) call(ctx context.Context, l *Lease[T]) (err error) {
 func (w *worker[T]) flush() {
 	u := w.u
 	u.mu.Lock()
-	waiting := w.waiting
-	w.waiting = nil
+	waiting, done := w.waiting, w.done
+	w.waiting, w.done = nil, nil
 	for _, l := range waiting {
 		delete(u.held, l)
 	}
 	u.mu.Unlock()
 	ctx, cancel := u.dbCtx()
 	defer cancel()
-	u.r.handBack(ctx, waiting)
-	if len(w.done) > 0 {
-		u.r.completeAll(ctx, w.done)
-		w.done = nil
+	u.r.handBack(ctx, u.r.db, waiting)
+	if len(done) > 0 && !u.r.completeAll(ctx, u.r.db, done) {
+		u.mu.Lock()
+		u.orphans = append(u.orphans, done...) // the heartbeat goroutine's last round tries again
+		u.mu.Unlock()
 	}
 }
 
-// heartbeats extends every lease of the Run each HeartbeatInterval in one
-// statement, hands back the jobs of batches still waiting their turn, and
-// hands back every waiting job at once when the Run stops; until done.
+// heartbeats runs a heartbeat round each HeartbeatInterval, and one at
+// once when the Run stops (handing back the waiting jobs), until done;
+// then a last round completes what the workers could not.
 func (u *runner[T]) heartbeats(done <-chan struct{}) {
 	t := time.NewTicker(u.opts.HeartbeatInterval)
 	defer t.Stop()
+	defer func() {
+		if u.conn != nil {
+			_ = u.conn.Close(context.Background())
+		}
+	}()
 	stopping := u.stopping.Done()
 	for {
 		select {
 		case <-done:
+			u.beat()
 			return
-		case <-stopping: // hand back the waiting jobs at once
+		case <-stopping:
 			stopping = nil
 			u.beat()
 		case <-t.C:
@@ -296,12 +374,26 @@ func (u *runner[T]) heartbeats(done <-chan struct{}) {
 	}
 }
 
+// db is the heartbeat goroutine's own connection, made (again) when
+// missing, so heartbeats never wait for a pool the handlers hold; the
+// pool when it cannot be made.
+func (u *runner[T]) db(ctx context.Context) querier {
+	if u.conn == nil {
+		c, err := pgx.ConnectConfig(ctx, u.r.db.Config().ConnConfig.Copy())
+		if err != nil {
+			return u.r.db
+		}
+		u.conn = c
+	}
+	return u.conn
+}
+
 // beat is one heartbeat round: the jobs of every batch still waiting
-// their turn are handed back, the other leases extended; a lease found
-// lost cancels its handler's ctx.
+// their turn are handed back, the finished ones completed, the running
+// leases extended; a lease found lost cancels its handler's ctx.
 func (u *runner[T]) beat() {
 	u.mu.Lock()
-	var back, keep []*Lease[T]
+	var back, finished, keep []*Lease[T]
 	for _, w := range u.workers {
 		if len(w.waiting) > 0 {
 			back = append(back, w.waiting...)
@@ -310,48 +402,53 @@ func (u *runner[T]) beat() {
 			}
 			w.waiting, w.cut = nil, true
 		}
+		finished = append(finished, w.done...)
+		w.done = nil
 	}
-	for l := range u.held {
-		keep = append(keep, l)
+	finished = append(finished, u.orphans...)
+	u.orphans = nil
+	for l, h := range u.held {
+		if h.cancel != nil && !l.txTried() { // running, and not completing in a transaction of its own
+			keep = append(keep, l)
+		}
 	}
 	u.mu.Unlock()
 	ctx, cancel := u.dbCtx()
 	defer cancel()
-	u.r.handBack(ctx, back)
+	q := u.db(ctx)
+	u.r.handBack(ctx, q, back)
+	if len(finished) > 0 && !u.r.completeAll(ctx, q, finished) {
+		u.mu.Lock()
+		u.orphans = append(u.orphans, finished...)
+		u.mu.Unlock()
+	}
 	sent := time.Now()
-	alive, err := u.r.heartbeatAll(ctx, keep)
+	res, err := u.r.heartbeatAll(ctx, q, keep)
 	if err != nil {
+		if q == u.conn {
+			_ = u.conn.Close(context.Background())
+			u.conn = nil
+		}
 		return // not proven: the timers cancel the handlers if this goes on
 	}
-	var lost []*Lease[T]
 	u.mu.Lock()
-	for _, l := range keep {
-		h := u.held[l]
-		if h == nil {
-			continue // ended by its worker meanwhile
-		}
-		if exp, ok := alive[l.JobID]; ok {
+	for l, exp := range res.alive {
+		if h := u.held[l]; h != nil {
 			l.accepted(sent, exp)
 			if h.timer != nil {
 				h.timer.Reset(time.Until(l.provenUntil()))
 			}
-		} else {
-			lost = append(lost, l)
 		}
 	}
 	u.mu.Unlock()
-	u.r.mu.Lock()
-	u.r.stats.Heartbeats += uint64(len(alive))
-	u.r.mu.Unlock()
-	if len(lost) == 0 {
+	if len(res.lost) == 0 {
 		return
 	}
-	errs := u.r.lostErrors(ctx, lost)
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	for i, l := range lost {
+	for l, e := range res.lost {
 		if h := u.held[l]; h != nil && h.cancel != nil {
-			h.cancel(errs[i])
+			h.cancel(e)
 		}
 	}
 }

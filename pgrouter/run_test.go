@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaserouter/leaserouter"
@@ -236,4 +237,325 @@ func TestRunBadInput(t *testing.T) {
 	require.ErrorIs(t, r.Run(t.Context(), leaserouter.WorkerOptions{Batch: -1}, h), leaserouter.ErrInvalidOptions)
 	require.NoError(t, r.Close(t.Context()))
 	require.ErrorIs(t, r.Run(t.Context(), leaserouter.WorkerOptions{}, h), leaserouter.ErrClosed)
+}
+
+// TestRunFinishedJobsKeepTheirLeaseDuringALongBatch: jobs of a batch
+// whose handlers returned nil are completed by the next heartbeat round
+// while a later job of the batch runs longer than the lease: none
+// expires, none runs again.
+func TestRunFinishedJobsKeepTheirLeaseDuringALongBatch(t *testing.T) {
+	r, _ := newRouter[int](t, pgrouter.Options{LeaseDuration: 600 * time.Millisecond, PollInterval: 50 * time.Millisecond})
+	ctx := t.Context()
+	const n = 20
+	specs := make([]leaserouter.JobSpec[int], n)
+	for i := range specs {
+		specs[i] = leaserouter.JobSpec[int]{ID: fmt.Sprintf("j%02d", i), Payload: i}
+	}
+	_, err := r.EnqueueMany(ctx, specs)
+	require.NoError(t, err)
+	var mu sync.Mutex
+	runs := map[int]int{}
+	var attempts []string
+	stop := make(chan struct{})
+	var once sync.Once
+	err = runUntil(t, r, leaserouter.WorkerOptions{Workers: 1, Batch: 16, HeartbeatInterval: 100 * time.Millisecond}, stop,
+		func(hctx context.Context, l *pgrouter.Lease[int]) error {
+			mu.Lock()
+			runs[l.Payload]++
+			if l.Attempt > 1 {
+				attempts = append(attempts, fmt.Sprintf("%s attempt %d", l.JobID, l.Attempt))
+			}
+			all := len(runs) == n
+			mu.Unlock()
+			if l.Payload == 10 && l.Attempt == 1 {
+				select { // a long job, kept alive by Run's heartbeats
+				case <-time.After(1500 * time.Millisecond):
+				case <-hctx.Done():
+					return hctx.Err()
+				}
+			}
+			if all {
+				once.Do(func() { time.AfterFunc(time.Second, func() { close(stop) }) })
+			}
+			return nil
+		})
+	require.NoError(t, err)
+	s, err := r.Stats(ctx)
+	require.NoError(t, err)
+	t.Logf("re-runs: %v; stats: expirations=%d stale=%d", attempts, s.Expirations, s.StaleRejections)
+	for p, c := range runs {
+		require.Equal(t, 1, c, "job %d ran %d times", p, c)
+	}
+}
+
+// TestRunCtxDoneCancelsHandlers: when Run's ctx is done, a running
+// handler's ctx is canceled (as in the core), so a handler waiting on it
+// returns and Run with it.
+func TestRunCtxDoneCancelsHandlers(t *testing.T) {
+	r, _ := newRouter[int](t, pgrouter.Options{LeaseDuration: time.Second})
+	require.NoError(t, r.Enqueue(t.Context(), "a", 1))
+	ctx, cancel := context.WithCancel(t.Context())
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- r.Run(ctx, leaserouter.WorkerOptions{Workers: 1}, func(hctx context.Context, l *pgrouter.Lease[int]) error {
+			close(started)
+			<-hctx.Done()
+			return hctx.Err()
+		})
+	}()
+	<-started
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(3 * time.Second):
+		// unblock: Close with a done ctx revokes, the next beat cancels
+		cctx, c := context.WithCancel(context.Background())
+		c()
+		_ = r.Close(cctx)
+		<-done
+		t.Fatal("Run did not return within 3s of its ctx being canceled: the handler's ctx was never canceled")
+	}
+}
+
+// TestRunStartsNoJobAfterStop: once Run's ctx is done, workers start no
+// more jobs of their batches (they check before each job).
+func TestRunStartsNoJobAfterStop(t *testing.T) {
+	r, _ := newRouter[int](t, pgrouter.Options{})
+	bg := t.Context()
+	var late atomic.Int64
+	for round := 0; round < 30; round++ {
+		specs := make([]leaserouter.JobSpec[int], 2000)
+		for i := range specs {
+			specs[i] = leaserouter.JobSpec[int]{ID: fmt.Sprint("r", round, "-", i), Payload: i}
+		}
+		_, err := r.EnqueueMany(bg, specs)
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(bg)
+		var stoppedAt atomic.Int64
+		var ran atomic.Int64
+		done := make(chan error, 1)
+		go func() {
+			done <- r.Run(ctx, leaserouter.WorkerOptions{Workers: 4, Batch: 256}, func(hctx context.Context, l *pgrouter.Lease[int]) error {
+				if s := stoppedAt.Load(); s != 0 && time.Now().UnixNano() > s {
+					late.Add(1)
+				}
+				if ran.Add(1) == 300 {
+					stoppedAt.Store(time.Now().UnixNano())
+					cancel()
+				}
+				return nil
+			})
+		}()
+		require.NoError(t, <-done)
+		cancel()
+	}
+	// A worker that checked just before the cancel may still start one job
+	// (check, then act); before the fix it was hundreds.
+	require.Less(t, late.Load(), int64(30), "handlers started after Run's ctx was canceled")
+}
+
+// TestRunHeartbeatsNotStalledByCompleteTx: a handler holding its row
+// lock (CompleteTx in a transaction still open) does not stall the Run's
+// heartbeat for the other leases (the heartbeat skips locked rows).
+func TestRunHeartbeatsNotStalledByCompleteTx(t *testing.T) {
+	r, db := newRouter[string](t, pgrouter.Options{LeaseDuration: time.Second})
+	ctx := t.Context()
+	require.NoError(t, r.Enqueue(ctx, "tx", "tx"))
+	require.NoError(t, r.Enqueue(ctx, "long", "long"))
+	var longCause error
+	stop := make(chan struct{})
+	var n atomic.Int32
+	err := runUntil(t, r, leaserouter.WorkerOptions{Workers: 2, HeartbeatInterval: 200 * time.Millisecond}, stop,
+		func(hctx context.Context, l *pgrouter.Lease[string]) error {
+			defer func() {
+				if n.Add(1) == 2 {
+					close(stop)
+				}
+			}()
+			if l.Payload == "tx" {
+				tx, err := db.Begin(ctx)
+				if err != nil {
+					return err
+				}
+				defer tx.Rollback(ctx)
+				if err := l.CompleteTx(ctx, tx); err != nil {
+					return err
+				}
+				time.Sleep(2 * time.Second) // writing the result, in the same tx
+				return tx.Commit(ctx)
+			}
+			select {
+			case <-time.After(2500 * time.Millisecond):
+			case <-hctx.Done():
+				longCause = context.Cause(hctx)
+				return hctx.Err()
+			}
+			return nil
+		})
+	require.NoError(t, err)
+	require.NoError(t, longCause, "the long job's ctx was canceled while the database was up")
+}
+
+// TestRunDoesNotSpinOnLockedDueRow: idle workers poll a due row another
+// transaction holds every lockedPoll, not in a loop.
+func TestRunDoesNotSpinOnLockedDueRow(t *testing.T) {
+	r, db := newRouter[int](t, pgrouter.Options{})
+	ctx := t.Context()
+	require.NoError(t, r.Enqueue(ctx, "s", 1, leaserouter.WithDelay(200*time.Millisecond)))
+	tx, err := db.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, "SELECT 1 FROM leaserouter_jobs WHERE id = 's' FOR UPDATE")
+	require.NoError(t, err)
+	time.Sleep(300 * time.Millisecond) // its run-at passed; settling skips it (locked)
+	commits := func() int64 {
+		var n int64
+		require.NoError(t, db.QueryRow(ctx, "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()").Scan(&n))
+		return n
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- r.Run(rctx, leaserouter.WorkerOptions{Workers: 2}, func(context.Context, *pgrouter.Lease[int]) error { return nil })
+	}()
+	time.Sleep(200 * time.Millisecond)
+	before := commits()
+	time.Sleep(time.Second)
+	after := commits()
+	cancel()
+	require.NoError(t, <-done)
+	t.Logf("transactions in 1s with 2 idle workers: %d", after-before)
+	require.Less(t, after-before, int64(100), "idle Run spinning on a locked due row")
+}
+
+// TestRunLostLeaseOfJobLeasedAgainInTheSameRun: a lease of the Run lost
+// in the database (its expiry moved to now, as a step of the database's
+// clock would) and the job leased again by another worker of the same
+// Run: heartbeats match leases by job and token, so the lost one's
+// handler is canceled.
+func TestRunLostLeaseOfJobLeasedAgainInTheSameRun(t *testing.T) {
+	r, db := newRouter[int](t, pgrouter.Options{LeaseDuration: 2 * time.Second, PollInterval: 20 * time.Millisecond})
+	ctx := t.Context()
+	require.NoError(t, r.Enqueue(ctx, "a", 1))
+	var firstCause atomic.Value
+	stop := make(chan struct{})
+	err := runUntil(t, r, leaserouter.WorkerOptions{Workers: 2, HeartbeatInterval: 500 * time.Millisecond}, stop,
+		func(hctx context.Context, l *pgrouter.Lease[int]) error {
+			if l.Attempt == 1 {
+				_, err := db.Exec(ctx, "UPDATE leaserouter_jobs SET lease_expires_at = clock_timestamp() WHERE id = 'a'")
+				require.NoError(t, err)
+				select {
+				case <-hctx.Done():
+					firstCause.Store(fmt.Sprint(context.Cause(hctx)))
+				case <-time.After(5 * time.Second):
+					firstCause.Store("never canceled")
+				}
+				close(stop)
+				return nil
+			}
+			// the second attempt: held until the first is seen canceled
+			select {
+			case <-stop:
+			case <-time.After(10 * time.Second):
+			}
+			return nil
+		})
+	require.NoError(t, err)
+	require.NotEqual(t, "never canceled", firstCause.Load(), "the lost lease's handler ctx")
+}
+
+// TestRunHeartbeatsNotStarvedByPool: with Workers >= the pool's MaxConns
+// and handlers holding a connection while they work, heartbeats go on
+// (on the Run's own connection): no handler is canceled as unproven.
+func TestRunHeartbeatsNotStarvedByPool(t *testing.T) {
+	_, db0 := newRouter[int](t, pgrouter.Options{})
+	cfg := db0.Config().Copy()
+	cfg.MaxConns = 2
+	db, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(db.Close)
+	r := routerOn[int](t, db, pgrouter.Options{LeaseDuration: time.Second})
+	ctx := t.Context()
+	require.NoError(t, r.Enqueue(ctx, "a", 1))
+	require.NoError(t, r.Enqueue(ctx, "b", 2))
+	var canceled atomic.Int32
+	var n atomic.Int32
+	stop := make(chan struct{})
+	err = runUntil(t, r, leaserouter.WorkerOptions{Workers: 2, HeartbeatInterval: 200 * time.Millisecond}, stop,
+		func(hctx context.Context, l *pgrouter.Lease[int]) error {
+			defer func() {
+				if n.Add(1) == 2 {
+					close(stop)
+				}
+			}()
+			tx, err := db.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			defer tx.Rollback(ctx)
+			select {
+			case <-time.After(2 * time.Second):
+			case <-hctx.Done():
+				canceled.Add(1)
+				return hctx.Err()
+			}
+			if err := l.CompleteTx(ctx, tx); err != nil {
+				return err
+			}
+			return tx.Commit(ctx)
+		})
+	require.NoError(t, err)
+	require.Zero(t, canceled.Load(), "handlers canceled as unproven with the database up")
+}
+
+// TestRunSpreadsABurstOverIdleWorkers: a burst leased by one worker
+// whose batches grew is shared with the Run's idle workers (they steal
+// half of its waiting jobs).
+func TestRunSpreadsABurstOverIdleWorkers(t *testing.T) {
+	r, _ := newRouter[int](t, pgrouter.Options{LeaseDuration: 30 * time.Second})
+	ctx := t.Context()
+	var mu sync.Mutex
+	per := map[string]int{}
+	phase := atomic.Int32{}
+	var ran atomic.Int32
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- r.Run(rctx, leaserouter.WorkerOptions{Workers: 4, Batch: 64}, func(hctx context.Context, l *pgrouter.Lease[int]) error {
+			if phase.Load() == 1 {
+				mu.Lock()
+				per[l.WorkerID]++
+				mu.Unlock()
+				time.Sleep(20 * time.Millisecond)
+			}
+			ran.Add(1)
+			return nil
+		})
+	}()
+	// warm-up: short jobs grow each worker's batch size
+	for round := 0; round < 40; round++ {
+		specs := make([]leaserouter.JobSpec[int], 64)
+		for i := range specs {
+			specs[i] = leaserouter.JobSpec[int]{ID: fmt.Sprint("w", round, "-", i)}
+		}
+		_, err := r.EnqueueMany(ctx, specs)
+		require.NoError(t, err)
+		eventually(t, 10*time.Second, "warm-up", func() bool { return ran.Load() == int32(64*(round+1)) })
+	}
+	phase.Store(1)
+	specs := make([]leaserouter.JobSpec[int], 64)
+	for i := range specs {
+		specs[i] = leaserouter.JobSpec[int]{ID: fmt.Sprint("b", i)}
+	}
+	start := time.Now()
+	_, err := r.EnqueueMany(ctx, specs)
+	require.NoError(t, err)
+	eventually(t, 20*time.Second, "burst", func() bool { return ran.Load() == int32(64*41) })
+	took := time.Since(start)
+	cancel()
+	require.NoError(t, <-done)
+	t.Logf("burst of 64 x 20ms on 4 workers took %v (ideal ~320ms); per worker: %v", took, per)
+	require.Less(t, took, 600*time.Millisecond, "two of four workers would take about 650ms, one 1.3s")
 }

@@ -57,6 +57,10 @@ const (
 // queue is the fleet's queue in the shared tables.
 const queue = "fleet"
 
+// retention keeps finished jobs for the whole run: the coordinator counts
+// them to know when it is done.
+const retention = 24 * time.Hour
+
 // workers is the number of Run workers in each worker process.
 const workers = 4
 
@@ -177,7 +181,7 @@ func coordinate(cfg config, stderr io.Writer) (summary, error) {
 		return s, err
 	}
 	s.files = len(paths)
-	r, err := pgrouter.New[string](ctx, db, pgrouter.Options{Queue: queue, MaxAttempts: maxAttempts, LeaseDuration: cfg.lease})
+	r, err := pgrouter.New[string](ctx, db, pgrouter.Options{Queue: queue, MaxAttempts: maxAttempts, LeaseDuration: cfg.lease, Retention: retention})
 	if err != nil {
 		return s, err
 	}
@@ -307,12 +311,15 @@ func setup(ctx context.Context, db *pgxpool.Pool) error {
 	return err
 }
 
-// verify compares every file's record with a fresh sequential pass.
+// verify compares every file's record with a fresh sequential pass, and
+// checks it was written by the lease that completed the job.
 func verify(ctx context.Context, db *pgxpool.Pool, paths []string) (lost, mismatches int, err error) {
 	for _, p := range paths {
 		var sum string
 		var lines int
-		err := db.QueryRow(ctx, "SELECT sha256, lines FROM fleet_results WHERE path = $1", p).Scan(&sum, &lines)
+		var fenced bool // the record was written by the job's last (completing) lease
+		err := db.QueryRow(ctx, `SELECT r.sha256, r.lines, r.token = j.token FROM fleet_results r
+			JOIN leaserouter_jobs j ON j.queue = $2 AND j.id = r.path WHERE r.path = $1`, p, queue).Scan(&sum, &lines, &fenced)
 		if errors.Is(err, pgx.ErrNoRows) {
 			lost++
 			continue
@@ -324,7 +331,7 @@ func verify(ctx context.Context, db *pgxpool.Pool, paths []string) (lost, mismat
 		if err != nil {
 			return lost, mismatches, err
 		}
-		if sum != want || lines != wantLines {
+		if sum != want || lines != wantLines || !fenced {
 			mismatches++
 		}
 	}
@@ -355,7 +362,7 @@ func worker(stderr io.Writer) int {
 		return 1
 	}
 	defer db.Close()
-	r, err := pgrouter.New[string](ctx, db, pgrouter.Options{Queue: queue, MaxAttempts: maxAttempts, LeaseDuration: lease})
+	r, err := pgrouter.New[string](ctx, db, pgrouter.Options{Queue: queue, MaxAttempts: maxAttempts, LeaseDuration: lease, Retention: retention})
 	if err != nil {
 		fmt.Fprintf(stderr, "fleet worker: %v\n", err)
 		return 1

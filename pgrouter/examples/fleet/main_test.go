@@ -39,17 +39,29 @@ func TestFleet(t *testing.T) {
 		procs: 4, kill: 100 * time.Millisecond, pause: 150 * time.Millisecond, lease: 300 * time.Millisecond,
 	}
 	var log bytes.Buffer
-	s, err := coordinate(cfg, &log)
-	if errors.Is(err, pgtest.ErrNoPostgres) && os.Getenv(pgtest.EnvRequire) != "1" {
-		t.Skip(err)
+	var s summary
+	refused := 0
+	// A pause makes a stale write only if a handler was in flight at that
+	// instant: a run may have none, three in a row are very unlikely to.
+	for range 3 {
+		var err error
+		s, err = coordinate(cfg, &log)
+		if errors.Is(err, pgtest.ErrNoPostgres) && os.Getenv(pgtest.EnvRequire) != "1" {
+			t.Skip(err)
+		}
+		require.NoError(t, err, log.String())
+		require.Zero(t, s.lost, "lost files")
+		require.Zero(t, s.mismatches, "wrong records")
+		if refused += s.refused; refused > 0 {
+			break
+		}
 	}
-	require.NoError(t, err, log.String())
 	require.Greater(t, s.files, 100)
 	require.Zero(t, s.lost, "lost files")
 	require.Zero(t, s.mismatches, "wrong records")
 	require.Positive(t, s.kills, "no worker process was killed")
 	require.Positive(t, s.pauses, "no worker process was paused")
-	require.Positive(t, s.refused, "no stale write was refused")
+	require.Positive(t, refused, "no stale write was refused in three runs")
 }
 
 // TestFleetCommand: the command's summary line and exit status, and bad

@@ -3,7 +3,7 @@
 // PostgreSQL job set through pgrouter, kills some of them with SIGKILL at
 // random and starts them again, and verifies the result.
 //
-//	fleet [-procs n] [-kill d] [-pause d] [-lease d] [dir]
+//	fleet [-procs n] [-kill d] [-pause d] [-lease d] [-restart=false] [dir]
 //
 // With no dir it indexes the Go source tree. Each worker process runs
 // pgrouter's Run; a handler reads its file, computes its SHA-256 and line
@@ -76,11 +76,12 @@ func main() {
 }
 
 type config struct {
-	root  string
-	procs int
-	kill  time.Duration
-	pause time.Duration
-	lease time.Duration
+	root    string
+	procs   int
+	kill    time.Duration
+	pause   time.Duration
+	lease   time.Duration
+	restart bool
 }
 
 func parseArgs(args []string, stderr io.Writer) (config, error) {
@@ -91,6 +92,7 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fl.DurationVar(&cfg.kill, "kill", 500*time.Millisecond, "SIGKILL a random worker process this often (0: never)")
 	fl.DurationVar(&cfg.pause, "pause", 500*time.Millisecond, "SIGSTOP a random worker process for 1.5 leases this often (0: never)")
 	fl.DurationVar(&cfg.lease, "lease", time.Second, "lease duration")
+	fl.BoolVar(&cfg.restart, "restart", true, "crash and restart the throwaway server when half the files are done")
 	if err := fl.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -126,8 +128,8 @@ func goSource() (string, error) {
 
 // summary is what a run found.
 type summary struct {
-	files, kills, pauses, refused, lost, mismatches int
-	took                                            time.Duration
+	files, kills, pauses, restarts, refused, lost, mismatches int
+	took                                                      time.Duration
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -143,8 +145,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "fleet: %v\n", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "files=%d procs=%d killed=%d paused=%d stale_writes_refused=%d lost=%d mismatches=%d took=%v\n",
-		s.files, cfg.procs, s.kills, s.pauses, s.refused, s.lost, s.mismatches, s.took.Round(time.Millisecond))
+	fmt.Fprintf(stdout, "files=%d procs=%d killed=%d paused=%d server_restarts=%d stale_writes_refused=%d lost=%d mismatches=%d took=%v\n",
+		s.files, cfg.procs, s.kills, s.pauses, s.restarts, s.refused, s.lost, s.mismatches, s.took.Round(time.Millisecond))
 	if s.lost > 0 || s.mismatches > 0 {
 		return 1
 	}
@@ -159,6 +161,7 @@ func coordinate(cfg config, stderr io.Writer) (summary, error) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	url := os.Getenv(envURL)
+	var cluster *pgtest.Cluster
 	if url == "" {
 		fmt.Fprintln(stderr, "fleet: starting a throwaway PostgreSQL cluster")
 		c, err := pgtest.StartCluster(ctx)
@@ -166,7 +169,7 @@ func coordinate(cfg config, stderr io.Writer) (summary, error) {
 			return s, err
 		}
 		defer c.Close()
-		url = c.URL("postgres")
+		url, cluster = c.URL("postgres"), c
 	}
 	db, err := pgxpool.New(ctx, url)
 	if err != nil {
@@ -248,11 +251,21 @@ func coordinate(cfg config, stderr io.Writer) (summary, error) {
 	defer check.Stop()
 	for {
 		st, err := r.Stats(ctx)
-		if err != nil {
-			return s, err
-		}
-		if st.Succeeded+st.Failed+st.Canceled == len(paths) {
+		if err == nil && st.Succeeded+st.Failed+st.Canceled == len(paths) {
 			break
+		}
+		if err == nil && cfg.restart && cluster != nil && s.restarts == 0 && st.Succeeded >= len(paths)/2 {
+			// Everyone loses the database mid-run: workers back off and go
+			// on when it is back; nothing may be lost.
+			fmt.Fprintf(stderr, "fleet: crashing the server (%d succeeded of %d)\n", st.Succeeded, len(paths))
+			if err := cluster.Stop(true); err != nil {
+				return s, err
+			}
+			if err := cluster.Start(ctx); err != nil {
+				return s, err
+			}
+			s.restarts++
+			fmt.Fprintln(stderr, "fleet: server started again")
 		}
 		select {
 		case <-ctx.Done():
@@ -276,7 +289,7 @@ func coordinate(cfg config, stderr io.Writer) (summary, error) {
 			if err := startProc(i); err != nil {
 				return s, err
 			}
-			fmt.Fprintf(stderr, "fleet: killed worker %d (%d succeeded of %d), started it again\n", i, st.Succeeded, len(paths))
+			fmt.Fprintf(stderr, "fleet: killed worker %d, started it again\n", i)
 		case <-pause:
 			i := rand.IntN(len(procs))
 			p := procs[i].Process

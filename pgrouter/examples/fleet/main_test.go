@@ -36,7 +36,7 @@ func goSrc(t *testing.T) string {
 func TestFleet(t *testing.T) {
 	cfg := config{
 		root:  filepath.Join(goSrc(t), "crypto"),
-		procs: 4, kill: 100 * time.Millisecond, pause: 150 * time.Millisecond, lease: 300 * time.Millisecond,
+		procs: 4, kill: 100 * time.Millisecond, pause: 150 * time.Millisecond, lease: 300 * time.Millisecond, restart: true,
 	}
 	var log bytes.Buffer
 	var s summary
@@ -52,6 +52,9 @@ func TestFleet(t *testing.T) {
 		require.NoError(t, err, log.String())
 		require.Zero(t, s.lost, "lost files")
 		require.Zero(t, s.mismatches, "wrong records")
+		if os.Getenv("LEASEROUTER_DATABASE_URL") == "" {
+			require.Equal(t, 1, s.restarts, "the throwaway server was crashed and started again")
+		}
 		if refused += s.refused; refused > 0 {
 			break
 		}
@@ -68,13 +71,13 @@ func TestFleet(t *testing.T) {
 // usage.
 func TestFleetCommand(t *testing.T) {
 	var out, errOut bytes.Buffer
-	code := run([]string{"-procs", "2", "-kill", "0", "-pause", "0", "-lease", "1s",
+	code := run([]string{"-procs", "2", "-kill", "0", "-pause", "0", "-lease", "1s", "-restart=false",
 		filepath.Join(goSrc(t), "unicode", "utf8")}, &out, &errOut)
 	if code != 0 && bytes.Contains(errOut.Bytes(), []byte(pgtest.ErrNoPostgres.Error())) && os.Getenv(pgtest.EnvRequire) != "1" {
 		t.Skip(errOut.String())
 	}
 	require.Equal(t, 0, code, errOut.String())
-	m := regexp.MustCompile(`files=(\d+) procs=2 killed=0 paused=0 stale_writes_refused=0 lost=0 mismatches=0`).FindSubmatch(out.Bytes())
+	m := regexp.MustCompile(`files=(\d+) procs=2 killed=0 paused=0 server_restarts=0 stale_writes_refused=0 lost=0 mismatches=0`).FindSubmatch(out.Bytes())
 	require.NotNil(t, m, out.String())
 	n, _ := strconv.Atoi(string(m[1]))
 	require.Positive(t, n)

@@ -1,0 +1,106 @@
+package pgtest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestMain(m *testing.M) { os.Exit(Main(m)) }
+
+// fakeTB records what need does to a test.
+type fakeTB struct {
+	testing.TB
+	skipped, failed string
+}
+
+func (f *fakeTB) Helper()                   {}
+func (f *fakeTB) Skip(args ...any)          { f.skipped = fmt.Sprint(args...); runtime.Goexit() }
+func (f *fakeTB) Fatalf(s string, a ...any) { f.failed = fmt.Sprintf(s, a...); runtime.Goexit() }
+
+// onGoroutine runs f on a goroutine of its own, as Skip and Fatalf end it.
+func onGoroutine(f func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	<-done
+}
+
+// TestNeed: no PostgreSQL skips with the install command, unless
+// LEASEROUTER_REQUIRE_POSTGRES=1, which fails; any other start failure
+// fails.
+func TestNeed(t *testing.T) {
+	t.Setenv(EnvRequire, "")
+	f := &fakeTB{TB: t}
+	onGoroutine(func() { need(f, ErrNoPostgres) })
+	require.Contains(t, f.skipped, "apt-get install -y postgresql")
+	require.Empty(t, f.failed)
+
+	t.Setenv(EnvRequire, "1")
+	f = &fakeTB{TB: t}
+	onGoroutine(func() { need(f, ErrNoPostgres) })
+	require.Empty(t, f.skipped)
+	require.Contains(t, f.failed, "no PostgreSQL server found")
+
+	t.Setenv(EnvRequire, "")
+	f = &fakeTB{TB: t}
+	onGoroutine(func() { need(f, fmt.Errorf("initdb: exit status 1")) })
+	require.Empty(t, f.skipped)
+	require.Contains(t, f.failed, "initdb")
+}
+
+// TestNewGivesFreshMigratedDatabases: each call is a database of its own,
+// with pgrouter's schema, and data in one is not in another.
+func TestNewGivesFreshMigratedDatabases(t *testing.T) {
+	a, b := New(t), New(t)
+	ctx := context.Background()
+	_, err := a.Exec(ctx, "INSERT INTO leaserouter_fences VALUES ('k', 1)")
+	require.NoError(t, err)
+	var n int
+	require.NoError(t, b.QueryRow(ctx, "SELECT count(*) FROM leaserouter_fences").Scan(&n))
+	require.Zero(t, n)
+	var na, nb string
+	require.NoError(t, a.QueryRow(ctx, "SELECT current_database()").Scan(&na))
+	require.NoError(t, b.QueryRow(ctx, "SELECT current_database()").Scan(&nb))
+	require.NotEqual(t, na, nb)
+}
+
+// TestClusterStopStart: a cluster of the test's own stops (fast or as a
+// crash) and starts again with its data.
+func TestClusterStopStart(t *testing.T) {
+	c := NewCluster(t)
+	db := c.Pool(t)
+	ctx := context.Background()
+	_, err := db.Exec(ctx, "INSERT INTO leaserouter_fences VALUES ('k', 7)")
+	require.NoError(t, err)
+	for _, crash := range []bool{false, true} {
+		require.NoError(t, c.Stop(crash))
+		require.Error(t, db.Ping(ctx), "down")
+		require.NoError(t, c.Start(ctx))
+		var tok int64
+		require.NoError(t, db.QueryRow(ctx, "SELECT token FROM leaserouter_fences WHERE key = 'k'").Scan(&tok))
+		require.EqualValues(t, 7, tok)
+	}
+}
+
+// TestSweepRemovesDeadProcessesDirs: a directory left by a test process
+// that is gone is removed; one of a live process is kept.
+func TestSweepRemovesDeadProcessesDirs(t *testing.T) {
+	dead, err := os.MkdirTemp("", dirPrefix+"999999999-")
+	require.NoError(t, err)
+	live, err := os.MkdirTemp("", dirPrefix+fmt.Sprint(os.Getppid())+"-")
+	require.NoError(t, err)
+	defer os.RemoveAll(live)
+	sweep()
+	_, err = os.Stat(dead)
+	require.True(t, os.IsNotExist(err), "dead process's directory kept")
+	_, err = os.Stat(filepath.Join(live))
+	require.NoError(t, err, "live process's directory removed")
+}

@@ -2,6 +2,7 @@ package pgrouter_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -152,4 +153,45 @@ func TestConnectionDroppedMidCall(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, leaserouter.StateLeased, j.State, "nothing changed")
 	require.NoError(t, l.Complete(ctx), "the lease is still valid: a retry completes it")
+}
+
+// TestRunCancelsHandlerWhenLeaseUnproven: the database goes away while a
+// handler runs; once LeaseDuration has passed since the last accepted
+// heartbeat was sent, the handler's ctx is canceled (its lease can no
+// longer be proven valid), and after the server is back the job runs
+// again and completes.
+func TestRunCancelsHandlerWhenLeaseUnproven(t *testing.T) {
+	c := pgtest.NewCluster(t)
+	db := c.Pool(t)
+	r := routerOn[int](t, db, pgrouter.Options{LeaseDuration: 500 * time.Millisecond, PollInterval: 100 * time.Millisecond})
+	ctx := t.Context()
+	require.NoError(t, r.Enqueue(ctx, "a", 1))
+	causes := make(chan error, 2)
+	stop := make(chan struct{})
+	err := runUntil(t, r, leaserouter.WorkerOptions{Workers: 1, HeartbeatInterval: 100 * time.Millisecond}, stop,
+		func(hctx context.Context, l *pgrouter.Lease[int]) error {
+			if l.Attempt > 1 {
+				close(stop)
+				return nil
+			}
+			require.NoError(t, c.Stop(false))
+			start := time.Now()
+			select {
+			case <-hctx.Done():
+			case <-time.After(10 * time.Second):
+			}
+			causes <- context.Cause(hctx)
+			require.Less(t, time.Since(start), 5*time.Second)
+			require.NoError(t, c.Start(context.Background()))
+			return hctx.Err()
+		})
+	require.NoError(t, err)
+	cause := <-causes
+	require.ErrorIs(t, cause, leaserouter.ErrLeaseLost, "canceled as unproven")
+	var lost *leaserouter.LeaseLostError
+	require.False(t, errors.As(cause, &lost), "not a refusal the database gave: it could not be asked")
+	eventually(t, 10*time.Second, "the job succeeded on a later attempt", func() bool {
+		j, _, err := r.Get(ctx, "a")
+		return err == nil && j.State == leaserouter.StateSucceeded && j.Attempt >= 2
+	})
 }

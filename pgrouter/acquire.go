@@ -259,8 +259,10 @@ func (r *Router[T]) claim(ctx context.Context, call, workerID string, n int, wit
 	if err := r.open(); err != nil {
 		return nil, nil, err
 	}
-	if err := r.ev.awaitRoom(ctx); err != nil {
-		return nil, nil, err
+	if len(done) == 0 { // Run waits for room before it takes its finished leases (they must not wait)
+		if err := r.ev.awaitRoom(ctx); err != nil {
+			return nil, nil, err
+		}
 	}
 	q := r.opts.Queue
 	b := &pgx.Batch{}
@@ -281,7 +283,7 @@ func (r *Router[T]) claim(ctx context.Context, call, workerID string, n int, wit
 	sent := time.Now()
 	res := r.db.SendBatch(bg, b)
 	defer res.Close()
-	var completed map[string]time.Time
+	var completed map[leaseKey]time.Time
 	if len(done) > 0 {
 		var err error
 		if completed, err = readInstants(res.Query()); err != nil {
@@ -340,16 +342,8 @@ func (r *Router[T]) claim(ctx context.Context, call, workerID string, n int, wit
 		r.completedMany(done, completed)
 		*finished = nil // committed: completed, or refused
 	}
-	r.mu.Lock()
-	r.stats.LeasesGranted += uint64(len(ls) + len(bad))
-	closed := r.closed
-	if !closed {
-		for _, l := range ls {
-			r.held[l] = struct{}{}
-		}
-	}
-	r.mu.Unlock()
-	r.settled(bg, settled)
+	// The grants are reported first: before anything else this process
+	// does to the leases can be (a Cancel, a revocation by Close).
 	if r.ev != nil {
 		evs := make([]leaserouter.Event, 0, len(ls)+len(bad))
 		for _, l := range append(slices.Clone(ls), bad...) {
@@ -360,6 +354,16 @@ func (r *Router[T]) claim(ctx context.Context, call, workerID string, n int, wit
 		slices.SortFunc(evs, func(a, b leaserouter.Event) int { return cmp.Compare(a.Token, b.Token) })
 		r.ev.add(evs...)
 	}
+	r.mu.Lock()
+	r.stats.LeasesGranted += uint64(len(ls) + len(bad))
+	closed := r.closed
+	if !closed {
+		for _, l := range ls {
+			r.held[l] = struct{}{}
+		}
+	}
+	r.mu.Unlock()
+	r.settled(bg, settled)
 	// Granted, but nobody to hand them to: Close began meanwhile (it may
 	// have returned already), or the caller's ctx ended during the round
 	// trip. Hand them back unstarted.

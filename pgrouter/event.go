@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/goid"
 )
 
 // eventBacklog bounds the events waiting for delivery that new work may
@@ -22,6 +24,9 @@ type events struct {
 	onEvent func(leaserouter.Event)
 	logger  *slog.Logger
 	panics  func() // counts a recovered hook panic
+
+	deliverer atomic.Uint64 // the delivery goroutine's ID (internal/goid)
+	stopOnce  sync.Once
 
 	mu    sync.Mutex
 	queue []leaserouter.Event
@@ -43,10 +48,16 @@ func newEvents(onEvent func(leaserouter.Event), logger *slog.Logger, panics func
 	return e
 }
 
-// add records events, in order.
+// add records events, in order. After delivery has ended (Close), there
+// is nobody to deliver to: they are dropped.
 func (e *events) add(evs ...leaserouter.Event) {
 	if e == nil || len(evs) == 0 {
 		return
+	}
+	select {
+	case <-e.ended:
+		return
+	default:
 	}
 	e.mu.Lock()
 	e.queue = append(e.queue, evs...)
@@ -64,7 +75,9 @@ func (e *events) add(evs ...leaserouter.Event) {
 	}
 }
 
-// awaitRoom waits while the backlog is full, or until ctx is done.
+// awaitRoom waits while the backlog is full, or until ctx is done. A
+// call from a hook (the delivery goroutine) never waits: it would wait
+// for itself.
 func (e *events) awaitRoom(ctx context.Context) error {
 	if e == nil {
 		return nil
@@ -75,6 +88,14 @@ func (e *events) awaitRoom(ctx context.Context) error {
 	select {
 	case <-room:
 		return nil
+	default:
+	}
+	if e.inHook() {
+		return nil
+	}
+	select {
+	case <-room:
+		return nil
 	case <-e.stop:
 		return nil
 	case <-ctx.Done():
@@ -82,8 +103,13 @@ func (e *events) awaitRoom(ctx context.Context) error {
 	}
 }
 
+// inHook reports whether the caller is the delivery goroutine (a hook
+// calling back into the Router). About a microsecond: slow paths only.
+func (e *events) inHook() bool { return goid.Current() == e.deliverer.Load() }
+
 // deliver is the delivery goroutine.
 func (e *events) deliver() {
+	e.deliverer.Store(goid.Current())
 	defer close(e.ended)
 	for {
 		e.mu.Lock()
@@ -136,12 +162,17 @@ func (e *events) recovered(hook string, ev leaserouter.Event, f func()) {
 }
 
 // close delivers what is left and ends the delivery goroutine, waiting
-// until it has or ctx is done.
+// until it has or ctx is done; called from a hook, it does not wait for
+// the delivery it is part of (what is left is delivered once the hook
+// returns).
 func (e *events) close(ctx context.Context) error {
 	if e == nil {
 		return nil
 	}
-	close(e.stop)
+	e.stopOnce.Do(func() { close(e.stop) })
+	if e.inHook() {
+		return nil
+	}
 	select {
 	case <-e.ended:
 		return nil

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -113,4 +115,194 @@ func TestEventHookPanics(t *testing.T) {
 	s, err := r.Stats(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, s.CallbackPanics)
+}
+
+// TestRunCleanReportsNoStaleRejections: a clean Run (one process, no
+// zombies, nothing lost) counts and reports no stale rejection, though
+// heartbeat rounds race with handlers returning.
+func TestRunCleanReportsNoStaleRejections(t *testing.T) {
+	var stale, completed atomic.Int64
+	r, _ := newRouter[int](t, pgrouter.Options{LeaseDuration: 3 * time.Second, OnEvent: func(e leaserouter.Event) {
+		switch e.Kind {
+		case leaserouter.EventStaleRejected:
+			stale.Add(1)
+		case leaserouter.EventCompleted:
+			completed.Add(1)
+		}
+	}})
+	ctx := t.Context()
+	const n = 3000
+	specs := make([]leaserouter.JobSpec[int], n)
+	for i := range specs {
+		specs[i] = leaserouter.JobSpec[int]{ID: fmt.Sprint("j", i), Payload: i}
+	}
+	_, err := r.EnqueueMany(ctx, specs)
+	require.NoError(t, err)
+	var ran atomic.Int64
+	stop := make(chan struct{})
+	var once sync.Once
+	err = runUntil(t, r, leaserouter.WorkerOptions{Workers: 4, Batch: 8, HeartbeatInterval: 5 * time.Millisecond}, stop,
+		func(_ context.Context, l *pgrouter.Lease[int]) error {
+			time.Sleep(200 * time.Microsecond)
+			if ran.Add(1) == n {
+				once.Do(func() { close(stop) })
+			}
+			return nil
+		})
+	require.NoError(t, err)
+	s, err := r.Stats(ctx)
+	require.NoError(t, err)
+	t.Logf("succeeded=%d stale events=%d StaleRejections=%d HeartbeatsRefused=%d", s.Succeeded, stale.Load(), s.StaleRejections, s.HeartbeatsRefused)
+	require.Zero(t, s.StaleRejections, "no lease was lost in this run")
+}
+
+// TestEventCompleteTxReportsNothingBeforeCommit: CompleteTx emits no
+// event (the Router cannot see the commit): a rolled-back one leaves no
+// completed event, and the lease's later Complete reports the one.
+func TestEventCompleteTxReportsNothingBeforeCommit(t *testing.T) {
+	var mu sync.Mutex
+	var kinds []string
+	r, db := newRouter[int](t, pgrouter.Options{OnEvent: func(e leaserouter.Event) {
+		mu.Lock()
+		kinds = append(kinds, e.Kind.String())
+		mu.Unlock()
+	}})
+	ctx := t.Context()
+	require.NoError(t, r.Enqueue(ctx, "a", 1))
+	l, err := r.TryAcquire(ctx, "w")
+	require.NoError(t, err)
+	tx, err := db.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, l.CompleteTx(ctx, tx))
+	require.NoError(t, tx.Rollback(ctx))
+	j, _, err := r.Get(ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, leaserouter.StateLeased, j.State)
+	require.NoError(t, l.Complete(ctx))
+	require.NoError(t, r.Close(ctx), "delivers every event")
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("events: %v", kinds)
+	require.Equal(t, []string{"enqueued", "lease_acquired", "completed"}, kinds)
+}
+
+// TestEventHookEnqueueWithBacklogFull: an OnEvent that calls back into
+// the Router (Enqueue) while the backlog is full does not wait for room
+// only its own return can make.
+func TestEventHookEnqueueWithBacklogFull(t *testing.T) {
+	gate, blocked := make(chan struct{}), make(chan struct{})
+	var armed atomic.Bool
+	var r *pgrouter.Router[int]
+	hookErr := make(chan error, 1)
+	var once sync.Once
+	r, _ = newRouter[int](t, pgrouter.Options{OnEvent: func(e leaserouter.Event) {
+		if armed.Load() && e.JobID == "first-0" {
+			close(blocked)
+			<-gate
+			once.Do(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+				defer cancel()
+				hookErr <- r.Enqueue(ctx, "from-hook", 1)
+			})
+		}
+	}})
+	ctx := t.Context()
+	batch := func(prefix string) []leaserouter.JobSpec[int] {
+		s := make([]leaserouter.JobSpec[int], 5000)
+		for i := range s {
+			s[i] = leaserouter.JobSpec[int]{ID: fmt.Sprint(prefix, i), Payload: i}
+		}
+		return s
+	}
+	armed.Store(true)
+	_, err := r.EnqueueMany(ctx, batch("first-")) // the deliverer takes these and blocks on the first
+	require.NoError(t, err)
+	<-blocked
+	_, err = r.EnqueueMany(ctx, batch("second-")) // the backlog is now full
+	require.NoError(t, err)
+	close(gate)
+	start := time.Now()
+	err = <-hookErr
+	t.Logf("Enqueue from OnEvent returned %v after %v", err, time.Since(start))
+	require.NoError(t, err, "an OnEvent that calls back into the Router must not deadlock")
+}
+
+// TestEventCloseFromHook: Close called from OnEvent returns without
+// waiting for the delivery it is part of.
+func TestEventCloseFromHook(t *testing.T) {
+	var r *pgrouter.Router[int]
+	ret := make(chan error, 1)
+	r, _ = newRouter[int](t, pgrouter.Options{OnEvent: func(e leaserouter.Event) {
+		if e.JobID == "close" {
+			go func() {}()
+			ret <- r.Close(context.Background())
+		}
+	}})
+	require.NoError(t, r.Enqueue(t.Context(), "close", 1))
+	select {
+	case err := <-ret:
+		t.Logf("Close from OnEvent returned %v", err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close(context.Background()) from OnEvent has not returned after 5s (deadlock)")
+	}
+}
+
+// TestEventSlowHookDoesNotExpireFinishedJobs: with a slow OnEvent, a Run
+// worker waits for room before it takes its finished jobs, so the
+// heartbeat rounds complete them: none expires, none runs again.
+func TestEventSlowHookDoesNotExpireFinishedJobs(t *testing.T) {
+	gate := make(chan struct{})
+	var armed atomic.Bool
+	db := pgtest.New(t)
+	r := routerOn[int](t, db, pgrouter.Options{LeaseDuration: time.Second, PollInterval: 100 * time.Millisecond,
+		OnEvent: func(e leaserouter.Event) {
+			if armed.Load() && e.JobID == "first-0" {
+				<-gate
+			}
+		}})
+	t.Cleanup(func() {
+		select {
+		case <-gate:
+		default:
+			close(gate)
+		}
+	})
+	ctx := t.Context()
+	batch := func(prefix string) []leaserouter.JobSpec[int] {
+		s := make([]leaserouter.JobSpec[int], 5000)
+		for i := range s {
+			s[i] = leaserouter.JobSpec[int]{ID: fmt.Sprint(prefix, i), Payload: i, Options: []leaserouter.EnqueueOption{leaserouter.WithDelay(time.Hour)}}
+		}
+		return s
+	}
+	require.NoError(t, r.Enqueue(ctx, "a", 1))
+	var runs atomic.Int64
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- r.Run(rctx, leaserouter.WorkerOptions{Workers: 1}, func(hctx context.Context, l *pgrouter.Lease[int]) error {
+			if l.JobID != "a" {
+				return nil
+			}
+			if runs.Add(1) == 1 {
+				armed.Store(true)
+				_, err := r.EnqueueMany(context.Background(), batch("first-"))
+				require.NoError(t, err)
+				time.Sleep(100 * time.Millisecond)
+				_, err = r.EnqueueMany(context.Background(), batch("second-"))
+				require.NoError(t, err)
+			}
+			return nil // finished well within its lease
+		})
+	}()
+	time.Sleep(3 * time.Second) // real time: three leases pass on the database's clock
+	j, _, err := r.Get(ctx, "a")
+	require.NoError(t, err)
+	t.Logf("after 3s with the hook blocked: job a is %v (attempt %d)", j.State, j.Attempt)
+	close(gate)
+	cancel()
+	require.NoError(t, <-done)
+	t.Logf("handler ran %d times for job a", runs.Load())
+	require.Equal(t, leaserouter.StateSucceeded, j.State, "a finished job must be completed without waiting for hooks")
+	require.EqualValues(t, 1, runs.Load())
 }

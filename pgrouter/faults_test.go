@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaserouter/leaserouter"
@@ -194,4 +195,66 @@ func TestRunCancelsHandlerWhenLeaseUnproven(t *testing.T) {
 		j, _, err := r.Get(ctx, "a")
 		return err == nil && j.State == leaserouter.StateSucceeded && j.Attempt >= 2
 	})
+}
+
+// TestRunHeartbeatConnectionReplacedAfterRestart: the heartbeat
+// goroutine's own connection dies with a server restart and is made again
+// even while no handler runs, so a finished job left to the heartbeat is
+// completed: it never runs twice.
+func TestRunHeartbeatConnectionReplacedAfterRestart(t *testing.T) {
+	c := pgtest.NewCluster(t)
+	db := c.Pool(t)
+	r := routerOn[int](t, db, pgrouter.Options{LeaseDuration: 2 * time.Second, PollInterval: 100 * time.Millisecond})
+	ctx := t.Context()
+	require.NoError(t, r.Enqueue(ctx, "a", 1))
+	var runs atomic.Int64
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- r.Run(rctx, leaserouter.WorkerOptions{Workers: 1, HeartbeatInterval: 100 * time.Millisecond},
+			func(hctx context.Context, l *pgrouter.Lease[int]) error {
+				if runs.Add(1) == 1 {
+					time.Sleep(300 * time.Millisecond) // a few heartbeat rounds: the Run's own connection exists
+					require.NoError(t, c.Stop(false))
+					go func() {
+						time.Sleep(700 * time.Millisecond)
+						require.NoError(t, c.Start(context.Background()))
+					}()
+				}
+				return nil
+			})
+	}()
+	time.Sleep(5 * time.Second) // real time: the finished job's lease would have expired by far
+	cancel()
+	require.NoError(t, <-done)
+	j, _, err := r.Get(ctx, "a")
+	require.NoError(t, err)
+	t.Logf("job a: %v, attempt %d; handler ran %d times", j.State, j.Attempt, runs.Load())
+	require.EqualValues(t, 1, runs.Load(), "the job finished once, before its lease's end")
+}
+
+// TestGetOnLastConnection: Get, settling an expired lease, gives its
+// connection back before it notifies: on a pool of one it does not wait
+// for itself.
+func TestGetOnLastConnection(t *testing.T) {
+	base := pgtest.New(t)
+	cfg := base.Config()
+	cfg.MaxConns = 1
+	db, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(db.Close) // after the Router's Close
+	r := routerOn[int](t, db, pgrouter.Options{LeaseDuration: 50 * time.Millisecond, PollInterval: time.Hour})
+	ctx := t.Context()
+	require.NoError(t, r.Enqueue(ctx, "a", 1))
+	l, err := r.TryAcquire(ctx, "w")
+	require.NoError(t, err)
+	awaitDBTime(t, base, l.Expiry())
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	start := time.Now()
+	j, ok, err := r.Get(cctx, "a")
+	t.Logf("Get: %v %v %v after %v", j.State, ok, err, time.Since(start))
+	require.NoError(t, err)
+	require.Less(t, time.Since(start), time.Second)
 }

@@ -34,12 +34,11 @@ func (r *Router[T]) Get(ctx context.Context, id string) (leaserouter.Job[T], boo
 	r.queueSettle(b)
 	b.Queue(getJob, r.opts.Queue, id)
 	res := r.db.SendBatch(ctx, b)
-	defer res.Close()
 	settled, err := readSettle(res)
 	if err != nil {
+		res.Close()
 		return j, false, errWrap("Get", err)
 	}
-	defer r.settled(ctx, settled)
 	var (
 		payload      []byte
 		state        int16
@@ -55,6 +54,14 @@ func (r *Router[T]) Get(ctx context.Context, id string) (leaserouter.Job[T], boo
 	)
 	err = res.QueryRow().Scan(&j.ID, &payload, &state, &prio, &att, &maxAtt, &token, &owner, &expiry, &readyAt,
 		&progress, &lastErr, &created, &upd)
+	// The batch's connection back to the pool (and its implicit
+	// transaction committed) before settled's notify asks for another.
+	if cerr := res.Close(); err == nil || errors.Is(err, pgx.ErrNoRows) {
+		if cerr != nil {
+			return j, false, errWrap("Get", cerr)
+		}
+		r.settled(ctx, settled)
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return j, false, nil
 	}

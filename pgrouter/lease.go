@@ -143,8 +143,8 @@ type opResult struct {
 
 // op runs lockRow and leaseOp with set on q, in one round trip and one
 // transaction (q's own, or the batch's implicit one). A refusal returns a
-// *LeaseLostError; a lease that ended here, or was refused, is no longer
-// held. inTx: q is the caller's transaction (nothing else may run on the
+// *LeaseLostError, reported and no longer held; a caller whose operation
+// ended the lease reports it, then releases it (r.release). inTx: q is the caller's transaction (nothing else may run on the
 // pool meanwhile: the caller may hold its last connection).
 func (l *Lease[T]) op(ctx context.Context, q querier, inTx bool, call, set string, ends bool, args ...any) (opResult, error) {
 	var res opResult
@@ -167,12 +167,8 @@ func (l *Lease[T]) op(ctx context.Context, q querier, inTx bool, call, set strin
 		return res, fmt.Errorf("pgrouter: %s: %w", call, err)
 	}
 	if res.ok {
-		if ends {
-			r.release(l)
-		}
-		return res, nil
+		return res, nil // the caller reports, then releases a lease it ended
 	}
-	r.release(l) // refused: the lease is lost, nothing left to hold
 	r.mu.Lock()
 	r.stats.StaleRejections++
 	if call == "Heartbeat" {
@@ -182,7 +178,8 @@ func (l *Lease[T]) op(ctx context.Context, q querier, inTx bool, call, set strin
 	e := l.lost(res)
 	stale := l.event(leaserouter.EventStaleRejected, time.Now())
 	stale.Held, stale.Err = 0, e
-	r.ev.add(stale)
+	r.ev.add(stale) // before the release: Close delivers every event of a lease it waited for
+	r.release(l)    // refused: the lease is lost, nothing left to hold
 	if e.Reason == leaserouter.LostExpired && !inTx {
 		r.settle(ctx) // found expired: settle it now, as the core's refusal does
 	}
@@ -297,14 +294,16 @@ const completeSet = `state = 3, ended = 'completed', owner = '', lease_expires_a
 func (l *Lease[T]) Complete(ctx context.Context) error {
 	ctx = orBackground(ctx)
 	res, err := l.op(ctx, l.db(), false, "Complete", completeSet, true, l.keep())
-	if err != nil && !errors.As(err, new(*leaserouter.LeaseLostError)) && l.resolved(ctx, leaserouter.LostCompleted) {
-		l.r.ev.add(l.event(leaserouter.EventCompleted, time.Now()))
-		return nil
+	at := time.Now()
+	switch {
+	case err == nil:
+		at = *res.at
+	case errors.As(err, new(*leaserouter.LeaseLostError)) || !l.resolved(ctx, leaserouter.LostCompleted):
+		return err
 	}
-	if err == nil {
-		l.r.ev.add(l.event(leaserouter.EventCompleted, *res.at))
-	}
-	return err
+	l.r.ev.add(l.event(leaserouter.EventCompleted, at))
+	l.r.release(l)
+	return nil
 }
 
 // keep is the Retention in microseconds, 0 for a nil or zero Lease.
@@ -322,7 +321,9 @@ func (l *Lease[T]) keep() int64 {
 // after Fence, and a stale worker can never overwrite a newer attempt's.
 // It returns a *LeaseLostError (tx still usable) if the lease is no longer
 // valid; a nil tx is an error wrapping ErrInvalidOptions. Once it returns
-// nil, Close no longer waits for this lease. tx must be READ COMMITTED
+// nil, Close no longer waits for this lease. No event is emitted: the
+// Router cannot see tx commit (Run, which checks, emits completed once it
+// has). tx must be READ COMMITTED
 // (PostgreSQL's default): under REPEATABLE READ or SERIALIZABLE, a
 // heartbeat committed since tx's snapshot makes it fail with a
 // serialization error.
@@ -330,12 +331,12 @@ func (l *Lease[T]) CompleteTx(ctx context.Context, tx pgx.Tx) error {
 	if tx == nil {
 		return fmt.Errorf("%w: CompleteTx: nil tx", leaserouter.ErrInvalidOptions)
 	}
-	res, err := l.op(orBackground(ctx), tx, true, "CompleteTx", completeSet, true, l.keep())
+	_, err := l.op(orBackground(ctx), tx, true, "CompleteTx", completeSet, true, l.keep())
 	if err == nil {
 		l.mu.Lock()
 		l.txDone = true
 		l.mu.Unlock()
-		l.r.ev.add(l.event(leaserouter.EventCompleted, *res.at))
+		l.r.release(l)
 	}
 	return err
 }
@@ -356,11 +357,7 @@ func (l *Lease[T]) resolved(ctx context.Context, reason leaserouter.LostReason) 
 	var ended string
 	err := l.r.db.QueryRow(ctx, "SELECT token, state, ended FROM leaserouter_jobs WHERE queue = $1 AND id = $2",
 		l.r.opts.Queue, l.JobID).Scan(&token, &state, &ended)
-	if err != nil || leaserouter.Token(token) != l.Token || state == int16(leaserouter.StateLeased) || ended != string(reason) {
-		return false
-	}
-	l.r.release(l)
-	return true
+	return err == nil && leaserouter.Token(token) == l.Token && state != int16(leaserouter.StateLeased) && ended == string(reason)
 }
 
 // Fail ends the lease with a failed attempt: LastError becomes cause's
@@ -389,10 +386,12 @@ func (l *Lease[T]) Fail(ctx context.Context, cause error) error {
 		true, leaserouter.IsPermanent(cause), backoff.Microseconds(), cause.Error(), r.keep)
 	if err != nil {
 		if !errors.As(err, new(*leaserouter.LeaseLostError)) && l.resolved(ctx, leaserouter.LostFailed) {
+			r.release(l) // failed, as the row shows; its events are unknown here
 			return nil
 		}
 		return err
 	}
+	defer r.release(l) // after the events
 	failed := l.event(leaserouter.EventFailed, *res.at)
 	failed.Err = cause
 	next := l.event(leaserouter.EventRetryScheduled, *res.at)
@@ -445,11 +444,13 @@ func (l *Lease[T]) Release(ctx context.Context) error {
 		true, l.keep())
 	if err != nil {
 		if !errors.As(err, new(*leaserouter.LeaseLostError)) && l.resolved(ctx, leaserouter.LostReleased) {
+			l.r.release(l) // released, as the row shows; its events are unknown here
 			return nil
 		}
 		return err
 	}
 	r := l.r
+	defer r.release(l) // after the events
 	r.ev.add(l.event(leaserouter.EventReleased, *res.at))
 	if leaserouter.State(*res.state) == leaserouter.StateFailed {
 		dead := l.event(leaserouter.EventDead, *res.at)

@@ -29,13 +29,13 @@ WITH l AS (
 	WHERE j.queue = $1 ORDER BY j.id FOR UPDATE OF j SKIP LOCKED)`
 
 	// completeMany completes the valid ones; $4 is the Retention in
-	// microseconds. It returns each completed: ID, instant.
+	// microseconds. It returns each completed: ID, token, instant.
 	completeMany = lockLeasesBlocking + `
 UPDATE leaserouter_jobs j SET state = 3, ended = 'completed', owner = '', lease_expires_at = NULL,
 	requeued = false, updated_at = clock_timestamp(), purge_at = clock_timestamp() + $4 * interval '1 microsecond'
 FROM l
 WHERE j.queue = l.queue AND j.id = l.id AND j.token = l.held AND j.state = 2 AND j.lease_expires_at > clock_timestamp()
-RETURNING j.id, j.updated_at`
+RETURNING j.id, j.token, j.updated_at`
 
 	// heartbeatMany extends the valid ones to the database's clock + $4
 	// microseconds, never shortening one, skipping rows another
@@ -60,7 +60,7 @@ UPDATE leaserouter_jobs j SET state = 0, attempt = j.attempt - 1, owner = '', le
 	ended = CASE WHEN j.requeued THEN 'expired' ELSE 'released' END, updated_at = clock_timestamp()
 FROM l
 WHERE j.queue = l.queue AND j.id = l.id AND j.token = l.held AND j.state = 2 AND j.lease_expires_at > clock_timestamp()
-RETURNING j.id, j.updated_at`
+RETURNING j.id, j.token, j.updated_at`
 )
 
 // leaseKeys are the job IDs and tokens of ls, as the statements take them.
@@ -72,47 +72,59 @@ func leaseKeys[T any](ls []*Lease[T]) ([]string, []int64) {
 	return ids, tokens
 }
 
-// readInstants reads the (job ID, instant) rows a statement above
+// leaseKey names one lease: its job and token.
+type leaseKey struct {
+	id    string
+	token leaserouter.Token
+}
+
+func keyOf[T any](l *Lease[T]) leaseKey { return leaseKey{l.JobID, l.Token} }
+
+// readInstants reads the (job ID, token, instant) rows a statement above
 // returns.
-func readInstants(rows pgx.Rows, err error) (map[string]time.Time, error) {
+func readInstants(rows pgx.Rows, err error) (map[leaseKey]time.Time, error) {
 	if err != nil {
 		return nil, err
 	}
-	at := map[string]time.Time{}
+	at := map[leaseKey]time.Time{}
 	for rows.Next() {
-		var id string
+		var k leaseKey
+		var token int64
 		var t time.Time
-		if err := rows.Scan(&id, &t); err != nil {
+		if err := rows.Scan(&k.id, &token, &t); err != nil {
 			rows.Close()
 			return nil, err
 		}
-		at[id] = t
+		k.token = leaserouter.Token(token)
+		at[k] = t
 	}
 	return at, rows.Err()
 }
 
 // completedMany counts and reports a completeMany of ls that completed
-// those in done (by job ID, with the instant); the others were refused.
-func (r *Router[T]) completedMany(ls []*Lease[T], done map[string]time.Time) {
+// those in done (with the instant); the others were refused. The leases
+// are released after their events are recorded.
+func (r *Router[T]) completedMany(ls []*Lease[T], done map[leaseKey]time.Time) {
 	var evs []leaserouter.Event
 	now := time.Now()
-	for _, l := range ls {
-		r.release(l)
-		if r.ev == nil {
-			continue
-		}
-		if at, ok := done[l.JobID]; ok {
-			evs = append(evs, l.event(leaserouter.EventCompleted, at))
-		} else {
-			e := l.event(leaserouter.EventStaleRejected, now)
-			e.Held, e.Err = 0, leaserouter.ErrLeaseLost
-			evs = append(evs, e)
+	if r.ev != nil {
+		for _, l := range ls {
+			if at, ok := done[keyOf(l)]; ok {
+				evs = append(evs, l.event(leaserouter.EventCompleted, at))
+			} else {
+				e := l.event(leaserouter.EventStaleRejected, now)
+				e.Held, e.Err = 0, leaserouter.ErrLeaseLost
+				evs = append(evs, e)
+			}
 		}
 	}
 	r.mu.Lock()
 	r.stats.StaleRejections += uint64(len(ls) - len(done))
 	r.mu.Unlock()
 	r.ev.add(evs...)
+	for _, l := range ls {
+		r.release(l)
+	}
 }
 
 // completeAll completes ls on q in one statement (those still valid), as
@@ -128,23 +140,25 @@ func (r *Router[T]) completeAll(ctx context.Context, q querier, ls []*Lease[T]) 
 	return true
 }
 
-// handBack hands back ls on q (see handBackMany) and wakes the queue's
-// waiters. On an error the leases stay until their expiry.
-func (r *Router[T]) handBack(ctx context.Context, q querier, ls []*Lease[T]) {
+// handBack hands back ls on q (see handBackMany), wakes the queue's
+// waiters, and reports whether the statement ran. On an error the leases
+// stay until their expiry.
+func (r *Router[T]) handBack(ctx context.Context, q querier, ls []*Lease[T]) bool {
 	if len(ls) == 0 {
-		return
+		return true
 	}
 	ids, tokens := leaseKeys(ls)
 	back, err := readInstants(q.Query(ctx, handBackMany, r.opts.Queue, ids, tokens))
 	for _, l := range ls {
-		r.release(l)
-		if at, ok := back[l.JobID]; ok && r.ev != nil {
+		if at, ok := back[keyOf(l)]; ok && r.ev != nil {
 			r.ev.add(l.event(leaserouter.EventReleased, at))
 		}
+		r.release(l)
 	}
 	if err == nil {
 		r.notify(ctx)
 	}
+	return err == nil
 }
 
 // beatResult is what one heartbeat round found: the leases extended
@@ -157,19 +171,16 @@ type beatResult[T any] struct {
 
 // heartbeatAll extends ls on q in one statement. A lease whose row it
 // could not lock and whose row is gone or shows another lease is lost
-// too; the refusals are counted and reported.
-func (r *Router[T]) heartbeatAll(ctx context.Context, q querier, ls []*Lease[T]) (beatResult[T], error) {
+// too. Refusals of leases still (per still) held are counted, reported
+// and released; the others ended meanwhile by their holder.
+func (r *Router[T]) heartbeatAll(ctx context.Context, q querier, ls []*Lease[T], still func(*Lease[T]) bool) (beatResult[T], error) {
 	res := beatResult[T]{alive: map[*Lease[T]]time.Time{}, lost: map[*Lease[T]]error{}}
 	if len(ls) == 0 {
 		return res, nil
 	}
-	type key struct {
-		id    string
-		token leaserouter.Token
-	}
-	byKey := make(map[key]*Lease[T], len(ls))
+	byKey := make(map[leaseKey]*Lease[T], len(ls))
 	for _, l := range ls {
-		byKey[key{l.JobID, l.Token}] = l
+		byKey[keyOf(l)] = l
 	}
 	ids, tokens := leaseKeys(ls)
 	rows, err := q.Query(ctx, heartbeatMany, r.opts.Queue, ids, tokens, r.lease)
@@ -187,7 +198,7 @@ func (r *Router[T]) heartbeatAll(ctx context.Context, q querier, ls []*Lease[T])
 			rows.Close()
 			return res, err
 		}
-		l := byKey[key{id, leaserouter.Token(token)}]
+		l := byKey[leaseKey{id, leaserouter.Token(token)}]
 		if l == nil {
 			continue
 		}
@@ -216,19 +227,25 @@ func (r *Router[T]) heartbeatAll(ctx context.Context, q querier, ls []*Lease[T])
 			unseen = append(unseen, l)
 		}
 	}
-	found := r.inspect(ctx, q, append(refused, unseen...))
+	found, ierr := r.inspect(ctx, q, append(refused, unseen...))
+	if ierr != nil {
+		unseen = nil // not looked at: unknown until the next round
+	}
 	now := time.Now()
 	for _, l := range append(refused, unseen...) {
 		row, ok := found[l.JobID]
 		if !seen[l] && ok && row.token != nil && leaserouter.Token(*row.token) == l.Token && *row.was == int16(leaserouter.StateLeased) {
 			continue // held by another transaction, still this lease's: unknown until the next round
 		}
+		if !still(l) {
+			continue // ended by its holder during the round: not a refusal
+		}
 		e := l.lost(row)
 		res.lost[l] = e
-		r.release(l)
 		stale := l.event(leaserouter.EventStaleRejected, now)
 		stale.Held, stale.Err = 0, e
 		r.ev.add(stale)
+		r.release(l)
 	}
 	r.mu.Lock()
 	r.stats.HeartbeatsRefused += uint64(len(res.lost))
@@ -240,23 +257,24 @@ func (r *Router[T]) heartbeatAll(ctx context.Context, q querier, ls []*Lease[T])
 // inspect reads the rows of ls's jobs without locking them (current
 // token, state, why the last lease ended), by job ID; a job whose row is
 // gone is missing.
-func (r *Router[T]) inspect(ctx context.Context, q querier, ls []*Lease[T]) map[string]opResult {
+func (r *Router[T]) inspect(ctx context.Context, q querier, ls []*Lease[T]) (map[string]opResult, error) {
 	found := map[string]opResult{}
 	if len(ls) == 0 {
-		return found
+		return found, nil
 	}
 	ids, _ := leaseKeys(ls)
 	rows, err := q.Query(ctx, `SELECT id, token, state, ended FROM leaserouter_jobs WHERE queue = $1 AND id = ANY($2)`, r.opts.Queue, ids)
 	if err != nil {
-		return found
+		return nil, err
 	}
 	for rows.Next() {
 		var id string
 		var res opResult
-		if rows.Scan(&id, &res.token, &res.was, &res.ended) == nil {
-			found[id] = res
+		if err := rows.Scan(&id, &res.token, &res.was, &res.ended); err != nil {
+			rows.Close()
+			return nil, err
 		}
+		found[id] = res
 	}
-	rows.Close()
-	return found
+	return found, rows.Err()
 }

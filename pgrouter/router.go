@@ -221,6 +221,9 @@ func (r *Router[T]) Close(ctx context.Context) error {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
+		if r.ev != nil && r.ev.inHook() {
+			return nil // the first Close waits for the delivery this call is part of
+		}
 		select {
 		case <-r.done:
 		case <-ctx.Done():

@@ -171,11 +171,15 @@ func (w *worker[T]) work() {
 			w.flush()
 			return
 		}
-		if stolen, started := w.steal(); len(stolen) > 0 {
-			w.batch(stolen, started)
+		if w.steal() {
+			w.runWaiting()
 			continue
 		}
 		woken, stealable := r.wake.wait(), u.idle.wait()
+		// Wait for room in the event backlog before taking the finished
+		// leases: while they are the worker's, the heartbeat rounds cannot
+		// complete them.
+		_ = r.ev.awaitRoom(u.stopping)
 		u.mu.Lock()
 		done := w.done
 		w.done = nil
@@ -218,11 +222,12 @@ func (w *worker[T]) work() {
 	}
 }
 
-// steal takes the back half of the longest waiting tail of another
-// worker of the Run, with the instant its batch was leased, so that a
-// burst leased by one worker is spread over the idle ones (no round trip:
-// the leases are the Run's already).
-func (w *worker[T]) steal() ([]*Lease[T], time.Time) {
+// steal makes the back half of the longest waiting tail of another
+// worker of the Run this worker's batch (in one critical section, so the
+// heartbeat sees the leases waiting all along), and reports whether there
+// was one: a burst leased by one worker is spread over the idle ones (no
+// round trip: the leases are the Run's already).
+func (w *worker[T]) steal() bool {
 	u := w.u
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -233,26 +238,32 @@ func (w *worker[T]) steal() ([]*Lease[T], time.Time) {
 		}
 	}
 	if victim == nil {
-		return nil, time.Time{}
+		return false
 	}
 	k := len(victim.waiting) / 2
-	stolen := slices.Clone(victim.waiting[k:])
+	w.waiting, w.started, w.cut = slices.Clone(victim.waiting[k:]), victim.started, false
 	victim.waiting = victim.waiting[:k]
-	return stolen, victim.started
+	return true
 }
 
-// batch runs a batch's jobs in order (until the Run stops: the rest are
-// handed back by flush), then adapts the next batch's size.
+// batch makes ls, leased at started, the worker's batch, and runs it.
 func (w *worker[T]) batch(ls []*Lease[T], started time.Time) {
 	u := w.u
 	u.mu.Lock()
 	w.waiting, w.started, w.cut = ls, started, false
 	for _, l := range ls {
-		if u.held[l] == nil {
-			u.held[l] = &held{}
-		}
+		u.held[l] = &held{}
 	}
 	u.mu.Unlock()
+	w.runWaiting()
+}
+
+// runWaiting runs the worker's waiting jobs in order (until the Run
+// stops: the rest are handed back by flush), then adapts the next batch's
+// size. A job leaves the waiting list and becomes running in one critical
+// section, so every heartbeat round sees it as one or the other.
+func (w *worker[T]) runWaiting() {
+	u := w.u
 	for {
 		u.mu.Lock()
 		if len(w.waiting) == 0 || u.stopped() {
@@ -261,8 +272,12 @@ func (w *worker[T]) batch(ls []*Lease[T], started time.Time) {
 		l := w.waiting[0]
 		w.waiting = w.waiting[1:]
 		h := u.held[l]
+		hctx, cancel := context.WithCancelCause(u.ctx)
+		h.cancel = cancel
+		h.timer = time.AfterFunc(time.Until(l.provenUntil()), func() { cancel(errUnproven) })
 		u.mu.Unlock()
-		w.run(l, h)
+		w.run(l, h, hctx)
+		cancel(nil)
 	}
 	took, cut := time.Since(w.started), w.cut
 	u.mu.Unlock()
@@ -277,15 +292,10 @@ func (w *worker[T]) batch(ls []*Lease[T], started time.Time) {
 	}
 }
 
-// run runs the handler on l, then ends the lease as Run's rules say.
-func (w *worker[T]) run(l *Lease[T], h *held) {
+// run runs the handler on l with hctx (set up by runWaiting), then ends
+// the lease as Run's rules say.
+func (w *worker[T]) run(l *Lease[T], h *held, hctx context.Context) {
 	u := w.u
-	hctx, cancel := context.WithCancelCause(u.ctx)
-	defer cancel(nil)
-	u.mu.Lock()
-	h.cancel = cancel
-	h.timer = time.AfterFunc(time.Until(l.provenUntil()), func() { cancel(errUnproven) })
-	u.mu.Unlock()
 	err := u.call(hctx, l)
 	u.mu.Lock()
 	h.timer.Stop()
@@ -293,8 +303,12 @@ func (w *worker[T]) run(l *Lease[T], h *held) {
 	u.mu.Unlock()
 	cause := context.Cause(hctx)
 	var lost *leaserouter.LeaseLostError
-	if errors.As(cause, &lost) || l.completedTx() {
-		return // lost while h ran (its new state was decided by whoever ended it), or completed by h
+	if errors.As(cause, &lost) {
+		return // lost while h ran: its new state was decided by whoever ended it
+	}
+	if l.completedTx() { // completed by h in a transaction that committed
+		u.r.ev.add(l.event(leaserouter.EventCompleted, time.Now()))
+		return
 	}
 	if err == nil {
 		u.mu.Lock()
@@ -378,6 +392,9 @@ func (u *runner[T]) heartbeats(done <-chan struct{}) {
 // missing, so heartbeats never wait for a pool the handlers hold; the
 // pool when it cannot be made.
 func (u *runner[T]) db(ctx context.Context) querier {
+	if u.conn != nil && u.conn.IsClosed() {
+		u.conn = nil
+	}
 	if u.conn == nil {
 		c, err := pgx.ConnectConfig(ctx, u.r.db.Config().ConnConfig.Copy())
 		if err != nil {
@@ -416,19 +433,29 @@ func (u *runner[T]) beat() {
 	ctx, cancel := u.dbCtx()
 	defer cancel()
 	q := u.db(ctx)
-	u.r.handBack(ctx, q, back)
+	failed := func() { // the connection may be dead: a new one next round
+		if q == querier(u.conn) && u.conn != nil {
+			_ = u.conn.Close(context.Background())
+			u.conn = nil
+		}
+	}
+	if !u.r.handBack(ctx, q, back) {
+		failed()
+	}
 	if len(finished) > 0 && !u.r.completeAll(ctx, q, finished) {
+		failed()
 		u.mu.Lock()
 		u.orphans = append(u.orphans, finished...)
 		u.mu.Unlock()
 	}
 	sent := time.Now()
-	res, err := u.r.heartbeatAll(ctx, q, keep)
+	res, err := u.r.heartbeatAll(ctx, q, keep, func(l *Lease[T]) bool {
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		return u.held[l] != nil
+	})
 	if err != nil {
-		if q == u.conn {
-			_ = u.conn.Close(context.Background())
-			u.conn = nil
-		}
+		failed()
 		return // not proven: the timers cancel the handlers if this goes on
 	}
 	u.mu.Lock()

@@ -409,7 +409,9 @@ func TestRunDoesNotSpinOnLockedDueRow(t *testing.T) {
 	defer tx.Rollback(ctx)
 	_, err = tx.Exec(ctx, "SELECT 1 FROM leaserouter_jobs WHERE id = 's' FOR UPDATE")
 	require.NoError(t, err)
-	time.Sleep(300 * time.Millisecond) // its run-at passed; settling skips it (locked)
+	j, _, err := r.Get(ctx, "s")
+	require.NoError(t, err)
+	awaitDBTime(t, db, j.RunAt) // its run-at passed; settling skips it (locked)
 	commits := func() int64 {
 		var n int64
 		require.NoError(t, db.QueryRow(ctx, "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()").Scan(&n))
@@ -420,9 +422,9 @@ func TestRunDoesNotSpinOnLockedDueRow(t *testing.T) {
 	go func() {
 		done <- r.Run(rctx, leaserouter.WorkerOptions{Workers: 2}, func(context.Context, *pgrouter.Lease[int]) error { return nil })
 	}()
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // real time: the workers start and find the row due
 	before := commits()
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // real time: a rate over one second
 	after := commits()
 	cancel()
 	require.NoError(t, <-done)

@@ -132,16 +132,11 @@ func TestRunCleanReportsNoStaleRejections(t *testing.T) {
 	}})
 	ctx := t.Context()
 	const n = 3000
-	specs := make([]leaserouter.JobSpec[int], n)
-	for i := range specs {
-		specs[i] = leaserouter.JobSpec[int]{ID: fmt.Sprint("j", i), Payload: i}
-	}
-	_, err := r.EnqueueMany(ctx, specs)
-	require.NoError(t, err)
+	enqueueJobs(t, r, "j", n)
 	var ran atomic.Int64
 	stop := make(chan struct{})
 	var once sync.Once
-	err = runUntil(t, r, leaserouter.WorkerOptions{Workers: 4, Batch: 8, HeartbeatInterval: 5 * time.Millisecond}, stop,
+	err := runUntil(t, r, leaserouter.WorkerOptions{Workers: 4, Batch: 8, HeartbeatInterval: 5 * time.Millisecond}, stop,
 		func(_ context.Context, l *pgrouter.Lease[int]) error {
 			time.Sleep(200 * time.Microsecond)
 			if ran.Add(1) == n {

@@ -28,12 +28,7 @@ func TestRunSurvivesServerRestart(t *testing.T) {
 			r := routerOn[int](t, db, pgrouter.Options{LeaseDuration: 2 * time.Second, PollInterval: 200 * time.Millisecond})
 			ctx := t.Context()
 			const n = 300
-			specs := make([]leaserouter.JobSpec[int], n)
-			for i := range specs {
-				specs[i] = leaserouter.JobSpec[int]{ID: fmt.Sprint("j", i), Payload: i}
-			}
-			_, err := r.EnqueueMany(ctx, specs)
-			require.NoError(t, err)
+			enqueueJobs(t, r, "j", n)
 
 			var ran atomic.Int64
 			restarted := make(chan struct{})

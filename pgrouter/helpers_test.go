@@ -2,12 +2,14 @@ package pgrouter_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/leaserouter/leaserouter"
 	"github.com/leaserouter/leaserouter/pgrouter"
 	"github.com/leaserouter/leaserouter/pgrouter/pgtest"
 )
@@ -57,4 +59,15 @@ func awaitDBTime(t *testing.T, db *pgxpool.Pool, at time.Time) {
 		require.NoError(t, db.QueryRow(context.Background(), "SELECT clock_timestamp() > $1", at).Scan(&past))
 		return past
 	})
+}
+
+// enqueueJobs enqueues n jobs "<prefix><i>" with payload i in one batch.
+func enqueueJobs(t *testing.T, r *pgrouter.Router[int], prefix string, n int) {
+	t.Helper()
+	specs := make([]leaserouter.JobSpec[int], n)
+	for i := range specs {
+		specs[i] = leaserouter.JobSpec[int]{ID: fmt.Sprint(prefix, i), Payload: i}
+	}
+	_, err := r.EnqueueMany(t.Context(), specs)
+	require.NoError(t, err)
 }

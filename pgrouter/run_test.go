@@ -39,16 +39,11 @@ func TestRunProcessesEveryJobOnce(t *testing.T) {
 	r, _ := newRouter[int](t, pgrouter.Options{})
 	ctx := t.Context()
 	const n = 300
-	specs := make([]leaserouter.JobSpec[int], n)
-	for i := range specs {
-		specs[i] = leaserouter.JobSpec[int]{ID: fmt.Sprint("j", i), Payload: i}
-	}
-	_, err := r.EnqueueMany(ctx, specs)
-	require.NoError(t, err)
+	enqueueJobs(t, r, "j", n)
 	var mu sync.Mutex
 	seen := map[int]int{}
 	stop := make(chan struct{})
-	err = runUntil(t, r, leaserouter.WorkerOptions{Workers: 2, Batch: 32}, stop, func(_ context.Context, l *pgrouter.Lease[int]) error {
+	err := runUntil(t, r, leaserouter.WorkerOptions{Workers: 2, Batch: 32}, stop, func(_ context.Context, l *pgrouter.Lease[int]) error {
 		mu.Lock()
 		defer mu.Unlock()
 		seen[l.Payload]++

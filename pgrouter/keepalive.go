@@ -2,26 +2,28 @@ package pgrouter
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/leaserouter/leaserouter"
 )
 
-// KeepAlive heartbeats l every interval in a goroutine of its own, for a
-// caller that holds a lease outside Run, and returns a context derived
-// from ctx that is canceled, with a *leaserouter.LeaseLostError as its
-// cause, as soon as a heartbeat finds the lease lost, or with an error
-// wrapping ErrLeaseLost when LeaseDuration has passed on the client's
-// clock since the send time of the last accepted heartbeat (the database
-// unreachable). A heartbeat that fails for another reason is retried at
-// the next interval. The goroutine ends when ctx is done, the returned
-// cancel func is called, or the lease is lost; call cancel when done with
-// the lease. interval <= 0 means LeaseDuration/3; interval >=
-// LeaseDuration, or a nil or zero l, returns a context canceled at once
-// with an error wrapping ErrInvalidOptions (or the nil-lease
-// *LeaseLostError). A nil ctx means context.Background().
+// KeepAlive heartbeats l every interval, for a caller that holds a lease
+// outside Run, and returns a context derived from ctx that is canceled,
+// with a *leaserouter.LeaseLostError as its cause, as soon as a heartbeat
+// finds the lease lost, or with an error wrapping ErrLeaseLost when
+// LeaseDuration has passed on the client's clock since the send time of
+// the last accepted heartbeat (the database unreachable, or the Router
+// closed). The heartbeats of every lease kept alive by a Router that are
+// due together go in one statement, from one goroutine per Router (see
+// New), not one round trip per lease. A heartbeat that fails for another
+// reason is retried at the next interval. Keeping alive ends when ctx is
+// done, the returned cancel func is called, or the lease is lost; call
+// cancel when done with the lease. interval <= 0 means LeaseDuration/3;
+// interval >= LeaseDuration, or a nil or zero l, returns a context
+// canceled at once with an error wrapping ErrInvalidOptions (or the
+// nil-lease *LeaseLostError). A nil ctx means context.Background().
 func KeepAlive[T any](ctx context.Context, l *Lease[T], interval time.Duration) (context.Context, context.CancelFunc) {
 	ctx = orBackground(ctx)
 	kctx, cancel := context.WithCancelCause(ctx)
@@ -38,29 +40,139 @@ func KeepAlive[T any](ctx context.Context, l *Lease[T], interval time.Duration) 
 		cancel(fmt.Errorf("%w: KeepAlive interval %v must be < LeaseDuration %v", leaserouter.ErrInvalidOptions, interval, lease))
 		return kctx, stop
 	}
-	unproven := time.AfterFunc(time.Until(l.provenUntil()), func() { cancel(errUnproven) })
-	go func() {
-		defer unproven.Stop()
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-kctx.Done():
-				return
-			case <-t.C:
+	l.r.keepers.add(l, interval, cancel, kctx)
+	return kctx, stop
+}
+
+// keepers keeps a Router's KeepAlive leases alive: one goroutine, which
+// sleeps until the earliest heartbeat due and sends every due one in one
+// statement (heartbeatMany).
+type keepers[T any] struct {
+	r    *Router[T]
+	kick chan struct{} // cap 1: a lease was added
+
+	mu    sync.Mutex
+	kept  map[*Lease[T]]*kept
+	ended bool // the goroutine has ended (Close): nothing more is kept
+}
+
+// kept is one lease kept alive.
+type kept struct {
+	interval time.Duration
+	due      time.Time // its next heartbeat
+	cancel   context.CancelCauseFunc
+	unproven *time.Timer // cancels at the lease's proven-until instant
+	stop     func() bool // unregisters the context.AfterFunc
+}
+
+func newKeepers[T any](r *Router[T]) *keepers[T] {
+	return &keepers[T]{r: r, kick: make(chan struct{}, 1), kept: map[*Lease[T]]*kept{}}
+}
+
+// add starts keeping l alive until kctx is done.
+func (k *keepers[T]) add(l *Lease[T], interval time.Duration, cancel context.CancelCauseFunc, kctx context.Context) {
+	e := &kept{interval: interval, due: time.Now().Add(interval), cancel: cancel}
+	e.unproven = time.AfterFunc(time.Until(l.provenUntil()), func() { cancel(errUnproven) })
+	k.mu.Lock()
+	if k.ended {
+		k.mu.Unlock()
+		return // closed: the unproven timer ends it
+	}
+	if old := k.kept[l]; old != nil { // kept alive twice: the later call's ctx
+		k.drop(l, old)
+	}
+	k.kept[l] = e
+	e.stop = context.AfterFunc(kctx, func() {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		if k.kept[l] == e {
+			k.drop(l, e)
+		}
+	})
+	k.mu.Unlock()
+	select {
+	case k.kick <- struct{}{}:
+	default:
+	}
+}
+
+// drop stops keeping l alive. The caller holds k.mu.
+func (k *keepers[T]) drop(l *Lease[T], e *kept) {
+	delete(k.kept, l)
+	e.unproven.Stop()
+	if e.stop != nil {
+		e.stop()
+	}
+}
+
+// run is the keepers' goroutine, until ctx is done.
+func (k *keepers[T]) run(ctx context.Context) {
+	defer func() {
+		k.mu.Lock()
+		k.ended = true
+		k.mu.Unlock()
+	}()
+	for {
+		k.mu.Lock()
+		var next time.Time
+		var due []*Lease[T]
+		now := time.Now()
+		for l, e := range k.kept {
+			if !e.due.After(now) {
+				due = append(due, l)
+				e.due = now.Add(e.interval)
 			}
-			hctx, done := context.WithTimeout(kctx, lease)
-			err := l.Heartbeat(hctx, nil)
-			done()
-			var lost *leaserouter.LeaseLostError
-			switch {
-			case err == nil:
-				unproven.Reset(time.Until(l.provenUntil()))
-			case errors.As(err, &lost):
-				cancel(lost)
-				return
+			if next.IsZero() || e.due.Before(next) {
+				next = e.due
 			}
 		}
-	}()
-	return kctx, stop
+		k.mu.Unlock()
+		if len(due) > 0 {
+			k.beat(ctx, due)
+			continue
+		}
+		wait := time.Hour
+		if !next.IsZero() {
+			wait = time.Until(next)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-k.kick:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// beat heartbeats ls in one statement; a lease found lost has its
+// context canceled with the reason.
+func (k *keepers[T]) beat(ctx context.Context, ls []*Lease[T]) {
+	ctx, cancel := context.WithTimeout(ctx, k.r.opts.LeaseDuration)
+	defer cancel()
+	sent := time.Now()
+	res, err := k.r.heartbeatAll(ctx, k.r.db, ls, func(l *Lease[T]) bool {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		return k.kept[l] != nil
+	})
+	if err != nil {
+		return // retried at the next interval; the timers cancel if this goes on
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for l, exp := range res.alive {
+		if e := k.kept[l]; e != nil {
+			l.accepted(sent, exp)
+			e.unproven.Reset(time.Until(l.provenUntil()))
+		}
+	}
+	for l, lost := range res.lost {
+		if e := k.kept[l]; e != nil {
+			k.drop(l, e)
+			e.cancel(lost)
+		}
+	}
 }

@@ -133,6 +133,7 @@ type Router[T any] struct {
 	stats       leaserouter.Stats      // totals since New (state counts come from the table)
 
 	ev      *events // nil unless OnEvent or Logger is set
+	keepers *keepers[T]
 	wake    *waker
 	stop    context.CancelFunc // stops the listener
 	stopped sync.WaitGroup
@@ -141,11 +142,11 @@ type Router[T any] struct {
 
 // New returns a Router on db for opts.Queue, after checking that db has
 // the schema (run Migrate first) and raising the token sequence above
-// opts.TokenFloor and the Unix time in nanoseconds. It starts two
+// opts.TokenFloor and the Unix time in nanoseconds. It starts three
 // goroutines: one holds a connection of its own (not one of db's) to
-// LISTEN for wake-ups, the other is the maintenance loop (settling what
-// is due and deleting finished jobs past their retention every
-// PollInterval); Close stops both. raiseTokens runs ALTER SEQUENCE, so
+// LISTEN for wake-ups, one is the maintenance loop (settling what is due
+// and deleting finished jobs past their retention every PollInterval),
+// one sends KeepAlive's heartbeats; Close stops them. raiseTokens runs ALTER SEQUENCE, so
 // the role must own the schema's objects (as Migrate's role does). Errors: invalid options wrap ErrInvalidOptions; a nil db
 // is ErrInvalidOptions too; others wrap the driver's.
 func New[T any](ctx context.Context, db *pgxpool.Pool, opts Options) (*Router[T], error) {
@@ -176,8 +177,10 @@ func New[T any](ctx context.Context, db *pgxpool.Pool, opts Options) (*Router[T]
 	})
 	lctx, stop := context.WithCancel(context.Background())
 	r.stop = stop
+	r.keepers = newKeepers(r)
 	r.stopped.Go(func() { r.wake.listen(lctx, db, opts.Queue) })
 	r.stopped.Go(func() { r.maintain(lctx) })
+	r.stopped.Go(func() { r.keepers.run(lctx) })
 	return r, nil
 }
 

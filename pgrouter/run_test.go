@@ -4,16 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaserouter/leaserouter"
 	"github.com/leaserouter/leaserouter/pgrouter"
+	"github.com/leaserouter/leaserouter/pgrouter/pgtest"
 )
 
 // runUntil runs r.Run with opts and h until stop is closed (or 20s pass,
@@ -555,4 +558,55 @@ func TestRunSpreadsABurstOverIdleWorkers(t *testing.T) {
 	require.NoError(t, <-done)
 	t.Logf("burst of 64 x 20ms on 4 workers took %v (ideal ~320ms); per worker: %v", took, per)
 	require.Less(t, took, 600*time.Millisecond, "two of four workers would take about 650ms, one 1.3s")
+}
+
+// heartbeatCounter counts the heartbeat statements a pool sends.
+type heartbeatCounter struct{ n atomic.Int64 }
+
+func (c *heartbeatCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if strings.Contains(d.SQL, "lease_expires_at = greatest(") {
+		c.n.Add(1)
+	}
+	return ctx
+}
+
+func (c *heartbeatCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// TestKeepAliveOneStatementForAll: the leases a Router keeps alive are
+// heartbeated together, one statement for all that are due, not one per
+// lease; each stays alive past its first expiry.
+func TestKeepAliveOneStatementForAll(t *testing.T) {
+	base := pgtest.New(t)
+	cfg := base.Config()
+	var count heartbeatCounter
+	cfg.ConnConfig.Tracer = &count
+	db, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(db.Close) // after the Router's Close
+	r := routerOn[int](t, db, pgrouter.Options{LeaseDuration: 300 * time.Millisecond})
+	ctx := t.Context()
+	const n = 10
+	enqueueJobs(t, r, "k", n)
+	ls, err := r.TryAcquireMany(ctx, "w", n)
+	require.NoError(t, err)
+	require.Len(t, ls, n)
+	var ctxs []context.Context
+	for _, l := range ls {
+		kctx, cancel := pgrouter.KeepAlive(ctx, l, 50*time.Millisecond)
+		defer cancel()
+		ctxs = append(ctxs, kctx)
+	}
+	awaitDBTime(t, base, ls[0].Expiry().Add(300*time.Millisecond))
+	for i, kctx := range ctxs {
+		require.NoError(t, kctx.Err(), "lease %d", i)
+	}
+	s, err := r.Stats(ctx)
+	require.NoError(t, err)
+	stmts := count.n.Load()
+	t.Logf("%d heartbeats in %d statements", s.Heartbeats, stmts)
+	require.GreaterOrEqual(t, s.Heartbeats, uint64(5*n))
+	require.Less(t, stmts*3, int64(s.Heartbeats), "heartbeats share statements")
+	for _, l := range ls {
+		require.NoError(t, l.Complete(ctx))
+	}
 }

@@ -1,9 +1,13 @@
 package pgrouter_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -252,4 +256,93 @@ func TestGetOnLastConnection(t *testing.T) {
 	t.Logf("Get: %v %v %v after %v", j.State, ok, err, time.Since(start))
 	require.NoError(t, err)
 	require.Less(t, time.Since(start), time.Second)
+}
+
+// cutProxy forwards TCP connections to a PostgreSQL Unix socket and, when
+// armed, closes a connection right after forwarding the client message
+// that follows the one holding marker (pgx prepares a statement, then
+// executes it): the server gets the execution (and commits it) but the
+// client never sees the answer — an unknown COMMIT outcome.
+type cutProxy struct {
+	ln     net.Listener
+	socket string
+	marker []byte
+	armed  atomic.Bool
+	cut    atomic.Int64
+}
+
+func newCutProxy(t *testing.T, socket, marker string) *cutProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &cutProxy{ln: ln, socket: socket, marker: []byte(marker)}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("unix", socket)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			wg.Go(func() { _, _ = io.Copy(c, s); c.Close() })
+			wg.Go(func() {
+				defer s.Close()
+				defer c.Close()
+				buf := make([]byte, 64<<10)
+				prepared := false // the statement holding marker was prepared: its execution comes next
+				for {
+					n, err := c.Read(buf)
+					if n > 0 {
+						if _, werr := s.Write(buf[:n]); werr != nil {
+							return
+						}
+						if prepared {
+							p.armed.Store(false)
+							p.cut.Add(1)
+							return // the server has the execution; the client loses the answer
+						}
+						prepared = p.armed.Load() && bytes.Contains(buf[:n], p.marker)
+					}
+					if err != nil {
+						return
+					}
+				}
+			})
+		}
+	})
+	return p
+}
+
+// TestUnknownCommitOutcome: the connection is cut after the server got a
+// Complete (and committed it) but before the answer came back: Complete
+// resolves the outcome by re-reading the row and returns nil, without
+// completing twice; a Release cut the same way that the server also
+// committed returns nil too.
+func TestUnknownCommitOutcome(t *testing.T) {
+	c := pgtest.NewCluster(t)
+	base := c.Pool(t)
+	cfg := base.Config()
+	p := newCutProxy(t, filepath.Join(cfg.ConnConfig.Host, fmt.Sprintf(".s.PGSQL.%d", cfg.ConnConfig.Port)), "ended = 'completed'")
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port = "127.0.0.1", uint16(p.ln.Addr().(*net.TCPAddr).Port)
+	db, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(db.Close)
+	r := routerOn[int](t, db, pgrouter.Options{})
+	ctx := t.Context()
+	require.NoError(t, r.Enqueue(ctx, "a", 1))
+	l, err := r.TryAcquire(ctx, "w")
+	require.NoError(t, err)
+	p.armed.Store(true)
+	require.NoError(t, l.Complete(ctx), "resolved: the row shows this lease's completion")
+	require.EqualValues(t, 1, p.cut.Load(), "the answer was cut")
+	j, _, err := r.Get(ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, leaserouter.StateSucceeded, j.State)
+	var lost *leaserouter.LeaseLostError
+	require.ErrorAs(t, l.Complete(ctx), &lost, "completed once: a second Complete is refused")
+	require.Equal(t, leaserouter.LostCompleted, lost.Reason)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -521,4 +522,41 @@ func TestCloseEndsAtAbandonedExpiry(t *testing.T) {
 	var lost *leaserouter.LeaseLostError
 	require.ErrorAs(t, l.Complete(ctx), &lost)
 	require.Contains(t, []leaserouter.LostReason{leaserouter.LostExpired, leaserouter.LostRevoked}, lost.Reason)
+}
+
+// TestRetentionAndPurge: a finished job stays for Get and dedup for its
+// Retention, then the maintenance loop deletes its row (counted, with an
+// event) and its ID may be enqueued again.
+func TestRetentionAndPurge(t *testing.T) {
+	var purged atomic.Int64
+	r, db := newRouter[int](t, pgrouter.Options{Retention: 300 * time.Millisecond, PollInterval: 50 * time.Millisecond,
+		OnEvent: func(e leaserouter.Event) {
+			if e.Kind == leaserouter.EventPurged && e.JobID == "a" {
+				purged.Add(1)
+			}
+		}})
+	ctx := t.Context()
+	require.NoError(t, r.Enqueue(ctx, "a", 1))
+	l, err := r.TryAcquire(ctx, "w")
+	require.NoError(t, err)
+	require.NoError(t, l.Complete(ctx))
+	require.ErrorIs(t, r.Enqueue(ctx, "a", 2), leaserouter.ErrDuplicate, "within its retention")
+	j, ok, err := r.Get(ctx, "a")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, leaserouter.StateSucceeded, j.State)
+	eventually(t, 10*time.Second, "the row purged", func() bool {
+		var n int
+		require.NoError(t, db.QueryRow(ctx, "SELECT count(*) FROM leaserouter_jobs WHERE id = 'a'").Scan(&n))
+		return n == 0
+	})
+	_, ok, err = r.Get(ctx, "a")
+	require.NoError(t, err)
+	require.False(t, ok)
+	s, err := r.Stats(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, s.Purged)
+	require.NoError(t, r.Enqueue(ctx, "a", 3), "past its retention: a new job")
+	require.NoError(t, r.Close(ctx))
+	require.EqualValues(t, 1, purged.Load(), "one purged event")
 }

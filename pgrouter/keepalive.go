@@ -2,6 +2,7 @@ package pgrouter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -44,6 +45,10 @@ func KeepAlive[T any](ctx context.Context, l *Lease[T], interval time.Duration) 
 	return kctx, stop
 }
 
+// errSuperseded ends a KeepAlive context when KeepAlive is called again
+// for the same lease: the later call's context watches it from then on.
+var errSuperseded = errors.New("pgrouter: KeepAlive: superseded by a later KeepAlive of the same lease")
+
 // keepers keeps a Router's KeepAlive leases alive: one goroutine, which
 // sleeps until the earliest heartbeat due and sends every due one in one
 // statement (heartbeatMany).
@@ -78,8 +83,9 @@ func (k *keepers[T]) add(l *Lease[T], interval time.Duration, cancel context.Can
 		k.mu.Unlock()
 		return // closed: the unproven timer ends it
 	}
-	if old := k.kept[l]; old != nil { // kept alive twice: the later call's ctx
+	if old := k.kept[l]; old != nil { // kept alive twice: the later call's ctx takes over
 		k.drop(l, old)
+		old.cancel(errSuperseded)
 	}
 	k.kept[l] = e
 	e.stop = context.AfterFunc(kctx, func() {
@@ -108,9 +114,15 @@ func (k *keepers[T]) drop(l *Lease[T], e *kept) {
 // run is the keepers' goroutine, until ctx is done.
 func (k *keepers[T]) run(ctx context.Context) {
 	defer func() {
+		// Close has revoked what was still held: the holders are told now,
+		// not when their leases can no longer be proven.
 		k.mu.Lock()
+		defer k.mu.Unlock()
 		k.ended = true
-		k.mu.Unlock()
+		for l, e := range k.kept {
+			k.drop(l, e)
+			e.cancel(&leaserouter.LeaseLostError{JobID: l.JobID, Token: l.Token, Current: l.Token, Reason: leaserouter.LostRevoked})
+		}
 	}()
 	for {
 		k.mu.Lock()

@@ -237,7 +237,7 @@ func (r *Router[T]) heartbeatAll(ctx context.Context, q querier, ls []*Lease[T],
 		if !seen[l] && ok && row.token != nil && leaserouter.Token(*row.token) == l.Token && *row.was == int16(leaserouter.StateLeased) {
 			continue // held by another transaction, still this lease's: unknown until the next round
 		}
-		if !still(l) {
+		if !still(l) || endedByHolder(l, row, ok) {
 			continue // ended by its holder during the round: not a refusal
 		}
 		e := l.lost(row)
@@ -252,6 +252,20 @@ func (r *Router[T]) heartbeatAll(ctx context.Context, q querier, ls []*Lease[T],
 	r.stats.StaleRejections += uint64(len(res.lost))
 	r.mu.Unlock()
 	return res, nil
+}
+
+// endedByHolder reports whether row (found) shows l ended by its own
+// holder — completed, failed or released with l's token — rather than
+// lost: a heartbeat round that raced the holder's own operation.
+func endedByHolder[T any](l *Lease[T], row opResult, found bool) bool {
+	if !found || row.token == nil || leaserouter.Token(*row.token) != l.Token || row.ended == nil {
+		return false
+	}
+	switch leaserouter.LostReason(*row.ended) {
+	case leaserouter.LostCompleted, leaserouter.LostFailed, leaserouter.LostReleased:
+		return *row.was != int16(leaserouter.StateLeased)
+	}
+	return false
 }
 
 // inspect reads the rows of ls's jobs without locking them (current

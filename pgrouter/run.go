@@ -433,10 +433,11 @@ func (u *runner[T]) beat() {
 	ctx, cancel := u.dbCtx()
 	defer cancel()
 	q := u.db(ctx)
-	failed := func() { // the connection may be dead: a new one next round
+	failed := func() { // the connection may be dead: the rest of the round on a new one
 		if q == querier(u.conn) && u.conn != nil {
 			_ = u.conn.Close(context.Background())
 			u.conn = nil
+			q = u.db(ctx)
 		}
 	}
 	if !u.r.handBack(ctx, q, back) {

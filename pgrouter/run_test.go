@@ -610,3 +610,49 @@ func TestKeepAliveOneStatementForAll(t *testing.T) {
 		require.NoError(t, l.Complete(ctx))
 	}
 }
+
+// TestKeepAliveEdges: a second KeepAlive of a lease ends the first's
+// context; a lease completed by its holder while kept alive is not
+// reported lost; Close tells a kept lease it was revoked at once.
+func TestKeepAliveEdges(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := t.Context()
+	r, err := pgrouter.New[int](ctx, db, pgrouter.Options{LeaseDuration: 3 * time.Second})
+	require.NoError(t, err)
+	enqueueJobs(t, r, "k", 40)
+
+	l, err := r.TryAcquire(ctx, "w")
+	require.NoError(t, err)
+	first, cancel1 := pgrouter.KeepAlive(ctx, l, time.Millisecond)
+	defer cancel1()
+	second, cancel2 := pgrouter.KeepAlive(ctx, l, time.Millisecond)
+	defer cancel2()
+	require.Error(t, first.Err(), "superseded")
+	require.NoError(t, second.Err())
+
+	// Completions racing 1ms heartbeat rounds: never a stale rejection.
+	for range 30 {
+		l, err := r.TryAcquire(ctx, "w")
+		require.NoError(t, err)
+		_, cancel := pgrouter.KeepAlive(ctx, l, time.Millisecond)
+		require.NoError(t, l.Complete(ctx))
+		cancel()
+	}
+	s, err := r.Stats(ctx)
+	require.NoError(t, err)
+	require.Zero(t, s.StaleRejections)
+
+	start := time.Now()
+	done, stop := context.WithCancel(ctx)
+	stop()
+	require.ErrorIs(t, r.Close(done), context.Canceled)
+	select {
+	case <-second.Done():
+	case <-time.After(2 * time.Second):
+		t.Fatal("a kept lease revoked by Close was not told before its expiry")
+	}
+	var lost *leaserouter.LeaseLostError
+	require.ErrorAs(t, context.Cause(second), &lost)
+	require.Equal(t, leaserouter.LostRevoked, lost.Reason)
+	require.Less(t, time.Since(start), 2*time.Second)
+}

@@ -259,7 +259,7 @@ func (r *Router[T]) claim(ctx context.Context, call, workerID string, n int, wit
 	if err := r.open(); err != nil {
 		return nil, nil, err
 	}
-	if len(done) == 0 { // Run waits for room before it takes its finished leases (they must not wait)
+	if finished == nil { // Run (finished != nil) waits for room itself, until it stops, before it takes its finished leases (they must not wait)
 		if err := r.ev.awaitRoom(ctx); err != nil {
 			return nil, nil, err
 		}

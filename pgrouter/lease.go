@@ -218,6 +218,14 @@ func (r *Router[T]) release(l *Lease[T]) {
 	r.checkDrained()
 }
 
+// holds reports whether l is a lease of this Router's not yet ended.
+func (r *Router[T]) holds(l *Lease[T]) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.held[l]
+	return ok
+}
+
 // releaseJob forgets this Router's lease of job id with token t, if held.
 func (r *Router[T]) releaseJob(id string, t leaserouter.Token) {
 	r.mu.Lock()

@@ -229,7 +229,7 @@ func (r *Router[T]) heartbeatAll(ctx context.Context, q querier, ls []*Lease[T],
 	}
 	found, ierr := r.inspect(ctx, q, append(refused, unseen...))
 	if ierr != nil {
-		unseen = nil // not looked at: unknown until the next round
+		refused, unseen = nil, nil // why they were refused is unknown: the next round tells
 	}
 	now := time.Now()
 	for _, l := range append(refused, unseen...) {

@@ -310,6 +310,9 @@ func (w *worker[T]) run(l *Lease[T], h *held, hctx context.Context) {
 		u.r.ev.add(l.event(leaserouter.EventCompleted, time.Now()))
 		return
 	}
+	if !l.txTried() && !u.r.holds(l) {
+		return // ended meanwhile: by h itself (Complete, Fail, Release), or found lost by a heartbeat
+	}
 	if err == nil {
 		u.mu.Lock()
 		w.done = append(w.done, l)

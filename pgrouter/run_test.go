@@ -656,3 +656,35 @@ func TestKeepAliveEdges(t *testing.T) {
 	require.Equal(t, leaserouter.LostRevoked, lost.Reason)
 	require.Less(t, time.Since(start), 2*time.Second)
 }
+
+// TestRunHandlerEndsItsOwnLease: a handler that completes, fails or
+// releases its lease itself leaves Run nothing to do: no second attempt
+// at ending it, no stale rejection.
+func TestRunHandlerEndsItsOwnLease(t *testing.T) {
+	r, _ := newRouter[int](t, pgrouter.Options{Backoff: func(int) time.Duration { return time.Hour }})
+	ctx := t.Context()
+	enqueueJobs(t, r, "j", 3)
+	var n atomic.Int64
+	stop := make(chan struct{})
+	err := runUntil(t, r, leaserouter.WorkerOptions{Workers: 1, Batch: 1}, stop, func(hctx context.Context, l *pgrouter.Lease[int]) error {
+		var err error
+		switch l.Payload {
+		case 0:
+			err = l.Complete(hctx)
+		case 1:
+			err = l.Fail(hctx, errors.New("by the handler"))
+		case 2:
+			err = l.Release(hctx)
+		}
+		if n.Add(1) == 3 {
+			close(stop)
+		}
+		return err
+	})
+	require.NoError(t, err)
+	s, err := r.Stats(ctx)
+	require.NoError(t, err)
+	require.Zero(t, s.StaleRejections, "Run did not end the leases again")
+	require.Equal(t, 1, s.Succeeded)
+	require.Equal(t, 1, s.Scheduled, "failed by the handler: retried after its backoff")
+}

@@ -71,3 +71,12 @@ func enqueueJobs(t *testing.T, r *pgrouter.Router[int], prefix string, n int) {
 	_, err := r.EnqueueMany(t.Context(), specs)
 	require.NoError(t, err)
 }
+
+// leaseOn enqueues job id on r and leases it to worker "w".
+func leaseOn(t *testing.T, r *pgrouter.Router[int], id string) *pgrouter.Lease[int] {
+	t.Helper()
+	require.NoError(t, r.Enqueue(t.Context(), id, 1))
+	l, err := r.TryAcquire(t.Context(), "w")
+	require.NoError(t, err)
+	return l
+}

@@ -146,7 +146,7 @@ type opResult struct {
 // *LeaseLostError, reported and no longer held; a caller whose operation
 // ended the lease reports it, then releases it (r.release). inTx: q is the caller's transaction (nothing else may run on the
 // pool meanwhile: the caller may hold its last connection).
-func (l *Lease[T]) op(ctx context.Context, q querier, inTx bool, call, set string, ends bool, args ...any) (opResult, error) {
+func (l *Lease[T]) op(ctx context.Context, q querier, inTx bool, call, set string, args ...any) (opResult, error) {
 	var res opResult
 	if l == nil || l.r == nil {
 		return res, &leaserouter.LeaseLostError{Reason: leaserouter.LostNilLease}
@@ -267,7 +267,7 @@ func (l *Lease[T]) Heartbeat(ctx context.Context, progress []byte) error {
 	res, err := l.op(ctx, l.db(), false, "Heartbeat", `
 		lease_expires_at = greatest(lease_expires_at, clock_timestamp() + $4 * interval '1 microsecond'),
 		progress = CASE WHEN $5 THEN $6::bytea ELSE progress END, updated_at = clock_timestamp()`,
-		false, dur, progress != nil, progress)
+		dur, progress != nil, progress)
 	if err != nil {
 		return err
 	}
@@ -301,7 +301,7 @@ const completeSet = `state = 3, ended = 'completed', owner = '', lease_expires_a
 // row: nil if it shows this lease's completion.
 func (l *Lease[T]) Complete(ctx context.Context) error {
 	ctx = orBackground(ctx)
-	res, err := l.op(ctx, l.db(), false, "Complete", completeSet, true, l.keep())
+	res, err := l.op(ctx, l.db(), false, "Complete", completeSet, l.keep())
 	at := time.Now()
 	switch {
 	case err == nil:
@@ -339,7 +339,7 @@ func (l *Lease[T]) CompleteTx(ctx context.Context, tx pgx.Tx) error {
 	if tx == nil {
 		return fmt.Errorf("%w: CompleteTx: nil tx", leaserouter.ErrInvalidOptions)
 	}
-	_, err := l.op(orBackground(ctx), tx, true, "CompleteTx", completeSet, true, l.keep())
+	_, err := l.op(orBackground(ctx), tx, true, "CompleteTx", completeSet, l.keep())
 	if err == nil {
 		l.mu.Lock()
 		l.txDone = true
@@ -360,12 +360,10 @@ func (l *Lease[T]) resolved(ctx context.Context, reason leaserouter.LostReason) 
 	// worth a lease's duration.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.r.opts.LeaseDuration)
 	defer cancel()
-	var token int64
-	var state int16
-	var ended string
-	err := l.r.db.QueryRow(ctx, "SELECT token, state, ended FROM leaserouter_jobs WHERE queue = $1 AND id = $2",
-		l.r.opts.Queue, l.JobID).Scan(&token, &state, &ended)
-	return err == nil && leaserouter.Token(token) == l.Token && state != int16(leaserouter.StateLeased) && ended == string(reason)
+	found, err := l.r.inspect(ctx, l.r.db, []*Lease[T]{l})
+	row, ok := found[l.JobID]
+	return err == nil && ok && leaserouter.Token(*row.token) == l.Token &&
+		*row.was != int16(leaserouter.StateLeased) && *row.ended == string(reason)
 }
 
 // Fail ends the lease with a failed attempt: LastError becomes cause's
@@ -391,7 +389,7 @@ func (l *Lease[T]) Fail(ctx context.Context, cause error) error {
 		ended = 'failed', last_error = $6, owner = '', lease_expires_at = NULL, requeued = false,
 		updated_at = clock_timestamp(),
 		purge_at = CASE WHEN $4 OR attempt >= max_attempts THEN clock_timestamp() + $7 * interval '1 microsecond' END`,
-		true, leaserouter.IsPermanent(cause), backoff.Microseconds(), cause.Error(), r.keep)
+		leaserouter.IsPermanent(cause), backoff.Microseconds(), cause.Error(), r.keep)
 	if err != nil {
 		if !errors.As(err, new(*leaserouter.LeaseLostError)) && l.resolved(ctx, leaserouter.LostFailed) {
 			r.release(l) // failed, as the row shows; its events are unknown here
@@ -449,7 +447,7 @@ func (l *Lease[T]) Release(ctx context.Context) error {
 		updated_at = clock_timestamp(),
 		last_error = CASE WHEN attempt >= max_attempts AND last_error = '' THEN 'attempts exhausted' ELSE last_error END,
 		purge_at = CASE WHEN attempt >= max_attempts THEN clock_timestamp() + $4 * interval '1 microsecond' END`,
-		true, l.keep())
+		l.keep())
 	if err != nil {
 		if !errors.As(err, new(*leaserouter.LeaseLostError)) && l.resolved(ctx, leaserouter.LostReleased) {
 			l.r.release(l) // released, as the row shows; its events are unknown here

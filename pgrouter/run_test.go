@@ -202,9 +202,7 @@ func TestRunCompleteTx(t *testing.T) {
 func TestKeepAlive(t *testing.T) {
 	r, db := newRouter[int](t, pgrouter.Options{LeaseDuration: 300 * time.Millisecond})
 	ctx := t.Context()
-	require.NoError(t, r.Enqueue(ctx, "a", 1))
-	l, err := r.TryAcquire(ctx, "w")
-	require.NoError(t, err)
+	l := leaseOn(t, r, "a")
 	kctx, cancel := pgrouter.KeepAlive(ctx, l, 50*time.Millisecond)
 	defer cancel()
 	awaitDBTime(t, db, l.Expiry().Add(300*time.Millisecond))

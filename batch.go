@@ -135,7 +135,7 @@ func (r *Router[T]) grantMany(workerID string, now int64, max int) ([]*Lease[T],
 // holds r.mu.
 func (r *Router[T]) roomFor(n int) int {
 	if r.hooked {
-		n = min(n, eventBacklog-len(r.outbox)-r.inflight)
+		n = min(n, eventBacklog-r.backlog())
 	}
 	return max(1, n)
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/leaserouter/leaserouter/internal/goid"
@@ -84,18 +86,22 @@ type Event struct {
 // operations and Cancel never wait: their events come from jobs and leases
 // the router already holds, a few per lease when it ends plus one per
 // heartbeat, so while the producers wait the backlog grows only at the
-// heartbeat rate of the leases already granted. 4096 events are about
-// 330 KB.
-const eventBacklog = 4096
+// heartbeat rate of the leases already granted. It holds a linger's worth
+// of events at the rate one caller makes them (about 7,500 in a
+// millisecond of BenchmarkLifecycleHooked) with room to spare, so a dense
+// stream wakes the delivery goroutine early rarely (see linger); 16384
+// events are about 1.3 MB.
+const eventBacklog = 16384
 
 // progressEvery is how many events the delivery goroutine delivers between
-// updates of the backlog, so that waiting producers get room while a large
-// batch is still being delivered. Each update takes the router's lock, so
-// it is a quarter of the backlog rather than a handful of events: often
-// enough for the room at half the backlog to open in time, rarely enough
-// not to contend with the callers (measured: 64 cost BenchmarkLifecycleHooked
-// about 8%).
-const progressEvery = 1024
+// updates of the backlog (an atomic add), so that waiting producers get
+// room while a large batch is still being delivered.
+const progressEvery = 256
+
+// idleKeep is the capacity, in events, of the buffers the delivery
+// machinery keeps for reuse when it goes idle; larger ones, left by a
+// burst, are dropped so that their memory comes back.
+const idleKeep = 1024
 
 // kindReport marks an entry of the outbox that is not an event but a
 // report (a recovered panic of Backoff) for the delivery goroutine to log,
@@ -178,21 +184,95 @@ func setHeld(rec *record, granted, at int64) {
 }
 
 // unlockAndDeliver releases r.mu, the end of every critical section, and
-// sees that the events it emitted get delivered: it wakes the delivery
-// goroutine if it sleeps while events wait (or while Close waits for it to
-// end). It never calls a hook itself, so the caller's latency does not
-// depend on them.
+// sees that the events it emitted get delivered: if the delivery goroutine
+// has asked for a batch, the outbox is handed to it (handOff), and woken
+// if it sleeps. It never calls a hook itself, so the caller's latency does
+// not depend on them.
 func (r *Router[T]) unlockAndDeliver() {
-	kick := r.deliverIdle && (len(r.outbox) > 0 || r.phase == phaseClosed)
-	if kick {
-		r.deliverIdle = false
-	}
+	wake := (len(r.outbox) > 0 || r.phase == phaseClosed) && r.handOff()
 	r.mu.Unlock()
-	if kick {
-		// Sent once per idle period, and the goroutine has taken the last
-		// one before it went idle: the buffer of one is free.
-		r.deliverKick <- struct{}{}
+	if wake {
+		select {
+		case r.dl.kick <- struct{}{}:
+		default: // a kick it has not taken yet wakes it as well
+		}
 	}
+}
+
+// delivery is the delivery goroutine's side of the hand-off. The
+// goroutine asks for a batch by moving state away from deliverBusy; the
+// caller that next releases r.mu with events waiting puts them in handed
+// and swaps state back to deliverBusy (handOff), and wakes the goroutine
+// if it sleeps. So a dense stream of events is handed over without the
+// goroutine ever queueing on r.mu and without a wake-up per batch: a
+// goroutine asleep on a sync.Mutex or a channel is woken by a system call
+// of the goroutine that frees it (measured: tens of microseconds on a
+// 2-core virtual machine, most of BenchmarkLifecycleHooked's cost when
+// each batch needed one), and that goroutine would be a caller.
+type delivery struct {
+	state    atomic.Int32  // deliverBusy, deliverWants, deliverLingers or deliverIdle
+	inflight atomic.Int64  // events handed over and not yet delivered
+	roomWait atomic.Bool   // a producer waits for room: the goroutine must look (openRoom)
+	goid     atomic.Uint64 // the delivery goroutine's, so a hook calling back is recognised
+	handed   []record      // the batch handed over; written before state is swapped to deliverBusy
+	returned []record      // the last batch's memory, for the next outbox; written before state leaves deliverBusy
+	batch    []record      // the batch in delivery; nil between batches (the goroutine's own)
+	cur      cursor        // the goroutine's place in batch (its own)
+	kick     chan struct{} // wakes the goroutine asleep in deliverLingers or deliverIdle; cap 1
+	done     chan struct{} // closed when the goroutine ends
+}
+
+// The delivery goroutine's states.
+const (
+	deliverBusy    = iota // delivering, or deciding how to wait: nothing is handed over
+	deliverWants          // awake, waiting for the next caller to hand over its events
+	deliverLingers        // asleep until linger passes: hand over and wake it only when half the backlog waits
+	deliverIdle           // asleep: hand over and wake it at the next event
+)
+
+// lingerAbove and linger decide how the delivery goroutine waits once it
+// has delivered a batch. After a batch of at least lingerAbove events, a
+// sign of a dense stream, it lingers: it sleeps for linger (the OS may
+// round it up, to a millisecond on Linux) so that the events of that time
+// come in one batch without a wake-up, and callers wake it early only
+// when half the backlog waits. After a smaller batch, or from a linger
+// that found nothing, it waits idle, woken by the next event, so a sparse
+// stream is delivered at once. Under a dense stream an event thus reaches
+// the hooks within about a millisecond plus the hooks' own time.
+const (
+	lingerAbove = 64
+	linger      = 500 * time.Microsecond
+)
+
+// wantTries bounds how many times the delivery goroutine yields while it
+// waits, awake, for a caller to hand over the events of a linger, before it
+// takes the lock and looks itself (the stream has paused).
+const wantTries = 32
+
+// handOff gives the outbox to the delivery goroutine if it has asked for a
+// batch (an empty one once the Router is closed, so that it ends), and
+// reports whether the goroutine sleeps and must be woken. The caller holds
+// r.mu.
+func (r *Router[T]) handOff() (wake bool) {
+	d := r.dl
+	if d == nil {
+		return false
+	}
+	switch d.state.Load() {
+	case deliverBusy:
+		return false
+	case deliverLingers:
+		if len(r.outbox) < eventBacklog/2 && r.phase != phaseClosed {
+			return false
+		}
+	}
+	// The batch is in place before the swap publishes it. Only this caller
+	// (holding r.mu) moves state to deliverBusy, and only the goroutine
+	// moves it away (perhaps from deliverLingers to deliverWants
+	// meanwhile): the swap returns the state to act on.
+	d.inflight.Add(int64(len(r.outbox)))
+	d.handed, r.outbox, d.returned = r.outbox, d.returned, nil
+	return d.state.Swap(deliverBusy) != deliverWants
 }
 
 // deliverLoop is the Router's delivery goroutine, started by New when
@@ -202,36 +282,33 @@ func (r *Router[T]) unlockAndDeliver() {
 // that calls back into the Router appends to the queue this goroutine will
 // drain next instead of deadlocking.
 func (r *Router[T]) deliverLoop() {
+	d := r.dl
 	goexit := true // until the loop returns: a hook called runtime.Goexit
 	defer func() {
 		if goexit {
 			r.resumeAfterGoexit()
 			return
 		}
-		close(r.deliveryDone)
+		close(d.done)
 	}()
-	r.mu.Lock()
-	r.deliverer = goid.Current()
+	d.goid.Store(goid.Current())
+	lingering := false
+	timer := time.NewTimer(linger)
+	defer timer.Stop()
 	for {
-		if r.batch == nil {
-			if len(r.outbox) == 0 {
-				if r.phase == phaseClosed {
-					r.mu.Unlock()
-					goexit = false
-					return
-				}
-				r.deliverIdle = true
-				r.mu.Unlock()
-				<-r.deliverKick
-				r.mu.Lock()
+		if d.batch == nil {
+			batch, open := r.nextBatch(lingering, timer)
+			if !open {
+				goexit = false
+				return
+			}
+			if len(batch) == 0 {
+				lingering = false
 				continue
 			}
-			r.batch, *r.cur = r.outbox, cursor{}
-			r.outbox, r.spare = r.spare[:0], nil
-			r.inflight = len(r.batch)
+			d.batch, d.cur = batch, cursor{}
 		}
-		batch, c := r.batch, r.cur
-		r.mu.Unlock()
+		batch, c := d.batch, &d.cur
 		if c.report != "" { // left by a delivery goroutine a hook ended
 			msg := c.report
 			c.report = ""
@@ -241,12 +318,88 @@ func (r *Router[T]) deliverLoop() {
 			r.deliverFrom(batch, c)
 		}
 		clear(batch) // drop references to errors and IDs; emit relies on zero slots
-		r.mu.Lock()
+		d.batch = nil
 		r.delivered(c)
-		r.batch = nil
+		lingering = len(batch) >= lingerAbove
 		if cap(batch) <= 2*eventBacklog {
-			r.spare = batch[:0] // reuse it, unless a burst made it large
+			d.returned = batch[:0] // reuse it, unless a burst made it large
 		}
+	}
+}
+
+// nextBatch waits for the next batch of events and returns it, possibly
+// empty; open is false once the Router is closed and every event is
+// delivered. After a large batch it lingers (see linger), else, or when
+// the linger brought nothing, it takes r.mu, takes what waits, or sleeps
+// until a caller hands events over.
+func (r *Router[T]) nextBatch(lingering bool, timer *time.Timer) (batch []record, open bool) {
+	d := r.dl
+	if lingering && !d.roomWait.Load() && !closed(r.closing) {
+		d.state.Store(deliverLingers)
+		timer.Reset(linger)
+		select {
+		case <-d.kick:
+		case <-timer.C:
+		}
+		if d.state.CompareAndSwap(deliverLingers, deliverWants) {
+			// Nothing handed over yet: the next caller to release r.mu
+			// will, unless the stream has paused.
+			for i := 0; i < wantTries && d.state.Load() == deliverWants; i++ {
+				runtime.Gosched()
+			}
+		}
+		if d.state.Load() == deliverBusy {
+			return d.take(), true
+		}
+	}
+	r.mu.Lock()
+	for {
+		if d.handed != nil { // handed over after the linger gave up, before the lock
+			r.mu.Unlock()
+			return d.take(), true
+		}
+		if len(r.outbox) > 0 {
+			d.state.Store(deliverBusy)
+			d.inflight.Add(int64(len(r.outbox)))
+			batch, r.outbox, d.returned = r.outbox, d.returned, nil
+			r.mu.Unlock()
+			return batch, true
+		}
+		if r.phase == phaseClosed {
+			d.state.Store(deliverBusy)
+			r.mu.Unlock()
+			return nil, false
+		}
+		if cap(r.outbox) > idleKeep {
+			r.outbox = nil
+		}
+		if cap(d.returned) > idleKeep {
+			d.returned = nil
+		}
+		d.state.Store(deliverIdle)
+		r.mu.Unlock()
+		for d.state.Load() != deliverBusy {
+			<-d.kick // a kick left from a linger may come first: look again
+		}
+		return d.take(), true
+	}
+}
+
+// take returns the batch a caller handed over. The caller saw state
+// deliverBusy after asking for a batch.
+func (d *delivery) take() []record {
+	batch := d.handed
+	d.handed = nil
+	return batch
+}
+
+// closed reports whether ch is closed.
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -256,14 +409,15 @@ func (r *Router[T]) deliverLoop() {
 // panic, and starts a delivery goroutine to go on from there, so events
 // are neither lost nor stuck and Close still finds a goroutine to wait for.
 func (r *Router[T]) resumeAfterGoexit() {
-	c := r.cur
+	d := r.dl
+	c := &d.cur
 	c.panics++
 	if c.reporting { // the Logger ended it while reporting: the cursor is already past that
 		c.reporting = false
 		go r.deliverLoop()
 		return
 	}
-	rec := &r.batch[c.i]
+	rec := &d.batch[c.i]
 	hook := "OnEvent"
 	if c.logger {
 		hook = "Logger handler"
@@ -277,7 +431,7 @@ func (r *Router[T]) resumeAfterGoexit() {
 // cursor is the delivery goroutine's place in a batch.
 type cursor struct {
 	i         int    // the record being delivered
-	logged    int    // records counted as delivered (r.inflight updated)
+	logged    int    // records counted as delivered (inflight updated)
 	logger    bool   // OnEvent is done with record i: the Logger is next
 	reporting bool   // in reportFrom: a Goexit now is the Logger's, and the cursor is already past it
 	panics    int    // hook panics not yet counted in Stats
@@ -285,18 +439,26 @@ type cursor struct {
 	reportJob string
 }
 
-// delivered records the progress of c through its batch, and lets
-// producers waiting for room go on once the backlog is down to half. The
-// caller holds r.mu.
+// delivered records the progress of c through its batch and, when a
+// producer waits for room or hooks panicked, takes r.mu to let the
+// producer go on once the backlog is down to half and to count the
+// panics. Called by the delivery goroutine, without r.mu.
 func (r *Router[T]) delivered(c *cursor) {
-	r.inflight -= c.i - c.logged
+	d := r.dl
+	d.inflight.Add(-int64(c.i - c.logged))
 	c.logged = c.i
+	if c.panics == 0 && !d.roomWait.Load() {
+		return
+	}
+	r.mu.Lock()
 	r.stats.CallbackPanics += uint64(c.panics)
 	c.panics = 0
-	if r.room != nil && len(r.outbox)+r.inflight <= eventBacklog/2 {
+	if r.room != nil && r.backlog() <= eventBacklog/2 {
 		close(r.room)
 		r.room = nil
+		d.roomWait.Store(false)
 	}
+	r.mu.Unlock() // not unlockAndDeliver: this goroutine is busy, nothing to hand it
 }
 
 // errDone is awaitRoom's report that its done channel fired.
@@ -310,11 +472,11 @@ var errDone = errors.New("leaserouter: done")
 // ErrClosed if the Router closed meanwhile, or errDone if done fired first.
 func (r *Router[T]) awaitRoom(done <-chan struct{}) error {
 	for r.backlogFull() {
-		if goid.Current() == r.deliverer {
+		if goid.Current() == r.dl.goid.Load() {
 			return nil
 		}
 		room := r.roomChan()
-		r.mu.Unlock()
+		r.unlockAndDeliver() // hands the full outbox over
 		select {
 		case <-room:
 		case <-r.closing:
@@ -330,17 +492,24 @@ func (r *Router[T]) awaitRoom(done <-chan struct{}) error {
 	return nil
 }
 
+// backlog is how many events wait for delivery. The caller holds r.mu.
+func (r *Router[T]) backlog() int {
+	return len(r.outbox) + int(r.dl.inflight.Load())
+}
+
 // backlogFull reports whether eventBacklog events wait for delivery. The
 // caller holds r.mu.
 func (r *Router[T]) backlogFull() bool {
-	return r.hooked && len(r.outbox)+r.inflight >= eventBacklog
+	return r.hooked && r.backlog() >= eventBacklog
 }
 
-// roomChan returns the channel closed when the backlog is down to half.
-// The caller holds r.mu.
+// roomChan returns the channel closed when the backlog is down to half,
+// and tells the delivery goroutine that a producer waits. The caller holds
+// r.mu.
 func (r *Router[T]) roomChan() chan struct{} {
 	if r.room == nil {
 		r.room = make(chan struct{})
+		r.dl.roomWait.Store(true)
 	}
 	return r.room
 }
@@ -369,9 +538,7 @@ func (r *Router[T]) deliverFrom(batch []record, c *cursor) {
 	onEvent, logger := r.opts.OnEvent, r.opts.Logger
 	for ; c.i < len(batch); c.i, c.logger = c.i+1, false {
 		if c.i-c.logged >= progressEvery {
-			r.mu.Lock()
 			r.delivered(c)
-			r.mu.Unlock()
 		}
 		rec := &batch[c.i]
 		if rec.kind == kindReport {

@@ -33,9 +33,12 @@ const EventBacklog = eventBacklog
 
 // Backlog returns the number of events recorded and not yet delivered.
 func Backlog[T any](r *Router[T]) int {
+	if r.dl == nil {
+		return 0
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.outbox) + r.inflight
+	return r.backlog()
 }
 
 // PlantSkipTokenCheck plants a bug in r for proving that checkers catch
@@ -50,3 +53,7 @@ func PlantSkipTokenCheck[T any](r *Router[T]) {
 // MaxShared bounds the finished leases of Run's earlier batches that a
 // later batch's block keeps alive.
 const MaxShared = maxShared
+
+// Linger is how long the delivery goroutine may wait, after a large
+// batch, before it takes the next.
+const Linger = linger

@@ -72,13 +72,17 @@ type Options struct {
 	// happened, from the Router's own delivery goroutine: never under the
 	// router's lock and never on the goroutine that made the transition,
 	// so what it costs delays events, not the calls that cause them. Calls
-	// are serial. It may call back into the Router.
+	// are serial. It may call back into the Router. A sparse stream of
+	// events is delivered at once; a dense one (64 or more events a round)
+	// in rounds about a millisecond apart, so that callers need not wake
+	// the delivery goroutine for each: an event then waits up to about a
+	// millisecond, plus the hooks' own time.
 	//
-	// Up to 4096 events wait for delivery. Beyond that Enqueue,
+	// Up to 16384 events wait for delivery. Beyond that Enqueue,
 	// TryAcquire and Acquire wait until delivery has brought the backlog
 	// down to half, so a hook slower than the event rate slows the
 	// producers of new work (and bounds the memory events hold: beyond
-	// 4096, only the leases already granted add events, one per heartbeat
+	// 16384, only the leases already granted add events, one per heartbeat
 	// and a few when each ends); lease operations (Heartbeat, Complete,
 	// Fail, Release, KeepAlive's and Run's heartbeats) and Cancel never
 	// wait, so a worker never loses a lease because hooks are slow (only a

@@ -68,22 +68,13 @@ type Router[T any] struct {
 	// reads a test switch.
 	current func(j *job[T], l *Lease[T]) bool
 
-	// Event delivery (event.go), all guarded by mu.
-	outbox      []record      // events waiting for the delivery goroutine, in order
-	spare       []record      // the last batch's memory, for the next outbox
-	inflight    int           // events of the batch in delivery not yet delivered
-	deliverIdle bool          // the delivery goroutine waits for deliverKick
-	room        chan struct{} // closed when the backlog is down to half; nil unless a producer waits
-	deliverer   uint64        // the delivery goroutine's ID, so a hook calling back is recognised
-	batch       []record      // the batch in delivery; nil between batches
-	// cur is the delivery goroutine's place in batch, written per event by
-	// it alone (not guarded). A separate allocation: on a cache line of the
-	// Router's, every event delivered would steal the line the callers'
-	// next emit writes (measured: about 10% of BenchmarkLifecycleHooked).
-	cur *cursor
-
-	deliverKick  chan struct{} // wakes the idle delivery goroutine; cap 1
-	deliveryDone chan struct{} // closed when the delivery goroutine ends
+	// Event delivery (event.go). outbox and room are guarded by mu; the
+	// rest of the delivery goroutine's state is in dl, a separate
+	// allocation so that its writes do not steal the cache lines the
+	// callers' critical sections use.
+	outbox []record      // events emitted and not yet handed to the delivery goroutine, in order
+	room   chan struct{} // closed when the backlog is down to half; nil unless a producer waits
+	dl     *delivery     // nil without hooks
 }
 
 // New returns a running Router. Zero Options fields get their defaults; a
@@ -113,10 +104,8 @@ func New[T any](opts Options) (*Router[T], error) {
 	r.lastToken = max(opts.TokenFloor, Token(max(r.epoch.UnixNano(), 0)))
 	r.reaper.Go(r.reap)
 	if r.hooked {
-		r.deliverKick = make(chan struct{}, 1)
-		r.deliveryDone = make(chan struct{})
-		r.cur = new(cursor)
-		go r.deliverLoop() // owned by Close, which waits on deliveryDone
+		r.dl = &delivery{kick: make(chan struct{}, 1), done: make(chan struct{})}
+		go r.deliverLoop() // owned by Close, which waits on dl.done
 	}
 	return r, nil
 }
@@ -405,7 +394,7 @@ func (r *Router[T]) Close(ctx context.Context) error {
 	r.mu.Lock()
 	// Close from an OnEvent hook must not wait for the delivery it is part
 	// of: the delivery goroutine goes on once the hook returns.
-	fromHook := r.hooked && goid.Current() == r.deliverer
+	fromHook := r.hooked && goid.Current() == r.dl.goid.Load()
 	if r.phase != phaseOpen {
 		r.unlockAndDeliver()
 		if !fromHook {
@@ -468,7 +457,7 @@ func (r *Router[T]) waitClosed(ctx context.Context) bool {
 	if !r.hooked {
 		return waitFor(ctx, r.done)
 	}
-	return waitFor(ctx, r.done) && waitFor(ctx, r.deliveryDone)
+	return waitFor(ctx, r.done) && waitFor(ctx, r.dl.done)
 }
 
 // waitFor waits until ch is closed or ctx is done, and reports whether ch

@@ -54,6 +54,6 @@ func PlantSkipTokenCheck[T any](r *Router[T]) {
 // later batch's block keeps alive.
 const MaxShared = maxShared
 
-// Linger is how long the delivery goroutine may wait, after a large
-// batch, before it takes the next.
-const Linger = linger
+// ProgressEvery is how many events the delivery goroutine delivers between
+// reports of its progress.
+const ProgressEvery = progressEvery

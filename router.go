@@ -68,13 +68,16 @@ type Router[T any] struct {
 	// reads a test switch.
 	current func(j *job[T], l *Lease[T]) bool
 
-	// Event delivery (event.go). outbox and room are guarded by mu; the
+	// Event delivery (delivery.go). outbox, room and flush are guarded by mu; the
 	// rest of the delivery goroutine's state is in dl, a separate
 	// allocation so that its writes do not steal the cache lines the
 	// callers' critical sections use.
-	outbox []record      // events emitted and not yet handed to the delivery goroutine, in order
-	room   chan struct{} // closed when the backlog is down to half; nil unless a producer waits
-	dl     *delivery     // nil without hooks
+	outbox  []record      // events emitted and not yet handed to the delivery goroutine, in order
+	room    chan struct{} // closed when the backlog is down to half; nil unless a producer waits
+	pushed  uint64        // events recorded since New (Flush waits for them)
+	flush   chan struct{} // closed when flushAt events are delivered; nil unless Flush waits
+	flushAt uint64
+	dl      *delivery // nil without hooks
 }
 
 // New returns a running Router. Zero Options fields get their defaults; a

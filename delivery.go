@@ -1,0 +1,528 @@
+package leaserouter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"github.com/leaserouter/leaserouter/internal/goid"
+)
+
+// eventBacklog bounds the events waiting for delivery that new work may
+// add: Enqueue, TryAcquire, Acquire (and Run taking its next job) wait
+// while this many are undelivered, until delivery has brought the backlog
+// down to half (so a steady overload wakes producers in batches, not one
+// per event); the reaper waits between batches of a mass expiry. Lease
+// operations and Cancel never wait: their events come from jobs and leases
+// the router already holds, a few per lease when it ends plus one per
+// heartbeat, so while the producers wait the backlog grows only at the
+// heartbeat rate of the leases already granted. It holds a linger's worth
+// of events at the rate one caller makes them (about 7,500 in a
+// millisecond of BenchmarkLifecycleHooked) with room to spare, so a dense
+// stream wakes the delivery goroutine early rarely (see linger); 16384
+// events are about 1.3 MB.
+const eventBacklog = 16384
+
+// progressEvery is how many events the delivery goroutine delivers between
+// updates of the backlog (an atomic add), so that waiting producers get
+// room while a large batch is still being delivered.
+const progressEvery = 256
+
+// idleKeep is the capacity, in events, of the buffers the delivery
+// machinery keeps for reuse when it goes idle; larger ones, left by a
+// burst, are dropped so that their memory comes back.
+const idleKeep = 1024
+
+// unlockAndDeliver releases r.mu, the end of every critical section, and
+// sees that the events it emitted get delivered: if the delivery goroutine
+// has asked for a batch, the outbox is handed to it (handOff), and woken
+// if it sleeps. It never calls a hook itself, so the caller's latency does
+// not depend on them.
+func (r *Router[T]) unlockAndDeliver() {
+	wake := (len(r.outbox) > 0 || r.phase == phaseClosed) && r.handOff()
+	r.mu.Unlock()
+	if wake {
+		select {
+		case r.dl.kick <- struct{}{}:
+		default: // a kick it has not taken yet wakes it as well
+		}
+	}
+}
+
+// delivery is the delivery goroutine's side of the hand-off. The
+// goroutine asks for a batch by moving state away from deliverBusy; the
+// caller that next releases r.mu with events waiting puts them in handed
+// and swaps state back to deliverBusy (handOff), and wakes the goroutine
+// if it sleeps. So a dense stream of events is handed over without the
+// goroutine ever queueing on r.mu and without a wake-up per batch: a
+// goroutine asleep on a sync.Mutex or a channel is woken by a system call
+// of the goroutine that frees it (measured: tens of microseconds on a
+// 2-core virtual machine, most of BenchmarkLifecycleHooked's cost when
+// each batch needed one), and that goroutine would be a caller.
+type delivery struct {
+	state     atomic.Int32  // deliverBusy, deliverWants, deliverLingers or deliverIdle
+	inflight  atomic.Int64  // events handed over and not yet delivered
+	delivered atomic.Uint64 // events delivered since New (for Flush)
+	waiting   atomic.Bool   // a caller waits for progress (r.room or r.flush): the goroutine must look (progressed) and not linger
+	goid      atomic.Uint64 // the delivery goroutine's, so a hook calling back is recognised
+	handed    []record      // the batch handed over; written before state is swapped to deliverBusy
+	returned  []record      // the last batch's memory, for the next outbox; written before state leaves deliverBusy
+	batch     []record      // the batch in delivery; nil between batches (the goroutine's own)
+	cur       cursor        // the goroutine's place in batch (its own)
+	kick      chan struct{} // wakes the goroutine asleep in deliverLingers or deliverIdle; cap 1
+	done      chan struct{} // closed when the goroutine ends
+}
+
+// The delivery goroutine's states.
+const (
+	deliverBusy    = iota // delivering, or deciding how to wait: nothing is handed over
+	deliverWants          // awake, waiting for the next caller to hand over its events
+	deliverLingers        // asleep until linger passes: hand over and wake it only when half the backlog waits
+	deliverIdle           // asleep: hand over and wake it at the next event
+)
+
+// lingerAbove and linger decide how the delivery goroutine waits once it
+// has delivered a batch. After a batch of at least lingerAbove events, a
+// sign of a dense stream, it lingers: it sleeps for linger (the OS may
+// round it up, to a millisecond on Linux) so that the events of that time
+// come in one batch without a wake-up, and callers wake it early only
+// when half the backlog waits. After a smaller batch, or from a linger
+// that found nothing, it waits idle, woken by the next event, so a sparse
+// stream is delivered at once. Under a dense stream an event thus reaches
+// the hooks within about a millisecond plus the hooks' own time.
+const (
+	lingerAbove = 64
+	linger      = 500 * time.Microsecond
+)
+
+// wantTries bounds how many times the delivery goroutine yields while it
+// waits, awake, for a caller to hand over the events of a linger, before it
+// takes the lock and looks itself (the stream has paused).
+const wantTries = 32
+
+// handOff gives the outbox to the delivery goroutine if it has asked for a
+// batch (an empty one once the Router is closed, so that it ends), and
+// reports whether the goroutine sleeps and must be woken. The caller holds
+// r.mu.
+func (r *Router[T]) handOff() (wake bool) {
+	d := r.dl
+	if d == nil {
+		return false
+	}
+	switch d.state.Load() {
+	case deliverBusy:
+		return false
+	case deliverLingers:
+		if len(r.outbox) < eventBacklog/2 && r.phase != phaseClosed && r.flush == nil {
+			return false
+		}
+	}
+	// The batch is in place before the swap publishes it. Only this caller
+	// (holding r.mu) moves state to deliverBusy, and only the goroutine
+	// moves it away (perhaps from deliverLingers to deliverWants
+	// meanwhile): the swap returns the state to act on.
+	d.inflight.Add(int64(len(r.outbox)))
+	d.handed, r.outbox, d.returned = r.outbox, d.returned, nil
+	return d.state.Swap(deliverBusy) != deliverWants
+}
+
+// deliverLoop is the Router's delivery goroutine, started by New when
+// OnEvent or Logger is set and ended by Close once every event is
+// delivered. It takes the outbox as a batch and calls the hooks outside the
+// lock, so events reach them in the order of the transitions and a hook
+// that calls back into the Router appends to the queue this goroutine will
+// drain next instead of deadlocking.
+func (r *Router[T]) deliverLoop() {
+	d := r.dl
+	goexit := true // until the loop returns: a hook called runtime.Goexit
+	defer func() {
+		if goexit {
+			r.resumeAfterGoexit()
+			return
+		}
+		close(d.done)
+	}()
+	d.goid.Store(goid.Current())
+	lingering := false
+	timer := time.NewTimer(linger)
+	defer timer.Stop()
+	for {
+		if d.batch == nil {
+			batch, open := r.nextBatch(lingering, timer)
+			if !open {
+				goexit = false
+				return
+			}
+			if len(batch) == 0 {
+				lingering = false
+				continue
+			}
+			d.batch, d.cur = batch, cursor{}
+		}
+		batch, c := d.batch, &d.cur
+		if c.report != "" { // left by a delivery goroutine a hook ended
+			msg := c.report
+			c.report = ""
+			r.reportFrom(c, msg, c.reportJob)
+		}
+		for c.i < len(batch) {
+			r.deliverFrom(batch, c)
+		}
+		clear(batch) // drop references to errors and IDs; emit relies on zero slots
+		d.batch = nil
+		r.delivered(c)
+		lingering = len(batch) >= lingerAbove
+		if cap(batch) <= 2*eventBacklog {
+			d.returned = batch[:0] // reuse it, unless a burst made it large
+		}
+	}
+}
+
+// nextBatch waits for the next batch of events and returns it, possibly
+// empty; open is false once the Router is closed and every event is
+// delivered. After a large batch it lingers (see linger), else, or when
+// the linger brought nothing, it takes r.mu, takes what waits, or sleeps
+// until a caller hands events over.
+func (r *Router[T]) nextBatch(lingering bool, timer *time.Timer) (batch []record, open bool) {
+	d := r.dl
+	if lingering && !d.waiting.Load() && !closed(r.closing) {
+		select {
+		case <-d.kick: // left by a hand-off that raced a timer: it would cut this linger short
+		default:
+		}
+		d.state.Store(deliverLingers)
+		// Looked at again after the store: a caller that began to wait
+		// before it sees deliverLingers and hands over what waits.
+		if !d.waiting.Load() && !closed(r.closing) {
+			timer.Reset(linger)
+			select {
+			case <-d.kick:
+			case <-timer.C:
+			}
+		}
+		if d.state.CompareAndSwap(deliverLingers, deliverWants) {
+			// Nothing handed over yet: the next caller to release r.mu
+			// will, unless the stream has paused.
+			for i := 0; i < wantTries && d.state.Load() == deliverWants; i++ {
+				runtime.Gosched()
+			}
+		}
+		if d.state.Load() == deliverBusy {
+			return d.take(), true
+		}
+	}
+	r.mu.Lock()
+	if d.handed != nil { // handed over after the linger gave up, before the lock
+		r.mu.Unlock()
+		return d.take(), true
+	}
+	if len(r.outbox) > 0 {
+		d.state.Store(deliverBusy)
+		d.inflight.Add(int64(len(r.outbox)))
+		batch, r.outbox, d.returned = r.outbox, d.returned, nil
+		r.mu.Unlock()
+		return batch, true
+	}
+	r.progressed() // nothing waits: whoever waits for progress has it
+	if r.phase == phaseClosed {
+		d.state.Store(deliverBusy)
+		r.mu.Unlock()
+		return nil, false
+	}
+	if cap(r.outbox) > idleKeep {
+		r.outbox = nil
+	}
+	if cap(d.returned) > idleKeep {
+		d.returned = nil
+	}
+	d.state.Store(deliverIdle)
+	r.mu.Unlock()
+	for d.state.Load() != deliverBusy {
+		<-d.kick // a kick left from a linger may come first: look again
+	}
+	return d.take(), true
+}
+
+// take returns the batch a caller handed over. The caller saw state
+// deliverBusy after asking for a batch.
+func (d *delivery) take() []record {
+	batch := d.handed
+	d.handed = nil
+	return batch
+}
+
+// closed reports whether ch is closed.
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// resumeAfterGoexit runs as the delivery goroutine ends because a hook
+// called runtime.Goexit (t.FailNow in a test's OnEvent, say): it counts
+// that as a panic of the hook, steps past it as deliverFrom steps past a
+// panic, and starts a delivery goroutine to go on from there, so events
+// are neither lost nor stuck and Close still finds a goroutine to wait for.
+func (r *Router[T]) resumeAfterGoexit() {
+	d := r.dl
+	c := &d.cur
+	c.panics++
+	if c.reporting { // the Logger ended it while reporting: the cursor is already past that
+		c.reporting = false
+		go r.deliverLoop()
+		return
+	}
+	rec := &d.batch[c.i]
+	hook := "OnEvent"
+	if c.logger {
+		hook = "Logger handler"
+		c.i++
+	}
+	c.logger = !c.logger
+	c.report, c.reportJob = fmt.Sprintf("leaserouter: %s called runtime.Goexit on %s", hook, rec.kind), rec.jobID
+	go r.deliverLoop() // owned by Close, as the one it replaces
+}
+
+// cursor is the delivery goroutine's place in a batch.
+type cursor struct {
+	i         int    // the record being delivered
+	logged    int    // records counted as delivered (inflight updated)
+	logger    bool   // OnEvent is done with record i: the Logger is next
+	reporting bool   // in reportFrom: a Goexit now is the Logger's, and the cursor is already past it
+	panics    int    // hook panics not yet counted in Stats
+	report    string // a report for the next delivery goroutine to log
+	reportJob string
+}
+
+// delivered records the progress of c through its batch and, when a
+// caller waits for progress or hooks panicked, takes r.mu to count the
+// panics and let the caller go on (progressed). Called by the delivery
+// goroutine, without r.mu.
+func (r *Router[T]) delivered(c *cursor) {
+	d := r.dl
+	n := c.i - c.logged
+	c.logged = c.i
+	d.inflight.Add(-int64(n))
+	d.delivered.Add(uint64(n))
+	if c.panics == 0 && !d.waiting.Load() {
+		return
+	}
+	r.mu.Lock()
+	r.stats.CallbackPanics += uint64(c.panics)
+	c.panics = 0
+	r.progressed()
+	r.mu.Unlock() // not unlockAndDeliver: this goroutine is busy, nothing to hand it
+}
+
+// progressed lets go the callers that wait for delivery: producers waiting
+// for room once the backlog is down to half, Flush once every event it
+// waits for is delivered. The caller holds r.mu.
+func (r *Router[T]) progressed() {
+	d := r.dl
+	if r.room != nil && r.backlog() <= eventBacklog/2 {
+		close(r.room)
+		r.room = nil
+	}
+	if r.flush != nil && d.delivered.Load() >= r.flushAt {
+		close(r.flush)
+		r.flush = nil
+	}
+	d.waiting.Store(r.room != nil || r.flush != nil)
+}
+
+// errDone is awaitRoom's report that its done channel fired.
+var errDone = errors.New("leaserouter: done")
+
+// awaitRoom waits while the event backlog is full, for a producer of new
+// work (Enqueue, TryAcquire, Acquire). It is called with r.mu held and the
+// Router open, and returns with r.mu held: nil when there is room (or the
+// Router has no hooks, or the caller is the delivery goroutine itself, an
+// OnEvent calling back, which must not wait for its own delivery),
+// ErrClosed if the Router closed meanwhile, or errDone if done fired first.
+func (r *Router[T]) awaitRoom(done <-chan struct{}) error {
+	for r.backlogFull() {
+		if goid.Current() == r.dl.goid.Load() {
+			return nil
+		}
+		room := r.roomChan()
+		r.unlockAndDeliver() // hands the full outbox over
+		select {
+		case <-room:
+		case <-r.closing:
+		case <-done:
+			r.mu.Lock()
+			return errDone
+		}
+		r.mu.Lock()
+		if r.phase != phaseOpen {
+			return ErrClosed
+		}
+	}
+	return nil
+}
+
+// backlog is how many events wait for delivery. The caller holds r.mu.
+func (r *Router[T]) backlog() int {
+	return len(r.outbox) + int(r.dl.inflight.Load())
+}
+
+// backlogFull reports whether eventBacklog events wait for delivery. The
+// caller holds r.mu.
+func (r *Router[T]) backlogFull() bool {
+	return r.hooked && r.backlog() >= eventBacklog
+}
+
+// roomChan returns the channel closed when the backlog is down to half,
+// and tells the delivery goroutine that a producer waits. The caller holds
+// r.mu.
+func (r *Router[T]) roomChan() chan struct{} {
+	if r.room == nil {
+		r.room = make(chan struct{})
+		r.dl.waiting.Store(true)
+	}
+	return r.room
+}
+
+// deliverFrom calls the hooks for batch[c.i:], in order, and updates the
+// backlog every progressEvery records. A panic in OnEvent or in the
+// Logger's handler is recovered and reported, and delivery resumes where
+// it stopped (the Logger still gets the event whose OnEvent panicked), so
+// one bad hook can neither stop delivery nor reach the goroutine that
+// caused the event. Recovery is set up once per call, not per event.
+func (r *Router[T]) deliverFrom(batch []record, c *cursor) {
+	defer func() {
+		if p := recover(); p != nil {
+			c.panics++
+			rec := &batch[c.i]
+			if !c.logger {
+				c.logger = true // moved on before reporting, which calls the Logger
+				r.reportFrom(c, fmt.Sprintf("leaserouter: OnEvent panicked on %s: %v", rec.kind, p), rec.jobID)
+				return
+			}
+			// Not through the Logger that just panicked.
+			reportTo(slog.Default(), fmt.Sprintf("leaserouter: Logger handler panicked on %s: %v", rec.kind, p), rec.jobID)
+			c.i, c.logger = c.i+1, false
+		}
+	}()
+	onEvent, logger := r.opts.OnEvent, r.opts.Logger
+	for ; c.i < len(batch); c.i, c.logger = c.i+1, false {
+		if c.i-c.logged >= progressEvery {
+			r.delivered(c)
+		}
+		rec := &batch[c.i]
+		if rec.kind == kindReport {
+			if !c.logger {
+				c.logger = true
+				r.reportFrom(c, rec.err.Error(), rec.jobID)
+			}
+			continue
+		}
+		e := r.event(rec)
+		if !c.logger && onEvent != nil {
+			onEvent(e)
+		}
+		c.logger = true
+		if logger != nil {
+			logEvent(logger, &e)
+		}
+	}
+}
+
+// reportPanic counts a recovered panic of a user callback and queues its
+// report for the delivery goroutine, so the caller never waits for the
+// Logger. It returns false when the Router has no delivery goroutine (and
+// no Logger): the caller then reports to slog.Default() itself, after
+// releasing the lock. The caller holds r.mu.
+func (r *Router[T]) reportPanic(err error, jobID string) (queued bool) {
+	r.stats.CallbackPanics++
+	if r.hooked {
+		rec := r.push()
+		rec.kind, rec.jobID, rec.err = kindReport, jobID, err
+	}
+	return r.hooked
+}
+
+// callRecovered calls f and returns what it panicked with, or nil.
+func callRecovered(f func()) (p any) {
+	defer func() { p = recover() }()
+	f()
+	return nil
+}
+
+// report logs a recovered panic of a user callback at level Error through
+// the Logger, or slog.Default() when none is set or when the Logger panics
+// too; it reports whether the Logger panicked (one more callback panic).
+func (r *Router[T]) report(msg, jobID string) (loggerPanicked bool) {
+	if l := r.opts.Logger; l != nil {
+		if reportTo(l, msg, jobID) {
+			return false
+		}
+		loggerPanicked = true
+	}
+	reportTo(slog.Default(), msg, jobID)
+	return loggerPanicked
+}
+
+// reportFrom is report called by the delivery goroutine at cursor c,
+// which has moved past what is reported, so that a Logger calling
+// runtime.Goexit here makes resumeAfterGoexit skip nothing more.
+func (r *Router[T]) reportFrom(c *cursor, msg, jobID string) {
+	c.reporting = true
+	if r.report(msg, jobID) {
+		c.panics++
+	}
+	c.reporting = false
+}
+
+// reportTo logs msg at level Error through l and reports whether it did
+// (l's handler did not panic).
+func reportTo(l *slog.Logger, msg, jobID string) bool {
+	return callRecovered(func() { l.Error(msg, "job_id", jobID) }) == nil
+}
+
+// Flush waits until every event of a transition made before the call has
+// been delivered, that is, OnEvent and the Logger have returned from it,
+// or until ctx is done (it then returns ctx.Err()). Delivery is
+// asynchronous, and under a dense stream goes in rounds about a
+// millisecond apart (see Options.OnEvent); Flush is for the moments that
+// must see every event so far: a test asserting on what its hooks saw (it
+// makes a testing/synctest bubble deterministic), a metrics scrape before
+// exit. Events of transitions made while it waits are not waited for. It
+// returns nil at once when neither OnEvent nor Logger is set, when called
+// from OnEvent or the Logger (delivery cannot wait for itself), and once
+// Close has delivered every event; during Close it waits as at any time. A
+// goroutine that OnEvent waits for must not call it (it would wait for
+// OnEvent). A nil ctx means context.Background(). Safe for concurrent use.
+func (r *Router[T]) Flush(ctx context.Context) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if !r.hooked || goid.Current() == r.dl.goid.Load() {
+		return nil
+	}
+	r.mu.Lock()
+	if r.dl.delivered.Load() >= r.pushed {
+		r.unlockAndDeliver()
+		return nil
+	}
+	if r.flush == nil {
+		r.flush = make(chan struct{})
+		r.dl.waiting.Store(true)
+	}
+	r.flushAt = r.pushed // the latest target: a wait for an earlier one ends later, never sooner
+	flushed := r.flush
+	r.unlockAndDeliver() // hands the outbox over even to a lingering goroutine
+	select {
+	case <-flushed:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

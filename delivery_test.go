@@ -1,0 +1,714 @@
+package leaserouter_test
+
+// Tests of event delivery (delivery.go): delivery by the Router's own
+// goroutine, off every caller's path; the hand-off and linger; the bounded
+// backlog; Flush; hooks that panic or call Close.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/leaserouter/leaserouter"
+)
+
+// gate is an OnEvent hook that blocks every call until opened, counting
+// the events it has seen.
+type gate struct {
+	open chan struct{}
+	seen atomic.Int64
+}
+
+func newGate() *gate { return &gate{open: make(chan struct{})} }
+
+func (g *gate) hook(leaserouter.Event) {
+	g.seen.Add(1)
+	<-g.open
+}
+
+// TestDeliveryOffLeasePath: with OnEvent stuck in a call, every lease
+// operation and Cancel still returns at once, and the events all arrive,
+// in order, once the hook moves again. (Before delivery had a goroutine of
+// its own, the caller that found events waiting delivered them: here the
+// first Heartbeat would block in the hook for good.)
+func TestDeliveryOffLeasePath(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newGate()
+		var mu sync.Mutex
+		var kinds []string
+		r := setup(t, leaserouter.Options{LeaseDuration: ld, Backoff: noBackoff, OnEvent: func(e leaserouter.Event) {
+			g.hook(e)
+			mu.Lock()
+			kinds = append(kinds, e.Kind.String())
+			mu.Unlock()
+		}})
+		for _, id := range []string{"a", "b", "c", "d"} {
+			require.NoError(t, r.Enqueue(id, ""))
+		}
+		synctest.Wait()
+		require.EqualValues(t, 1, g.seen.Load(), "the hook is stuck in its first call")
+
+		a, b, c, d := acquire(t, r, "w"), acquire(t, r, "w"), acquire(t, r, "w"), acquire(t, r, "w")
+		require.NoError(t, a.Heartbeat([]byte("cp")))
+		require.NoError(t, a.Complete())
+		require.NoError(t, b.Fail(errors.New("boom")))
+		require.NoError(t, c.Release())
+		require.NoError(t, r.Cancel("d"))
+		requireLost(t, d.Heartbeat(nil), d.Token, d.Token)
+		kctx, stop := leaserouter.KeepAlive(context.Background(), acquire(t, r, "w"), time.Second)
+		sleep(time.Second) // one KeepAlive heartbeat, through the stuck hook
+		require.NoError(t, kctx.Err())
+		stop()
+		synctest.Wait()
+		require.EqualValues(t, 1, g.seen.Load(), "still stuck: nothing above waited for it")
+
+		close(g.open)
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		require.Equal(t, []string{"enqueued", "enqueued", "enqueued", "enqueued",
+			"lease_acquired", "lease_acquired", "lease_acquired", "lease_acquired",
+			"lease_extended", "completed", "failed", "retry_scheduled", "released",
+			"canceled", "stale_rejected", "lease_acquired", "lease_extended"}, kinds)
+	})
+}
+
+// TestBacklogBounded: while the hook is stuck, Enqueue and TryAcquire wait
+// once EventBacklog events are undelivered, lease operations never do, and
+// the producers go on when the backlog is down to half.
+func TestBacklogBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newGate()
+		r := setup(t, leaserouter.Options{LeaseDuration: ld, OnEvent: g.hook})
+		require.NoError(t, r.Enqueue("held", ""))
+		held := acquire(t, r, "w")
+		n := 2 // events so far
+		for n < leaserouter.EventBacklog {
+			require.NoError(t, r.Enqueue(string(rune('a'+n%26))+time.Duration(n).String(), ""))
+			n++
+		}
+		enq := make(chan error, 1)
+		go func() { enq <- r.Enqueue("over", "") }()
+		try := make(chan error, 1)
+		go func() {
+			_, err := r.TryAcquire("w")
+			try <- err
+		}()
+		ctx, cancel := context.WithCancel(context.Background())
+		acq := goAcquire(ctx, r, "w")
+		synctest.Wait()
+		requireBlocked(t, enq)
+		requireBlocked(t, try)
+		requireBlocked(t, acq)
+
+		// Lease operations go on, adding to the backlog beyond the bound.
+		for range 10 {
+			sleep(time.Second)
+			require.NoError(t, held.Heartbeat(nil))
+		}
+		cancel()
+		synctest.Wait()
+		require.ErrorIs(t, receive(t, acq).err, context.Canceled, "Acquire waiting for room honours its ctx")
+		requireBlocked(t, enq)
+
+		close(g.open)
+		synctest.Wait()
+		require.NoError(t, receive(t, enq))
+		require.NoError(t, receive(t, try))
+		require.NoError(t, r.Flush(t.Context())) // after a batch that large, delivery lingers
+		require.EqualValues(t, leaserouter.EventBacklog+10+2, g.seen.Load())
+	})
+}
+
+// TestBacklogProducerFromHook: an OnEvent that enqueues while the backlog
+// is full is not made to wait for its own delivery.
+func TestBacklogProducerFromHook(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var r *router
+		release := make(chan struct{})
+		follow := make(chan error, 1)
+		r = setup(t, leaserouter.Options{OnEvent: func(e leaserouter.Event) {
+			if e.JobID == "first" && e.Kind == leaserouter.EventEnqueued {
+				<-release // let the test fill the backlog behind this event
+				follow <- r.Enqueue("follow-up", "")
+			}
+		}})
+		require.NoError(t, r.Enqueue("first", ""))
+		for i := range leaserouter.EventBacklog - 1 { // the backlog is full after these
+
+			require.NoError(t, r.Enqueue(time.Duration(i).String(), ""))
+		}
+		synctest.Wait()
+		close(release)
+		synctest.Wait()
+		require.NoError(t, receive(t, follow))
+		require.Equal(t, leaserouter.StatePending, get(t, r, "follow-up").State)
+	})
+}
+
+// panicHandler is a slog.Handler whose Handle panics.
+type panicHandler struct{ logRecorder }
+
+func (h *panicHandler) Handle(context.Context, slog.Record) error { panic("bad handler") }
+
+// useDefaultLogger makes slog.Default() write to h for the rest of the test.
+func useDefaultLogger(t *testing.T, h slog.Handler) {
+	old := slog.Default()
+	slog.SetDefault(slog.New(h))
+	t.Cleanup(func() { slog.SetDefault(old) })
+}
+
+// TestLoggerPanicRecovered: a Logger handler that panics never reaches the
+// caller; OnEvent goes on getting every event; the panics are counted and
+// reported to slog.Default(); Close returns at once.
+func TestLoggerPanicRecovered(t *testing.T) {
+	def := &logRecorder{}
+	useDefaultLogger(t, def)
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		r := setup(t, leaserouter.Options{Logger: slog.New(&panicHandler{}), OnEvent: rec.record})
+		require.NotPanics(t, func() { require.NoError(t, r.Enqueue("a", "")) })
+		require.NoError(t, acquire(t, r, "w").Complete())
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		t0 := time.Now()
+		require.NoError(t, r.Close(ctx))
+		require.Zero(t, time.Since(t0), "Close did not wait for its ctx")
+		require.Equal(t, []string{"enqueued", "lease_acquired", "completed"}, rec.kinds("a"))
+		require.EqualValues(t, 3, r.Stats().CallbackPanics)
+		require.Len(t, def.messages(), 3)
+		require.Contains(t, def.messages()[0], "Logger handler panicked on enqueued")
+	})
+}
+
+// TestOnEventPanicReported: a panicking OnEvent is reported through the
+// Logger at level Error and counted.
+func TestOnEventPanicReported(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := &logRecorder{}
+		r := setup(t, leaserouter.Options{Logger: slog.New(h), OnEvent: func(e leaserouter.Event) {
+			if e.Kind == leaserouter.EventEnqueued {
+				panic("bad hook")
+			}
+		}})
+		require.NoError(t, r.Enqueue("a", ""))
+		require.NoError(t, r.Close(context.Background()))
+		require.EqualValues(t, 1, r.Stats().CallbackPanics)
+		require.Equal(t, []string{"leaserouter: OnEvent panicked on enqueued: bad hook", "enqueued"}, h.messages())
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		require.Equal(t, slog.LevelError, h.recs[0].Level)
+	})
+}
+
+// TestCloseFromOnEvent: Close called from OnEvent, on an event of a
+// caller's transition or of the reaper's, returns without waiting for the
+// delivery it is part of (before, it waited for itself for ever); the
+// caller and a later Close return too, and every event is delivered.
+func TestCloseFromOnEvent(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		trigger leaserouter.EventKind
+	}{
+		{"caller's event", leaserouter.EventEnqueued},
+		{"reaper's event", leaserouter.EventLeaseExpired},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var r *router
+				closed := make(chan error, 1)
+				var took time.Duration
+				rec := &recorder{}
+				r = setup(t, leaserouter.Options{LeaseDuration: ld, OnEvent: func(e leaserouter.Event) {
+					rec.record(e)
+					if e.Kind == tt.trigger && e.JobID == "a" {
+						ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+						defer cancel()
+						t0 := time.Now()
+						closed <- r.Close(ctx)
+						took = time.Since(t0)
+					}
+				}})
+				require.NoError(t, r.Enqueue("a", ""))
+				if tt.trigger == leaserouter.EventLeaseExpired {
+					acquire(t, r, "crashed")
+					sleep(ld)
+				}
+				synctest.Wait()
+				require.NoError(t, receive(t, closed))
+				require.Zero(t, took, "Close from the hook returned at once")
+				require.ErrorIs(t, r.Enqueue("b", ""), leaserouter.ErrClosed)
+				require.NoError(t, r.Close(context.Background()))
+				want := []string{"enqueued"}
+				if tt.trigger == leaserouter.EventLeaseExpired {
+					want = []string{"enqueued", "lease_acquired", "lease_expired"}
+				}
+				require.Equal(t, want, rec.kinds("a"))
+			})
+		})
+	}
+}
+
+// TestCloseFromOnEventWhileReaperWaitsForRoom: a mass expiry filled the
+// backlog, so the reaper waits for room between batches, when OnEvent
+// calls Close, which waits for a lease that expires later. The reaper must
+// not wait for room once Close has begun, or no one settles that expiry
+// and Close (from the hook, so the room never comes) waits for ever.
+func TestCloseFromOnEventWhileReaperWaitsForRoom(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var block, closed atomic.Bool
+		release := make(chan struct{})
+		var r *router
+		r = setup(t, leaserouter.Options{LeaseDuration: ld, OnEvent: func(leaserouter.Event) {
+			if block.CompareAndSwap(true, false) {
+				<-release
+				_ = r.Close(context.Background())
+				closed.Store(true)
+			}
+		}})
+		n := leaserouter.EventBacklog + 1000
+		for i := range n {
+			require.NoError(t, r.Enqueue(fmt.Sprint(i), ""))
+		}
+		require.NoError(t, r.Enqueue("late", ""))
+		for range n {
+			acquire(t, r, "crashed")
+		}
+		sleep(ld / 2)
+		acquire(t, r, "crashed") // "late", expiring ld/2 after the others
+		block.Store(true)
+		sleep(ld/2 + time.Millisecond) // the n expire: the reaper fills the backlog
+		require.GreaterOrEqual(t, leaserouter.Backlog(r), leaserouter.EventBacklog)
+		close(release)
+		sleep(ld)
+		require.True(t, closed.Load(), "Close from the hook still waiting for the drain")
+	})
+}
+
+// TestOnEventGoexitRecovered: a hook that calls runtime.Goexit (t.FailNow
+// in a test's OnEvent) ends the delivery goroutine; a new one goes on
+// from the next event, so no event is lost, producers are not left
+// waiting, and Close returns.
+func TestOnEventGoexitRecovered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := &logRecorder{}
+		rec := &recorder{}
+		r := setup(t, leaserouter.Options{Logger: slog.New(h), OnEvent: func(e leaserouter.Event) {
+			if e.JobID == "a" && e.Kind == leaserouter.EventEnqueued {
+				runtime.Goexit()
+			}
+			rec.record(e)
+		}})
+		require.NoError(t, r.Enqueue("a", ""))
+		require.NoError(t, acquire(t, r, "w").Complete())
+		for i := range leaserouter.EventBacklog {
+			require.NoError(t, r.Enqueue(fmt.Sprint(i), ""), "producers are not left waiting")
+		}
+		require.NoError(t, r.Close(context.Background()))
+		require.Equal(t, []string{"lease_acquired", "completed"}, rec.kinds("a"))
+		require.Len(t, rec.all(), leaserouter.EventBacklog+2)
+		require.EqualValues(t, 1, r.Stats().CallbackPanics)
+		msgs := h.messages()
+		require.Equal(t, []string{"leaserouter: OnEvent called runtime.Goexit on enqueued", "enqueued"}, msgs[:2],
+			"reported, and the Logger still got the event")
+	})
+}
+
+// TestCloseHonoursCtxWithStuckHook: a hook that never returns cannot hold
+// Close beyond its ctx; a second Close waits for delivery to end.
+func TestCloseHonoursCtxWithStuckHook(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newGate()
+		r := setup(t, leaserouter.Options{OnEvent: g.hook})
+		require.NoError(t, r.Enqueue("a", ""))
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		t0 := time.Now()
+		require.ErrorIs(t, r.Close(ctx), context.DeadlineExceeded)
+		require.Equal(t, 300*time.Millisecond, time.Since(t0))
+		again := goClose(context.Background(), r)
+		synctest.Wait()
+		requireBlocked(t, again)
+		close(g.open)
+		synctest.Wait()
+		require.NoError(t, receive(t, again))
+	})
+}
+
+// TestBackoffPanicRecovered: a Backoff that panics does not leave the
+// router locked; the retry uses DefaultBackoff and the panic is reported
+// and counted.
+func TestBackoffPanicRecovered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := &logRecorder{}
+		r := setup(t, leaserouter.Options{Logger: slog.New(h), Backoff: func(int) time.Duration { panic("bad backoff") }})
+		require.NoError(t, r.Enqueue("a", ""))
+		l := acquire(t, r, "w")
+		require.NotPanics(t, func() { require.NoError(t, l.Fail(errors.New("boom"))) })
+		j := get(t, r, "a")
+		require.Equal(t, leaserouter.StateScheduled, j.State)
+		// DefaultBackoff(1) is in [0.5s, 1s).
+		wait := time.Until(j.RunAt)
+		require.GreaterOrEqual(t, wait, 500*time.Millisecond)
+		require.Less(t, wait, time.Second)
+		require.NoError(t, r.Enqueue("b", ""), "the router is not left locked")
+		require.EqualValues(t, 1, r.Stats().CallbackPanics)
+		synctest.Wait()
+		require.Contains(t, h.messages(), "leaserouter: Backoff(1) panicked: bad backoff; used DefaultBackoff")
+	})
+}
+
+// TestBackoffPanicWithoutLogger: with no Logger the report goes to
+// slog.Default().
+func TestBackoffPanicWithoutLogger(t *testing.T) {
+	def := &logRecorder{}
+	useDefaultLogger(t, def)
+	synctest.Test(t, func(t *testing.T) {
+		r := setup(t, leaserouter.Options{Backoff: func(int) time.Duration { panic("bad backoff") }})
+		require.NoError(t, r.Enqueue("a", ""))
+		require.NoError(t, acquire(t, r, "w").Fail(nil))
+		require.Equal(t, leaserouter.StateScheduled, get(t, r, "a").State)
+		require.Equal(t, []string{"leaserouter: Backoff(1) panicked: bad backoff; used DefaultBackoff"}, def.messages())
+	})
+}
+
+// spin2us is an OnEvent hook that costs 2µs of CPU, like a metrics hook
+// doing a little work per event.
+func spin2us(leaserouter.Event) {
+	for t0 := time.Now(); time.Since(t0) < 2*time.Microsecond; {
+	}
+}
+
+// heartbeatsUnderLoad runs two producers looping Enqueue + TryAcquire +
+// Complete on a Router with hook (nil for none) while a lease of duration
+// lease is heartbeated every interval, n times, and returns each
+// heartbeat's latency and error.
+func heartbeatsUnderLoad(tb testing.TB, hook func(leaserouter.Event), lease, interval time.Duration, n int) ([]time.Duration, []error) {
+	r, err := leaserouter.New[int](leaserouter.Options{LeaseDuration: lease, Retention: -1, OnEvent: hook})
+	require.NoError(tb, err)
+	defer r.Close(context.Background())
+	require.NoError(tb, r.Enqueue("held", 0, leaserouter.WithPriority(1)))
+	held, err := r.TryAcquire("keeper")
+	require.NoError(tb, err)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for p := range 2 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_ = r.Enqueue(strconv.Itoa(p)+"-"+strconv.Itoa(i), i)
+				if l, err := r.TryAcquire("producer"); err == nil {
+					_ = l.Complete()
+				}
+			}
+		})
+	}
+	lat := make([]time.Duration, 0, n)
+	var errs []error
+	tick := time.NewTicker(interval)
+	for range n {
+		<-tick.C
+		t0 := time.Now()
+		err := held.Heartbeat(nil)
+		lat = append(lat, time.Since(t0))
+		errs = append(errs, err)
+	}
+	tick.Stop()
+	close(stop)
+	wg.Wait()
+	_ = held.Release() // so Close need not wait for it
+	return lat, errs
+}
+
+// TestHeartbeatUnaffectedByHookLoad, in real time because the defect was
+// about real scheduling: with a 2µs OnEvent and two goroutines producing
+// events as fast as they can, an 80ms lease heartbeated every 10ms is never
+// lost. (Before, the heartbeating goroutine delivered the others' events
+// and lost its lease by the 5th to 7th heartbeat.)
+func TestHeartbeatUnaffectedByHookLoad(t *testing.T) {
+	lat, errs := heartbeatsUnderLoad(t, spin2us, 80*time.Millisecond, 10*time.Millisecond, 30)
+	for i, err := range errs {
+		require.NoError(t, err, "heartbeat %d (latency %v)", i+1, lat[i])
+	}
+	slices.Sort(lat)
+	t.Logf("heartbeat latency p50 %v, max %v", lat[len(lat)/2], lat[len(lat)-1])
+}
+
+// BenchmarkHeartbeatLatency reports Heartbeat latency (p50-µs, p99-µs)
+// under two busy producers, with no hook and with a 2µs hook; the second
+// must stay within 2 × the first. One heartbeat per millisecond of a 1s
+// lease (so ns/op is about a millisecond and says nothing); run with
+// -benchtime 2000x for stable percentiles.
+func BenchmarkHeartbeatLatency(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		hook func(leaserouter.Event)
+	}{{"no-hook", nil}, {"hook-2us", spin2us}} {
+		b.Run(bc.name, func(b *testing.B) {
+			lat, errs := heartbeatsUnderLoad(b, bc.hook, time.Second, time.Millisecond, b.N)
+			require.NoError(b, errors.Join(errs...))
+			slices.Sort(lat)
+			us := func(q float64) float64 { return float64(lat[int(q*float64(len(lat)-1))]) / 1e3 }
+			b.ReportMetric(us(0.5), "p50-µs")
+			b.ReportMetric(us(0.99), "p99-µs")
+		})
+	}
+}
+
+// TestBackoffPanicAfterClose: a Fail refused after Close changes no count,
+// even when Backoff panics; the panic is still reported.
+func TestBackoffPanicAfterClose(t *testing.T) {
+	def := &logRecorder{}
+	useDefaultLogger(t, def)
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		r := setup(t, leaserouter.Options{OnEvent: rec.record, Backoff: func(int) time.Duration { panic("bad backoff") }})
+		require.NoError(t, r.Enqueue("a", ""))
+		l := acquire(t, r, "w")
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		require.ErrorIs(t, r.Close(ctx), context.Canceled)
+		require.NoError(t, r.Close(context.Background()))
+		before := r.Stats()
+		require.ErrorIs(t, l.Fail(errors.New("late")), leaserouter.ErrLeaseLost)
+		require.Equal(t, before, r.Stats(), "after Close nothing changes")
+		require.Equal(t, []string{"leaserouter: Backoff(1) panicked: bad backoff; used DefaultBackoff"}, def.messages())
+	})
+}
+
+// goexitHandler is a slog.Handler that calls runtime.Goexit on records at
+// or above min (as a test handler doing t.Fatal on errors would) and keeps
+// the rest.
+type goexitHandler struct {
+	logRecorder
+	min slog.Level
+}
+
+func (h *goexitHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level >= h.min {
+		runtime.Goexit()
+	}
+	return h.logRecorder.Handle(ctx, r)
+}
+
+func (h *goexitHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *goexitHandler) WithGroup(string) slog.Handler      { return h }
+
+// TestLoggerGoexitWhileReporting: a Logger that ends the delivery
+// goroutine while a panic is being reported through it, or on every
+// record, loses no event for OnEvent and crashes nothing. (Before, the
+// replacement goroutine blamed the next event, skipped hook calls and
+// indexed past the batch.)
+func TestLoggerGoexitWhileReporting(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		min      slog.Level
+		panicsOn string
+	}{
+		{"on reports of an OnEvent panic", slog.LevelError, "a"},
+		{"on every record", slog.LevelDebug, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := &goexitHandler{min: tt.min}
+				rec := &recorder{}
+				r := setup(t, leaserouter.Options{Logger: slog.New(h), OnEvent: func(e leaserouter.Event) {
+					if e.JobID == tt.panicsOn {
+						panic("bad hook")
+					}
+					rec.record(e)
+				}})
+				ids := []string{"a", "b", "c", "d"}
+				for _, id := range ids {
+					require.NoError(t, r.Enqueue(id, ""))
+				}
+				require.NoError(t, r.Close(context.Background()))
+				want := ids
+				if tt.panicsOn != "" {
+					want = ids[1:]
+				}
+				var got []string
+				for _, e := range rec.all() {
+					got = append(got, e.JobID)
+				}
+				require.Equal(t, want, got)
+				if tt.min == slog.LevelError {
+					require.Equal(t, []string{"enqueued", "enqueued", "enqueued", "enqueued"}, h.messages(),
+						"the Logger got every event, the one OnEvent panicked on included")
+				}
+			})
+		})
+	}
+}
+
+// TestStaleRetriesBoundBacklog: a stale holder retrying a refused
+// operation in a loop waits for room like a producer, so the backlog
+// stays bounded while the hook is stuck. Run's and KeepAlive's heartbeats
+// stop at their first refusal instead.
+func TestStaleRetriesBoundBacklog(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newGate()
+		r := setup(t, leaserouter.Options{LeaseDuration: ld, OnEvent: g.hook})
+		require.NoError(t, r.Enqueue("a", ""))
+		l := acquire(t, r, "w")
+		require.NoError(t, r.Cancel("a"))
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for range 2 * leaserouter.EventBacklog {
+				requireLost(t, l.Heartbeat(nil), l.Token, l.Token)
+			}
+		}()
+		synctest.Wait()
+		require.LessOrEqual(t, leaserouter.Backlog(r), leaserouter.EventBacklog, "the retries wait")
+		requireBlocked(t, done)
+		close(g.open)
+		synctest.Wait()
+		receive(t, done)
+	})
+}
+
+// errorPanicHandler is a slog.Handler that panics on records at level
+// Error and keeps the rest.
+type errorPanicHandler struct{ logRecorder }
+
+func (h *errorPanicHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelError {
+		panic("bad handler")
+	}
+	return h.logRecorder.Handle(ctx, r)
+}
+
+// TestReportFallsBackWhenLoggerPanics: the report of an OnEvent panic goes
+// to slog.Default() when the Logger panics on it, and both panics count.
+func TestReportFallsBackWhenLoggerPanics(t *testing.T) {
+	def := &logRecorder{}
+	useDefaultLogger(t, def)
+	synctest.Test(t, func(t *testing.T) {
+		h := &errorPanicHandler{}
+		r := setup(t, leaserouter.Options{Logger: slog.New(h), OnEvent: func(leaserouter.Event) { panic("bad hook") }})
+		require.NoError(t, r.Enqueue("a", ""))
+		require.NoError(t, r.Close(context.Background()))
+		require.Equal(t, []string{"leaserouter: OnEvent panicked on enqueued: bad hook"}, def.messages())
+		require.Equal(t, []string{"enqueued"}, h.messages())
+		require.EqualValues(t, 2, r.Stats().CallbackPanics)
+	})
+}
+
+// TestFlushDenseStream: after a dense stream delivery lingers, so events
+// may wait after synctest.Wait; Flush waits for every event so far, at
+// once (the fake clock does not move: no linger is waited out) and the
+// same in every run.
+func TestFlushDenseStream(t *testing.T) {
+	for range 20 {
+		synctest.Test(t, func(t *testing.T) {
+			var seen atomic.Int64
+			r := setup(t, leaserouter.Options{OnEvent: func(leaserouter.Event) { seen.Add(1) }})
+			t0 := time.Now()
+			const n = 2000
+			for i := range n {
+				require.NoError(t, r.Enqueue(strconv.Itoa(i), ""))
+			}
+			require.NoError(t, r.Flush(t.Context()))
+			require.EqualValues(t, n, seen.Load())
+			require.Zero(t, time.Since(t0), "Flush waited out a linger")
+			for i := range n / 2 {
+				l, err := r.TryAcquire("w")
+				require.NoError(t, err)
+				require.NoError(t, l.Complete(), i)
+			}
+			require.NoError(t, r.Flush(nil))
+			require.EqualValues(t, 2*n, seen.Load())
+			require.Zero(t, time.Since(t0))
+		})
+	}
+}
+
+// TestFlushEdges: Flush without hooks, from OnEvent, with a ctx done
+// while a hook is stuck, and after Close.
+func TestFlushEdges(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		plain := setup(t, leaserouter.Options{})
+		require.NoError(t, plain.Enqueue("a", ""))
+		require.NoError(t, plain.Flush(t.Context()), "no hooks: nothing to wait for")
+
+		fromHook := make(chan error, 1)
+		var r *router
+		r = setup(t, leaserouter.Options{OnEvent: func(e leaserouter.Event) {
+			if e.JobID == "from-hook" {
+				fromHook <- r.Flush(context.Background())
+			}
+		}})
+		require.NoError(t, r.Enqueue("from-hook", ""))
+		synctest.Wait()
+		require.NoError(t, receive(t, fromHook), "from OnEvent: returns at once, no deadlock")
+
+		g := newGate()
+		stuck := setup(t, leaserouter.Options{OnEvent: g.hook})
+		require.NoError(t, stuck.Enqueue("b", ""))
+		ctx, cancel := context.WithCancel(t.Context())
+		flushed := make(chan error, 1)
+		go func() { flushed <- stuck.Flush(ctx) }()
+		synctest.Wait()
+		requireBlocked(t, flushed)
+		cancel()
+		synctest.Wait()
+		require.ErrorIs(t, receive(t, flushed), context.Canceled, "a stuck hook: Flush honours its ctx")
+		go func() { flushed <- stuck.Flush(t.Context()) }()
+		synctest.Wait()
+		requireBlocked(t, flushed)
+		close(g.open)
+		synctest.Wait()
+		require.NoError(t, receive(t, flushed))
+		require.EqualValues(t, 1, g.seen.Load())
+
+		require.NoError(t, stuck.Close(t.Context()))
+		require.NoError(t, stuck.Flush(t.Context()), "after Close: everything is delivered")
+	})
+}
+
+// TestFlushReturnsMidBatch: Flush returns once its events are delivered,
+// though the batch they came in goes on (here behind a stuck hook): the
+// delivery goroutine reports progress every ProgressEvery events, not
+// only between batches.
+func TestFlushReturnsMidBatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		first, last := make(chan struct{}), make(chan struct{})
+		r := setup(t, leaserouter.Options{OnEvent: func(e leaserouter.Event) {
+			switch e.JobID {
+			case "first":
+				<-first
+			case "last":
+				<-last
+			}
+		}})
+		require.NoError(t, r.Enqueue("first", "")) // delivery stops here
+		synctest.Wait()
+		for i := range leaserouter.ProgressEvery {
+			require.NoError(t, r.Enqueue(strconv.Itoa(i), ""))
+		}
+		flushed := make(chan error, 1)
+		go func() { flushed <- r.Flush(t.Context()) }()
+		synctest.Wait()
+		require.NoError(t, r.Enqueue("last", "")) // after Flush's events, in the same batch
+		close(first)
+		synctest.Wait()
+		require.NoError(t, receive(t, flushed), "Flush waits for the end of the batch")
+		close(last)
+	})
+}

@@ -789,6 +789,10 @@ func badCloseRows() []badRow {
 		badAfterClose("Enqueue", func(t *testing.T, fx *badFx) {
 			require.ErrorIs(t, fx.r.Enqueue("new", "p"), leaserouter.ErrClosed)
 		}),
+		badAfterClose("Flush (nil ctx, canceled ctx) returns nil: every event is delivered", func(t *testing.T, fx *badFx) {
+			require.NoError(t, fx.r.Flush(nilCtx))
+			require.NoError(t, fx.r.Flush(badCancelled()))
+		}),
 		badAfterClose("Enqueue of a known ID is ErrClosed, not counted as a duplicate", func(t *testing.T, fx *badFx) {
 			require.ErrorIs(t, fx.r.Enqueue("pending", "p"), leaserouter.ErrClosed)
 		}),

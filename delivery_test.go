@@ -632,7 +632,7 @@ func TestFlushDenseStream(t *testing.T) {
 				require.NoError(t, err)
 				require.NoError(t, l.Complete(), i)
 			}
-			require.NoError(t, r.Flush(nil))
+			require.NoError(t, r.Flush(nilCtx))
 			require.EqualValues(t, 2*n, seen.Load())
 			require.Zero(t, time.Since(t0))
 		})

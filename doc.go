@@ -54,7 +54,7 @@
 // Options.OnEvent receives every transition in order, from a delivery
 // goroutine of the Router's own, so hooks never slow a lease operation (at
 // most 16384 events wait; beyond that Enqueue and Acquire wait for
-// delivery). Each Event carries the durations it closes: Event.Wait on
+// delivery; Router.Flush waits until every event so far is delivered). Each Event carries the durations it closes: Event.Wait on
 // lease_acquired (how long the job was ready; with Event.Requeued, how long
 // it waited after its previous lease expired) and Event.Held when a lease
 // ends (on completed and failed, the job's run time). Options.Logger writes

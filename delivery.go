@@ -508,13 +508,17 @@ func (r *Router[T]) Flush(ctx context.Context) error {
 		return nil
 	}
 	r.mu.Lock()
+	// waiting before delivered is read: the delivery goroutine adds to
+	// delivered before it reads waiting, so either this sees its count or
+	// it sees this wait (and does not linger).
+	r.dl.waiting.Store(true)
 	if r.dl.delivered.Load() >= r.pushed {
+		r.dl.waiting.Store(r.room != nil || r.flush != nil)
 		r.unlockAndDeliver()
 		return nil
 	}
 	if r.flush == nil {
 		r.flush = make(chan struct{})
-		r.dl.waiting.Store(true)
 	}
 	r.flushAt = r.pushed // the latest target: a wait for an earlier one ends later, never sooner
 	flushed := r.flush

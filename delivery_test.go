@@ -1,8 +1,8 @@
 package leaserouter_test
 
 // Tests of event delivery (delivery.go): delivery by the Router's own
-// goroutine, off every caller's path; the hand-off and linger; the bounded
-// backlog; Flush; hooks that panic or call Close.
+// goroutine, off every caller's path; the hand-off and linger; hooks that
+// panic or call Close.
 
 import (
 	"context"
@@ -81,79 +81,6 @@ func TestDeliveryOffLeasePath(t *testing.T) {
 			"lease_acquired", "lease_acquired", "lease_acquired", "lease_acquired",
 			"lease_extended", "completed", "failed", "retry_scheduled", "released",
 			"canceled", "stale_rejected", "lease_acquired", "lease_extended"}, kinds)
-	})
-}
-
-// TestBacklogBounded: while the hook is stuck, Enqueue and TryAcquire wait
-// once EventBacklog events are undelivered, lease operations never do, and
-// the producers go on when the backlog is down to half.
-func TestBacklogBounded(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		g := newGate()
-		r := setup(t, leaserouter.Options{LeaseDuration: ld, OnEvent: g.hook})
-		require.NoError(t, r.Enqueue("held", ""))
-		held := acquire(t, r, "w")
-		n := 2 // events so far
-		for n < leaserouter.EventBacklog {
-			require.NoError(t, r.Enqueue(string(rune('a'+n%26))+time.Duration(n).String(), ""))
-			n++
-		}
-		enq := make(chan error, 1)
-		go func() { enq <- r.Enqueue("over", "") }()
-		try := make(chan error, 1)
-		go func() {
-			_, err := r.TryAcquire("w")
-			try <- err
-		}()
-		ctx, cancel := context.WithCancel(context.Background())
-		acq := goAcquire(ctx, r, "w")
-		synctest.Wait()
-		requireBlocked(t, enq)
-		requireBlocked(t, try)
-		requireBlocked(t, acq)
-
-		// Lease operations go on, adding to the backlog beyond the bound.
-		for range 10 {
-			sleep(time.Second)
-			require.NoError(t, held.Heartbeat(nil))
-		}
-		cancel()
-		synctest.Wait()
-		require.ErrorIs(t, receive(t, acq).err, context.Canceled, "Acquire waiting for room honours its ctx")
-		requireBlocked(t, enq)
-
-		close(g.open)
-		synctest.Wait()
-		require.NoError(t, receive(t, enq))
-		require.NoError(t, receive(t, try))
-		require.NoError(t, r.Flush(t.Context())) // after a batch that large, delivery lingers
-		require.EqualValues(t, leaserouter.EventBacklog+10+2, g.seen.Load())
-	})
-}
-
-// TestBacklogProducerFromHook: an OnEvent that enqueues while the backlog
-// is full is not made to wait for its own delivery.
-func TestBacklogProducerFromHook(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		var r *router
-		release := make(chan struct{})
-		follow := make(chan error, 1)
-		r = setup(t, leaserouter.Options{OnEvent: func(e leaserouter.Event) {
-			if e.JobID == "first" && e.Kind == leaserouter.EventEnqueued {
-				<-release // let the test fill the backlog behind this event
-				follow <- r.Enqueue("follow-up", "")
-			}
-		}})
-		require.NoError(t, r.Enqueue("first", ""))
-		for i := range leaserouter.EventBacklog - 1 { // the backlog is full after these
-
-			require.NoError(t, r.Enqueue(time.Duration(i).String(), ""))
-		}
-		synctest.Wait()
-		close(release)
-		synctest.Wait()
-		require.NoError(t, receive(t, follow))
-		require.Equal(t, leaserouter.StatePending, get(t, r, "follow-up").State)
 	})
 }
 
@@ -556,33 +483,6 @@ func TestLoggerGoexitWhileReporting(t *testing.T) {
 	}
 }
 
-// TestStaleRetriesBoundBacklog: a stale holder retrying a refused
-// operation in a loop waits for room like a producer, so the backlog
-// stays bounded while the hook is stuck. Run's and KeepAlive's heartbeats
-// stop at their first refusal instead.
-func TestStaleRetriesBoundBacklog(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		g := newGate()
-		r := setup(t, leaserouter.Options{LeaseDuration: ld, OnEvent: g.hook})
-		require.NoError(t, r.Enqueue("a", ""))
-		l := acquire(t, r, "w")
-		require.NoError(t, r.Cancel("a"))
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			for range 2 * leaserouter.EventBacklog {
-				requireLost(t, l.Heartbeat(nil), l.Token, l.Token)
-			}
-		}()
-		synctest.Wait()
-		require.LessOrEqual(t, leaserouter.Backlog(r), leaserouter.EventBacklog, "the retries wait")
-		requireBlocked(t, done)
-		close(g.open)
-		synctest.Wait()
-		receive(t, done)
-	})
-}
-
 // errorPanicHandler is a slog.Handler that panics on records at level
 // Error and keeps the rest.
 type errorPanicHandler struct{ logRecorder }
@@ -607,108 +507,5 @@ func TestReportFallsBackWhenLoggerPanics(t *testing.T) {
 		require.Equal(t, []string{"leaserouter: OnEvent panicked on enqueued: bad hook"}, def.messages())
 		require.Equal(t, []string{"enqueued"}, h.messages())
 		require.EqualValues(t, 2, r.Stats().CallbackPanics)
-	})
-}
-
-// TestFlushDenseStream: after a dense stream delivery lingers, so events
-// may wait after synctest.Wait; Flush waits for every event so far, at
-// once (the fake clock does not move: no linger is waited out) and the
-// same in every run.
-func TestFlushDenseStream(t *testing.T) {
-	for range 20 {
-		synctest.Test(t, func(t *testing.T) {
-			var seen atomic.Int64
-			r := setup(t, leaserouter.Options{OnEvent: func(leaserouter.Event) { seen.Add(1) }})
-			t0 := time.Now()
-			const n = 2000
-			for i := range n {
-				require.NoError(t, r.Enqueue(strconv.Itoa(i), ""))
-			}
-			require.NoError(t, r.Flush(t.Context()))
-			require.EqualValues(t, n, seen.Load())
-			require.Zero(t, time.Since(t0), "Flush waited out a linger")
-			for i := range n / 2 {
-				l, err := r.TryAcquire("w")
-				require.NoError(t, err)
-				require.NoError(t, l.Complete(), i)
-			}
-			require.NoError(t, r.Flush(nilCtx))
-			require.EqualValues(t, 2*n, seen.Load())
-			require.Zero(t, time.Since(t0))
-		})
-	}
-}
-
-// TestFlushEdges: Flush without hooks, from OnEvent, with a ctx done
-// while a hook is stuck, and after Close.
-func TestFlushEdges(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		plain := setup(t, leaserouter.Options{})
-		require.NoError(t, plain.Enqueue("a", ""))
-		require.NoError(t, plain.Flush(t.Context()), "no hooks: nothing to wait for")
-
-		fromHook := make(chan error, 1)
-		var r *router
-		r = setup(t, leaserouter.Options{OnEvent: func(e leaserouter.Event) {
-			if e.JobID == "from-hook" {
-				fromHook <- r.Flush(context.Background())
-			}
-		}})
-		require.NoError(t, r.Enqueue("from-hook", ""))
-		synctest.Wait()
-		require.NoError(t, receive(t, fromHook), "from OnEvent: returns at once, no deadlock")
-
-		g := newGate()
-		stuck := setup(t, leaserouter.Options{OnEvent: g.hook})
-		require.NoError(t, stuck.Enqueue("b", ""))
-		ctx, cancel := context.WithCancel(t.Context())
-		flushed := make(chan error, 1)
-		go func() { flushed <- stuck.Flush(ctx) }()
-		synctest.Wait()
-		requireBlocked(t, flushed)
-		cancel()
-		synctest.Wait()
-		require.ErrorIs(t, receive(t, flushed), context.Canceled, "a stuck hook: Flush honours its ctx")
-		go func() { flushed <- stuck.Flush(t.Context()) }()
-		synctest.Wait()
-		requireBlocked(t, flushed)
-		close(g.open)
-		synctest.Wait()
-		require.NoError(t, receive(t, flushed))
-		require.EqualValues(t, 1, g.seen.Load())
-
-		require.NoError(t, stuck.Close(t.Context()))
-		require.NoError(t, stuck.Flush(t.Context()), "after Close: everything is delivered")
-	})
-}
-
-// TestFlushReturnsMidBatch: Flush returns once its events are delivered,
-// though the batch they came in goes on (here behind a stuck hook): the
-// delivery goroutine reports progress every ProgressEvery events, not
-// only between batches.
-func TestFlushReturnsMidBatch(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		first, last := make(chan struct{}), make(chan struct{})
-		r := setup(t, leaserouter.Options{OnEvent: func(e leaserouter.Event) {
-			switch e.JobID {
-			case "first":
-				<-first
-			case "last":
-				<-last
-			}
-		}})
-		require.NoError(t, r.Enqueue("first", "")) // delivery stops here
-		synctest.Wait()
-		for i := range leaserouter.ProgressEvery {
-			require.NoError(t, r.Enqueue(strconv.Itoa(i), ""))
-		}
-		flushed := make(chan error, 1)
-		go func() { flushed <- r.Flush(t.Context()) }()
-		synctest.Wait()
-		require.NoError(t, r.Enqueue("last", "")) // after Flush's events, in the same batch
-		close(first)
-		synctest.Wait()
-		require.NoError(t, receive(t, flushed), "Flush waits for the end of the batch")
-		close(last)
 	})
 }

@@ -68,7 +68,7 @@ type Router[T any] struct {
 	// reads a test switch.
 	current func(j *job[T], l *Lease[T]) bool
 
-	// Event delivery (delivery.go). outbox, room and flush are guarded by mu; the
+	// Event delivery (delivery.go, backlog.go). outbox, room and flush are guarded by mu; the
 	// rest of the delivery goroutine's state is in dl, a separate
 	// allocation so that its writes do not steal the cache lines the
 	// callers' critical sections use.

@@ -1,11 +1,12 @@
 package leaserouter
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"time"
+
+	"github.com/leaserouter/leaserouter/internal/usercode"
 )
 
 // Lease is one worker's time-bounded claim on one job: the right to act on
@@ -126,7 +127,12 @@ func (l *Lease[T]) end(op func(r *Router[T], j *job[T], now int64)) error {
 }
 
 // Fail ends the lease with a failed attempt. The job's LastError becomes
-// cause's message ("unknown error" for a nil cause). If cause is (or wraps) a
+// cause's message ("unknown error" for a nil cause). cause's Error method
+// is called once, outside the router's lock, with a panic recovered: a
+// cause whose Error() panics (a typed nil pointer returned as an error is
+// the common case) still fails the attempt, LastError says that Error()
+// panicked and with what, and events carry an error whose Error() says
+// the same and whose Unwrap gives cause. If cause is (or wraps) a
 // Permanent error, or the job has used all its attempts, the job becomes
 // StateFailed (dead); otherwise it is scheduled again after
 // Options.Backoff(attempt), or made pending at once if that is <= 0.
@@ -141,6 +147,10 @@ func (l *Lease[T]) Fail(cause error) error {
 	if cause == nil {
 		cause = errUnknown
 	}
+	// cause's Error, Unwrap and As are user code: read here, recovered and
+	// before taking the lock, never under it. A cause whose Error()
+	// panics travels on as a *usercode.Safe saying so.
+	cause, text := usercode.Error(cause)
 	permanent := IsPermanent(cause)
 	r := l.r
 	// Backoff is user code: called before taking the lock, never under it.
@@ -163,7 +173,7 @@ func (l *Lease[T]) Fail(cause error) error {
 		r.unlockRefused()
 		return err
 	}
-	j.lastErr = cause.Error()
+	j.lastErr = text
 	r.endLease(j, endFailed, false)
 	setHeld(r.emit(EventFailed, now, j, l, l.Token, cause), l.granted, now)
 	if permanent || j.attempt >= j.maxAtt {
@@ -349,10 +359,11 @@ func Permanent(err error) error {
 
 // IsPermanent reports whether err is, or wraps, an error made by
 // Permanent: the test Fail applies, for routers built on this package's
-// contract (pgrouter). A nil err is not permanent.
+// contract (pgrouter). A nil err is not permanent, nor is one whose Unwrap
+// or As method panics on the way (the panic is recovered).
 func IsPermanent(err error) bool {
 	var perm *permanentError
-	return errors.As(err, &perm)
+	return usercode.As(err, &perm)
 }
 
 type permanentError struct{ err error }

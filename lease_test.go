@@ -1,8 +1,10 @@
 package leaserouter_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -397,4 +399,72 @@ func TestIsPermanent(t *testing.T) {
 	require.True(t, leaserouter.IsPermanent(fmt.Errorf("job 7: %w", leaserouter.Permanent(base))))
 	require.False(t, leaserouter.IsPermanent(base))
 	require.False(t, leaserouter.IsPermanent(nil))
+}
+
+// nilErr is an error type whose Error dereferences its receiver: a typed
+// nil *nilErr returned as an error panics when its message is read.
+type nilErr struct{ msg string }
+
+func (e *nilErr) Error() string { return e.msg }
+
+// unwrapPanics panics in Unwrap, which errors.As reaches.
+type unwrapPanics struct{}
+
+func (unwrapPanics) Error() string { return "unwrap panics" }
+func (unwrapPanics) Unwrap() error { panic("unwrap") }
+
+// TestNoUserCodeUnderLockFailWithPanickingError: Fail reads its cause's
+// Error() outside the router's lock, recovered. A typed nil error fails
+// the attempt with a LastError saying Error() panicked; the router is not
+// left locked (every later call, Close included, answers), and events and
+// the Logger get an error whose Error() does not panic. Real time, not a
+// bubble: a goroutine blocked on a locked mutex is not durably blocked, so
+// a bubble would hang where this test must fail.
+func TestNoUserCodeUnderLockFailWithPanickingError(t *testing.T) {
+	rec := &recorder{}
+	logs := &logRecorder{}
+	// Not setup: its cleanup's Close would hang on a lock left held.
+	r, err := leaserouter.New[string](leaserouter.Options{Backoff: noBackoff, OnEvent: rec.record, Logger: slog.New(logs)})
+	require.NoError(t, err)
+	require.NoError(t, r.Enqueue("a", ""))
+	var typedNil *nilErr
+	l := acquire(t, r, "w")
+	require.NotPanics(t, func() { require.NoError(t, l.Fail(typedNil)) })
+	requireUnlocked(t, r)
+	j := get(t, r, "a")
+	require.Equal(t, leaserouter.StatePending, j.State, "the attempt failed and is retried")
+	require.Contains(t, j.LastError, "Error() of *leaserouter_test.nilErr panicked")
+	require.Contains(t, j.LastError, "nil pointer dereference")
+
+	require.NoError(t, r.Flush(context.Background()))
+	failed := rec.ofKind(leaserouter.EventFailed)
+	require.Len(t, failed, 1)
+	require.Equal(t, j.LastError, failed[0].Err.Error(), "the event's error reads safely")
+	var got *nilErr
+	require.ErrorAs(t, failed[0].Err, &got, "and unwraps to the cause")
+	require.Contains(t, logs.messages(), "failed")
+	require.Zero(t, r.Stats().CallbackPanics, "the Logger read the error without a panic")
+
+	// Unwrap panicking on the way to the Permanent check: not permanent.
+	require.NotPanics(t, func() { require.NoError(t, acquire(t, r, "w").Fail(unwrapPanics{})) })
+	requireUnlocked(t, r)
+	require.Equal(t, leaserouter.StatePending, get(t, r, "a").State)
+	require.Equal(t, "unwrap panics", get(t, r, "a").LastError)
+	require.NoError(t, r.Close(context.Background()), "the router is not left locked")
+}
+
+// requireUnlocked fails the test if r does not answer Stats within a
+// generous real-time bound: its lock was left held.
+func requireUnlocked(t *testing.T, r *router) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.Stats()
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the router's lock is still held: Stats does not return")
+	}
 }

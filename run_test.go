@@ -572,3 +572,33 @@ func TestRunDefaultWorkerOptions(t *testing.T) {
 		stopRun(t, cancel, done)
 	})
 }
+
+// TestNoUserCodeUnderLockRunHandlerTypedNilError: a handler returning a
+// typed nil error (non-nil as an error, panicking in Error()) fails its
+// attempt like any error; neither the worker nor the process dies, and
+// LastError says that Error() panicked.
+func TestNoUserCodeUnderLockRunHandlerTypedNilError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := setup(t, leaserouter.Options{LeaseDuration: ld, MaxAttempts: 1})
+		require.NoError(t, r.Enqueue("a", ""))
+		h := func(ctx context.Context, l *lease) error {
+			if l.JobID == "a" {
+				var e *nilErr
+				return e
+			}
+			return nil
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := goRun(ctx, r, leaserouter.WorkerOptions{Workers: 1}, h)
+		synctest.Wait()
+
+		j := get(t, r, "a")
+		require.Equal(t, leaserouter.StateFailed, j.State, "a failed attempt, the last one: dead")
+		require.Contains(t, j.LastError, "Error() of *leaserouter_test.nilErr panicked")
+
+		require.NoError(t, r.Enqueue("b", ""))
+		synctest.Wait()
+		require.Equal(t, leaserouter.StateSucceeded, get(t, r, "b").State, "the worker goes on")
+		stopRun(t, cancel, done)
+	})
+}

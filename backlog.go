@@ -17,10 +17,12 @@ import (
 // while this many are undelivered, until delivery has brought the backlog
 // down to half (so a steady overload wakes producers in batches, not one
 // per event); the reaper waits between batches of a mass expiry. Lease
-// operations and Cancel never wait: their events come from jobs and leases
-// the router already holds, a few per lease when it ends plus one per
-// heartbeat, so while the producers wait the backlog grows only at the
-// heartbeat rate of the leases already granted. It holds a linger's worth
+// operations and Cancel never wait, accepted or refused: their events come
+// from jobs and leases the router already holds, a few per lease when it
+// ends plus one per heartbeat, and a refusal adds a stale_rejected only
+// for a lease not refused before while the backlog is full (holding), so
+// while the producers wait the backlog grows only at the heartbeat rate of
+// the leases already granted. It holds a linger's worth
 // of events at the rate one caller makes them (about 7,500 in a
 // millisecond of BenchmarkLifecycleHooked) with room to spare, so a dense
 // stream wakes the delivery goroutine early rarely (see linger); 16384

@@ -89,30 +89,73 @@ func TestBacklogProducerFromHook(t *testing.T) {
 	})
 }
 
-// TestStaleRetriesBoundBacklog: a stale holder retrying a refused
-// operation in a loop waits for room like a producer, so the backlog
-// stays bounded while the hook is stuck. Run's and KeepAlive's heartbeats
-// stop at their first refusal instead.
+// TestRefusedOperationNeverWaitsForHooks: with the event backlog full and
+// the hook stuck, a worker's stale lease is refused at once by every lease
+// operation, again and again, while its healthy lease keeps heartbeating;
+// the backlog stays bounded all the same: with the backlog full, a lease
+// refused before adds no event (its refusals coalesce, counted in Stats),
+// so a stale holder retrying in a loop adds one event, not one per retry.
+func TestRefusedOperationNeverWaitsForHooks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newGate()
+		r := setup(t, leaserouter.Options{LeaseDuration: ld, OnEvent: g.hook})
+		require.NoError(t, r.Enqueue("healthy", ""))
+		require.NoError(t, r.Enqueue("stale", ""))
+		healthy := acquire(t, r, "w")
+		stale := acquire(t, r, "w")
+		require.NoError(t, r.Cancel("stale"))
+		for i := 0; leaserouter.Backlog(r) < leaserouter.EventBacklog; i++ {
+			require.NoError(t, r.Enqueue(strconv.Itoa(i), ""))
+		}
+		before := r.Stats().StaleRejections
+		const rounds = leaserouter.EventBacklog // as many as the backlog holds
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for range rounds {
+				requireLost(t, stale.Heartbeat(nil), stale.Token, stale.Token)
+				requireLost(t, stale.Complete(), stale.Token, stale.Token)
+				requireLost(t, stale.Fail(nil), stale.Token, stale.Token)
+				requireLost(t, stale.Release(), stale.Token, stale.Token)
+			}
+		}()
+		synctest.Wait()
+		receive(t, done) // returned, with the hook still stuck
+		sleep(ld / 2)
+		require.NoError(t, healthy.Heartbeat(nil), "the healthy lease is kept meanwhile")
+		require.EqualValues(t, 4*rounds, r.Stats().StaleRejections-before, "every refusal counted")
+		require.LessOrEqual(t, leaserouter.Backlog(r), leaserouter.EventBacklog+2,
+			"one stale_rejected for the stale lease and one lease_extended beyond the bound, not one per retry")
+		close(g.open)
+		require.NoError(t, r.Flush(t.Context()))
+	})
+}
+
+// TestStaleRetriesBoundBacklog: many stale leases, each retried in a loop
+// while the hook is stuck, add at most one event each beyond the bound.
 func TestStaleRetriesBoundBacklog(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newGate()
 		r := setup(t, leaserouter.Options{LeaseDuration: ld, OnEvent: g.hook})
-		require.NoError(t, r.Enqueue("a", ""))
-		l := acquire(t, r, "w")
-		require.NoError(t, r.Cancel("a"))
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			for range 2 * leaserouter.EventBacklog {
-				requireLost(t, l.Heartbeat(nil), l.Token, l.Token)
+		const stale = 100
+		var ls []*lease
+		for i := range stale {
+			require.NoError(t, r.Enqueue("s"+strconv.Itoa(i), ""))
+			ls = append(ls, acquire(t, r, "w"))
+		}
+		sleep(ld) // every lease expired
+		for i := 0; leaserouter.Backlog(r) < leaserouter.EventBacklog; i++ {
+			require.NoError(t, r.Enqueue(strconv.Itoa(i), ""))
+		}
+		for range 100 {
+			for _, l := range ls {
+				require.ErrorIs(t, l.Heartbeat(nil), leaserouter.ErrLeaseLost)
 			}
-		}()
-		synctest.Wait()
-		require.LessOrEqual(t, leaserouter.Backlog(r), leaserouter.EventBacklog, "the retries wait")
-		requireBlocked(t, done)
+		}
+		require.LessOrEqual(t, leaserouter.Backlog(r), leaserouter.EventBacklog+2*stale,
+			"each stale lease adds its expiry (settled by the first refusal) and one stale_rejected")
 		close(g.open)
-		synctest.Wait()
-		receive(t, done)
+		require.NoError(t, r.Flush(t.Context()))
 	})
 }
 

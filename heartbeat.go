@@ -95,7 +95,7 @@ func (u *runner[T]) beat(s *slot[T], now int64) {
 		s.due = math.MaxInt64
 		return
 	}
-	if err := rl.heartbeat(nil, false); err != nil {
+	if err := rl.Heartbeat(nil); err != nil {
 		rl.hc.stop(err)
 		s.due = math.MaxInt64
 		return
@@ -183,7 +183,7 @@ func (k *keeper[T]) beat() {
 	if k.stopped || k.ctx.Err() != nil {
 		return
 	}
-	if err := k.l.heartbeat(nil, false); err != nil {
+	if err := k.l.Heartbeat(nil); err != nil {
 		k.stopped = true
 		k.cancel(err)
 		return

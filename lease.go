@@ -53,18 +53,10 @@ func (l *Lease[T]) Expiry() time.Time {
 // lease of the job (Lease.Progress) if this one is lost; a nil progress keeps
 // the last checkpoint, and an empty one clears it. It returns a
 // *LeaseLostError if the lease is no longer valid (including after Close),
-// changing nothing. It does not block beyond the router's lock, except
-// that a refused call (the lease is lost: nothing left to keep alive) waits,
-// as Enqueue does, while the event backlog is full, so a stale holder
-// retrying in a loop cannot grow it without bound (see Options.OnEvent).
+// changing nothing. It blocks only on the router's lock, never on event
+// delivery, accepted or refused (see Options.OnEvent for how a refused
+// lease's events stay bounded).
 func (l *Lease[T]) Heartbeat(progress []byte) error {
-	return l.heartbeat(progress, true)
-}
-
-// heartbeat is Heartbeat; Run's and KeepAlive's heartbeats pass
-// waitIfRefused false: they stop at the first refusal, so theirs are
-// bounded, and their goroutines serve other leases or a cancel func.
-func (l *Lease[T]) heartbeat(progress []byte, waitIfRefused bool) error {
 	if l == nil || l.r == nil {
 		return errNilLease()
 	}
@@ -74,11 +66,7 @@ func (l *Lease[T]) heartbeat(progress []byte, waitIfRefused bool) error {
 		if r.phase != phaseClosed {
 			r.stats.HeartbeatsRefused++
 		}
-		if waitIfRefused {
-			r.unlockRefused()
-		} else {
-			r.unlockAndDeliver()
-		}
+		r.unlockAndDeliver()
 		return err
 	}
 	if exp := addSat(now, r.opts.LeaseDuration); exp > j.at {
@@ -103,8 +91,7 @@ func (l *Lease[T]) heartbeat(progress []byte, waitIfRefused bool) error {
 // Complete marks the job succeeded and ends the lease. It returns a
 // *LeaseLostError if the lease is no longer valid, changing nothing: a
 // stale holder can never complete a job another worker now holds. Like
-// Heartbeat, it blocks only on the router's lock, and a refused call waits
-// while the event backlog is full.
+// Heartbeat, it blocks only on the router's lock, accepted or refused.
 func (l *Lease[T]) Complete() error {
 	return l.end(func(r *Router[T], j *job[T], now int64) { r.complete(j, l, now) })
 }
@@ -118,7 +105,7 @@ func (l *Lease[T]) end(op func(r *Router[T], j *job[T], now int64)) error {
 	r := l.r
 	j, now, err := l.lock()
 	if err != nil {
-		r.unlockRefused()
+		r.unlockAndDeliver()
 		return err
 	}
 	op(r, j, now)
@@ -138,8 +125,8 @@ func (l *Lease[T]) end(op func(r *Router[T], j *job[T], now int64)) error {
 // Options.Backoff(attempt), or made pending at once if that is <= 0.
 // Backoff is called before the lease is checked, outside the router's
 // lock, even if the call is then refused. It returns a *LeaseLostError if
-// the lease is no longer valid, changing nothing; a refused call waits, as
-// Heartbeat's does, while the event backlog is full.
+// the lease is no longer valid, changing nothing. Like Heartbeat, it
+// blocks only on the router's lock, accepted or refused.
 func (l *Lease[T]) Fail(cause error) error {
 	if l == nil || l.r == nil {
 		return errNilLease()
@@ -170,7 +157,7 @@ func (l *Lease[T]) Fail(cause error) error {
 	}
 	j, now, err := l.check()
 	if err != nil {
-		r.unlockRefused()
+		r.unlockAndDeliver()
 		return err
 	}
 	j.lastErr = text
@@ -199,8 +186,8 @@ func (r *Router[T]) backoff(attempt int) (d time.Duration, panicked error) {
 // Release hands the lease back now instead of letting it expire. The
 // attempt still counts: the job becomes pending at once, or StateFailed
 // (dead) if it has used all its attempts. It returns a *LeaseLostError if
-// the lease is no longer valid, changing nothing; a refused call waits, as
-// Heartbeat's does, while the event backlog is full.
+// the lease is no longer valid, changing nothing. Like Heartbeat, it
+// blocks only on the router's lock, accepted or refused.
 func (l *Lease[T]) Release() error {
 	return l.end(func(r *Router[T], j *job[T], now int64) {
 		r.endLease(j, endReleased, false)
@@ -236,17 +223,6 @@ func (r *Router[T]) valid(l *Lease[T]) bool { return l.j.state == StateLeased &&
 // grant, so pointer identity is token identity).
 func isCurrent[T any](j *job[T], l *Lease[T]) bool { return j.lease == l }
 
-// unlockRefused is unlock for a lease operation refused because its lease
-// is lost. With nothing left to keep alive, it first waits for room like a
-// producer (awaitRoom), so a stale holder retrying in a loop cannot grow
-// the event backlog without bound. The caller holds r.mu.
-func (r *Router[T]) unlockRefused() {
-	if r.phase == phaseOpen {
-		_ = r.awaitRoom(nil) // ErrClosed: Close began, nothing to wait for
-	}
-	r.unlockAndDeliver()
-}
-
 // holding settles what is due and returns l's job if l is still valid.
 // Otherwise it counts and reports the refusal and returns a
 // *LeaseLostError. The caller holds r.mu.
@@ -262,11 +238,27 @@ func (r *Router[T]) holding(l *Lease[T], now int64) (*job[T], error) {
 		return nil, err // after Close nothing changes, not even the counts
 	}
 	r.stats.StaleRejections++
-	if e := r.emit(EventStaleRejected, now, l.j, l, l.Token, err); e != nil {
-		e.attempt = int32(l.Attempt) // the refused lease's, not the job's latest
+	if !r.hooked || (l.lost == refused{} && r.backlogFull()) {
+		// Coalesced: with the backlog full, a lease refused before adds
+		// no event (its stale_rejected already said it), so a stale
+		// holder retrying in a loop cannot grow the backlog, and no
+		// refusal ever waits for delivery (a worker's stale lease must
+		// not hold up its healthy ones).
+		return nil, err
 	}
+	l.lost = refused{}
+	e := r.record(EventStaleRejected, now, l.j, l, l.Token, err)
+	e.attempt = int32(l.Attempt) // the refused lease's, not the job's latest
 	return nil, err
 }
+
+// refused is the lostWatcher of a lease that has been refused and made a
+// stale_rejected event: a lease refused once is never valid again, so
+// nothing else is ever told through its watcher, and the field records,
+// at no cost in size, that a further refusal may coalesce into that event.
+type refused struct{}
+
+func (refused) leaseLost(error) {}
 
 func (r *Router[T]) lostError(l *Lease[T]) *LeaseLostError {
 	e := &LeaseLostError{JobID: l.JobID, Token: l.Token, Reason: l.j.ended.reason()}

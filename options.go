@@ -85,8 +85,13 @@ type Options struct {
 	// 16384, only the leases already granted add events, one per heartbeat
 	// and a few when each ends); lease operations (Heartbeat, Complete,
 	// Fail, Release, KeepAlive's and Run's heartbeats) and Cancel never
-	// wait, so a worker never loses a lease because hooks are slow (only a
-	// refused one, whose lease is already lost, waits like a producer). Calls
+	// wait, accepted or refused, so a worker never loses a lease because
+	// hooks are slow, nor because one of its other leases is stale. A
+	// refused operation makes its stale_rejected event as always, except
+	// that while the backlog is full, a lease refused before adds none (the
+	// refusals coalesce into its earlier stale_rejected; Stats counts each),
+	// so a stale holder retrying in a loop adds one event, not one per try.
+	// Calls
 	// made from OnEvent itself never wait for room; a goroutine OnEvent
 	// waits for must not call Enqueue, TryAcquire or Acquire (with the
 	// backlog full, it would wait for OnEvent).

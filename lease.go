@@ -249,6 +249,7 @@ func (r *Router[T]) holding(l *Lease[T], now int64) (*job[T], error) {
 	l.lost = refused{}
 	e := r.record(EventStaleRejected, now, l.j, l, l.Token, err)
 	e.attempt = int32(l.Attempt) // the refused lease's, not the job's latest
+	e.jobID = l.JobID            // the job may be purged: its record has no ID then
 	return nil, err
 }
 

@@ -192,6 +192,11 @@ func (r *Router[T]) purge(j *job[T]) {
 	r.counts[j.state]--
 	r.stats.Purged++
 	r.emit(EventPurged, j.at, j, nil, j.token, nil)
+	// A stale Lease still points at j (to be refused), and a batch's
+	// block of records lives while any of them does: neither may keep
+	// what the job carried.
+	var zero T
+	j.id, j.payload, j.progress, j.lastErr = "", zero, nil, ""
 }
 
 // setState moves j to state s, keeping the per-state counts, and closes
@@ -208,7 +213,7 @@ func (r *Router[T]) setState(j *job[T], s State) {
 
 // insert stores a new job at pos (from a Find that found nothing, with no
 // change since) and makes it pending, or scheduled until its run-at. The
-// record is j if not nil (EnqueueMany's, from one allocation per batch),
+// record is j if not nil (EnqueueMany's, allocated in blocks: batch.go),
 // else a new one. The caller holds r.mu and has settled at now.
 func (r *Router[T]) insert(id string, payload T, s *enqueueSpec, pos int, now int64, j *job[T]) {
 	at := now

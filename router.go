@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -378,8 +379,12 @@ func (r *Router[T]) Cancel(id string) error {
 // which for an abandoned lease means its expiry.) It then stops the
 // reaper, waits until the delivery goroutine has delivered every remaining
 // event and ended, and returns: nil, or ctx.Err() if ctx was done first
-// (draining or delivery cut short; the delivery goroutine then ends once
-// the hook it is in returns and the rest is delivered). A ctx already done
+// (draining or delivery cut short). After a Close cut short returns, the
+// delivery goroutine delivers the events made before it returned — the
+// undelivered backlog (at most 16384, see Options.OnEvent) and one
+// released event per lease Close revoked — and no other, then ends: no
+// goroutine the Router started outlives the hook calls for those events.
+// A hook that never returns keeps that one goroutine. A ctx already done
 // when delivery is reached does not wait for it and leaves the result to
 // draining alone, so Close(done ctx) of a router holding no lease returns
 // nil however far delivery got. Get, Stats and
@@ -424,17 +429,12 @@ func (r *Router[T]) Close(ctx context.Context) error {
 		}
 		r.mu.Lock()
 	}
-	now := r.now()
-	r.settle(now, -1)
-	for {
-		j, ok := r.leases.Peek()
-		if !ok {
-			break
-		}
-		l := j.lease
-		r.endLease(j, endRevoked, true)
-		setHeld(r.emit(EventReleased, now, j, l, l.Token, ErrClosed), l.granted, now)
-		r.makeReady(j, now)
+	for r.revoke(reapBatch) {
+		// Released between batches, as the reaper's passes are, so that
+		// revoking a million leases does not hold the lock for all of them.
+		r.unlockAndDeliver()
+		runtime.Gosched()
+		r.mu.Lock()
 	}
 	r.phase = phaseClosed
 	r.unlockAndDeliver() // wakes the delivery goroutine to deliver the rest and end
@@ -451,6 +451,25 @@ func (r *Router[T]) Close(ctx context.Context) error {
 		err = ctx.Err()
 	}
 	return err
+}
+
+// revoke settles what is due, then revokes up to limit leases still held
+// (Close's end of draining), and reports whether more are held. The
+// caller holds r.mu.
+func (r *Router[T]) revoke(limit int) (more bool) {
+	now := r.now()
+	r.settle(now, -1)
+	for range limit {
+		j, ok := r.leases.Peek()
+		if !ok {
+			return false
+		}
+		l := j.lease
+		r.endLease(j, endRevoked, true)
+		setHeld(r.emit(EventReleased, now, j, l, l.Token, ErrClosed), l.granted, now)
+		r.makeReady(j, now)
+	}
+	return r.leases.Len() > 0
 }
 
 // waitClosed waits until the first Close has finished and the delivery

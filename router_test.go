@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -667,5 +668,37 @@ func TestCloseDrainEndsWhenLeaseExpires(t *testing.T) {
 		j := get(t, r, "a")
 		require.Equal(t, leaserouter.StatePending, j.State)
 		require.Equal(t, 1, j.Attempt)
+	})
+}
+
+// TestCloseCutShortLeavesNoGoroutine: Close cut short by its ctx, with a
+// hook stuck and leases held, returns ctx.Err() at its deadline; every
+// goroutine the Router started ends once the hook returns (the bubble
+// fails the test if one is left), and what is delivered after Close
+// returned is exactly what was made before it: the backlog and Close's
+// own revocations, nothing later.
+func TestCloseCutShortLeavesNoGoroutine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newGate()
+		rec := &recorder{}
+		r, err := leaserouter.New[string](leaserouter.Options{LeaseDuration: ld, OnEvent: func(e leaserouter.Event) {
+			g.hook(e)
+			rec.record(e)
+		}})
+		require.NoError(t, err)
+		for i := range 100 {
+			require.NoError(t, r.Enqueue(strconv.Itoa(i), ""))
+		}
+		held := acquire(t, r, "w")
+		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+		defer cancel()
+		require.ErrorIs(t, r.Close(ctx), context.DeadlineExceeded)
+		made := r.Stats()
+		requireLost(t, held.Complete(), held.Token, held.Token)
+		close(g.open) // the hook returns: everything made is delivered, then the goroutine ends
+		synctest.Wait()
+		require.Len(t, rec.all(), 100+2, "100 enqueued, the grant, Close's revocation; nothing after it")
+		require.Equal(t, leaserouter.EventReleased, rec.last(t, "0").Kind)
+		require.Equal(t, made, r.Stats(), "nothing changed after Close")
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -41,6 +42,7 @@ type Lease[T any] struct {
 	expiry time.Time // the database's expiry instant, as of the last accepted heartbeat
 	proven time.Time // on the client's monotonic clock: send time of the last accepted grant or heartbeat + LeaseDuration
 	txDone bool      // CompleteTx returned nil: completed if its transaction committed
+	txXid  uint64    // txDone: the full ID of the (sub)transaction that wrote the completion (see pending)
 
 	granted  time.Time     // the database's instant of the grant
 	wait     time.Duration // how long the job was ready before this lease (Event.Wait)
@@ -64,20 +66,32 @@ func (l *Lease[T]) provenUntil() time.Time {
 }
 
 // accepted records a heartbeat sent at sent that the database accepted,
-// leaving the expiry exp.
+// leaving the expiry exp; a zero exp (a completion pending in the
+// caller's transaction proved the lease: see Router.pending) leaves the
+// expiry as it was.
 func (l *Lease[T]) accepted(sent, exp time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.expiry = exp
+	if !exp.IsZero() {
+		l.expiry = exp
+	}
 	l.proven = sent.Add(l.r.opts.LeaseDuration)
 }
 
 // txTried reports whether CompleteTx returned nil for l (its transaction
-// may still be open: l is no longer heartbeated).
+// may still be open).
 func (l *Lease[T]) txTried() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.txDone
+}
+
+// writer is the full transaction ID of the (sub)transaction in which
+// CompleteTx wrote l's completion, 0 if CompleteTx has not returned nil.
+func (l *Lease[T]) writer() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.txXid
 }
 
 // completedTx reports whether CompleteTx completed l in a transaction
@@ -139,13 +153,21 @@ type opResult struct {
 	token  *int64     // refused: the job's current token; nil if the row is gone
 	was    *int16     // refused: its state
 	ended  *string    // refused: why its latest lease ended
+	xid    uint64     // in a caller's transaction, done: the full ID of the (sub)transaction that wrote it
 }
 
 // op runs lockRow and leaseOp with set on q, in one round trip and one
 // transaction (q's own, or the batch's implicit one). A refusal returns a
 // *LeaseLostError, reported and no longer held; a caller whose operation
-// ended the lease reports it, then releases it (r.release). inTx: q is the caller's transaction (nothing else may run on the
-// pool meanwhile: the caller may hold its last connection).
+// ended the lease reports it, then releases it (r.release).
+//
+// inTx: q is the caller's transaction (nothing else may run on the pool
+// meanwhile: the caller may hold its last connection). The check runs
+// under a savepoint: rolled back to on a refusal or an error, so the row
+// lock it took is let go at once (a stale caller's open transaction never
+// blocks the valid holder) and the transaction stays usable; released on
+// success, in a second round trip that also reads which (sub)transaction
+// wrote the change (res.xid).
 func (l *Lease[T]) op(ctx context.Context, q querier, inTx bool, call, set string, args ...any) (opResult, error) {
 	var res opResult
 	if l == nil || l.r == nil {
@@ -153,15 +175,27 @@ func (l *Lease[T]) op(ctx context.Context, q querier, inTx bool, call, set strin
 	}
 	r := l.r
 	b := &pgx.Batch{}
+	if inTx {
+		b.Queue("SAVEPOINT " + savepoint)
+	}
 	b.Queue(lockRow, r.opts.Queue, l.JobID)
 	b.Queue(fmt.Sprintf(leaseOp, set, validLease), append([]any{r.opts.Queue, l.JobID, int64(l.Token)}, args...)...)
 	br := q.SendBatch(ctx, b)
-	_, err := br.Exec()
+	var err error
+	if inTx {
+		_, err = br.Exec()
+	}
+	if err == nil {
+		_, err = br.Exec()
+	}
 	if err == nil {
 		err = br.QueryRow().Scan(&res.ok, &res.state, &res.expiry, &res.at, &res.token, &res.was, &res.ended)
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
+	}
+	if inTx {
+		err = l.endSavepoint(ctx, q, &res, err)
 	}
 	if err != nil {
 		return res, fmt.Errorf("pgrouter: %s: %w", call, err)
@@ -184,6 +218,65 @@ func (l *Lease[T]) op(ctx context.Context, q querier, inTx bool, call, set strin
 		r.settle(ctx) // found expired: settle it now, as the core's refusal does
 	}
 	return res, e
+}
+
+// savepoint is the name of the savepoint op sets in a caller's
+// transaction.
+const savepoint = "leaserouter_lease_op"
+
+// endSavepoint ends op's savepoint in the caller's transaction q, given
+// op's error so far: on success it releases it and sets res.xid; on a
+// refusal or an error it rolls back to it, a best effort (if the
+// connection failed or ctx ended, the transaction is gone with its locks
+// anyway: the refusal or the error is what the caller learns). It
+// returns op's error, or the error of the success path's round trip.
+func (l *Lease[T]) endSavepoint(ctx context.Context, q querier, res *opResult, err error) error {
+	if err != nil || !res.ok {
+		if ctx.Err() == nil {
+			// One simple-protocol message: after an error the transaction
+			// is aborted, and the server would refuse to prepare RELEASE.
+			_, _ = q.Exec(ctx, "ROLLBACK TO SAVEPOINT "+savepoint+"; RELEASE SAVEPOINT "+savepoint)
+		}
+		return err
+	}
+	// The completion's row version is this (sub)transaction's: its xmin,
+	// with the epoch of the top-level transaction, is the full ID that
+	// pg_xact_status reports on (in progress until the caller's
+	// transaction ends; aborted if rolled back to an enclosing savepoint).
+	var top string
+	var sub int64
+	b := &pgx.Batch{}
+	b.Queue("RELEASE SAVEPOINT " + savepoint)
+	b.Queue("SELECT pg_current_xact_id()::text, xmin::text::bigint FROM leaserouter_jobs WHERE queue = $1 AND id = $2",
+		l.r.opts.Queue, l.JobID)
+	br := q.SendBatch(ctx, b)
+	_, err = br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(&top, &sub)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	t, err := strconv.ParseUint(top, 10, 64)
+	if err != nil {
+		return err
+	}
+	res.xid = fullXid(t, uint32(sub))
+	return nil
+}
+
+// fullXid is the full (epoch-qualified) ID of transaction ID sub, which
+// was assigned at or after the full ID top: IDs increase, wrapping at
+// 2^32 into the next epoch.
+func fullXid(top uint64, sub uint32) uint64 {
+	epoch := top >> 32
+	if sub < uint32(top) {
+		epoch++
+	}
+	return epoch<<32 | uint64(sub)
 }
 
 // lost builds the refusal's error from the row as the refusing statement
@@ -324,14 +417,34 @@ func (l *Lease[T]) keep() int64 {
 
 // CompleteTx completes the lease as part of the caller's transaction tx:
 // the job is succeeded if and only if tx commits, and the row stays locked
-// until then, so no other lease of the job can be granted meanwhile (even
-// if this one's expiry passes). Write the job's result in the same tx,
-// after Fence, and a stale worker can never overwrite a newer attempt's.
-// It returns a *LeaseLostError (tx still usable) if the lease is no longer
-// valid; a nil tx is an error wrapping ErrInvalidOptions. Once it returns
-// nil, Close no longer waits for this lease. No event is emitted: the
-// Router cannot see tx commit (Run, which checks, emits completed once it
-// has). tx must be READ COMMITTED
+// by tx until then, so no other lease of the job can be granted meanwhile
+// (even if this one's expiry passes): work in tx after CompleteTx, before
+// the commit, is safe however long it takes. Write the job's result in
+// the same tx, after Fence, and a stale worker can never overwrite a newer
+// attempt's. If tx rolls back, the lease is as it was before CompleteTx
+// (its expiry as of its last accepted heartbeat, which no heartbeat could
+// extend while tx held the row: it may have passed).
+//
+// The check runs under a savepoint in tx (two round trips on success, one
+// more on a refusal). It returns a *LeaseLostError if the lease is no
+// longer valid, having rolled back to the savepoint: tx stays usable and
+// the job's row is not left locked (a stale caller's open transaction
+// never blocks the lease's valid holder). On any other error it rolls
+// back to the savepoint too when tx's connection is still up and ctx not
+// done; the error wraps the driver's. A nil tx is an error wrapping
+// ErrInvalidOptions; tx must not be in a failed state (savepoints need a
+// healthy transaction). tx may be a nested pgx.Tx (itself a savepoint):
+// rolling it back undoes the completion as a rollback of tx would.
+//
+// Once it returns nil, Close no longer waits for this lease, and Run's
+// heartbeats and KeepAlive hold the lease for as long as tx is open:
+// each heartbeat round proves it by finding tx still in progress on the
+// database (tx holds the row with the completion written), so the
+// handler's or KeepAlive's ctx is not canceled for want of a heartbeat;
+// once tx has rolled back, they extend the lease again, or report it
+// lost (a *LeaseLostError, LostExpired if its expiry passed meanwhile).
+// No event is emitted: the Router cannot see tx commit (Run, which
+// checks, emits completed once it has). tx must be READ COMMITTED
 // (PostgreSQL's default): under REPEATABLE READ or SERIALIZABLE, a
 // heartbeat committed since tx's snapshot makes it fail with a
 // serialization error.
@@ -339,10 +452,10 @@ func (l *Lease[T]) CompleteTx(ctx context.Context, tx pgx.Tx) error {
 	if tx == nil {
 		return fmt.Errorf("%w: CompleteTx: nil tx", leaserouter.ErrInvalidOptions)
 	}
-	_, err := l.op(orBackground(ctx), tx, true, "CompleteTx", completeSet, l.keep())
+	res, err := l.op(orBackground(ctx), tx, true, "CompleteTx", completeSet, l.keep())
 	if err == nil {
 		l.mu.Lock()
-		l.txDone = true
+		l.txDone, l.txXid = true, res.xid
 		l.mu.Unlock()
 		l.r.release(l)
 	}

@@ -2,6 +2,8 @@ package pgrouter
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -162,8 +164,10 @@ func (r *Router[T]) handBack(ctx context.Context, q querier, ls []*Lease[T]) boo
 }
 
 // beatResult is what one heartbeat round found: the leases extended
-// (with their new expiry) and those lost (with why); a lease in neither
-// could not be looked at (its row held by another transaction).
+// (with their new expiry, or the zero Time for a lease proven by its
+// completion pending in the caller's open transaction: see pending) and
+// those lost (with why); a lease in neither could not be looked at (its
+// row held by another transaction).
 type beatResult[T any] struct {
 	alive map[*Lease[T]]time.Time
 	lost  map[*Lease[T]]error
@@ -221,10 +225,27 @@ func (r *Router[T]) heartbeatAll(ctx context.Context, q querier, ls []*Lease[T],
 	r.stats.Heartbeats += uint64(len(res.alive))
 	r.mu.Unlock()
 	r.ev.add(evs...)
-	var unseen []*Lease[T]
+	var unseen, held []*Lease[T]
 	for _, l := range ls {
-		if !seen[l] {
+		switch {
+		case seen[l]:
+		case l.writer() != 0:
+			held = append(held, l)
+		default:
 			unseen = append(unseen, l)
+		}
+	}
+	if len(held) > 0 {
+		pending, err := r.pending(ctx, q, held)
+		if err != nil {
+			return res, err
+		}
+		for i, l := range held {
+			if pending[i] {
+				res.alive[l] = time.Time{} // held by the caller's transaction, the completion written
+			} else {
+				unseen = append(unseen, l)
+			}
 		}
 	}
 	found, ierr := r.inspect(ctx, q, append(refused, unseen...))
@@ -252,6 +273,30 @@ func (r *Router[T]) heartbeatAll(ctx context.Context, q querier, ls []*Lease[T],
 	r.stats.StaleRejections += uint64(len(res.lost))
 	r.mu.Unlock()
 	return res, nil
+}
+
+// pending reports, for each of ls (each completed by CompleteTx), whether
+// the (sub)transaction that wrote its completion is still in progress on
+// the database: then that transaction holds the job's row locked with the
+// completion written, so the lease is as good as held until it ends (if
+// it commits, the job is done; if it rolls back, the row is as before, and
+// the next round extends the lease or finds it lost). Skipped by a
+// heartbeat statement (SKIP LOCKED), such a row is proven here instead.
+func (r *Router[T]) pending(ctx context.Context, q querier, ls []*Lease[T]) ([]bool, error) {
+	xids := make([]string, len(ls))
+	for i, l := range ls {
+		xids[i] = strconv.FormatUint(l.writer(), 10)
+	}
+	rows, err := q.Query(ctx, `SELECT coalesce(pg_xact_status(x::xid8) = 'in progress', false)
+		FROM unnest($1::text[]) WITH ORDINALITY AS u(x, i) ORDER BY i`, xids)
+	if err != nil {
+		return nil, err
+	}
+	open, err := pgx.CollectRows(rows, pgx.RowTo[bool])
+	if err == nil && len(open) != len(ls) {
+		err = fmt.Errorf("pgrouter: pending: %d answers for %d leases", len(open), len(ls))
+	}
+	return open, err
 }
 
 // endedByHolder reports whether row (found) shows l ended by its own

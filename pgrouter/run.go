@@ -9,8 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/leaserouter/leaserouter"
 )
 
@@ -115,8 +113,8 @@ type runner[T any] struct {
 	stopping context.Context // done when ctx is done or Close starts (wakes sleepers; stopped() is the test)
 	stop     context.CancelFunc
 
-	conn *pgx.Conn // the heartbeat goroutine's own connection; nil until made, or after it failed
-	idle *waker    // wakes the Run's sleeping workers when one leased a batch they may steal from
+	conn ownConn // the heartbeat goroutine's own connection
+	idle *waker  // wakes the Run's sleeping workers when one leased a batch they may steal from
 
 	mu      sync.Mutex
 	workers []*worker[T]
@@ -371,11 +369,7 @@ func (w *worker[T]) flush() {
 func (u *runner[T]) heartbeats(done <-chan struct{}) {
 	t := time.NewTicker(u.opts.HeartbeatInterval)
 	defer t.Stop()
-	defer func() {
-		if u.conn != nil {
-			_ = u.conn.Close(context.Background())
-		}
-	}()
+	defer u.conn.close()
 	stopping := u.stopping.Done()
 	for {
 		select {
@@ -389,23 +383,6 @@ func (u *runner[T]) heartbeats(done <-chan struct{}) {
 			u.beat()
 		}
 	}
-}
-
-// db is the heartbeat goroutine's own connection, made (again) when
-// missing, so heartbeats never wait for a pool the handlers hold; the
-// pool when it cannot be made.
-func (u *runner[T]) db(ctx context.Context) querier {
-	if u.conn != nil && u.conn.IsClosed() {
-		u.conn = nil
-	}
-	if u.conn == nil {
-		c, err := pgx.ConnectConfig(ctx, u.r.db.Config().ConnConfig.Copy())
-		if err != nil {
-			return u.r.db
-		}
-		u.conn = c
-	}
-	return u.conn
 }
 
 // beat is one heartbeat round: the jobs of every batch still waiting
@@ -428,21 +405,18 @@ func (u *runner[T]) beat() {
 	finished = append(finished, u.orphans...)
 	u.orphans = nil
 	for l, h := range u.held {
-		if h.cancel != nil && !l.txTried() { // running, and not completing in a transaction of its own
+		// Running; one its handler completed with CompleteTx is kept too:
+		// held by the handler's transaction while it is open (see pending),
+		// as before once that transaction rolled back.
+		if h.cancel != nil {
 			keep = append(keep, l)
 		}
 	}
 	u.mu.Unlock()
 	ctx, cancel := u.dbCtx()
 	defer cancel()
-	q := u.db(ctx)
-	failed := func() { // the connection may be dead: the rest of the round on a new one
-		if q == querier(u.conn) && u.conn != nil {
-			_ = u.conn.Close(context.Background())
-			u.conn = nil
-			q = u.db(ctx)
-		}
-	}
+	q := u.conn.get(ctx, u.r.db)
+	failed := func() { q = u.conn.failed(ctx, u.r.db, q) } // the rest of the round on a new connection
 	if !u.r.handBack(ctx, q, back) {
 		failed()
 	}

@@ -21,13 +21,23 @@ import (
 // the last accepted heartbeat (the database unreachable, or the Router
 // closed). The heartbeats of every lease kept alive by a Router that are
 // due together go in one statement, from one goroutine per Router (see
-// New), not one round trip per lease. A heartbeat that fails for another
-// reason is retried at the next interval. Keeping alive ends when ctx is
-// done, the returned cancel func is called, or the lease is lost; call
-// cancel when done with the lease. interval <= 0 means LeaseDuration/3;
-// interval >= LeaseDuration, or a nil or zero l, returns a context
-// canceled at once with an error wrapping ErrInvalidOptions (or the
-// nil-lease *LeaseLostError). A nil ctx means context.Background().
+// New), not one round trip per lease, on a connection of that
+// goroutine's own (made at the first heartbeat, again when it fails;
+// while none can be made, a round uses the pool): they never wait for
+// the caller's pool, so a lease is kept while the caller's transaction
+// (Fence + CompleteTx) holds every pooled connection. After CompleteTx
+// returned nil, the lease is kept for as long as its transaction is open
+// (each round proves it by finding that transaction in progress on the
+// database: it holds the row with the completion written), so work in
+// the transaction before its commit may outlast LeaseDuration; once the
+// transaction rolled back, the rounds extend the lease again or find it
+// lost. A heartbeat that fails for another reason is retried at the next
+// interval. Keeping alive ends when ctx is done, the returned cancel func
+// is called, or the lease is lost; call cancel when done with the lease.
+// interval <= 0 means LeaseDuration/3; interval >= LeaseDuration, or a
+// nil or zero l, returns a context canceled at once with an error
+// wrapping ErrInvalidOptions (or the nil-lease *LeaseLostError). A nil
+// ctx means context.Background().
 func KeepAlive[T any](ctx context.Context, l *Lease[T], interval time.Duration) (context.Context, context.CancelFunc) {
 	ctx = orBackground(ctx)
 	kctx, cancel := context.WithCancelCause(ctx)

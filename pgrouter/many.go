@@ -2,8 +2,6 @@ package pgrouter
 
 import (
 	"context"
-	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -273,30 +271,6 @@ func (r *Router[T]) heartbeatAll(ctx context.Context, q querier, ls []*Lease[T],
 	r.stats.StaleRejections += uint64(len(res.lost))
 	r.mu.Unlock()
 	return res, nil
-}
-
-// pending reports, for each of ls (each completed by CompleteTx), whether
-// the (sub)transaction that wrote its completion is still in progress on
-// the database: then that transaction holds the job's row locked with the
-// completion written, so the lease is as good as held until it ends (if
-// it commits, the job is done; if it rolls back, the row is as before, and
-// the next round extends the lease or finds it lost). Skipped by a
-// heartbeat statement (SKIP LOCKED), such a row is proven here instead.
-func (r *Router[T]) pending(ctx context.Context, q querier, ls []*Lease[T]) ([]bool, error) {
-	xids := make([]string, len(ls))
-	for i, l := range ls {
-		xids[i] = strconv.FormatUint(l.writer(), 10)
-	}
-	rows, err := q.Query(ctx, `SELECT coalesce(pg_xact_status(x::xid8) = 'in progress', false)
-		FROM unnest($1::text[]) WITH ORDINALITY AS u(x, i) ORDER BY i`, xids)
-	if err != nil {
-		return nil, err
-	}
-	open, err := pgx.CollectRows(rows, pgx.RowTo[bool])
-	if err == nil && len(open) != len(ls) {
-		err = fmt.Errorf("pgrouter: pending: %d answers for %d leases", len(open), len(ls))
-	}
-	return open, err
 }
 
 // endedByHolder reports whether row (found) shows l ended by its own

@@ -26,7 +26,16 @@ type Handler[T any] func(ctx context.Context, l *Lease[T]) error
 // otherwise. If the lease was lost while h ran, Run leaves the job alone.
 // A handler may complete its own lease with CompleteTx, writing its
 // result in the same transaction; when that committed, Run does nothing
-// more for the job, otherwise it goes on as above.
+// more for the job, otherwise it goes on as above. Work in that
+// transaction after CompleteTx and before the commit is allowed, however
+// long it takes: the lease counts as held until the handler returns (the
+// transaction holds the job's row with the completion written, and each
+// heartbeat round proves the lease by finding that transaction still in
+// progress on the database), so the handler's ctx is not canceled for
+// want of a heartbeat meanwhile. If the transaction rolls back, the lease
+// is as it was before CompleteTx: heartbeats extend it again or, if its
+// expiry passed while the row was held, find it lost (the ctx is canceled
+// with a *leaserouter.LeaseLostError, LostExpired) and the job is retried.
 //
 // Round trips. A worker leases up to opts.Batch jobs in one statement
 // (one at first, doubling after a batch that took at most a quarter of
@@ -35,14 +44,16 @@ type Handler[T any] func(ctx context.Context, l *Lease[T]) error
 // trip as its next lease. A worker with nothing to do takes the back half
 // of the jobs another worker of the Run leased and has not started (no
 // round trip: the leases are the Run's already), so a burst is spread.
-// One heartbeat goroutine per Run, on a connection of its own (so a pool
-// whose connections the handlers hold never starves it), runs a round
-// every opts.HeartbeatInterval: the jobs still waiting their turn are
-// handed back unstarted (pending again in their old place, the lease not
-// counted as an attempt), the finished ones not yet completed are
-// completed, and every running lease is extended in one statement,
-// however many there are (rows another transaction holds, a handler's
-// own CompleteTx say, are skipped, never waited for). So a job leased
+// One heartbeat goroutine per Run, on a connection of its own (made
+// again when it fails, so a pool whose connections the handlers hold
+// never starves it; only while no connection can be made does a round use
+// the pool), runs a round every opts.HeartbeatInterval: the jobs still
+// waiting their turn are handed back unstarted (pending again in their
+// old place, the lease not counted as an attempt), the finished ones not
+// yet completed are completed, and every running lease is extended in one
+// statement, however many there are (rows another transaction holds are
+// skipped, never waited for: one held by its handler's CompleteTx is
+// proven by that transaction instead, as above). So a job leased
 // ahead waits at most one HeartbeatInterval and never loses its lease
 // while it waits, a finished one never expires before it is completed,
 // and a long job holds others back for at most one HeartbeatInterval.

@@ -20,15 +20,19 @@ import (
 // (its expiry as of its last accepted heartbeat, which no heartbeat could
 // extend while tx held the row: it may have passed).
 //
-// The check runs under a savepoint in tx (two round trips). It returns a *LeaseLostError if the lease is no
-// longer valid, having rolled back to the savepoint: tx stays usable and
-// the job's row is not left locked (a stale caller's open transaction
-// never blocks the lease's valid holder). On any other error it rolls
-// back to the savepoint too when tx's connection is still up and ctx not
-// done; the error wraps the driver's. A nil tx is an error wrapping
-// ErrInvalidOptions; tx must not be in a failed state (savepoints need a
-// healthy transaction). tx may be a nested pgx.Tx (itself a savepoint):
-// rolling it back undoes the completion as a rollback of tx would.
+// The check and the completion run under a savepoint of CompleteTx's own
+// in tx, in one round trip. On success the savepoint is left in place: it
+// commits or rolls back with tx (or with a savepoint of the caller's
+// enclosing it), and tx's later statements run inside it. A refusal is a
+// *LeaseLostError, returned after rolling back to the savepoint (a second
+// round trip): tx stays usable and the job's row is not left locked, so a
+// stale caller's open transaction never blocks the lease's valid holder.
+// On any other error it rolls back to the savepoint too, unless ctx is
+// done (tx is usable again unless its connection failed); the error wraps
+// the driver's. A nil tx is an error wrapping ErrInvalidOptions; tx must
+// not be in a failed state. tx may be a nested pgx.Tx (itself a
+// savepoint): rolling it back undoes the completion as a rollback of tx
+// would.
 //
 // Once it returns nil, Close no longer waits for this lease, and Run's
 // heartbeats and KeepAlive hold the lease for as long as tx is open:
@@ -57,51 +61,41 @@ func (l *Lease[T]) CompleteTx(ctx context.Context, tx pgx.Tx) error {
 }
 
 // savepoint is the name of the savepoint op sets in a caller's
-// transaction.
+// transaction (a later one of the same name hides it until released, as
+// PostgreSQL's savepoints do: a second CompleteTx in tx rolls back to its
+// own).
 const savepoint = "leaserouter_lease_op"
 
+// writerOf reads, in the caller's transaction, its full ID and the xmin
+// of the job's row version it sees: after op's update, the ID of the
+// (sub)transaction that wrote it.
+const writerOf = `SELECT pg_current_xact_id()::text, xmin::text::bigint FROM leaserouter_jobs WHERE queue = $1 AND id = $2`
+
 // endSavepoint ends op's savepoint in the caller's transaction q, given
-// op's error so far: on success it releases it and sets res.xid; on a
-// refusal or an error it rolls back to it, a best effort (if the
-// connection failed or ctx ended, the transaction is gone with its locks
-// anyway: the refusal or the error is what the caller learns). It
-// returns op's error, or the error of the success path's round trip.
-func (l *Lease[T]) endSavepoint(ctx context.Context, q querier, res *opResult, err error) error {
-	if err != nil || !res.ok {
-		if ctx.Err() == nil {
-			// One simple-protocol message: after an error the transaction
-			// is aborted, and the server would refuse to prepare RELEASE.
-			_, _ = q.Exec(ctx, "ROLLBACK TO SAVEPOINT "+savepoint+"; RELEASE SAVEPOINT "+savepoint)
+// op's error so far and what writerOf read: on a refusal or an error it
+// rolls back to the savepoint, a best effort (if the connection failed or
+// ctx ended, the transaction is gone with its locks anyway: the refusal
+// or the error is what the caller learns); on success it leaves it in
+// place and sets res.xid to the full ID of the (sub)transaction that
+// wrote the completion: the xmin of its row version with the epoch of
+// the top-level transaction (pg_xact_status reports it in progress until
+// the caller's transaction ends, aborted if a savepoint enclosing it is
+// rolled back to). It returns op's error.
+func (l *Lease[T]) endSavepoint(ctx context.Context, q querier, res *opResult, err error, top string, sub int64) error {
+	if err == nil && res.ok {
+		t, perr := strconv.ParseUint(top, 10, 64)
+		if perr == nil {
+			res.xid = fullXid(t, uint32(sub))
+			return nil
 		}
-		return err
+		err = perr
 	}
-	// The completion's row version is this (sub)transaction's: its xmin,
-	// with the epoch of the top-level transaction, is the full ID that
-	// pg_xact_status reports on (in progress until the caller's
-	// transaction ends; aborted if rolled back to an enclosing savepoint).
-	var top string
-	var sub int64
-	b := &pgx.Batch{}
-	b.Queue("RELEASE SAVEPOINT " + savepoint)
-	b.Queue("SELECT pg_current_xact_id()::text, xmin::text::bigint FROM leaserouter_jobs WHERE queue = $1 AND id = $2",
-		l.r.opts.Queue, l.JobID)
-	br := q.SendBatch(ctx, b)
-	_, err = br.Exec()
-	if err == nil {
-		err = br.QueryRow().Scan(&top, &sub)
+	if ctx.Err() == nil {
+		// One simple-protocol message: after an error the transaction is
+		// aborted, and the server would refuse to prepare RELEASE.
+		_, _ = q.Exec(ctx, "ROLLBACK TO SAVEPOINT "+savepoint+"; RELEASE SAVEPOINT "+savepoint)
 	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	t, err := strconv.ParseUint(top, 10, 64)
-	if err != nil {
-		return err
-	}
-	res.xid = fullXid(t, uint32(sub))
-	return nil
+	return err
 }
 
 // fullXid is the full (epoch-qualified) ID of transaction ID sub, which

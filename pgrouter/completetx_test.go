@@ -275,3 +275,40 @@ func TestRefusedCompleteTxLeavesRowUnlockedAndTxUsable(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, leaserouter.StateSucceeded, j.State)
 }
+
+// TestCompleteTxComposesWithSavepoints: a refused CompleteTx undoes only
+// its own check, so an earlier CompleteTx in the same transaction still
+// commits; a CompleteTx in a nested pgx.Tx that rolls back leaves the
+// lease valid and its row unlocked, the outer transaction open.
+func TestCompleteTxComposesWithSavepoints(t *testing.T) {
+	r, db := newRouter[int](t, pgrouter.Options{LeaseDuration: time.Minute})
+	ctx := t.Context()
+	done := leaseOn(t, r, "done")
+	stale := leaseOn(t, r, "stale")
+	require.NoError(t, r.Cancel(ctx, "stale"))
+	tx, err := db.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	require.NoError(t, done.CompleteTx(ctx, tx))
+	var lost *leaserouter.LeaseLostError
+	require.ErrorAs(t, stale.CompleteTx(ctx, tx), &lost)
+	require.Equal(t, leaserouter.LostCanceled, lost.Reason)
+
+	nested := leaseOn(t, r, "nested")
+	sp, err := tx.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, nested.CompleteTx(ctx, sp))
+	require.NoError(t, sp.Rollback(ctx))
+	vctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	require.NoError(t, nested.Heartbeat(vctx, nil), "the nested rollback let the row go, the lease valid")
+
+	require.NoError(t, tx.Commit(ctx))
+	for id, want := range map[string]leaserouter.State{
+		"done": leaserouter.StateSucceeded, "stale": leaserouter.StateCanceled, "nested": leaserouter.StateLeased,
+	} {
+		j, _, err := r.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, want, j.State, id)
+	}
+}

@@ -154,11 +154,11 @@ type opResult struct {
 //
 // inTx: q is the caller's transaction (nothing else may run on the pool
 // meanwhile: the caller may hold its last connection). The check runs
-// under a savepoint: rolled back to on a refusal or an error, so the row
-// lock it took is let go at once (a stale caller's open transaction never
-// blocks the valid holder) and the transaction stays usable; released on
-// success, in a second round trip that also reads which (sub)transaction
-// wrote the change (res.xid).
+// under a savepoint: rolled back to on a refusal or an error (a second
+// round trip), so the row lock it took is let go at once (a stale
+// caller's open transaction never blocks the valid holder) and the
+// transaction stays usable; left in place on success (see CompleteTx),
+// with res.xid the (sub)transaction that wrote the change.
 func (l *Lease[T]) op(ctx context.Context, q querier, inTx bool, call, set string, args ...any) (opResult, error) {
 	var res opResult
 	if l == nil || l.r == nil {
@@ -171,6 +171,11 @@ func (l *Lease[T]) op(ctx context.Context, q querier, inTx bool, call, set strin
 	}
 	b.Queue(lockRow, r.opts.Queue, l.JobID)
 	b.Queue(fmt.Sprintf(leaseOp, set, validLease), append([]any{r.opts.Queue, l.JobID, int64(l.Token)}, args...)...)
+	var top string
+	var sub int64
+	if inTx {
+		b.Queue(writerOf, r.opts.Queue, l.JobID)
+	}
 	br := q.SendBatch(ctx, b)
 	var err error
 	if inTx {
@@ -182,11 +187,14 @@ func (l *Lease[T]) op(ctx context.Context, q querier, inTx bool, call, set strin
 	if err == nil {
 		err = br.QueryRow().Scan(&res.ok, &res.state, &res.expiry, &res.at, &res.token, &res.was, &res.ended)
 	}
+	if err == nil && inTx {
+		err = br.QueryRow().Scan(&top, &sub)
+	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
 	if inTx {
-		err = l.endSavepoint(ctx, q, &res, err)
+		err = l.endSavepoint(ctx, q, &res, err, top, sub)
 	}
 	if err != nil {
 		return res, fmt.Errorf("pgrouter: %s: %w", call, err)

@@ -34,6 +34,12 @@ import (
 // savepoint): rolling it back undoes the completion as a rollback of tx
 // would.
 //
+// Each CompleteTx in tx takes a subtransaction: completing more than 64
+// leases in one transaction overflows PostgreSQL's per-backend cache of
+// subtransaction IDs, which makes other sessions' visibility checks
+// consult pg_subtrans while tx is open (Complete, or Run's batched
+// completion, suits large batches better).
+//
 // Once it returns nil, Close no longer waits for this lease, and Run's
 // heartbeats and KeepAlive hold the lease for as long as tx is open:
 // each heartbeat round proves it by finding tx still in progress on the
@@ -123,7 +129,8 @@ func (l *Lease[T]) writer() uint64 {
 // completion written, so the lease is as good as held until it ends (if
 // it commits, the job is done; if it rolls back, the row is as before, and
 // the next round extends the lease or finds it lost). Skipped by a
-// heartbeat statement (SKIP LOCKED), such a row is proven here instead.
+// heartbeat statement (SKIP LOCKED), such a row is proven here instead;
+// after an error, none is (the round counts them as not looked at).
 func (r *Router[T]) pending(ctx context.Context, q querier, ls []*Lease[T]) ([]bool, error) {
 	xids := make([]string, len(ls))
 	for i, l := range ls {

@@ -235,11 +235,8 @@ func (r *Router[T]) heartbeatAll(ctx context.Context, q querier, ls []*Lease[T],
 	}
 	if len(held) > 0 {
 		pending, err := r.pending(ctx, q, held)
-		if err != nil {
-			return res, err
-		}
 		for i, l := range held {
-			if pending[i] {
+			if err == nil && pending[i] {
 				res.alive[l] = time.Time{} // held by the caller's transaction, the completion written
 			} else {
 				unseen = append(unseen, l)

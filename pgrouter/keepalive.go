@@ -187,8 +187,8 @@ func (k *keepers[T]) beat(ctx context.Context, ls []*Lease[T]) {
 		return k.kept[l] != nil
 	})
 	if err != nil {
-		k.conn.failed(ctx, k.r.db, q) // may be dead: a new one next time
-		return                        // retried at the next interval; the timers cancel if this goes on
+		k.conn.drop(q) // may be dead: a new one next time
+		return         // retried at the next interval; the timers cancel if this goes on
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -232,14 +232,18 @@ func (c *ownConn) get(ctx context.Context, pool *pgxpool.Pool) querier {
 	return c.conn
 }
 
-// failed is called after a statement on q failed: if q was the
-// connection, which may be dead, it is closed and a new one returned
-// (see get); otherwise q.
-func (c *ownConn) failed(ctx context.Context, pool *pgxpool.Pool, q querier) querier {
-	if c.conn == nil || q != querier(c.conn) {
-		return q
+// drop is called after a statement on q failed: if q was the
+// connection, which may be dead, it is closed (get makes a new one).
+func (c *ownConn) drop(q querier) {
+	if c.conn != nil && q == querier(c.conn) {
+		c.close()
 	}
-	c.close()
+}
+
+// failed drops q (see drop) and returns what get returns now: for the
+// rest of a round whose statement on q failed.
+func (c *ownConn) failed(ctx context.Context, pool *pgxpool.Pool, q querier) querier {
+	c.drop(q)
 	return c.get(ctx, pool)
 }
 

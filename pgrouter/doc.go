@@ -20,7 +20,15 @@
 // caller's transaction, so a job's result and its completion commit
 // together, and a stale holder's write is refused by the database
 // (Kleppmann, "How to do distributed locking", 2016; Chubby's sequencers,
-// Burrows, OSDI 2006).
+// Burrows, OSDI 2006). The row CompleteTx completed stays locked by the
+// caller's transaction until it ends, so no other lease of the job can be
+// granted meanwhile: work in that transaction after CompleteTx, before
+// the commit, is safe however long it takes, and Run and KeepAlive count
+// the lease as held while the transaction is open (their heartbeats find
+// it in progress on the database). A refused CompleteTx rolls back to a
+// savepoint of its own: the row is not left locked, so a stale holder's
+// open transaction never blocks the valid holder, and the caller's
+// transaction stays usable.
 //
 // # Rules that differ from the core
 //
@@ -45,6 +53,10 @@
 //     handler's ctx is canceled as soon as its lease can no longer be
 //     proven valid from the client's monotonic clock (the send time of the
 //     last accepted heartbeat plus LeaseDuration).
+//   - Heartbeats never wait for the caller's pool: Run and KeepAlive
+//     heartbeat on connections of their own (one per Run, one per Router
+//     for KeepAlive, made again when they fail), so a lease is kept while
+//     the caller's transactions hold every pooled connection.
 //   - Close waits for an abandoned lease only until its expiry as proven
 //     by its last accepted heartbeat, then revokes what is still valid.
 //

@@ -7,6 +7,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/leaserouter/leaserouter"
 )
 
@@ -18,13 +21,23 @@ import (
 // the last accepted heartbeat (the database unreachable, or the Router
 // closed). The heartbeats of every lease kept alive by a Router that are
 // due together go in one statement, from one goroutine per Router (see
-// New), not one round trip per lease. A heartbeat that fails for another
-// reason is retried at the next interval. Keeping alive ends when ctx is
-// done, the returned cancel func is called, or the lease is lost; call
-// cancel when done with the lease. interval <= 0 means LeaseDuration/3;
-// interval >= LeaseDuration, or a nil or zero l, returns a context
-// canceled at once with an error wrapping ErrInvalidOptions (or the
-// nil-lease *LeaseLostError). A nil ctx means context.Background().
+// New), not one round trip per lease, on a connection of that
+// goroutine's own (made at the first heartbeat, again when it fails;
+// while none can be made, a round uses the pool): they never wait for
+// the caller's pool, so a lease is kept while the caller's transaction
+// (Fence + CompleteTx) holds every pooled connection. After CompleteTx
+// returned nil, the lease is kept for as long as its transaction is open
+// (each round proves it by finding that transaction in progress on the
+// database: it holds the row with the completion written), so work in
+// the transaction before its commit may outlast LeaseDuration; once the
+// transaction rolled back, the rounds extend the lease again or find it
+// lost. A heartbeat that fails for another reason is retried at the next
+// interval. Keeping alive ends when ctx is done, the returned cancel func
+// is called, or the lease is lost; call cancel when done with the lease.
+// interval <= 0 means LeaseDuration/3; interval >= LeaseDuration, or a
+// nil or zero l, returns a context canceled at once with an error
+// wrapping ErrInvalidOptions (or the nil-lease *LeaseLostError). A nil
+// ctx means context.Background().
 func KeepAlive[T any](ctx context.Context, l *Lease[T], interval time.Duration) (context.Context, context.CancelFunc) {
 	ctx = orBackground(ctx)
 	kctx, cancel := context.WithCancelCause(ctx)
@@ -55,6 +68,7 @@ var errSuperseded = errors.New("pgrouter: KeepAlive: superseded by a later KeepA
 type keepers[T any] struct {
 	r    *Router[T]
 	kick chan struct{} // cap 1: a lease was added
+	conn ownConn       // the goroutine's own connection, made at its first heartbeat
 
 	mu    sync.Mutex
 	kept  map[*Lease[T]]*kept
@@ -113,6 +127,7 @@ func (k *keepers[T]) drop(l *Lease[T], e *kept) {
 
 // run is the keepers' goroutine, until ctx is done.
 func (k *keepers[T]) run(ctx context.Context) {
+	defer k.conn.close()
 	defer func() {
 		// Close has revoked what was still held: the holders are told now,
 		// not when their leases can no longer be proven.
@@ -164,14 +179,16 @@ func (k *keepers[T]) run(ctx context.Context) {
 func (k *keepers[T]) beat(ctx context.Context, ls []*Lease[T]) {
 	ctx, cancel := context.WithTimeout(ctx, k.r.opts.LeaseDuration)
 	defer cancel()
+	q := k.conn.get(ctx, k.r.db)
 	sent := time.Now()
-	res, err := k.r.heartbeatAll(ctx, k.r.db, ls, func(l *Lease[T]) bool {
+	res, err := k.r.heartbeatAll(ctx, q, ls, func(l *Lease[T]) bool {
 		k.mu.Lock()
 		defer k.mu.Unlock()
 		return k.kept[l] != nil
 	})
 	if err != nil {
-		return // retried at the next interval; the timers cancel if this goes on
+		k.conn.drop(q) // may be dead: a new one next time
+		return         // retried at the next interval; the timers cancel if this goes on
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -186,5 +203,54 @@ func (k *keepers[T]) beat(ctx context.Context, ls []*Lease[T]) {
 			k.drop(l, e)
 			e.cancel(lost)
 		}
+	}
+}
+
+// ownConn is a connection of a heartbeat goroutine's own (Run's, and the
+// Router's KeepAlive goroutine's), outside the caller's pool, so
+// heartbeats never wait for a pool whose connections the caller's
+// transactions hold. It is made when first needed and made again after it
+// failed. Used by its one goroutine only; the zero value is ready.
+type ownConn struct {
+	conn *pgx.Conn // nil until made, or after it failed
+}
+
+// get returns the connection, made (again) when missing or closed with
+// pool's connection settings; pool itself when a connection cannot be
+// made (the round may then wait for it: better than no heartbeat).
+func (c *ownConn) get(ctx context.Context, pool *pgxpool.Pool) querier {
+	if c.conn != nil && c.conn.IsClosed() {
+		c.conn = nil
+	}
+	if c.conn == nil {
+		conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
+		if err != nil {
+			return pool
+		}
+		c.conn = conn
+	}
+	return c.conn
+}
+
+// drop is called after a statement on q failed: if q was the
+// connection, which may be dead, it is closed (get makes a new one).
+func (c *ownConn) drop(q querier) {
+	if c.conn != nil && q == querier(c.conn) {
+		c.close()
+	}
+}
+
+// failed drops q (see drop) and returns what get returns now: for the
+// rest of a round whose statement on q failed.
+func (c *ownConn) failed(ctx context.Context, pool *pgxpool.Pool, q querier) querier {
+	c.drop(q)
+	return c.get(ctx, pool)
+}
+
+// close closes the connection, if made.
+func (c *ownConn) close() {
+	if c.conn != nil {
+		_ = c.conn.Close(context.Background())
+		c.conn = nil
 	}
 }

@@ -41,6 +41,7 @@ type Lease[T any] struct {
 	expiry time.Time // the database's expiry instant, as of the last accepted heartbeat
 	proven time.Time // on the client's monotonic clock: send time of the last accepted grant or heartbeat + LeaseDuration
 	txDone bool      // CompleteTx returned nil: completed if its transaction committed
+	txXid  uint64    // txDone: the full ID of the (sub)transaction that wrote the completion (see pending)
 
 	granted  time.Time     // the database's instant of the grant
 	wait     time.Duration // how long the job was ready before this lease (Event.Wait)
@@ -64,16 +65,20 @@ func (l *Lease[T]) provenUntil() time.Time {
 }
 
 // accepted records a heartbeat sent at sent that the database accepted,
-// leaving the expiry exp.
+// leaving the expiry exp; a zero exp (a completion pending in the
+// caller's transaction proved the lease: see Router.pending) leaves the
+// expiry as it was.
 func (l *Lease[T]) accepted(sent, exp time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.expiry = exp
+	if !exp.IsZero() {
+		l.expiry = exp
+	}
 	l.proven = sent.Add(l.r.opts.LeaseDuration)
 }
 
 // txTried reports whether CompleteTx returned nil for l (its transaction
-// may still be open: l is no longer heartbeated).
+// may still be open).
 func (l *Lease[T]) txTried() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -139,13 +144,21 @@ type opResult struct {
 	token  *int64     // refused: the job's current token; nil if the row is gone
 	was    *int16     // refused: its state
 	ended  *string    // refused: why its latest lease ended
+	xid    uint64     // in a caller's transaction, done: the full ID of the (sub)transaction that wrote it
 }
 
 // op runs lockRow and leaseOp with set on q, in one round trip and one
 // transaction (q's own, or the batch's implicit one). A refusal returns a
 // *LeaseLostError, reported and no longer held; a caller whose operation
-// ended the lease reports it, then releases it (r.release). inTx: q is the caller's transaction (nothing else may run on the
-// pool meanwhile: the caller may hold its last connection).
+// ended the lease reports it, then releases it (r.release).
+//
+// inTx: q is the caller's transaction (nothing else may run on the pool
+// meanwhile: the caller may hold its last connection). The check runs
+// under a savepoint: rolled back to on a refusal or an error (a second
+// round trip), so the row lock it took is let go at once (a stale
+// caller's open transaction never blocks the valid holder) and the
+// transaction stays usable; left in place on success (see CompleteTx),
+// with res.xid the (sub)transaction that wrote the change.
 func (l *Lease[T]) op(ctx context.Context, q querier, inTx bool, call, set string, args ...any) (opResult, error) {
 	var res opResult
 	if l == nil || l.r == nil {
@@ -153,15 +166,35 @@ func (l *Lease[T]) op(ctx context.Context, q querier, inTx bool, call, set strin
 	}
 	r := l.r
 	b := &pgx.Batch{}
+	if inTx {
+		b.Queue("SAVEPOINT " + savepoint)
+	}
 	b.Queue(lockRow, r.opts.Queue, l.JobID)
 	b.Queue(fmt.Sprintf(leaseOp, set, validLease), append([]any{r.opts.Queue, l.JobID, int64(l.Token)}, args...)...)
+	var top string
+	var sub int64
+	if inTx {
+		b.Queue(writerOf, r.opts.Queue, l.JobID)
+	}
 	br := q.SendBatch(ctx, b)
-	_, err := br.Exec()
+	var err error
+	if inTx {
+		_, err = br.Exec()
+	}
+	if err == nil {
+		_, err = br.Exec()
+	}
 	if err == nil {
 		err = br.QueryRow().Scan(&res.ok, &res.state, &res.expiry, &res.at, &res.token, &res.was, &res.ended)
 	}
+	if err == nil && inTx {
+		err = br.QueryRow().Scan(&top, &sub)
+	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
+	}
+	if inTx {
+		err = l.endSavepoint(ctx, q, &res, err, top, sub)
 	}
 	if err != nil {
 		return res, fmt.Errorf("pgrouter: %s: %w", call, err)
@@ -320,33 +353,6 @@ func (l *Lease[T]) keep() int64 {
 		return 0
 	}
 	return l.r.keep
-}
-
-// CompleteTx completes the lease as part of the caller's transaction tx:
-// the job is succeeded if and only if tx commits, and the row stays locked
-// until then, so no other lease of the job can be granted meanwhile (even
-// if this one's expiry passes). Write the job's result in the same tx,
-// after Fence, and a stale worker can never overwrite a newer attempt's.
-// It returns a *LeaseLostError (tx still usable) if the lease is no longer
-// valid; a nil tx is an error wrapping ErrInvalidOptions. Once it returns
-// nil, Close no longer waits for this lease. No event is emitted: the
-// Router cannot see tx commit (Run, which checks, emits completed once it
-// has). tx must be READ COMMITTED
-// (PostgreSQL's default): under REPEATABLE READ or SERIALIZABLE, a
-// heartbeat committed since tx's snapshot makes it fail with a
-// serialization error.
-func (l *Lease[T]) CompleteTx(ctx context.Context, tx pgx.Tx) error {
-	if tx == nil {
-		return fmt.Errorf("%w: CompleteTx: nil tx", leaserouter.ErrInvalidOptions)
-	}
-	_, err := l.op(orBackground(ctx), tx, true, "CompleteTx", completeSet, l.keep())
-	if err == nil {
-		l.mu.Lock()
-		l.txDone = true
-		l.mu.Unlock()
-		l.r.release(l)
-	}
-	return err
 }
 
 // resolved reports whether the job's row shows that this lease ended for

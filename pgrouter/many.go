@@ -162,8 +162,10 @@ func (r *Router[T]) handBack(ctx context.Context, q querier, ls []*Lease[T]) boo
 }
 
 // beatResult is what one heartbeat round found: the leases extended
-// (with their new expiry) and those lost (with why); a lease in neither
-// could not be looked at (its row held by another transaction).
+// (with their new expiry, or the zero Time for a lease proven by its
+// completion pending in the caller's open transaction: see pending) and
+// those lost (with why); a lease in neither could not be looked at (its
+// row held by another transaction).
 type beatResult[T any] struct {
 	alive map[*Lease[T]]time.Time
 	lost  map[*Lease[T]]error
@@ -221,10 +223,24 @@ func (r *Router[T]) heartbeatAll(ctx context.Context, q querier, ls []*Lease[T],
 	r.stats.Heartbeats += uint64(len(res.alive))
 	r.mu.Unlock()
 	r.ev.add(evs...)
-	var unseen []*Lease[T]
+	var unseen, held []*Lease[T]
 	for _, l := range ls {
-		if !seen[l] {
+		switch {
+		case seen[l]:
+		case l.writer() != 0:
+			held = append(held, l)
+		default:
 			unseen = append(unseen, l)
+		}
+	}
+	if len(held) > 0 {
+		pending, err := r.pending(ctx, q, held)
+		for i, l := range held {
+			if err == nil && pending[i] {
+				res.alive[l] = time.Time{} // held by the caller's transaction, the completion written
+			} else {
+				unseen = append(unseen, l)
+			}
 		}
 	}
 	found, ierr := r.inspect(ctx, q, append(refused, unseen...))

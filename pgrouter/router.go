@@ -146,7 +146,8 @@ type Router[T any] struct {
 // goroutines: one holds a connection of its own (not one of db's) to
 // LISTEN for wake-ups, one is the maintenance loop (settling what is due
 // and deleting finished jobs past their retention every PollInterval),
-// one sends KeepAlive's heartbeats; Close stops them. raiseTokens runs ALTER SEQUENCE, so
+// one sends KeepAlive's heartbeats (on a connection of its own, made at
+// the first KeepAlive); Close stops them. raiseTokens runs ALTER SEQUENCE, so
 // the role must own the schema's objects (as Migrate's role does). Errors: invalid options wrap ErrInvalidOptions; a nil db
 // is ErrInvalidOptions too; others wrap the driver's.
 func New[T any](ctx context.Context, db *pgxpool.Pool, opts Options) (*Router[T], error) {

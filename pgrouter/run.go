@@ -9,8 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/leaserouter/leaserouter"
 )
 
@@ -28,7 +26,16 @@ type Handler[T any] func(ctx context.Context, l *Lease[T]) error
 // otherwise. If the lease was lost while h ran, Run leaves the job alone.
 // A handler may complete its own lease with CompleteTx, writing its
 // result in the same transaction; when that committed, Run does nothing
-// more for the job, otherwise it goes on as above.
+// more for the job, otherwise it goes on as above. Work in that
+// transaction after CompleteTx and before the commit is allowed, however
+// long it takes: the lease counts as held until the handler returns (the
+// transaction holds the job's row with the completion written, and each
+// heartbeat round proves the lease by finding that transaction still in
+// progress on the database), so the handler's ctx is not canceled for
+// want of a heartbeat meanwhile. If the transaction rolls back, the lease
+// is as it was before CompleteTx: heartbeats extend it again or, if its
+// expiry passed while the row was held, find it lost (the ctx is canceled
+// with a *leaserouter.LeaseLostError, LostExpired) and the job is retried.
 //
 // Round trips. A worker leases up to opts.Batch jobs in one statement
 // (one at first, doubling after a batch that took at most a quarter of
@@ -37,14 +44,16 @@ type Handler[T any] func(ctx context.Context, l *Lease[T]) error
 // trip as its next lease. A worker with nothing to do takes the back half
 // of the jobs another worker of the Run leased and has not started (no
 // round trip: the leases are the Run's already), so a burst is spread.
-// One heartbeat goroutine per Run, on a connection of its own (so a pool
-// whose connections the handlers hold never starves it), runs a round
-// every opts.HeartbeatInterval: the jobs still waiting their turn are
-// handed back unstarted (pending again in their old place, the lease not
-// counted as an attempt), the finished ones not yet completed are
-// completed, and every running lease is extended in one statement,
-// however many there are (rows another transaction holds, a handler's
-// own CompleteTx say, are skipped, never waited for). So a job leased
+// One heartbeat goroutine per Run, on a connection of its own (made
+// again when it fails, so a pool whose connections the handlers hold
+// never starves it; only while no connection can be made does a round use
+// the pool), runs a round every opts.HeartbeatInterval: the jobs still
+// waiting their turn are handed back unstarted (pending again in their
+// old place, the lease not counted as an attempt), the finished ones not
+// yet completed are completed, and every running lease is extended in one
+// statement, however many there are (rows another transaction holds are
+// skipped, never waited for: one held by its handler's CompleteTx is
+// proven by that transaction instead, as above). So a job leased
 // ahead waits at most one HeartbeatInterval and never loses its lease
 // while it waits, a finished one never expires before it is completed,
 // and a long job holds others back for at most one HeartbeatInterval.
@@ -115,8 +124,8 @@ type runner[T any] struct {
 	stopping context.Context // done when ctx is done or Close starts (wakes sleepers; stopped() is the test)
 	stop     context.CancelFunc
 
-	conn *pgx.Conn // the heartbeat goroutine's own connection; nil until made, or after it failed
-	idle *waker    // wakes the Run's sleeping workers when one leased a batch they may steal from
+	conn ownConn // the heartbeat goroutine's own connection
+	idle *waker  // wakes the Run's sleeping workers when one leased a batch they may steal from
 
 	mu      sync.Mutex
 	workers []*worker[T]
@@ -371,11 +380,7 @@ func (w *worker[T]) flush() {
 func (u *runner[T]) heartbeats(done <-chan struct{}) {
 	t := time.NewTicker(u.opts.HeartbeatInterval)
 	defer t.Stop()
-	defer func() {
-		if u.conn != nil {
-			_ = u.conn.Close(context.Background())
-		}
-	}()
+	defer u.conn.close()
 	stopping := u.stopping.Done()
 	for {
 		select {
@@ -389,23 +394,6 @@ func (u *runner[T]) heartbeats(done <-chan struct{}) {
 			u.beat()
 		}
 	}
-}
-
-// db is the heartbeat goroutine's own connection, made (again) when
-// missing, so heartbeats never wait for a pool the handlers hold; the
-// pool when it cannot be made.
-func (u *runner[T]) db(ctx context.Context) querier {
-	if u.conn != nil && u.conn.IsClosed() {
-		u.conn = nil
-	}
-	if u.conn == nil {
-		c, err := pgx.ConnectConfig(ctx, u.r.db.Config().ConnConfig.Copy())
-		if err != nil {
-			return u.r.db
-		}
-		u.conn = c
-	}
-	return u.conn
 }
 
 // beat is one heartbeat round: the jobs of every batch still waiting
@@ -428,21 +416,18 @@ func (u *runner[T]) beat() {
 	finished = append(finished, u.orphans...)
 	u.orphans = nil
 	for l, h := range u.held {
-		if h.cancel != nil && !l.txTried() { // running, and not completing in a transaction of its own
+		// Running; one its handler completed with CompleteTx is kept too:
+		// held by the handler's transaction while it is open (see pending),
+		// as before once that transaction rolled back.
+		if h.cancel != nil {
 			keep = append(keep, l)
 		}
 	}
 	u.mu.Unlock()
 	ctx, cancel := u.dbCtx()
 	defer cancel()
-	q := u.db(ctx)
-	failed := func() { // the connection may be dead: the rest of the round on a new one
-		if q == querier(u.conn) && u.conn != nil {
-			_ = u.conn.Close(context.Background())
-			u.conn = nil
-			q = u.db(ctx)
-		}
-	}
+	q := u.conn.get(ctx, u.r.db)
+	failed := func() { q = u.conn.failed(ctx, u.r.db, q) } // the rest of the round on a new connection
 	if !u.r.handBack(ctx, q, back) {
 		failed()
 	}

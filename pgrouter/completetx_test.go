@@ -1,0 +1,314 @@
+package pgrouter_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/pgrouter"
+	"github.com/leaserouter/leaserouter/pgrouter/pgtest"
+)
+
+// poolOf returns a pool of at most conns connections on a fresh database
+// (migrated), closed when t ends.
+func poolOf(t *testing.T, conns int32) *pgxpool.Pool {
+	t.Helper()
+	cfg := pgtest.New(t).Config().Copy()
+	cfg.MaxConns = conns
+	db, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(db.Close)
+	return db
+}
+
+// fencedWrite writes job l's result in tx after Fence, as the documented
+// pattern does.
+func fencedWrite(ctx context.Context, tx pgx.Tx, l *pgrouter.Lease[int]) error {
+	if err := pgrouter.Fence(ctx, tx, "results/"+l.JobID, l.Token); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, "INSERT INTO results VALUES ($1, $2)", l.JobID, l.Payload)
+	return err
+}
+
+// TestRunHoldsLeaseDuringWorkAfterCompleteTx: inside Run, a handler that
+// completes its lease with CompleteTx and then works in the same
+// transaction for longer than LeaseDuration before committing keeps its
+// lease (the open transaction holds the row with the completion written;
+// Run's heartbeats prove it so): its ctx is not canceled, the commit
+// succeeds, and every job ends succeeded after one handler call — with a
+// pool of one connection (held by the handler's transaction) and of eight.
+func TestRunHoldsLeaseDuringWorkAfterCompleteTx(t *testing.T) {
+	const lease = time.Second
+	for _, c := range []struct {
+		pool          int32
+		jobs, workers int
+	}{{1, 3, 1}, {8, 6, 6}} {
+		t.Run(fmt.Sprintf("pool of %d", c.pool), func(t *testing.T) {
+			db := poolOf(t, c.pool)
+			r := routerOn[int](t, db, pgrouter.Options{LeaseDuration: lease})
+			ctx := t.Context()
+			_, err := db.Exec(ctx, "CREATE TABLE results (id text PRIMARY KEY, v int)")
+			require.NoError(t, err)
+			enqueueJobs(t, r, "j", c.jobs)
+
+			var mu sync.Mutex
+			calls := map[string]int{}
+			var causes []string
+			returned := 0
+			stop := make(chan struct{})
+			err = runUntil(t, r, leaserouter.WorkerOptions{Workers: c.workers, HeartbeatInterval: lease / 5}, stop,
+				func(hctx context.Context, l *pgrouter.Lease[int]) (err error) {
+					mu.Lock()
+					calls[l.JobID]++
+					mu.Unlock()
+					defer func() {
+						mu.Lock()
+						defer mu.Unlock()
+						if err != nil {
+							causes = append(causes, fmt.Sprintf("%s: %v (cause %v)", l.JobID, err, context.Cause(hctx)))
+						}
+						if returned++; returned == c.jobs { // all done, or retries needed: enough to tell
+							close(stop)
+						}
+					}()
+					tx, err := db.Begin(hctx)
+					if err != nil {
+						return err
+					}
+					defer func() { _ = tx.Rollback(context.Background()) }()
+					if err := fencedWrite(hctx, tx, l); err != nil {
+						return err
+					}
+					if err := l.CompleteTx(hctx, tx); err != nil {
+						return err
+					}
+					select { // more work in the transaction, well past LeaseDuration
+					case <-time.After(5 * lease / 2):
+					case <-hctx.Done():
+						return context.Cause(hctx)
+					}
+					return tx.Commit(hctx)
+				})
+			require.NoError(t, err)
+			mu.Lock()
+			defer mu.Unlock()
+			require.Empty(t, causes, "handlers failed with the database up")
+			for i := range c.jobs {
+				id := fmt.Sprint("j", i)
+				require.Equal(t, 1, calls[id], "handler calls of %s", id)
+				j, _, err := r.Get(ctx, id)
+				require.NoError(t, err)
+				require.Equal(t, leaserouter.StateSucceeded, j.State, id)
+				require.Equal(t, 1, j.Attempt, id)
+			}
+			var rows int
+			require.NoError(t, db.QueryRow(ctx, "SELECT count(*) FROM results").Scan(&rows))
+			require.Equal(t, c.jobs, rows)
+		})
+	}
+}
+
+// TestRunLosesLeaseProperlyWhenCompleteTxRollsBackAfterExpiry: a
+// handler's transaction that completed the lease holds it past its
+// expiry, then rolls back: the lease is as before CompleteTx, expired, so
+// Run reports it lost (the handler's ctx canceled with a LostExpired
+// *LeaseLostError) and the job is retried; while the transaction was open
+// the handler's ctx was not canceled.
+func TestRunLosesLeaseProperlyWhenCompleteTxRollsBackAfterExpiry(t *testing.T) {
+	const lease = time.Second
+	r, db := newRouter[int](t, pgrouter.Options{LeaseDuration: lease})
+	ctx := t.Context()
+	require.NoError(t, r.Enqueue(ctx, "a", 1))
+	var heldCause, lostCause error
+	stop := make(chan struct{})
+	err := runUntil(t, r, leaserouter.WorkerOptions{Workers: 1, HeartbeatInterval: lease / 5}, stop,
+		func(hctx context.Context, l *pgrouter.Lease[int]) error {
+			if l.Attempt > 1 {
+				close(stop)
+				return nil
+			}
+			tx, err := db.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = tx.Rollback(ctx) }()
+			if err := l.CompleteTx(hctx, tx); err != nil {
+				return err
+			}
+			// Held well past the expiry (on the database's clock).
+			for past := false; !past; time.Sleep(10 * time.Millisecond) {
+				if err := db.QueryRow(ctx, "SELECT clock_timestamp() > $1", l.Expiry().Add(lease)).Scan(&past); err != nil {
+					return err
+				}
+			}
+			heldCause = context.Cause(hctx)
+			if err := tx.Rollback(ctx); err != nil {
+				return err
+			}
+			select {
+			case <-hctx.Done():
+				lostCause = context.Cause(hctx)
+			case <-time.After(10 * lease):
+			}
+			return nil
+		})
+	require.NoError(t, err)
+	require.NoError(t, heldCause, "the handler's ctx while its transaction held the completion")
+	var lost *leaserouter.LeaseLostError
+	require.ErrorAs(t, lostCause, &lost, "the handler's ctx after the rollback")
+	require.Equal(t, leaserouter.LostExpired, lost.Reason)
+	j, _, err := r.Get(ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, leaserouter.StateSucceeded, j.State)
+	require.Equal(t, 2, j.Attempt)
+}
+
+// TestKeepAliveNotStarvedByPool: with a pool of one connection held by
+// the caller's transaction (the documented KeepAlive + Fence + CompleteTx
+// pattern), KeepAlive's heartbeats go on, on a connection of their own,
+// for longer than LeaseDuration both before CompleteTx (extending the
+// lease) and after it (the open transaction proving it): KeepAlive's ctx
+// is never canceled and the commit completes the job.
+func TestKeepAliveNotStarvedByPool(t *testing.T) {
+	const lease = time.Second
+	db := poolOf(t, 1)
+	r := routerOn[int](t, db, pgrouter.Options{LeaseDuration: lease})
+	ctx := t.Context()
+	_, err := db.Exec(ctx, "CREATE TABLE results (id text PRIMARY KEY, v int)")
+	require.NoError(t, err)
+	l := leaseOn(t, r, "a")
+	kctx, cancel := pgrouter.KeepAlive(ctx, l, lease/5)
+	defer cancel()
+	work := func(what string) {
+		t.Helper()
+		select {
+		case <-time.After(5 * lease / 2):
+		case <-kctx.Done():
+			t.Fatalf("KeepAlive's ctx canceled %s: %v", what, context.Cause(kctx))
+		}
+	}
+	tx, err := db.Begin(kctx) // the pool's only connection
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	work("while the transaction held the pool's only connection")
+	require.NoError(t, fencedWrite(kctx, tx, l))
+	require.NoError(t, l.CompleteTx(kctx, tx))
+	work("after CompleteTx, the transaction still open")
+	require.NoError(t, tx.Commit(kctx))
+	j, _, err := r.Get(ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, leaserouter.StateSucceeded, j.State)
+}
+
+// TestRefusedCompleteTxLeavesRowUnlockedAndTxUsable: a stale holder's
+// CompleteTx is refused without leaving the job's row locked, so the
+// valid holder's Heartbeat and Complete go through while the stale
+// transaction is still open, and that transaction can still run
+// statements and commit. A CompleteTx that fails (lock_timeout) leaves
+// its transaction usable too.
+func TestRefusedCompleteTxLeavesRowUnlockedAndTxUsable(t *testing.T) {
+	db := pgtest.New(t)
+	stale := routerOn[int](t, db, pgrouter.Options{LeaseDuration: 200 * time.Millisecond, PollInterval: time.Hour})
+	valid := routerOn[int](t, db, pgrouter.Options{LeaseDuration: time.Minute, PollInterval: time.Hour})
+	ctx := t.Context()
+	_, err := db.Exec(ctx, "CREATE TABLE log (v text)")
+	require.NoError(t, err)
+	old := leaseOn(t, stale, "a")
+	awaitDBTime(t, db, old.Expiry())
+	cur, err := valid.TryAcquire(ctx, "valid")
+	require.NoError(t, err)
+	require.Equal(t, 2, cur.Attempt)
+
+	tx, err := db.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, "INSERT INTO log VALUES ('before')")
+	require.NoError(t, err)
+	var lost *leaserouter.LeaseLostError
+	require.ErrorAs(t, old.CompleteTx(ctx, tx), &lost)
+	require.Equal(t, leaserouter.LostSuperseded, lost.Reason)
+	require.Equal(t, cur.Token, lost.Current)
+
+	// The stale transaction is still open: the valid holder does not wait
+	// for it (a bound far above a round trip, far below the lease).
+	vctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	require.NoError(t, cur.Heartbeat(vctx, []byte("p")), "the valid holder's Heartbeat")
+	require.NoError(t, cur.Complete(vctx), "the valid holder's Complete")
+
+	_, err = tx.Exec(ctx, "INSERT INTO log VALUES ('after')")
+	require.NoError(t, err, "the refused CompleteTx's transaction runs statements")
+	require.NoError(t, tx.Commit(ctx))
+	var n int
+	require.NoError(t, db.QueryRow(ctx, "SELECT count(*) FROM log").Scan(&n))
+	require.Equal(t, 2, n)
+
+	// A CompleteTx that fails on a lock it cannot take in time leaves its
+	// transaction usable, and succeeds once the lock is free.
+	l := leaseOn(t, valid, "b")
+	locker, err := db.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = locker.Rollback(ctx) }()
+	_, err = locker.Exec(ctx, "SELECT FROM leaserouter_jobs WHERE id = 'b' FOR UPDATE")
+	require.NoError(t, err)
+	tx, err = db.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, "SET LOCAL lock_timeout = '50ms'")
+	require.NoError(t, err)
+	err = l.CompleteTx(ctx, tx)
+	require.Error(t, err)
+	require.False(t, errors.As(err, &lost), "a lock timeout is not a refusal: %v", err)
+	require.NoError(t, locker.Rollback(ctx))
+	require.NoError(t, l.CompleteTx(ctx, tx), "the transaction is usable after the failed CompleteTx")
+	require.NoError(t, tx.Commit(ctx))
+	j, _, err := valid.Get(ctx, "b")
+	require.NoError(t, err)
+	require.Equal(t, leaserouter.StateSucceeded, j.State)
+}
+
+// TestCompleteTxComposesWithSavepoints: a refused CompleteTx undoes only
+// its own check, so an earlier CompleteTx in the same transaction still
+// commits; a CompleteTx in a nested pgx.Tx that rolls back leaves the
+// lease valid and its row unlocked, the outer transaction open.
+func TestCompleteTxComposesWithSavepoints(t *testing.T) {
+	r, db := newRouter[int](t, pgrouter.Options{LeaseDuration: time.Minute})
+	ctx := t.Context()
+	done := leaseOn(t, r, "done")
+	stale := leaseOn(t, r, "stale")
+	require.NoError(t, r.Cancel(ctx, "stale"))
+	tx, err := db.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	require.NoError(t, done.CompleteTx(ctx, tx))
+	var lost *leaserouter.LeaseLostError
+	require.ErrorAs(t, stale.CompleteTx(ctx, tx), &lost)
+	require.Equal(t, leaserouter.LostCanceled, lost.Reason)
+
+	nested := leaseOn(t, r, "nested")
+	sp, err := tx.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, nested.CompleteTx(ctx, sp))
+	require.NoError(t, sp.Rollback(ctx))
+	vctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	require.NoError(t, nested.Heartbeat(vctx, nil), "the nested rollback let the row go, the lease valid")
+
+	require.NoError(t, tx.Commit(ctx))
+	for id, want := range map[string]leaserouter.State{
+		"done": leaserouter.StateSucceeded, "stale": leaserouter.StateCanceled, "nested": leaserouter.StateLeased,
+	} {
+		j, _, err := r.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, want, j.State, id)
+	}
+}

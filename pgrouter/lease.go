@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/usercode"
 )
 
 // Lease is one worker's time-bounded claim on one job, as in the core
@@ -373,7 +375,11 @@ func (l *Lease[T]) resolved(ctx context.Context, reason leaserouter.LostReason) 
 }
 
 // Fail ends the lease with a failed attempt: LastError becomes cause's
-// message ("unknown error" for nil). A Permanent cause, or a job out of
+// message ("unknown error" for nil; NUL bytes and invalid UTF-8 replaced
+// by U+FFFD, which a text column needs). cause's Error() is called once,
+// with a panic recovered: a cause whose Error() panics (a typed nil
+// pointer returned as an error is the common case) still fails the
+// attempt, with a LastError saying so, as in the core. A Permanent cause, or a job out of
 // attempts, makes it dead (StateFailed); otherwise it is scheduled again
 // after Options.Backoff(attempt) (called here, before the statement), or
 // pending at once if that is <= 0. It returns a *LeaseLostError if the
@@ -386,6 +392,12 @@ func (l *Lease[T]) Fail(ctx context.Context, cause error) error {
 	if cause == nil {
 		cause = errors.New("unknown error")
 	}
+	// cause's Error, Unwrap and As are user code: recovered, as in the
+	// core (a typed nil error fails the attempt, saying Error() panicked).
+	// The text goes into a text column, which takes neither NUL nor
+	// invalid UTF-8.
+	cause, text := usercode.Error(cause)
+	text = strings.ToValidUTF8(strings.ReplaceAll(text, "\x00", "\uFFFD"), "\uFFFD")
 	r := l.r
 	backoff := r.backoff(l.Attempt)
 	res, err := l.op(ctx, r.db, false, "Fail", `
@@ -395,7 +407,7 @@ func (l *Lease[T]) Fail(ctx context.Context, cause error) error {
 		ended = 'failed', last_error = $6, owner = '', lease_expires_at = NULL, requeued = false,
 		updated_at = clock_timestamp(),
 		purge_at = CASE WHEN $4 OR attempt >= max_attempts THEN clock_timestamp() + $7 * interval '1 microsecond' END`,
-		leaserouter.IsPermanent(cause), backoff.Microseconds(), cause.Error(), r.keep)
+		leaserouter.IsPermanent(cause), backoff.Microseconds(), text, r.keep)
 	if err != nil {
 		if !errors.As(err, new(*leaserouter.LeaseLostError)) && l.resolved(ctx, leaserouter.LostFailed) {
 			r.release(l) // failed, as the row shows; its events are unknown here

@@ -686,3 +686,49 @@ func TestRunHandlerEndsItsOwnLease(t *testing.T) {
 	require.Equal(t, 1, s.Succeeded)
 	require.Equal(t, 1, s.Scheduled, "failed by the handler: retried after its backoff")
 }
+
+// nilErr's Error dereferences its receiver: a typed nil *nilErr returned
+// as an error panics when its message is read.
+type nilErr struct{ msg string }
+
+func (e *nilErr) Error() string { return e.msg }
+
+// TestNoUserCodeUnrecoveredFailWithPanickingError: as in the core, a cause
+// whose Error() panics — a typed nil from Fail's caller or a Run handler —
+// fails the attempt with a LastError saying so; neither the caller nor the
+// process dies. A message with NUL or invalid UTF-8 is stored, repaired,
+// instead of failing on the text column.
+func TestNoUserCodeUnrecoveredFailWithPanickingError(t *testing.T) {
+	r, _ := newRouter[string](t, pgrouter.Options{MaxAttempts: 1})
+	ctx := t.Context()
+	require.NoError(t, r.Enqueue(ctx, "direct", "direct"))
+	require.NoError(t, r.Enqueue(ctx, "bytes", "bytes"))
+	require.NoError(t, r.Enqueue(ctx, "run", "run"))
+	var typedNil *nilErr
+	for range 2 {
+		l, err := r.TryAcquire(ctx, "w")
+		require.NoError(t, err)
+		var cause error = typedNil
+		if l.JobID == "bytes" {
+			cause = errors.New("a\x00b\xffc")
+		}
+		require.NotPanics(t, func() { require.NoError(t, l.Fail(ctx, cause)) })
+	}
+	stop := make(chan struct{})
+	require.NoError(t, runUntil(t, r, leaserouter.WorkerOptions{Workers: 1}, stop, func(_ context.Context, l *pgrouter.Lease[string]) error {
+		defer close(stop)
+		var e *nilErr
+		return e
+	}))
+	for id, want := range map[string]string{
+		"direct": "Error() of *pgrouter_test.nilErr panicked",
+		"run":    "Error() of *pgrouter_test.nilErr panicked",
+		"bytes":  "a\uFFFDb\uFFFDc",
+	} {
+		j, ok, err := r.Get(ctx, id)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, leaserouter.StateFailed, j.State, id)
+		require.Contains(t, j.LastError, want, id)
+	}
+}

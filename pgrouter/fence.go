@@ -18,11 +18,17 @@ import (
 // key waits, then is refused if its token is lower: write the downstream
 // result in tx after Fence, and no stale holder's write can land after a
 // newer one's. Tokens: Kleppmann, "How to do distributed locking", 2016.
-// A nil tx or an empty key is an error wrapping ErrInvalidOptions.
+// A nil tx, an empty key, or a key that breaks the core's rule for IDs
+// (valid UTF-8, no NUL, at most leaserouter.MaxIDBytes bytes: the key is
+// a column PostgreSQL indexes) is an error wrapping ErrInvalidOptions,
+// returned before any statement, so tx stays usable.
 func Fence(ctx context.Context, tx pgx.Tx, key string, t leaserouter.Token) error {
 	ctx = orBackground(ctx)
 	if tx == nil || key == "" {
 		return fmt.Errorf("%w: Fence needs a transaction and a key", leaserouter.ErrInvalidOptions)
+	}
+	if p := nameProblem(key, leaserouter.MaxIDBytes, "MaxIDBytes"); p != "" {
+		return fmt.Errorf("%w: Fence key %s", leaserouter.ErrInvalidOptions, p)
 	}
 	if t > 1<<63-1 {
 		return fmt.Errorf("%w: token %d is above the database's bigint", leaserouter.ErrInvalidOptions, t)

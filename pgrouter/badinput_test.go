@@ -181,6 +181,13 @@ func TestBadNamesGetTheCoresErrors(t *testing.T) {
 		require.Error(t, coreErr, "the core refuses it too")
 		require.Equal(t, coreErr.Error(), err.Error(), "the core's error")
 	}
+	begin := func(t *testing.T) pgx.Tx {
+		t.Helper()
+		tx, err := db.Begin(ctx)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = tx.Rollback(context.Background()) }) // its connection back to the pool, whatever failed
+		return tx
+	}
 	usable := func(t *testing.T, tx pgx.Tx) {
 		t.Helper()
 		_, err := tx.Exec(ctx, "SELECT 1")
@@ -195,8 +202,7 @@ func TestBadNamesGetTheCoresErrors(t *testing.T) {
 			actx, cancel := context.WithTimeout(ctx, 10*time.Second) // bounds a blocking Acquire should the check go
 			defer cancel()
 			same(t, core.Enqueue(n.id, 1), r.Enqueue(ctx, n.id, 1), leaserouter.ErrInvalidJob, n.problem)
-			tx, err := db.Begin(ctx)
-			require.NoError(t, err)
+			tx := begin(t)
 			same(t, core.Enqueue(n.id, 1), r.EnqueueTx(ctx, tx, n.id, 1), leaserouter.ErrInvalidJob, n.problem)
 			usable(t, tx)
 			batch := []leaserouter.JobSpec[int]{{ID: "new"}, {ID: "new2"}, {ID: n.id}}
@@ -233,8 +239,7 @@ func TestBadNamesGetTheCoresErrors(t *testing.T) {
 			same(t, core.Run(done, opts, func(context.Context, *leaserouter.Lease[int]) error { return nil }),
 				r.Run(done, opts, h), leaserouter.ErrInvalidOptions, "WorkerID")
 
-			tx, err = db.Begin(ctx)
-			require.NoError(t, err)
+			tx = begin(t)
 			err = pgrouter.Fence(ctx, tx, n.id, 1)
 			require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
 			require.ErrorContains(t, err, n.problem)
@@ -276,8 +281,7 @@ func TestBadNamesGetTheCoresErrors(t *testing.T) {
 			j, _, err = r.Get(ctx, n.id)
 			require.NoError(t, err)
 			require.Equal(t, n.id, j.Owner)
-			tx, err := db.Begin(ctx)
-			require.NoError(t, err)
+			tx := begin(t)
 			require.NoError(t, pgrouter.Fence(ctx, tx, n.id, l.Token))
 			require.NoError(t, l.CompleteTx(ctx, tx))
 			require.NoError(t, tx.Commit(ctx))

@@ -159,12 +159,12 @@ func incompressible(seed uint64, n int) string {
 	return b.String()
 }
 
-// TestBadNamesGetTheCoresErrors: job IDs, worker IDs and fence keys that
-// break the core's rule for IDs, and queue names that break
-// MaxQueueBytes's rule, are refused at the door — the same error as the
-// core's, word for word, where the core has the call; never a driver
-// error — and change nothing; names at the edges are accepted and read
-// back whole.
+// TestBadNamesGetTheCoresErrors: job IDs and worker IDs that break the
+// core's rule for IDs, and fence keys and queue names that break it with
+// their own limits (MaxFenceKeyBytes, MaxQueueBytes), are refused at the
+// door — with the core's error, word for word, where the core has the
+// call; never a driver error — and change nothing; names at the edges
+// are accepted and read back whole.
 func TestBadNamesGetTheCoresErrors(t *testing.T) {
 	db := pgtest.New(t)
 	ctx := t.Context()
@@ -239,12 +239,6 @@ func TestBadNamesGetTheCoresErrors(t *testing.T) {
 			same(t, core.Run(done, opts, func(context.Context, *leaserouter.Lease[int]) error { return nil }),
 				r.Run(done, opts, h), leaserouter.ErrInvalidOptions, "WorkerID")
 
-			tx = begin(t)
-			err = pgrouter.Fence(ctx, tx, n.id, 1)
-			require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
-			require.ErrorContains(t, err, n.problem)
-			usable(t, tx)
-
 			for _, id := range []string{"new", "new2"} {
 				_, ok, err := r.Get(ctx, id)
 				require.NoError(t, err)
@@ -289,6 +283,31 @@ func TestBadNamesGetTheCoresErrors(t *testing.T) {
 			require.NoError(t, r.Cancel(ctx, "second"))
 		})
 	}
+
+	t.Run("fence keys", func(t *testing.T) {
+		for _, k := range []struct{ name, key, problem string }{
+			{"NUL", "k\x00", "NUL at byte 1"},
+			{"invalid UTF-8", "k\xff", "not valid UTF-8 at byte 1"},
+			{"UTF-16 surrogate", "\xed\xa0\x80", "not valid UTF-8 at byte 0"},
+			{"MaxFenceKeyBytes+1", incompressible(5, pgrouter.MaxFenceKeyBytes+1), fmt.Sprintf("is %d bytes", pgrouter.MaxFenceKeyBytes+1)},
+			{"10,000 bytes", incompressible(4, 10_000), "is 10000 bytes"},
+		} {
+			tx := begin(t)
+			err := pgrouter.Fence(ctx, tx, k.key, 1)
+			require.ErrorIs(t, err, leaserouter.ErrInvalidOptions, k.name)
+			require.ErrorContains(t, err, k.problem, k.name)
+			usable(t, tx)
+		}
+		for _, key := range []string{
+			"doc/" + incompressible(6, leaserouter.MaxIDBytes), // a job ID with a prefix
+			incompressible(7, pgrouter.MaxFenceKeyBytes),
+		} {
+			tx := begin(t)
+			require.NoError(t, pgrouter.Fence(ctx, tx, key, 2))
+			require.ErrorIs(t, pgrouter.Fence(ctx, tx, key, 1), leaserouter.ErrStaleToken)
+			require.NoError(t, tx.Commit(ctx))
+		}
+	})
 
 	t.Run("queue names", func(t *testing.T) {
 		for _, q := range []struct{ name, queue, problem string }{

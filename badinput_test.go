@@ -248,6 +248,7 @@ func badRows() []badRow {
 	rows = append(rows, badKeepAliveRows()...)
 	rows = append(rows, badFenceRows()...)
 	rows = append(rows, badValueRows()...)
+	rows = append(rows, badNameRows()...)
 	return rows
 }
 
@@ -476,7 +477,6 @@ func badEnqueueRows() []badRow {
 		require.True(t, j.RunAt.After(time.Now().AddDate(200, 0, 0)), "run-at %v is not far in the future", j.RunAt)
 	}
 	noRunAt := func(t *testing.T, j job) { require.True(t, j.RunAt.IsZero(), "RunAt %v", j.RunAt) }
-	bigID := strings.Repeat("x", 1<<20)
 	return []badRow{
 		badEnqueueInvalid("empty ID", "empty", ""),
 		badEnqueueInvalid("empty ID with valid options", "empty", "", leaserouter.WithPriority(1), leaserouter.WithDelay(time.Second)),
@@ -557,15 +557,6 @@ func badEnqueueRows() []badRow {
 				s.Leased += 2
 			},
 			events: []string{"enqueued:new", "lease_acquired:pending", "lease_acquired:new"},
-		},
-		{
-			name: "Enqueue/1 MiB ID is accepted",
-			run: func(t *testing.T, fx *badFx) {
-				require.NoError(t, fx.r.Enqueue(bigID, "p"))
-				require.Equal(t, bigID, get(t, fx.r, bigID).ID)
-			},
-			stats:  func(s *leaserouter.Stats) { s.Enqueued++; s.Pending++ },
-			events: []string{badEv("enqueued", bigID)},
 		},
 	}
 }
@@ -1295,4 +1286,160 @@ func badValueRows() []badRow {
 			require.False(t, (&e).As(&leaserouter.LeaseLostError{}))
 		}),
 	}
+}
+
+// ---------------------------------------------------------------------------
+// IDs: one rule for job IDs and worker IDs on every backend (valid UTF-8,
+// no NUL, at most MaxIDBytes bytes; a job ID is not empty). pgrouter's
+// badinput_test.go holds the same table and checks pgrouter's errors equal
+// these.
+
+// badNames break the rule; problem is what the error must say of each.
+var badNames = []struct{ name, id, problem string }{
+	{"NUL", "a\x00b", "NUL at byte 1"},
+	{"NUL alone", "\x00", "NUL at byte 0"},
+	{"invalid UTF-8", "ab\xffc", "not valid UTF-8 at byte 2"},
+	{"truncated rune", "ok\xe2\x82", "not valid UTF-8 at byte 2"},
+	{"UTF-16 surrogate", "\xed\xa0\x80", "not valid UTF-8 at byte 0"},
+	{"MaxIDBytes+1", strings.Repeat("x", leaserouter.MaxIDBytes+1), fmt.Sprintf("is %d bytes", leaserouter.MaxIDBytes+1)},
+	{"MaxIDBytes+1 in 2-byte runes", strings.Repeat("é", leaserouter.MaxIDBytes/2) + "x", fmt.Sprintf("is %d bytes", leaserouter.MaxIDBytes+1)},
+	{"1 MiB", strings.Repeat("x", 1<<20), "is 1048576 bytes"},
+}
+
+// goodNames keep the rule at its edges.
+var goodNames = []struct{ name, id string }{
+	{"MaxIDBytes of ASCII", strings.Repeat("x", leaserouter.MaxIDBytes)},
+	{"MaxIDBytes of 4-byte runes", strings.Repeat("😀", leaserouter.MaxIDBytes/4)},
+	{"control characters but NUL", "\x01\t\x7f"},
+}
+
+func badNameRows() []badRow {
+	var rows []badRow
+	for _, n := range badNames {
+		rows = append(rows,
+			badEnqueueInvalid("ID "+n.name+" is ErrInvalidJob naming the problem", n.problem, n.id),
+			badRow{name: "EnqueueMany/ID " + n.name + " is ErrInvalidJob naming the problem and the index", run: func(t *testing.T, fx *badFx) {
+				dups, err := fx.r.EnqueueMany([]leaserouter.JobSpec[string]{{ID: "new"}, {ID: "new2"}, {ID: n.id}})
+				require.ErrorIs(t, err, leaserouter.ErrInvalidJob)
+				require.ErrorContains(t, err, n.problem)
+				require.ErrorContains(t, err, "batch index 2")
+				require.Nil(t, dups)
+				requireGone(t, fx.r, "new")
+				requireGone(t, fx.r, "new2")
+			}},
+			badRow{name: "Get/ID " + n.name + " is not found", run: func(t *testing.T, fx *badFx) {
+				j, ok := fx.r.Get(n.id)
+				require.False(t, ok)
+				require.Equal(t, job{}, j)
+			}},
+			badRow{name: "Cancel/ID " + n.name + " is ErrNotFound and ErrInvalidJob", run: func(t *testing.T, fx *badFx) {
+				err := fx.r.Cancel(n.id)
+				require.ErrorIs(t, err, leaserouter.ErrNotFound)
+				require.ErrorIs(t, err, leaserouter.ErrInvalidJob)
+				require.ErrorContains(t, err, n.problem)
+			}},
+			badRow{name: "Acquire/workerID " + n.name + " is ErrInvalidOptions and takes no job", run: func(t *testing.T, fx *badFx) {
+				for call, acq := range map[string]func() (int, error){
+					"TryAcquire": func() (int, error) { l, err := fx.r.TryAcquire(n.id); return badCount(l), err },
+					"Acquire":    func() (int, error) { l, err := fx.r.Acquire(context.Background(), n.id); return badCount(l), err },
+					"TryAcquireMany": func() (int, error) {
+						ls, err := fx.r.TryAcquireMany(n.id, 2)
+						return len(ls), err
+					},
+					"AcquireMany": func() (int, error) {
+						ls, err := fx.r.AcquireMany(context.Background(), n.id, 2)
+						return len(ls), err
+					},
+				} {
+					got, err := acq()
+					require.ErrorIs(t, err, leaserouter.ErrInvalidOptions, call)
+					require.ErrorContains(t, err, "worker ID", call)
+					require.ErrorContains(t, err, n.problem, call)
+					require.Zero(t, got, call)
+				}
+			}},
+			badRunWorkerID("WorkerID "+n.name, leaserouter.WorkerOptions{WorkerID: n.id}),
+		)
+	}
+	for _, n := range goodNames {
+		rows = append(rows,
+			badRow{
+				name: "Enqueue/ID " + n.name + " is accepted",
+				run: func(t *testing.T, fx *badFx) {
+					require.NoError(t, fx.r.Enqueue(n.id, "p"))
+					require.Equal(t, n.id, get(t, fx.r, n.id).ID)
+					require.NoError(t, fx.r.Cancel(n.id))
+				},
+				stats:  func(s *leaserouter.Stats) { s.Enqueued++; s.Canceled++ },
+				events: []string{badEv("enqueued", n.id), badEv("canceled", n.id)},
+			},
+			badRow{
+				name: "EnqueueMany/ID " + n.name + " is accepted",
+				run: func(t *testing.T, fx *badFx) {
+					dups, err := fx.r.EnqueueMany([]leaserouter.JobSpec[string]{{ID: "new"}, {ID: n.id}})
+					require.NoError(t, err)
+					require.Nil(t, dups)
+					require.Equal(t, n.id, get(t, fx.r, n.id).ID)
+				},
+				stats:  func(s *leaserouter.Stats) { s.Enqueued += 2; s.Pending += 2 },
+				events: []string{"enqueued:new", badEv("enqueued", n.id)},
+			},
+			badRow{
+				name: "TryAcquire/workerID " + n.name + " is accepted",
+				run: func(t *testing.T, fx *badFx) {
+					l := acquire(t, fx.r, n.id)
+					require.Equal(t, n.id, l.WorkerID)
+					require.Equal(t, n.id, get(t, fx.r, "pending").Owner)
+				},
+				touched: []string{"pending"},
+				stats:   func(s *leaserouter.Stats) { s.LeasesGranted++; s.Pending--; s.Leased++ },
+				events:  []string{"lease_acquired:pending"},
+			},
+		)
+	}
+	// Run's worker IDs are "<WorkerID>-<i>": each must keep the rule.
+	edge := strings.Repeat("w", leaserouter.MaxIDBytes-2) // "<edge>-0" is MaxIDBytes
+	rows = append(rows,
+		badRunWorkerID("WorkerID making worker IDs of MaxIDBytes+1", leaserouter.WorkerOptions{WorkerID: edge + "w", Workers: 1}),
+		badRunWorkerID("WorkerID making the 11th worker ID MaxIDBytes+1", leaserouter.WorkerOptions{WorkerID: edge, Workers: 11}),
+		badRow{
+			name: "Run/WorkerID making worker IDs of exactly MaxIDBytes",
+			run: func(t *testing.T, fx *badFx) {
+				ran := goRun(context.Background(), fx.r, leaserouter.WorkerOptions{WorkerID: edge, Workers: 10}, badNop)
+				synctest.Wait()
+				requireBlocked(t, ran)
+				require.Equal(t, leaserouter.StateSucceeded, get(t, fx.r, "pending").State)
+				badCloseNow(t, fx)
+				synctest.Wait()
+				require.NoError(t, receive(t, ran))
+			},
+			touched: []string{"pending", "stale", "leased"},
+			stats: func(s *leaserouter.Stats) {
+				s.LeasesGranted++
+				s.Succeeded++
+				s.Pending++ // -1 pending succeeded, +2 revoked
+				s.Leased -= 2
+			},
+			events: []string{"lease_acquired:pending", "completed:pending", "released:stale", "released:leased"},
+		},
+	)
+	return rows
+}
+
+// badRunWorkerID is a row whose Run is refused for opts.WorkerID. Its ctx
+// is done: were opts accepted, Run would return nil at once.
+func badRunWorkerID(name string, opts leaserouter.WorkerOptions) badRow {
+	return badRow{name: "Run/" + name, run: func(t *testing.T, fx *badFx) {
+		err := fx.r.Run(badCancelled(), opts, badNop)
+		require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+		require.ErrorContains(t, err, "WorkerID")
+	}}
+}
+
+// badCount is 1 for a lease, 0 for nil.
+func badCount(l *lease) int {
+	if l == nil {
+		return 0
+	}
+	return 1
 }

@@ -16,12 +16,14 @@ import (
 // repeat an earlier ID of the batch, are skipped as duplicates (counted in
 // Stats.Duplicates, an EventDuplicate each) and their indexes returned in
 // order; the rest are enqueued, with the events Enqueue emits, in order.
-// All or nothing: an invalid job (the error wraps ErrInvalidJob and names
-// its index), new jobs that would exceed Options.Capacity (ErrFull) or a
-// closed router (ErrClosed) return the error and enqueue nothing, count
-// nothing. An empty or nil batch enqueues nothing and returns nil, nil. It
-// blocks like Enqueue: on the router's lock and, with a hook set, while
-// the event backlog is full. jobs is not retained.
+// All or nothing: an invalid job (an ID ValidateID refuses or a bad
+// option: the error wraps ErrInvalidJob, names the problem and the job's
+// batch index, as "(batch index i)"), new jobs that would exceed
+// Options.Capacity (ErrFull) or a closed router (ErrClosed) return the
+// error and enqueue nothing, count nothing. An empty or nil batch
+// enqueues nothing and returns nil, nil. It blocks like Enqueue: on the
+// router's lock and, with a hook set, while the event backlog is full.
+// jobs is not retained.
 func (r *Router[T]) EnqueueMany(jobs []JobSpec[T]) (duplicates []int, err error) {
 	sp := specPool.Get().(*[]enqueueSpec)
 	defer func() {
@@ -106,10 +108,14 @@ const maxPooledSpecs = 4096
 // expiry, heartbeats and completion. It returns the leases (at least one),
 // or ErrNoJob if none is ready, ErrTokensExhausted if tokens ran out before
 // the first, ErrClosed after Close, and an error wrapping ErrInvalidOptions
-// for max < 1. It waits like TryAcquire (see there).
+// for max < 1 or a workerID ValidateWorkerID refuses. It waits like
+// TryAcquire (see there).
 func (r *Router[T]) TryAcquireMany(workerID string, max int) ([]*Lease[T], error) {
 	if max < 1 {
 		return nil, fmt.Errorf("%w: TryAcquireMany max is %d, must be >= 1", ErrInvalidOptions, max)
+	}
+	if err := ValidateWorkerID(workerID); err != nil {
+		return nil, err
 	}
 	now, err := r.lockOpen(true, nil)
 	if err != nil {
@@ -123,11 +129,15 @@ func (r *Router[T]) TryAcquireMany(workerID string, max int) ([]*Lease[T], error
 // AcquireMany leases up to max ready jobs as TryAcquireMany does, blocking
 // as Acquire does until at least one is ready: it returns ctx.Err() if ctx
 // is done first and ErrClosed after Close (or when Close starts while it
-// waits); max < 1 is an error wrapping ErrInvalidOptions. A nil ctx means
+// waits); max < 1 or a workerID ValidateWorkerID refuses is an error
+// wrapping ErrInvalidOptions, at once. A nil ctx means
 // context.Background().
 func (r *Router[T]) AcquireMany(ctx context.Context, workerID string, max int) ([]*Lease[T], error) {
 	if max < 1 {
 		return nil, fmt.Errorf("%w: AcquireMany max is %d, must be >= 1", ErrInvalidOptions, max)
+	}
+	if err := ValidateWorkerID(workerID); err != nil {
+		return nil, err
 	}
 	var ls []*Lease[T]
 	err := r.await(ctx, func(now int64) (err error) {

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // State is where a job is in its life. The zero value is StatePending.
@@ -226,8 +228,8 @@ func (r *Router[T]) parseJob(s *enqueueSpec, id string, opts []EnqueueOption) er
 
 // readOptions checks id and applies opts to s, in order.
 func readOptions(s *enqueueSpec, id string, opts []EnqueueOption) error {
-	if id == "" {
-		return fmt.Errorf("%w: empty ID", ErrInvalidJob)
+	if err := ValidateID(id); err != nil {
+		return err
 	}
 	for _, o := range opts {
 		switch o.kind {
@@ -262,9 +264,9 @@ type EnqueueSettings struct {
 }
 
 // ReadEnqueueOptions checks id and opts as Enqueue does and returns what
-// they ask for, or an error wrapping ErrInvalidJob (empty id, WithDelay <
-// 0, WithMaxAttempts out of [1, math.MaxInt32]). Nil or empty opts give
-// the zero EnqueueSettings.
+// they ask for, or an error wrapping ErrInvalidJob (an id ValidateID
+// refuses, WithDelay < 0, WithMaxAttempts out of [1, math.MaxInt32]). Nil
+// or empty opts give the zero EnqueueSettings.
 func ReadEnqueueOptions(id string, opts []EnqueueOption) (EnqueueSettings, error) {
 	var s enqueueSpec
 	if err := readOptions(&s, id, opts); err != nil {
@@ -285,4 +287,95 @@ type JobSpec[T any] struct {
 	ID      string
 	Payload T
 	Options []EnqueueOption
+}
+
+// MaxIDBytes is the longest ID, in bytes, a router accepts. The rule for
+// IDs is the same on every backend, so a program moving between them
+// meets the same errors: a job ID is valid UTF-8 (no stray byte,
+// truncated sequence or UTF-16 surrogate), holds no NUL byte, is not
+// empty and is at most MaxIDBytes bytes long — bytes, not characters:
+// 256 four-byte runes fill it. Worker IDs follow the same rule, except
+// that they may be empty. See ValidateID and ValidateWorkerID.
+//
+// 1024 bytes is far above any natural key (a UUID is 36 bytes, a SHA-256
+// in hex 64) and well inside what a database-backed router can store and
+// index: PostgreSQL's text holds neither NUL nor invalid UTF-8, and a
+// btree entry must fit in a third of a page (2704 bytes with 8 kB pages);
+// pgrouter indexes (queue, id), with queue names of at most
+// pgrouter.MaxQueueBytes (256), so the largest entry is under 1.3 kB even
+// when its bytes do not compress.
+const MaxIDBytes = 1024
+
+// ValidateID returns nil if id is a valid job ID (see MaxIDBytes), or an
+// error wrapping ErrInvalidJob that names the first problem: "empty ID",
+// the length for an id longer than MaxIDBytes, the byte offset of a NUL
+// or of the first byte that is not valid UTF-8; the message quotes at
+// most the first 32 bytes of id. Enqueue, EnqueueMany (naming the batch
+// index) and Cancel apply it, and Get finds no job for an id it refuses.
+// Exported for routers built on this package's contract (pgrouter), and
+// for callers checking IDs before they reach a router. It is cheap (one
+// pass over at most MaxIDBytes bytes) and safe for concurrent use.
+func ValidateID(id string) error {
+	if id == "" {
+		return fmt.Errorf("%w: empty ID", ErrInvalidJob)
+	}
+	if p := idProblem(id); p != "" {
+		return fmt.Errorf("%w: ID %s", ErrInvalidJob, p)
+	}
+	return nil
+}
+
+// ValidateWorkerID returns nil if id is a valid worker ID — the rule for
+// job IDs (see MaxIDBytes), except that "" is allowed — or an error
+// wrapping ErrInvalidOptions that names the problem as ValidateID does.
+// Acquire, TryAcquire, AcquireMany and TryAcquireMany apply it to their
+// workerID before anything else; exported for routers built on this
+// package's contract (pgrouter). Safe for concurrent use.
+func ValidateWorkerID(id string) error {
+	if p := idProblem(id); p != "" {
+		return fmt.Errorf("%w: worker ID %s", ErrInvalidOptions, p)
+	}
+	return nil
+}
+
+// idProblem says what breaks the rule for IDs in s, quoting s, or "" if
+// nothing does ("" itself passes). The length is checked first, so a huge
+// s costs nothing more.
+func idProblem(s string) string {
+	if len(s) > MaxIDBytes {
+		return fmt.Sprintf("%s is %d bytes, above MaxIDBytes (%d)", quoteID(s), len(s), MaxIDBytes)
+	}
+	if i := strings.IndexByte(s, 0); i >= 0 {
+		return fmt.Sprintf("%s holds NUL at byte %d", quoteID(s), i)
+	}
+	if !utf8.ValidString(s) {
+		return fmt.Sprintf("%s is not valid UTF-8 at byte %d", quoteID(s), invalidUTF8At(s))
+	}
+	return ""
+}
+
+// invalidUTF8At is the offset of the first byte of s that does not start
+// a valid UTF-8 sequence; len(s) if there is none.
+func invalidUTF8At(s string) int {
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && n == 1 {
+			return i
+		}
+		i += n
+	}
+	return len(s)
+}
+
+// quoteID quotes s for an error message, cut to at most its first 32
+// bytes (at a rune's start, when s is valid UTF-8 there).
+func quoteID(s string) string {
+	if len(s) <= 32 {
+		return fmt.Sprintf("%q", s)
+	}
+	k := 32
+	for k > 28 && !utf8.RuneStart(s[k]) {
+		k--
+	}
+	return fmt.Sprintf("%q...", s[:k])
 }

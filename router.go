@@ -158,8 +158,9 @@ func (r *Router[T]) timeAt(ns int64) time.Time { return r.epoch.Add(time.Duratio
 // the job is stored: pending (ready to lease), or scheduled if WithDelay or
 // WithRunAt put its run-at in the future. It returns an error wrapping
 // ErrDuplicate if the router still knows id (unfinished, or finished and
-// retained), ErrFull beyond Options.Capacity, ErrInvalidJob for an empty id
-// or a bad option (naming it), and ErrClosed after Close (or when Close
+// retained), ErrFull beyond Options.Capacity, ErrInvalidJob for an id
+// ValidateID refuses (empty, invalid UTF-8, NUL, over MaxIDBytes) or a bad
+// option (naming the problem), and ErrClosed after Close (or when Close
 // starts while it waits); in each case nothing changes. It blocks only on
 // the router's lock and, with a hook set, while the event backlog is full
 // (see Options.OnEvent). It wakes one blocked Acquire if the job is ready.
@@ -207,8 +208,12 @@ func (r *Router[T]) unfinished() int {
 // It returns ErrNoJob if no job is ready and ErrClosed after Close. It
 // does not wait for a job, but with a hook set it waits, as Enqueue does,
 // while the event backlog is full (see Options.OnEvent). workerID is
-// informational (events, Job.Owner) and may be empty.
+// informational (events, Job.Owner) and may be empty; one
+// ValidateWorkerID refuses is an error wrapping ErrInvalidOptions.
 func (r *Router[T]) TryAcquire(workerID string) (*Lease[T], error) {
+	if err := ValidateWorkerID(workerID); err != nil {
+		return nil, err
+	}
 	now, err := r.lockOpen(true, nil)
 	if err != nil {
 		return nil, err
@@ -228,8 +233,12 @@ func (r *Router[T]) TryAcquire(workerID string) (*Lease[T], error) {
 // set it first waits, as Enqueue does, while the event backlog is full (see
 // Options.OnEvent), returning ctx.Err() if ctx is done meanwhile. ctx is
 // consulted outside the router's lock. A nil ctx means
-// context.Background().
+// context.Background(). A workerID ValidateWorkerID refuses is an error
+// wrapping ErrInvalidOptions, at once.
 func (r *Router[T]) Acquire(ctx context.Context, workerID string) (*Lease[T], error) {
+	if err := ValidateWorkerID(workerID); err != nil {
+		return nil, err
+	}
 	var l *Lease[T]
 	err := r.await(ctx, func(now int64) (err error) {
 		l, err = r.grant(workerID, now, nil, nil)
@@ -312,10 +321,14 @@ func (r *Router[T]) wakeOne() {
 }
 
 // Get returns a copy of the job with the given id, after settling what is
-// due; ok is false if the router does not know it (never enqueued, or
-// purged). The copy shares nothing with the router except a payload of
-// reference type. Get works after Close, on the state Close left.
+// due; ok is false if the router does not know it (never enqueued,
+// purged, or an id ValidateID refuses: Get returns at once). The copy
+// shares nothing with the router except a payload of reference type. Get
+// works after Close, on the state Close left.
 func (r *Router[T]) Get(id string) (j Job[T], ok bool) {
+	if ValidateID(id) != nil {
+		return j, false
+	}
 	r.mu.Lock()
 	r.settleNow()
 	if x := r.jobs.Get(id); x != nil {
@@ -329,11 +342,11 @@ func (r *Router[T]) Get(id string) (j Job[T], ok bool) {
 // job's lease is lost at once (its holder's operations are refused, and
 // Run/KeepAlive contexts on it are canceled). Canceling a finished job
 // changes nothing and returns nil. It returns an error wrapping ErrNotFound
-// for an unknown id (for "" one wrapping both ErrInvalidJob and
-// ErrNotFound), and ErrClosed after Close.
+// for an unknown id (for an id ValidateID refuses, "" included, one
+// wrapping ErrInvalidJob too, naming the problem), and ErrClosed after Close.
 func (r *Router[T]) Cancel(id string) error {
-	if id == "" {
-		return fmt.Errorf("%w: %w: empty ID", ErrInvalidJob, ErrNotFound)
+	if err := ValidateID(id); err != nil {
+		return fmt.Errorf("%w: %w", err, ErrNotFound)
 	}
 	now, err := r.lockOpen(false, nil)
 	if err != nil {

@@ -47,7 +47,10 @@ type WorkerOptions struct {
 	// runtime.GOMAXPROCS(0); negative or above MaxWorkers is invalid.
 	Workers int
 	// WorkerID is the prefix of worker IDs: worker i is "<WorkerID>-<i>".
-	// Default "<hostname>-<pid>".
+	// Default "<hostname>-<pid>". Each worker ID must keep the rule for
+	// IDs (valid UTF-8, no NUL, at most MaxIDBytes bytes with its suffix;
+	// see ValidateWorkerID), or Run returns an error wrapping
+	// ErrInvalidOptions.
 	WorkerID string
 	// HeartbeatInterval is how often a running job's lease is extended.
 	// Default LeaseDuration/3; negative, or >= LeaseDuration (the lease
@@ -89,6 +92,11 @@ func (o WorkerOptions) WithDefaults(lease time.Duration) (WorkerOptions, error) 
 			host = "worker"
 		}
 		o.WorkerID = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	// Worker i is "<WorkerID>-<i>"; the last one's ID is the longest.
+	if p := idProblem(fmt.Sprintf("%s-%d", o.WorkerID, o.Workers-1)); p != "" {
+		return o, fmt.Errorf("%w: WorkerOptions.WorkerID %s makes worker IDs that break the rule for IDs: worker %d's ID %s",
+			ErrInvalidOptions, quoteID(o.WorkerID), o.Workers-1, p)
 	}
 	o.Batch = cmp.Or(o.Batch, DefaultBatch)
 	o.HeartbeatInterval = heartbeatInterval(o.HeartbeatInterval, lease)

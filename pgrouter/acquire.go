@@ -159,8 +159,14 @@ SELECT extract(epoch FROM least(
 
 // TryAcquire leases the next ready job to workerID without waiting, after
 // settling what is due: ErrNoJob if none is ready, ErrClosed after Close,
-// or an error wrapping the driver's. One round trip.
+// or an error wrapping the driver's. One round trip. A workerID
+// leaserouter.ValidateWorkerID refuses returns its error (wrapping
+// ErrInvalidOptions, as the core's) before anything else.
 func (r *Router[T]) TryAcquire(ctx context.Context, workerID string) (*Lease[T], error) {
+	if err := leaserouter.ValidateWorkerID(workerID); err != nil {
+		return nil, err
+	}
+
 	ls, _, err := r.claim(orBackground(ctx), "TryAcquire", workerID, 1, false, nil)
 	if err != nil {
 		return nil, err
@@ -172,10 +178,14 @@ func (r *Router[T]) TryAcquire(ctx context.Context, workerID string) (*Lease[T],
 // order, in one round trip; each lease is independent (its own token,
 // increasing in slice order, expiry, heartbeats and completion). It
 // returns at least one lease, or ErrNoJob, ErrClosed, an error wrapping
-// ErrInvalidOptions for max < 1, or one wrapping the driver's.
+// ErrInvalidOptions for max < 1 or a workerID
+// leaserouter.ValidateWorkerID refuses, or one wrapping the driver's.
 func (r *Router[T]) TryAcquireMany(ctx context.Context, workerID string, max int) ([]*Lease[T], error) {
 	if max < 1 {
 		return nil, fmt.Errorf("%w: TryAcquireMany max is %d, must be >= 1", leaserouter.ErrInvalidOptions, max)
+	}
+	if err := leaserouter.ValidateWorkerID(workerID); err != nil {
+		return nil, err
 	}
 	ls, _, err := r.claim(orBackground(ctx), "TryAcquireMany", workerID, max, false, nil)
 	return ls, err
@@ -187,7 +197,13 @@ func (r *Router[T]) TryAcquireMany(ctx context.Context, workerID string, max int
 // and at least every PollInterval. It returns ctx.Err() if ctx is done
 // first, ErrClosed after Close (or when Close starts while it waits), or
 // an error wrapping the driver's (it does not retry a failed round trip).
+// A workerID leaserouter.ValidateWorkerID refuses returns its error
+// (wrapping ErrInvalidOptions) at once.
 func (r *Router[T]) Acquire(ctx context.Context, workerID string) (*Lease[T], error) {
+	if err := leaserouter.ValidateWorkerID(workerID); err != nil {
+		return nil, err
+	}
+
 	ls, err := r.await(orBackground(ctx), "Acquire", workerID, 1)
 	if err != nil {
 		return nil, err
@@ -196,10 +212,14 @@ func (r *Router[T]) Acquire(ctx context.Context, workerID string) (*Lease[T], er
 }
 
 // AcquireMany is TryAcquireMany, waiting as Acquire does until at least
-// one job is ready; max < 1 is an error wrapping ErrInvalidOptions.
+// one job is ready; max < 1 or a workerID leaserouter.ValidateWorkerID
+// refuses is an error wrapping ErrInvalidOptions, at once.
 func (r *Router[T]) AcquireMany(ctx context.Context, workerID string, max int) ([]*Lease[T], error) {
 	if max < 1 {
 		return nil, fmt.Errorf("%w: AcquireMany max is %d, must be >= 1", leaserouter.ErrInvalidOptions, max)
+	}
+	if err := leaserouter.ValidateWorkerID(workerID); err != nil {
+		return nil, err
 	}
 	return r.await(orBackground(ctx), "AcquireMany", workerID, max)
 }

@@ -2,10 +2,14 @@ package pgrouter_test
 
 import (
 	"context"
+	"fmt"
 	"math"
+	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaserouter/leaserouter"
@@ -115,4 +119,209 @@ func TestBadInput(t *testing.T) {
 	require.NoError(t, err)
 	require.ErrorIs(t, l.Complete(ctx), leaserouter.ErrLeaseLost)
 	require.NoError(t, r.Close(ctx), "a second Close")
+}
+
+// badNames break the core's rule for IDs (valid UTF-8, no NUL, at most
+// leaserouter.MaxIDBytes bytes), as the core's badinput_test.go lists
+// them; problem is what the error must say of each.
+var badNames = []struct{ name, id, problem string }{
+	{"NUL", "a\x00b", "NUL at byte 1"},
+	{"NUL alone", "\x00", "NUL at byte 0"},
+	{"invalid UTF-8", "ab\xffc", "not valid UTF-8 at byte 2"},
+	{"truncated rune", "ok\xe2\x82", "not valid UTF-8 at byte 2"},
+	{"UTF-16 surrogate", "\xed\xa0\x80", "not valid UTF-8 at byte 0"},
+	{"MaxIDBytes+1", strings.Repeat("x", leaserouter.MaxIDBytes+1), fmt.Sprintf("is %d bytes", leaserouter.MaxIDBytes+1)},
+	{"MaxIDBytes+1 in 2-byte runes", strings.Repeat("é", leaserouter.MaxIDBytes/2) + "x", fmt.Sprintf("is %d bytes", leaserouter.MaxIDBytes+1)},
+	{"10,000 bytes incompressible", incompressible(4, 10_000), "is 10000 bytes"},
+}
+
+// goodNames keep the rule at its edges; the last two are incompressible,
+// so the database's index entries hold all of their bytes.
+var goodNames = []struct{ name, id string }{
+	{"MaxIDBytes of ASCII", strings.Repeat("x", leaserouter.MaxIDBytes)},
+	{"MaxIDBytes of 4-byte runes", strings.Repeat("😀", leaserouter.MaxIDBytes/4)},
+	{"control characters but NUL", "\x01\t\x7f"},
+	{"MaxIDBytes incompressible", incompressible(1, leaserouter.MaxIDBytes)},
+	{"MaxIDBytes incompressible in a queue of MaxQueueBytes", incompressible(2, leaserouter.MaxIDBytes)},
+}
+
+// incompressible is n bytes of valid UTF-8 that pglz cannot shrink:
+// seeded random 3-byte runes, then ASCII to make up n.
+func incompressible(seed uint64, n int) string {
+	rng := rand.New(rand.NewPCG(seed, seed))
+	var b strings.Builder
+	for b.Len()+3 <= n {
+		b.WriteRune(rune(0x4E00 + rng.IntN(0x5000)))
+	}
+	for b.Len() < n {
+		b.WriteByte(byte('a' + rng.IntN(26)))
+	}
+	return b.String()
+}
+
+// TestBadNamesGetTheCoresErrors: job IDs and worker IDs that break the
+// core's rule for IDs, and fence keys and queue names that break it with
+// their own limits (MaxFenceKeyBytes, MaxQueueBytes), are refused at the
+// door — with the core's error, word for word, where the core has the
+// call; never a driver error — and change nothing; names at the edges
+// are accepted and read back whole.
+func TestBadNamesGetTheCoresErrors(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := t.Context()
+	core, err := leaserouter.New[int](leaserouter.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, core.Close(context.Background())) })
+	r := routerOn[int](t, db, pgrouter.Options{})
+	require.NoError(t, r.Enqueue(ctx, "ready", 1))
+	require.NoError(t, core.Enqueue("ready", 1))
+	same := func(t *testing.T, coreErr, err, target error, problem string) {
+		t.Helper()
+		require.ErrorIs(t, err, target)
+		require.ErrorContains(t, err, problem)
+		require.Error(t, coreErr, "the core refuses it too")
+		require.Equal(t, coreErr.Error(), err.Error(), "the core's error")
+	}
+	begin := func(t *testing.T) pgx.Tx {
+		t.Helper()
+		tx, err := db.Begin(ctx)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = tx.Rollback(context.Background()) }) // its connection back to the pool, whatever failed
+		return tx
+	}
+	usable := func(t *testing.T, tx pgx.Tx) {
+		t.Helper()
+		_, err := tx.Exec(ctx, "SELECT 1")
+		require.NoError(t, err, "the transaction stays usable")
+		require.NoError(t, tx.Rollback(ctx))
+	}
+	h := func(context.Context, *pgrouter.Lease[int]) error { return nil }
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	for _, n := range badNames {
+		t.Run(n.name, func(t *testing.T) {
+			actx, cancel := context.WithTimeout(ctx, 10*time.Second) // bounds a blocking Acquire should the check go
+			defer cancel()
+			same(t, core.Enqueue(n.id, 1), r.Enqueue(ctx, n.id, 1), leaserouter.ErrInvalidJob, n.problem)
+			tx := begin(t)
+			same(t, core.Enqueue(n.id, 1), r.EnqueueTx(ctx, tx, n.id, 1), leaserouter.ErrInvalidJob, n.problem)
+			usable(t, tx)
+			batch := []leaserouter.JobSpec[int]{{ID: "new"}, {ID: "new2"}, {ID: n.id}}
+			_, coreErr := core.EnqueueMany(batch)
+			dups, err := r.EnqueueMany(ctx, batch)
+			same(t, coreErr, err, leaserouter.ErrInvalidJob, n.problem)
+			require.ErrorContains(t, err, "batch index 2")
+			require.Nil(t, dups)
+
+			_, ok, err := r.Get(ctx, n.id)
+			require.NoError(t, err, "a lookup of an ID that cannot exist")
+			require.False(t, ok)
+			err = r.Cancel(ctx, n.id)
+			same(t, core.Cancel(n.id), err, leaserouter.ErrNotFound, n.problem)
+			require.ErrorIs(t, err, leaserouter.ErrInvalidJob)
+
+			_, coreErr = core.TryAcquire(n.id)
+			l, err := r.TryAcquire(ctx, n.id)
+			same(t, coreErr, err, leaserouter.ErrInvalidOptions, n.problem)
+			require.Nil(t, l)
+			_, coreErr = core.Acquire(actx, n.id)
+			l, err = r.Acquire(actx, n.id)
+			same(t, coreErr, err, leaserouter.ErrInvalidOptions, n.problem)
+			require.Nil(t, l)
+			_, coreErr = core.TryAcquireMany(n.id, 2)
+			ls, err := r.TryAcquireMany(ctx, n.id, 2)
+			same(t, coreErr, err, leaserouter.ErrInvalidOptions, n.problem)
+			require.Empty(t, ls)
+			_, coreErr = core.AcquireMany(actx, n.id, 2)
+			ls, err = r.AcquireMany(actx, n.id, 2)
+			same(t, coreErr, err, leaserouter.ErrInvalidOptions, n.problem)
+			require.Empty(t, ls)
+			opts := leaserouter.WorkerOptions{WorkerID: n.id}
+			same(t, core.Run(done, opts, func(context.Context, *leaserouter.Lease[int]) error { return nil }),
+				r.Run(done, opts, h), leaserouter.ErrInvalidOptions, "WorkerID")
+
+			for _, id := range []string{"new", "new2"} {
+				_, ok, err := r.Get(ctx, id)
+				require.NoError(t, err)
+				require.False(t, ok, "an invalid batch enqueues nothing")
+			}
+			j, _, err := r.Get(ctx, "ready")
+			require.NoError(t, err)
+			require.Equal(t, leaserouter.StatePending, j.State, "no job was leased")
+			cj, _ := core.Get("ready")
+			require.Equal(t, leaserouter.StatePending, cj.State, "no job was leased in the core")
+		})
+	}
+
+	for i, n := range goodNames {
+		t.Run(n.name, func(t *testing.T) {
+			queue := fmt.Sprint("good-", i)
+			if i == len(goodNames)-1 {
+				queue = incompressible(3, pgrouter.MaxQueueBytes)
+			}
+			r := routerOn[int](t, db, pgrouter.Options{Queue: queue})
+			dups, err := r.EnqueueMany(ctx, []leaserouter.JobSpec[int]{{ID: n.id, Payload: 7}})
+			require.NoError(t, err)
+			require.Nil(t, dups)
+			require.ErrorIs(t, r.Enqueue(ctx, n.id, 1), leaserouter.ErrDuplicate, "the same row")
+			require.NoError(t, r.Enqueue(ctx, "second", 1))
+			j, ok, err := r.Get(ctx, n.id)
+			require.NoError(t, err)
+			require.True(t, ok)
+			require.Equal(t, n.id, j.ID)
+			l, err := r.TryAcquire(ctx, n.id)
+			require.NoError(t, err)
+			require.Equal(t, n.id, l.JobID)
+			require.Equal(t, n.id, l.WorkerID)
+			j, _, err = r.Get(ctx, n.id)
+			require.NoError(t, err)
+			require.Equal(t, n.id, j.Owner)
+			tx := begin(t)
+			require.NoError(t, pgrouter.Fence(ctx, tx, n.id, l.Token))
+			require.NoError(t, l.CompleteTx(ctx, tx))
+			require.NoError(t, tx.Commit(ctx))
+			require.NoError(t, r.Cancel(ctx, n.id), "finished: nothing to cancel")
+			require.NoError(t, r.Cancel(ctx, "second"))
+		})
+	}
+
+	t.Run("fence keys", func(t *testing.T) {
+		for _, k := range []struct{ name, key, problem string }{
+			{"NUL", "k\x00", "NUL at byte 1"},
+			{"invalid UTF-8", "k\xff", "not valid UTF-8 at byte 1"},
+			{"UTF-16 surrogate", "\xed\xa0\x80", "not valid UTF-8 at byte 0"},
+			{"MaxFenceKeyBytes+1", incompressible(5, pgrouter.MaxFenceKeyBytes+1), fmt.Sprintf("is %d bytes", pgrouter.MaxFenceKeyBytes+1)},
+			{"10,000 bytes", incompressible(4, 10_000), "is 10000 bytes"},
+		} {
+			tx := begin(t)
+			err := pgrouter.Fence(ctx, tx, k.key, 1)
+			require.ErrorIs(t, err, leaserouter.ErrInvalidOptions, k.name)
+			require.ErrorContains(t, err, k.problem, k.name)
+			usable(t, tx)
+		}
+		for _, key := range []string{
+			"doc/" + incompressible(6, leaserouter.MaxIDBytes), // a job ID with a prefix
+			incompressible(7, pgrouter.MaxFenceKeyBytes),
+		} {
+			tx := begin(t)
+			require.NoError(t, pgrouter.Fence(ctx, tx, key, 2))
+			require.ErrorIs(t, pgrouter.Fence(ctx, tx, key, 1), leaserouter.ErrStaleToken)
+			require.NoError(t, tx.Commit(ctx))
+		}
+	})
+
+	t.Run("queue names", func(t *testing.T) {
+		for _, q := range []struct{ name, queue, problem string }{
+			{"NUL", "q\x00", "NUL at byte 1"},
+			{"invalid UTF-8", "\xffq", "not valid UTF-8 at byte 0"},
+			{"UTF-16 surrogate", "q\xed\xa0\x80", "not valid UTF-8 at byte 1"},
+			{"MaxQueueBytes+1", strings.Repeat("q", pgrouter.MaxQueueBytes+1), fmt.Sprintf("is %d bytes", pgrouter.MaxQueueBytes+1)},
+			{"8000 bytes (NOTIFY's payload limit)", strings.Repeat("q", 8000), "is 8000 bytes"},
+		} {
+			r, err := pgrouter.New[int](ctx, db, pgrouter.Options{Queue: q.queue})
+			require.ErrorIs(t, err, leaserouter.ErrInvalidOptions, q.name)
+			require.ErrorContains(t, err, "Queue", q.name)
+			require.ErrorContains(t, err, q.problem, q.name)
+			require.Nil(t, r, q.name)
+		}
+	})
 }

@@ -139,9 +139,12 @@ func (r *Router[T]) enqueued(ids []string, inserted map[string]time.Time) {
 // (times on the database's clock), and wakes Acquires of the queue in
 // every process. It returns ErrDuplicate if the queue knows id (a
 // finished job past its Retention is not known any more), an error
-// wrapping ErrInvalidJob for an empty id, bad options or a payload that
-// does not encode as JSON, ErrClosed after Close, or an error wrapping
-// the driver's. It commits on its own; see EnqueueTx.
+// wrapping ErrInvalidJob for an id that breaks the core's rule for IDs
+// (empty, not valid UTF-8, holding NUL, over leaserouter.MaxIDBytes; the
+// core's error, from leaserouter.ValidateID), bad options or a payload
+// that does not encode as JSON, ErrClosed after Close, or an error
+// wrapping the driver's. Invalid input is refused before any round trip.
+// It commits on its own; see EnqueueTx.
 func (r *Router[T]) Enqueue(ctx context.Context, id string, payload T, opts ...leaserouter.EnqueueOption) error {
 	return r.enqueue(orBackground(ctx), r.db, id, payload, opts)
 }
@@ -150,7 +153,8 @@ func (r *Router[T]) Enqueue(ctx context.Context, id string, payload T, opts ...l
 // exists, and wakes other processes, only if tx commits. A known id
 // returns ErrDuplicate and leaves tx usable. A nil tx is an error wrapping
 // ErrInvalidOptions. Stats counts the job as enqueued when the statement
-// succeeds, whether or not tx then commits.
+// succeeds, whether or not tx then commits. An invalid id or option is
+// refused as by Enqueue, before any statement: tx stays usable.
 func (r *Router[T]) EnqueueTx(ctx context.Context, tx pgx.Tx, id string, payload T, opts ...leaserouter.EnqueueOption) error {
 	if tx == nil {
 		return fmt.Errorf("%w: EnqueueTx: nil tx", leaserouter.ErrInvalidOptions)
@@ -186,8 +190,11 @@ func (r *Router[T]) enqueue(ctx context.Context, q querier, id string, payload T
 // ties in the ready order) in one statement (unnest arrays) and one
 // transaction. IDs the queue knows, or that repeat an earlier ID of the
 // batch, are skipped as duplicates and their indexes returned in order.
-// All or nothing: an invalid job (the error wraps ErrInvalidJob and names
-// its index), ErrClosed or a database error enqueue nothing. An empty or
+// All or nothing: an invalid job (an ID leaserouter.ValidateID refuses,
+// a bad option, a payload that does not encode: the error wraps
+// ErrInvalidJob, names the problem and the job's batch index, as
+// "(batch index i)", as the core's does), ErrClosed or a database error
+// enqueue nothing. An empty or
 // nil batch enqueues nothing and returns nil, nil. jobs is not retained.
 func (r *Router[T]) EnqueueMany(ctx context.Context, jobs []leaserouter.JobSpec[T]) (duplicates []int, err error) {
 	ctx = orBackground(ctx)

@@ -9,6 +9,12 @@ import (
 	"github.com/leaserouter/leaserouter"
 )
 
+// MaxFenceKeyBytes is the longest key Fence accepts, in bytes: twice
+// leaserouter.MaxIDBytes, so a key made of a job ID and a prefix of the
+// caller's ("doc/"+l.JobID) always fits, and well inside what a btree
+// entry of the fence table's key holds (2704 bytes with 8 kB pages).
+const MaxFenceKeyBytes = 2 * leaserouter.MaxIDBytes
+
 // Fence admits token t for key in the caller's transaction tx, or refuses
 // it: the database form of leaserouter.Fence. It returns nil, and
 // records t as the key's highest token, iff t is at least the highest
@@ -18,11 +24,17 @@ import (
 // key waits, then is refused if its token is lower: write the downstream
 // result in tx after Fence, and no stale holder's write can land after a
 // newer one's. Tokens: Kleppmann, "How to do distributed locking", 2016.
-// A nil tx or an empty key is an error wrapping ErrInvalidOptions.
+// A nil tx, an empty key, or a key that breaks the core's rule for IDs
+// with a limit of MaxFenceKeyBytes (valid UTF-8, no NUL; the key is a
+// text column PostgreSQL indexes) is an error wrapping ErrInvalidOptions,
+// returned before any statement, so tx stays usable.
 func Fence(ctx context.Context, tx pgx.Tx, key string, t leaserouter.Token) error {
 	ctx = orBackground(ctx)
 	if tx == nil || key == "" {
 		return fmt.Errorf("%w: Fence needs a transaction and a key", leaserouter.ErrInvalidOptions)
+	}
+	if p := nameProblem(key, MaxFenceKeyBytes, "MaxFenceKeyBytes"); p != "" {
+		return fmt.Errorf("%w: Fence key %s", leaserouter.ErrInvalidOptions, p)
 	}
 	if t > 1<<63-1 {
 		return fmt.Errorf("%w: token %d is above the database's bigint", leaserouter.ErrInvalidOptions, t)

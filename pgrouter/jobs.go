@@ -22,12 +22,13 @@ WHERE queue = $1 AND id = $2 AND NOT (state >= 3 AND purge_at <= clock_timestamp
 // Get returns a snapshot of job id, after settling what is due in the
 // queue (so a lease past its expiry shows as the expiry left it), and
 // whether the queue knows it: a finished job past its Retention is not
-// known. Times are the database's. It works after Close. An empty id is
-// not found. Errors wrap the driver's.
+// known. Times are the database's. It works after Close. An id
+// leaserouter.ValidateID refuses ("" included) is not found, at once,
+// without a round trip. Errors wrap the driver's.
 func (r *Router[T]) Get(ctx context.Context, id string) (leaserouter.Job[T], bool, error) {
 	ctx = orBackground(ctx)
 	var j leaserouter.Job[T]
-	if id == "" {
+	if leaserouter.ValidateID(id) != nil {
 		return j, false, nil
 	}
 	b := &pgx.Batch{}
@@ -87,12 +88,14 @@ func (r *Router[T]) Get(ctx context.Context, id string) (leaserouter.Job[T], boo
 // statement; a leased job's lease is lost at once (its holder's
 // operations are refused with reason LostCanceled). Canceling a finished
 // job changes nothing and returns nil. It returns an error wrapping
-// ErrNotFound for an unknown id (for "" one wrapping both ErrInvalidJob
-// and ErrNotFound), ErrClosed after Close, or one wrapping the driver's.
+// ErrNotFound for an unknown id (for an id leaserouter.ValidateID
+// refuses, "" included, the core's error: one wrapping both
+// ErrInvalidJob, naming the problem, and ErrNotFound, without a round
+// trip), ErrClosed after Close, or one wrapping the driver's.
 func (r *Router[T]) Cancel(ctx context.Context, id string) error {
 	ctx = orBackground(ctx)
-	if id == "" {
-		return fmt.Errorf("%w: %w: empty ID", leaserouter.ErrInvalidJob, leaserouter.ErrNotFound)
+	if err := leaserouter.ValidateID(id); err != nil {
+		return fmt.Errorf("%w: %w", err, leaserouter.ErrNotFound)
 	}
 	if err := r.open(); err != nil {
 		return err

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -20,7 +22,10 @@ import (
 // gets its default, as in the core (leaserouter.Options).
 type Options struct {
 	// Queue names this Router's jobs: routers of other queues share the
-	// tables, never the jobs. Default "default".
+	// tables, never the jobs. Default "default". A name follows the
+	// core's rule for IDs with a limit of its own: valid UTF-8, no NUL,
+	// at most MaxQueueBytes bytes; New returns an error wrapping
+	// leaserouter.ErrInvalidOptions for any other.
 	Queue string
 	// LeaseDuration is how long a lease lasts without a heartbeat, on the
 	// database's clock. Default leaserouter.DefaultLeaseDuration (30s);
@@ -73,6 +78,15 @@ type Options struct {
 // DefaultPollInterval is the default Options.PollInterval.
 const DefaultPollInterval = time.Second
 
+// MaxQueueBytes is the longest Options.Queue, in bytes (not characters).
+// A queue name is the payload of the NOTIFY that wakes other processes'
+// Acquires (PostgreSQL refuses payloads of 8000 bytes or more) and leads
+// every index entry of the jobs table, where together with an ID of up
+// to leaserouter.MaxIDBytes it must fit in a btree entry (2704 bytes with
+// 8 kB pages, compressed or not): 256 bytes keeps both with a wide
+// margin and is far above any natural name.
+const MaxQueueBytes = 256
+
 // DefaultQueue is the default Options.Queue.
 const DefaultQueue = "default"
 
@@ -90,6 +104,9 @@ func (o Options) withDefaults() (Options, error) {
 		return bad("PollInterval %v, must be >= 0", o.PollInterval)
 	case o.TokenFloor >= math.MaxInt64:
 		return bad("TokenFloor %d, must be below %d", o.TokenFloor, int64(math.MaxInt64))
+	}
+	if p := nameProblem(o.Queue, MaxQueueBytes, "MaxQueueBytes"); p != "" {
+		return bad("Queue %s", p)
 	}
 	if o.Queue == "" {
 		o.Queue = DefaultQueue
@@ -381,6 +398,42 @@ func encode[T any](id string, payload T) (string, error) {
 		return "", fmt.Errorf("%w: payload of job %q holds a NUL character, which PostgreSQL's jsonb cannot store", leaserouter.ErrInvalidJob, id)
 	}
 	return string(b), nil
+}
+
+// nameProblem says what breaks the core's rule for IDs (valid UTF-8, no
+// NUL; leaserouter.ValidateID) with the limit of limit bytes, named
+// limitName, in s, quoting s as the core does; "" if nothing does ("" itself
+// passes). It is how pgrouter checks the names the core never sees:
+// queue names and fence keys.
+func nameProblem(s string, limit int, limitName string) string {
+	q := func() string { // as the core's: at most 32 bytes, cut at a rune's start
+		if len(s) <= 32 {
+			return fmt.Sprintf("%q", s)
+		}
+		k := 32
+		for k > 28 && !utf8.RuneStart(s[k]) {
+			k--
+		}
+		return fmt.Sprintf("%q...", s[:k])
+	}
+	if len(s) > limit {
+		return fmt.Sprintf("%s is %d bytes, above %s (%d)", q(), len(s), limitName, limit)
+	}
+	if i := strings.IndexByte(s, 0); i >= 0 {
+		return fmt.Sprintf("%s holds NUL at byte %d", q(), i)
+	}
+	if !utf8.ValidString(s) {
+		i := 0
+		for i < len(s) {
+			r, n := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && n == 1 {
+				break
+			}
+			i += n
+		}
+		return fmt.Sprintf("%s is not valid UTF-8 at byte %d", q(), i)
+	}
+	return ""
 }
 
 // hasNUL reports whether JSON text b holds the escape \u0000 (a NUL in a

@@ -81,12 +81,13 @@ func (l *Lease[T]) txTried() bool {
 }
 
 // completedTx reports whether CompleteTx completed l in a transaction
-// that committed (the row shows this lease's completion).
-func (l *Lease[T]) completedTx() bool {
+// that committed (the row shows this lease's completion), reading the row
+// with ctx.
+func (l *Lease[T]) completedTx(ctx context.Context) bool {
 	if !l.txTried() {
 		return false
 	}
-	return l.resolved(context.Background(), leaserouter.LostCompleted)
+	return l.resolved(ctx, leaserouter.LostCompleted)
 }
 
 // Expiry returns the lease's expiry instant on the database's clock, as
@@ -357,9 +358,12 @@ func (l *Lease[T]) resolved(ctx context.Context, reason leaserouter.LostReason) 
 		return false
 	}
 	// The caller's ctx may be what failed the statement: the answer is
-	// worth a lease's duration.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.r.opts.LeaseDuration)
+	// worth a short wait after it (the call still returns within 100ms of
+	// its ctx's end), at most a lease's duration.
+	ctx, cancel := withGrace(ctx, lastGrace)
 	defer cancel()
+	ctx, cancel2 := context.WithTimeout(ctx, l.r.opts.LeaseDuration)
+	defer cancel2()
 	found, err := l.r.inspect(ctx, l.r.db, []*Lease[T]{l})
 	row, ok := found[l.JobID]
 	return err == nil && ok && leaserouter.Token(*row.token) == l.Token &&

@@ -61,7 +61,16 @@ type Handler[T any] func(ctx context.Context, l *Lease[T]) error
 // (50ms doubling to 1s) and goes on when the database is back.
 //
 // Run blocks until every handler it started has returned and every
-// goroutine it started has ended. It returns nil when stopped by ctx or
+// goroutine it started has ended, and returns within 100ms of its ctx's
+// end (or Close's start) once its handlers have returned, whatever the
+// database does: its last round trips (completing the finished jobs,
+// releasing, handing back the jobs not started) get 40ms once the last
+// handler returned (and a read resolving an unknown outcome 40ms more),
+// and what they did not do by then the Router does in the background,
+// retrying until it is done or Close ends it. A claim in
+// flight when the Run stops is given up at once (its outcome, unknown,
+// is resolved in the background: the leases it granted are handed back,
+// the attempt not counted). It returns nil when stopped by ctx or
 // Close; ErrClosed at once if the Router was already closed; at once, an
 // error wrapping ErrInvalidOptions for bad opts (checked as the core
 // checks them) or a nil h. Several Runs, in one process or many, may
@@ -80,6 +89,8 @@ func (r *Router[T]) Run(ctx context.Context, opts leaserouter.WorkerOptions, h H
 	}
 	u := &runner[T]{r: r, h: h, opts: opts, ctx: ctx, held: make(map[*Lease[T]]*held), idle: newWaker()}
 	u.stopping, u.stop = context.WithCancel(context.Background())
+	u.quit, u.endQuit = context.WithCancel(context.Background())
+	defer u.endQuit()
 	go func() { // wakes sleeping workers and the heartbeat goroutine when the Run stops
 		select {
 		case <-ctx.Done():
@@ -87,6 +98,10 @@ func (r *Router[T]) Run(ctx context.Context, opts leaserouter.WorkerOptions, h H
 		case <-u.stopping.Done():
 		}
 		u.stop()
+		u.mu.Lock()
+		u.wound = true
+		u.armQuit()
+		u.mu.Unlock()
 	}()
 	var beats, workers sync.WaitGroup
 	beatsDone := make(chan struct{})
@@ -102,7 +117,31 @@ func (r *Router[T]) Run(ctx context.Context, opts leaserouter.WorkerOptions, h H
 	close(beatsDone)
 	beats.Wait()
 	u.stop()
+	if left := u.orphans; len(left) > 0 { // finished, not completed by the last rounds: completed in the background
+		r.later(func(ctx context.Context) error {
+			if !r.completeAll(ctx, r.db, left) {
+				return errNotDone
+			}
+			return nil
+		})
+	}
 	return nil
+}
+
+// errNotDone makes a background task try again.
+var errNotDone = errors.New("pgrouter: not done")
+
+// runGrace is how long a stopping Run's last round trips may take once no
+// handler runs; what they did not do by then is done in the background.
+const runGrace = lastGrace
+
+// armQuit ends quit runGrace from now once the Run stops and no handler
+// runs. The caller holds u.mu.
+func (u *runner[T]) armQuit() {
+	if u.wound && u.running == 0 && !u.armed {
+		u.armed = true
+		time.AfterFunc(runGrace, u.endQuit)
+	}
 }
 
 // runner is one Run.
@@ -114,6 +153,8 @@ type runner[T any] struct {
 
 	stopping context.Context // done when ctx is done or Close starts (wakes sleepers; stopped() is the test)
 	stop     context.CancelFunc
+	quit     context.Context // done runGrace after the Run stopped and its last handler returned: bounds its last round trips
+	endQuit  context.CancelFunc
 
 	conn *pgx.Conn // the heartbeat goroutine's own connection; nil until made, or after it failed
 	idle *waker    // wakes the Run's sleeping workers when one leased a batch they may steal from
@@ -122,6 +163,9 @@ type runner[T any] struct {
 	workers []*worker[T]
 	held    map[*Lease[T]]*held // the Run's leases not yet ended: waiting or running
 	orphans []*Lease[T]         // finished leases a heartbeat round failed to complete: the next round tries again
+	running int                 // handlers running
+	wound   bool                // the Run stopped: quit ends once no handler runs
+	armed   bool                // quit's end is set
 }
 
 // stopped reports whether the Run is stopping: its ctx is done or Close
@@ -157,9 +201,12 @@ type worker[T any] struct {
 
 // dbCtx bounds one round trip of Run's to a LeaseDuration, past which its
 // answer would be of no use, and outlives Run's ctx (stopping must still
-// complete, release and hand back).
+// complete, release and hand back) by runGrace after the last handler
+// returned: a Run returns within 100ms of its ctx's end once its handlers
+// have returned, whatever the database does, and what its last round
+// trips did not do is done in the Router's background.
 func (u *runner[T]) dbCtx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), u.r.opts.LeaseDuration)
+	return context.WithTimeout(u.quit, u.r.opts.LeaseDuration)
 }
 
 // work is a worker's loop.
@@ -184,7 +231,9 @@ func (w *worker[T]) work() {
 		done := w.done
 		w.done = nil
 		u.mu.Unlock()
-		ctx, cancel := u.dbCtx()
+		// A claim ends with the Run: its leases would be handed back (an
+		// outcome left unknown is resolved in the background).
+		ctx, cancel := context.WithTimeout(u.stopping, r.opts.LeaseDuration)
 		ls, due, err := r.claim(ctx, "Run", w.id, w.size, true, &done)
 		cancel()
 		if len(done) > 0 { // not completed (the round trip failed): next time
@@ -274,6 +323,7 @@ func (w *worker[T]) runWaiting() {
 		h := u.held[l]
 		hctx, cancel := context.WithCancelCause(u.ctx)
 		h.cancel = cancel
+		u.running++
 		h.timer = time.AfterFunc(time.Until(l.provenUntil()), func() { cancel(errUnproven) })
 		u.mu.Unlock()
 		w.run(l, h, hctx)
@@ -300,13 +350,17 @@ func (w *worker[T]) run(l *Lease[T], h *held, hctx context.Context) {
 	u.mu.Lock()
 	h.timer.Stop()
 	delete(u.held, l)
+	u.running--
+	u.armQuit()
 	u.mu.Unlock()
+	ctx, done := u.dbCtx()
+	defer done()
 	cause := context.Cause(hctx)
 	var lost *leaserouter.LeaseLostError
 	if errors.As(cause, &lost) {
 		return // lost while h ran: its new state was decided by whoever ended it
 	}
-	if l.completedTx() { // completed by h in a transaction that committed
+	if l.completedTx(ctx) { // completed by h in a transaction that committed
 		u.r.ev.add(l.event(leaserouter.EventCompleted, time.Now()))
 		return
 	}
@@ -319,15 +373,38 @@ func (w *worker[T]) run(l *Lease[T], h *held, hctx context.Context) {
 		u.mu.Unlock()
 		return
 	}
-	ctx, done := u.dbCtx()
-	defer done()
 	if u.stopped() || errors.Is(cause, errUnproven) {
 		// Stopping, or the lease could not be proven: hand the job back
 		// rather than count a failure the handler may not have had.
-		_ = l.Release(ctx)
+		u.end(ctx, l, leaserouter.LostReleased, l.Release)
 		return
 	}
-	_ = l.Fail(ctx, err)
+	u.end(ctx, l, leaserouter.LostFailed, func(ctx context.Context) error { return l.Fail(ctx, err) })
+}
+
+// end ends l with end (Release or Fail) on ctx; if the database could not
+// be asked (or did not answer), the Router does it in the background,
+// unless the row shows it done (for reason) or the lease ended otherwise.
+func (u *runner[T]) end(ctx context.Context, l *Lease[T], reason leaserouter.LostReason, end func(context.Context) error) {
+	err := end(ctx)
+	if err == nil || errors.As(err, new(*leaserouter.LeaseLostError)) {
+		return
+	}
+	r := u.r
+	r.later(func(ctx context.Context) error {
+		if !r.holds(l) {
+			return nil // ended meanwhile
+		}
+		if l.resolved(ctx, reason) { // the first try got through
+			r.release(l)
+			return nil
+		}
+		err := end(ctx)
+		if err == nil || errors.As(err, new(*leaserouter.LeaseLostError)) {
+			return nil
+		}
+		return err
+	})
 }
 
 // errUnproven cancels a handler's ctx when its lease can no longer be
@@ -357,7 +434,10 @@ func (w *worker[T]) flush() {
 	u.mu.Unlock()
 	ctx, cancel := u.dbCtx()
 	defer cancel()
-	u.r.handBack(ctx, u.r.db, waiting)
+	r := u.r
+	if !r.handBack(ctx, r.db, waiting) { // in the background, then
+		r.later(func(ctx context.Context) error { return r.handBackErr(ctx, r.db, waiting) })
+	}
 	if len(done) > 0 && !u.r.completeAll(ctx, u.r.db, done) {
 		u.mu.Lock()
 		u.orphans = append(u.orphans, done...) // the heartbeat goroutine's last round tries again

@@ -165,7 +165,15 @@ SELECT extract(epoch FROM least(
 
 // TryAcquire leases the next ready job to workerID without waiting, after
 // settling what is due: ErrNoJob if none is ready, ErrClosed after Close,
-// or an error wrapping the driver's. One round trip.
+// ctx.Err() once ctx is done, or an error wrapping the driver's. One
+// round trip, on one connection of the pool. It waits for nothing longer
+// than ctx allows (a pool connection, the reply) and returns within
+// milliseconds of ctx's end. A claim whose reply never arrived (ctx
+// ended, or the connection failed, after it was sent) may have leased a
+// job: the Router resolves that in the background, handing such leases
+// back with the attempt not counted (see the package doc, Faults). The
+// lease is proven valid for LeaseDuration from the claim's send, after
+// the wait for a connection.
 func (r *Router[T]) TryAcquire(ctx context.Context, workerID string) (*Lease[T], error) {
 	ls, _, err := r.claim(orBackground(ctx), "TryAcquire", workerID, 1, false, nil)
 	if err != nil {
@@ -191,8 +199,10 @@ func (r *Router[T]) TryAcquireMany(ctx context.Context, workerID string, max int
 // ready: woken by a notification from any process, by a timer at the
 // queue's next due instant (a scheduled job's run-at, a lease's expiry),
 // and at least every PollInterval. It returns ctx.Err() if ctx is done
-// first, ErrClosed after Close (or when Close starts while it waits), or
-// an error wrapping the driver's (it does not retry a failed round trip).
+// first (within milliseconds of its end, whatever the database does: see
+// TryAcquire for a claim in flight then), ErrClosed after Close (or when
+// Close starts while it waits), or an error wrapping the driver's (it
+// does not retry a failed round trip).
 func (r *Router[T]) Acquire(ctx context.Context, workerID string) (*Lease[T], error) {
 	ls, err := r.await(orBackground(ctx), "Acquire", workerID, 1)
 	if err != nil {

@@ -23,3 +23,10 @@ func ClaimStatements() (lock, claim string) { return claimLock, claimJobs }
 func ResolveClaim[T any](ctx context.Context, r *Router[T], id int64) error {
 	return r.resolveClaimOnce(ctx, id)
 }
+
+// AwaitBackground waits until the Router's background work (unknown
+// outcomes being resolved, a stopped Run's last completions and
+// hand-backs) is done, or ctx is: tests that read the table after Run
+// returned see what Run's wind-down did, even where it went on in the
+// background (a Run returns within 100ms of its ctx's end).
+func AwaitBackground[T any](ctx context.Context, r *Router[T]) error { return r.tasks.wait(ctx) }

@@ -298,8 +298,9 @@ const completeSet = `state = 3, ended = 'completed', owner = '', lease_expires_a
 // Complete ends the lease with success: the job is StateSucceeded, kept
 // for Get and dedup for Retention. It returns a *LeaseLostError if the
 // lease is no longer valid, changing nothing. If the connection fails
-// after the statement was sent, the outcome is resolved by re-reading the
-// row: nil if it shows this lease's completion.
+// (or ctx ends) after the statement was sent, the outcome is resolved by
+// re-reading the row, for at most 40ms after ctx's end: nil if it shows
+// this lease's completion.
 func (l *Lease[T]) Complete(ctx context.Context) error {
 	ctx = orBackground(ctx)
 	res, err := l.op(ctx, l.db(), false, "Complete", completeSet, l.keep())
@@ -352,7 +353,7 @@ func (l *Lease[T]) CompleteTx(ctx context.Context, tx pgx.Tx) error {
 
 // resolved reports whether the job's row shows that this lease ended for
 // reason: used when a statement's outcome is unknown (the connection
-// failed after it was sent).
+// failed, or ctx ended, after it was sent).
 func (l *Lease[T]) resolved(ctx context.Context, reason leaserouter.LostReason) bool {
 	if l == nil || l.r == nil {
 		return false

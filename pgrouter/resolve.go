@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/leaserouter/leaserouter"
 )
 
 // Unknown outcomes. A statement whose reply never arrived (the connection
@@ -115,6 +117,51 @@ func (r *Router[T]) resolveClaimOnce(ctx context.Context, id int64) error {
 	return nil
 }
 
+// completeLater completes ls in the background (none if ls is empty).
+func (r *Router[T]) completeLater(ls []*Lease[T]) {
+	if len(ls) == 0 {
+		return
+	}
+	r.later(func(ctx context.Context) error {
+		if !r.completeAll(ctx, r.db, ls) {
+			return errNotDone
+		}
+		return nil
+	})
+}
+
+// handBackLater hands ls back in the background (see handBack).
+func (r *Router[T]) handBackLater(ls []*Lease[T]) {
+	r.later(func(ctx context.Context) error { return r.handBackErr(ctx, r.db, ls) })
+}
+
+// endOrLater ends l with end (Release or Fail) on ctx; if the database
+// could not be asked, or did not answer, it is done in the background,
+// unless the row shows it done already (ended for reason) or the lease
+// ended otherwise meanwhile.
+func (r *Router[T]) endOrLater(ctx context.Context, l *Lease[T], reason leaserouter.LostReason, end func(context.Context) error) {
+	ended := func(err error) bool { return err == nil || errors.As(err, new(*leaserouter.LeaseLostError)) }
+	if ended(end(ctx)) {
+		return
+	}
+	r.later(func(ctx context.Context) error {
+		if !r.holds(l) {
+			return nil
+		}
+		if l.resolved(ctx, reason) { // the first try got through
+			r.release(l)
+			return nil
+		}
+		if err := end(ctx); !ended(err) {
+			return err
+		}
+		return nil
+	})
+}
+
+// errNotDone makes a background task try again.
+var errNotDone = errors.New("pgrouter: not done")
+
 // tasks runs a Router's background work (resolving unknown outcomes,
 // finishing what a stopping Run could not): each task is retried, with
 // backoff, until it succeeds or Close ends it.
@@ -174,35 +221,52 @@ func (t *tasks) done() {
 	}
 }
 
-// close waits until every task has ended, or until ctx is done (then it
-// ends them, waits for them to return, which they do at once, and
-// returns ctx.Err()). No task starts after.
-func (t *tasks) close(ctx context.Context) error {
-	wait := func() <-chan struct{} {
-		t.mu.Lock()
-		defer t.mu.Unlock()
-		t.closed = true
-		if t.n == 0 {
-			return nil
-		}
-		if t.idle == nil {
-			t.idle = make(chan struct{})
-		}
-		return t.idle
+// idleCh returns a channel closed once no task runs (nil if none runs
+// now); closing also stops new tasks from starting.
+func (t *tasks) idleCh(closing bool) <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.closed = t.closed || closing
+	if t.n == 0 {
+		return nil
 	}
-	idle := wait()
+	if t.idle == nil {
+		t.idle = make(chan struct{})
+	}
+	return t.idle
+}
+
+// wait waits until no task runs, or until ctx is done (then it returns
+// ctx.Err()).
+func (t *tasks) wait(ctx context.Context) error {
+	idle := t.idleCh(false)
 	if idle == nil {
-		t.cancel()
 		return nil
 	}
 	select {
 	case <-idle:
-		t.cancel()
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// close waits until every task has ended, or until ctx is done (then it
+// ends them, waits for them to return, which they do at once, and
+// returns ctx.Err()). No task starts after.
+func (t *tasks) close(ctx context.Context) error {
+	defer t.cancel()
+	idle := t.idleCh(true)
+	if idle == nil {
+		return nil
+	}
+	select {
+	case <-idle:
 		return nil
 	case <-ctx.Done():
 	}
 	t.cancel()
-	if idle = wait(); idle != nil {
+	if idle = t.idleCh(true); idle != nil {
 		<-idle
 	}
 	return ctx.Err()
@@ -218,7 +282,13 @@ func withGrace(ctx context.Context, grace time.Duration) (context.Context, conte
 }
 
 // lastGrace is how long a last round trip may go on after its caller's
-// ctx ended (Close's revocation, the read that resolves a lease
-// operation's unknown outcome, a stopping Run's last round trips): well
-// under the 100ms in which every call returns after its ctx ended.
-const lastGrace = 40 * time.Millisecond
+// ctx ended (the read that resolves a lease operation's unknown outcome);
+// closeGrace, Close's revocation; runGrace, a stopping Run's last round
+// trips after its last handler returned (a read resolving an unknown
+// outcome may follow, lastGrace more). Each keeps its call within 100ms
+// of its ctx's end.
+const (
+	lastGrace  = 40 * time.Millisecond
+	closeGrace = 80 * time.Millisecond
+	runGrace   = 60 * time.Millisecond
+)

@@ -224,7 +224,7 @@ func raiseTokens(ctx context.Context, db *pgxpool.Pool, floor leaserouter.Token)
 //
 // Close returns within 100ms of ctx's end, whatever the database does
 // (its pool exhausted, the server stalled): the revocation may go on up
-// to 40ms after ctx ended, and if it did not get through by then, the
+// to 80ms after ctx ended, and if it did not get through by then, the
 // leases it would have revoked end at their expiry instead (their
 // holders' operations are accepted until then); background work not
 // finished by then is abandoned (a claim's unknown outcome left so:
@@ -301,7 +301,7 @@ func (r *Router[T]) drain(ctx context.Context) error {
 }
 
 // revokeHeld makes the jobs of leases still held pending again at once,
-// trying until lastGrace after ctx ended.
+// trying until closeGrace after ctx ended.
 func (r *Router[T]) revokeHeld(ctx context.Context) error {
 	r.mu.Lock()
 	ls := make([]*Lease[T], 0, len(r.held))
@@ -316,7 +316,7 @@ func (r *Router[T]) revokeHeld(ctx context.Context) error {
 	ids, tokens := leaseKeys(ls)
 	// Close returns soon after its ctx ended: the revocation is worth a
 	// short wait after it, not more (the leases expire anyway).
-	ctx, cancel := withGrace(ctx, lastGrace)
+	ctx, cancel := withGrace(ctx, closeGrace)
 	defer cancel()
 	// Revoked as the core revokes: pending again at once with the attempt
 	// counted, or dead if that was the last; a lease already expired is

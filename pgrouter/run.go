@@ -55,8 +55,10 @@ type Handler[T any] func(ctx context.Context, l *Lease[T]) error
 // *leaserouter.LeaseLostError when a heartbeat finds the lease lost, and
 // with an error wrapping ErrLeaseLost when LeaseDuration has passed, on
 // the client's monotonic clock, since the send time of the last accepted
-// grant or heartbeat (the database unreachable: the lease can no longer be
-// proven valid); the job is then released, not failed, if the handler
+// grant or heartbeat (the database unreachable: the lease can no longer
+// be proven valid; a grant's send time is its claim's, after the wait for
+// a pool connection, so a worker that waited for the pool still gets a
+// whole LeaseDuration); the job is then released, not failed, if the handler
 // returns an error. Database errors do not stop Run: a worker backs off
 // (50ms doubling to 1s) and goes on when the database is back.
 //
@@ -64,13 +66,13 @@ type Handler[T any] func(ctx context.Context, l *Lease[T]) error
 // goroutine it started has ended, and returns within 100ms of its ctx's
 // end (or Close's start) once its handlers have returned, whatever the
 // database does: its last round trips (completing the finished jobs,
-// releasing, handing back the jobs not started) get 40ms once the last
+// releasing, handing back the jobs not started) get 60ms once the last
 // handler returned (and a read resolving an unknown outcome 40ms more),
 // and what they did not do by then the Router does in the background,
-// retrying until it is done or Close ends it. A claim in
-// flight when the Run stops is given up at once (its outcome, unknown,
-// is resolved in the background: the leases it granted are handed back,
-// the attempt not counted). It returns nil when stopped by ctx or
+// retrying until it is done or Close ends it (a claim in flight then is
+// given up: its outcome, unknown, is resolved in the background, the
+// leases it granted handed back, the attempt not counted). It returns nil
+// when stopped by ctx or
 // Close; ErrClosed at once if the Router was already closed; at once, an
 // error wrapping ErrInvalidOptions for bad opts (checked as the core
 // checks them) or a nil h. Several Runs, in one process or many, may
@@ -117,23 +119,9 @@ func (r *Router[T]) Run(ctx context.Context, opts leaserouter.WorkerOptions, h H
 	close(beatsDone)
 	beats.Wait()
 	u.stop()
-	if left := u.orphans; len(left) > 0 { // finished, not completed by the last rounds: completed in the background
-		r.later(func(ctx context.Context) error {
-			if !r.completeAll(ctx, r.db, left) {
-				return errNotDone
-			}
-			return nil
-		})
-	}
+	r.completeLater(u.orphans) // finished, not completed by the last rounds
 	return nil
 }
-
-// errNotDone makes a background task try again.
-var errNotDone = errors.New("pgrouter: not done")
-
-// runGrace is how long a stopping Run's last round trips may take once no
-// handler runs; what they did not do by then is done in the background.
-const runGrace = lastGrace
 
 // armQuit ends quit runGrace from now once the Run stops and no handler
 // runs. The caller holds u.mu.
@@ -201,10 +189,8 @@ type worker[T any] struct {
 
 // dbCtx bounds one round trip of Run's to a LeaseDuration, past which its
 // answer would be of no use, and outlives Run's ctx (stopping must still
-// complete, release and hand back) by runGrace after the last handler
-// returned: a Run returns within 100ms of its ctx's end once its handlers
-// have returned, whatever the database does, and what its last round
-// trips did not do is done in the Router's background.
+// complete, release and hand back) until quit: what the last round trips
+// did not do by then is done in the Router's background.
 func (u *runner[T]) dbCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(u.quit, u.r.opts.LeaseDuration)
 }
@@ -231,9 +217,7 @@ func (w *worker[T]) work() {
 		done := w.done
 		w.done = nil
 		u.mu.Unlock()
-		// A claim ends with the Run: its leases would be handed back (an
-		// outcome left unknown is resolved in the background).
-		ctx, cancel := context.WithTimeout(u.stopping, r.opts.LeaseDuration)
+		ctx, cancel := u.dbCtx()
 		ls, due, err := r.claim(ctx, "Run", w.id, w.size, true, &done)
 		cancel()
 		if len(done) > 0 { // not completed (the round trip failed): next time
@@ -376,35 +360,10 @@ func (w *worker[T]) run(l *Lease[T], h *held, hctx context.Context) {
 	if u.stopped() || errors.Is(cause, errUnproven) {
 		// Stopping, or the lease could not be proven: hand the job back
 		// rather than count a failure the handler may not have had.
-		u.end(ctx, l, leaserouter.LostReleased, l.Release)
+		u.r.endOrLater(ctx, l, leaserouter.LostReleased, l.Release)
 		return
 	}
-	u.end(ctx, l, leaserouter.LostFailed, func(ctx context.Context) error { return l.Fail(ctx, err) })
-}
-
-// end ends l with end (Release or Fail) on ctx; if the database could not
-// be asked (or did not answer), the Router does it in the background,
-// unless the row shows it done (for reason) or the lease ended otherwise.
-func (u *runner[T]) end(ctx context.Context, l *Lease[T], reason leaserouter.LostReason, end func(context.Context) error) {
-	err := end(ctx)
-	if err == nil || errors.As(err, new(*leaserouter.LeaseLostError)) {
-		return
-	}
-	r := u.r
-	r.later(func(ctx context.Context) error {
-		if !r.holds(l) {
-			return nil // ended meanwhile
-		}
-		if l.resolved(ctx, reason) { // the first try got through
-			r.release(l)
-			return nil
-		}
-		err := end(ctx)
-		if err == nil || errors.As(err, new(*leaserouter.LeaseLostError)) {
-			return nil
-		}
-		return err
-	})
+	u.r.endOrLater(ctx, l, leaserouter.LostFailed, func(ctx context.Context) error { return l.Fail(ctx, err) })
 }
 
 // errUnproven cancels a handler's ctx when its lease can no longer be
@@ -434,9 +393,8 @@ func (w *worker[T]) flush() {
 	u.mu.Unlock()
 	ctx, cancel := u.dbCtx()
 	defer cancel()
-	r := u.r
-	if !r.handBack(ctx, r.db, waiting) { // in the background, then
-		r.later(func(ctx context.Context) error { return r.handBackErr(ctx, r.db, waiting) })
+	if !u.r.handBack(ctx, u.r.db, waiting) {
+		u.r.handBackLater(waiting)
 	}
 	if len(done) > 0 && !u.r.completeAll(ctx, u.r.db, done) {
 		u.mu.Lock()
@@ -455,6 +413,11 @@ func (u *runner[T]) heartbeats(done <-chan struct{}) {
 		if u.conn != nil {
 			_ = u.conn.Close(context.Background())
 		}
+	}()
+	func() { // the connection now, not at the first round: a stopping Run's last round has it
+		ctx, cancel := u.dbCtx()
+		defer cancel()
+		u.db(ctx)
 	}()
 	stopping := u.stopping.Done()
 	for {

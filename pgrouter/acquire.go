@@ -185,8 +185,9 @@ func (r *Router[T]) TryAcquire(ctx context.Context, workerID string) (*Lease[T],
 // TryAcquireMany leases up to max ready jobs to workerID, in the ready
 // order, in one round trip; each lease is independent (its own token,
 // increasing in slice order, expiry, heartbeats and completion). It
-// returns at least one lease, or ErrNoJob, ErrClosed, an error wrapping
-// ErrInvalidOptions for max < 1, or one wrapping the driver's.
+// returns at least one lease, or ErrNoJob, ErrClosed, ctx.Err(), an
+// error wrapping ErrInvalidOptions for max < 1, or one wrapping the
+// driver's; ctx and a claim's unknown outcome as for TryAcquire.
 func (r *Router[T]) TryAcquireMany(ctx context.Context, workerID string, max int) ([]*Lease[T], error) {
 	if max < 1 {
 		return nil, fmt.Errorf("%w: TryAcquireMany max is %d, must be >= 1", leaserouter.ErrInvalidOptions, max)

@@ -276,19 +276,29 @@ func (t *tasks) close(ctx context.Context) error {
 // later (grace from now if ctx is done already): for a last round trip
 // whose answer is worth a short wait after the caller's ctx ended.
 func withGrace(ctx context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
+	if ctx.Value(graceKey{}) != nil {
+		grace = 0
+	}
 	g, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(ctx, func() { time.AfterFunc(grace, cancel) })
 	return g, func() { stop(); cancel() }
 }
 
+// graceKey marks a ctx that is itself a grace (a stopping Run's): a last
+// round trip on it gets no more after it ends.
+type graceKey struct{}
+
+// graced marks ctx as a grace: withGrace adds nothing to it.
+func graced(ctx context.Context) context.Context { return context.WithValue(ctx, graceKey{}, true) }
+
 // lastGrace is how long a last round trip may go on after its caller's
 // ctx ended (the read that resolves a lease operation's unknown outcome);
 // closeGrace, Close's revocation; runGrace, a stopping Run's last round
-// trips after its last handler returned (a read resolving an unknown
-// outcome may follow, lastGrace more). Each keeps its call within 100ms
-// of its ctx's end.
+// trips after its last handler returned (reads resolving their outcomes
+// included: see graced). Each keeps its call within 100ms of its ctx's
+// end.
 const (
 	lastGrace  = 40 * time.Millisecond
 	closeGrace = 80 * time.Millisecond
-	runGrace   = 60 * time.Millisecond
+	runGrace   = 80 * time.Millisecond
 )

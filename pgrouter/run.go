@@ -66,13 +66,12 @@ type Handler[T any] func(ctx context.Context, l *Lease[T]) error
 // goroutine it started has ended, and returns within 100ms of its ctx's
 // end (or Close's start) once its handlers have returned, whatever the
 // database does: its last round trips (completing the finished jobs,
-// releasing, handing back the jobs not started) get 60ms once the last
-// handler returned (and a read resolving an unknown outcome 40ms more),
-// and what they did not do by then the Router does in the background,
-// retrying until it is done or Close ends it (a claim in flight then is
-// given up: its outcome, unknown, is resolved in the background, the
-// leases it granted handed back, the attempt not counted). It returns nil
-// when stopped by ctx or
+// releasing, handing back the jobs not started) get 80ms once the last
+// handler returned, and what they did not do by then the Router does in
+// the background, retrying until it is done or Close ends it (a claim in
+// flight then is given up: its outcome, unknown, is resolved in the
+// background, the leases it granted handed back, the attempt not
+// counted). It returns nil when stopped by ctx or
 // Close; ErrClosed at once if the Router was already closed; at once, an
 // error wrapping ErrInvalidOptions for bad opts (checked as the core
 // checks them) or a nil h. Several Runs, in one process or many, may
@@ -192,7 +191,8 @@ type worker[T any] struct {
 // complete, release and hand back) until quit: what the last round trips
 // did not do by then is done in the Router's background.
 func (u *runner[T]) dbCtx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(u.quit, u.r.opts.LeaseDuration)
+	ctx, cancel := context.WithTimeout(u.quit, u.r.opts.LeaseDuration)
+	return graced(ctx), cancel
 }
 
 // work is a worker's loop.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -114,7 +115,10 @@ func (r *Router[T]) settle(ctx context.Context) {
 
 // settled counts and reports what a settling round settled, and wakes the
 // queue's waiters in every process if jobs became ready.
-func (r *Router[T]) settled(ctx context.Context, s settling) {
+func (r *Router[T]) settled(ctx context.Context, s settling) { r.settledOn(ctx, r.db, s) }
+
+// settledOn is settled, notifying on q.
+func (r *Router[T]) settledOn(ctx context.Context, q querier, s settling) {
 	if len(s.expired) == 0 && s.ready == 0 {
 		return
 	}
@@ -124,18 +128,20 @@ func (r *Router[T]) settled(ctx context.Context, s settling) {
 	r.mu.Unlock()
 	r.ev.add(s.expired...)
 	if len(s.expired) > s.dead || s.ready > 0 {
-		r.notify(ctx)
+		r.notifyOn(ctx, q)
 	}
 }
 
 // claimJobs leases up to $2 pending jobs of the queue to worker $3 for $4
 // microseconds, in the ready order (priority, ready time, enqueue order),
-// skipping rows other claimers hold. Tokens are taken after the rows are
-// ordered, so they increase in the ready order.
+// skipping rows other claimers hold, and writes the claim id $5 on them
+// (nothing, if the claim was abandoned: see resolve.go). Tokens are taken
+// after the rows are ordered, so they increase in the ready order.
 const claimJobs = `
 WITH picked AS (
 	SELECT queue, id, priority, ready_at, seq FROM leaserouter_jobs
 	WHERE queue = $1 AND state = 0
+		AND NOT EXISTS (SELECT FROM leaserouter_abandoned_claims WHERE id = $5)
 	ORDER BY priority DESC, ready_at, seq
 	LIMIT $2 FOR UPDATE SKIP LOCKED),
 numbered AS (
@@ -143,7 +149,7 @@ numbered AS (
 	FROM (SELECT * FROM picked ORDER BY priority DESC, ready_at, seq) p),
 c AS (SELECT clock_timestamp() AS now)
 UPDATE leaserouter_jobs j SET
-	state = 2, token = n.token, attempt = j.attempt + 1, owner = $3, ended = '',
+	state = 2, token = n.token, attempt = j.attempt + 1, owner = $3, ended = '', claim = $5,
 	lease_expires_at = c.now + $4 * interval '1 microsecond', updated_at = c.now
 FROM numbered n, c
 WHERE j.queue = n.queue AND j.id = n.id
@@ -159,9 +165,17 @@ SELECT extract(epoch FROM least(
 
 // TryAcquire leases the next ready job to workerID without waiting, after
 // settling what is due: ErrNoJob if none is ready, ErrClosed after Close,
-// or an error wrapping the driver's. One round trip. A workerID
-// leaserouter.ValidateWorkerID refuses returns its error (wrapping
-// ErrInvalidOptions, as the core's) before anything else.
+// ctx.Err() once ctx is done, or an error wrapping the driver's. One
+// round trip, on one connection of the pool. It waits for nothing longer
+// than ctx allows (a pool connection, the reply) and returns within
+// milliseconds of ctx's end. A claim whose reply never arrived (ctx
+// ended, or the connection failed, after it was sent) may have leased a
+// job: the Router resolves that in the background, handing such leases
+// back with the attempt not counted (see the package doc, Faults). The
+// lease is proven valid for LeaseDuration from the claim's send, after
+// the wait for a connection. A workerID leaserouter.ValidateWorkerID
+// refuses returns its error (wrapping ErrInvalidOptions, as the core's)
+// before anything else.
 func (r *Router[T]) TryAcquire(ctx context.Context, workerID string) (*Lease[T], error) {
 	if err := leaserouter.ValidateWorkerID(workerID); err != nil {
 		return nil, err
@@ -177,9 +191,10 @@ func (r *Router[T]) TryAcquire(ctx context.Context, workerID string) (*Lease[T],
 // TryAcquireMany leases up to max ready jobs to workerID, in the ready
 // order, in one round trip; each lease is independent (its own token,
 // increasing in slice order, expiry, heartbeats and completion). It
-// returns at least one lease, or ErrNoJob, ErrClosed, an error wrapping
-// ErrInvalidOptions for max < 1 or a workerID
-// leaserouter.ValidateWorkerID refuses, or one wrapping the driver's.
+// returns at least one lease, or ErrNoJob, ErrClosed, ctx.Err(), an
+// error wrapping ErrInvalidOptions for max < 1 or a workerID
+// leaserouter.ValidateWorkerID refuses, or one wrapping the driver's; ctx
+// and a claim's unknown outcome as for TryAcquire.
 func (r *Router[T]) TryAcquireMany(ctx context.Context, workerID string, max int) ([]*Lease[T], error) {
 	if max < 1 {
 		return nil, fmt.Errorf("%w: TryAcquireMany max is %d, must be >= 1", leaserouter.ErrInvalidOptions, max)
@@ -195,10 +210,12 @@ func (r *Router[T]) TryAcquireMany(ctx context.Context, workerID string, max int
 // ready: woken by a notification from any process, by a timer at the
 // queue's next due instant (a scheduled job's run-at, a lease's expiry),
 // and at least every PollInterval. It returns ctx.Err() if ctx is done
-// first, ErrClosed after Close (or when Close starts while it waits), or
-// an error wrapping the driver's (it does not retry a failed round trip).
-// A workerID leaserouter.ValidateWorkerID refuses returns its error
-// (wrapping ErrInvalidOptions) at once.
+// first (within milliseconds of its end, whatever the database does: see
+// TryAcquire for a claim in flight then), ErrClosed after Close (or when
+// Close starts while it waits), or an error wrapping the driver's (it
+// does not retry a failed round trip). A workerID
+// leaserouter.ValidateWorkerID refuses returns its error (wrapping
+// ErrInvalidOptions) at once.
 func (r *Router[T]) Acquire(ctx context.Context, workerID string) (*Lease[T], error) {
 	if err := leaserouter.ValidateWorkerID(workerID); err != nil {
 		return nil, err
@@ -267,10 +284,17 @@ const lockedPoll = 100 * time.Millisecond
 
 // claim completes the leases of *finished (Run's: their handlers returned
 // nil; a lease no longer valid is refused, counted; *finished is set to
-// nil once that committed), settles what is due and
-// leases up to n jobs, in one round trip (a pgx.Batch, one implicit
-// transaction: on an error none of it happened); withDue also asks how
-// long until the next due instant, for a caller about to wait.
+// nil once that committed), settles what is due and leases up to n jobs,
+// in one round trip on one connection (a pgx.Batch, one implicit
+// transaction); withDue also asks how long until the next due instant,
+// for a caller about to wait. It waits for ctx only: for room in the
+// event backlog, for a connection of the pool, for the reply. On an
+// error nothing happened, or, when the reply was lost (the connection
+// failed, or ctx ended, after the batch was sent), the outcome is unknown
+// and resolved in the background (see resolve.go): the leases the claim
+// may have granted are handed back, the attempt not counted. A lease is
+// proven for LeaseDuration from the batch's send, after the wait for the
+// connection.
 func (r *Router[T]) claim(ctx context.Context, call, workerID string, n int, withDue bool, finished *[]*Lease[T]) ([]*Lease[T], *float64, error) {
 	var done []*Lease[T]
 	if finished != nil {
@@ -284,42 +308,135 @@ func (r *Router[T]) claim(ctx context.Context, call, workerID string, n int, wit
 			return nil, nil, err
 		}
 	}
+	conn, err := r.db.Acquire(ctx)
+	if err != nil {
+		return nil, nil, claimErr(ctx, call, err)
+	}
+	release := sync.OnceFunc(conn.Release)
+	defer release()
+	id := newClaimID()
 	q := r.opts.Queue
 	b := &pgx.Batch{}
+	b.Queue(claimLock, id)
 	if len(done) > 0 {
 		ids, tokens := leaseKeys(done)
 		b.Queue(completeMany, q, ids, tokens, r.keep)
 	}
 	r.queueSettle(b)
-	b.Queue(claimJobs, q, n, workerID, r.lease)
+	b.Queue(claimJobs, q, n, workerID, r.lease, id)
 	if withDue {
 		b.Queue(nextDue, q)
 	}
-	// The round trip outlives the caller's ctx (bounded by a lease): a
-	// claim that commits while ctx ends must hand its leases back rather
-	// than strand them until they expire, burning an attempt.
-	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.opts.LeaseDuration)
-	defer cancel()
-	sent := time.Now()
-	res := r.db.SendBatch(bg, b)
-	defer res.Close()
-	var completed map[leaseKey]time.Time
+	sent := time.Now() // after the wait for a connection: "proven until" counts from here
+	res := conn.SendBatch(ctx, b)
+	c, err := r.readClaim(res, workerID, sent, len(done) > 0, withDue)
+	if cerr := res.Close(); err == nil { // the commit of the batch's implicit transaction
+		err = cerr
+	}
+	if err != nil {
+		release()
+		if unknownOutcome(err) {
+			r.resolveClaim(id)
+		}
+		return nil, nil, claimErr(ctx, call, err)
+	}
+	ls := c.ls
+	slices.SortFunc(ls, func(a, b *Lease[T]) int { return cmp.Compare(a.Token, b.Token) })
 	if len(done) > 0 {
-		var err error
-		if completed, err = readInstants(res.Query()); err != nil {
-			return nil, nil, errWrap(call, err)
+		r.completedMany(done, c.completed)
+		*finished = nil // committed: completed, or refused
+	}
+	// The grants are reported first: before anything else this process
+	// does to the leases can be (a Cancel, a revocation by Close).
+	if r.ev != nil {
+		evs := make([]leaserouter.Event, 0, len(ls)+len(c.bad))
+		for _, l := range append(slices.Clone(ls), c.bad...) {
+			e := l.event(leaserouter.EventLeaseAcquired, l.granted)
+			e.Held, e.Wait, e.Requeued = 0, l.wait, l.requeued
+			evs = append(evs, e)
+		}
+		slices.SortFunc(evs, func(a, b leaserouter.Event) int { return cmp.Compare(a.Token, b.Token) })
+		r.ev.add(evs...)
+	}
+	r.mu.Lock()
+	r.stats.LeasesGranted += uint64(len(ls) + len(c.bad))
+	closed := r.closed
+	gone := closed || ctx.Err() != nil
+	if !gone {
+		for _, l := range ls {
+			r.held[l] = struct{}{}
 		}
 	}
-	settled, err := readSettle(res)
-	if err != nil {
-		return nil, nil, errWrap(call, err)
+	r.mu.Unlock()
+	r.settledOn(ctx, conn, c.settled) // on this connection: the pool may have no other
+	// Granted, but nobody to hand them to: Close began meanwhile (it may
+	// have returned already), or the caller's ctx ended during the round
+	// trip. Hand them back unstarted (in the background if ctx ended).
+	if gone {
+		back := append(ls, c.bad...)
+		if ctx.Err() != nil || !r.handBack(ctx, conn, back) {
+			release()
+			r.later(func(ctx context.Context) error { return r.handBackErr(ctx, r.db, back) })
+		}
+		if closed {
+			return nil, nil, leaserouter.ErrClosed
+		}
+		return nil, nil, ctx.Err()
+	}
+	release()
+	if len(c.bad) > 0 {
+		// Payloads this process cannot decode: fail those attempts (retried
+		// after Backoff, in any process, until dead), keep the others.
+		for _, l := range c.bad {
+			_ = l.Fail(ctx, c.badPayload[l])
+		}
+		if len(ls) == 0 {
+			return nil, nil, c.badPayload[c.bad[0]]
+		}
+	}
+	if len(ls) == 0 {
+		return nil, c.due, leaserouter.ErrNoJob
+	}
+	return ls, c.due, nil
+}
+
+// claimErr is a claim's error: ctx.Err() once ctx is done (whatever the
+// driver made of it), else the driver's, wrapped.
+func claimErr(ctx context.Context, call string, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return errWrap(call, err)
+}
+
+// claimed is what a claim's batch returned.
+type claimed[T any] struct {
+	completed  map[leaseKey]time.Time // the finished leases completed, with the instant
+	settled    settling
+	ls, bad    []*Lease[T] // the leases granted: payload decoded, or not
+	badPayload map[*Lease[T]]error
+	due        *float64
+}
+
+// readClaim reads the results of claim's batch, sent at sent.
+func (r *Router[T]) readClaim(res pgx.BatchResults, workerID string, sent time.Time, withDone, withDue bool) (claimed[T], error) {
+	c := claimed[T]{badPayload: map[*Lease[T]]error{}}
+	if _, err := res.Exec(); err != nil { // claimLock
+		return c, err
+	}
+	var err error
+	if withDone {
+		if c.completed, err = readInstants(res.Query()); err != nil {
+			return c, err
+		}
+	}
+	if c.settled, err = readSettle(res); err != nil {
+		return c, err
 	}
 	rows, err := res.Query()
 	if err != nil {
-		return nil, nil, errWrap(call, err)
+		return c, err
 	}
-	var ls, bad []*Lease[T]
-	badPayload := map[*Lease[T]]error{}
 	for rows.Next() {
 		var (
 			id       string
@@ -334,78 +451,24 @@ func (r *Router[T]) claim(ctx context.Context, call, workerID string, n int, wit
 		)
 		if err := rows.Scan(&id, &payload, &attempt, &token, &progress, &expiry, &granted, &readyAt, &requeued); err != nil {
 			rows.Close()
-			return nil, nil, errWrap(call, err)
+			return c, err
 		}
 		l := &Lease[T]{JobID: id, Attempt: int(attempt), Token: leaserouter.Token(token), WorkerID: workerID,
 			Progress: progress, r: r, expiry: expiry, proven: sent.Add(r.opts.LeaseDuration),
 			granted: granted, wait: max(0, granted.Sub(readyAt)), requeued: requeued}
 		if l.Payload, err = decode[T](id, payload); err != nil {
-			bad, badPayload[l] = append(bad, l), err
+			c.bad, c.badPayload[l] = append(c.bad, l), err
 			continue
 		}
-		ls = append(ls, l)
+		c.ls = append(c.ls, l)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, errWrap(call, err)
+		return c, err
 	}
-	var due *float64
 	if withDue {
-		if err := res.QueryRow().Scan(&due); err != nil {
-			return nil, nil, errWrap(call, err)
+		if err := res.QueryRow().Scan(&c.due); err != nil {
+			return c, err
 		}
 	}
-	if err := res.Close(); err != nil { // the commit of the batch's implicit transaction
-		return nil, nil, errWrap(call, err)
-	}
-	slices.SortFunc(ls, func(a, b *Lease[T]) int { return cmp.Compare(a.Token, b.Token) })
-	if len(done) > 0 {
-		r.completedMany(done, completed)
-		*finished = nil // committed: completed, or refused
-	}
-	// The grants are reported first: before anything else this process
-	// does to the leases can be (a Cancel, a revocation by Close).
-	if r.ev != nil {
-		evs := make([]leaserouter.Event, 0, len(ls)+len(bad))
-		for _, l := range append(slices.Clone(ls), bad...) {
-			e := l.event(leaserouter.EventLeaseAcquired, l.granted)
-			e.Held, e.Wait, e.Requeued = 0, l.wait, l.requeued
-			evs = append(evs, e)
-		}
-		slices.SortFunc(evs, func(a, b leaserouter.Event) int { return cmp.Compare(a.Token, b.Token) })
-		r.ev.add(evs...)
-	}
-	r.mu.Lock()
-	r.stats.LeasesGranted += uint64(len(ls) + len(bad))
-	closed := r.closed
-	if !closed {
-		for _, l := range ls {
-			r.held[l] = struct{}{}
-		}
-	}
-	r.mu.Unlock()
-	r.settled(bg, settled)
-	// Granted, but nobody to hand them to: Close began meanwhile (it may
-	// have returned already), or the caller's ctx ended during the round
-	// trip. Hand them back unstarted.
-	if closed || ctx.Err() != nil {
-		r.handBack(bg, r.db, append(ls, bad...))
-		if closed {
-			return nil, nil, leaserouter.ErrClosed
-		}
-		return nil, nil, ctx.Err()
-	}
-	if len(bad) > 0 {
-		// Payloads this process cannot decode: fail those attempts (retried
-		// after Backoff, in any process, until dead), keep the others.
-		for _, l := range bad {
-			_ = l.Fail(bg, badPayload[l])
-		}
-		if len(ls) == 0 {
-			return nil, nil, badPayload[bad[0]]
-		}
-	}
-	if len(ls) == 0 {
-		return nil, due, leaserouter.ErrNoJob
-	}
-	return ls, due, nil
+	return c, nil
 }

@@ -45,14 +45,41 @@
 //   - Events are emitted by the process that made the transition, ordered
 //     within that process (see Options.OnEvent); lease_expired, dead on
 //     expiry and purged come from whichever process settles or purges.
-//   - Faults: calls return errors wrapping the driver's. An unknown outcome
-//     of Complete, Fail or Release (the connection failed after the
-//     statement was sent) is resolved by re-reading the row. A claim whose
-//     caller's ctx ends during the round trip hands its leases back. Run
-//     survives a database restart: it backs off and goes on, and a
-//     handler's ctx is canceled as soon as its lease can no longer be
-//     proven valid from the client's monotonic clock (the send time of the
-//     last accepted heartbeat plus LeaseDuration).
+//   - Faults: calls return errors wrapping the driver's. An unknown
+//     outcome (the connection failed, or the call's ctx ended, after the
+//     statement was sent) is resolved by reading the rows back. Complete,
+//     Fail and Release re-read the job's row before reporting (nil if it
+//     shows the lease ended as asked), for at most 40ms after the call's
+//     ctx ended; past that they return the error, and a retry tells (a
+//     second Complete of a lease that completed is refused with reason
+//     completed). A claim (Acquire, TryAcquire, their batch forms, Run
+//     taking jobs) carries a random claim id, written on the rows it
+//     leases, and holds a transaction-level advisory lock on that id (a
+//     random 64-bit key: it does not meet an application's own advisory
+//     locks in practice). A claim whose reply never arrived is resolved
+//     in the background by the Router: the resolver waits for the claim's
+//     transaction if it still runs, marks the claim abandoned (a claim
+//     reaching the server later, held in the network say, claims nothing)
+//     and hands back the leases it granted, pending again in their place
+//     with the attempt not counted: an attempt counts only a lease a
+//     worker received. They emit no event and are not counted in
+//     Stats.LeasesGranted. The resolution is retried until it gets
+//     through or Close ends it; a claim still unresolved then (the
+//     database unreachable until Close's ctx ended) leaves its leases to
+//     expire, their attempt counted.
+//   - ctx is honoured within 100ms everywhere, with the pool exhausted or
+//     the server stalled: waiting for a connection, for a claim's reply,
+//     for Close's revocation, for Run's last round trips once its
+//     handlers returned. What is left unknown is resolved in the
+//     background, by the Router, until Close (which waits for that work
+//     until its own ctx ends).
+//   - A lease is proven valid, on the client's monotonic clock, for
+//     LeaseDuration from the send of the statement that proved it (the
+//     claim, then each accepted heartbeat), after any wait for a pool
+//     connection, never from before it: a claim that waited for the pool
+//     hands out a lease proven for a whole LeaseDuration. Run survives a
+//     database restart: it backs off and goes on, and a handler's ctx is
+//     canceled as soon as its lease can no longer be proven valid.
 //   - Heartbeats never wait for the caller's pool: Run and KeepAlive
 //     heartbeat on connections of their own (one per Run, one per Router
 //     for KeepAlive, made again when they fail), so a lease is kept while
@@ -62,10 +89,13 @@
 //
 // # Schema
 //
-// Migrate creates the tables leaserouter_jobs and leaserouter_fences, the
-// sequences leaserouter_token (fencing tokens: cache 1, raised by New
-// above TokenFloor and the Unix time in nanoseconds, never lowered) and
-// leaserouter_job_seq (enqueue order), and partial indexes for the ready
+// Migrate creates the tables leaserouter_jobs (its claim column holds
+// the id of the claim that granted a job's latest lease),
+// leaserouter_fences and leaserouter_abandoned_claims (claims resolved by
+// their client, kept a day: see Faults), the sequences leaserouter_token
+// (fencing tokens: cache 1, raised by New above TokenFloor and the Unix
+// time in nanoseconds, never lowered) and leaserouter_job_seq (enqueue
+// order), and partial indexes for the ready
 // order, scheduled run-ats, lease expiries and purge times. Payloads are
 // JSON (encoding/json) in a jsonb column, readable in SQL. The jobs table
 // is created with aggressive autovacuum settings (every job is updated

@@ -1,5 +1,7 @@
 package pgrouter
 
+import "context"
+
 // PlantSkipTokenCheck breaks the one invariant for the linearizability
 // test's planted bug: lease operations stop checking the token, so a
 // superseded lease is accepted while its job is leased to another. It
@@ -9,3 +11,22 @@ func PlantSkipTokenCheck() (restore func()) {
 	validLease = `$3::bigint IS NOT NULL AND state = 2 AND lease_expires_at > clock_timestamp()`
 	return func() { validLease = saved }
 }
+
+// ClaimStatements are a claim's first statement (its advisory lock on the
+// claim id, $1) and the claim itself ($1 queue, $2 how many, $3 worker,
+// $4 lease in microseconds, $5 claim id), for tests that run a claim's
+// transaction by hand to order it against its resolver.
+func ClaimStatements() (lock, claim string) { return claimLock, claimJobs }
+
+// ResolveClaim resolves claim id as the Router does when the claim's
+// outcome is unknown, in the caller's goroutine.
+func ResolveClaim[T any](ctx context.Context, r *Router[T], id int64) error {
+	return r.resolveClaimOnce(ctx, id)
+}
+
+// AwaitBackground waits until the Router's background work (unknown
+// outcomes being resolved, a stopped Run's last completions and
+// hand-backs) is done, or ctx is: tests that read the table after Run
+// returned see what Run's wind-down did, even where it went on in the
+// background (a Run returns within 100ms of its ctx's end).
+func AwaitBackground[T any](ctx context.Context, r *Router[T]) error { return r.tasks.wait(ctx) }

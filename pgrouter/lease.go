@@ -88,12 +88,13 @@ func (l *Lease[T]) txTried() bool {
 }
 
 // completedTx reports whether CompleteTx completed l in a transaction
-// that committed (the row shows this lease's completion).
-func (l *Lease[T]) completedTx() bool {
+// that committed (the row shows this lease's completion), reading the row
+// with ctx.
+func (l *Lease[T]) completedTx(ctx context.Context) bool {
 	if !l.txTried() {
 		return false
 	}
-	return l.resolved(context.Background(), leaserouter.LostCompleted)
+	return l.resolved(ctx, leaserouter.LostCompleted)
 }
 
 // Expiry returns the lease's expiry instant on the database's clock, as
@@ -332,8 +333,9 @@ const completeSet = `state = 3, ended = 'completed', owner = '', lease_expires_a
 // Complete ends the lease with success: the job is StateSucceeded, kept
 // for Get and dedup for Retention. It returns a *LeaseLostError if the
 // lease is no longer valid, changing nothing. If the connection fails
-// after the statement was sent, the outcome is resolved by re-reading the
-// row: nil if it shows this lease's completion.
+// (or ctx ends) after the statement was sent, the outcome is resolved by
+// re-reading the row, for at most 40ms after ctx's end: nil if it shows
+// this lease's completion.
 func (l *Lease[T]) Complete(ctx context.Context) error {
 	ctx = orBackground(ctx)
 	res, err := l.op(ctx, l.db(), false, "Complete", completeSet, l.keep())
@@ -359,15 +361,18 @@ func (l *Lease[T]) keep() int64 {
 
 // resolved reports whether the job's row shows that this lease ended for
 // reason: used when a statement's outcome is unknown (the connection
-// failed after it was sent).
+// failed, or ctx ended, after it was sent).
 func (l *Lease[T]) resolved(ctx context.Context, reason leaserouter.LostReason) bool {
 	if l == nil || l.r == nil {
 		return false
 	}
 	// The caller's ctx may be what failed the statement: the answer is
-	// worth a lease's duration.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.r.opts.LeaseDuration)
+	// worth a short wait after it (the call still returns within 100ms of
+	// its ctx's end), at most a lease's duration.
+	ctx, cancel := withGrace(ctx, lastGrace)
 	defer cancel()
+	ctx, cancel2 := context.WithTimeout(ctx, l.r.opts.LeaseDuration)
+	defer cancel2()
 	found, err := l.r.inspect(ctx, l.r.db, []*Lease[T]{l})
 	row, ok := found[l.JobID]
 	return err == nil && ok && leaserouter.Token(*row.token) == l.Token &&

@@ -27,9 +27,12 @@ SELECT id, token, attempt, purge_at FROM d`
 // batches of settleLimit rows with SKIP LOCKED, so any number of
 // processes may run it at once. A full batch is followed by the next at
 // once. Errors (the database unreachable) wait for the next round.
+// About once a minute it also deletes the abandoned claim marks older
+// than abandonedKeep (see resolve.go).
 func (r *Router[T]) maintain(ctx context.Context) {
 	t := time.NewTicker(r.opts.PollInterval)
 	defer t.Stop()
+	var marksPurged time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -41,6 +44,11 @@ func (r *Router[T]) maintain(ctx context.Context) {
 			n, err := r.purge(ctx)
 			if err != nil || n < settleLimit {
 				break
+			}
+		}
+		if time.Since(marksPurged) >= time.Minute {
+			if _, err := r.db.Exec(ctx, purgeAbandoned, abandonedKeep.Microseconds()); err == nil {
+				marksPurged = time.Now()
 			}
 		}
 	}

@@ -15,11 +15,13 @@ import (
 // with the row locked (the one invariant, as in leaseOp).
 const (
 	// lockLeasesBlocking locks the rows of the leases' jobs, whatever
-	// their token now, in ID order; lockLeasesSkipping skips those
-	// another transaction holds.
+	// their token now, in ID order, and gives their latest version's
+	// state, token, why the last lease ended and when (was, had, why,
+	// at); lockLeasesSkipping skips those another transaction holds.
 	lockLeasesBlocking = `
 WITH l AS (
-	SELECT j.queue, j.id, h.token AS held FROM leaserouter_jobs j
+	SELECT j.queue, j.id, h.token AS held, j.state AS was, j.token AS had, j.ended AS why, j.updated_at AS at
+	FROM leaserouter_jobs j
 	JOIN unnest($2::text[], $3::bigint[]) AS h(id, token) ON j.id = h.id
 	WHERE j.queue = $1 ORDER BY j.id FOR UPDATE OF j)`
 	lockLeasesSkipping = `
@@ -29,13 +31,20 @@ WITH l AS (
 	WHERE j.queue = $1 ORDER BY j.id FOR UPDATE OF j SKIP LOCKED)`
 
 	// completeMany completes the valid ones; $4 is the Retention in
-	// microseconds. It returns each completed: ID, token, instant.
-	completeMany = lockLeasesBlocking + `
-UPDATE leaserouter_jobs j SET state = 3, ended = 'completed', owner = '', lease_expires_at = NULL,
-	requeued = false, updated_at = clock_timestamp(), purge_at = clock_timestamp() + $4 * interval '1 microsecond'
-FROM l
-WHERE j.queue = l.queue AND j.id = l.id AND j.token = l.held AND j.state = 2 AND j.lease_expires_at > clock_timestamp()
-RETURNING j.id, j.token, j.updated_at`
+	// microseconds. It returns each completed: ID, token, instant; a
+	// lease completed already (by an earlier completeMany whose reply
+	// was lost) is returned too, with the instant it was completed, so a
+	// retry of an unknown outcome is not a refusal.
+	completeMany = lockLeasesBlocking + `,
+x AS (
+	UPDATE leaserouter_jobs j SET state = 3, ended = 'completed', owner = '', lease_expires_at = NULL,
+		requeued = false, updated_at = clock_timestamp(), purge_at = clock_timestamp() + $4 * interval '1 microsecond'
+	FROM l
+	WHERE j.queue = l.queue AND j.id = l.id AND j.token = l.held AND j.state = 2 AND j.lease_expires_at > clock_timestamp()
+	RETURNING j.id, j.token, j.updated_at)
+SELECT id, token, updated_at FROM x
+UNION ALL
+SELECT id, held, at FROM l WHERE had = held AND was = 3 AND why = 'completed'`
 
 	// heartbeatMany extends the valid ones to the database's clock + $4
 	// microseconds, never shortening one, skipping rows another
@@ -141,11 +150,17 @@ func (r *Router[T]) completeAll(ctx context.Context, q querier, ls []*Lease[T]) 
 }
 
 // handBack hands back ls on q (see handBackMany), wakes the queue's
-// waiters, and reports whether the statement ran. On an error the leases
-// stay until their expiry.
+// waiters (on q), and reports whether the statement ran. On an error the
+// leases stay until their expiry, unless the caller tries again (a lease
+// handed back already is left alone).
 func (r *Router[T]) handBack(ctx context.Context, q querier, ls []*Lease[T]) bool {
+	return r.handBackErr(ctx, q, ls) == nil
+}
+
+// handBackErr is handBack, returning the statement's error.
+func (r *Router[T]) handBackErr(ctx context.Context, q querier, ls []*Lease[T]) error {
 	if len(ls) == 0 {
-		return true
+		return nil
 	}
 	ids, tokens := leaseKeys(ls)
 	back, err := readInstants(q.Query(ctx, handBackMany, r.opts.Queue, ids, tokens))
@@ -156,9 +171,9 @@ func (r *Router[T]) handBack(ctx context.Context, q querier, ls []*Lease[T]) boo
 		r.release(l)
 	}
 	if err == nil {
-		r.notify(ctx)
+		r.notifyOn(ctx, q)
 	}
-	return err == nil
+	return err
 }
 
 // beatResult is what one heartbeat round found: the leases extended

@@ -150,6 +150,7 @@ type Router[T any] struct {
 	stats       leaserouter.Stats      // totals since New (state counts come from the table)
 
 	ev      *events // nil unless OnEvent or Logger is set
+	tasks   *tasks  // background work: unknown outcomes resolved, a stopping Run's last round trips
 	keepers *keepers[T]
 	wake    *waker
 	stop    context.CancelFunc // stops the listener
@@ -187,6 +188,7 @@ func New[T any](ctx context.Context, db *pgxpool.Pool, opts Options) (*Router[T]
 		done:    make(chan struct{}),
 		closing: make(chan struct{}),
 		wake:    newWaker(),
+		tasks:   newTasks(),
 	}
 	r.ev = newEvents(opts.OnEvent, opts.Logger, func() {
 		r.mu.Lock()
@@ -230,13 +232,24 @@ func raiseTokens(ctx context.Context, db *pgxpool.Pool, floor leaserouter.Token)
 // done, for the leases this Router granted to end (holders may still
 // Heartbeat, Complete, Fail and Release); an abandoned lease ends at its
 // expiry (as proven by its last accepted heartbeat, on this process's
-// clock). Leases still held then are
-// revoked: their jobs are pending again at once (the attempt counted) and
-// their holders' operations are refused with ErrLeaseLost. It stops the
-// listening goroutine and returns nil, or ctx.Err() if ctx was done
-// first. Get and Stats keep working; Cancel returns ErrClosed. Calling Close again waits
-// for the first call and returns nil. A nil ctx means
-// context.Background().
+// clock). Leases still held then are revoked, in one round trip: their
+// jobs are pending again at once (the attempt counted) and their
+// holders' operations are refused with ErrLeaseLost. It then waits, until
+// ctx is done, for the Router's background work (unknown outcomes being
+// resolved, a stopped Run's last completions and hand-backs), ends it,
+// stops the Router's goroutines and returns nil, or ctx.Err() if ctx was
+// done first.
+//
+// Close returns within 100ms of ctx's end, whatever the database does
+// (its pool exhausted, the server stalled): the revocation may go on up
+// to 80ms after ctx ended, and if it did not get through by then, the
+// leases it would have revoked end at their expiry instead (their
+// holders' operations are accepted until then); background work not
+// finished by then is abandoned (a claim's unknown outcome left so:
+// its leases expire, their attempt counted). A ctx done already revokes
+// at once. Get and Stats keep working; Cancel returns ErrClosed. Calling
+// Close again waits for the first call (or ctx) and returns nil. A nil
+// ctx means context.Background().
 func (r *Router[T]) Close(ctx context.Context) error {
 	ctx = orBackground(ctx)
 	r.mu.Lock()
@@ -258,7 +271,10 @@ func (r *Router[T]) Close(ctx context.Context) error {
 	r.mu.Unlock()
 	r.wake.broadcast() // blocked Acquires see closed
 	err := r.drain(ctx)
-	rerr := r.revokeHeld()
+	rerr := r.revokeHeld(ctx)
+	if terr := r.tasks.close(ctx); err == nil {
+		err = terr
+	}
 	r.stop()
 	r.stopped.Wait()
 	if eerr := r.ev.close(ctx); err == nil {
@@ -302,8 +318,9 @@ func (r *Router[T]) drain(ctx context.Context) error {
 	}
 }
 
-// revokeHeld makes the jobs of leases still held pending again at once.
-func (r *Router[T]) revokeHeld() error {
+// revokeHeld makes the jobs of leases still held pending again at once,
+// trying until closeGrace after ctx ended.
+func (r *Router[T]) revokeHeld(ctx context.Context) error {
 	r.mu.Lock()
 	ls := make([]*Lease[T], 0, len(r.held))
 	for l := range r.held {
@@ -315,8 +332,9 @@ func (r *Router[T]) revokeHeld() error {
 		return nil
 	}
 	ids, tokens := leaseKeys(ls)
-	// Past a lease's duration the leases would have expired anyway.
-	ctx, cancel := context.WithTimeout(context.Background(), r.opts.LeaseDuration)
+	// Close returns soon after its ctx ended: the revocation is worth a
+	// short wait after it, not more (the leases expire anyway).
+	ctx, cancel := withGrace(ctx, closeGrace)
 	defer cancel()
 	// Revoked as the core revokes: pending again at once with the attempt
 	// counted, or dead if that was the last; a lease already expired is
@@ -384,8 +402,12 @@ func (r *Router[T]) open() error {
 
 // notify wakes the Routers of this queue in every process (best effort:
 // they also poll).
-func (r *Router[T]) notify(ctx context.Context) {
-	_, _ = r.db.Exec(ctx, "SELECT pg_notify($1, $2)", channel, r.opts.Queue)
+func (r *Router[T]) notify(ctx context.Context) { r.notifyOn(ctx, r.db) }
+
+// notifyOn is notify on q (a connection already held: no wait for the
+// pool).
+func (r *Router[T]) notifyOn(ctx context.Context, q querier) {
+	_, _ = q.Exec(ctx, "SELECT pg_notify($1, $2)", channel, r.opts.Queue)
 }
 
 // encode is a payload as the jsonb column holds it.

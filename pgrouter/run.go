@@ -64,13 +64,23 @@ type Handler[T any] func(ctx context.Context, l *Lease[T]) error
 // *leaserouter.LeaseLostError when a heartbeat finds the lease lost, and
 // with an error wrapping ErrLeaseLost when LeaseDuration has passed, on
 // the client's monotonic clock, since the send time of the last accepted
-// grant or heartbeat (the database unreachable: the lease can no longer be
-// proven valid); the job is then released, not failed, if the handler
+// grant or heartbeat (the database unreachable: the lease can no longer
+// be proven valid; a grant's send time is its claim's, after the wait for
+// a pool connection, so a worker that waited for the pool still gets a
+// whole LeaseDuration); the job is then released, not failed, if the handler
 // returns an error. Database errors do not stop Run: a worker backs off
 // (50ms doubling to 1s) and goes on when the database is back.
 //
 // Run blocks until every handler it started has returned and every
-// goroutine it started has ended. It returns nil when stopped by ctx or
+// goroutine it started has ended, and returns within 100ms of its ctx's
+// end (or Close's start) once its handlers have returned, whatever the
+// database does: its last round trips (completing the finished jobs,
+// releasing, handing back the jobs not started) get 80ms once the last
+// handler returned, and what they did not do by then the Router does in
+// the background, retrying until it is done or Close ends it (a claim in
+// flight then is given up: its outcome, unknown, is resolved in the
+// background, the leases it granted handed back, the attempt not
+// counted). It returns nil when stopped by ctx or
 // Close; ErrClosed at once if the Router was already closed; at once, an
 // error wrapping ErrInvalidOptions for bad opts (checked as the core
 // checks them) or a nil h. Several Runs, in one process or many, may
@@ -89,6 +99,8 @@ func (r *Router[T]) Run(ctx context.Context, opts leaserouter.WorkerOptions, h H
 	}
 	u := &runner[T]{r: r, h: h, opts: opts, ctx: ctx, held: make(map[*Lease[T]]*held), idle: newWaker()}
 	u.stopping, u.stop = context.WithCancel(context.Background())
+	u.quit, u.endQuit = context.WithCancel(context.Background())
+	defer u.endQuit()
 	go func() { // wakes sleeping workers and the heartbeat goroutine when the Run stops
 		select {
 		case <-ctx.Done():
@@ -96,6 +108,10 @@ func (r *Router[T]) Run(ctx context.Context, opts leaserouter.WorkerOptions, h H
 		case <-u.stopping.Done():
 		}
 		u.stop()
+		u.mu.Lock()
+		u.wound = true
+		u.armQuit()
+		u.mu.Unlock()
 	}()
 	var beats, workers sync.WaitGroup
 	beatsDone := make(chan struct{})
@@ -111,7 +127,17 @@ func (r *Router[T]) Run(ctx context.Context, opts leaserouter.WorkerOptions, h H
 	close(beatsDone)
 	beats.Wait()
 	u.stop()
+	r.completeLater(u.orphans) // finished, not completed by the last rounds
 	return nil
+}
+
+// armQuit ends quit runGrace from now once the Run stops and no handler
+// runs. The caller holds u.mu.
+func (u *runner[T]) armQuit() {
+	if u.wound && u.running == 0 && !u.armed {
+		u.armed = true
+		time.AfterFunc(runGrace, u.endQuit)
+	}
 }
 
 // runner is one Run.
@@ -123,6 +149,8 @@ type runner[T any] struct {
 
 	stopping context.Context // done when ctx is done or Close starts (wakes sleepers; stopped() is the test)
 	stop     context.CancelFunc
+	quit     context.Context // done runGrace after the Run stopped and its last handler returned: bounds its last round trips
+	endQuit  context.CancelFunc
 
 	conn ownConn // the heartbeat goroutine's own connection
 	idle *waker  // wakes the Run's sleeping workers when one leased a batch they may steal from
@@ -131,6 +159,9 @@ type runner[T any] struct {
 	workers []*worker[T]
 	held    map[*Lease[T]]*held // the Run's leases not yet ended: waiting or running
 	orphans []*Lease[T]         // finished leases a heartbeat round failed to complete: the next round tries again
+	running int                 // handlers running
+	wound   bool                // the Run stopped: quit ends once no handler runs
+	armed   bool                // quit's end is set
 }
 
 // stopped reports whether the Run is stopping: its ctx is done or Close
@@ -166,9 +197,11 @@ type worker[T any] struct {
 
 // dbCtx bounds one round trip of Run's to a LeaseDuration, past which its
 // answer would be of no use, and outlives Run's ctx (stopping must still
-// complete, release and hand back).
+// complete, release and hand back) until quit: what the last round trips
+// did not do by then is done in the Router's background.
 func (u *runner[T]) dbCtx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), u.r.opts.LeaseDuration)
+	ctx, cancel := context.WithTimeout(u.quit, u.r.opts.LeaseDuration)
+	return graced(ctx), cancel
 }
 
 // work is a worker's loop.
@@ -283,6 +316,7 @@ func (w *worker[T]) runWaiting() {
 		h := u.held[l]
 		hctx, cancel := context.WithCancelCause(u.ctx)
 		h.cancel = cancel
+		u.running++
 		h.timer = time.AfterFunc(time.Until(l.provenUntil()), func() { cancel(errUnproven) })
 		u.mu.Unlock()
 		w.run(l, h, hctx)
@@ -309,13 +343,17 @@ func (w *worker[T]) run(l *Lease[T], h *held, hctx context.Context) {
 	u.mu.Lock()
 	h.timer.Stop()
 	delete(u.held, l)
+	u.running--
+	u.armQuit()
 	u.mu.Unlock()
+	ctx, done := u.dbCtx()
+	defer done()
 	cause := context.Cause(hctx)
 	var lost *leaserouter.LeaseLostError
 	if errors.As(cause, &lost) {
 		return // lost while h ran: its new state was decided by whoever ended it
 	}
-	if l.completedTx() { // completed by h in a transaction that committed
+	if l.completedTx(ctx) { // completed by h in a transaction that committed
 		u.r.ev.add(l.event(leaserouter.EventCompleted, time.Now()))
 		return
 	}
@@ -328,15 +366,13 @@ func (w *worker[T]) run(l *Lease[T], h *held, hctx context.Context) {
 		u.mu.Unlock()
 		return
 	}
-	ctx, done := u.dbCtx()
-	defer done()
 	if u.stopped() || errors.Is(cause, errUnproven) {
 		// Stopping, or the lease could not be proven: hand the job back
 		// rather than count a failure the handler may not have had.
-		_ = l.Release(ctx)
+		u.r.endOrLater(ctx, l, leaserouter.LostReleased, l.Release)
 		return
 	}
-	_ = l.Fail(ctx, err)
+	u.r.endOrLater(ctx, l, leaserouter.LostFailed, func(ctx context.Context) error { return l.Fail(ctx, err) })
 }
 
 // errUnproven cancels a handler's ctx when its lease can no longer be
@@ -366,7 +402,9 @@ func (w *worker[T]) flush() {
 	u.mu.Unlock()
 	ctx, cancel := u.dbCtx()
 	defer cancel()
-	u.r.handBack(ctx, u.r.db, waiting)
+	if !u.r.handBack(ctx, u.r.db, waiting) {
+		u.r.handBackLater(waiting)
+	}
 	if len(done) > 0 && !u.r.completeAll(ctx, u.r.db, done) {
 		u.mu.Lock()
 		u.orphans = append(u.orphans, done...) // the heartbeat goroutine's last round tries again
@@ -381,6 +419,11 @@ func (u *runner[T]) heartbeats(done <-chan struct{}) {
 	t := time.NewTicker(u.opts.HeartbeatInterval)
 	defer t.Stop()
 	defer u.conn.close()
+	func() { // the connection now, not at the first round: a stopping Run's last round has it
+		ctx, cancel := u.dbCtx()
+		defer cancel()
+		u.conn.get(ctx, u.r.db)
+	}()
 	stopping := u.stopping.Done()
 	for {
 		select {

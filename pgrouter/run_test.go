@@ -707,7 +707,12 @@ func (e *nilErr) Error() string { return e.msg }
 // process dies. A message with NUL or invalid UTF-8 is stored, repaired,
 // instead of failing on the text column.
 func TestNoUserCodeUnrecoveredFailWithPanickingError(t *testing.T) {
-	r, _ := newRouter[string](t, pgrouter.Options{MaxAttempts: 1})
+	dead := make(chan struct{})
+	r, _ := newRouter[string](t, pgrouter.Options{MaxAttempts: 1, OnEvent: func(e leaserouter.Event) {
+		if e.JobID == "run" && e.Kind == leaserouter.EventDead {
+			close(dead) // Run is stopped only then: a handler's error once it stops releases the job instead
+		}
+	}})
 	ctx := t.Context()
 	require.NoError(t, r.Enqueue(ctx, "direct", "direct"))
 	require.NoError(t, r.Enqueue(ctx, "bytes", "bytes"))
@@ -722,9 +727,7 @@ func TestNoUserCodeUnrecoveredFailWithPanickingError(t *testing.T) {
 		}
 		require.NotPanics(t, func() { require.NoError(t, l.Fail(ctx, cause)) })
 	}
-	stop := make(chan struct{})
-	require.NoError(t, runUntil(t, r, leaserouter.WorkerOptions{Workers: 1}, stop, func(_ context.Context, l *pgrouter.Lease[string]) error {
-		defer close(stop)
+	require.NoError(t, runUntil(t, r, leaserouter.WorkerOptions{Workers: 1}, dead, func(_ context.Context, l *pgrouter.Lease[string]) error {
 		var e *nilErr
 		return e
 	}))

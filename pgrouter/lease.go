@@ -316,10 +316,11 @@ func (l *Lease[T]) Heartbeat(ctx context.Context, progress []byte) error {
 		r = l.r
 	}
 	var dur int64
+	var q querier // nil for a nil or zero Lease: op refuses those first
 	if r != nil {
-		dur = r.lease
+		dur, q = r.lease, r.db
 	}
-	res, err := l.op(ctx, l.db(), false, 0, "Heartbeat", `
+	res, err := l.op(ctx, q, false, 0, "Heartbeat", `
 		lease_expires_at = greatest(lease_expires_at, clock_timestamp() + $4 * interval '1 microsecond'),
 		progress = CASE WHEN $5 THEN $6::bytea ELSE progress END, updated_at = clock_timestamp()`,
 		dur, progress != nil, progress)
@@ -336,14 +337,6 @@ func (l *Lease[T]) Heartbeat(ctx context.Context, progress []byte) error {
 	return nil
 }
 
-// db is the pool of l's Router, or nil for a nil or zero Lease (op refuses those first).
-func (l *Lease[T]) db() querier {
-	if l == nil || l.r == nil {
-		return nil
-	}
-	return l.r.db
-}
-
 // completeSet ends a lease with success; its purge time is Retention
 // later ($4 microseconds).
 const completeSet = `state = 3, ended = 'completed', owner = '', lease_expires_at = NULL, requeued = false,
@@ -351,10 +344,16 @@ const completeSet = `state = 3, ended = 'completed', owner = '', lease_expires_a
 
 // Complete ends the lease with success: the job is StateSucceeded, kept
 // for Get and dedup for Retention. It returns a *LeaseLostError if the
-// lease is no longer valid, changing nothing. If the connection fails
-// (or ctx ends) after the statement was sent, the outcome is resolved by
-// re-reading the row, for at most 40ms after ctx's end: nil if it shows
-// this lease's completion.
+// lease is no longer valid, changing nothing.
+//
+// If the connection fails (or ctx ends) after the statement was sent, the
+// outcome is resolved before Complete returns, on another connection (see
+// the package doc, Faults): nil if the row shows this lease's completion,
+// otherwise the error, a final answer — unless the resolution cannot
+// finish within 40ms of ctx's end (the statement still waiting at the
+// server, say, or the database unreachable): then the outcome is unknown,
+// and a retry tells (a second Complete of a lease that completed is
+// refused with reason completed).
 func (l *Lease[T]) Complete(ctx context.Context) error {
 	ctx = orBackground(ctx)
 	res, err := l.end(ctx, "Complete", completeSet, l.keep())
@@ -387,7 +386,8 @@ func (l *Lease[T]) keep() int64 {
 // attempts, makes it dead (StateFailed); otherwise it is scheduled again
 // after Options.Backoff(attempt) (called here, before the statement), or
 // pending at once if that is <= 0. It returns a *LeaseLostError if the
-// lease is no longer valid, changing nothing.
+// lease is no longer valid, changing nothing. An unknown outcome is
+// resolved as Complete's is: nil if the row shows this lease failed.
 func (l *Lease[T]) Fail(ctx context.Context, cause error) error {
 	ctx = orBackground(ctx)
 	if l == nil || l.r == nil {
@@ -460,7 +460,8 @@ func (r *Router[T]) backoff(attempt int) (d time.Duration) {
 // Release hands the lease back before its expiry: the job is pending
 // again at once (its attempt counted; dead if that was its last). It
 // returns a *LeaseLostError if the lease is no longer valid, changing
-// nothing.
+// nothing. An unknown outcome is resolved as Complete's is: nil if the
+// row shows this lease released.
 func (l *Lease[T]) Release(ctx context.Context) error {
 	ctx = orBackground(ctx)
 	res, err := l.end(ctx, "Release", `

@@ -25,7 +25,9 @@ import (
 // running), marks them abandoned, then reads the row: an operation that
 // reaches the server later takes its lock after the resolution committed
 // and finds its mark, so it changes nothing, and what the read found is
-// final. The marks share the table of abandoned claims (random 64-bit
+// final. (pgx itself sends a CancelRequest when a connection fails: it
+// may cancel the statement if it is running when the request lands, and
+// the resolution then finds it undone.) The marks share the table of abandoned claims (random 64-bit
 // ids: the two never meet), and are deleted with them after a day.
 //
 // A backend's PID (from BackendKeyData) is not used instead, terminating

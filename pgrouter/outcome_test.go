@@ -27,14 +27,14 @@ import (
 // once and the client's side is cut when the test calls cut; without, the
 // client's side is cut at once and the execution is held until the test
 // calls release, then sent to the server on the same server connection.
-// Either way the client never sees an answer: an unknown outcome, and
-// the test decides when the statement reaches the server relative to
-// the client's resolution. CancelRequests (pgx sends one when a
-// connection fails) are dropped, as a cut network would lose them: they
-// would otherwise cancel the statement the test keeps running. After the cut the proxy ends the server
-// connection with a Terminate, which the server reads after the
-// execution: done reports that the server has dealt with the execution
-// (answered it, or found the connection gone).
+// Either way the client never sees an answer: an unknown outcome, and the
+// test decides when the statement reaches the server relative to the
+// client's resolution. CancelRequests (pgx sends one when a connection
+// fails) are dropped, as a cut network would lose them: they would
+// otherwise cancel the statement the test keeps running. After the cut the
+// proxy ends the server connection with a Terminate, which the server
+// reads after the execution: done reports that the server has dealt with
+// the execution (answered it, or found the connection gone).
 type holdProxy struct {
 	ln      net.Listener
 	cancels atomic.Int64 // CancelRequests dropped
@@ -252,7 +252,8 @@ func waitingFor(t *testing.T, db *pgxpool.Pool, kind, like string) bool {
 
 // TestUnknownCommitOutcome: the connection of a Complete (Fail, Release)
 // is cut after the server got the statement, while the statement still
-// waits there (another transaction holds the job's row); the client's
+// waits there (another transaction holds the job's row; the cancel pgx
+// sends is lost with the connection); the client's
 // resolution of the unknown outcome does not report before the statement
 // has run: once the row is let go and the statement commits, the call
 // returns nil, and the operation took effect once (a second Complete is
@@ -304,6 +305,7 @@ func TestUnknownCommitOutcome(t *testing.T) {
 				t.Fatalf("%s did not return within 10s of the statement's commit", op.name)
 			}
 			require.NoError(t, err, "resolved: the row shows the lease ended as asked")
+			t.Logf("%s returned nil after its statement committed (cancel requests dropped: %d)", op.name, p.cancels.Load())
 			st, attempt := jobState(t, base, "a")
 			require.Equal(t, op.state, st)
 			require.Equal(t, 1, attempt)

@@ -56,7 +56,7 @@ func (l *Lease[T]) CompleteTx(ctx context.Context, tx pgx.Tx) error {
 	if tx == nil {
 		return fmt.Errorf("%w: CompleteTx: nil tx", leaserouter.ErrInvalidOptions)
 	}
-	res, err := l.op(orBackground(ctx), tx, true, "CompleteTx", completeSet, l.keep())
+	res, err := l.op(orBackground(ctx), tx, true, 0, "CompleteTx", completeSet, l.keep())
 	if err == nil {
 		l.mu.Lock()
 		l.txDone, l.txXid = true, res.xid

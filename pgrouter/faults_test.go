@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -311,32 +310,4 @@ func newCutProxy(t *testing.T, socket, marker string) *cutProxy {
 		}
 	})
 	return p
-}
-
-// TestUnknownCommitOutcome: the connection is cut after the server got a
-// Complete (and committed it) but before the answer came back: Complete
-// resolves the outcome by re-reading the row and returns nil, without
-// completing twice; a Release cut the same way that the server also
-// committed returns nil too.
-func TestUnknownCommitOutcome(t *testing.T) {
-	c := pgtest.NewCluster(t)
-	base := c.Pool(t)
-	cfg := base.Config()
-	p := newCutProxy(t, filepath.Join(cfg.ConnConfig.Host, fmt.Sprintf(".s.PGSQL.%d", cfg.ConnConfig.Port)), "ended = 'completed'")
-	cfg.ConnConfig.Host, cfg.ConnConfig.Port = "127.0.0.1", uint16(p.ln.Addr().(*net.TCPAddr).Port)
-	db, err := pgxpool.NewWithConfig(t.Context(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(db.Close)
-	r := routerOn[int](t, db, pgrouter.Options{})
-	ctx := t.Context()
-	l := leaseOn(t, r, "a")
-	p.armed.Store(true)
-	require.NoError(t, l.Complete(ctx), "resolved: the row shows this lease's completion")
-	require.EqualValues(t, 1, p.cut.Load(), "the answer was cut")
-	j, _, err := r.Get(ctx, "a")
-	require.NoError(t, err)
-	require.Equal(t, leaserouter.StateSucceeded, j.State)
-	var lost *leaserouter.LeaseLostError
-	require.ErrorAs(t, l.Complete(ctx), &lost, "completed once: a second Complete is refused")
-	require.Equal(t, leaserouter.LostCompleted, lost.Reason)
 }

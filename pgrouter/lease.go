@@ -44,6 +44,7 @@ type Lease[T any] struct {
 	proven time.Time // on the client's monotonic clock: send time of the last accepted grant or heartbeat + LeaseDuration
 	txDone bool      // CompleteTx returned nil: completed if its transaction committed
 	txXid  uint64    // txDone: the full ID of the (sub)transaction that wrote the completion (see pending)
+	cut    []int64   // ids of this lease's operations whose outcome is unknown and not yet resolved (see outcome.go)
 
 	granted  time.Time     // the database's instant of the grant
 	wait     time.Duration // how long the job was ready before this lease (Event.Wait)
@@ -155,6 +156,11 @@ type opResult struct {
 // *LeaseLostError, reported and no longer held; a caller whose operation
 // ended the lease reports it, then releases it (r.release).
 //
+// A non-zero id makes the operation resolvable (see outcome.go): the
+// transaction first takes the advisory lock on id, and acts only if id
+// is not marked abandoned; if its outcome is unknown, id is kept on l
+// for the resolution.
+//
 // inTx: q is the caller's transaction (nothing else may run on the pool
 // meanwhile: the caller may hold its last connection). The check runs
 // under a savepoint: rolled back to on a refusal or an error (a second
@@ -162,7 +168,7 @@ type opResult struct {
 // caller's open transaction never blocks the valid holder) and the
 // transaction stays usable; left in place on success (see CompleteTx),
 // with res.xid the (sub)transaction that wrote the change.
-func (l *Lease[T]) op(ctx context.Context, q querier, inTx bool, call, set string, args ...any) (opResult, error) {
+func (l *Lease[T]) op(ctx context.Context, q querier, inTx bool, id int64, call, set string, args ...any) (opResult, error) {
 	var res opResult
 	if l == nil || l.r == nil {
 		return res, &leaserouter.LeaseLostError{Reason: leaserouter.LostNilLease}
@@ -172,8 +178,15 @@ func (l *Lease[T]) op(ctx context.Context, q querier, inTx bool, call, set strin
 	if inTx {
 		b.Queue("SAVEPOINT " + savepoint)
 	}
+	where := validLease
+	args = append([]any{r.opts.Queue, l.JobID, int64(l.Token)}, args...)
+	if id != 0 {
+		b.Queue(opLock, id)
+		args = append(args, id)
+		where += fmt.Sprintf(notAbandoned, len(args))
+	}
 	b.Queue(lockRow, r.opts.Queue, l.JobID)
-	b.Queue(fmt.Sprintf(leaseOp, set, validLease), append([]any{r.opts.Queue, l.JobID, int64(l.Token)}, args...)...)
+	b.Queue(fmt.Sprintf(leaseOp, set, where), args...)
 	var top string
 	var sub int64
 	if inTx {
@@ -182,6 +195,9 @@ func (l *Lease[T]) op(ctx context.Context, q querier, inTx bool, call, set strin
 	br := q.SendBatch(ctx, b)
 	var err error
 	if inTx {
+		_, err = br.Exec()
+	}
+	if err == nil && id != 0 {
 		_, err = br.Exec()
 	}
 	if err == nil {
@@ -200,6 +216,9 @@ func (l *Lease[T]) op(ctx context.Context, q querier, inTx bool, call, set strin
 		err = l.endSavepoint(ctx, q, &res, err, top, sub)
 	}
 	if err != nil {
+		if id != 0 && unknownOutcome(err) {
+			l.unsure(id)
+		}
 		return res, fmt.Errorf("pgrouter: %s: %w", call, err)
 	}
 	if res.ok {
@@ -297,10 +316,11 @@ func (l *Lease[T]) Heartbeat(ctx context.Context, progress []byte) error {
 		r = l.r
 	}
 	var dur int64
+	var q querier // nil for a nil or zero Lease: op refuses those first
 	if r != nil {
-		dur = r.lease
+		dur, q = r.lease, r.db
 	}
-	res, err := l.op(ctx, l.db(), false, "Heartbeat", `
+	res, err := l.op(ctx, q, false, 0, "Heartbeat", `
 		lease_expires_at = greatest(lease_expires_at, clock_timestamp() + $4 * interval '1 microsecond'),
 		progress = CASE WHEN $5 THEN $6::bytea ELSE progress END, updated_at = clock_timestamp()`,
 		dur, progress != nil, progress)
@@ -317,14 +337,6 @@ func (l *Lease[T]) Heartbeat(ctx context.Context, progress []byte) error {
 	return nil
 }
 
-// db is the pool of l's Router, or nil for a nil or zero Lease (op refuses those first).
-func (l *Lease[T]) db() querier {
-	if l == nil || l.r == nil {
-		return nil
-	}
-	return l.r.db
-}
-
 // completeSet ends a lease with success; its purge time is Retention
 // later ($4 microseconds).
 const completeSet = `state = 3, ended = 'completed', owner = '', lease_expires_at = NULL, requeued = false,
@@ -332,13 +344,19 @@ const completeSet = `state = 3, ended = 'completed', owner = '', lease_expires_a
 
 // Complete ends the lease with success: the job is StateSucceeded, kept
 // for Get and dedup for Retention. It returns a *LeaseLostError if the
-// lease is no longer valid, changing nothing. If the connection fails
-// (or ctx ends) after the statement was sent, the outcome is resolved by
-// re-reading the row, for at most 40ms after ctx's end: nil if it shows
-// this lease's completion.
+// lease is no longer valid, changing nothing.
+//
+// If the connection fails (or ctx ends) after the statement was sent, the
+// outcome is resolved before Complete returns, on another connection (see
+// the package doc, Faults): nil if the row shows this lease's completion,
+// otherwise the error, a final answer — unless the resolution cannot
+// finish within 40ms of ctx's end (the statement still waiting at the
+// server, say, or the database unreachable): then the outcome is unknown,
+// and a retry tells (a second Complete of a lease that completed is
+// refused with reason completed).
 func (l *Lease[T]) Complete(ctx context.Context) error {
 	ctx = orBackground(ctx)
-	res, err := l.op(ctx, l.db(), false, "Complete", completeSet, l.keep())
+	res, err := l.end(ctx, "Complete", completeSet, l.keep())
 	at := time.Now()
 	switch {
 	case err == nil:
@@ -359,26 +377,6 @@ func (l *Lease[T]) keep() int64 {
 	return l.r.keep
 }
 
-// resolved reports whether the job's row shows that this lease ended for
-// reason: used when a statement's outcome is unknown (the connection
-// failed, or ctx ended, after it was sent).
-func (l *Lease[T]) resolved(ctx context.Context, reason leaserouter.LostReason) bool {
-	if l == nil || l.r == nil {
-		return false
-	}
-	// The caller's ctx may be what failed the statement: the answer is
-	// worth a short wait after it (the call still returns within 100ms of
-	// its ctx's end), at most a lease's duration.
-	ctx, cancel := withGrace(ctx, lastGrace)
-	defer cancel()
-	ctx, cancel2 := context.WithTimeout(ctx, l.r.opts.LeaseDuration)
-	defer cancel2()
-	found, err := l.r.inspect(ctx, l.r.db, []*Lease[T]{l})
-	row, ok := found[l.JobID]
-	return err == nil && ok && leaserouter.Token(*row.token) == l.Token &&
-		*row.was != int16(leaserouter.StateLeased) && *row.ended == string(reason)
-}
-
 // Fail ends the lease with a failed attempt: LastError becomes cause's
 // message ("unknown error" for nil; NUL bytes and invalid UTF-8 replaced
 // by U+FFFD, which a text column needs). cause's Error() is called once,
@@ -388,7 +386,8 @@ func (l *Lease[T]) resolved(ctx context.Context, reason leaserouter.LostReason) 
 // attempts, makes it dead (StateFailed); otherwise it is scheduled again
 // after Options.Backoff(attempt) (called here, before the statement), or
 // pending at once if that is <= 0. It returns a *LeaseLostError if the
-// lease is no longer valid, changing nothing.
+// lease is no longer valid, changing nothing. An unknown outcome is
+// resolved as Complete's is: nil if the row shows this lease failed.
 func (l *Lease[T]) Fail(ctx context.Context, cause error) error {
 	ctx = orBackground(ctx)
 	if l == nil || l.r == nil {
@@ -405,7 +404,7 @@ func (l *Lease[T]) Fail(ctx context.Context, cause error) error {
 	text = strings.ToValidUTF8(strings.ReplaceAll(text, "\x00", "\uFFFD"), "\uFFFD")
 	r := l.r
 	backoff := r.backoff(l.Attempt)
-	res, err := l.op(ctx, r.db, false, "Fail", `
+	res, err := l.end(ctx, "Fail", `
 		state = CASE WHEN $4 OR attempt >= max_attempts THEN 4 WHEN $5::bigint > 0 THEN 1 ELSE 0 END,
 		ready_at = CASE WHEN $4 OR attempt >= max_attempts THEN ready_at
 			ELSE clock_timestamp() + greatest($5::bigint, 0) * interval '1 microsecond' END,
@@ -461,10 +460,11 @@ func (r *Router[T]) backoff(attempt int) (d time.Duration) {
 // Release hands the lease back before its expiry: the job is pending
 // again at once (its attempt counted; dead if that was its last). It
 // returns a *LeaseLostError if the lease is no longer valid, changing
-// nothing.
+// nothing. An unknown outcome is resolved as Complete's is: nil if the
+// row shows this lease released.
 func (l *Lease[T]) Release(ctx context.Context) error {
 	ctx = orBackground(ctx)
-	res, err := l.op(ctx, l.db(), false, "Release", `
+	res, err := l.end(ctx, "Release", `
 		state = CASE WHEN attempt >= max_attempts THEN 4 ELSE 0 END,
 		ready_at = clock_timestamp(), ended = 'released', owner = '', lease_expires_at = NULL, requeued = false,
 		updated_at = clock_timestamp(),

@@ -16,7 +16,8 @@ import (
 
 // Unknown outcomes. A statement whose reply never arrived (the connection
 // failed, or the call's ctx ended, after it was sent) may or may not have
-// committed. Lease operations read their row back before reporting. A
+// committed. Lease operations resolve theirs before reporting (see
+// outcome.go: an operation id, locked and marked as a claim id is). A
 // claim carries a random claim id, written on the rows it leases and
 // locked (an advisory lock on the id) for its transaction; a claim whose
 // outcome is unknown is resolved in the background: the resolver waits
@@ -59,7 +60,8 @@ const abandonedKeep = 24 * time.Hour
 // microseconds.
 const purgeAbandoned = `DELETE FROM leaserouter_abandoned_claims WHERE at < clock_timestamp() - $1 * interval '1 microsecond'`
 
-// newClaimID is a random claim id (never 0).
+// newClaimID is a random claim id (never 0), also used as a lease
+// operation's id (see outcome.go).
 func newClaimID() int64 {
 	var b [8]byte
 	for {

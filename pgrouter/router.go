@@ -234,22 +234,22 @@ func raiseTokens(ctx context.Context, db *pgxpool.Pool, floor leaserouter.Token)
 // expiry (as proven by its last accepted heartbeat, on this process's
 // clock). Leases still held then are revoked, in one round trip: their
 // jobs are pending again at once (the attempt counted) and their
-// holders' operations are refused with ErrLeaseLost. It then waits, until
-// ctx is done, for the Router's background work (unknown outcomes being
-// resolved, a stopped Run's last completions and hand-backs), ends it,
-// stops the Router's goroutines and returns nil, or ctx.Err() if ctx was
-// done first.
+// holders' operations are refused with ErrLeaseLost. It then waits for
+// the Router's background work (unknown outcomes being resolved, a
+// stopped Run's last completions and hand-backs), ends it, stops its
+// goroutines and returns nil, or ctx.Err() if ctx was done first.
 //
 // Close returns within 100ms of ctx's end, whatever the database does
-// (its pool exhausted, the server stalled): the revocation may go on up
-// to 80ms after ctx ended, and if it did not get through by then, the
-// leases it would have revoked end at their expiry instead (their
-// holders' operations are accepted until then); background work not
-// finished by then is abandoned (a claim's unknown outcome left so:
-// its leases expire, their attempt counted). A ctx done already revokes
-// at once. Get and Stats keep working; Cancel returns ErrClosed. Calling
-// Close again waits for the first call (or ctx) and returns nil. A nil
-// ctx means context.Background().
+// (its pool exhausted, the server stalled): the revocation and the
+// background work go on until 50ms after ctx ended at most (one deadline
+// for both). Leases the revocation did not end by then end at their
+// expiry (their holders' operations, a Run's completions included, are
+// accepted until then); background work not finished by then is
+// abandoned (a claim's unknown outcome left so: its leases expire, their
+// attempt counted). A ctx done already revokes at once. Get and Stats
+// keep working; Cancel returns ErrClosed. Calling Close again waits for
+// the first call (or ctx) and returns nil. A nil ctx means
+// context.Background().
 func (r *Router[T]) Close(ctx context.Context) error {
 	ctx = orBackground(ctx)
 	r.mu.Lock()
@@ -271,9 +271,12 @@ func (r *Router[T]) Close(ctx context.Context) error {
 	r.mu.Unlock()
 	r.wake.broadcast() // blocked Acquires see closed
 	err := r.drain(ctx)
-	rerr := r.revokeHeld(ctx)
-	if terr := r.tasks.close(ctx); err == nil {
-		err = terr
+	// One deadline, closeGrace after ctx's end, for both: graces never add up.
+	last, cancel := withGrace(ctx, closeGrace)
+	defer cancel()
+	rerr := r.revokeHeld(graced(last))
+	if terr := r.tasks.close(last); err == nil && terr != nil {
+		err = ctx.Err()
 	}
 	r.stop()
 	r.stopped.Wait()
@@ -319,23 +322,19 @@ func (r *Router[T]) drain(ctx context.Context) error {
 }
 
 // revokeHeld makes the jobs of leases still held pending again at once,
-// trying until closeGrace after ctx ended.
+// trying until ctx is done; they stay held until that committed (valid
+// until their expiry otherwise: a Run still completes them).
 func (r *Router[T]) revokeHeld(ctx context.Context) error {
 	r.mu.Lock()
 	ls := make([]*Lease[T], 0, len(r.held))
 	for l := range r.held {
 		ls = append(ls, l)
-		delete(r.held, l)
 	}
 	r.mu.Unlock()
 	if len(ls) == 0 {
 		return nil
 	}
 	ids, tokens := leaseKeys(ls)
-	// Close returns soon after its ctx ended: the revocation is worth a
-	// short wait after it, not more (the leases expire anyway).
-	ctx, cancel := withGrace(ctx, closeGrace)
-	defer cancel()
 	// Revoked as the core revokes: pending again at once with the attempt
 	// counted, or dead if that was the last; a lease already expired is
 	// left to settling, which settles it as of its expiry.
@@ -379,10 +378,14 @@ func (r *Router[T]) revokeHeld(ctx context.Context) error {
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("pgrouter: Close: revoke leases: %w", err)
 	}
+	r.ev.add(evs...)
 	r.mu.Lock()
 	r.stats.Dead += uint64(dead)
+	for _, l := range ls { // committed: revoked, or ended already
+		delete(r.held, l)
+	}
+	r.checkDrained()
 	r.mu.Unlock()
-	r.ev.add(evs...)
 	r.notify(ctx)
 	return nil
 }

@@ -368,6 +368,7 @@ func (r *Router[T]) claim(ctx context.Context, call, workerID string, n int, wit
 	gone := closed || ctx.Err() != nil
 	if !gone {
 		for _, l := range ls {
+			l.idle.Store(finished != nil) // Run's: waiting its turn
 			r.held[l] = struct{}{}
 		}
 	}

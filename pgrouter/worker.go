@@ -150,6 +150,7 @@ func (w *worker[T]) runWaiting() {
 		l := w.waiting[0]
 		w.waiting = w.waiting[1:]
 		h := u.held[l]
+		l.idle.Store(false) // running: Close may revoke it
 		hctx, cancel := context.WithCancelCause(u.ctx)
 		h.cancel = cancel
 		u.running++
@@ -197,6 +198,7 @@ func (w *worker[T]) run(l *Lease[T], h *held, hctx context.Context) {
 		return // ended meanwhile: by h itself (Complete, Fail, Release), or found lost by a heartbeat
 	}
 	if err == nil {
+		l.idle.Store(true) // finished: completed by the Run, never revoked
 		u.mu.Lock()
 		w.done = append(w.done, l)
 		u.mu.Unlock()

@@ -282,9 +282,12 @@ func (r *Router[T]) waitFor(due *float64) time.Duration {
 // transaction holds.
 const lockedPoll = 100 * time.Millisecond
 
-// claim completes the leases of *finished (Run's: their handlers returned
-// nil; a lease no longer valid is refused, counted; *finished is set to
-// nil once that committed), settles what is due and leases up to n jobs,
+// claim completes the leases finished.take returns (Run's: their
+// handlers returned nil; a lease no longer valid is refused, counted),
+// taken only once the claim holds a connection (until then they are the
+// heartbeat rounds' to complete, however long the pool makes it wait);
+// finished.ls is what it took and did not complete (nil once that
+// committed). It settles what is due and leases up to n jobs,
 // in one round trip on one connection (a pgx.Batch, one implicit
 // transaction); withDue also asks how long until the next due instant,
 // for a caller about to wait. It waits for ctx only: for room in the
@@ -295,11 +298,7 @@ const lockedPoll = 100 * time.Millisecond
 // may have granted are handed back, the attempt not counted. A lease is
 // proven for LeaseDuration from the batch's send, after the wait for the
 // connection.
-func (r *Router[T]) claim(ctx context.Context, call, workerID string, n int, withDue bool, finished *[]*Lease[T]) ([]*Lease[T], *float64, error) {
-	var done []*Lease[T]
-	if finished != nil {
-		done = *finished
-	}
+func (r *Router[T]) claim(ctx context.Context, call, workerID string, n int, withDue bool, finished *finished[T]) ([]*Lease[T], *float64, error) {
 	if err := r.open(); err != nil {
 		return nil, nil, err
 	}
@@ -314,6 +313,11 @@ func (r *Router[T]) claim(ctx context.Context, call, workerID string, n int, wit
 	}
 	release := sync.OnceFunc(conn.Release)
 	defer release()
+	var done []*Lease[T]
+	if finished != nil {
+		done = finished.take()
+		finished.ls = done
+	}
 	id := newClaimID()
 	q := r.opts.Queue
 	b := &pgx.Batch{}
@@ -344,7 +348,7 @@ func (r *Router[T]) claim(ctx context.Context, call, workerID string, n int, wit
 	slices.SortFunc(ls, func(a, b *Lease[T]) int { return cmp.Compare(a.Token, b.Token) })
 	if len(done) > 0 {
 		r.completedMany(done, c.completed)
-		*finished = nil // committed: completed, or refused
+		finished.ls = nil // committed: completed, or refused
 	}
 	// The grants are reported first: before anything else this process
 	// does to the leases can be (a Cancel, a revocation by Close).
@@ -364,6 +368,7 @@ func (r *Router[T]) claim(ctx context.Context, call, workerID string, n int, wit
 	gone := closed || ctx.Err() != nil
 	if !gone {
 		for _, l := range ls {
+			l.idle.Store(finished != nil) // Run's: waiting its turn
 			r.held[l] = struct{}{}
 		}
 	}

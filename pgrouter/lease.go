@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -49,6 +50,8 @@ type Lease[T any] struct {
 	granted  time.Time     // the database's instant of the grant
 	wait     time.Duration // how long the job was ready before this lease (Event.Wait)
 	requeued bool          // ready again because a lease expired (Event.Requeued)
+
+	idle atomic.Bool // a Run's, not running: leased ahead, or finished (Close leaves it to the Run: see revokeHeld)
 }
 
 // event is an event of l at the instant at: Held is the time since the

@@ -184,6 +184,8 @@ func newTasks() *tasks {
 
 // later runs f in the background until it returns nil, waiting 50ms
 // doubling to 1s between tries, each try bounded by a LeaseDuration.
+// f's ctx is a grace itself (see graced): its round trips get no grace
+// after it ends, so Close's end of the tasks takes effect at once.
 // After Close it does nothing.
 func (r *Router[T]) later(f func(ctx context.Context) error) {
 	t := r.tasks
@@ -199,7 +201,7 @@ func (r *Router[T]) later(f func(ctx context.Context) error) {
 		backoff := 50 * time.Millisecond
 		for t.ctx.Err() == nil {
 			ctx, cancel := context.WithTimeout(t.ctx, r.opts.LeaseDuration)
-			err := f(ctx)
+			err := f(graced(ctx))
 			cancel()
 			if err == nil {
 				return
@@ -295,12 +297,12 @@ func graced(ctx context.Context) context.Context { return context.WithValue(ctx,
 
 // lastGrace is how long a last round trip may go on after its caller's
 // ctx ended (the read that resolves a lease operation's unknown outcome);
-// closeGrace, Close's revocation; runGrace, a stopping Run's last round
-// trips after its last handler returned (reads resolving their outcomes
-// included: see graced). Each keeps its call within 100ms of its ctx's
-// end.
+// closeGrace, Close's revocation and background work (one deadline for
+// both); runGrace, a stopping Run's last round trips after its last
+// handler returned (reads resolving their outcomes included: see
+// graced). Each keeps its call within 100ms of its ctx's end.
 const (
 	lastGrace  = 40 * time.Millisecond
-	closeGrace = 80 * time.Millisecond
+	closeGrace = 50 * time.Millisecond
 	runGrace   = 80 * time.Millisecond
 )

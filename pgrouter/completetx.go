@@ -83,16 +83,16 @@ const savepoint = "leaserouter_lease_op"
 // still does (until endSavepoint's rollback).
 const lockRowOfToken = `SELECT FROM leaserouter_jobs WHERE queue = $1 AND id = $2 AND token = $3 FOR UPDATE`
 
-// queueLock queues op's first statements on b: in a caller's
-// transaction (inTx), the savepoint and lockRowOfToken; otherwise
-// lockRow.
+// queueLock queues op's row lock on b: lockRow, or in a caller's
+// transaction (inTx, under op's savepoint) lockRowOfToken. A refusal in
+// a caller's transaction rolls back to the savepoint even if ctx ended
+// (see endSavepoint), so a lock the check took never outlives it.
 func (l *Lease[T]) queueLock(b *pgx.Batch, inTx bool) {
-	if !inTx {
-		b.Queue(lockRow, l.r.opts.Queue, l.JobID)
+	if inTx {
+		b.Queue(lockRowOfToken, l.r.opts.Queue, l.JobID, int64(l.Token))
 		return
 	}
-	b.Queue("SAVEPOINT " + savepoint)
-	b.Queue(lockRowOfToken, l.r.opts.Queue, l.JobID, int64(l.Token))
+	b.Queue(lockRow, l.r.opts.Queue, l.JobID)
 }
 
 // writerOf reads, in the caller's transaction, its full ID and the xmin

@@ -62,23 +62,25 @@
 //     reaching the server later, held in the network say, claims nothing)
 //     and hands back the leases it granted, pending again in their place
 //     with the attempt not counted: an attempt counts only a lease a
-//     worker received. Such leases emit no event and are not counted in
-//     Stats.LeasesGranted. A lease whose expiry was settled before the
-//     resolver got through (the database unreachable from the claimer
-//     for a LeaseDuration) has that settlement undone, unless the job
-//     was leased again or canceled since: pending, attempt not counted
-//     (a job dead of that expiry lives again), ready since the claim;
-//     the settlement's events (lease_expired, dead) stand, and a dead
-//     job purged meanwhile (its Retention over) stays gone. The
-//     resolution is retried until it gets through or Close ends it; a
-//     claim still unresolved then (the database unreachable until Close's
-//     ctx ended) leaves its leases to expire, their attempt counted.
+//     worker received. They emit no event and are not counted in
+//     Stats.LeasesGranted. The resolution is retried until it gets
+//     through or Close ends it; a claim still unresolved then (the
+//     database unreachable until Close's ctx ended) leaves its leases to
+//     expire, their attempt counted.
 //   - ctx is honoured within 100ms everywhere, with the pool exhausted or
 //     the server stalled: waiting for a connection, for a claim's reply,
 //     for Close's revocation, for Run's last round trips once its
 //     handlers returned. What is left unknown is resolved in the
 //     background, by the Router, until Close (which waits for that work
 //     until its own ctx ends).
+//   - A claim resolved late: a lease of a claim whose reply never arrived,
+//     whose expiry was settled before the resolver got through (the
+//     database unreachable from the claimer for a LeaseDuration), has
+//     that settlement undone, unless the job was leased again or
+//     canceled since: pending, the attempt not counted (a job dead of
+//     that expiry lives again), ready since the claim. The settlement's
+//     events (lease_expired, dead) stand, and a dead job purged meanwhile
+//     (its Retention over) stays gone.
 //   - A lease is proven valid, on the client's monotonic clock, for
 //     LeaseDuration from the send of the statement that proved it (the
 //     claim, then each accepted heartbeat), after any wait for a pool

@@ -157,13 +157,11 @@ type opResult struct {
 //
 // inTx: q is the caller's transaction (nothing else may run on the pool
 // meanwhile: the caller may hold its last connection). The check runs
-// under a savepoint, locking the row only if it has the lease's token
-// (see queueLock): rolled back to on a refusal or an error (a second
-// round trip, sent even if ctx ended: see endSavepoint), so a lock it
-// took is let go at once (a stale caller's open transaction never
-// blocks the valid holder) and the transaction stays usable; left in
-// place on success (see CompleteTx), with res.xid the (sub)transaction
-// that wrote the change.
+// under a savepoint: rolled back to on a refusal or an error (a second
+// round trip), so the row lock it took is let go at once (a stale
+// caller's open transaction never blocks the valid holder) and the
+// transaction stays usable; left in place on success (see CompleteTx),
+// with res.xid the (sub)transaction that wrote the change.
 func (l *Lease[T]) op(ctx context.Context, q querier, inTx bool, call, set string, args ...any) (opResult, error) {
 	var res opResult
 	if l == nil || l.r == nil {
@@ -171,6 +169,9 @@ func (l *Lease[T]) op(ctx context.Context, q querier, inTx bool, call, set strin
 	}
 	r := l.r
 	b := &pgx.Batch{}
+	if inTx {
+		b.Queue("SAVEPOINT " + savepoint)
+	}
 	l.queueLock(b, inTx)
 	b.Queue(fmt.Sprintf(leaseOp, set, validLease), append([]any{r.opts.Queue, l.JobID, int64(l.Token)}, args...)...)
 	var top string

@@ -26,13 +26,17 @@ import (
 // enclosing it), and tx's later statements run inside it. A refusal is a
 // *LeaseLostError, returned after rolling back to the savepoint (a second
 // round trip): tx stays usable and the job's row is not left locked, so a
-// stale caller's open transaction never blocks the lease's valid holder.
-// On any other error it rolls back to the savepoint too, unless ctx is
-// done (tx is usable again unless its connection failed); the error wraps
-// the driver's. A nil tx is an error wrapping ErrInvalidOptions; tx must
-// not be in a failed state. tx may be a nested pgx.Tx (itself a
-// savepoint): rolling it back undoes the completion as a rollback of tx
-// would.
+// stale caller's open transaction never blocks the lease's valid holder
+// (a caller whose lease was superseded never locks the row at all). On
+// any other error it rolls back to the savepoint too (tx is usable again
+// unless its connection failed); the error wraps the driver's. The
+// rollback is sent even if ctx has ended (the check's reply may have
+// come in first), and gets 40ms after that: if its reply does not come
+// in by then, pgx (by default) closes tx's connection, which ends tx and
+// its locks. A lease whose job's row is gone (purged) is refused too. A
+// nil tx is an error wrapping ErrInvalidOptions; tx must not be in a
+// failed state. tx may be a nested pgx.Tx (itself a savepoint): rolling
+// it back undoes the completion as a rollback of tx would.
 //
 // Each CompleteTx in tx takes a subtransaction: completing more than 64
 // leases in one transaction overflows PostgreSQL's per-backend cache of
@@ -72,6 +76,25 @@ func (l *Lease[T]) CompleteTx(ctx context.Context, tx pgx.Tx) error {
 // own).
 const savepoint = "leaserouter_lease_op"
 
+// lockRowOfToken is lockRow in a caller's transaction: it locks the
+// job's row only if it still has the lease's token ($3), so a caller
+// whose lease was superseded (or whose job is gone) never takes the row
+// lock, even for a moment; a lease past its expiry but not settled yet
+// still does (until endSavepoint's rollback).
+const lockRowOfToken = `SELECT FROM leaserouter_jobs WHERE queue = $1 AND id = $2 AND token = $3 FOR UPDATE`
+
+// queueLock queues op's row lock on b: lockRow, or in a caller's
+// transaction (inTx, under op's savepoint) lockRowOfToken. A refusal in
+// a caller's transaction rolls back to the savepoint even if ctx ended
+// (see endSavepoint), so a lock the check took never outlives it.
+func (l *Lease[T]) queueLock(b *pgx.Batch, inTx bool) {
+	if inTx {
+		b.Queue(lockRowOfToken, l.r.opts.Queue, l.JobID, int64(l.Token))
+		return
+	}
+	b.Queue(lockRow, l.r.opts.Queue, l.JobID)
+}
+
 // writerOf reads, in the caller's transaction, its full ID and the xmin
 // of the job's row version it sees: after op's update, the ID of the
 // (sub)transaction that wrote it.
@@ -79,9 +102,13 @@ const writerOf = `SELECT pg_current_xact_id()::text, xmin::text::bigint FROM lea
 
 // endSavepoint ends op's savepoint in the caller's transaction q, given
 // op's error so far and what writerOf read: on a refusal or an error it
-// rolls back to the savepoint, a best effort (if the connection failed or
-// ctx ended, the transaction is gone with its locks anyway: the refusal
-// or the error is what the caller learns); on success it leaves it in
+// rolls back to the savepoint, letting go of the row lock the check took,
+// even if ctx has ended (the check's reply may have come in before its
+// end, leaving tx open with the row locked): then on a ctx of its own,
+// lastGrace long. A best effort: if the connection failed, or the
+// rollback's ctx ends before its reply (pgx then closes the connection,
+// by default), the transaction is gone with its locks anyway; the
+// refusal or the error is what the caller learns. On success it leaves the savepoint in
 // place and sets res.xid to the full ID of the (sub)transaction that
 // wrote the completion: the xmin of its row version with the epoch of
 // the top-level transaction (pg_xact_status reports it in progress until
@@ -96,11 +123,14 @@ func (l *Lease[T]) endSavepoint(ctx context.Context, q querier, res *opResult, e
 		}
 		err = perr
 	}
-	if ctx.Err() == nil {
-		// One simple-protocol message: after an error the transaction is
-		// aborted, and the server would refuse to prepare RELEASE.
-		_, _ = q.Exec(ctx, "ROLLBACK TO SAVEPOINT "+savepoint+"; RELEASE SAVEPOINT "+savepoint)
+	if ctx.Err() != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), lastGrace)
+		defer cancel()
 	}
+	// One simple-protocol message: after an error the transaction is
+	// aborted, and the server would refuse to prepare RELEASE.
+	_, _ = q.Exec(ctx, "ROLLBACK TO SAVEPOINT "+savepoint+"; RELEASE SAVEPOINT "+savepoint)
 	return err
 }
 

@@ -312,3 +312,118 @@ func TestCompleteTxComposesWithSavepoints(t *testing.T) {
 		require.Equal(t, want, j.State, id)
 	}
 }
+
+// TestCompleteTxOnPurgedJobIsLeaseLost: CompleteTx of a lease whose job's
+// row is gone (canceled, then purged with Retention < 0) is refused with a
+// *LeaseLostError, as Complete is: counted as a stale rejection, the lease
+// no longer held (Close does not wait for it), the transaction usable.
+func TestCompleteTxOnPurgedJobIsLeaseLost(t *testing.T) {
+	r, db := newRouter[int](t, pgrouter.Options{Retention: -1, PollInterval: 50 * time.Millisecond})
+	ctx := t.Context()
+	l := leaseOn(t, r, "a")
+	require.NoError(t, r.Cancel(ctx, "a"))
+	eventually(t, 10*time.Second, "the canceled job's row purged", func() bool {
+		var n int
+		require.NoError(t, db.QueryRow(ctx, "SELECT count(*) FROM leaserouter_jobs WHERE id = 'a'").Scan(&n))
+		return n == 0
+	})
+	tx, err := db.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	err = l.CompleteTx(ctx, tx)
+	var lost *leaserouter.LeaseLostError
+	require.ErrorAs(t, err, &lost, "CompleteTx of a lease whose job is gone")
+	require.ErrorIs(t, err, leaserouter.ErrLeaseLost)
+	require.Equal(t, "a", lost.JobID)
+	require.Equal(t, l.Token, lost.Token)
+	_, err = tx.Exec(ctx, "SELECT 1")
+	require.NoError(t, err, "the transaction is usable after the refusal")
+	s, err := r.Stats(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, s.StaleRejections)
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	require.NoError(t, r.Close(cctx), "the refused lease is not held: Close does not wait for it")
+}
+
+// cancelAtBatchEnd is a tracer that ends a ctx carrying a cancelKey right
+// after a batch's results were read: a CompleteTx whose ctx ends after the
+// check's reply came in, before its rollback to the savepoint.
+type cancelAtBatchEnd struct{}
+
+type cancelKey struct{}
+
+func (cancelAtBatchEnd) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+func (cancelAtBatchEnd) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (cancelAtBatchEnd) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchEndData) {
+	if c, ok := ctx.Value(cancelKey{}).(context.CancelFunc); ok {
+		c()
+	}
+}
+func (cancelAtBatchEnd) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+func (cancelAtBatchEnd) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// TestRefusedCompleteTxRollsBackAfterCtxEnd: a refused CompleteTx whose
+// ctx ends after the check's reply came in (before the rollback to its
+// savepoint) still lets go of the job's row: the stale caller's open
+// transaction blocks neither the holder of a newer lease (its Heartbeat
+// goes through) nor, for a lease past its expiry not settled yet, anyone
+// locking the row or claiming the job; the transaction stays usable.
+func TestRefusedCompleteTxRollsBackAfterCtxEnd(t *testing.T) {
+	base := pgtest.New(t)
+	cfg := base.Config().Copy()
+	cfg.ConnConfig.Tracer = cancelAtBatchEnd{}
+	db, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(db.Close)
+	const lease = 300 * time.Millisecond
+	r := routerOn[int](t, db, pgrouter.Options{LeaseDuration: lease, PollInterval: time.Hour})
+	ctx := t.Context()
+	completeTxCtxEnding := func(l *pgrouter.Lease[int], want leaserouter.LostReason) pgx.Tx {
+		t.Helper()
+		tx, err := db.Begin(ctx)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+		cctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		err = l.CompleteTx(context.WithValue(cctx, cancelKey{}, context.CancelFunc(cancel)), tx)
+		require.Error(t, cctx.Err(), "the ctx ended after the check's reply")
+		var lost *leaserouter.LeaseLostError
+		require.ErrorAs(t, err, &lost)
+		require.Equal(t, want, lost.Reason)
+		return tx
+	}
+
+	// Superseded: the valid holder's Heartbeat does not wait for the
+	// stale transaction (a bound far above a round trip).
+	stale := leaseOn(t, r, "a")
+	awaitDBTime(t, db, stale.Expiry())
+	valid, err := r.TryAcquire(ctx, "w2")
+	require.NoError(t, err)
+	require.Equal(t, "a", valid.JobID)
+	tx := completeTxCtxEnding(stale, leaserouter.LostSuperseded)
+	hctx, hcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer hcancel()
+	require.NoError(t, valid.Heartbeat(hctx, nil), "the valid holder's Heartbeat")
+	_, err = tx.Exec(ctx, "SELECT 1")
+	require.NoError(t, err, "the stale transaction is usable")
+	require.NoError(t, valid.Complete(hctx))
+
+	// Expired, not settled: the check locked the row (same token); the
+	// rollback let it go although ctx had ended.
+	expired := leaseOn(t, r, "b")
+	awaitDBTime(t, db, expired.Expiry())
+	tx = completeTxCtxEnding(expired, leaserouter.LostExpired)
+	_, err = db.Exec(ctx, "SELECT FROM leaserouter_jobs WHERE id = 'b' FOR UPDATE NOWAIT")
+	require.NoError(t, err, "the refused CompleteTx's transaction does not hold the row")
+	next, err := r.TryAcquire(ctx, "w2")
+	require.NoError(t, err, "the job is settled and leased again")
+	require.Equal(t, "b", next.JobID)
+	require.Equal(t, 2, next.Attempt)
+	_, err = tx.Exec(ctx, "SELECT 1")
+	require.NoError(t, err, "the stale transaction is usable")
+}

@@ -89,6 +89,14 @@
 //     handlers returned. What is left unknown is resolved in the
 //     background, by the Router, until Close (which waits for that work
 //     until its own ctx ends).
+//   - A claim resolved late: a lease of a claim whose reply never arrived,
+//     whose expiry was settled before the resolver got through (the
+//     database unreachable from the claimer for a LeaseDuration), has
+//     that settlement undone, unless the job was leased again or
+//     canceled since: pending, the attempt not counted (a job dead of
+//     that expiry lives again), ready since the claim. The settlement's
+//     events (lease_expired, dead) stand, and a dead job purged meanwhile
+//     (its Retention over) stays gone.
 //   - A lease is proven valid, on the client's monotonic clock, for
 //     LeaseDuration from the send of the statement that proved it (the
 //     claim, then each accepted heartbeat), after any wait for a pool

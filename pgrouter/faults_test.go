@@ -264,6 +264,9 @@ type cutProxy struct {
 	marker []byte
 	armed  atomic.Bool
 	cut    atomic.Int64
+	// blackout: after the cut, refuse every connection while down is set
+	// (the database unreachable from the client).
+	blackout, down atomic.Bool
 }
 
 func newCutProxy(t *testing.T, socket, marker string) *cutProxy {
@@ -277,6 +280,10 @@ func newCutProxy(t *testing.T, socket, marker string) *cutProxy {
 			c, err := ln.Accept()
 			if err != nil {
 				return
+			}
+			if p.down.Load() {
+				c.Close()
+				continue
 			}
 			s, err := net.Dial("unix", socket)
 			if err != nil {
@@ -297,6 +304,7 @@ func newCutProxy(t *testing.T, socket, marker string) *cutProxy {
 						}
 						if prepared {
 							p.armed.Store(false)
+							p.down.Store(p.blackout.Load())
 							p.cut.Add(1)
 							return // the server has the execution; the client loses the answer
 						}

@@ -188,7 +188,7 @@ func (l *Lease[T]) op(ctx context.Context, q querier, inTx bool, id int64, call,
 		args = append(args, id)
 		where += fmt.Sprintf(notAbandoned, len(args))
 	}
-	b.Queue(lockRow, r.opts.Queue, l.JobID)
+	l.queueLock(b, inTx)
 	b.Queue(fmt.Sprintf(leaseOp, set, where), args...)
 	var top string
 	var sub int64
@@ -209,7 +209,7 @@ func (l *Lease[T]) op(ctx context.Context, q querier, inTx bool, id int64, call,
 	if err == nil {
 		err = br.QueryRow().Scan(&res.ok, &res.state, &res.expiry, &res.at, &res.token, &res.was, &res.ended)
 	}
-	if err == nil && inTx {
+	if err == nil && inTx && res.ok { // refused: the row may be gone, and writerOf has nothing to say
 		err = br.QueryRow().Scan(&top, &sub)
 	}
 	if cerr := br.Close(); err == nil {

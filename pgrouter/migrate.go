@@ -3,14 +3,19 @@ package pgrouter
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/leaserouter/leaserouter"
 )
 
 //go:embed migrations/*.sql
@@ -28,6 +33,19 @@ const migrateLock = 0x6c65617365726f75
 // nothing to do). A database migrated by a newer pgrouter is left alone.
 // Errors wrap the driver's; a failed migration changes nothing. A nil db
 // is an error.
+//
+// Migrate never stalls the queue behind a long transaction: a migration
+// that alters the jobs table needs it to itself, and while it waits for
+// that, every other statement on the table (claims, heartbeats,
+// completions) would queue behind it. So it waits for a moment when no
+// transaction holds the tables: each try gives up its locks after 100ms
+// (SET LOCAL lock_timeout; other statements are held up at most that
+// long), then tries again after 50ms, doubling up to 2s, up to 30 tries
+// (about a minute): then it returns the last try's error, wrapping the
+// driver's lock_not_available (SQLSTATE 55P03); ctx.Err() (wrapped) if
+// ctx ends while it waits. A transaction open on the jobs table for that
+// long (a caller's, after CompleteTx, say) makes it fail: run it again
+// once that is over.
 func Migrate(ctx context.Context, db *pgxpool.Pool) error {
 	if db == nil {
 		return fmt.Errorf("pgrouter: Migrate: nil pool")
@@ -37,9 +55,39 @@ func Migrate(ctx context.Context, db *pgxpool.Pool) error {
 	if err != nil {
 		return err
 	}
+	backoff := 50 * time.Millisecond
+	for try := 1; ; try++ {
+		err := migrateOnce(ctx, db, steps)
+		var pgErr *pgconn.PgError
+		if try == migrateTries || !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pgrouter: Migrate: %w (after %d tries; the last: %w)", ctx.Err(), try, err)
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// migrateLockTimeout bounds each of Migrate's waits for a lock;
+// migrateTries bounds its tries (see Migrate).
+const (
+	migrateLockTimeout = 100 * time.Millisecond
+	migrateTries       = 30
+)
+
+// migrateOnce is one try of Migrate, in one transaction: the advisory lock
+// (waited for without a bound: other Migrates hold it, not the queue),
+// then every statement with lock_timeout migrateLockTimeout.
+func migrateOnce(ctx context.Context, db *pgxpool.Pool, steps []migrationStep) error {
 	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(migrateLock)); err != nil {
 			return fmt.Errorf("pgrouter: Migrate: lock: %w", err)
+		}
+		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", migrateLockTimeout.Milliseconds())); err != nil {
+			return fmt.Errorf("pgrouter: Migrate: %w", err)
 		}
 		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS leaserouter_migrations (
 			version    integer     PRIMARY KEY,
@@ -64,6 +112,36 @@ func Migrate(ctx context.Context, db *pgxpool.Pool) error {
 		}
 		return nil
 	})
+}
+
+// ErrSchemaOutdated is what New returns (wrapped, naming both versions)
+// when the database's pgrouter schema is older than this module's latest
+// migration, or missing: run Migrate first.
+var ErrSchemaOutdated = errors.New("pgrouter: database schema older than this module's (run Migrate)")
+
+// schemaReady is New's check of db's schema: an error wrapping
+// ErrSchemaOutdated unless its version (the highest in
+// leaserouter_migrations; 0 if that table is missing) is at least the
+// latest embedded migration's (a later one, a newer pgrouter's, is
+// accepted); then it raises the token sequence (raiseTokens).
+func schemaReady(ctx context.Context, db *pgxpool.Pool, floor leaserouter.Token) error {
+	steps, err := migrationSteps()
+	if err != nil {
+		return err
+	}
+	want := steps[len(steps)-1].version
+	var have int
+	err = db.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM leaserouter_migrations").Scan(&have)
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+		have, err = 0, nil
+	}
+	if err != nil {
+		return fmt.Errorf("pgrouter: New: read the schema version: %w", err)
+	}
+	if have < want {
+		return fmt.Errorf("%w: the database is at version %d, this module needs %d", ErrSchemaOutdated, have, want)
+	}
+	return raiseTokens(ctx, db, floor)
 }
 
 type migrationStep struct {

@@ -24,7 +24,8 @@ import (
 // for the claim's transaction if it is running (the advisory lock), marks
 // the claim abandoned (so a claim still to reach the server claims
 // nothing), and hands back every lease the claim granted, the attempt not
-// counted: no worker received them.
+// counted: no worker received them (undoing the expiry settlement of
+// those settled meanwhile: see undoClaimExpiry).
 
 // claimLock takes the claim's advisory lock ($1, the claim id) for the
 // transaction: a resolver of the claim waits for it. First in the claim's
@@ -39,18 +40,55 @@ const abandonClaim = `INSERT INTO leaserouter_abandoned_claims (id) VALUES ($1) 
 // handBackClaim ends the leases claim $2 granted on queue $1 that are
 // still leased (valid or past their expiry but not settled): pending
 // again in their old place with the attempt not counted, as
-// handBackMany does. It returns how many.
+// handBackMany does, and the claim id cleared (the rows no longer show
+// a lease of the claim: a retry of the resolver finds nothing). It
+// returns how many.
 const handBackClaim = `
 WITH l AS (
 	SELECT queue, id FROM leaserouter_jobs
 	WHERE queue = $1 AND state = 2 AND claim = $2 ORDER BY id FOR UPDATE),
 b AS (
 	UPDATE leaserouter_jobs j SET state = 0, attempt = j.attempt - 1, owner = '', lease_expires_at = NULL,
-		ended = CASE WHEN j.requeued THEN 'expired' ELSE 'released' END, updated_at = clock_timestamp()
+		ended = CASE WHEN j.requeued THEN 'expired' ELSE 'released' END, updated_at = clock_timestamp(), claim = NULL
 	FROM l
 	WHERE j.queue = l.queue AND j.id = l.id AND j.state = 2 AND j.claim = $2
 	RETURNING 1)
 SELECT count(*) FROM b`
+
+// undoClaimExpiry undoes the expiry settlement of the leases claim $2
+// granted on queue $1 whose expiry was settled before the resolver ran
+// (the claimer could not reach the database for a LeaseDuration; another
+// process settled them): nobody received them, so they are no attempt.
+// It matches only rows that show nothing happened since: still the
+// claim's (each grant writes its own claim id, so no later lease was
+// granted, and the claim's token is still the row's), pending or dead
+// with ended 'expired' (not canceled, not re-enqueued, which resets
+// ended). It makes them pending with the attempt not counted (a job
+// that died of the expiry lives again: purge_at cleared), ready since
+// the claim's grant (the expiry instant the settlement left in ready_at,
+// less the claim's lease of $3 microseconds: no heartbeat can have
+// extended a lease nobody received). What the settlement overwrote is
+// restored where it can be known: for a job with no earlier attempt,
+// last_error empty and requeued false, as before the claim; for a later
+// attempt the settlement's marks stay (last_error 'lease expired',
+// requeued): the earlier attempt's error is gone. The claim id is
+// cleared, as handBackClaim does. It returns how many.
+const undoClaimExpiry = `
+WITH l AS (
+	SELECT queue, id FROM leaserouter_jobs
+	WHERE queue = $1 AND claim = $2 AND state IN (0, 4) AND ended = 'expired' AND attempt > 0
+	ORDER BY id FOR UPDATE),
+u AS (
+	UPDATE leaserouter_jobs j SET state = 0, attempt = j.attempt - 1, requeued = j.attempt > 1,
+		ended = CASE WHEN j.attempt > 1 THEN 'expired' ELSE 'released' END,
+		last_error = CASE WHEN j.attempt > 1 THEN j.last_error ELSE '' END,
+		ready_at = j.ready_at - $3 * interval '1 microsecond', purge_at = NULL, claim = NULL,
+		updated_at = clock_timestamp()
+	FROM l
+	WHERE j.queue = l.queue AND j.id = l.id AND j.claim = $2 AND j.state IN (0, 4) AND j.ended = 'expired'
+		AND j.attempt > 0
+	RETURNING 1)
+SELECT count(*) FROM u`
 
 // abandonedKeep is how long abandoned claim marks are kept: longer than
 // any claim can be held in the network or a stalled server.
@@ -98,14 +136,18 @@ func (r *Router[T]) resolveClaimOnce(ctx context.Context, id int64) error {
 	b.Queue(claimLock, id)
 	b.Queue(abandonClaim, id)
 	b.Queue(handBackClaim, r.opts.Queue, id)
+	b.Queue(undoClaimExpiry, r.opts.Queue, id, r.lease)
 	res := r.db.SendBatch(ctx, b)
 	_, err := res.Exec()
 	if err == nil {
 		_, err = res.Exec()
 	}
-	var n int64
+	var n, m int64
 	if err == nil {
 		err = res.QueryRow().Scan(&n)
+	}
+	if err == nil {
+		err = res.QueryRow().Scan(&m)
 	}
 	if cerr := res.Close(); err == nil {
 		err = cerr
@@ -113,7 +155,7 @@ func (r *Router[T]) resolveClaimOnce(ctx context.Context, id int64) error {
 	if err != nil {
 		return err
 	}
-	if n > 0 {
+	if n+m > 0 {
 		r.notify(ctx)
 	}
 	return nil

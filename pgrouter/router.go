@@ -158,16 +158,17 @@ type Router[T any] struct {
 	done    chan struct{} // closed when Close has finished
 }
 
-// New returns a Router on db for opts.Queue, after checking that db has
-// the schema (run Migrate first) and raising the token sequence above
-// opts.TokenFloor and the Unix time in nanoseconds. It starts three
-// goroutines: one holds a connection of its own (not one of db's) to
-// LISTEN for wake-ups, one is the maintenance loop (settling what is due
-// and deleting finished jobs past their retention every PollInterval),
-// one sends KeepAlive's heartbeats (on a connection of its own, made at
-// the first KeepAlive); Close stops them. raiseTokens runs ALTER SEQUENCE, so
-// the role must own the schema's objects (as Migrate's role does). Errors: invalid options wrap ErrInvalidOptions; a nil db
-// is ErrInvalidOptions too; others wrap the driver's.
+// New returns a Router on db for opts.Queue, after checking that db's
+// schema is at this module's version (run Migrate first) and raising the
+// token sequence (ALTER SEQUENCE: the role must own the schema's objects,
+// as Migrate's role does) above opts.TokenFloor and the Unix time in
+// nanoseconds. It starts three goroutines: one holds a connection of its
+// own (not one of db's) to LISTEN for wake-ups, one is the maintenance
+// loop (settling what is due and deleting finished jobs past their
+// retention every PollInterval), one sends KeepAlive's heartbeats (on a
+// connection of its own, made at the first KeepAlive); Close stops them.
+// Errors: invalid options and a nil db wrap ErrInvalidOptions; an older
+// schema (or none) wraps ErrSchemaOutdated; others wrap the driver's.
 func New[T any](ctx context.Context, db *pgxpool.Pool, opts Options) (*Router[T], error) {
 	ctx = orBackground(ctx)
 	if db == nil {
@@ -177,7 +178,7 @@ func New[T any](ctx context.Context, db *pgxpool.Pool, opts Options) (*Router[T]
 	if err != nil {
 		return nil, err
 	}
-	if err := raiseTokens(ctx, db, opts.TokenFloor); err != nil {
+	if err := schemaReady(ctx, db, opts.TokenFloor); err != nil {
 		return nil, err
 	}
 	r := &Router[T]{

@@ -1,15 +1,35 @@
-// Package table is the router's index of jobs by ID: an open-addressing
-// hash table with linear probing whose slots hold a key's 64-bit hash and
-// a pointer to its element.
+// Package table is the router's index of jobs by ID: a hash table whose
+// slots hold a key's 64-bit hash and a pointer to its element, split into
+// segments so that it grows and shrinks a bounded step at a time.
 //
 // It does what a Go map[string]*V does, with two savings that matter when
 // the table is far larger than the CPU's caches: an element is deleted by
 // pointer, with the hash it was inserted with, so a delete reads one slot
 // and never the key's bytes; and a lookup reads the key only when the full
 // 64-bit hashes match, so a miss (every Enqueue of a new ID) reads one slot.
-// Insert after a failed Find reuses the slot Find stopped at. Deletion
-// shifts later entries back (no tombstones), so probe lengths stay short
-// under churn.
+// Insert after a failed Find reuses the slot Find stopped at.
+//
+// # Growth in bounded steps
+//
+// The table is extendible hashing (Fagin et al. 1979), as Go's swiss-table
+// maps do it since Go 1.24: a directory of 2^depth pointers, indexed by the
+// top depth bits of a hash, points at segments of at most segSlots slots.
+// A segment is an open-addressing table with linear probing on the low
+// bits of the hash; deletion shifts later entries back (no tombstones), so
+// probe lengths stay short under churn. A segment that reaches its load
+// splits alone into two, by the next bit of the hash (its local depth
+// grows by one; the directory doubles when that exceeds its depth, which
+// copies pointers only: one per several thousand elements). Two buddy
+// segments (same local depth, differing in its last bit) merge once they
+// hold at most a quarter of a segment together, and the directory halves
+// when no segment needs its last bit. So no Insert or Delete moves more
+// than segSlots elements, however large the table, and no allocation is
+// larger than one segment or the directory: the router's lock is never
+// held for a rehash of everything.
+//
+// While the table fits in one segment, that segment grows by doubling from
+// minSlots and shrinks back (to shrinkFloor) the same way, so a small
+// table costs little memory.
 package table
 
 import (
@@ -17,20 +37,31 @@ import (
 	"iter"
 )
 
-// maxLoad is the fill, in eighths, past which the table doubles.
+// segSlots is the most slots a segment has (64 KiB of slots): the bound on
+// the elements an operation moves, and small enough to move in tens of
+// microseconds.
+const segSlots = 1 << 12
+
+// maxLoad is the fill, in eighths, past which a segment doubles (while it
+// is the only one and smaller than segSlots) or splits.
 const maxLoad = 6
 
 // minSlots is the smallest table; a table never shrinks below it.
 const minSlots = 8
 
-// A table shrinks when its fill falls below 1/shrinkBelow, to the size
-// that puts the fill at about 3/8, as after a doubling, but never below
-// shrinkFloor slots (16 KiB): memory that matters comes back, while a load
-// that swings between empty and a few hundred elements (batches) keeps its
-// table instead of regrowing it every time. The gap between 1/16 and 6/8
-// is the hysteresis: a steady load never resizes back and forth, and each
-// resize is paid for by at least as many inserts or deletes as it moves
-// elements.
+// Two buddy segments merge once they hold at most mergeAt elements
+// together: after a split, the two halves hold about 3/4 of a segment
+// together, so a merge is paid for by at least half a segment's deletes,
+// and a split by half a segment's inserts (the hysteresis that keeps a
+// steady load from splitting and merging back and forth).
+const mergeAt = segSlots / 4
+
+// The table's only segment shrinks when its fill falls below
+// 1/shrinkBelow, to the size that puts the fill at about 3/8, as after a
+// doubling, but never below shrinkFloor slots (16 KiB): memory that
+// matters comes back, while a load that swings between empty and a few
+// hundred elements (batches) keeps its segment instead of regrowing it
+// every time.
 const (
 	shrinkBelow = 16
 	shrinkFloor = 1024
@@ -40,10 +71,22 @@ const (
 // with New. A Table is not safe for concurrent use: the router guards it
 // with its own lock.
 type Table[V any] struct {
-	slots []slot[V] // power-of-two length
+	dir   []*segment[V] // 1<<depth entries; entry i: the keys whose hash's top depth bits are i
+	shift uint          // 64 - depth: a hash's directory entry is h >> shift (0 when depth is 0)
+	depth uint          // global depth
+	deep  int           // segments whose local depth is depth: the directory halves when none is
 	n     int
+	moved int // elements moved by doublings, splits, merges and shrinks since New (for tests)
 	seed  maphash.Seed
 	key   func(*V) string
+}
+
+// A segment holds the elements whose hashes share their top depth bits: a
+// run of 1<<(t.depth-depth) directory entries points at it.
+type segment[V any] struct {
+	slots []slot[V] // power-of-two length; segSlots unless the segment is the table's only one
+	n     int
+	depth uint // local depth
 }
 
 type slot[V any] struct {
@@ -53,7 +96,8 @@ type slot[V any] struct {
 
 // New returns an empty Table; key gives an element's key.
 func New[V any](key func(*V) string) *Table[V] {
-	return &Table[V]{slots: make([]slot[V], minSlots), seed: maphash.MakeSeed(), key: key}
+	seg := &segment[V]{slots: make([]slot[V], minSlots)}
+	return &Table[V]{dir: []*segment[V]{seg}, shift: 64, deep: 1, seed: maphash.MakeSeed(), key: key}
 }
 
 // Hash returns the hash of key, for Find, Insert and Delete. It reads only
@@ -63,12 +107,16 @@ func (t *Table[V]) Hash(key string) uint64 { return maphash.String(t.seed, key) 
 // Len returns the number of elements.
 func (t *Table[V]) Len() int { return t.n }
 
+// seg returns the segment that holds the keys of hash h.
+func (t *Table[V]) seg(h uint64) *segment[V] { return t.dir[h>>t.shift] }
+
 // Find returns the element with key (whose hash is h), or nil and the
 // position where Insert must put it.
 func (t *Table[V]) Find(key string, h uint64) (v *V, pos int) {
-	mask := len(t.slots) - 1
+	slots := t.seg(h).slots
+	mask := len(slots) - 1
 	for i := int(h) & mask; ; i = (i + 1) & mask {
-		s := &t.slots[i]
+		s := &slots[i]
 		if s.v == nil {
 			return nil, i
 		}
@@ -85,100 +133,278 @@ func (t *Table[V]) Get(key string) *V {
 }
 
 // Insert adds v, with hash h, at pos as returned by a Find that found
-// nothing, with no change to the table in between.
+// nothing, with no change to the table in between. It moves at most
+// segSlots elements (a doubling or a split of v's segment).
 func (t *Table[V]) Insert(v *V, h uint64, pos int) {
-	t.slots[pos] = slot[V]{hash: h, v: v}
+	seg := t.seg(h)
+	seg.slots[pos] = slot[V]{hash: h, v: v}
+	seg.n++
 	t.n++
-	if t.n*8 > len(t.slots)*maxLoad {
-		t.grow()
+	if seg.n*8 > len(seg.slots)*maxLoad {
+		if len(seg.slots) < segSlots {
+			t.resize(seg, 2*len(seg.slots))
+		} else {
+			t.split(seg, h)
+		}
 	}
 }
 
-func (t *Table[V]) grow() { t.resize(2 * len(t.slots)) }
-
-// resize moves every element into a new table of size slots (a power of
-// two that holds them under maxLoad).
-func (t *Table[V]) resize(size int) {
-	old := t.slots
-	t.slots = make([]slot[V], size)
-	mask := len(t.slots) - 1
-	for _, s := range old {
-		if s.v == nil {
-			continue
-		}
-		i := int(s.hash) & mask
-		for t.slots[i].v != nil {
-			i = (i + 1) & mask
-		}
-		t.slots[i] = s
+// put adds s to the segment's slots, which have room and do not hold it.
+func (seg *segment[V]) put(s slot[V]) {
+	mask := len(seg.slots) - 1
+	i := int(s.hash) & mask
+	for seg.slots[i].v != nil {
+		i = (i + 1) & mask
 	}
+	seg.slots[i] = s
+	seg.n++
+}
+
+// resize moves the elements of seg, the table's only segment, into new
+// slots of the given size (a power of two that holds them under maxLoad).
+func (t *Table[V]) resize(seg *segment[V], size int) {
+	old := seg.slots
+	seg.slots, seg.n = make([]slot[V], size), 0
+	for _, s := range old {
+		if s.v != nil {
+			seg.put(s)
+		}
+	}
+	t.moved += seg.n
+}
+
+// split replaces seg, which holds hash h and is over its load, with two
+// segments one level deeper, doubling the directory first if seg is as
+// deep as it.
+func (t *Table[V]) split(seg *segment[V], h uint64) {
+	if seg.depth == t.depth {
+		t.double()
+	}
+	d := seg.depth + 1
+	lo := &segment[V]{slots: make([]slot[V], segSlots), depth: d}
+	hi := &segment[V]{slots: make([]slot[V], segSlots), depth: d}
+	bit := uint64(1) << (64 - d) // the bit that tells lo from hi
+	for _, s := range seg.slots {
+		switch {
+		case s.v == nil:
+		case s.hash&bit == 0:
+			lo.put(s)
+		default:
+			hi.put(s)
+		}
+	}
+	t.moved += seg.n
+	span := 1 << (t.depth - seg.depth) // directory entries pointing at seg
+	start := int(h>>t.shift) &^ (span - 1)
+	for i := range span / 2 {
+		t.dir[start+i] = lo
+		t.dir[start+span/2+i] = hi
+	}
+	if d == t.depth {
+		t.deep += 2
+	}
+	// With a random seed, a split leaves a half over its load only with
+	// negligible probability; if it does, that half splits on its next
+	// Insert.
+}
+
+// double doubles the directory: entry i becomes entries 2i and 2i+1. It
+// copies one pointer per entry, one per several thousand elements.
+func (t *Table[V]) double() {
+	dir := make([]*segment[V], 2*len(t.dir))
+	for i, seg := range t.dir {
+		dir[2*i], dir[2*i+1] = seg, seg
+	}
+	t.dir, t.depth, t.shift, t.deep = dir, t.depth+1, t.shift-1, 0
 }
 
 // Delete removes v, inserted with hash h, and reports whether it was
-// there.
+// there. It moves at most segSlots/2 elements (merges of v's segment with
+// its buddies, or a shrink of the table's only segment).
 func (t *Table[V]) Delete(v *V, h uint64) bool {
-	mask := len(t.slots) - 1
+	seg := t.seg(h)
+	slots := seg.slots
+	mask := len(slots) - 1
 	i := int(h) & mask
-	for t.slots[i].v != v {
-		if t.slots[i].v == nil {
+	for slots[i].v != v {
+		if slots[i].v == nil {
 			return false
 		}
 		i = (i + 1) & mask
 	}
 	// Shift back each later entry of the run that may move into the hole:
 	// one whose home slot is not cyclically in (hole, its slot].
-	for j := (i + 1) & mask; t.slots[j].v != nil; j = (j + 1) & mask {
-		home := int(t.slots[j].hash) & mask
+	for j := (i + 1) & mask; slots[j].v != nil; j = (j + 1) & mask {
+		home := int(slots[j].hash) & mask
 		if (j-home)&mask >= (j-i)&mask {
-			t.slots[i] = t.slots[j]
+			slots[i] = slots[j]
 			i = j
 		}
 	}
-	t.slots[i] = slot[V]{}
+	slots[i] = slot[V]{}
+	seg.n--
 	t.n--
-	if t.n*shrinkBelow < len(t.slots) && len(t.slots) > shrinkFloor {
-		size := shrinkFloor
-		for size*3 < t.n*8 { // fill at most 3/8
-			size *= 2
-		}
-		t.resize(size)
+	if seg.depth > 0 && seg.n <= mergeAt || seg.n*shrinkBelow < len(seg.slots) && len(seg.slots) > shrinkFloor {
+		t.shrink(seg, h)
 	}
 	return true
 }
 
-// Cap returns the number of slots, for tests of memory use.
-func (t *Table[V]) Cap() int { return len(t.slots) }
+// shrink gives memory back after a Delete from seg, which holds hash h: it
+// merges seg with its buddy while the two hold at most mergeAt elements,
+// halving the directory when no segment needs its last bit, and shrinks
+// the table's only segment once it is mostly empty. The elements moved add
+// up to at most mergeAt (each merge moves the smaller segment's, and a
+// chain of merges ends in one segment of at most mergeAt) plus the shrink's
+// fewer than segSlots/shrinkBelow.
+func (t *Table[V]) shrink(seg *segment[V], h uint64) {
+	for seg.depth > 0 {
+		span := 1 << (t.depth - seg.depth)
+		start := int(h>>t.shift) &^ (span - 1)
+		buddy := t.dir[start^span]
+		if buddy.depth != seg.depth || seg.n+buddy.n > mergeAt {
+			break
+		}
+		seg = t.merge(seg, buddy, start&^span, 2*span)
+	}
+	if t.depth == 0 && seg.n*shrinkBelow < len(seg.slots) && len(seg.slots) > shrinkFloor {
+		size := shrinkFloor
+		for size*3 < seg.n*8 { // fill at most 3/8
+			size *= 2
+		}
+		t.resize(seg, size)
+	}
+}
 
-// All yields every element, in no particular order. The table must not
-// change during the iteration.
-func (t *Table[V]) All() iter.Seq[*V] {
-	return func(yield func(*V) bool) {
-		for _, s := range t.slots {
-			if s.v != nil && !yield(s.v) {
+// merge merges buddies a and b, which together take the span directory
+// entries from start, into one segment a level shallower and returns it:
+// the one with more elements, into which the other's move.
+func (t *Table[V]) merge(a, b *segment[V], start, span int) *segment[V] {
+	if a.n < b.n {
+		a, b = b, a
+	}
+	for _, s := range b.slots {
+		if s.v != nil {
+			a.put(s)
+		}
+	}
+	t.moved += b.n
+	if a.depth == t.depth {
+		t.deep -= 2
+	}
+	a.depth--
+	for i := range span {
+		t.dir[start+i] = a
+	}
+	for t.deep == 0 && t.depth > 0 {
+		t.halve()
+	}
+	return a
+}
+
+// halve halves the directory, which no segment is as deep as: entries 2i
+// and 2i+1 point at the same segment and become entry i.
+func (t *Table[V]) halve() {
+	dir := make([]*segment[V], len(t.dir)/2)
+	t.depth, t.shift, t.deep = t.depth-1, t.shift+1, 0
+	for i := range dir {
+		dir[i] = t.dir[2*i]
+		if dir[i].depth == t.depth {
+			t.deep++ // a segment as deep as the directory has one entry
+		}
+	}
+	t.dir = dir
+}
+
+// Cap returns the number of slots, for tests of memory use.
+func (t *Table[V]) Cap() int {
+	n := 0
+	for seg := range t.segments() {
+		n += len(seg.slots)
+	}
+	return n
+}
+
+// segments yields each segment once, in directory order.
+func (t *Table[V]) segments() iter.Seq[*segment[V]] {
+	return func(yield func(*segment[V]) bool) {
+		for i := 0; i < len(t.dir); i += 1 << (t.depth - t.dir[i].depth) {
+			if !yield(t.dir[i]) {
 				return
 			}
 		}
 	}
 }
 
-// Valid reports whether every element is reachable from its home slot
-// with its stored hash, that hash is its key's, and the count is right,
-// for audits.
+// All yields every element, in no particular order. The table must not
+// change during the iteration.
+func (t *Table[V]) All() iter.Seq[*V] {
+	return func(yield func(*V) bool) {
+		for seg := range t.segments() {
+			for _, s := range seg.slots {
+				if s.v != nil && !yield(s.v) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// Valid reports whether the directory and the segments are consistent
+// (each segment's run of entries, depths, counts, sizes), every element is
+// in the segment its hash belongs to and reachable from its home slot with
+// its stored hash, and that hash is its key's, for audits.
 func (t *Table[V]) Valid() bool {
+	if len(t.dir) != 1<<t.depth || t.shift != 64-t.depth {
+		return false
+	}
+	n, deep := 0, 0
+	for i := 0; i < len(t.dir); {
+		seg := t.dir[i]
+		if seg.depth > t.depth {
+			return false
+		}
+		span := 1 << (t.depth - seg.depth)
+		if i%span != 0 || i+span > len(t.dir) {
+			return false
+		}
+		for _, other := range t.dir[i : i+span] {
+			if other != seg {
+				return false
+			}
+		}
+		size := len(seg.slots)
+		if size&(size-1) != 0 || size < minSlots || size > segSlots || (t.depth > 0 && size != segSlots) || seg.n >= size {
+			return false
+		}
+		if !t.validSegment(seg, i) {
+			return false
+		}
+		if seg.depth == t.depth {
+			deep++
+		}
+		n += seg.n
+		i += span
+	}
+	return n == t.n && deep == t.deep
+}
+
+// validSegment checks the elements of seg, whose entries start at i.
+func (t *Table[V]) validSegment(seg *segment[V], i int) bool {
 	n := 0
-	for _, s := range t.slots {
+	for _, s := range seg.slots {
 		if s.v == nil {
 			continue
 		}
 		n++
-		if s.hash != t.Hash(t.key(s.v)) {
+		if s.hash != t.Hash(t.key(s.v)) || int(s.hash>>t.shift)>>(t.depth-seg.depth) != i>>(t.depth-seg.depth) {
 			return false
 		}
 		if got, _ := t.Find(t.key(s.v), s.hash); got != s.v {
 			return false
 		}
 	}
-	return n == t.n
+	return n == seg.n
 }
 
 // Touch reads the slots a Delete of an element with hash h starts at (its
@@ -187,7 +413,8 @@ func (t *Table[V]) Valid() bool {
 // elements touches them all first: the loads do not depend on each other,
 // so their cache misses overlap instead of being paid one by one.
 func (t *Table[V]) Touch(h uint64) uint64 {
-	mask := len(t.slots) - 1
+	slots := t.seg(h).slots
+	mask := len(slots) - 1
 	i := int(h) & mask
-	return t.slots[i].hash ^ t.slots[(i+4)&mask].hash // 4 slots of 16 bytes: the next 64-byte line
+	return slots[i].hash ^ slots[(i+4)&mask].hash // 4 slots of 16 bytes: the next 64-byte line
 }

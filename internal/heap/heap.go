@@ -149,7 +149,7 @@ func (h *Heap[E]) Valid(index func(E) int) bool {
 		if index(e) != i {
 			return false
 		}
-		if i > 0 && h.less(e, *h.at((i-1)/2)) {
+		if i > 0 && h.less(e, *h.at((i - 1) / 2)) {
 			return false
 		}
 	}

@@ -71,19 +71,21 @@ const (
 // with New. A Table is not safe for concurrent use: the router guards it
 // with its own lock.
 type Table[V any] struct {
-	dir   []*segment[V] // 1<<depth entries; entry i: the keys whose hash's top depth bits are i
+	dir   []*Segment[V] // 1<<depth entries; entry i: the keys whose hash's top depth bits are i
 	shift uint          // 64 - depth: a hash's directory entry is h >> shift (0 when depth is 0)
 	depth uint          // global depth
 	deep  int           // segments whose local depth is depth: the directory halves when none is
 	n     int
-	moved int // elements moved by doublings, splits, merges and shrinks since New (for tests)
+	moved int         // elements moved by doublings, splits, merges and shrinks since New (for tests)
+	spare *Segment[V] // an empty full-size segment for the next split: given, or emptied by a merge
 	seed  maphash.Seed
 	key   func(*V) string
 }
 
-// A segment holds the elements whose hashes share their top depth bits: a
-// run of 1<<(t.depth-depth) directory entries points at it.
-type segment[V any] struct {
+// A Segment holds the elements whose hashes share their top depth bits: a
+// run of 1<<(t.depth-depth) directory entries points at it. Outside the
+// package it is only memory for a split (NewSegment, Give).
+type Segment[V any] struct {
 	slots []slot[V] // power-of-two length; segSlots unless the segment is the table's only one
 	n     int
 	depth uint // local depth
@@ -96,8 +98,8 @@ type slot[V any] struct {
 
 // New returns an empty Table; key gives an element's key.
 func New[V any](key func(*V) string) *Table[V] {
-	seg := &segment[V]{slots: make([]slot[V], minSlots)}
-	return &Table[V]{dir: []*segment[V]{seg}, shift: 64, deep: 1, seed: maphash.MakeSeed(), key: key}
+	seg := &Segment[V]{slots: make([]slot[V], minSlots)}
+	return &Table[V]{dir: []*Segment[V]{seg}, shift: 64, deep: 1, seed: maphash.MakeSeed(), key: key}
 }
 
 // Hash returns the hash of key, for Find, Insert and Delete. It reads only
@@ -108,7 +110,7 @@ func (t *Table[V]) Hash(key string) uint64 { return maphash.String(t.seed, key) 
 func (t *Table[V]) Len() int { return t.n }
 
 // seg returns the segment that holds the keys of hash h.
-func (t *Table[V]) seg(h uint64) *segment[V] { return t.dir[h>>t.shift] }
+func (t *Table[V]) seg(h uint64) *Segment[V] { return t.dir[h>>t.shift] }
 
 // Find returns the element with key (whose hash is h), or nil and the
 // position where Insert must put it.
@@ -150,7 +152,7 @@ func (t *Table[V]) Insert(v *V, h uint64, pos int) {
 }
 
 // put adds s to the segment's slots, which have room and do not hold it.
-func (seg *segment[V]) put(s slot[V]) {
+func (seg *Segment[V]) put(s slot[V]) {
 	mask := len(seg.slots) - 1
 	i := int(s.hash) & mask
 	for seg.slots[i].v != nil {
@@ -162,7 +164,7 @@ func (seg *segment[V]) put(s slot[V]) {
 
 // resize moves the elements of seg, the table's only segment, into new
 // slots of the given size (a power of two that holds them under maxLoad).
-func (t *Table[V]) resize(seg *segment[V], size int) {
+func (t *Table[V]) resize(seg *Segment[V], size int) {
 	old := seg.slots
 	seg.slots, seg.n = make([]slot[V], size), 0
 	for _, s := range old {
@@ -173,33 +175,43 @@ func (t *Table[V]) resize(seg *segment[V], size int) {
 	t.moved += seg.n
 }
 
-// split replaces seg, which holds hash h and is over its load, with two
-// segments one level deeper, doubling the directory first if seg is as
-// deep as it.
-func (t *Table[V]) split(seg *segment[V], h uint64) {
+// split splits seg, which holds hash h and is over its load, in place:
+// the elements whose hash has the next bit set move to a new segment (the
+// spare, if a merge left one), the others stay, and both are one level
+// deeper; the directory doubles first if seg is as deep as it. One
+// allocation of segSlots slots at most, and seg.n elements moved.
+func (t *Table[V]) split(seg *Segment[V], h uint64) {
 	if seg.depth == t.depth {
 		t.double()
 	}
+	t.moved += seg.n
 	d := seg.depth + 1
-	lo := &segment[V]{slots: make([]slot[V], segSlots), depth: d}
-	hi := &segment[V]{slots: make([]slot[V], segSlots), depth: d}
-	bit := uint64(1) << (64 - d) // the bit that tells lo from hi
-	for _, s := range seg.slots {
-		switch {
-		case s.v == nil:
-		case s.hash&bit == 0:
-			lo.put(s)
-		default:
+	hi := t.spare
+	t.spare = nil
+	if hi == nil {
+		hi = &Segment[V]{slots: make([]slot[V], segSlots)}
+	}
+	hi.depth = d
+	bit := uint64(1) << (64 - d) // the bit that tells seg's elements from hi's
+	slots := seg.slots
+	e := 0 // a slot empty before the split: no run goes past it
+	for slots[e].v != nil {
+		e++
+	}
+	for i, s := range slots {
+		if s.v != nil && s.hash&bit != 0 {
 			hi.put(s)
+			slots[i] = slot[V]{}
+			seg.n--
 		}
 	}
-	t.moved += seg.n
+	seg.reseat(e)
 	span := 1 << (t.depth - seg.depth) // directory entries pointing at seg
 	start := int(h>>t.shift) &^ (span - 1)
-	for i := range span / 2 {
-		t.dir[start+i] = lo
-		t.dir[start+span/2+i] = hi
+	for i := start + span/2; i < start+span; i++ {
+		t.dir[i] = hi
 	}
+	seg.depth = d
 	if d == t.depth {
 		t.deep += 2
 	}
@@ -208,14 +220,62 @@ func (t *Table[V]) split(seg *segment[V], h uint64) {
 	// Insert.
 }
 
+// reseat moves each element of seg, some of whose slots were emptied
+// without shifting the later entries back, to the first empty slot from
+// its home, so that every element is reachable again. It goes round from
+// slot e, empty before the slots were emptied, so no element's probe run
+// goes past it: every element before the one it moves, in its run, is in
+// place already, and the slot it leaves is the furthest it can go.
+func (seg *Segment[V]) reseat(e int) {
+	slots := seg.slots
+	mask := len(slots) - 1
+	for k := 1; k <= mask; k++ {
+		i := (e + k) & mask
+		if s := slots[i]; s.v != nil && int(s.hash)&mask != i {
+			slots[i] = slot[V]{}
+			seg.n--
+			seg.put(s)
+		}
+	}
+}
+
 // double doubles the directory: entry i becomes entries 2i and 2i+1. It
 // copies one pointer per entry, one per several thousand elements.
 func (t *Table[V]) double() {
-	dir := make([]*segment[V], 2*len(t.dir))
+	dir := make([]*Segment[V], 2*len(t.dir))
 	for i, seg := range t.dir {
 		dir[2*i], dir[2*i+1] = seg, seg
 	}
 	t.dir, t.depth, t.shift, t.deep = dir, t.depth+1, t.shift-1, 0
+}
+
+// NewSegment returns an empty full-size segment, for Give: a caller that
+// guards the table with a lock allocates it before taking the lock. Its
+// memory is written once per page, so that the page faults of memory
+// fresh from the OS (which Go does not zero) are taken here too.
+func NewSegment[V any]() *Segment[V] {
+	slots := make([]slot[V], segSlots)
+	for i := 0; i < len(slots); i += pageSlots {
+		slots[i].hash = 0
+	}
+	return &Segment[V]{slots: slots}
+}
+
+// pageSlots is the number of slots in a 4 KiB page.
+const pageSlots = 4096 / 16
+
+// WantsSegment reports whether the table, grown past one segment, holds no
+// empty one for its next split. Until it is given one (Give), that split
+// allocates it: 64 KiB, zeroed, possibly charged with the garbage
+// collector's work, under the caller's lock.
+func (t *Table[V]) WantsSegment() bool { return t.spare == nil && t.depth > 0 }
+
+// Give keeps seg, from NewSegment, for the next split if the table wants
+// one (WantsSegment), and drops it otherwise.
+func (t *Table[V]) Give(seg *Segment[V]) {
+	if t.WantsSegment() {
+		t.spare = seg
+	}
 }
 
 // Delete removes v, inserted with hash h, and reports whether it was
@@ -257,7 +317,7 @@ func (t *Table[V]) Delete(v *V, h uint64) bool {
 // up to at most mergeAt (each merge moves the smaller segment's, and a
 // chain of merges ends in one segment of at most mergeAt) plus the shrink's
 // fewer than segSlots/shrinkBelow.
-func (t *Table[V]) shrink(seg *segment[V], h uint64) {
+func (t *Table[V]) shrink(seg *Segment[V], h uint64) {
 	for seg.depth > 0 {
 		span := 1 << (t.depth - seg.depth)
 		start := int(h>>t.shift) &^ (span - 1)
@@ -278,17 +338,21 @@ func (t *Table[V]) shrink(seg *segment[V], h uint64) {
 
 // merge merges buddies a and b, which together take the span directory
 // entries from start, into one segment a level shallower and returns it:
-// the one with more elements, into which the other's move.
-func (t *Table[V]) merge(a, b *segment[V], start, span int) *segment[V] {
+// the one with more elements, into which the other's move. The other,
+// emptied, is kept for the next split.
+func (t *Table[V]) merge(a, b *Segment[V], start, span int) *Segment[V] {
 	if a.n < b.n {
 		a, b = b, a
 	}
-	for _, s := range b.slots {
+	for i, s := range b.slots {
 		if s.v != nil {
 			a.put(s)
+			b.slots[i] = slot[V]{}
 		}
 	}
 	t.moved += b.n
+	b.n = 0
+	t.spare = b
 	if a.depth == t.depth {
 		t.deep -= 2
 	}
@@ -299,13 +363,16 @@ func (t *Table[V]) merge(a, b *segment[V], start, span int) *segment[V] {
 	for t.deep == 0 && t.depth > 0 {
 		t.halve()
 	}
+	if t.depth == 0 {
+		t.spare = nil // no split is near
+	}
 	return a
 }
 
 // halve halves the directory, which no segment is as deep as: entries 2i
 // and 2i+1 point at the same segment and become entry i.
 func (t *Table[V]) halve() {
-	dir := make([]*segment[V], len(t.dir)/2)
+	dir := make([]*Segment[V], len(t.dir)/2)
 	t.depth, t.shift, t.deep = t.depth-1, t.shift+1, 0
 	for i := range dir {
 		dir[i] = t.dir[2*i]
@@ -315,6 +382,10 @@ func (t *Table[V]) halve() {
 	}
 	t.dir = dir
 }
+
+// Moved returns the number of elements moved by doublings, splits, merges
+// and shrinks since New, for tests and benchmarks of the work growth costs.
+func (t *Table[V]) Moved() int { return t.moved }
 
 // Cap returns the number of slots, for tests of memory use.
 func (t *Table[V]) Cap() int {
@@ -326,8 +397,8 @@ func (t *Table[V]) Cap() int {
 }
 
 // segments yields each segment once, in directory order.
-func (t *Table[V]) segments() iter.Seq[*segment[V]] {
-	return func(yield func(*segment[V]) bool) {
+func (t *Table[V]) segments() iter.Seq[*Segment[V]] {
+	return func(yield func(*Segment[V]) bool) {
 		for i := 0; i < len(t.dir); i += 1 << (t.depth - t.dir[i].depth) {
 			if !yield(t.dir[i]) {
 				return
@@ -390,7 +461,7 @@ func (t *Table[V]) Valid() bool {
 }
 
 // validSegment checks the elements of seg, whose entries start at i.
-func (t *Table[V]) validSegment(seg *segment[V], i int) bool {
+func (t *Table[V]) validSegment(seg *Segment[V], i int) bool {
 	n := 0
 	for _, s := range seg.slots {
 		if s.v == nil {

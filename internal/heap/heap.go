@@ -156,6 +156,10 @@ func (h *Heap[E]) Valid(index func(E) int) bool {
 	return true
 }
 
+// Moved returns the number of elements copied by growth since New, for
+// tests and benchmarks of the work growth costs.
+func (h *Heap[E]) Moved() int { return h.moved }
+
 // Cap returns the capacity of the heap's memory, for tests of memory use.
 func (h *Heap[E]) Cap() int {
 	if len(h.chunks) == 0 {

@@ -28,10 +28,10 @@ package heap
 // whose zero value is never pushed (the ring marks a removed slot with
 // it), such as a non-nil pointer. The ring holds fewer than 2^31 elements.
 type Queue[E comparable] struct {
-	head, tail *chunk[E]   // the ring's first and last chunk; nil until the first Push
-	byID       []*chunk[E] // linked chunks by id; nil for a free id
+	head, tail *Chunk[E]   // the ring's first and last chunk; nil until the first Push
+	byID       []*Chunk[E] // linked chunks by id; nil for a free id
 	freeIDs    []int
-	spare      *chunk[E] // an emptied full-size chunk kept for the next, while the ring has several
+	spare      *Chunk[E] // an emptied full-size chunk kept for the next, while the ring has several
 	live       int       // elements in the ring
 	moved      int       // elements moved by packs and merges since New (for tests)
 	heap       Heap[E]
@@ -39,15 +39,16 @@ type Queue[E comparable] struct {
 	setIndex   func(e E, i int)
 }
 
-// A chunk of the ring. Its live slots are in [lo, hi): those two ends hold
-// elements (unless the chunk is empty), removed ones in between are zero,
-// and so is every slot outside.
-type chunk[E comparable] struct {
+// A Chunk of the ring. Its live slots are in [lo, hi): those two ends
+// hold elements (unless the chunk is empty), removed ones in between are
+// zero, and so is every slot outside. Outside the package it is only
+// memory for the ring's growth (NewChunk, Give).
+type Chunk[E comparable] struct {
 	slots      []E // chunkLen long, or shorter while it is the ring's only chunk
 	lo, hi     int
 	live       int
 	id         int
-	prev, next *chunk[E]
+	prev, next *Chunk[E]
 }
 
 // NewQueue returns an empty Queue ordered by less, calling setIndex as
@@ -82,11 +83,11 @@ func (q *Queue[E]) Push(e E) {
 
 // extend makes room at the back of the ring and returns its tail chunk,
 // which then has a free slot at hi.
-func (q *Queue[E]) extend() *chunk[E] {
+func (q *Queue[E]) extend() *Chunk[E] {
 	c := q.tail
 	switch {
 	case c == nil:
-		c = &chunk[E]{slots: make([]E, minChunk)}
+		c = &Chunk[E]{slots: make([]E, minChunk)}
 		q.link(c)
 		return c
 	case c != q.head || len(c.slots) == chunkLen && c.live > chunkLen/2:
@@ -94,7 +95,7 @@ func (q *Queue[E]) extend() *chunk[E] {
 		n := q.spare
 		q.spare = nil
 		if n == nil {
-			n = &chunk[E]{slots: make([]E, chunkLen)}
+			n = &Chunk[E]{slots: make([]E, chunkLen)}
 		}
 		q.link(n)
 		return n
@@ -110,8 +111,34 @@ func (q *Queue[E]) extend() *chunk[E] {
 	return c
 }
 
+// NewChunk returns an empty full-size chunk, for Give: a caller that
+// guards the queue with a lock allocates it before taking the lock. Its
+// memory is written once per page (of pointers), so that the page faults
+// of memory fresh from the OS (which Go does not zero) are taken here too.
+func NewChunk[E comparable]() *Chunk[E] {
+	slots := make([]E, chunkLen)
+	var zero E
+	for i := 0; i < len(slots); i += 4096 / 8 {
+		slots[i] = zero
+	}
+	return &Chunk[E]{slots: slots}
+}
+
+// WantsChunk reports whether the ring, grown past one chunk, holds no
+// empty one for its next chunk. Until it is given one (Give), growing
+// allocates it (8 KiB) under the caller's lock.
+func (q *Queue[E]) WantsChunk() bool { return q.spare == nil && q.head != q.tail }
+
+// Give keeps c, from NewChunk, for the ring's next chunk if it wants one
+// (WantsChunk), and drops it otherwise.
+func (q *Queue[E]) Give(c *Chunk[E]) {
+	if q.WantsChunk() {
+		q.spare = c
+	}
+}
+
 // link gives c, empty, an id and links it at the back of the ring.
-func (q *Queue[E]) link(c *chunk[E]) {
+func (q *Queue[E]) link(c *Chunk[E]) {
 	if k := len(q.freeIDs); k > 0 {
 		c.id = q.freeIDs[k-1]
 		q.freeIDs = q.freeIDs[:k-1]
@@ -132,7 +159,7 @@ func (q *Queue[E]) link(c *chunk[E]) {
 // unlink takes c, empty, out of the ring, and keeps it as the spare if the
 // ring still has several chunks (a steady stream through a long ring then
 // allocates nothing), or drops it.
-func (q *Queue[E]) unlink(c *chunk[E]) {
+func (q *Queue[E]) unlink(c *Chunk[E]) {
 	if c.prev == nil {
 		q.head = c.next
 	} else {
@@ -165,7 +192,7 @@ const renumberAbove = 64
 
 // renumber makes c, the ring's only chunk, chunk 0 and drops the ids of
 // the chunks gone, so the index of chunks follows the ring after a burst.
-func (q *Queue[E]) renumber(c *chunk[E]) {
+func (q *Queue[E]) renumber(c *Chunk[E]) {
 	if c.id != 0 {
 		c.id = 0
 		for s := c.lo; s < c.hi; s++ {
@@ -181,10 +208,10 @@ func (q *Queue[E]) renumber(c *chunk[E]) {
 // pack moves the live elements of a, then those of b if not nil (the chunk
 // after a), to the front of dst (a or b's predecessor a), in order,
 // telling each its new position, and unlinks b.
-func (q *Queue[E]) pack(dst, a, b *chunk[E]) {
+func (q *Queue[E]) pack(dst, a, b *Chunk[E]) {
 	var zero E
 	k := 0
-	for _, c := range [2]*chunk[E]{a, b} {
+	for _, c := range [2]*Chunk[E]{a, b} {
 		if c == nil {
 			continue
 		}
@@ -234,7 +261,7 @@ func (q *Queue[E]) Pop() (e E, ok bool) {
 
 // chunkAt returns the chunk and slot of ring position i (<= -2), or nil if
 // no linked chunk has that id.
-func (q *Queue[E]) chunkAt(i int) (*chunk[E], int) {
+func (q *Queue[E]) chunkAt(i int) (*Chunk[E], int) {
 	s := -2 - i
 	if id := s >> chunkBits; id < len(q.byID) {
 		return q.byID[id], s & chunkMask
@@ -307,7 +334,7 @@ func (q *Queue[E]) Remove(i int) E {
 // with its other neighbour if they now qualify: no two neighbours qualify
 // afterwards if none did before c changed. The tail, still filling, is
 // left alone. At most chunkLen elements move.
-func (q *Queue[E]) tidy(c *chunk[E]) {
+func (q *Queue[E]) tidy(c *Chunk[E]) {
 	for range 2 {
 		switch {
 		case q.mergeable(c.prev, c):
@@ -321,10 +348,15 @@ func (q *Queue[E]) tidy(c *chunk[E]) {
 	}
 }
 
-func (q *Queue[E]) mergeable(a, b *chunk[E]) bool {
+func (q *Queue[E]) mergeable(a, b *Chunk[E]) bool {
 	return a != nil && b != nil && b != q.tail &&
 		(a.live <= chunkLen/8 || b.live <= chunkLen/8) && a.live+b.live <= chunkLen/2
 }
+
+// Moved returns the number of elements moved (or copied) by growth,
+// packs and merges since New, ring and heap, for tests and benchmarks of
+// the work growth costs.
+func (q *Queue[E]) Moved() int { return q.moved + q.heap.moved }
 
 // Cap returns the capacity of the queue's memory (ring and heap), for
 // tests of memory use.
@@ -345,7 +377,7 @@ func (q *Queue[E]) Cap() int {
 func (q *Queue[E]) Valid(index func(E) int) bool {
 	var prev E
 	live, chunks := 0, 0
-	var before *chunk[E]
+	var before *Chunk[E]
 	for c := q.head; c != nil; before, c = c, c.next {
 		chunks++
 		if c.prev != before || c.id >= len(q.byID) || q.byID[c.id] != c || !q.validChunk(c, index, &prev) {
@@ -361,7 +393,7 @@ func (q *Queue[E]) Valid(index func(E) int) bool {
 
 // validChunk checks c's slots, their order after prev (the ring's last
 // element before c, updated) and their positions.
-func (q *Queue[E]) validChunk(c *chunk[E], index func(E) int, prev *E) bool {
+func (q *Queue[E]) validChunk(c *Chunk[E], index func(E) int, prev *E) bool {
 	var zero E
 	if c.lo > c.hi || c.hi > len(c.slots) || c.live == 0 && (c != q.head || c != q.tail || c.hi != 0) {
 		return false

@@ -31,9 +31,9 @@ type Queue[E comparable] struct {
 	head, tail *Chunk[E]   // the ring's first and last chunk; nil until the first Push
 	byID       []*Chunk[E] // linked chunks by id; nil for a free id
 	freeIDs    []int
-	spare      *Chunk[E] // an emptied full-size chunk kept for the next, while the ring has several
-	live       int       // elements in the ring
-	moved      int       // elements moved by packs and merges since New (for tests)
+	spares     [2]*Chunk[E] // empty full-size chunks kept for the next, while the ring has several
+	live       int          // elements in the ring
+	moved      int          // elements moved by packs and merges since New (for tests)
 	heap       Heap[E]
 	less       func(a, b E) bool
 	setIndex   func(e E, i int)
@@ -92,8 +92,8 @@ func (q *Queue[E]) extend() *Chunk[E] {
 		return c
 	case c != q.head || len(c.slots) == chunkLen && c.live > chunkLen/2:
 		// The ring spans several chunks, or one full chunk: link another.
-		n := q.spare
-		q.spare = nil
+		n := q.spares[0]
+		q.spares[0], q.spares[1] = q.spares[1], nil
 		if n == nil {
 			n = &Chunk[E]{slots: make([]E, chunkLen)}
 		}
@@ -127,13 +127,13 @@ func NewChunk[E comparable]() *Chunk[E] {
 // WantsChunk reports whether the ring, grown past one chunk, holds no
 // empty one for its next chunk. Until it is given one (Give), growing
 // allocates it (8 KiB) under the caller's lock.
-func (q *Queue[E]) WantsChunk() bool { return q.spare == nil && q.head != q.tail }
+func (q *Queue[E]) WantsChunk() bool { return q.spares[0] == nil && q.head != q.tail }
 
 // Give keeps c, from NewChunk, for the ring's next chunk if it wants one
 // (WantsChunk), and drops it otherwise.
 func (q *Queue[E]) Give(c *Chunk[E]) {
 	if q.WantsChunk() {
-		q.spare = c
+		q.spares[0] = c
 	}
 }
 
@@ -156,9 +156,10 @@ func (q *Queue[E]) link(c *Chunk[E]) {
 	q.tail = c
 }
 
-// unlink takes c, empty, out of the ring, and keeps it as the spare if the
-// ring still has several chunks (a steady stream through a long ring then
-// allocates nothing), or drops it.
+// unlink takes c, empty, out of the ring, and keeps it as a spare if the
+// ring still has several chunks and fewer than two spares, or drops it. A
+// steady stream through a long ring then allocates nothing: the chunk its
+// front empties and the one allocated ahead of its back (Give) both fit.
 func (q *Queue[E]) unlink(c *Chunk[E]) {
 	if c.prev == nil {
 		q.head = c.next
@@ -174,12 +175,12 @@ func (q *Queue[E]) unlink(c *Chunk[E]) {
 	q.freeIDs = append(q.freeIDs, c.id)
 	c.prev, c.next, c.lo, c.hi = nil, nil, 0, 0
 	if q.head != q.tail {
-		if q.spare == nil && len(c.slots) == chunkLen {
-			q.spare = c
+		if q.spares[1] == nil && len(c.slots) == chunkLen {
+			q.spares[0], q.spares[1] = c, q.spares[0]
 		}
 		return
 	}
-	q.spare = nil
+	q.spares = [2]*Chunk[E]{}
 	if len(q.byID) > renumberAbove {
 		q.renumber(q.head)
 	}
@@ -256,7 +257,7 @@ func (q *Queue[E]) Pop() (e E, ok bool) {
 	if q.live == 0 || hok && q.less(h, q.head.slots[q.head.lo]) {
 		return q.heap.Pop()
 	}
-	return q.Remove(ringPos(q.head.id, q.head.lo)), true
+	return q.removeAt(q.head, q.head.lo), true
 }
 
 // chunkAt returns the chunk and slot of ring position i (<= -2), or nil if
@@ -297,8 +298,17 @@ func (q *Queue[E]) Remove(i int) E {
 	if i >= 0 {
 		return q.heap.Remove(i)
 	}
+	s := -2 - i
+	c := q.tail // most often: an element pushed lately (a lease completed)
+	if c.id != s>>chunkBits {
+		c = q.byID[s>>chunkBits]
+	}
+	return q.removeAt(c, s&chunkMask)
+}
+
+// removeAt removes and returns the element in slot s of chunk c.
+func (q *Queue[E]) removeAt(c *Chunk[E], s int) E {
 	var zero E
-	c, s := q.chunkAt(i)
 	e := c.slots[s]
 	c.slots[s] = zero
 	c.live--
@@ -365,8 +375,10 @@ func (q *Queue[E]) Cap() int {
 	for c := q.head; c != nil; c = c.next {
 		n += len(c.slots)
 	}
-	if q.spare != nil {
-		n += len(q.spare.slots)
+	for _, c := range q.spares {
+		if c != nil {
+			n += len(c.slots)
+		}
 	}
 	return n
 }

@@ -71,11 +71,16 @@ const (
 // with New. A Table is not safe for concurrent use: the router guards it
 // with its own lock.
 type Table[V any] struct {
-	dir   []*Segment[V] // 1<<depth entries; entry i: the keys whose hash's top depth bits are i
+	dir   []entry[V]    // 1<<depth entries; entry i: the keys whose hash's top depth bits are i
 	shift uint          // 64 - depth: a hash's directory entry is h >> shift (0 when depth is 0)
 	depth uint          // global depth
 	deep  int           // segments whose local depth is depth: the directory halves when none is
 	n     int
+	// lone is the slots of the table's only segment while it has one
+	// (depth 0), else nil: a small table's operations read no directory,
+	// and count its elements in n alone (the segment's n is set when it
+	// resizes or splits).
+	lone  []slot[V]
 	moved int         // elements moved by doublings, splits, merges and shrinks since New (for tests)
 	spare *Segment[V] // an empty full-size segment for the next split: given, or emptied by a merge
 	seed  maphash.Seed
@@ -91,6 +96,24 @@ type Segment[V any] struct {
 	depth uint // local depth
 }
 
+// An entry of the directory: a segment, and its slots when it has
+// segSlots (always, once the table has more than one), so that a lookup
+// goes from the entry to the slot with no load in between and a constant
+// mask.
+type entry[V any] struct {
+	slots *[segSlots]slot[V]
+	seg   *Segment[V]
+}
+
+// entryOf returns the directory entry of seg.
+func entryOf[V any](seg *Segment[V]) entry[V] {
+	e := entry[V]{seg: seg}
+	if len(seg.slots) == segSlots {
+		e.slots = (*[segSlots]slot[V])(seg.slots)
+	}
+	return e
+}
+
 type slot[V any] struct {
 	hash uint64
 	v    *V // nil: empty
@@ -99,7 +122,7 @@ type slot[V any] struct {
 // New returns an empty Table; key gives an element's key.
 func New[V any](key func(*V) string) *Table[V] {
 	seg := &Segment[V]{slots: make([]slot[V], minSlots)}
-	return &Table[V]{dir: []*Segment[V]{seg}, shift: 64, deep: 1, seed: maphash.MakeSeed(), key: key}
+	return &Table[V]{dir: []entry[V]{{seg: seg}}, shift: 64, deep: 1, lone: seg.slots, seed: maphash.MakeSeed(), key: key}
 }
 
 // Hash returns the hash of key, for Find, Insert and Delete. It reads only
@@ -109,13 +132,16 @@ func (t *Table[V]) Hash(key string) uint64 { return maphash.String(t.seed, key) 
 // Len returns the number of elements.
 func (t *Table[V]) Len() int { return t.n }
 
-// seg returns the segment that holds the keys of hash h.
-func (t *Table[V]) seg(h uint64) *Segment[V] { return t.dir[h>>t.shift] }
+// seg returns the directory entry of the keys of hash h.
+func (t *Table[V]) seg(h uint64) *entry[V] { return &t.dir[h>>t.shift] }
 
 // Find returns the element with key (whose hash is h), or nil and the
 // position where Insert must put it.
 func (t *Table[V]) Find(key string, h uint64) (v *V, pos int) {
-	slots := t.seg(h).slots
+	slots := t.lone
+	if slots == nil {
+		slots = t.seg(h).slots[:]
+	}
 	mask := len(slots) - 1
 	for i := int(h) & mask; ; i = (i + 1) & mask {
 		s := &slots[i]
@@ -138,17 +164,35 @@ func (t *Table[V]) Get(key string) *V {
 // nothing, with no change to the table in between. It moves at most
 // segSlots elements (a doubling or a split of v's segment).
 func (t *Table[V]) Insert(v *V, h uint64, pos int) {
-	seg := t.seg(h)
-	seg.slots[pos] = slot[V]{hash: h, v: v}
-	seg.n++
 	t.n++
-	if seg.n*8 > len(seg.slots)*maxLoad {
-		if len(seg.slots) < segSlots {
-			t.resize(seg, 2*len(seg.slots))
-		} else {
-			t.split(seg, h)
+	if slots := t.lone; slots != nil {
+		slots[pos] = slot[V]{hash: h, v: v}
+		if t.n*8 > len(slots)*maxLoad {
+			t.growLone(h)
 		}
+		return
 	}
+	e := t.seg(h)
+	e.slots[pos&(segSlots-1)] = slot[V]{hash: h, v: v}
+	seg := e.seg
+	seg.n++
+	if seg.n*8 > segSlots*maxLoad {
+		t.split(seg, h)
+	}
+}
+
+// growLone doubles the table's only segment, which is over its load, or
+// splits it (h is the hash just inserted) once it has segSlots slots.
+func (t *Table[V]) growLone(h uint64) {
+	seg := t.dir[0].seg
+	seg.n = t.n
+	if len(seg.slots) < segSlots {
+		t.resize(seg, 2*len(seg.slots))
+		t.lone, t.dir[0] = seg.slots, entryOf(seg)
+		return
+	}
+	t.lone = nil
+	t.split(seg, h)
 }
 
 // put adds s to the segment's slots, which have room and do not hold it.
@@ -208,8 +252,8 @@ func (t *Table[V]) split(seg *Segment[V], h uint64) {
 	seg.reseat(e)
 	span := 1 << (t.depth - seg.depth) // directory entries pointing at seg
 	start := int(h>>t.shift) &^ (span - 1)
-	for i := start + span/2; i < start+span; i++ {
-		t.dir[i] = hi
+	for i := range span / 2 {
+		t.dir[start+i], t.dir[start+span/2+i] = entryOf(seg), entryOf(hi)
 	}
 	seg.depth = d
 	if d == t.depth {
@@ -242,9 +286,9 @@ func (seg *Segment[V]) reseat(e int) {
 // double doubles the directory: entry i becomes entries 2i and 2i+1. It
 // copies one pointer per entry, one per several thousand elements.
 func (t *Table[V]) double() {
-	dir := make([]*Segment[V], 2*len(t.dir))
-	for i, seg := range t.dir {
-		dir[2*i], dir[2*i+1] = seg, seg
+	dir := make([]entry[V], 2*len(t.dir))
+	for i, e := range t.dir {
+		dir[2*i], dir[2*i+1] = e, e
 	}
 	t.dir, t.depth, t.shift, t.deep = dir, t.depth+1, t.shift-1, 0
 }
@@ -282,8 +326,12 @@ func (t *Table[V]) Give(seg *Segment[V]) {
 // there. It moves at most segSlots/2 elements (merges of v's segment with
 // its buddies, or a shrink of the table's only segment).
 func (t *Table[V]) Delete(v *V, h uint64) bool {
-	seg := t.seg(h)
-	slots := seg.slots
+	var seg *Segment[V]
+	slots := t.lone
+	if slots == nil {
+		e := t.seg(h)
+		seg, slots = e.seg, e.slots[:]
+	}
 	mask := len(slots) - 1
 	i := int(h) & mask
 	for slots[i].v != v {
@@ -302,9 +350,15 @@ func (t *Table[V]) Delete(v *V, h uint64) bool {
 		}
 	}
 	slots[i] = slot[V]{}
-	seg.n--
 	t.n--
-	if seg.depth > 0 && seg.n <= mergeAt || seg.n*shrinkBelow < len(seg.slots) && len(seg.slots) > shrinkFloor {
+	if seg == nil {
+		if t.n*shrinkBelow < len(slots) && len(slots) > shrinkFloor {
+			t.shrinkLone()
+		}
+		return true
+	}
+	seg.n--
+	if seg.n <= mergeAt {
 		t.shrink(seg, h)
 	}
 	return true
@@ -321,19 +375,29 @@ func (t *Table[V]) shrink(seg *Segment[V], h uint64) {
 	for seg.depth > 0 {
 		span := 1 << (t.depth - seg.depth)
 		start := int(h>>t.shift) &^ (span - 1)
-		buddy := t.dir[start^span]
+		buddy := t.dir[start^span].seg
 		if buddy.depth != seg.depth || seg.n+buddy.n > mergeAt {
-			break
+			return
 		}
 		seg = t.merge(seg, buddy, start&^span, 2*span)
 	}
-	if t.depth == 0 && seg.n*shrinkBelow < len(seg.slots) && len(seg.slots) > shrinkFloor {
-		size := shrinkFloor
-		for size*3 < seg.n*8 { // fill at most 3/8
-			size *= 2
-		}
-		t.resize(seg, size)
+	t.lone = seg.slots // merged into one
+	if t.n*shrinkBelow < len(seg.slots) && len(seg.slots) > shrinkFloor {
+		t.shrinkLone()
 	}
+}
+
+// shrinkLone shrinks the table's only segment, mostly empty, to the size
+// that puts its fill at about 3/8 (never below shrinkFloor).
+func (t *Table[V]) shrinkLone() {
+	seg := t.dir[0].seg
+	seg.n = t.n
+	size := shrinkFloor
+	for size*3 < seg.n*8 { // fill at most 3/8
+		size *= 2
+	}
+	t.resize(seg, size)
+	t.lone, t.dir[0] = seg.slots, entryOf(seg)
 }
 
 // merge merges buddies a and b, which together take the span directory
@@ -358,7 +422,7 @@ func (t *Table[V]) merge(a, b *Segment[V], start, span int) *Segment[V] {
 	}
 	a.depth--
 	for i := range span {
-		t.dir[start+i] = a
+		t.dir[start+i] = entryOf(a)
 	}
 	for t.deep == 0 && t.depth > 0 {
 		t.halve()
@@ -372,11 +436,11 @@ func (t *Table[V]) merge(a, b *Segment[V], start, span int) *Segment[V] {
 // halve halves the directory, which no segment is as deep as: entries 2i
 // and 2i+1 point at the same segment and become entry i.
 func (t *Table[V]) halve() {
-	dir := make([]*Segment[V], len(t.dir)/2)
+	dir := make([]entry[V], len(t.dir)/2)
 	t.depth, t.shift, t.deep = t.depth-1, t.shift+1, 0
 	for i := range dir {
 		dir[i] = t.dir[2*i]
-		if dir[i].depth == t.depth {
+		if dir[i].seg.depth == t.depth {
 			t.deep++ // a segment as deep as the directory has one entry
 		}
 	}
@@ -399,8 +463,8 @@ func (t *Table[V]) Cap() int {
 // segments yields each segment once, in directory order.
 func (t *Table[V]) segments() iter.Seq[*Segment[V]] {
 	return func(yield func(*Segment[V]) bool) {
-		for i := 0; i < len(t.dir); i += 1 << (t.depth - t.dir[i].depth) {
-			if !yield(t.dir[i]) {
+		for i := 0; i < len(t.dir); i += 1 << (t.depth - t.dir[i].seg.depth) {
+			if !yield(t.dir[i].seg) {
 				return
 			}
 		}
@@ -429,9 +493,20 @@ func (t *Table[V]) Valid() bool {
 	if len(t.dir) != 1<<t.depth || t.shift != 64-t.depth {
 		return false
 	}
+	if t.depth == 0 {
+		seg := t.dir[0].seg
+		if len(t.lone) != len(seg.slots) || &t.lone[0] != &seg.slots[0] || seg.depth != 0 || t.deep != 1 {
+			return false
+		}
+		size := len(seg.slots)
+		return size&(size-1) == 0 && size >= minSlots && size <= segSlots && t.n < size && t.validSegment(seg, 0, t.n)
+	}
+	if t.lone != nil {
+		return false
+	}
 	n, deep := 0, 0
 	for i := 0; i < len(t.dir); {
-		seg := t.dir[i]
+		seg := t.dir[i].seg
 		if seg.depth > t.depth {
 			return false
 		}
@@ -440,15 +515,11 @@ func (t *Table[V]) Valid() bool {
 			return false
 		}
 		for _, other := range t.dir[i : i+span] {
-			if other != seg {
+			if other != entryOf(seg) {
 				return false
 			}
 		}
-		size := len(seg.slots)
-		if size&(size-1) != 0 || size < minSlots || size > segSlots || (t.depth > 0 && size != segSlots) || seg.n >= size {
-			return false
-		}
-		if !t.validSegment(seg, i) {
+		if len(seg.slots) != segSlots || seg.n >= segSlots || !t.validSegment(seg, i, seg.n) {
 			return false
 		}
 		if seg.depth == t.depth {
@@ -460,14 +531,14 @@ func (t *Table[V]) Valid() bool {
 	return n == t.n && deep == t.deep
 }
 
-// validSegment checks the elements of seg, whose entries start at i.
-func (t *Table[V]) validSegment(seg *Segment[V], i int) bool {
-	n := 0
+// validSegment checks the elements of seg, whose entries start at i, and
+// that it holds n.
+func (t *Table[V]) validSegment(seg *Segment[V], i, n int) bool {
 	for _, s := range seg.slots {
 		if s.v == nil {
 			continue
 		}
-		n++
+		n--
 		if s.hash != t.Hash(t.key(s.v)) || int(s.hash>>t.shift)>>(t.depth-seg.depth) != i>>(t.depth-seg.depth) {
 			return false
 		}
@@ -475,7 +546,7 @@ func (t *Table[V]) validSegment(seg *Segment[V], i int) bool {
 			return false
 		}
 	}
-	return n == seg.n
+	return n == 0
 }
 
 // Touch reads the slots a Delete of an element with hash h starts at (its
@@ -484,7 +555,10 @@ func (t *Table[V]) validSegment(seg *Segment[V], i int) bool {
 // elements touches them all first: the loads do not depend on each other,
 // so their cache misses overlap instead of being paid one by one.
 func (t *Table[V]) Touch(h uint64) uint64 {
-	slots := t.seg(h).slots
+	slots := t.lone
+	if slots == nil {
+		slots = t.seg(h).slots[:]
+	}
 	mask := len(slots) - 1
 	i := int(h) & mask
 	return slots[i].hash ^ slots[(i+4)&mask].hash // 4 slots of 16 bytes: the next 64-byte line

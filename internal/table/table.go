@@ -71,10 +71,10 @@ const (
 // with New. A Table is not safe for concurrent use: the router guards it
 // with its own lock.
 type Table[V any] struct {
-	dir   []entry[V]    // 1<<depth entries; entry i: the keys whose hash's top depth bits are i
-	shift uint          // 64 - depth: a hash's directory entry is h >> shift (0 when depth is 0)
-	depth uint          // global depth
-	deep  int           // segments whose local depth is depth: the directory halves when none is
+	dir   []entry[V] // 1<<depth entries; entry i: the keys whose hash's top depth bits are i
+	shift uint       // 64 - depth: a hash's directory entry is h >> shift (0 when depth is 0)
+	depth uint       // global depth
+	deep  int        // segments whose local depth is depth: the directory halves when none is
 	n     int
 	// lone is the slots of the table's only segment while it has one
 	// (depth 0), else nil: a small table's operations read no directory,

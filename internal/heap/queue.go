@@ -19,12 +19,14 @@ package heap
 // its elements to its front. Removing elements from the middle (leases
 // completed out of order) leaves holes; a chunk that falls below an eighth
 // full merges with a neighbour when the two fill at most half a chunk, so
-// memory follows the live elements. Every such step moves at most
-// chunkLen elements.
+// memory follows the live elements; a ring back to one chunk after
+// spanning many renumbers it, so the index of chunks shrinks too. Every
+// such step moves at most chunkLen elements. The caller can allocate the
+// next chunk before taking its lock (NewChunk, WantsChunk, Give).
 //
 // Positions given to setIndex: >= 0 in the heap, <= -2 in the ring (slot
 // s of chunk id is -2-(id*chunkLen+s)), -1 when an element leaves. A ring
-// position changes only when its chunk packs or merges. E must be a type
+// position changes only when its chunk packs, merges or is renumbered. E must be a type
 // whose zero value is never pushed (the ring marks a removed slot with
 // it), such as a non-nil pointer. The ring holds fewer than 2^31 elements.
 type Queue[E comparable] struct {

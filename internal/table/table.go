@@ -12,24 +12,28 @@
 // # Growth in bounded steps
 //
 // The table is extendible hashing (Fagin et al. 1979), as Go's swiss-table
-// maps do it since Go 1.24: a directory of 2^depth pointers, indexed by the
-// top depth bits of a hash, points at segments of at most segSlots slots.
-// A segment is an open-addressing table with linear probing on the low
-// bits of the hash; deletion shifts later entries back (no tombstones), so
-// probe lengths stay short under churn. A segment that reaches its load
-// splits alone into two, by the next bit of the hash (its local depth
-// grows by one; the directory doubles when that exceeds its depth, which
-// copies pointers only: one per several thousand elements). Two buddy
-// segments (same local depth, differing in its last bit) merge once they
-// hold at most a quarter of a segment together, and the directory halves
-// when no segment needs its last bit. So no Insert or Delete moves more
-// than segSlots elements, however large the table, and no allocation is
-// larger than one segment or the directory: the router's lock is never
-// held for a rehash of everything.
+// maps do it since Go 1.24: a directory of 2^depth entries, indexed by the
+// top depth bits of a hash, points at segments of at most segSlots slots
+// (entries of 16 bytes, one per one or more segments). A segment is an
+// open-addressing table with linear probing on the low bits of the hash;
+// deletion shifts later entries back (no tombstones), so probe lengths
+// stay short under churn. A segment that reaches its load splits alone,
+// in place, by the next bit of the hash: the elements with that bit set
+// move to a new segment, the rest stay (re-seated where the leavers left
+// holes), and both are one level deeper; the directory doubles when that
+// exceeds its depth, which copies entries only. Two buddy segments (same
+// local depth, differing in its last bit) merge once they hold at most a
+// quarter of a segment together, and the directory halves when no segment
+// needs its last bit. So no Insert or Delete moves more than
+// segSlots*maxLoad/8+1 elements (a split: about 0.1 ms, BenchmarkTableSplit),
+// however large the table, and no allocation is larger than one segment
+// or the directory: the router's lock is never held for a rehash of
+// everything. A caller can even allocate the next split's segment before
+// taking its lock (NewSegment, WantsSegment, Give).
 //
 // While the table fits in one segment, that segment grows by doubling from
 // minSlots and shrinks back (to shrinkFloor) the same way, so a small
-// table costs little memory.
+// table costs little memory, and its operations read no directory (lone).
 package table
 
 import (
@@ -37,9 +41,9 @@ import (
 	"iter"
 )
 
-// segSlots is the most slots a segment has (64 KiB of slots): the bound on
-// the elements an operation moves, and small enough to move in tens of
-// microseconds.
+// segSlots is the most slots a segment has (64 KiB of slots): it bounds
+// the elements an operation moves, and the directory of 10M elements has
+// about 8,192 entries.
 const segSlots = 1 << 12
 
 // maxLoad is the fill, in eighths, past which a segment doubles (while it
@@ -284,7 +288,7 @@ func (seg *Segment[V]) reseat(e int) {
 }
 
 // double doubles the directory: entry i becomes entries 2i and 2i+1. It
-// copies one pointer per entry, one per several thousand elements.
+// copies entries only (16 bytes each; at 10M elements, 8,192 of them).
 func (t *Table[V]) double() {
 	dir := make([]entry[V], 2*len(t.dir))
 	for i, e := range t.dir {

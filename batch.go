@@ -44,10 +44,12 @@ func (r *Router[T]) EnqueueMany(jobs []JobSpec[T]) (duplicates []int, err error)
 	}
 	// The batch's records, allocated before taking the lock.
 	records := makeBlocks[job[T]](len(jobs))
+	grow := r.prealloc() // the same, for the index and the ready queue (reserve.go)
 	now, err := r.lockOpen(true, nil)
 	if err != nil {
 		return nil, err
 	}
+	r.stock(grow)
 	if c := r.opts.Capacity; c > 0 {
 		if fresh := r.freshJobs(jobs, specs); r.unfinished()+fresh > c {
 			r.unlockAndDeliver()
@@ -66,6 +68,7 @@ func (r *Router[T]) EnqueueMany(jobs []JobSpec[T]) (duplicates []int, err error)
 		}
 		r.insert(id, jobs[i].Payload, &specs[i], pos, now, records.at(i))
 	}
+	r.noteWants()
 	r.unlockAndDeliver()
 	return duplicates, nil
 }

@@ -22,6 +22,9 @@ const idleKeep = 1024
 // not depend on them.
 func (r *Router[T]) unlockAndDeliver() {
 	wake := (len(r.outbox) > 0 || r.phase == phaseClosed) && r.handOff()
+	if r.hooks != nil && r.hooks.Unlocking != nil {
+		r.hooks.Unlocking()
+	}
 	r.mu.Unlock()
 	if wake {
 		select {

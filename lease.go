@@ -203,6 +203,9 @@ func (l *Lease[T]) Release() error {
 // held, the *LeaseLostError (counted and reported as holding does).
 func (l *Lease[T]) lock() (j *job[T], now int64, err error) {
 	l.r.mu.Lock()
+	if h := l.r.hooks; h != nil && h.Locked != nil {
+		h.Locked()
+	}
 	return l.check()
 }
 

@@ -26,14 +26,16 @@ const (
 // concurrent use. T is the payload type; payloads are stored as given.
 //
 // A Router guards all its state with one mutex, held only for short,
-// non-blocking work: O(log n) heap operations per transition, and never
-// user code. One background goroutine, the reaper, makes expiries and
-// scheduled jobs visible at their instant; correctness never depends on
-// it, because every call first settles what is due. A second, started only
-// when Options.OnEvent or Options.Logger is set, delivers events. Its
-// memory follows the live jobs: after a burst drains, the ID index and the
-// queues shrink (with hysteresis, so a steady load never resizes them back
-// and forth).
+// non-blocking work: O(log n) heap operations per transition, bounded
+// growth steps, and never user code. One background goroutine, the
+// reaper, makes expiries and scheduled jobs visible at their instant;
+// correctness never depends on it, because every call first settles what
+// is due. A second, started only when Options.OnEvent or Options.Logger
+// is set, delivers events. The ID
+// index and the queues grow and shrink in steps of at most a few thousand
+// elements, so no call holds the lock for a resize of everything, and
+// memory follows the live jobs: after a burst drains they shrink (with
+// hysteresis, so a steady load never resizes them back and forth).
 type Router[T any] struct {
 	opts    Options
 	epoch   time.Time     // monotonic origin of the int64 times in job
@@ -77,6 +79,7 @@ type Router[T any] struct {
 	flush   chan struct{} // closed when flushAt events are delivered; nil unless Flush waits
 	flushAt uint64
 	dl      *delivery // nil without hooks
+	grow    growHint  // what the ID index and the ready queue want for their next growth step (reserve.go)
 }
 
 // New returns a running Router. Zero Options fields get their defaults; a
@@ -120,6 +123,9 @@ func New[T any](opts Options) (*Router[T], error) {
 // or, with r.mu released, ErrClosed or errDone.
 func (r *Router[T]) lockOpen(room bool, done <-chan struct{}) (now int64, err error) {
 	r.mu.Lock()
+	if r.hooks != nil && r.hooks.Locked != nil {
+		r.hooks.Locked()
+	}
 	if r.phase != phaseOpen {
 		r.unlockAndDeliver()
 		return 0, ErrClosed
@@ -167,10 +173,12 @@ func (r *Router[T]) Enqueue(id string, payload T, opts ...EnqueueOption) error {
 	if err := r.parseJob(&spec, id, opts); err != nil {
 		return err
 	}
+	j, grow := new(job[T]), r.prealloc() // before the lock (reserve.go)
 	now, err := r.lockOpen(true, nil)
 	if err != nil {
 		return err
 	}
+	r.stock(grow)
 	known, pos := r.jobs.Find(id, spec.hash)
 	if known != nil {
 		r.duplicate(id, known, now)
@@ -181,7 +189,8 @@ func (r *Router[T]) Enqueue(id string, payload T, opts ...EnqueueOption) error {
 		r.unlockAndDeliver()
 		return fmt.Errorf("%w: %d unfinished jobs", ErrFull, c)
 	}
-	r.insert(id, payload, &spec, pos, now, nil)
+	r.insert(id, payload, &spec, pos, now, j)
+	r.noteWants()
 	r.unlockAndDeliver()
 	return nil
 }
@@ -212,11 +221,12 @@ func (r *Router[T]) TryAcquire(workerID string) (*Lease[T], error) {
 	if err := ValidateWorkerID(workerID); err != nil {
 		return nil, err
 	}
+	l := new(Lease[T]) // before the lock (reserve.go); garbage if no job is ready
 	now, err := r.lockOpen(true, nil)
 	if err != nil {
 		return nil, err
 	}
-	l, err := r.grant(workerID, now, nil, nil)
+	l, err = r.grant(workerID, now, l, nil)
 	r.unlockAndDeliver()
 	return l, err
 }
@@ -238,8 +248,9 @@ func (r *Router[T]) Acquire(ctx context.Context, workerID string) (*Lease[T], er
 		return nil, err
 	}
 	var l *Lease[T]
+	fresh := new(Lease[T]) // before the lock (reserve.go); filled only when granted
 	err := r.await(ctx, func(now int64) (err error) {
-		l, err = r.grant(workerID, now, nil, nil)
+		l, err = r.grant(workerID, now, fresh, nil)
 		return err
 	})
 	return l, err

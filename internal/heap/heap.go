@@ -1,16 +1,43 @@
-// Package heap is an index-addressable binary min-heap.
+// Package heap is an index-addressable binary min-heap, and a priority
+// queue built on it for keys that mostly arrive in order (Queue).
 //
 // Unlike container/heap it is generic and tells every element its position
 // (through the setIndex callback), so an element can be removed or re-ordered
 // in O(log n) by index: the router needs that to move a job between states
 // (a lease extended by a heartbeat, a job canceled while scheduled).
+//
+// Both keep their elements in chunks of at most chunkLen, so that growing
+// and shrinking costs a bounded step at any size: a full heap or ring gains
+// one chunk, never a copy of everything, and no element's position changes
+// because the storage grew (no setIndex sweep, one cache miss per element,
+// under the router's lock). See Heap and Queue for the details.
 package heap
+
+// chunkLen is the number of elements in a full chunk (8 KiB of pointers):
+// the bound on the elements a growth or shrink step moves.
+const (
+	chunkBits = 10
+	chunkLen  = 1 << chunkBits
+	chunkMask = chunkLen - 1
+)
+
+// minChunk is the length of a heap's or ring's first chunk; it doubles up
+// to chunkLen before a second chunk is added, so a small one stays small.
+const minChunk = 16
 
 // Heap is a binary min-heap ordered by less. The zero value is not usable;
 // make one with New. A Heap is not safe for concurrent use: the router guards
 // it with its own lock.
+//
+// Position i is in chunk i/chunkLen. Only the first chunk may be shorter
+// than chunkLen (while it is the only one; it doubles when full). Growing
+// adds a chunk; a last chunk left empty is dropped once the one before it
+// is half empty too, so a load that swings across a chunk boundary does
+// not allocate each time.
 type Heap[E any] struct {
-	items    []E
+	chunks   [][]E
+	n        int
+	moved    int // elements copied by growth since New (for tests)
 	less     func(a, b E) bool
 	setIndex func(e E, i int)
 }
@@ -22,31 +49,54 @@ func New[E any](less func(a, b E) bool, setIndex func(e E, i int)) *Heap[E] {
 }
 
 // Len returns the number of elements.
-func (h *Heap[E]) Len() int { return len(h.items) }
+func (h *Heap[E]) Len() int { return h.n }
+
+// at returns the place of position i (0 <= i < Len).
+func (h *Heap[E]) at(i int) *E { return &h.chunks[i>>chunkBits][i&chunkMask] }
 
 // Peek returns the least element; ok is false when the heap is empty.
 func (h *Heap[E]) Peek() (e E, ok bool) {
-	if len(h.items) == 0 {
+	if h.n == 0 {
 		return e, false
 	}
-	return h.items[0], true
+	return h.chunks[0][0], true
 }
 
 // At returns the element at position i (0 <= i < Len), for audits.
-func (h *Heap[E]) At(i int) E { return h.items[i] }
+func (h *Heap[E]) At(i int) E { return *h.at(i) }
 
-// Push adds e in O(log n).
+// Push adds e in O(log n); growth copies at most chunkLen/2 elements.
 func (h *Heap[E]) Push(e E) {
-	h.items = append(h.items, e)
-	i := len(h.items) - 1
+	i := h.n
+	if k := i >> chunkBits; k == len(h.chunks) || i&chunkMask == len(h.chunks[k]) {
+		h.grow()
+	}
+	*h.at(i) = e
+	h.n++
 	h.setIndex(e, i)
 	h.up(i)
+}
+
+// grow makes room for position h.n: the first chunk doubles while it is
+// short, else a chunk is added.
+func (h *Heap[E]) grow() {
+	if h.n>>chunkBits < len(h.chunks) { // the first chunk is full and short
+		c := make([]E, 2*len(h.chunks[0]))
+		h.moved += copy(c, h.chunks[0])
+		h.chunks[0] = c
+		return
+	}
+	size := chunkLen
+	if len(h.chunks) == 0 {
+		size = minChunk
+	}
+	h.chunks = append(h.chunks, make([]E, size))
 }
 
 // Pop removes and returns the least element in O(log n); ok is false when
 // the heap is empty.
 func (h *Heap[E]) Pop() (e E, ok bool) {
-	if len(h.items) == 0 {
+	if h.n == 0 {
 		return e, false
 	}
 	return h.Remove(0), true
@@ -54,20 +104,34 @@ func (h *Heap[E]) Pop() (e E, ok bool) {
 
 // Remove removes and returns the element at position i in O(log n).
 func (h *Heap[E]) Remove(i int) E {
-	n := len(h.items) - 1
-	e := h.items[i]
+	n := h.n - 1
+	e := *h.at(i)
 	if i != n {
 		h.swap(i, n)
 	}
 	var zero E
-	h.items[n] = zero // drop the reference so the element can be collected
-	h.items = h.items[:n]
-	h.items = shrink(h.items)
+	*h.at(n) = zero // drop the reference so the element can be collected
+	h.n = n
+	if k := len(h.chunks) - 1; k > 0 && n <= k<<chunkBits-chunkLen/2 {
+		h.shrink()
+	}
 	if i != n && !h.down(i) {
 		h.up(i)
 	}
 	h.setIndex(e, -1)
 	return e
+}
+
+// shrink drops the last chunk, empty while the one before it is at most
+// half full, so memory follows the elements after a burst; the directory
+// of chunks is reallocated once it is mostly unused.
+func (h *Heap[E]) shrink() {
+	k := len(h.chunks) - 1
+	h.chunks[k] = nil
+	h.chunks = h.chunks[:k]
+	if c := cap(h.chunks); c > 64 && k <= c/4 {
+		h.chunks = append([][]E(nil), h.chunks...)
+	}
 }
 
 // Fix restores the order after the element at position i changed its key.
@@ -80,49 +144,41 @@ func (h *Heap[E]) Fix(i int) {
 // Valid reports whether every parent is not greater than its children and
 // every element knows its own position (checked with index), for audits.
 func (h *Heap[E]) Valid(index func(E) int) bool {
-	for i, e := range h.items {
+	for i := range h.n {
+		e := *h.at(i)
 		if index(e) != i {
 			return false
 		}
-		if i > 0 && h.less(e, h.items[(i-1)/2]) {
+		if i > 0 && h.less(e, *h.at((i - 1) / 2)) {
 			return false
 		}
 	}
 	return true
 }
 
+// Moved returns the number of elements copied by growth since New, for
+// tests and benchmarks of the work growth costs.
+func (h *Heap[E]) Moved() int { return h.moved }
+
 // Cap returns the capacity of the heap's memory, for tests of memory use.
-func (h *Heap[E]) Cap() int { return cap(h.items) }
-
-// minCap is the capacity below which a slice is never shrunk (8 KiB of
-// pointers): memory that matters comes back after a burst, while a load
-// that swings between empty and a few hundred elements (Run's batches of
-// leases) keeps its memory instead of reallocating it on every swing.
-const minCap = 1024
-
-// shrink returns s in half its capacity once it is at most a quarter full,
-// so memory follows the elements after a burst; append doubles it again,
-// and the gap between a quarter and full is the hysteresis that keeps a
-// steady load from reallocating.
-func shrink[E any](s []E) []E {
-	if c := cap(s); c > minCap && len(s) <= c/4 {
-		t := make([]E, len(s), c/2)
-		copy(t, s)
-		return t
+func (h *Heap[E]) Cap() int {
+	if len(h.chunks) == 0 {
+		return 0
 	}
-	return s
+	return len(h.chunks[0]) + (len(h.chunks)-1)*chunkLen
 }
 
 func (h *Heap[E]) swap(i, j int) {
-	h.items[i], h.items[j] = h.items[j], h.items[i]
-	h.setIndex(h.items[i], i)
-	h.setIndex(h.items[j], j)
+	a, b := h.at(i), h.at(j)
+	*a, *b = *b, *a
+	h.setIndex(*a, i)
+	h.setIndex(*b, j)
 }
 
 func (h *Heap[E]) up(j int) {
 	for j > 0 {
 		i := (j - 1) / 2
-		if !h.less(h.items[j], h.items[i]) {
+		if !h.less(*h.at(j), *h.at(i)) {
 			break
 		}
 		h.swap(i, j)
@@ -132,17 +188,17 @@ func (h *Heap[E]) up(j int) {
 
 // down sifts the element at i0 down and reports whether it moved.
 func (h *Heap[E]) down(i0 int) bool {
-	n := len(h.items)
+	n := h.n
 	i := i0
 	for {
 		j := 2*i + 1
 		if j >= n || j < 0 {
 			break
 		}
-		if r := j + 1; r < n && h.less(h.items[r], h.items[j]) {
+		if r := j + 1; r < n && h.less(*h.at(r), *h.at(j)) {
 			j = r
 		}
-		if !h.less(h.items[j], h.items[i]) {
+		if !h.less(*h.at(j), *h.at(i)) {
 			break
 		}
 		h.swap(i, j)

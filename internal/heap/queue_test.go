@@ -137,7 +137,7 @@ func TestQueueAndHeapShrinkAfterBurst(t *testing.T) {
 	for q.Len() > 5 {
 		q.Pop()
 	}
-	require.LessOrEqual(t, q.Cap(), 2*minCap, "5 elements left")
+	require.LessOrEqual(t, q.Cap(), 2*chunkLen, "5 elements left")
 	require.True(t, q.Valid(func(e *item) int { return e.idx }))
 
 	size := q.Cap()

@@ -10,4 +10,14 @@ type Hooks struct {
 	// router's lock released, so a test can land a heartbeat, completion
 	// or acquire in between. The reaper re-checks after the hook returns.
 	ReaperChose func(jobID string, token uint64)
+
+	// Locked and Unlocking, if set, are called with the router's lock
+	// held: Locked just after a call that needs the router open (Enqueue,
+	// TryAcquire, Acquire, Cancel and their batch forms) or a lease
+	// operation (Lease.lock) takes the lock, and Unlocking just before any
+	// call releases it through unlockAndDeliver, also after acquisitions
+	// Locked did not see (the reaper's, Get's). With them a test measures
+	// how long the lock is held (without OnEvent: awaitRoom releases the
+	// lock without Unlocking). They must not call into the Router.
+	Locked, Unlocking func()
 }

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package leaserouter
+
+func threadUsage() threadUse { return threadUse{} }
+
+const haveThreadUsage = false

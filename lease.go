@@ -137,7 +137,7 @@ func (l *Lease[T]) Fail(cause error) error {
 	// cause's Error, Unwrap and As are user code: read here, recovered and
 	// before taking the lock, never under it. A cause whose Error()
 	// panics travels on as a *usercode.Safe saying so.
-	cause, text := usercode.Error(cause)
+	text, cause := usercode.Error(cause)
 	permanent := IsPermanent(cause)
 	r := l.r
 	// Backoff is user code: called before taking the lock, never under it.

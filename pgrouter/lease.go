@@ -403,7 +403,7 @@ func (l *Lease[T]) Fail(ctx context.Context, cause error) error {
 	// core (a typed nil error fails the attempt, saying Error() panicked).
 	// The text goes into a text column, which takes neither NUL nor
 	// invalid UTF-8.
-	cause, text := usercode.Error(cause)
+	text, cause := usercode.Error(cause)
 	text = strings.ToValidUTF8(strings.ReplaceAll(text, "\x00", "\uFFFD"), "\uFFFD")
 	r := l.r
 	backoff := r.backoff(l.Attempt)

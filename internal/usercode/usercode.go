@@ -53,12 +53,12 @@ func (e *Safe) Error() string { return e.Text }
 // Unwrap returns Err.
 func (e *Safe) Unwrap() error { return e.Err }
 
-// Error returns err with an Error() that cannot panic, and its text: err
-// itself when its Error() returns, a *Safe wrapping it when it panics.
-func Error(err error) (safe error, text string) {
+// Error returns err's text and err with an Error() that cannot panic:
+// err itself when its Error() returns, a *Safe wrapping it when it panics.
+func Error(err error) (text string, safe error) {
 	text, panicked := ErrorText(err)
 	if panicked {
-		return &Safe{Err: err, Text: text}, text
+		return text, &Safe{Err: err, Text: text}
 	}
-	return err, text
+	return text, err
 }

@@ -196,24 +196,29 @@ func TestRunCancelsHandlerWhenLeaseUnproven(t *testing.T) {
 // TestRunHeartbeatConnectionReplacedAfterRestart: the heartbeat
 // goroutine's own connection dies with a server restart and is made again
 // even while no handler runs, so a finished job left to the heartbeat is
-// completed: it never runs twice.
+// completed: it never runs twice. The lease (8s) outlasts a restart on a
+// busy machine by far, so the test depends on what the Router does, not on
+// how fast the server comes back: without a new connection the finished
+// job would wait for its expiry and run again (attempt 2).
 func TestRunHeartbeatConnectionReplacedAfterRestart(t *testing.T) {
 	c := pgtest.NewCluster(t)
 	db := c.Pool(t)
-	r := routerOn[int](t, db, pgrouter.Options{LeaseDuration: 2 * time.Second, PollInterval: 100 * time.Millisecond})
+	r := routerOn[int](t, db, pgrouter.Options{LeaseDuration: 8 * time.Second, PollInterval: 100 * time.Millisecond})
 	ctx := t.Context()
 	require.NoError(t, r.Enqueue(ctx, "a", 1))
 	var runs atomic.Int64
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
+	restarted := make(chan struct{})
 	go func() {
 		done <- r.Run(rctx, leaserouter.WorkerOptions{Workers: 1, HeartbeatInterval: 100 * time.Millisecond},
 			func(hctx context.Context, l *pgrouter.Lease[int]) error {
 				if runs.Add(1) == 1 {
-					time.Sleep(300 * time.Millisecond) // a few heartbeat rounds: the Run's own connection exists
+					time.Sleep(300 * time.Millisecond) // a few heartbeat rounds on the Run's own connection
 					require.NoError(t, c.Stop(false))
 					go func() {
+						defer close(restarted)
 						time.Sleep(700 * time.Millisecond)
 						require.NoError(t, c.Start(context.Background()))
 					}()
@@ -221,12 +226,17 @@ func TestRunHeartbeatConnectionReplacedAfterRestart(t *testing.T) {
 				return nil
 			})
 	}()
-	time.Sleep(5 * time.Second) // real time: the finished job's lease would have expired by far
+	<-restarted
+	eventually(t, 30*time.Second, "the finished job completed after the restart", func() bool {
+		j, _, err := r.Get(ctx, "a")
+		return err == nil && j.State == leaserouter.StateSucceeded
+	})
 	cancel()
 	require.NoError(t, <-done)
 	j, _, err := r.Get(ctx, "a")
 	require.NoError(t, err)
 	t.Logf("job a: %v, attempt %d; handler ran %d times", j.State, j.Attempt, runs.Load())
+	require.Equal(t, 1, j.Attempt, "completed on its first lease")
 	require.EqualValues(t, 1, runs.Load(), "the job finished once, before its lease's end")
 }
 

@@ -148,6 +148,9 @@ func (l *Lease[T]) Fail(cause error) error {
 		delay, panicked = r.backoff(l.Attempt)
 	}
 	r.mu.Lock()
+	if h := r.hooks; h != nil && h.Locked != nil {
+		h.Locked() // as Lease.lock does: the lock-hold tests see Fail's holds too
+	}
 	// Reported before the check, so the report comes before anything the
 	// check emits (settled expiries, stale_rejected).
 	if panicked != nil && (r.phase == phaseClosed || !r.reportPanic(panicked, l.JobID)) {

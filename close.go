@@ -59,7 +59,7 @@ func (r *Router[T]) Close(ctx context.Context) error {
 	close(r.closing)
 	r.waiters = nil // each waiter sees r.closing
 	var err error
-	r.settle(r.now(), -1) // a lease past its expiry is not one to drain
+	r.settleNow() // a lease past its expiry is not one to drain
 	if r.counts[StateLeased] > 0 {
 		r.drained = make(chan struct{})
 		drained := r.drained
@@ -100,7 +100,9 @@ func (r *Router[T]) Close(ctx context.Context) error {
 // caller holds r.mu.
 func (r *Router[T]) revoke(limit int) (more bool) {
 	now := r.now()
-	r.settle(now, -1)
+	if r.settle(now, limit) {
+		return true // a batch of expiries settled: the revocations in the next hold
+	}
 	for range limit {
 		j, ok := r.leases.Peek()
 		if !ok {

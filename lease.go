@@ -212,9 +212,11 @@ func (l *Lease[T]) lock() (j *job[T], now int64, err error) {
 	return l.check()
 }
 
-// check is lock's second half, for a caller that already holds r.mu.
+// check is lock's second half, for a caller that already holds r.mu
+// (which settleNow may release and take again while a mass expiry is
+// settled a batch at a time).
 func (l *Lease[T]) check() (j *job[T], now int64, err error) {
-	now = l.r.now()
+	now = l.r.settleNow()
 	j, err = l.r.holding(l, now)
 	return j, now, err
 }
@@ -229,13 +231,10 @@ func (r *Router[T]) valid(l *Lease[T]) bool { return l.j.state == StateLeased &&
 // grant, so pointer identity is token identity).
 func isCurrent[T any](j *job[T], l *Lease[T]) bool { return j.lease == l }
 
-// holding settles what is due and returns l's job if l is still valid.
-// Otherwise it counts and reports the refusal and returns a
-// *LeaseLostError. The caller holds r.mu.
+// holding returns l's job if l is still valid. Otherwise it counts and
+// reports the refusal and returns a *LeaseLostError. The caller holds r.mu
+// and has settled what is due at now (settleNow).
 func (r *Router[T]) holding(l *Lease[T], now int64) (*job[T], error) {
-	if r.phase != phaseClosed {
-		r.settle(now, -1)
-	}
 	if r.valid(l) {
 		return l.j, nil
 	}

@@ -5,10 +5,14 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/leaserouter/leaserouter/internal/hook"
 )
@@ -328,4 +332,44 @@ func TestLockHeldForBoundedWorkAtAnySize(t *testing.T) {
 	if s.mostMoved < 1000 || s.mostMoved > 4096 {
 		t.Fatalf("a hold moved %d elements", s.mostMoved)
 	}
+}
+
+// TestLockHeldBriefAfterMassExpiry: 20,000 leases expire at once while
+// the reaper is held up (a test hook parks it), so the next calls find
+// them all due. Each hold of the lock settles at most reapBatch of them
+// (counted between consecutive releases), yet every call still sees the
+// state at its instant: the heartbeat of a lease that expired is refused,
+// and every job is pending again. (Before, the first call settled all
+// 20,000 in one hold.)
+func TestLockHeldBriefAfterMassExpiry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const n = 20_000
+		r, err := New[int](Options{LeaseDuration: time.Second, Retention: -1})
+		require.NoError(t, err)
+		release := make(chan struct{})
+		var last, most uint64
+		SetHooks(r, &hook.Hooks{
+			ReaperChose: func(string, uint64) { <-release },
+			Unlocking: func() { // r.mu held: the counts are safe to read
+				e := r.stats.Expirations
+				most = max(most, e-last)
+				last = e
+			},
+		})
+		var ls []*Lease[int]
+		for i := range n {
+			require.NoError(t, r.Enqueue(strconv.Itoa(i), i))
+			l, err := r.TryAcquire("w")
+			require.NoError(t, err)
+			ls = append(ls, l)
+		}
+		time.Sleep(2 * time.Second) // every lease expired; the reaper is parked in its hook
+		err = ls[n-1].Heartbeat(nil)
+		require.ErrorIs(t, err, ErrLeaseLost, "expired at its instant, whatever the reaper does")
+		require.Equal(t, n, r.Stats().Pending)
+		require.EqualValues(t, n, r.Stats().Expirations)
+		require.LessOrEqual(t, most, uint64(reapBatch), "expiries settled in one hold of the lock")
+		close(release)
+		require.NoError(t, r.Close(t.Context()))
+	})
 }

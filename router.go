@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -136,20 +137,35 @@ func (r *Router[T]) lockOpen(room bool, done <-chan struct{}) (now int64, err er
 			return 0, err
 		}
 	}
-	now = r.now()
-	r.settle(now, -1)
+	now = r.settleNow()
+	if r.phase != phaseOpen { // Close began while settleNow released the lock
+		r.unlockAndDeliver()
+		return 0, ErrClosed
+	}
 	return now, nil
 }
 
 // settleNow reads the clock and settles what is due at that instant,
 // unless the Router is closed (its state is then frozen), and returns the
-// instant. The caller holds r.mu.
+// instant. The caller holds r.mu, which settleNow may release and take
+// again (so the caller must rely on nothing it read before): when more
+// than reapBatch items are due — a mass expiry the reaper has not caught
+// up with — it settles them a batch per hold of the lock, as the reaper
+// does, earliest first, then reads the clock again, so that no call holds
+// the lock for all of them.
 func (r *Router[T]) settleNow() int64 {
-	now := r.now()
-	if r.phase != phaseClosed {
-		r.settle(now, -1)
+	for {
+		now := r.now()
+		if r.phase == phaseClosed || !r.settle(now, reapBatch) {
+			return now
+		}
+		r.unlockAndDeliver()
+		runtime.Gosched()
+		r.mu.Lock()
+		if h := r.hooks; h != nil && h.Locked != nil {
+			h.Locked()
+		}
 	}
-	return now
 }
 
 // now is the router's clock: nanoseconds since epoch on the monotonic

@@ -342,6 +342,27 @@ func ValidateWorkerID(id string) error {
 // nothing does ("" itself passes). The length is checked first, so a huge
 // s costs nothing more.
 func idProblem(s string) string {
+	// The common ID is short ASCII: one pass over its bytes says it is
+	// fine, without IndexByte's and ValidString's calls (Enqueue and
+	// TryAcquire pay this on every call).
+	if len(s) <= MaxIDBytes {
+		ok := true
+		for i := 0; i < len(s); i++ {
+			if c := s[i]; c == 0 || c >= utf8.RuneSelf {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return ""
+		}
+	}
+	return idProblemSlow(s)
+}
+
+// idProblemSlow is idProblem for an ID that is long, holds NUL or is not
+// ASCII.
+func idProblemSlow(s string) string {
 	if len(s) > MaxIDBytes {
 		return fmt.Sprintf("%s is %d bytes, above MaxIDBytes (%d)", quoteID(s), len(s), MaxIDBytes)
 	}

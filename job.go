@@ -316,6 +316,14 @@ const MaxIDBytes = 1024
 // for callers checking IDs before they reach a router. It is cheap (one
 // pass over at most MaxIDBytes bytes) and safe for concurrent use.
 func ValidateID(id string) error {
+	if id != "" && plainID(id) {
+		return nil
+	}
+	return invalidID(id)
+}
+
+// invalidID is ValidateID for an id plainID did not pass.
+func invalidID(id string) error {
 	if id == "" {
 		return fmt.Errorf("%w: empty ID", ErrInvalidJob)
 	}
@@ -332,37 +340,41 @@ func ValidateID(id string) error {
 // workerID before anything else; exported for routers built on this
 // package's contract (pgrouter). Safe for concurrent use.
 func ValidateWorkerID(id string) error {
+	if plainID(id) {
+		return nil
+	}
+	return invalidWorkerID(id)
+}
+
+// invalidWorkerID is ValidateWorkerID for an id plainID did not pass.
+func invalidWorkerID(id string) error {
 	if p := idProblem(id); p != "" {
 		return fmt.Errorf("%w: worker ID %s", ErrInvalidOptions, p)
 	}
 	return nil
 }
 
+// plainID reports whether s is at most MaxIDBytes of ASCII without NUL:
+// the common ID, which passes the rule after one comparison per byte
+// (Enqueue and TryAcquire pay this on every call, so it is small enough
+// to be inlined). False says nothing: idProblem tells.
+func plainID(s string) bool {
+	if len(s) > MaxIDBytes {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		// NUL wraps around to 0xff; 0x80 and above stay at 0x7f or above.
+		if s[i]-1 >= utf8.RuneSelf-1 {
+			return false
+		}
+	}
+	return true
+}
+
 // idProblem says what breaks the rule for IDs in s, quoting s, or "" if
 // nothing does ("" itself passes). The length is checked first, so a huge
 // s costs nothing more.
 func idProblem(s string) string {
-	// The common ID is short ASCII: one pass over its bytes says it is
-	// fine, without IndexByte's and ValidString's calls (Enqueue and
-	// TryAcquire pay this on every call).
-	if len(s) <= MaxIDBytes {
-		ok := true
-		for i := 0; i < len(s); i++ {
-			if c := s[i]; c == 0 || c >= utf8.RuneSelf {
-				ok = false
-				break
-			}
-		}
-		if ok {
-			return ""
-		}
-	}
-	return idProblemSlow(s)
-}
-
-// idProblemSlow is idProblem for an ID that is long, holds NUL or is not
-// ASCII.
-func idProblemSlow(s string) string {
 	if len(s) > MaxIDBytes {
 		return fmt.Sprintf("%s is %d bytes, above MaxIDBytes (%d)", quoteID(s), len(s), MaxIDBytes)
 	}

@@ -3,6 +3,7 @@ package leaserouter_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -184,4 +185,37 @@ func TestReadEnqueueOptions(t *testing.T) {
 		_, err := leaserouter.ReadEnqueueOptions(bad.id, bad.opts)
 		require.ErrorIs(t, err, leaserouter.ErrInvalidJob)
 	}
+}
+
+// TestValidateIDEveryByte: the rule for IDs at each single byte, so the
+// fast path for ASCII (one comparison per byte) is checked at its edges:
+// 0x01-0x7f pass, NUL and every byte 0x80-0xff (alone, never valid UTF-8)
+// are refused with the problem named; a long ASCII ID and a multi-byte
+// rune take the slow path and pass, as does the longest ID.
+func TestValidateIDEveryByte(t *testing.T) {
+	for b := range 256 {
+		id := "id" + string([]byte{byte(b)}) + "x"
+		err, werr := leaserouter.ValidateID(id), leaserouter.ValidateWorkerID(id)
+		switch {
+		case b == 0:
+			require.ErrorIs(t, err, leaserouter.ErrInvalidJob)
+			require.ErrorContains(t, err, "holds NUL at byte 2")
+			require.ErrorIs(t, werr, leaserouter.ErrInvalidOptions)
+			require.ErrorContains(t, werr, "holds NUL at byte 2")
+		case b >= 0x80:
+			require.ErrorIs(t, err, leaserouter.ErrInvalidJob, "byte %#x", b)
+			require.ErrorContains(t, err, "not valid UTF-8 at byte 2", "byte %#x", b)
+			require.ErrorIs(t, werr, leaserouter.ErrInvalidOptions, "byte %#x", b)
+		default:
+			require.NoError(t, err, "byte %#x", b)
+			require.NoError(t, werr, "byte %#x", b)
+		}
+	}
+	for _, id := range []string{"é", "ключ-42", "🚀", strings.Repeat("a", leaserouter.MaxIDBytes), strings.Repeat("é", leaserouter.MaxIDBytes/2)} {
+		require.NoError(t, leaserouter.ValidateID(id), "%.40q", id)
+		require.NoError(t, leaserouter.ValidateWorkerID(id), "%.40q", id)
+	}
+	require.ErrorContains(t, leaserouter.ValidateID(strings.Repeat("a", leaserouter.MaxIDBytes+1)), "above MaxIDBytes")
+	require.ErrorContains(t, leaserouter.ValidateID(""), "empty ID")
+	require.NoError(t, leaserouter.ValidateWorkerID(""))
 }

@@ -108,10 +108,7 @@ func (r *Router[T]) revoke(limit int) (more bool) {
 		if !ok {
 			return false
 		}
-		l := j.lease
-		r.endLease(j, endRevoked, true)
-		setHeld(r.emit(EventReleased, now, j, l, l.Token, ErrClosed), l.granted, now)
-		r.makeReady(j, now)
+		r.revokeLease(j, now)
 	}
 	return r.leases.Len() > 0
 }

@@ -19,7 +19,7 @@ const (
 	EventLeaseExtended                       // a heartbeat extended a lease
 	EventLeaseExpired                        // a lease expired; Time is its expiry instant
 	EventCompleted                           // the job succeeded
-	EventFailed                              // the holder called Fail: one failed attempt (dead is EventDead, StateFailed); Err is the cause
+	EventFailed                              // one failed attempt (Lease.Fail, or a Run handler's error or panic), not a dead job: StateFailed and Stats.Failed mean dead (no attempts left, or a Permanent error), announced by EventDead; Err is the attempt's cause
 	EventRetryScheduled                      // a failed job will be retried after its backoff
 	EventDead                                // the job is dead: it reached StateFailed (Stats.Failed, Stats.Dead); Err is its last error
 	EventStaleRejected                       // an operation on a lost lease was refused; Token is the lease's

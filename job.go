@@ -21,7 +21,7 @@ const (
 	StateScheduled              // waiting for its run-at time (delay or retry backoff)
 	StateLeased                 // held by one worker under a lease
 	StateSucceeded              // terminal: completed by the holder of a valid lease
-	StateFailed                 // terminal: attempts exhausted or permanent failure (dead, EventDead); EventFailed is one failed attempt
+	StateFailed                 // terminal: dead, with no attempts left or after a Permanent error (EventDead); one failed attempt is EventFailed, after which a job with attempts left is scheduled or pending again
 	StateCanceled               // terminal: canceled by Router.Cancel
 	numStates
 	stateNew = numStates // a job being enqueued, before its first state

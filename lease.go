@@ -163,16 +163,7 @@ func (l *Lease[T]) Fail(cause error) error {
 		r.unlockAndDeliver()
 		return err
 	}
-	j.lastErr = text
-	r.endLease(j, endFailed, false)
-	setHeld(r.emit(EventFailed, now, j, l, l.Token, cause), l.granted, now)
-	if permanent || j.attempt >= j.maxAtt {
-		r.kill(j, now)
-	} else {
-		r.stats.Retries++
-		r.schedule(j, addSat(now, max(delay, 0)), now)
-		r.emit(EventRetryScheduled, now, j, l, l.Token, nil)
-	}
+	r.fail(j, l, now, text, cause, permanent, delay)
 	r.unlockAndDeliver()
 	return nil
 }
@@ -192,11 +183,7 @@ func (r *Router[T]) backoff(attempt int) (d time.Duration, panicked error) {
 // the lease is no longer valid, changing nothing. Like Heartbeat, it
 // blocks only on the router's lock, accepted or refused.
 func (l *Lease[T]) Release() error {
-	return l.end(func(r *Router[T], j *job[T], now int64) {
-		r.endLease(j, endReleased, false)
-		setHeld(r.emit(EventReleased, now, j, l, l.Token, nil), l.granted, now)
-		r.requeue(j, now, now)
-	})
+	return l.end(func(r *Router[T], j *job[T], now int64) { r.release(j, l, now) })
 }
 
 // lock begins an operation on l: it takes r.mu, settles what is due at
@@ -275,25 +262,6 @@ func (r *Router[T]) lostError(l *Lease[T]) *LeaseLostError {
 		e.Current = cur.token
 	}
 	return e
-}
-
-// endLease ends j's current lease: it leaves the lease heap and, when the
-// holder did not end it itself (notify), every context watching the lease
-// (Run's handler context, KeepAlive's) is canceled with a *LeaseLostError.
-// The caller holds r.mu and
-// moves j to its next state at once.
-func (r *Router[T]) endLease(j *job[T], why endReason, notify bool) {
-	r.leases.Remove(int(j.hidx))
-	j.ended = why
-	l := j.lease
-	j.lease = nil
-	if notify && l.lost != nil {
-		// Canceling a context runs no user code synchronously (AfterFunc
-		// callbacks get goroutines of their own), so it is safe under r.mu,
-		// and doing it here makes the loss visible at once.
-		l.lost.leaseLost(r.lostError(l))
-	}
-	l.lost = nil
 }
 
 // lostWatcher is told, once, when a lease is lost against its holder's

@@ -38,10 +38,12 @@ func DefaultBackoff(attempt int) time.Duration {
 // Options configure a Router. The zero value is valid: every zero field
 // gets its default.
 type Options struct {
-	// LeaseDuration is how long a lease lasts without a heartbeat.
-	// Default DefaultLeaseDuration (30s); negative is invalid. Choose it
-	// above the worst pause a healthy worker can have between heartbeats
-	// (GC, slow calls), not from the average job length.
+	// LeaseDuration is how long a lease lasts without a heartbeat: the
+	// visibility timeout of SQS and other queues, after which a job its
+	// worker neither finished nor extended goes to another. Default
+	// DefaultLeaseDuration (30s); negative is invalid. Choose it above the
+	// worst pause a healthy worker can have between heartbeats (GC, slow
+	// calls), not from the average job length.
 	LeaseDuration time.Duration
 	// MaxAttempts is how many attempts (leases granted, less those Run
 	// hands back unstarted) a job may have before it is dead (StateFailed). Default DefaultMaxAttempts (5); negative or above

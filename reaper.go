@@ -146,8 +146,7 @@ func (r *Router[T]) settle(now int64, limit int) (more bool) {
 		case dueExpiry:
 			r.expire(l)
 		case dueRunAt:
-			r.sched.Pop()
-			r.makeReady(s, s.at)
+			r.reachRunAt(s)
 		case duePurge:
 			r.purge(p)
 		}

@@ -382,26 +382,11 @@ func (r *Router[T]) Cancel(id string) error {
 		r.unlockAndDeliver()
 		return fmt.Errorf("%w: %q", ErrNotFound, id)
 	}
-	// The event carries the job's latest token even when it is not leased
-	// (an expired lease settled just now): no event of a job carries a
-	// token older than its latest lease's.
-	switch j.state {
-	case StateLeased:
-		l := j.lease
-		r.endLease(j, endCanceled, true)
-		setHeld(r.emit(EventCanceled, now, j, l, l.Token, nil), l.granted, now)
-	case StatePending, StateScheduled:
-		if j.state == StatePending {
-			r.ready.Remove(int(j.hidx))
-		} else {
-			r.sched.Remove(int(j.hidx))
-		}
-		r.emit(EventCanceled, now, j, nil, j.token, nil)
-	default:
+	if j.state.Terminal() {
 		r.unlockAndDeliver()
 		return nil
 	}
-	r.finish(j, StateCanceled, now)
+	r.cancel(j, now)
 	r.unlockAndDeliver()
 	return nil
 }

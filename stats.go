@@ -12,7 +12,7 @@ type Stats struct {
 	Scheduled int // jobs waiting for their run-at (delay or retry backoff)
 	Leased    int // jobs held under a lease
 	Succeeded int // completed jobs, while retained
-	Failed    int // dead jobs (StateFailed), while retained
+	Failed    int // dead jobs (StateFailed: no attempts left, or a Permanent error), while retained; not failed attempts (EventFailed)
 	Canceled  int // canceled jobs, while retained
 
 	Enqueued          uint64 // jobs accepted by Enqueue

@@ -3,12 +3,29 @@ package leaserouter
 import (
 	"errors"
 	"slices"
+	"time"
 )
 
 // The job state machine: every change of a job's state, in one place.
 // Each function is called with r.mu held, after the caller has settled
 // what is due, and keeps the per-state counts, the heaps and the events in
-// step.
+// step. The callers (lease.go, router.go, close.go, reaper.go, batch.go,
+// worker.go) check and lock; the changes are these:
+//
+//	insert       new -> pending or scheduled (Enqueue)
+//	grant        pending -> leased (Acquire, Run)
+//	complete     leased -> succeeded (Lease.Complete, Run)
+//	fail         leased -> scheduled, pending or failed (Lease.Fail)
+//	release      leased -> pending or failed (Lease.Release)
+//	expire       leased -> pending or failed (the lease's expiry)
+//	handBack     leased -> pending, no attempt counted (Run)
+//	revokeLease  leased -> pending (Close, after draining)
+//	cancel       pending, scheduled or leased -> canceled (Cancel)
+//	reachRunAt   scheduled -> pending (its run-at)
+//	purge        finished -> dropped (Retention)
+//
+// requeue, kill, makeReady, schedule and finish are their common steps;
+// endLease ends a leased job's lease on its way out of StateLeased.
 
 // grant leases the first ready job, or returns ErrNoJob. The Lease is l if
 // not nil (a batch's, allocated outside the lock), else a new one; a
@@ -62,6 +79,33 @@ func (r *Router[T]) complete(j *job[T], l *Lease[T], now int64) {
 	r.finish(j, StateSucceeded, now)
 }
 
+// fail ends l's lease with a failed attempt (Lease.Fail): the job's
+// LastError becomes text and the failed event carries cause; the job is
+// dead if permanent or out of attempts, else scheduled again after delay
+// (pending at once if delay <= 0). The caller holds r.mu and has checked
+// that l is valid.
+func (r *Router[T]) fail(j *job[T], l *Lease[T], now int64, text string, cause error, permanent bool, delay time.Duration) {
+	j.lastErr = text
+	r.endLease(j, endFailed, false)
+	setHeld(r.emit(EventFailed, now, j, l, l.Token, cause), l.granted, now)
+	if permanent || j.attempt >= j.maxAtt {
+		r.kill(j, now)
+	} else {
+		r.stats.Retries++
+		r.schedule(j, addSat(now, max(delay, 0)), now)
+		r.emit(EventRetryScheduled, now, j, l, l.Token, nil)
+	}
+}
+
+// release ends l's lease at its holder's request (Lease.Release): the
+// attempt counts, and the job is pending at once, or dead if it has used
+// all its attempts. The caller holds r.mu and has checked that l is valid.
+func (r *Router[T]) release(j *job[T], l *Lease[T], now int64) {
+	r.endLease(j, endReleased, false)
+	setHeld(r.emit(EventReleased, now, j, l, l.Token, nil), l.granted, now)
+	r.requeue(j, now, now)
+}
+
 // expire ends a lease at its expiry instant, as if at that instant: the
 // job becomes pending with that instant as its ready time, or dead.
 func (r *Router[T]) expire(j *job[T]) {
@@ -89,6 +133,40 @@ func (r *Router[T]) handBack(j *job[T], l *Lease[T], now int64, ready readyAt) {
 		j.ended = endExpired // as before the lease: ready since an expiry
 	}
 	r.makeReady(j, at)
+}
+
+// revokeLease ends a lease Close found still held after draining: the job
+// is pending again at now, with the attempt counted but never dead for it
+// (see Close), its watchers are told, and its event is EventReleased
+// carrying ErrClosed. The caller holds r.mu and has settled at now.
+func (r *Router[T]) revokeLease(j *job[T], now int64) {
+	l := j.lease
+	r.endLease(j, endRevoked, true)
+	setHeld(r.emit(EventReleased, now, j, l, l.Token, ErrClosed), l.granted, now)
+	r.makeReady(j, now)
+}
+
+// cancel makes an unfinished job canceled (Cancel); a leased job's lease
+// is lost at once, its watchers told. The caller holds r.mu, has settled
+// at now and has checked that j is not finished.
+func (r *Router[T]) cancel(j *job[T], now int64) {
+	// The event carries the job's latest token even when it is not leased
+	// (an expired lease settled just now): no event of a job carries a
+	// token older than its latest lease's.
+	switch j.state {
+	case StateLeased:
+		l := j.lease
+		r.endLease(j, endCanceled, true)
+		setHeld(r.emit(EventCanceled, now, j, l, l.Token, nil), l.granted, now)
+	case StatePending, StateScheduled:
+		if j.state == StatePending {
+			r.ready.Remove(int(j.hidx))
+		} else {
+			r.sched.Remove(int(j.hidx))
+		}
+		r.emit(EventCanceled, now, j, nil, j.token, nil)
+	}
+	r.finish(j, StateCanceled, now)
 }
 
 // readyAt is how a pending job was ready: its ready time (never negative
@@ -158,6 +236,13 @@ func (r *Router[T]) schedule(j *job[T], runAt, now int64) {
 	r.arm(runAt)
 }
 
+// reachRunAt makes j, the scheduled job first due (r.sched's head), pending
+// at its run-at, as if at that instant.
+func (r *Router[T]) reachRunAt(j *job[T]) {
+	r.sched.Pop()
+	r.makeReady(j, j.at)
+}
+
 // finish moves j to a terminal state at "at" and into retention, or drops
 // it at once when Retention < 0.
 func (r *Router[T]) finish(j *job[T], s State, at int64) {
@@ -197,6 +282,25 @@ func (r *Router[T]) purge(j *job[T]) {
 	// what the job carried.
 	var zero T
 	j.id, j.payload, j.progress, j.lastErr = "", zero, nil, ""
+}
+
+// endLease ends j's current lease: it leaves the lease heap and, when the
+// holder did not end it itself (notify), every context watching the lease
+// (Run's handler context, KeepAlive's) is canceled with a *LeaseLostError.
+// The caller holds r.mu and
+// moves j to its next state at once.
+func (r *Router[T]) endLease(j *job[T], why endReason, notify bool) {
+	r.leases.Remove(int(j.hidx))
+	j.ended = why
+	l := j.lease
+	j.lease = nil
+	if notify && l.lost != nil {
+		// Canceling a context runs no user code synchronously (AfterFunc
+		// callbacks get goroutines of their own), so it is safe under r.mu,
+		// and doing it here makes the loss visible at once.
+		l.lost.leaseLost(r.lostError(l))
+	}
+	l.lost = nil
 }
 
 // setState moves j to state s, keeping the per-state counts, and closes

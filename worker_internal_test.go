@@ -44,20 +44,44 @@ func TestShare(t *testing.T) {
 }
 
 // TestSpecPoolKeepsNoHugeBatch: EnqueueMany's pool of parsed specs takes
-// back only modest ones, so a huge batch's memory is not kept after it.
+// back modest ones, for the next batch, and only those, so a huge batch's
+// memory is not kept after it. sync.Pool promises nothing, and under -race
+// it drops a quarter of what it is given, at random; so each round asks
+// the pool right after EnqueueMany, on the same goroutine (the pool's
+// per-P slot it has just filled), and the test asserts over many rounds:
+// some round must get a modest batch's specs back (else the pool keeps
+// nothing, and the huge check below would pass without looking), and no
+// round may get a huge batch's.
 func TestSpecPoolKeepsNoHugeBatch(t *testing.T) {
 	r, err := New[int](Options{})
 	require.NoError(t, err)
 	defer r.Close(context.Background())
-	specs := make([]JobSpec[int], 2*maxPooledSpecs)
-	for i := range specs {
-		specs[i].ID = fmt.Sprint(i)
+	batch := func(n int) []JobSpec[int] {
+		specs := make([]JobSpec[int], n)
+		for i := range specs {
+			specs[i].ID = fmt.Sprint(i) // duplicates after the first round: parsed all the same
+		}
+		return specs
 	}
-	_, err = r.EnqueueMany(specs)
-	require.NoError(t, err)
-	sp := specPool.Get().(*[]enqueueSpec)
-	require.LessOrEqual(t, cap(*sp), maxPooledSpecs)
-	specPool.Put(sp)
+	modest, huge := batch(maxPooledSpecs/2), batch(2*maxPooledSpecs)
+	const rounds = 32 // a modest batch's specs all dropped: 4^-32 under -race
+	reused := 0
+	for range rounds {
+		_, err = r.EnqueueMany(modest)
+		require.NoError(t, err)
+		sp := specPool.Get().(*[]enqueueSpec)
+		if cap(*sp) >= len(modest) {
+			reused++
+		}
+		// Not put back: the next round's Get must see only what
+		// EnqueueMany put since.
+
+		_, err = r.EnqueueMany(huge)
+		require.NoError(t, err)
+		sp = specPool.Get().(*[]enqueueSpec)
+		require.LessOrEqual(t, cap(*sp), maxPooledSpecs, "a huge batch's specs came back from the pool")
+	}
+	require.Positive(t, reused, "no modest batch's specs came back from the pool in %d rounds", rounds)
 }
 
 // TestRecordSizes pins the sizes of a job record and a Lease, which

@@ -6,7 +6,7 @@ require (
 	github.com/alitto/pond/v2 v2.7.1
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/leaserouter/leaserouter v0.1.0
-	github.com/leaserouter/leaserouter/pgrouter v0.0.0
+	github.com/leaserouter/leaserouter/pgrouter v0.1.0
 	github.com/riverqueue/river v0.51.1
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.1
 	go.uber.org/goleak v1.3.0

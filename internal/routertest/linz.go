@@ -13,12 +13,16 @@ package routertest
 // every lease they saw, never heartbeating) and an observer (Get). Set R
 // is Run's: an enqueuer feeds it, Run (Batch 1, so every lease it takes
 // reaches a handler) works it, its handlers heartbeat, return nil, an
-// error or a Permanent one, and zombies replay its leases too. Each call
-// is recorded as a porcupine Operation whose Call and Return come from one
-// shared atomic counter read just before the call and just after it
-// returns, so the intervals respect real time across goroutines. At the
-// end the job sets are closed with leases still held, so Close's
-// revocation is in the history, and every lease is replayed once more.
+// error or a Permanent one, and Run's zombies release, fail, complete and
+// heartbeat the leases its handlers hold, so that Run ends leases no
+// longer valid. Each call is recorded as a porcupine Operation whose Call
+// and Return come from one shared atomic counter read just before the
+// call and just after it returns, so the intervals respect real time
+// across goroutines. At the end the handles are closed one by one with
+// leases still held (the first handle also holding stale leases of jobs
+// another handle leased since, whose heartbeats between the Closes check
+// that a Close revokes only its own), and every lease is replayed once
+// more.
 //
 // The history is partitioned by job ID (jobs share nothing in the
 // contract but the token counter) and each partition is checked against a
@@ -38,9 +42,10 @@ package routertest
 //   - KeepAlive's heartbeats are invisible (they change no state); its
 //     context canceled with ErrLeaseLost is recorded as an operation the
 //     model accepts only if the lease is no longer valid by then.
-//   - Close's revocation: one operation per job over Close's interval,
-//     applied to a leased job (pending again; the model also allows dead
-//     on the last attempt, see revoke below).
+//   - Close's revocation: one operation per job over each Close's
+//     interval, applied to a job whose latest lease that handle granted
+//     (pending again; the model also allows dead on the last attempt, see
+//     linRevoke below).
 //
 // TryAcquire's ErrNoJob is left out ("no job was ready" is a statement
 // about every partition, which a per-job model cannot judge); acquire
@@ -53,6 +58,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -107,6 +113,9 @@ type linInput struct {
 	job   string
 	token leaserouter.Token
 	perm  bool // linFail, linRunFail: a Permanent error
+	// handle: linAcquire, the handle that granted the lease; linRevoke,
+	// the handle whose Close revoked.
+	handle int
 }
 
 // linOutput is an operation's result.
@@ -127,6 +136,7 @@ type linState struct {
 	token   leaserouter.Token // latest lease's token; 0 if never leased
 	attempt int               // leases granted so far
 	ended   string            // why the latest lease ended, as LeaseLostError.Reason says it
+	holder  int               // the handle that granted the latest lease (Close revokes only its own)
 }
 
 // linAfter is where a job goes when a lease ends by expiry, Fail (zero
@@ -165,7 +175,7 @@ func linStep(s linState, in linInput, out linOutput) []linState {
 	case linAcquire:
 		if out.ok && s.known && s.state == leaserouter.StatePending &&
 			in.token > s.token && out.attempt == s.attempt+1 && out.attempt <= linMaxAttempts {
-			return []linState{{known: true, state: leaserouter.StateLeased, token: in.token, attempt: out.attempt}}
+			return []linState{{known: true, state: leaserouter.StateLeased, token: in.token, attempt: out.attempt, holder: in.handle}}
 		}
 		return nil
 	case linHeartbeat, linComplete, linFail, linRelease:
@@ -229,8 +239,8 @@ func linStep(s linState, in linInput, out linOutput) []linState {
 		}
 		return []linState{s}
 	case linRevoke:
-		if s.state != leaserouter.StateLeased {
-			return []linState{s}
+		if s.state != leaserouter.StateLeased || s.holder != in.handle {
+			return []linState{s} // Close revokes only what its own Router granted
 		}
 		// Revoked: pending again with the attempt counted. The core never
 		// makes a revoked job dead; pgrouter does on its last attempt (a
@@ -280,7 +290,7 @@ var LinModel = porcupine.NondeterministicModel{
 	},
 	DescribeOperation: func(input, output any) string {
 		in, out := input.(linInput), output.(linOutput)
-		return fmt.Sprintf("%v(%s, %d, perm=%v) -> %+v", in.kind, in.job, in.token, in.perm, out)
+		return fmt.Sprintf("%v(%s, %d, perm=%v, handle=%d) -> %+v", in.kind, in.job, in.token, in.perm, in.handle, out)
 	},
 	DescribeState: func(state any) string { return fmt.Sprintf("%+v", state.(linState)) },
 }
@@ -357,7 +367,7 @@ func (h *History) enqueue(ctx context.Context, b Backend, client int, ids ...str
 // granted records the leases of one acquire call, all with the call's
 // interval (a batch is atomic: any order of them is a linearization), or
 // its refusal, and returns the leases.
-func (h *History) granted(client int, ls []Lease, err error, call, ret int64) []Lease {
+func (h *History) granted(client, handle int, ls []Lease, err error, call, ret int64) []Lease {
 	switch {
 	case errors.Is(err, leaserouter.ErrNoJob):
 		h.noJob.Add(1)
@@ -367,12 +377,12 @@ func (h *History) granted(client int, ls []Lease, err error, call, ret int64) []
 		return nil
 	}
 	for _, l := range ls {
-		h.add(client, linInput{kind: linAcquire, job: l.JobID(), token: l.Token()}, linOutput{ok: true, attempt: l.Attempt()}, call, ret)
+		h.add(client, linInput{kind: linAcquire, job: l.JobID(), token: l.Token(), handle: handle}, linOutput{ok: true, attempt: l.Attempt()}, call, ret)
 	}
 	return ls
 }
 
-func (h *History) acquire(ctx context.Context, b Backend, client int, worker string, max int) []Lease {
+func (h *History) acquire(ctx context.Context, b Backend, handle, client int, worker string, max int) []Lease {
 	call := h.now()
 	var ls []Lease
 	var err error
@@ -385,7 +395,7 @@ func (h *History) acquire(ctx context.Context, b Backend, client int, worker str
 		ls, err = b.TryAcquireMany(ctx, worker, max)
 	}
 	ret := h.now()
-	return h.granted(client, ls, err, call, ret)
+	return h.granted(client, handle, ls, err, call, ret)
 }
 
 func (h *History) leaseOp(ctx context.Context, client int, kind linKind, l Lease, perm bool) error {
@@ -580,6 +590,17 @@ func Workload(t T, h Harness, cfg LinConfig, seed uint64) *History {
 	as := h.Open(t, Config{LeaseDuration: lease, MaxAttempts: linMaxAttempts, Backoff: zero}, handles)
 	rs := h.Open(t, Config{LeaseDuration: runLease, MaxAttempts: linMaxAttempts, Backoff: zero}, 1)[0]
 
+	// handleOf numbers the distinct handles of set A (an in-process
+	// backend's n handles are one); set R's is runHandle.
+	const runHandle = -1
+	handleOf := func(b Backend) int {
+		for i, x := range as {
+			if x == b {
+				return i
+			}
+		}
+		return runHandle
+	}
 	hist := &History{}
 	hist.budget.Store(int64(ops))
 	var (
@@ -635,7 +656,7 @@ func Workload(t T, h Harness, cfg LinConfig, seed uint64) *History {
 			var cur Lease
 			for take(rng) {
 				if cur == nil {
-					if ls := hist.acquire(ctx, b, c, fmt.Sprint("worker-", c), 1); ls != nil {
+					if ls := hist.acquire(ctx, b, handleOf(b), c, fmt.Sprint("worker-", c), 1); ls != nil {
 						cur = ls[0]
 						pending.Add(-1)
 						pool.add(cur)
@@ -661,7 +682,7 @@ func Workload(t T, h Harness, cfg LinConfig, seed uint64) *History {
 	// the lease; a canceled KeepAlive ctx is recorded.
 	goroutine(func(c int, b Backend, rng *rand.Rand) {
 		for take(rng) {
-			ls := hist.acquire(ctx, b, c, fmt.Sprint("keeper-", c), 1)
+			ls := hist.acquire(ctx, b, handleOf(b), c, fmt.Sprint("keeper-", c), 1)
 			if ls == nil {
 				continue
 			}
@@ -690,7 +711,7 @@ func Workload(t T, h Harness, cfg LinConfig, seed uint64) *History {
 			var kept []Lease
 			for take(rng) {
 				if rng.IntN(4) == 0 {
-					for _, l := range hist.acquire(ctx, b, c, fmt.Sprint("zombie-", c), 1+rng.IntN(3)) {
+					for _, l := range hist.acquire(ctx, b, handleOf(b), c, fmt.Sprint("zombie-", c), 1+rng.IntN(3)) {
 						kept = append(kept, l)
 						pending.Add(-1)
 						pool.add(l)
@@ -703,6 +724,20 @@ func Workload(t T, h Harness, cfg LinConfig, seed uint64) *History {
 				}
 				if l != nil {
 					_ = hist.leaseOp(ctx, c, linKind(int(linHeartbeat)+rng.IntN(4)), l, false) // refusals are the point
+				}
+			}
+		})
+	}
+	// Run's zombie: replays the leases Run's handlers hold, so that a job
+	// is pending again (or finished) while its handler still runs, Run
+	// leases it again, and Run then ends a lease no longer valid.
+	var runPool linPool
+	for range 2 {
+		goroutine(func(c int, _ Backend, rng *rand.Rand) {
+			for take(rng) {
+				if l := runPool.pick(rng); l != nil {
+					kind := [...]linKind{linRelease, linRelease, linFail, linFail, linHeartbeat, linComplete}[rng.IntN(6)]
+					_ = hist.leaseOp(ctx, c, kind, l, false)
 				}
 			}
 		})
@@ -729,7 +764,7 @@ func Workload(t T, h Harness, cfg LinConfig, seed uint64) *History {
 		<-start
 		rng := rand.New(rand.NewPCG(seed, uint64(runEnq)))
 		for take(rng) {
-			if st, err := rs.Stats(ctx); err == nil && st.Pending >= 4 {
+			if st, err := rs.Stats(ctx); err == nil && st.Pending >= 6 {
 				h.Advance(lease / 8)
 				continue
 			}
@@ -750,13 +785,14 @@ func Workload(t T, h Harness, cfg LinConfig, seed uint64) *History {
 	var handlerSeq atomic.Uint64
 	go func() {
 		<-start
-		runErr <- rs.Run(runCtx, leaserouter.WorkerOptions{Workers: 2, WorkerID: "run", Batch: 1}, func(hctx context.Context, l Lease) error {
+		runErr <- rs.Run(runCtx, leaserouter.WorkerOptions{Workers: 3, WorkerID: "run", Batch: 1}, func(hctx context.Context, l Lease) error {
 			entry := hist.now()
-			hist.add(runClient, linInput{kind: linAcquire, job: l.JobID(), token: l.Token()}, linOutput{ok: true, attempt: l.Attempt()}, runStart, entry)
+			hist.add(runClient, linInput{kind: linAcquire, job: l.JobID(), token: l.Token(), handle: runHandle}, linOutput{ok: true, attempt: l.Attempt()}, runStart, entry)
 			pool.add(l)
+			runPool.add(l)
 			rng := rand.New(rand.NewPCG(seed, handlerSeq.Add(1)<<32))
-			for range rng.IntN(3) {
-				h.Advance(time.Duration(rng.Int64N(int64(runLease / 4))))
+			for range 1 + rng.IntN(3) {
+				h.Advance(time.Duration(rng.Int64N(int64(runLease / 20))))
 				_ = hist.leaseOp(ctx, runClient, linHeartbeat, l, false) // the test's ctx: a lost lease is refused, not canceled
 			}
 			var err error
@@ -787,17 +823,54 @@ func Workload(t T, h Harness, cfg LinConfig, seed uint64) *History {
 	require.NoError(t, <-runErr)
 
 	// Close everything with leases still held: Close's revocation, one
-	// operation per job over Close's interval.
+	// operation per job over Close's interval. With several handles, the
+	// first also holds stale leases of jobs another handle leased since:
+	// its Close must revoke its own leases only, which the other
+	// handle's heartbeats between the Closes check.
 	hist.enqueue(ctx, as[0], 0, "held-1", "held-2", "held-3")
-	for _, l := range hist.acquire(ctx, as[0], 0, "holder", 3) {
+	for _, l := range hist.acquire(ctx, as[0], 0, 0, "holder", 3) {
 		pool.add(l)
 	}
-	closeCall := hist.now()
+	last := as[len(as)-1]
+	var others []Lease // leases of last, if it is not as[0]
+	if handleOf(last) != 0 {
+		h.Advance(lease + lease/4)
+		others = hist.acquire(ctx, last, handleOf(last), 0, "other-holder", 64)
+		for _, l := range others {
+			pool.add(l)
+		}
+		hist.enqueue(ctx, as[0], 0, "held-4", "held-5", "held-6")
+		for _, l := range hist.acquire(ctx, as[0], 0, 0, "holder", 3) {
+			pool.add(l)
+		}
+	}
+	pool.mu.Lock()
+	all := append([]Lease(nil), pool.all...)
+	pool.mu.Unlock()
+	seen := map[string]bool{}
+	for _, l := range all {
+		seen[l.JobID()] = true
+	}
 	done, cancel := context.WithCancel(context.Background())
 	cancel()
-	for _, b := range append(as, rs) {
+	var closed []Backend
+	for _, b := range slices.Concat(as, []Backend{rs}) {
+		if slices.Contains(closed, b) {
+			continue // one handle n times
+		}
+		closed = append(closed, b)
+		call := hist.now()
 		if err := b.Close(done); err != nil {
 			require.ErrorIs(t, err, context.Canceled)
+		}
+		ret := hist.now()
+		for id := range seen {
+			hist.add(0, linInput{kind: linRevoke, job: id, handle: handleOf(b)}, linOutput{ok: true}, call, ret)
+		}
+		if b != last {
+			for _, l := range others {
+				_ = hist.leaseOp(ctx, 0, linHeartbeat, l, false) // valid still, unless expired
+			}
 		}
 	}
 	closeRet := hist.now()
@@ -806,16 +879,6 @@ func Workload(t T, h Harness, cfg LinConfig, seed uint64) *History {
 		hist.add(runClient, e.in, linOutput{ok: true}, e.call, closeRet)
 	}
 	runMu.Unlock()
-	seen := map[string]bool{}
-	pool.mu.Lock()
-	all := append([]Lease(nil), pool.all...)
-	pool.mu.Unlock()
-	for _, l := range all {
-		if !seen[l.JobID()] {
-			seen[l.JobID()] = true
-			hist.add(0, linInput{kind: linRevoke, job: l.JobID()}, linOutput{ok: true}, closeCall, closeRet)
-		}
-	}
 	// Every lease once more, after Close: refused, with the reason.
 	for _, l := range all {
 		_ = hist.leaseOp(ctx, 0, linHeartbeat, l, false)

@@ -38,6 +38,7 @@ func Rows() []Row {
 		{Name: "events/lease_expired at the expiry instant, then dead", Test: rowEventsExpiry},
 		{Name: "workers/Run completes, fails, retries, recovers panics", Test: rowRun},
 		{Name: "workers/Run handler ctx canceled when its lease is lost", Test: rowRunLeaseLost},
+		{Name: "workers/Run ends only a lease still valid", Test: rowRunEndsOnlyValid},
 		{Name: "workers/KeepAlive keeps a lease and reports its loss", Test: rowKeepAlive},
 		{Name: "bad input/documented error for every call", Test: rowBadInput},
 	}
@@ -634,6 +635,49 @@ func rowRunLeaseLost(t T, h Harness) {
 	stop()
 	require.NoError(t, <-ran)
 	require.Equal(t, leaserouter.StateCanceled, get(t, b, "a").State, "a lost lease's nil result completes nothing")
+}
+
+// rowRunEndsOnlyValid: a handler whose lease was released (by anyone)
+// and whose job is leased again returns nil, or an error; Run's ending of
+// its lease is refused and the new holder is untouched.
+func rowRunEndsOnlyValid(t T, h Harness) {
+	for _, result := range []error{nil, errBoom} {
+		b := open(t, h, Config{})
+		ctx := ctxOf(t)
+		require.NoError(t, b.Enqueue(ctx, "a", ""))
+		leases := make(chan Lease, 1)
+		release := make(chan struct{})
+		next := make(chan struct{}, 1)
+		rctx, stop := context.WithCancel(ctx)
+		ran := make(chan error, 1)
+		go func() {
+			ran <- b.Run(rctx, leaserouter.WorkerOptions{Workers: 1, Batch: 1}, func(_ context.Context, l Lease) error {
+				if l.JobID() != "a" {
+					next <- struct{}{}
+					return nil
+				}
+				leases <- l
+				<-release
+				return result
+			})
+		}()
+		l1 := <-leases
+		require.NoError(t, l1.Release(ctx), "the handler's lease released by another caller")
+		l2 := tryAcquire(t, b, "other")
+		require.Greater(t, l2.Token(), l1.Token())
+		close(release)
+		// Run ends a lease with its next claim at the latest: once the
+		// next job's handler runs, a's has been dealt with.
+		require.NoError(t, b.Enqueue(ctx, "next", ""))
+		<-next
+		stop()
+		require.NoError(t, <-ran)
+		j := get(t, b, "a")
+		require.Equal(t, leaserouter.StateLeased, j.State, "handler returned %v: Run left the new lease alone", result)
+		require.Equal(t, l2.Token(), j.Token)
+		require.Equal(t, 2, j.Attempt)
+		require.NoError(t, l2.Complete(ctx), "the new holder is untouched")
+	}
 }
 
 func rowKeepAlive(t T, h Harness) {

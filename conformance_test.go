@@ -35,14 +35,12 @@ func (coreHarness) Workload() routertest.LinConfig { return routertest.LinConfig
 // the bubble is blocked.
 func (coreHarness) Advance(d time.Duration) { time.Sleep(d) }
 
-// Open returns one Router n times: the in-process job set has one handle.
-func (h coreHarness) Open(t routertest.T, cfg routertest.Config, n int) []routertest.Backend {
-	t.Helper()
+func (h coreHarness) options(cfg routertest.Config) leaserouter.Options {
 	backoff := cfg.Backoff
 	if backoff == nil {
 		backoff = func(int) time.Duration { return 0 }
 	}
-	r, err := leaserouter.New[string](leaserouter.Options{
+	return leaserouter.Options{
 		LeaseDuration: cmpOr(cfg.LeaseDuration, h.Lease()),
 		MaxAttempts:   cfg.MaxAttempts,
 		Backoff:       backoff,
@@ -50,7 +48,21 @@ func (h coreHarness) Open(t routertest.T, cfg routertest.Config, n int) []router
 		Capacity:      cfg.Capacity,
 		TokenFloor:    cfg.TokenFloor,
 		OnEvent:       cfg.OnEvent,
-	})
+	}
+}
+
+func (h coreHarness) New(_ routertest.T, cfg routertest.Config) error {
+	r, err := leaserouter.New[string](h.options(cfg))
+	if err == nil {
+		err = r.Close(context.Background())
+	}
+	return err
+}
+
+// Open returns one Router n times: the in-process job set has one handle.
+func (h coreHarness) Open(t routertest.T, cfg routertest.Config, n int) []routertest.Backend {
+	t.Helper()
+	r, err := leaserouter.New[string](h.options(cfg))
 	if err != nil {
 		t.Errorf("New: %v", err)
 		t.FailNow()

@@ -38,10 +38,28 @@ func (pgHarness) Workload() routertest.LinConfig { return routertest.LinConfig{O
 // Advance waits in real time: the database's clock is the machine's.
 func (pgHarness) Advance(d time.Duration) { time.Sleep(d) }
 
+func (h pgHarness) New(t routertest.T, cfg routertest.Config) error {
+	tb := t.(*testing.T) // rows on PostgreSQL run under *testing.T (pgtest, routerOn)
+	r, err := pgrouter.New[string](tb.Context(), pgtest.New(tb), h.options(cfg))
+	if err == nil {
+		err = r.Close(context.Background())
+	}
+	return err
+}
+
 func (h pgHarness) Open(t routertest.T, cfg routertest.Config, n int) []routertest.Backend {
 	t.Helper()
 	tb := t.(*testing.T) // rows on PostgreSQL run under *testing.T (pgtest, routerOn)
 	db := pgtest.New(tb)
+	opts := h.options(cfg)
+	bs := make([]routertest.Backend, n)
+	for i := range bs {
+		bs[i] = pgBackend{routerOn[string](tb, db, opts)}
+	}
+	return bs
+}
+
+func (h pgHarness) options(cfg routertest.Config) pgrouter.Options {
 	backoff := cfg.Backoff
 	if backoff == nil {
 		backoff = func(int) time.Duration { return 0 }
@@ -50,7 +68,7 @@ func (h pgHarness) Open(t routertest.T, cfg routertest.Config, n int) []routerte
 	if lease == 0 {
 		lease = h.Lease()
 	}
-	opts := pgrouter.Options{
+	return pgrouter.Options{
 		LeaseDuration: lease,
 		MaxAttempts:   cfg.MaxAttempts,
 		Backoff:       backoff,
@@ -59,11 +77,6 @@ func (h pgHarness) Open(t routertest.T, cfg routertest.Config, n int) []routerte
 		OnEvent:       cfg.OnEvent,
 		PollInterval:  100 * time.Millisecond,
 	}
-	bs := make([]routertest.Backend, n)
-	for i := range bs {
-		bs[i] = pgBackend{routerOn[string](tb, db, opts)}
-	}
-	return bs
 }
 
 // pgBackend adapts *pgrouter.Router[string].

@@ -400,12 +400,13 @@ func (l *fakeLease) Release(context.Context) error {
 // fakeHarness runs the suite on fakes with bug planted, in synctest.
 type fakeHarness struct{ bug string }
 
-func (h fakeHarness) Name() string                           { return "a fake backend with bug " + fmt.Sprintf("%q", h.bug) }
-func (fakeHarness) Caps() routertest.Caps                    { return routertest.Caps{} }
-func (fakeHarness) Scope(t *testing.T, f func(t *testing.T)) { synctest.Test(t, f) }
-func (fakeHarness) Lease() time.Duration                     { return 10 * time.Second }
-func (fakeHarness) Workload() routertest.LinConfig           { return routertest.LinConfig{} }
-func (fakeHarness) Advance(d time.Duration)                  { time.Sleep(d) }
+func (h fakeHarness) Name() string                            { return "a fake backend with bug " + fmt.Sprintf("%q", h.bug) }
+func (fakeHarness) Caps() routertest.Caps                     { return routertest.Caps{} }
+func (fakeHarness) Scope(t *testing.T, f func(t *testing.T))  { synctest.Test(t, f) }
+func (fakeHarness) Lease() time.Duration                      { return 10 * time.Second }
+func (fakeHarness) Workload() routertest.LinConfig            { return routertest.LinConfig{} }
+func (fakeHarness) Advance(d time.Duration)                   { time.Sleep(d) }
+func (fakeHarness) New(routertest.T, routertest.Config) error { return nil }
 func (h fakeHarness) Open(t routertest.T, cfg routertest.Config, n int) []routertest.Backend {
 	f := newFake(h.bug, cfg, h.Lease())
 	t.Cleanup(func() { _ = f.Close(context.Background()) })

@@ -83,8 +83,12 @@ type Harness interface {
 	Scope(t *testing.T, f func(t *testing.T))
 	// Open returns n handles on one fresh job set with cfg's options (n
 	// processes sharing a database; an in-process backend may return one
-	// handle n times), closed when t ends.
+	// handle n times), closed when t ends. Handles are comparable: equal
+	// ones are one.
 	Open(t T, cfg Config, n int) []Backend
+	// New calls the backend's constructor with cfg's options (as Open
+	// does) and returns its error; a backend it opened is closed at once.
+	New(t T, cfg Config) error
 	// Advance returns after at least d has passed on the backend's clock.
 	// It may be called from several goroutines at once.
 	Advance(d time.Duration)

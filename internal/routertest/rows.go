@@ -41,6 +41,7 @@ func Rows() []Row {
 		{Name: "workers/Run ends only a lease still valid", Test: rowRunEndsOnlyValid},
 		{Name: "workers/KeepAlive keeps a lease and reports its loss", Test: rowKeepAlive},
 		{Name: "bad input/documented error for every call", Test: rowBadInput},
+		{Name: "bad input/New refuses bad options with ErrInvalidOptions", Test: rowBadOptions},
 	}
 }
 
@@ -756,4 +757,19 @@ func rowBadInput(t T, h Harness) {
 	s := stats(t, b)
 	require.Zero(t, s.Enqueued, "bad input stored nothing")
 	require.Zero(t, s.Pending)
+}
+
+func rowBadOptions(t T, h Harness) {
+	for _, c := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"negative LeaseDuration", Config{LeaseDuration: -time.Second}},
+		{"negative MaxAttempts", Config{MaxAttempts: -1}},
+		{"MaxAttempts beyond MaxInt32", Config{MaxAttempts: 1 << 31}},
+		{"TokenFloor leaving no token that fits an int64", Config{TokenFloor: 1<<63 - 1}},
+	} {
+		require.ErrorIs(t, h.New(t, c.cfg), leaserouter.ErrInvalidOptions, c.name)
+	}
+	require.NoError(t, h.New(t, Config{Retention: -1}), "Retention < 0: drop at once")
 }

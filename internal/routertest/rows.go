@@ -692,9 +692,21 @@ func rowKeepAlive(t T, h Harness) {
 	h.Advance(2 * d)
 	require.NoError(t, kctx.Err(), "kept")
 	require.NoError(t, l.Heartbeat(ctx, nil), "still valid after twice its duration")
-	require.NoError(t, b.Cancel(ctx, "a"))
+	cancel()
+
+	// Its ctx is canceled as soon as a heartbeat is refused: with
+	// heartbeats every d/10, well before the lease would have lapsed.
+	require.NoError(t, b.Enqueue(ctx, "c", ""))
+	l = tryAcquire(t, b, "w")
+	kctx, cancel = b.KeepAlive(ctx, l, d/10)
+	defer cancel()
+	h.Advance(d / 2)
+	exp := get(t, b, "c").LeaseExpiry
+	require.NoError(t, b.Cancel(ctx, "c"))
 	eventually(t, h, "KeepAlive's ctx canceled once the lease is lost", func() bool { return kctx.Err() != nil })
 	require.ErrorIs(t, context.Cause(kctx), leaserouter.ErrLeaseLost)
+	require.True(t, time.Now().Before(exp.Add(-d/4)),
+		"canceled at the refused heartbeat (%v), not at the lease's expiry (%v)", time.Now(), exp)
 	cancel()
 
 	require.NoError(t, b.Enqueue(ctx, "b", ""))

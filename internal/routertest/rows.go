@@ -30,6 +30,7 @@ func Rows() []Row {
 		{Name: "dedup/a job past its retention may be enqueued again", Test: rowRetention},
 		{Name: "order/priority, then ready time, then enqueue order", Test: rowOrder},
 		{Name: "order/concurrent claims never interleave", Needs: "SerialClaims", Test: rowSerialClaims},
+		{Name: "order/blocked Acquire woken by a ready job, returns ctx.Err() or ErrClosed", Test: rowAcquireBlocks},
 		{Name: "capacity/beyond it Enqueue returns ErrFull", Needs: "Capacity", Test: rowCapacity},
 		{Name: "cancel/pending, scheduled, leased, finished, unknown", Test: rowCancel},
 		{Name: "close/drains granted leases", Test: rowCloseDrains},
@@ -386,6 +387,64 @@ func rowSerialClaims(t T, h Harness) {
 			require.Equal(t, fmt.Sprint(first+k), l.JobID(), "one claim's jobs are consecutive in the order")
 		}
 	}
+}
+
+func rowAcquireBlocks(t T, h Harness) {
+	b := open(t, h, Config{})
+	ctx := ctxOf(t)
+	type result struct {
+		ls  []Lease
+		err error
+	}
+	wait := func(ch chan result) result {
+		t.Helper()
+		var r result
+		eventually(t, h, "Acquire returns", func() bool {
+			select {
+			case r = <-ch:
+				return true
+			default:
+				return false
+			}
+		})
+		return r
+	}
+	got := make(chan result, 1)
+	go func() {
+		ls, err := b.AcquireMany(ctx, "w", 2)
+		got <- result{ls, err}
+	}()
+	h.Advance(h.Lease() / 10)
+	select {
+	case r := <-got:
+		t.Errorf("AcquireMany returned %v, %v with no job", r.ls, r.err)
+		t.FailNow()
+	default:
+	}
+	require.NoError(t, b.Enqueue(ctx, "a", ""))
+	r := wait(got)
+	require.NoError(t, r.err)
+	require.Len(t, r.ls, 1, "woken by the enqueue")
+	require.Equal(t, "a", r.ls[0].JobID())
+
+	actx, cancel := context.WithCancel(ctx)
+	go func() {
+		l, err := b.Acquire(actx, "w")
+		got <- result{[]Lease{l}, err}
+	}()
+	h.Advance(h.Lease() / 10)
+	cancel()
+	require.ErrorIs(t, wait(got).err, context.Canceled)
+
+	go func() {
+		l, err := b.Acquire(ctx, "w")
+		got <- result{[]Lease{l}, err}
+	}()
+	h.Advance(h.Lease() / 10)
+	done, stop := context.WithCancel(ctx)
+	stop()
+	require.ErrorIs(t, b.Close(done), context.Canceled, "a lease held, revoked at once")
+	require.ErrorIs(t, wait(got).err, leaserouter.ErrClosed)
 }
 
 func rowCapacity(t T, h Harness) {

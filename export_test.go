@@ -41,15 +41,6 @@ func Backlog[T any](r *Router[T]) int {
 	return r.backlog()
 }
 
-// PlantSkipTokenCheck plants a bug in r for proving that checkers catch
-// one: a lease operation on a leased job is accepted even when the lease is
-// not the job's current one.
-func PlantSkipTokenCheck[T any](r *Router[T]) {
-	r.mu.Lock()
-	r.current = func(*job[T], *Lease[T]) bool { return true }
-	r.unlockAndDeliver()
-}
-
 // MaxShared bounds the finished leases of Run's earlier batches that a
 // later batch's block keeps alive.
 const MaxShared = maxShared

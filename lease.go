@@ -211,12 +211,10 @@ func (l *Lease[T]) check() (j *job[T], now int64, err error) {
 // valid reports whether l is its job's current lease and the job leased:
 // the one invariant, with what is due settled by the caller (holding
 // settles; so must any other caller). The caller holds r.mu.
-func (r *Router[T]) valid(l *Lease[T]) bool { return l.j.state == StateLeased && r.current(l.j, l) }
-
-// isCurrent reports whether l is j's current lease: the token check of the
-// one invariant (the lease of a job is replaced, never reused, on every
-// grant, so pointer identity is token identity).
-func isCurrent[T any](j *job[T], l *Lease[T]) bool { return j.lease == l }
+//
+// l.j.lease == l is the token check: the lease of a job is replaced, never
+// reused, on every grant, so pointer identity is token identity.
+func (r *Router[T]) valid(l *Lease[T]) bool { return l.j.state == StateLeased && l.j.lease == l }
 
 // holding returns l's job if l is still valid. Otherwise it counts and
 // reports the refusal and returns a *LeaseLostError. The caller holds r.mu

@@ -64,11 +64,6 @@ type Router[T any] struct {
 	drained   chan struct{} // closed when the last lease ends while draining
 	hooks     *hook.Hooks   // test hooks; nil outside tests
 	warm      uint64        // sink of the loads that warm the caches for a batch (grantInto, completeMany); its value means nothing
-	// current reports whether l is j's current lease: isCurrent, the one
-	// invariant's token check. A test that proves its checkers catch a
-	// broken router swaps in a planted bug (export_test.go); nothing here
-	// reads a test switch.
-	current func(j *job[T], l *Lease[T]) bool
 
 	// Event delivery (delivery.go, backlog.go). outbox, room and flush are guarded by mu; the
 	// rest of the delivery goroutine's state is in dl, a separate
@@ -103,7 +98,6 @@ func New[T any](opts Options) (*Router[T], error) {
 		sched:   heap.New(dueBefore[T], setHeapIndex[T]),
 		leases:  heap.NewQueue(dueBefore[T], setHeapIndex[T]),
 		armed:   math.MaxInt64,
-		current: isCurrent[T],
 	}
 	// Seed above the wall clock so a downstream that persisted yesterday's
 	// tokens still admits today's (see Token).

@@ -2,16 +2,6 @@ package pgrouter
 
 import "context"
 
-// PlantSkipTokenCheck breaks the one invariant for the linearizability
-// test's planted bug: lease operations stop checking the token, so a
-// superseded lease is accepted while its job is leased to another. It
-// returns the function that restores the check.
-func PlantSkipTokenCheck() (restore func()) {
-	saved := validLease
-	validLease = `$3::bigint IS NOT NULL AND state = 2 AND lease_expires_at > clock_timestamp()`
-	return func() { validLease = saved }
-}
-
 // ClaimStatements are a claim's first statement (its advisory lock on the
 // claim id, $1) and the claim itself ($1 queue, $2 how many, $3 worker,
 // $4 lease in microseconds, $5 claim id), for tests that run a claim's

@@ -137,10 +137,8 @@ SELECT (SELECT count(*) FROM upd) = 1, (SELECT state FROM upd), (SELECT lease_ex
 FROM (SELECT) one LEFT JOIN leaserouter_jobs j ON j.queue = $1 AND j.id = $2`
 
 // validLease is the one invariant, as leaseOp's WHERE states it for the
-// lease whose token is $3 (with the row locked: see lockRow). A test that
-// proves its checker catches a broken router swaps in a planted bug
-// (export_test.go); nothing else changes it.
-var validLease = `token = $3 AND state = 2 AND lease_expires_at > clock_timestamp()`
+// lease whose token is $3 (with the row locked: see lockRow).
+const validLease = `token = $3 AND state = 2 AND lease_expires_at > clock_timestamp()`
 
 // opResult is what leaseOp reports.
 type opResult struct {

@@ -1,0 +1,170 @@
+package leaserouter_test
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/routertest"
+)
+
+// TestConformance runs the conformance suite (internal/routertest: the
+// contract's rules as rows, and its linearizability check) against the
+// in-process Router, each test in a synctest bubble.
+func TestConformance(t *testing.T) { routertest.Run(t, coreHarness{}) }
+
+// coreHarness is the in-process Router as a routertest backend: one
+// Router per job set, time driven by synctest.
+type coreHarness struct{}
+
+func (coreHarness) Name() string { return "the in-process Router" }
+
+func (coreHarness) Caps() routertest.Caps {
+	return routertest.Caps{ExactClock: true, Capacity: true, SerialClaims: true}
+}
+
+func (coreHarness) Scope(t *testing.T, f func(t *testing.T)) { synctest.Test(t, f) }
+
+func (coreHarness) Lease() time.Duration { return 10 * time.Second }
+
+func (coreHarness) Workload() routertest.LinConfig { return routertest.LinConfig{Ops: 4000} }
+
+// Advance sleeps in the bubble: the clock moves once every goroutine of
+// the bubble is blocked.
+func (coreHarness) Advance(d time.Duration) { time.Sleep(d) }
+
+func (h coreHarness) options(cfg routertest.Config) leaserouter.Options {
+	backoff := cfg.Backoff
+	if backoff == nil {
+		backoff = func(int) time.Duration { return 0 }
+	}
+	return leaserouter.Options{
+		LeaseDuration: cmpOr(cfg.LeaseDuration, h.Lease()),
+		MaxAttempts:   cfg.MaxAttempts,
+		Backoff:       backoff,
+		Retention:     cfg.Retention,
+		Capacity:      cfg.Capacity,
+		TokenFloor:    cfg.TokenFloor,
+		OnEvent:       cfg.OnEvent,
+	}
+}
+
+func (h coreHarness) New(_ routertest.T, cfg routertest.Config) error {
+	r, err := leaserouter.New[string](h.options(cfg))
+	if err == nil {
+		err = r.Close(context.Background())
+	}
+	return err
+}
+
+// Open returns one Router n times: the in-process job set has one handle.
+func (h coreHarness) Open(t routertest.T, cfg routertest.Config, n int) []routertest.Backend {
+	t.Helper()
+	r, err := leaserouter.New[string](h.options(cfg))
+	if err != nil {
+		t.Errorf("New: %v", err)
+		t.FailNow()
+	}
+	t.Cleanup(func() {
+		done, cancel := context.WithCancel(context.Background())
+		cancel()
+		_ = r.Close(done) // revokes what is still held
+	})
+	bs := make([]routertest.Backend, n)
+	for i := range bs {
+		bs[i] = coreBackend{r}
+	}
+	return bs
+}
+
+func cmpOr(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
+
+// coreBackend adapts *leaserouter.Router[string]; ctx is ignored where
+// the core takes none.
+type coreBackend struct{ r *leaserouter.Router[string] }
+
+func (b coreBackend) Enqueue(_ context.Context, id, payload string, opts ...leaserouter.EnqueueOption) error {
+	return b.r.Enqueue(id, payload, opts...)
+}
+
+func (b coreBackend) EnqueueMany(_ context.Context, jobs []leaserouter.JobSpec[string]) ([]int, error) {
+	return b.r.EnqueueMany(jobs)
+}
+
+func (b coreBackend) Acquire(ctx context.Context, worker string) (routertest.Lease, error) {
+	return coreLease1(b.r.Acquire(ctx, worker))
+}
+
+func (b coreBackend) TryAcquire(_ context.Context, worker string) (routertest.Lease, error) {
+	return coreLease1(b.r.TryAcquire(worker))
+}
+
+func (b coreBackend) AcquireMany(ctx context.Context, worker string, max int) ([]routertest.Lease, error) {
+	return coreLeases(b.r.AcquireMany(ctx, worker, max))
+}
+
+func (b coreBackend) TryAcquireMany(_ context.Context, worker string, max int) ([]routertest.Lease, error) {
+	return coreLeases(b.r.TryAcquireMany(worker, max))
+}
+
+func (b coreBackend) Get(_ context.Context, id string) (leaserouter.Job[string], bool, error) {
+	j, ok := b.r.Get(id)
+	return j, ok, nil
+}
+
+func (b coreBackend) Cancel(_ context.Context, id string) error { return b.r.Cancel(id) }
+
+func (b coreBackend) Stats(context.Context) (leaserouter.Stats, error) { return b.r.Stats(), nil }
+
+func (b coreBackend) Run(ctx context.Context, opts leaserouter.WorkerOptions, h routertest.Handler) error {
+	if h == nil {
+		return b.r.Run(ctx, opts, nil)
+	}
+	return b.r.Run(ctx, opts, func(ctx context.Context, l *leaserouter.Lease[string]) error { return h(ctx, coreLease{l}) })
+}
+
+func (b coreBackend) KeepAlive(ctx context.Context, l routertest.Lease, interval time.Duration) (context.Context, context.CancelFunc) {
+	return leaserouter.KeepAlive(ctx, l.(coreLease).l, interval)
+}
+
+func (b coreBackend) Close(ctx context.Context) error { return b.r.Close(ctx) }
+
+func coreLease1(l *leaserouter.Lease[string], err error) (routertest.Lease, error) {
+	if err != nil {
+		return nil, err
+	}
+	return coreLease{l}, nil
+}
+
+func coreLeases(ls []*leaserouter.Lease[string], err error) ([]routertest.Lease, error) {
+	if err != nil {
+		return nil, err
+	}
+	out := make([]routertest.Lease, len(ls))
+	for i, l := range ls {
+		out[i] = coreLease{l}
+	}
+	return out, nil
+}
+
+// coreLease adapts *leaserouter.Lease[string].
+type coreLease struct{ l *leaserouter.Lease[string] }
+
+func (c coreLease) JobID() string                               { return c.l.JobID }
+func (c coreLease) Payload() string                             { return c.l.Payload }
+func (c coreLease) Attempt() int                                { return c.l.Attempt }
+func (c coreLease) Token() leaserouter.Token                    { return c.l.Token }
+func (c coreLease) WorkerID() string                            { return c.l.WorkerID }
+func (c coreLease) Progress() []byte                            { return c.l.Progress }
+func (c coreLease) Expiry() time.Time                           { return c.l.Expiry() }
+func (c coreLease) Heartbeat(_ context.Context, p []byte) error { return c.l.Heartbeat(p) }
+func (c coreLease) Complete(context.Context) error              { return c.l.Complete() }
+func (c coreLease) Fail(_ context.Context, cause error) error   { return c.l.Fail(cause) }
+func (c coreLease) Release(context.Context) error               { return c.l.Release() }

@@ -1,0 +1,418 @@
+package routertest_test
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/routertest"
+)
+
+// fake is a tiny in-memory backend, for proving that the suite catches a
+// broken one: honest unless bug names a planted bug. It keeps what the
+// rows the proof runs and the linearizability workload use (no events,
+// no capacity, no backoff: Fail retries at once), settling expiries on
+// every call by a scan.
+type fake struct {
+	bug   string // "": honest; bugStaleToken; bugShortHeartbeat
+	lease time.Duration
+	maxAt int
+
+	mu     sync.Mutex
+	jobs   map[string]*fakeJob
+	seq    int
+	token  leaserouter.Token
+	closed bool
+	st     leaserouter.Stats
+}
+
+const (
+	// bugStaleToken: a lease operation on a leased job is accepted
+	// whatever its token (the one invariant without its token check).
+	bugStaleToken = "stale token accepted"
+	// bugShortHeartbeat: a heartbeat sets the expiry to now plus half the
+	// lease, which shortens a lease heartbeated early.
+	bugShortHeartbeat = "heartbeat shortens the lease"
+)
+
+type fakeJob struct {
+	leaserouter.Job[string]
+	seq   int
+	ready time.Time
+	ended leaserouter.LostReason
+}
+
+func newFake(bug string, cfg routertest.Config, lease time.Duration) *fake {
+	return &fake{bug: bug, lease: cmp.Or(cfg.LeaseDuration, lease), maxAt: cmp.Or(cfg.MaxAttempts, 5),
+		jobs: map[string]*fakeJob{}, token: max(leaserouter.Token(time.Now().UnixNano()), cfg.TokenFloor)}
+}
+
+// settle expires every lease whose expiry has come; f.mu is held.
+func (f *fake) settle(now time.Time) {
+	for _, j := range f.jobs {
+		if j.State == leaserouter.StateLeased && !now.Before(j.LeaseExpiry) {
+			f.st.Expirations++
+			j.LastError = "lease expired"
+			f.end(j, leaserouter.LostExpired, j.LeaseExpiry, false)
+		}
+	}
+}
+
+// end ends j's lease: pending at once, or dead with its attempts used up.
+// dead: a Permanent failure.
+func (f *fake) end(j *fakeJob, why leaserouter.LostReason, at time.Time, dead bool) {
+	j.State, j.ended, j.Owner, j.LeaseExpiry, j.ready = leaserouter.StatePending, why, "", time.Time{}, at
+	if dead || j.Attempt >= j.MaxAttempts && why != leaserouter.LostRevoked {
+		j.State = leaserouter.StateFailed
+		f.st.Dead++
+	}
+}
+
+func (f *fake) Enqueue(ctx context.Context, id, payload string, opts ...leaserouter.EnqueueOption) error {
+	dups, err := f.EnqueueMany(ctx, []leaserouter.JobSpec[string]{{ID: id, Payload: payload, Options: opts}})
+	if len(dups) > 0 {
+		return leaserouter.ErrDuplicate
+	}
+	return err
+}
+
+func (f *fake) EnqueueMany(_ context.Context, jobs []leaserouter.JobSpec[string]) ([]int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return nil, leaserouter.ErrClosed
+	}
+	now := time.Now()
+	f.settle(now)
+	settings := make([]leaserouter.EnqueueSettings, len(jobs))
+	for i, s := range jobs {
+		e, err := leaserouter.ReadEnqueueOptions(s.ID, s.Options)
+		if err != nil {
+			return nil, fmt.Errorf("%w (batch index %d)", err, i)
+		}
+		settings[i] = e
+	}
+	var dups []int
+	for i, s := range jobs {
+		if f.jobs[s.ID] != nil {
+			dups = append(dups, i)
+			f.st.Duplicates++
+			continue
+		}
+		f.seq++
+		f.st.Enqueued++
+		e := settings[i]
+		f.jobs[s.ID] = &fakeJob{Job: leaserouter.Job[string]{ID: s.ID, Payload: s.Payload, State: leaserouter.StatePending,
+			Priority: e.Priority, MaxAttempts: cmp.Or(e.MaxAttempts, f.maxAt), CreatedAt: now, UpdatedAt: now},
+			seq: f.seq, ready: now.Add(e.Delay)}
+	}
+	return dups, nil
+}
+
+func (f *fake) TryAcquireMany(_ context.Context, worker string, n int) ([]routertest.Lease, error) {
+	if n < 1 {
+		return nil, leaserouter.ErrInvalidOptions
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return nil, leaserouter.ErrClosed
+	}
+	now := time.Now()
+	f.settle(now)
+	var ready []*fakeJob
+	for _, j := range f.jobs {
+		if j.State == leaserouter.StatePending && !j.ready.After(now) {
+			ready = append(ready, j)
+		}
+	}
+	if len(ready) == 0 {
+		return nil, leaserouter.ErrNoJob
+	}
+	slices.SortFunc(ready, func(a, b *fakeJob) int {
+		return cmp.Or(cmp.Compare(b.Priority, a.Priority), a.ready.Compare(b.ready), cmp.Compare(a.seq, b.seq))
+	})
+	var out []routertest.Lease
+	for _, j := range ready[:min(n, len(ready))] {
+		f.token++
+		f.st.LeasesGranted++
+		j.State, j.Token, j.Owner, j.LeaseExpiry = leaserouter.StateLeased, f.token, worker, now.Add(f.lease)
+		j.Attempt++
+		out = append(out, &fakeLease{f: f, id: j.ID, payload: j.Payload, attempt: j.Attempt, token: j.Token,
+			worker: worker, progress: j.Progress, expiry: j.LeaseExpiry})
+	}
+	return out, nil
+}
+
+func (f *fake) TryAcquire(ctx context.Context, worker string) (routertest.Lease, error) {
+	ls, err := f.TryAcquireMany(ctx, worker, 1)
+	if err != nil {
+		return nil, err
+	}
+	return ls[0], nil
+}
+
+func (f *fake) AcquireMany(ctx context.Context, worker string, n int) ([]routertest.Lease, error) {
+	for {
+		ls, err := f.TryAcquireMany(ctx, worker, n)
+		if !errors.Is(err, leaserouter.ErrNoJob) {
+			return ls, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+func (f *fake) Acquire(ctx context.Context, worker string) (routertest.Lease, error) {
+	ls, err := f.AcquireMany(ctx, worker, 1)
+	if err != nil {
+		return nil, err
+	}
+	return ls[0], nil
+}
+
+func (f *fake) Get(_ context.Context, id string) (leaserouter.Job[string], bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.settle(time.Now())
+	j := f.jobs[id]
+	if j == nil {
+		return leaserouter.Job[string]{}, false, nil
+	}
+	c := j.Job
+	c.Progress = slices.Clone(j.Progress)
+	return c, true, nil
+}
+
+func (f *fake) Cancel(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return leaserouter.ErrClosed
+	}
+	j := f.jobs[id]
+	if j == nil {
+		return leaserouter.ErrNotFound
+	}
+	if !j.State.Terminal() {
+		j.State, j.ended, j.Owner = leaserouter.StateCanceled, leaserouter.LostCanceled, ""
+	}
+	return nil
+}
+
+func (f *fake) Stats(context.Context) (leaserouter.Stats, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.settle(time.Now())
+	s := f.st
+	for _, j := range f.jobs {
+		switch j.State {
+		case leaserouter.StatePending:
+			s.Pending++
+		case leaserouter.StateLeased:
+			s.Leased++
+		case leaserouter.StateSucceeded:
+			s.Succeeded++
+		case leaserouter.StateFailed:
+			s.Failed++
+		case leaserouter.StateCanceled:
+			s.Canceled++
+		}
+	}
+	return s, nil
+}
+
+// Run: Workers loops of TryAcquire, the handler under a KeepAlive, then
+// Complete or Fail.
+func (f *fake) Run(ctx context.Context, opts leaserouter.WorkerOptions, h routertest.Handler) error {
+	if h == nil {
+		return leaserouter.ErrInvalidOptions
+	}
+	var wg sync.WaitGroup
+	for i := range max(opts.Workers, 1) {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				l, err := f.TryAcquire(ctx, fmt.Sprintf("%s-%d", opts.WorkerID, i))
+				if err != nil {
+					select {
+					case <-ctx.Done():
+					case <-time.After(time.Millisecond):
+					}
+					continue
+				}
+				hctx, stop := f.KeepAlive(ctx, l, 0)
+				err = h(hctx, l)
+				stop()
+				if err == nil {
+					_ = l.Complete(ctx)
+				} else {
+					_ = l.Fail(ctx, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return nil
+}
+
+func (f *fake) KeepAlive(ctx context.Context, l routertest.Lease, interval time.Duration) (context.Context, context.CancelFunc) {
+	kctx, cancel := context.WithCancelCause(ctx)
+	if interval <= 0 {
+		interval = f.lease / 3
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-kctx.Done():
+				return
+			case <-t.C:
+				if err := l.Heartbeat(context.Background(), nil); err != nil {
+					cancel(err)
+					return
+				}
+			}
+		}
+	}()
+	return kctx, func() { cancel(context.Canceled); <-done }
+}
+
+// Close revokes at once whatever is held.
+func (f *fake) Close(context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return nil
+	}
+	f.closed = true
+	now := time.Now()
+	f.settle(now)
+	for _, j := range f.jobs {
+		if j.State == leaserouter.StateLeased {
+			f.end(j, leaserouter.LostRevoked, now, false)
+		}
+	}
+	return nil
+}
+
+type fakeLease struct {
+	f        *fake
+	id       string
+	payload  string
+	attempt  int
+	token    leaserouter.Token
+	worker   string
+	progress []byte
+	mu       sync.Mutex
+	expiry   time.Time
+}
+
+func (l *fakeLease) JobID() string            { return l.id }
+func (l *fakeLease) Payload() string          { return l.payload }
+func (l *fakeLease) Attempt() int             { return l.attempt }
+func (l *fakeLease) Token() leaserouter.Token { return l.token }
+func (l *fakeLease) WorkerID() string         { return l.worker }
+func (l *fakeLease) Progress() []byte         { return l.progress }
+func (l *fakeLease) Expiry() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.expiry
+}
+
+// op runs do on l's job if l is valid (f.mu held), or refuses it.
+func (l *fakeLease) op(do func(j *fakeJob, now time.Time)) error {
+	f := l.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := time.Now()
+	f.settle(now)
+	j := f.jobs[l.id]
+	valid := j != nil && j.State == leaserouter.StateLeased && j.Token == l.token
+	if f.bug == bugStaleToken {
+		valid = j != nil && j.State == leaserouter.StateLeased
+	}
+	if !valid {
+		f.st.StaleRejections++
+		lost := &leaserouter.LeaseLostError{JobID: l.id, Token: l.token, Reason: leaserouter.LostSuperseded}
+		if j != nil {
+			lost.Current = j.Token
+			if j.Token == l.token {
+				lost.Reason = j.ended
+			}
+		}
+		return lost
+	}
+	do(j, now)
+	j.UpdatedAt = now
+	return nil
+}
+
+func (l *fakeLease) Heartbeat(_ context.Context, progress []byte) error {
+	return l.op(func(j *fakeJob, now time.Time) {
+		exp := now.Add(l.f.lease)
+		if l.f.bug == bugShortHeartbeat {
+			exp = now.Add(l.f.lease / 2)
+		}
+		j.LeaseExpiry = exp
+		if progress != nil {
+			j.Progress = slices.Clone(progress)
+		}
+		l.f.st.Heartbeats++
+		l.mu.Lock()
+		l.expiry = exp
+		l.mu.Unlock()
+	})
+}
+
+func (l *fakeLease) Complete(context.Context) error {
+	return l.op(func(j *fakeJob, now time.Time) {
+		j.State, j.ended, j.Owner, j.LeaseExpiry = leaserouter.StateSucceeded, leaserouter.LostCompleted, "", time.Time{}
+	})
+}
+
+func (l *fakeLease) Fail(_ context.Context, cause error) error {
+	return l.op(func(j *fakeJob, now time.Time) {
+		j.LastError = "unknown error"
+		if cause != nil {
+			j.LastError = cause.Error()
+		}
+		l.f.end(j, leaserouter.LostFailed, now, leaserouter.IsPermanent(cause))
+	})
+}
+
+func (l *fakeLease) Release(context.Context) error {
+	return l.op(func(j *fakeJob, now time.Time) { l.f.end(j, leaserouter.LostReleased, now, false) })
+}
+
+// fakeHarness runs the suite on fakes with bug planted, in synctest.
+type fakeHarness struct{ bug string }
+
+func (h fakeHarness) Name() string                            { return "a fake backend with bug " + fmt.Sprintf("%q", h.bug) }
+func (fakeHarness) Caps() routertest.Caps                     { return routertest.Caps{} }
+func (fakeHarness) Scope(t *testing.T, f func(t *testing.T))  { synctest.Test(t, f) }
+func (fakeHarness) Lease() time.Duration                      { return 10 * time.Second }
+func (fakeHarness) Workload() routertest.LinConfig            { return routertest.LinConfig{} }
+func (fakeHarness) Advance(d time.Duration)                   { time.Sleep(d) }
+func (fakeHarness) New(routertest.T, routertest.Config) error { return nil }
+func (h fakeHarness) Open(t routertest.T, cfg routertest.Config, n int) []routertest.Backend {
+	f := newFake(h.bug, cfg, h.Lease())
+	t.Cleanup(func() { _ = f.Close(context.Background()) })
+	bs := make([]routertest.Backend, n)
+	for i := range bs {
+		bs[i] = f
+	}
+	return bs
+}

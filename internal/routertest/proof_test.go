@@ -1,0 +1,133 @@
+package routertest_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/stretchr/testify/require"
+
+	"github.com/leaserouter/leaserouter/internal/routertest"
+)
+
+// recorder is a routertest.T that records a failure instead of failing
+// the test: FailNow ends the row's goroutine, as testing.T's does.
+type recorder struct {
+	ctx      context.Context
+	name     string
+	mu       sync.Mutex
+	failed   bool
+	logs     []string
+	cleanups []func()
+}
+
+func (r *recorder) Helper()                  {}
+func (r *recorder) Name() string             { return r.name }
+func (r *recorder) Context() context.Context { return r.ctx }
+func (r *recorder) Logf(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.logs = append(r.logs, fmt.Sprintf(format, args...))
+}
+func (r *recorder) Errorf(format string, args ...any) {
+	r.Logf(format, args...)
+	r.mu.Lock()
+	r.failed = true
+	r.mu.Unlock()
+}
+func (r *recorder) FailNow() {
+	r.mu.Lock()
+	r.failed = true
+	r.mu.Unlock()
+	runtime.Goexit()
+}
+func (r *recorder) Failed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.failed
+}
+func (r *recorder) Cleanup(f func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cleanups = append(r.cleanups, f)
+}
+
+// record runs body with a recorder in a goroutine of its own (FailNow
+// ends it) and then its cleanups; it returns the recorder.
+func record(ctx context.Context, name string, body func(t routertest.T)) *recorder {
+	rec := &recorder{ctx: ctx, name: name}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		body(rec)
+	}()
+	<-done
+	for i := len(rec.cleanups) - 1; i >= 0; i-- {
+		rec.cleanups[i]()
+	}
+	return rec
+}
+
+// runRow runs the named row against a fake with bug, in a synctest
+// bubble, and reports whether it failed, with its log.
+func runRow(t *testing.T, bug, row string) (failed bool, log string) {
+	h := fakeHarness{bug: bug}
+	synctest.Test(t, func(t *testing.T) {
+		rec := record(t.Context(), row, func(rt routertest.T) { routertest.RunRow(rt, h, row) })
+		failed, log = rec.Failed(), strings.Join(rec.logs, "\n")
+	})
+	return failed, log
+}
+
+// workload runs the linearizability workload against a fake with bug and
+// returns its history, checked against want.
+func workload(t *testing.T, bug string, want porcupine.CheckResult) routertest.LinCounts {
+	h := fakeHarness{bug: bug}
+	seed := uint64(time.Now().UnixNano())
+	var ops []porcupine.Operation
+	synctest.Test(t, func(t *testing.T) {
+		rec := record(t.Context(), "workload", func(rt routertest.T) { ops = routertest.Workload(rt, h, routertest.LinConfig{}, seed).Ops() })
+		require.False(t, rec.Failed(), "the workload ran: %s", strings.Join(rec.logs, "\n"))
+	})
+	require.Equal(t, want, routertest.Check(t, ops, want, time.Minute), "seed %d", seed)
+	return routertest.Count(ops)
+}
+
+// TestSuiteCatchesStaleTokenBackend: a backend whose lease operations
+// skip the token check (a superseded lease is accepted while its job is
+// leased to another) fails the one-valid-lease rows, and its concurrent
+// history is found illegal; the same backend without the bug passes both.
+func TestSuiteCatchesStaleTokenBackend(t *testing.T) {
+	for _, row := range []string{
+		"one valid lease/expired lease refused, job leased again",
+		"one valid lease/refused operation changes nothing",
+	} {
+		failed, log := runRow(t, "", row)
+		require.False(t, failed, "the honest fake passes %q:\n%s", row, log)
+		failed, log = runRow(t, bugStaleToken, row)
+		require.True(t, failed, "the row %q missed the planted bug", row)
+		require.Contains(t, log, "LeaseLostError", "%q fails where a stale lease was accepted", row)
+		t.Logf("%q on the broken fake:\n%s", row, log)
+	}
+	c := workload(t, "", porcupine.Ok)
+	t.Logf("honest fake: %+v", c)
+	workload(t, bugStaleToken, porcupine.Illegal)
+}
+
+// TestSuiteCatchesShorteningHeartbeat: a backend whose heartbeat can
+// shorten a lease fails the heartbeat row; without the bug it passes.
+func TestSuiteCatchesShorteningHeartbeat(t *testing.T) {
+	const row = "heartbeat/never shortens, never changes the token, stores progress"
+	failed, log := runRow(t, "", row)
+	require.False(t, failed, "the honest fake passes:\n%s", log)
+	failed, log = runRow(t, bugShortHeartbeat, row)
+	require.True(t, failed, "the heartbeat row missed the planted bug")
+	require.Contains(t, log, "extends the lease")
+	t.Logf("on the broken fake:\n%s", log)
+}

@@ -1,0 +1,137 @@
+// Package routertest is the conformance suite of the leaserouter contract:
+// the rules of DESIGN.md as named table rows and a porcupine
+// linearizability check, written once and run against every backend (the
+// in-process Router by the root module's conformance_test.go, PostgreSQL
+// by pgrouter/conformance_test.go). River does the same with
+// riverdriver/riverdrivertest.
+//
+// A backend takes part through a Harness: it opens Backends (handles on
+// one job set, with the options of a Config), lets time pass on the
+// backend's clock (Advance: a synctest sleep for the core, real waiting on
+// short leases for PostgreSQL), and declares Caps for what truly differs
+// between backends (DESIGN-postgres.md, "Rules that differ"). A row that
+// needs a capability the backend lacks is reported as not applicable, by
+// name, in the test log: never silently skipped.
+//
+// Although it is not a _test package (so both modules can import it), it
+// is test code: only tests import it. Its dependencies besides the core's
+// exported types are testify's require and porcupine
+// (github.com/anishathalye/porcupine), both already test dependencies of
+// the core, so no program that imports leaserouter links them.
+package routertest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/leaserouter/leaserouter"
+)
+
+// T is what a row needs of a test: *testing.T satisfies it. Rows take a T
+// rather than a *testing.T so that the suite's own tests can run a row
+// against a broken backend and observe that it fails.
+type T interface {
+	Helper()
+	Name() string
+	Logf(format string, args ...any)
+	Errorf(format string, args ...any)
+	FailNow()
+	Failed() bool
+	Cleanup(func())
+	Context() context.Context
+}
+
+// Config is the options a row opens a backend with; zero fields take the
+// backend's defaults, except LeaseDuration (zero: Harness.Lease) and
+// Backoff (nil: zero backoff, so Fail retries at once).
+type Config struct {
+	LeaseDuration time.Duration
+	MaxAttempts   int
+	Backoff       func(attempt int) time.Duration
+	Retention     time.Duration
+	Capacity      int
+	TokenFloor    leaserouter.Token
+	OnEvent       func(leaserouter.Event)
+}
+
+// Caps are the declared differences of a backend (DESIGN-postgres.md,
+// "Rules that differ"). A row needing one the backend lacks is logged as
+// not applicable, with the difference, and passes.
+type Caps struct {
+	// ExactClock: Advance moves the backend's clock exactly (synctest), so
+	// a row may probe an instant to the nanosecond. PostgreSQL's clock is
+	// real (its boundary probes are pgrouter's own tests).
+	ExactClock bool
+	// Capacity: Options.Capacity is offered (the table is PostgreSQL's
+	// queue: no capacity there).
+	Capacity bool
+	// SerialClaims: concurrent claims never interleave (the in-process
+	// lock); PostgreSQL's claimers skip each other's locked rows, so the
+	// order is exact within one claim only.
+	SerialClaims bool
+}
+
+// Harness is one backend under test.
+type Harness interface {
+	// Name names the backend in logs.
+	Name() string
+	// Caps declares what differs.
+	Caps() Caps
+	// Scope runs f as one test of the suite: inside a synctest bubble for
+	// an in-process backend, as is for a real server.
+	Scope(t *testing.T, f func(t *testing.T))
+	// Open returns n handles on one fresh job set with cfg's options (n
+	// processes sharing a database; an in-process backend may return one
+	// handle n times), closed when t ends. Handles are comparable: equal
+	// ones are one.
+	Open(t T, cfg Config, n int) []Backend
+	// New calls the backend's constructor with cfg's options (as Open
+	// does) and returns its error; a backend it opened is closed at once.
+	New(t T, cfg Config) error
+	// Advance returns after at least d has passed on the backend's clock.
+	// It may be called from several goroutines at once.
+	Advance(d time.Duration)
+	// Lease is a lease duration within which a row's few calls surely run
+	// (rows that wait for an expiry use it too, so it should be short).
+	Lease() time.Duration
+	// Workload sizes the linearizability check (zero: the defaults).
+	Workload() LinConfig
+}
+
+// Handler is a Run handler.
+type Handler func(ctx context.Context, l Lease) error
+
+// Backend is one handle on a job set: the Router's calls with a ctx on
+// each (an in-process backend ignores it), payloads of type string.
+type Backend interface {
+	Enqueue(ctx context.Context, id, payload string, opts ...leaserouter.EnqueueOption) error
+	EnqueueMany(ctx context.Context, jobs []leaserouter.JobSpec[string]) (duplicates []int, err error)
+	Acquire(ctx context.Context, workerID string) (Lease, error)
+	TryAcquire(ctx context.Context, workerID string) (Lease, error)
+	AcquireMany(ctx context.Context, workerID string, max int) ([]Lease, error)
+	TryAcquireMany(ctx context.Context, workerID string, max int) ([]Lease, error)
+	Get(ctx context.Context, id string) (leaserouter.Job[string], bool, error)
+	Cancel(ctx context.Context, id string) error
+	Stats(ctx context.Context) (leaserouter.Stats, error)
+	Run(ctx context.Context, opts leaserouter.WorkerOptions, h Handler) error
+	// KeepAlive calls the backend's KeepAlive on l (a Lease this backend
+	// returned).
+	KeepAlive(ctx context.Context, l Lease, interval time.Duration) (context.Context, context.CancelFunc)
+	Close(ctx context.Context) error
+}
+
+// Lease is a backend's lease: its fields and operations.
+type Lease interface {
+	JobID() string
+	Payload() string
+	Attempt() int
+	Token() leaserouter.Token
+	WorkerID() string
+	Progress() []byte
+	Expiry() time.Time
+	Heartbeat(ctx context.Context, progress []byte) error
+	Complete(ctx context.Context) error
+	Fail(ctx context.Context, cause error) error
+	Release(ctx context.Context) error
+}

@@ -1,0 +1,173 @@
+package routertest
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/leaserouter/leaserouter"
+)
+
+// Row is one rule of the contract, named after DESIGN.md's bullet.
+type Row struct {
+	Name string
+	// Needs is the capability the row needs, "" for none; Lacks tells the
+	// row's capability from Caps.
+	Needs string
+	Test  func(t T, h Harness)
+}
+
+// needs reports whether c has the named capability, and the declared
+// difference when it does not.
+func needs(c Caps, name string) (bool, string) {
+	switch name {
+	case "":
+		return true, ""
+	case "ExactClock":
+		return c.ExactClock, "the backend's clock is real: instants are probed to the nanosecond by its own tests (DESIGN-postgres: database time)"
+	case "Capacity":
+		return c.Capacity, "Capacity is not offered: the table is the queue (DESIGN-postgres: what differs)"
+	case "SerialClaims":
+		return c.SerialClaims, "order is exact within one claim; concurrent claimers skip each other's locked rows (DESIGN-postgres: what differs)"
+	}
+	panic("routertest: unknown capability " + name)
+}
+
+// Run runs every row and the linearizability check against h, each as a
+// subtest in h.Scope.
+func Run(t *testing.T, h Harness) {
+	for _, row := range Rows() {
+		t.Run(row.Name, func(t *testing.T) {
+			if ok, why := needs(h.Caps(), row.Needs); !ok {
+				t.Logf("not applicable on %s (needs %s): %s", h.Name(), row.Needs, why)
+				return
+			}
+			h.Scope(t, func(t *testing.T) { row.Test(t, h) })
+		})
+	}
+	t.Run("linearizable", func(t *testing.T) {
+		Linearizable(t, h, h.Workload())
+	})
+}
+
+// RunRow runs the row named name against h with t, for tests that run
+// one row on a backend of their own.
+func RunRow(t T, h Harness, name string) {
+	t.Helper()
+	for _, row := range Rows() {
+		if row.Name == name {
+			if ok, why := needs(h.Caps(), row.Needs); !ok {
+				t.Logf("not applicable on %s (needs %s): %s", h.Name(), row.Needs, why)
+				return
+			}
+			row.Test(t, h)
+			return
+		}
+	}
+	t.Errorf("routertest: no row %q", name)
+	t.FailNow()
+}
+
+// open returns one handle on a fresh job set.
+func open(t T, h Harness, cfg Config) Backend { return h.Open(t, cfg, 1)[0] }
+
+func ctxOf(t T) context.Context { return t.Context() }
+
+func tryAcquire(t T, b Backend, worker string) Lease {
+	t.Helper()
+	l, err := b.TryAcquire(ctxOf(t), worker)
+	require.NoError(t, err)
+	require.NotNil(t, l)
+	return l
+}
+
+func get(t T, b Backend, id string) leaserouter.Job[string] {
+	t.Helper()
+	j, ok, err := b.Get(ctxOf(t), id)
+	require.NoError(t, err)
+	require.True(t, ok, "job %q known", id)
+	return j
+}
+
+func stats(t T, b Backend) leaserouter.Stats {
+	t.Helper()
+	s, err := b.Stats(ctxOf(t))
+	require.NoError(t, err)
+	return s
+}
+
+// requireLost checks that err is a *LeaseLostError for token with the
+// job's current token and the reason.
+func requireLost(t T, err error, token, current leaserouter.Token, reason leaserouter.LostReason) {
+	t.Helper()
+	var lost *leaserouter.LeaseLostError
+	require.ErrorAs(t, err, &lost)
+	require.ErrorIs(t, err, leaserouter.ErrLeaseLost)
+	require.Equal(t, token, lost.Token, "the refused lease's token")
+	require.Equal(t, current, lost.Current, "the job's current token")
+	require.Equal(t, reason, lost.Reason)
+}
+
+// expire lets l's lease expire on the backend's clock.
+func expire(h Harness, l Lease, lease time.Duration) { h.Advance(lease + lease/4) }
+
+// eventually advances the backend's clock in small steps until cond
+// holds, failing t after 20s of the backend's clock.
+func eventually(t T, h Harness, what string, cond func() bool) {
+	t.Helper()
+	const step = 10 * time.Millisecond
+	for range int(20 * time.Second / step) {
+		if cond() {
+			return
+		}
+		h.Advance(step)
+	}
+	t.Errorf("not within 20s: %s", what)
+	t.FailNow()
+}
+
+// events records the events a backend delivers, for reading after Close.
+type events struct {
+	ch chan leaserouter.Event
+}
+
+func newEvents() *events { return &events{ch: make(chan leaserouter.Event, 1024)} }
+
+func (e *events) record(ev leaserouter.Event) { e.ch <- ev }
+
+// of returns the events recorded so far for job id.
+func (e *events) drain() []leaserouter.Event {
+	var out []leaserouter.Event
+	for {
+		select {
+		case ev := <-e.ch:
+			out = append(out, ev)
+		default:
+			return out
+		}
+	}
+}
+
+func kinds(evs []leaserouter.Event, id string) []leaserouter.EventKind {
+	var out []leaserouter.EventKind
+	for _, e := range evs {
+		if e.JobID == id {
+			out = append(out, e.Kind)
+		}
+	}
+	return out
+}
+
+func first(evs []leaserouter.Event, id string, k leaserouter.EventKind) leaserouter.Event {
+	for _, e := range evs {
+		if e.JobID == id && e.Kind == k {
+			return e
+		}
+	}
+	return leaserouter.Event{}
+}
+
+var errBoom = errors.New("boom")

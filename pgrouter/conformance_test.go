@@ -1,0 +1,163 @@
+package pgrouter_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/routertest"
+	"github.com/leaserouter/leaserouter/pgrouter"
+	"github.com/leaserouter/leaserouter/pgrouter/pgtest"
+)
+
+// TestConformance runs the conformance suite (internal/routertest: the
+// contract's rules as rows, and its linearizability check) against
+// pgrouter, each job set a fresh database, time the database's own.
+func TestConformance(t *testing.T) { routertest.Run(t, pgHarness{}) }
+
+// pgHarness is pgrouter as a routertest backend: a fresh database per job
+// set, n Routers on it for n handles (n processes, as far as the database
+// can tell), real time.
+type pgHarness struct{}
+
+func (pgHarness) Name() string { return "pgrouter" }
+
+// Caps: what DESIGN-postgres.md lists as differing.
+func (pgHarness) Caps() routertest.Caps { return routertest.Caps{} }
+
+func (pgHarness) Scope(t *testing.T, f func(t *testing.T)) { f(t) }
+
+// Lease is long enough for a row's few round trips on a busy machine
+// under -race, short enough that waiting for an expiry costs little.
+func (pgHarness) Lease() time.Duration { return time.Second }
+
+// Workload: leases of 250ms on set A (zombies' expire), 1s on Run's.
+func (pgHarness) Workload() routertest.LinConfig { return routertest.LinConfig{Ops: 2500} }
+
+// Advance waits in real time: the database's clock is the machine's.
+func (pgHarness) Advance(d time.Duration) { time.Sleep(d) }
+
+func (h pgHarness) New(t routertest.T, cfg routertest.Config) error {
+	tb := t.(*testing.T) // rows on PostgreSQL run under *testing.T (pgtest, routerOn)
+	r, err := pgrouter.New[string](tb.Context(), pgtest.New(tb), h.options(cfg))
+	if err == nil {
+		err = r.Close(context.Background())
+	}
+	return err
+}
+
+func (h pgHarness) Open(t routertest.T, cfg routertest.Config, n int) []routertest.Backend {
+	t.Helper()
+	tb := t.(*testing.T) // rows on PostgreSQL run under *testing.T (pgtest, routerOn)
+	db := pgtest.New(tb)
+	opts := h.options(cfg)
+	bs := make([]routertest.Backend, n)
+	for i := range bs {
+		bs[i] = pgBackend{routerOn[string](tb, db, opts)}
+	}
+	return bs
+}
+
+func (h pgHarness) options(cfg routertest.Config) pgrouter.Options {
+	backoff := cfg.Backoff
+	if backoff == nil {
+		backoff = func(int) time.Duration { return 0 }
+	}
+	lease := cfg.LeaseDuration
+	if lease == 0 {
+		lease = h.Lease()
+	}
+	return pgrouter.Options{
+		LeaseDuration: lease,
+		MaxAttempts:   cfg.MaxAttempts,
+		Backoff:       backoff,
+		Retention:     cfg.Retention,
+		TokenFloor:    cfg.TokenFloor,
+		OnEvent:       cfg.OnEvent,
+		PollInterval:  100 * time.Millisecond,
+	}
+}
+
+// pgBackend adapts *pgrouter.Router[string].
+type pgBackend struct{ r *pgrouter.Router[string] }
+
+func (b pgBackend) Enqueue(ctx context.Context, id, payload string, opts ...leaserouter.EnqueueOption) error {
+	return b.r.Enqueue(ctx, id, payload, opts...)
+}
+
+func (b pgBackend) EnqueueMany(ctx context.Context, jobs []leaserouter.JobSpec[string]) ([]int, error) {
+	return b.r.EnqueueMany(ctx, jobs)
+}
+
+func (b pgBackend) Acquire(ctx context.Context, worker string) (routertest.Lease, error) {
+	return pgLease1(b.r.Acquire(ctx, worker))
+}
+
+func (b pgBackend) TryAcquire(ctx context.Context, worker string) (routertest.Lease, error) {
+	return pgLease1(b.r.TryAcquire(ctx, worker))
+}
+
+func (b pgBackend) AcquireMany(ctx context.Context, worker string, max int) ([]routertest.Lease, error) {
+	return pgLeases(b.r.AcquireMany(ctx, worker, max))
+}
+
+func (b pgBackend) TryAcquireMany(ctx context.Context, worker string, max int) ([]routertest.Lease, error) {
+	return pgLeases(b.r.TryAcquireMany(ctx, worker, max))
+}
+
+func (b pgBackend) Get(ctx context.Context, id string) (leaserouter.Job[string], bool, error) {
+	return b.r.Get(ctx, id)
+}
+
+func (b pgBackend) Cancel(ctx context.Context, id string) error { return b.r.Cancel(ctx, id) }
+
+func (b pgBackend) Stats(ctx context.Context) (leaserouter.Stats, error) { return b.r.Stats(ctx) }
+
+func (b pgBackend) Run(ctx context.Context, opts leaserouter.WorkerOptions, h routertest.Handler) error {
+	if h == nil {
+		return b.r.Run(ctx, opts, nil)
+	}
+	return b.r.Run(ctx, opts, func(ctx context.Context, l *pgrouter.Lease[string]) error { return h(ctx, pgLease{l}) })
+}
+
+func (b pgBackend) KeepAlive(ctx context.Context, l routertest.Lease, interval time.Duration) (context.Context, context.CancelFunc) {
+	return pgrouter.KeepAlive(ctx, l.(pgLease).l, interval)
+}
+
+func (b pgBackend) Close(ctx context.Context) error { return b.r.Close(ctx) }
+
+func pgLease1(l *pgrouter.Lease[string], err error) (routertest.Lease, error) {
+	if err != nil {
+		return nil, err
+	}
+	return pgLease{l}, nil
+}
+
+func pgLeases(ls []*pgrouter.Lease[string], err error) ([]routertest.Lease, error) {
+	if err != nil {
+		return nil, err
+	}
+	out := make([]routertest.Lease, len(ls))
+	for i, l := range ls {
+		out[i] = pgLease{l}
+	}
+	return out, nil
+}
+
+// pgLease adapts *pgrouter.Lease[string].
+type pgLease struct{ l *pgrouter.Lease[string] }
+
+func (p pgLease) JobID() string            { return p.l.JobID }
+func (p pgLease) Payload() string          { return p.l.Payload }
+func (p pgLease) Attempt() int             { return p.l.Attempt }
+func (p pgLease) Token() leaserouter.Token { return p.l.Token }
+func (p pgLease) WorkerID() string         { return p.l.WorkerID }
+func (p pgLease) Progress() []byte         { return p.l.Progress }
+func (p pgLease) Expiry() time.Time        { return p.l.Expiry() }
+func (p pgLease) Heartbeat(ctx context.Context, progress []byte) error {
+	return p.l.Heartbeat(ctx, progress)
+}
+func (p pgLease) Complete(ctx context.Context) error          { return p.l.Complete(ctx) }
+func (p pgLease) Fail(ctx context.Context, cause error) error { return p.l.Fail(ctx, cause) }
+func (p pgLease) Release(ctx context.Context) error           { return p.l.Release(ctx) }

@@ -8,14 +8,17 @@ import (
 	"sync/atomic"
 
 	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/contract"
 	"github.com/leaserouter/leaserouter/internal/goid"
 )
 
 // eventBacklog bounds the events waiting for delivery that new work may
 // add, as in the core: Enqueue, EnqueueMany and claims wait, before their
 // round trip, while this many wait, until delivery has brought the backlog
-// down to half; lease operations never wait.
-const eventBacklog = 4096
+// down to half; lease operations never wait. Undelivered events count
+// until their hooks have returned, including the batch in delivery. The
+// bound is the contract's, the same on every backend.
+const eventBacklog = contract.EventBacklog
 
 // events delivers a Router's events to Options.OnEvent and Options.Logger
 // from a goroutine of its own, in the order this process recorded them,
@@ -28,12 +31,13 @@ type events struct {
 	deliverer atomic.Uint64 // the delivery goroutine's ID (internal/goid)
 	stopOnce  sync.Once
 
-	mu    sync.Mutex
-	queue []leaserouter.Event
-	room  chan struct{} // closed when the backlog falls to half; replaced when it fills
-	kick  chan struct{} // cap 1: events are waiting
-	stop  chan struct{} // closed by Close: deliver what is left and end
-	ended chan struct{} // closed when the delivery goroutine has ended
+	mu       sync.Mutex
+	queue    []leaserouter.Event
+	inflight int           // events of the batch in delivery not yet delivered (counted by progressEvery)
+	room     chan struct{} // closed when the backlog falls to half; replaced when it fills
+	kick     chan struct{} // cap 1: events are waiting
+	stop     chan struct{} // closed by Close: deliver what is left and end
+	ended    chan struct{} // closed when the delivery goroutine has ended
 }
 
 // newEvents returns nil when no hook is set: recording is then free.
@@ -61,7 +65,7 @@ func (e *events) add(evs ...leaserouter.Event) {
 	}
 	e.mu.Lock()
 	e.queue = append(e.queue, evs...)
-	if len(e.queue) >= eventBacklog {
+	if len(e.queue)+e.inflight >= eventBacklog {
 		select {
 		case <-e.room:
 			e.room = make(chan struct{})
@@ -115,14 +119,16 @@ func (e *events) deliver() {
 		e.mu.Lock()
 		batch := e.queue
 		e.queue = nil
-		select {
-		case <-e.room:
-		default:
-			close(e.room) // empty now
-		}
+		e.inflight = len(batch)
+		e.progressed(0)
 		e.mu.Unlock()
-		for _, ev := range batch {
+		for i, ev := range batch {
 			e.call(ev)
+			if (i+1)%progressEvery == 0 || i == len(batch)-1 {
+				e.mu.Lock()
+				e.progressed(min(progressEvery, e.inflight))
+				e.mu.Unlock()
+			}
 		}
 		if len(batch) > 0 {
 			continue
@@ -137,6 +143,24 @@ func (e *events) deliver() {
 				return
 			}
 		}
+	}
+}
+
+// progressEvery is how many events the delivery goroutine delivers between
+// updates of the backlog, as in the core.
+const progressEvery = 256
+
+// progressed counts n events of the batch in delivery as delivered and
+// opens room once the backlog is down to half. The caller holds e.mu.
+func (e *events) progressed(n int) {
+	e.inflight -= n
+	if len(e.queue)+e.inflight > eventBacklog/2 {
+		return
+	}
+	select {
+	case <-e.room:
+	default:
+		close(e.room)
 	}
 }
 

@@ -61,7 +61,7 @@ type Options struct {
 	// them, from a goroutine of the Router's own, never on the goroutine
 	// that made the transition; calls are serial. Event.Time is the
 	// database's instant of the transition (for lease_expired, the expiry;
-	// for duplicate and stale_rejected, this process's clock). Up to 4096
+	// for duplicate and stale_rejected, this process's clock). Up to 16384
 	// events wait for delivery; beyond that Enqueue, EnqueueMany and
 	// claims (Acquire, TryAcquire, Run taking jobs) wait before their
 	// round trip until the delivery goroutine has taken them, so a hook

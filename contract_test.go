@@ -6,9 +6,13 @@ package leaserouter_test
 // internal/routertest, takes them as rows).
 
 import (
+	"context"
 	"fmt"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -45,5 +49,67 @@ func TestEventBacklogIs16384(t *testing.T) {
 		close(g.open)
 		synctest.Wait()
 		require.NoError(t, receive(t, over))
+	})
+}
+
+// TestHandlerPanicLastError: a handler's panic fails the attempt with
+// LastError "panic: <value>", a blank line and the stack, the same text
+// on every backend.
+func TestHandlerPanicLastError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := setup(t, leaserouter.Options{LeaseDuration: ld, MaxAttempts: 1})
+		require.NoError(t, r.Enqueue("p", ""))
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() {
+			done <- r.Run(ctx, leaserouter.WorkerOptions{Workers: 1}, func(context.Context, *lease) error { panic("boom") })
+		}()
+		synctest.Wait()
+		cancel()
+		synctest.Wait()
+		require.NoError(t, receive(t, done))
+		j := get(t, r, "p")
+		require.Equal(t, leaserouter.StateFailed, j.State)
+		require.True(t, strings.HasPrefix(j.LastError, "panic: boom\n\n"), "LastError %q", j.LastError)
+		require.Contains(t, j.LastError, "goroutine ", "the stack follows")
+	})
+}
+
+// TestBatchAfterCutLeasesOne: after a Run batch that was cut (its first
+// heartbeat came while a job ran long, and the jobs waiting their turn
+// were handed back), the worker leases one job at a time again.
+func TestBatchAfterCutLeasesOne(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const interval = time.Second
+		r := setup(t, leaserouter.Options{LeaseDuration: ld})
+		// In the ready order: q1 alone, then q2 and q3 (quick: the size
+		// doubles to 4), then a batch [a, b, c, d] that a cuts; b leads
+		// the next batch.
+		for i, id := range []string{"q1", "q2", "q3", "a", "b", "c", "d", "e"} {
+			require.NoError(t, r.Enqueue(id, "", leaserouter.WithPriority(100-i)))
+		}
+		var leasedAtB atomic.Int64
+		leasedAtB.Store(-1)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() {
+			done <- r.Run(ctx, leaserouter.WorkerOptions{Workers: 1, HeartbeatInterval: interval, Batch: 8},
+				func(_ context.Context, l *lease) error {
+					switch l.JobID {
+					case "a":
+						time.Sleep(2 * interval) // the batch's first heartbeat cuts it
+					case "b":
+						if leasedAtB.Load() < 0 {
+							leasedAtB.Store(int64(r.Stats().Leased))
+						}
+					}
+					return nil
+				})
+		}()
+		sleep(10 * interval)
+		cancel()
+		synctest.Wait()
+		require.NoError(t, receive(t, done))
+		require.EqualValues(t, 1, leasedAtB.Load(), "jobs leased when b, first of the batch after the cut one, starts")
 	})
 }

@@ -7,6 +7,9 @@ package pgrouter_test
 
 import (
 	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,4 +40,90 @@ func TestEventBacklogIs16384(t *testing.T) {
 	_, found, err := r.Get(t.Context(), "over")
 	require.NoError(t, err)
 	require.False(t, found, "a producer held for room has not enqueued")
+}
+
+// TestHandlerPanicLastError: a handler's panic fails the attempt with
+// LastError "panic: <value>", a blank line and the stack, the same text
+// on every backend.
+func TestHandlerPanicLastError(t *testing.T) {
+	r, _ := newRouter[int](t, pgrouter.Options{MaxAttempts: 1})
+	require.NoError(t, r.Enqueue(t.Context(), "p", 0))
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		done <- r.Run(ctx, leaserouter.WorkerOptions{Workers: 1}, func(context.Context, *pgrouter.Lease[int]) error { panic("boom") })
+	}()
+	var j leaserouter.Job[int]
+	eventually(t, 10*time.Second, "the job is dead", func() bool {
+		var ok bool
+		var err error
+		j, ok, err = r.Get(t.Context(), "p")
+		return err == nil && ok && j.State == leaserouter.StateFailed
+	})
+	cancel()
+	require.NoError(t, <-done)
+	require.True(t, strings.HasPrefix(j.LastError, "panic: boom\n\n"), "LastError %q", j.LastError)
+	require.Contains(t, j.LastError, "goroutine ", "the stack follows")
+}
+
+// TestBatchAfterCutLeasesOne: after a Run batch that was cut (a heartbeat
+// round came while a job ran, and the jobs waiting their turn were handed
+// back), the worker leases one job at a time again, however short the
+// batch ran: here the round comes early in the batch, which then ends at
+// once (pgrouter's rounds are every HeartbeatInterval from Run's start,
+// not from the batch's).
+func TestBatchAfterCutLeasesOne(t *testing.T) {
+	const interval = 4 * time.Second
+	var r *pgrouter.Router[int]
+	var aToken atomic.Uint64
+	aBeat := make(chan struct{})
+	var once sync.Once
+	r, _ = newRouter[int](t, pgrouter.Options{LeaseDuration: 5 * interval, OnEvent: func(e leaserouter.Event) {
+		if e.Kind == leaserouter.EventLeaseExtended && uint64(e.Token) == aToken.Load() {
+			once.Do(func() { close(aBeat) })
+		}
+	}})
+	leasedAtB := make(chan int, 1)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	start := time.Now() // the rounds come at start + k*interval
+	go func() {
+		done <- r.Run(ctx, leaserouter.WorkerOptions{Workers: 1, HeartbeatInterval: interval, Batch: 8},
+			func(ctx context.Context, l *pgrouter.Lease[int]) error {
+				switch l.JobID {
+				case "a": // runs until the first round has cut its batch and extended it
+					aToken.Store(uint64(l.Token))
+					select {
+					case <-aBeat:
+					case <-time.After(3 * interval):
+					}
+				case "b":
+					if s, err := r.Stats(ctx); err == nil {
+						select {
+						case leasedAtB <- s.Leased:
+						default:
+						}
+					}
+				}
+				return nil
+			})
+	}()
+	// Just before the first round: q1 runs alone (quick: the size doubles
+	// to 2), then [a, b], which the round cuts a moment later.
+	time.Sleep(time.Until(start.Add(interval * 9 / 10)))
+	specs := []leaserouter.JobSpec[int]{}
+	for i, id := range []string{"q1", "a", "b", "c", "d", "e"} {
+		specs = append(specs, leaserouter.JobSpec[int]{ID: id, Options: []leaserouter.EnqueueOption{leaserouter.WithPriority(100 - i)}})
+	}
+	_, err := r.EnqueueMany(t.Context(), specs)
+	require.NoError(t, err)
+	var n int
+	select {
+	case n = <-leasedAtB:
+	case <-time.After(4 * interval):
+		t.Fatal("b never ran")
+	}
+	cancel()
+	require.NoError(t, <-done)
+	require.Equal(t, 1, n, "jobs leased when b, first of the batch after the cut one, starts")
 }

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"slices"
 	"time"
 
 	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/contract"
 )
 
 // A Run's workers: each claims a batch, runs it in order, and hands its
@@ -162,14 +162,7 @@ func (w *worker[T]) runWaiting() {
 	took, cut := time.Since(w.started), w.cut
 	u.mu.Unlock()
 	interval := u.opts.HeartbeatInterval
-	switch {
-	case cut && took >= interval/2: // a long job: one at a time again
-		w.size = 1
-	case took <= interval/4:
-		w.size = min(2*w.size, u.opts.Batch)
-	case took > interval/2:
-		w.size = max(1, w.size/2)
-	}
+	w.size = contract.NextBatch(w.size, u.opts.Batch, cut, took, interval)
 }
 
 // run runs the handler on l with hctx (set up by runWaiting), then ends
@@ -221,7 +214,7 @@ var errUnproven = fmt.Errorf("%w: no heartbeat accepted within LeaseDuration (da
 func (u *runner[T]) call(ctx context.Context, l *Lease[T]) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("pgrouter: handler panicked: %v\n%s", p, debug.Stack())
+			err = contract.Panicked(p) // the same text on every backend
 		}
 	}()
 	return u.h(ctx, l)

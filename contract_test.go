@@ -113,3 +113,30 @@ func TestBatchAfterCutLeasesOne(t *testing.T) {
 		require.EqualValues(t, 1, leasedAtB.Load(), "jobs leased when b, first of the batch after the cut one, starts")
 	})
 }
+
+// TestInvalidOptionsMessages: the options every backend has are refused
+// with one set of messages, wrapping ErrInvalidOptions. (A positive
+// LeaseDuration below a millisecond is the core's to take; pgrouter's
+// floor is a declared difference.)
+func TestInvalidOptionsMessages(t *testing.T) {
+	for _, c := range invalidOptionCases {
+		_, err := leaserouter.New[string](c.opts)
+		require.ErrorIs(t, err, leaserouter.ErrInvalidOptions, c.want)
+		require.EqualError(t, err, c.want)
+	}
+	r, err := leaserouter.New[string](leaserouter.Options{LeaseDuration: time.Microsecond})
+	require.NoError(t, err, "the core has no floor on LeaseDuration")
+	require.NoError(t, r.Close(t.Context()))
+}
+
+// invalidOptionCases are the options both backends share, each bad, with
+// the message New gives (the same in pgrouter/contract_test.go).
+var invalidOptionCases = []struct {
+	opts leaserouter.Options
+	want string
+}{
+	{leaserouter.Options{LeaseDuration: -time.Second}, "leaserouter: invalid options: LeaseDuration is -1s, must be > 0 (or 0 for the default 30s)"},
+	{leaserouter.Options{MaxAttempts: -1}, "leaserouter: invalid options: MaxAttempts is -1, must be >= 1 (or 0 for the default 5)"},
+	{leaserouter.Options{MaxAttempts: 1 << 31}, "leaserouter: invalid options: MaxAttempts is 2147483648, must be <= 2147483647"},
+	{leaserouter.Options{TokenFloor: 1 << 63}, "leaserouter: invalid options: TokenFloor is 9223372036854775808, must be < 9223372036854775807 so tokens fit in an int64"},
+}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/leaserouter/leaserouter"
 	"github.com/leaserouter/leaserouter/pgrouter"
+	"github.com/leaserouter/leaserouter/pgrouter/pgtest"
 )
 
 // eventBacklog is DESIGN's bound, written out: a test using the package's
@@ -126,4 +127,29 @@ func TestBatchAfterCutLeasesOne(t *testing.T) {
 	cancel()
 	require.NoError(t, <-done)
 	require.Equal(t, 1, n, "jobs leased when b, first of the batch after the cut one, starts")
+}
+
+// TestInvalidOptionsMessages: the options every backend has are refused
+// with the core's messages (the same cases as the core's test), wrapping
+// ErrInvalidOptions; pgrouter's one declared difference, the floor on
+// LeaseDuration, says so in the same form.
+func TestInvalidOptionsMessages(t *testing.T) {
+	db := pgtest.New(t)
+	cases := []struct {
+		opts pgrouter.Options
+		want string
+	}{
+		{pgrouter.Options{LeaseDuration: -time.Second}, "leaserouter: invalid options: LeaseDuration is -1s, must be > 0 (or 0 for the default 30s)"},
+		{pgrouter.Options{MaxAttempts: -1}, "leaserouter: invalid options: MaxAttempts is -1, must be >= 1 (or 0 for the default 5)"},
+		{pgrouter.Options{MaxAttempts: 1 << 31}, "leaserouter: invalid options: MaxAttempts is 2147483648, must be <= 2147483647"},
+		{pgrouter.Options{TokenFloor: 1 << 63}, "leaserouter: invalid options: TokenFloor is 9223372036854775808, must be < 9223372036854775807 so tokens fit in an int64"},
+		{pgrouter.Options{LeaseDuration: time.Microsecond}, "leaserouter: invalid options: LeaseDuration is 1µs, must be >= 1ms on this backend (or 0 for the default 30s)"},
+		{pgrouter.Options{PollInterval: -time.Second}, "leaserouter: invalid options: PollInterval is -1s, must be >= 0 (or 0 for the default 1s)"},
+	}
+	for _, c := range cases {
+		_, err := pgrouter.New[int](t.Context(), db, c.opts)
+		require.ErrorIs(t, err, leaserouter.ErrInvalidOptions, c.want)
+		require.EqualError(t, err, c.want)
+	}
+	routerOn[int](t, db, pgrouter.Options{LeaseDuration: pgrouter.MinLeaseDuration}) // the floor itself is valid
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"strings"
 	"sync"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/contract"
 )
 
 // Options configure a Router. The zero value is valid: every zero field
@@ -29,8 +29,9 @@ type Options struct {
 	Queue string
 	// LeaseDuration is how long a lease lasts without a heartbeat, on the
 	// database's clock. Default leaserouter.DefaultLeaseDuration (30s);
-	// negative is invalid; below a millisecond is invalid (the database
-	// keeps microseconds, and a lease must outlast a round trip).
+	// negative is invalid; a positive one below MinLeaseDuration (1ms) is
+	// invalid (the database keeps microseconds, and a lease must outlast a
+	// round trip), unlike the core's.
 	LeaseDuration time.Duration
 	// MaxAttempts is how many leases a job may be granted before it is
 	// dead. Default leaserouter.DefaultMaxAttempts (5); negative or above
@@ -75,6 +76,12 @@ type Options struct {
 	Logger *slog.Logger
 }
 
+// MinLeaseDuration is the shortest positive Options.LeaseDuration: the
+// database keeps instants in microseconds, and a lease must outlast a
+// round trip. The core has no such floor (see the package doc, Rules that
+// differ).
+const MinLeaseDuration = time.Millisecond
+
 // DefaultPollInterval is the default Options.PollInterval.
 const DefaultPollInterval = time.Second
 
@@ -95,15 +102,14 @@ func (o Options) withDefaults() (Options, error) {
 	bad := func(format string, a ...any) (Options, error) {
 		return o, fmt.Errorf("%w: "+format, append([]any{leaserouter.ErrInvalidOptions}, a...)...)
 	}
-	switch {
-	case o.LeaseDuration < 0 || o.LeaseDuration > 0 && o.LeaseDuration < time.Millisecond:
-		return bad("LeaseDuration %v, must be 0 (default) or >= 1ms", o.LeaseDuration)
-	case o.MaxAttempts < 0 || o.MaxAttempts > math.MaxInt32:
-		return bad("MaxAttempts %d, must be in [0, %d]", o.MaxAttempts, math.MaxInt32)
-	case o.PollInterval < 0:
-		return bad("PollInterval %v, must be >= 0", o.PollInterval)
-	case o.TokenFloor >= math.MaxInt64:
-		return bad("TokenFloor %d, must be below %d", o.TokenFloor, int64(math.MaxInt64))
+	// The fields every backend has: the core's check and messages, with
+	// this backend's floor on LeaseDuration (MinLeaseDuration).
+	if err := contract.CheckOptions(leaserouter.ErrInvalidOptions, o.LeaseDuration, MinLeaseDuration, leaserouter.DefaultLeaseDuration,
+		o.MaxAttempts, leaserouter.DefaultMaxAttempts, uint64(o.TokenFloor)); err != nil {
+		return o, err
+	}
+	if o.PollInterval < 0 {
+		return bad("PollInterval is %v, must be >= 0 (or 0 for the default %v)", o.PollInterval, DefaultPollInterval)
 	}
 	if p := nameProblem(o.Queue, MaxQueueBytes, "MaxQueueBytes"); p != "" {
 		return bad("Queue %s", p)

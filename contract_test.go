@@ -7,7 +7,9 @@ package leaserouter_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -139,4 +141,63 @@ var invalidOptionCases = []struct {
 	{leaserouter.Options{MaxAttempts: -1}, "leaserouter: invalid options: MaxAttempts is -1, must be >= 1 (or 0 for the default 5)"},
 	{leaserouter.Options{MaxAttempts: 1 << 31}, "leaserouter: invalid options: MaxAttempts is 2147483648, must be <= 2147483647"},
 	{leaserouter.Options{TokenFloor: 1 << 63}, "leaserouter: invalid options: TokenFloor is 9223372036854775808, must be < 9223372036854775807 so tokens fit in an int64"},
+}
+
+// errorReports returns the messages of rec's records at level Error, each
+// with its job_id.
+func errorReports(rec *logRecorder) []string {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var out []string
+	for _, r := range rec.recs {
+		if r.Level != slog.LevelError {
+			continue
+		}
+		job := ""
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "job_id" {
+				job = a.Value.String()
+			}
+			return true
+		})
+		out = append(out, r.Message+" job_id="+job)
+	}
+	return out
+}
+
+// TestPanickingBackoffCountedAndReported: a Backoff that panics is
+// counted in Stats.CallbackPanics and reported at level Error through the
+// Logger, and the attempt is retried after DefaultBackoff.
+func TestPanickingBackoffCountedAndReported(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &logRecorder{}
+		r := setup(t, leaserouter.Options{LeaseDuration: ld, Logger: slog.New(rec),
+			Backoff: func(int) time.Duration { panic("boom") }})
+		require.NoError(t, r.Enqueue("j", ""))
+		require.NoError(t, acquire(t, r, "w").Fail(errors.New("failed")))
+		require.Equal(t, leaserouter.StateScheduled, get(t, r, "j").State, "retried after DefaultBackoff")
+		require.EqualValues(t, 1, r.Stats().CallbackPanics)
+		require.NoError(t, r.Flush(t.Context()))
+		require.Equal(t, []string{"leaserouter: Backoff(1) panicked: boom; used DefaultBackoff job_id=j"}, errorReports(rec))
+	})
+}
+
+// TestHookPanicReportedThroughLogger: a panic in OnEvent is counted and
+// reported at level Error through the configured Logger (not
+// slog.Default()), and delivery goes on: the Logger still gets the event.
+func TestHookPanicReportedThroughLogger(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &logRecorder{}
+		r := setup(t, leaserouter.Options{LeaseDuration: ld, Logger: slog.New(rec),
+			OnEvent: func(e leaserouter.Event) {
+				if e.Kind == leaserouter.EventEnqueued {
+					panic("boom")
+				}
+			}})
+		require.NoError(t, r.Enqueue("j", ""))
+		require.NoError(t, r.Flush(t.Context()))
+		require.Equal(t, []string{"leaserouter: OnEvent panicked on enqueued: boom job_id=j"}, errorReports(rec))
+		require.Contains(t, rec.messages(), "enqueued", "the event still reaches the Logger")
+		require.EqualValues(t, 1, r.Stats().CallbackPanics)
+	})
 }

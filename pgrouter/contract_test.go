@@ -7,6 +7,9 @@ package pgrouter_test
 
 import (
 	"context"
+	"errors"
+	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -152,4 +155,91 @@ func TestInvalidOptionsMessages(t *testing.T) {
 		require.EqualError(t, err, c.want)
 	}
 	routerOn[int](t, db, pgrouter.Options{LeaseDuration: pgrouter.MinLeaseDuration}) // the floor itself is valid
+}
+
+// recorder is a slog.Handler that keeps every record.
+type recorder struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (h *recorder) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h *recorder) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.recs = append(h.recs, r.Clone())
+	return nil
+}
+
+func (h *recorder) WithAttrs([]slog.Attr) slog.Handler { return h }
+
+func (h *recorder) WithGroup(string) slog.Handler { return h }
+
+// messages returns the records' messages; errors, those at level Error,
+// each with its job_id.
+func (h *recorder) messages() (all, errors []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, r := range h.recs {
+		all = append(all, r.Message)
+		if r.Level != slog.LevelError {
+			continue
+		}
+		job := ""
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "job_id" {
+				job = a.Value.String()
+			}
+			return true
+		})
+		errors = append(errors, r.Message+" job_id="+job)
+	}
+	return all, errors
+}
+
+// TestPanickingBackoffCountedAndReported: a Backoff that panics is
+// counted in Stats.CallbackPanics and reported at level Error through the
+// Logger, and the attempt is retried after DefaultBackoff.
+func TestPanickingBackoffCountedAndReported(t *testing.T) {
+	rec := &recorder{}
+	r, _ := newRouter[int](t, pgrouter.Options{Logger: slog.New(rec),
+		Backoff: func(int) time.Duration { panic("boom") }})
+	require.NoError(t, leaseOn(t, r, "j").Fail(t.Context(), errors.New("failed")))
+	j, _, err := r.Get(t.Context(), "j")
+	require.NoError(t, err)
+	require.Equal(t, leaserouter.StateScheduled, j.State, "retried after DefaultBackoff")
+	s, err := r.Stats(t.Context())
+	require.NoError(t, err)
+	require.EqualValues(t, 1, s.CallbackPanics)
+	want := []string{"leaserouter: Backoff(1) panicked: boom; used DefaultBackoff job_id=j"}
+	eventually(t, 10*time.Second, "the report", func() bool {
+		all, _ := rec.messages()
+		return slices.Contains(all, "retry_scheduled")
+	})
+	_, reports := rec.messages()
+	require.Equal(t, want, reports)
+}
+
+// TestHookPanicReportedThroughLogger: a panic in OnEvent is counted and
+// reported at level Error through the configured Logger (not
+// slog.Default()), and delivery goes on: the Logger still gets the event.
+func TestHookPanicReportedThroughLogger(t *testing.T) {
+	rec := &recorder{}
+	r, _ := newRouter[int](t, pgrouter.Options{Logger: slog.New(rec),
+		OnEvent: func(e leaserouter.Event) {
+			if e.Kind == leaserouter.EventEnqueued {
+				panic("boom")
+			}
+		}})
+	require.NoError(t, r.Enqueue(t.Context(), "j", 0))
+	eventually(t, 10*time.Second, "the event reaches the Logger", func() bool {
+		all, _ := rec.messages()
+		return slices.Contains(all, "enqueued")
+	})
+	_, reports := rec.messages()
+	require.Equal(t, []string{"leaserouter: OnEvent panicked on enqueued: boom job_id=j"}, reports)
+	s, err := r.Stats(t.Context())
+	require.NoError(t, err)
+	require.EqualValues(t, 1, s.CallbackPanics)
 }

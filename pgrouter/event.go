@@ -2,7 +2,7 @@ package pgrouter
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -164,25 +164,56 @@ func (e *events) progressed(n int) {
 	}
 }
 
-// call delivers one event to each hook, a panic recovered, counted and
-// reported to slog.Default().
-func (e *events) call(ev leaserouter.Event) {
-	if e.onEvent != nil {
-		e.recovered("OnEvent", ev, func() { e.onEvent(ev) })
+// kindReport marks an entry of the queue that is not an event but the
+// report of a recovered panic of a user callback (Backoff), its message in
+// Err, for the delivery goroutine to log, as in the core: the lease
+// operation that found it never pays for the Logger.
+const kindReport leaserouter.EventKind = 0
+
+// report queues msg, the report of a user callback's recovered panic
+// concerning job jobID, for the delivery goroutine, and reports whether
+// it did: false with no delivery goroutine (no hook set, or after Close),
+// when the caller reports to slog.Default() itself. The caller has
+// counted the panic.
+func (e *events) report(msg, jobID string) bool {
+	if e == nil {
+		return false
 	}
-	if e.logger != nil {
-		e.recovered("Logger", ev, func() { ev.Log(e.logger) })
+	select {
+	case <-e.ended:
+		return false
+	default:
 	}
+	e.add(leaserouter.Event{Kind: kindReport, JobID: jobID, Err: errors.New(msg)})
+	return true
 }
 
-func (e *events) recovered(hook string, ev leaserouter.Event, f func()) {
-	defer func() {
-		if p := recover(); p != nil {
+// call delivers one event to each hook, a panic recovered, counted and
+// reported as the core reports it (contract.Report: through the Logger,
+// or slog.Default() when there is none or it panics too). A report
+// entry (kindReport) is logged the same way.
+func (e *events) call(ev leaserouter.Event) {
+	if ev.Kind == kindReport {
+		if contract.Report(e.logger, ev.Err.Error(), ev.JobID) {
 			e.panics()
-			slog.Default().Error(fmt.Sprintf("pgrouter: %s panicked on %s: %v", hook, ev.Kind, p), "job_id", ev.JobID)
 		}
-	}()
-	f()
+		return
+	}
+	if e.onEvent != nil {
+		if p := contract.Recovered(func() { e.onEvent(ev) }); p != nil {
+			e.panics()
+			if contract.Report(e.logger, contract.HookPanicked(contract.HookOnEvent, ev.Kind, p), ev.JobID) {
+				e.panics()
+			}
+		}
+	}
+	if e.logger != nil {
+		if p := contract.Recovered(func() { ev.Log(e.logger) }); p != nil {
+			e.panics()
+			// Not through the Logger that just panicked.
+			contract.ReportTo(slog.Default(), contract.HookPanicked(contract.HookLogger, ev.Kind, p), ev.JobID)
+		}
+	}
 }
 
 // close delivers what is left and ends the delivery goroutine, waiting

@@ -39,8 +39,10 @@ type Options struct {
 	MaxAttempts int
 	// Backoff gives the delay before retrying a job after Lease.Fail on
 	// the given attempt (1 for the first). Default
-	// leaserouter.DefaultBackoff. A result <= 0 retries at once. A panic in
-	// it is recovered and the attempt uses DefaultBackoff.
+	// leaserouter.DefaultBackoff. A result <= 0 retries at once. It is not
+	// called for a Permanent cause. A panic in it is recovered, counted in
+	// Stats.CallbackPanics and reported (see OnEvent), and the attempt uses
+	// DefaultBackoff instead, as in the core.
 	Backoff func(attempt int) time.Duration
 	// Retention is how long finished jobs stay for Get and dedup. Zero
 	// means leaserouter.DefaultRetention (10m); negative means finished
@@ -68,11 +70,15 @@ type Options struct {
 	// round trip until the delivery goroutine has taken them, so a hook
 	// slower than the event rate slows the producers of new work; lease
 	// operations never wait. A panic in OnEvent is recovered, counted in
-	// Stats.CallbackPanics and reported to slog.Default(). Close returns
-	// once every event has been delivered (or its ctx is done).
+	// Stats.CallbackPanics and reported at level Error through Logger
+	// (slog.Default() if Logger is nil), as in the core; delivery goes on
+	// with the next event. Close returns once every event has been
+	// delivered (or its ctx is done).
 	OnEvent func(leaserouter.Event)
 	// Logger, if set, gets one record per event, as the core writes them
-	// (leaserouter.Event.Log), after OnEvent's call for the same event.
+	// (leaserouter.Event.Log), after OnEvent's call for the same event. A
+	// panic in its handler is recovered, counted in Stats.CallbackPanics
+	// and reported to slog.Default().
 	Logger *slog.Logger
 }
 

@@ -10,7 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -199,5 +201,43 @@ func TestHookPanicReportedThroughLogger(t *testing.T) {
 		require.Equal(t, []string{"leaserouter: OnEvent panicked on enqueued: boom job_id=j"}, errorReports(rec))
 		require.Contains(t, rec.messages(), "enqueued", "the event still reaches the Logger")
 		require.EqualValues(t, 1, r.Stats().CallbackPanics)
+	})
+}
+
+// TestHookGoexitSurvived: an OnEvent that calls runtime.Goexit (as
+// t.FailNow does) ends no delivery: it counts as a panic of the hook,
+// reported through the Logger, the Logger still gets that event, and
+// later events are delivered.
+func TestHookGoexitSurvived(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &logRecorder{}
+		var seen []string
+		var mu sync.Mutex
+		r := setup(t, leaserouter.Options{LeaseDuration: ld, Logger: slog.New(rec),
+			OnEvent: func(e leaserouter.Event) {
+				mu.Lock()
+				seen = append(seen, e.JobID)
+				mu.Unlock()
+				if e.JobID == "a" {
+					runtime.Goexit()
+				}
+			}})
+		require.NoError(t, r.Enqueue("a", ""))
+		require.NoError(t, r.Flush(t.Context()))
+		require.NoError(t, r.Enqueue("b", ""))
+		require.NoError(t, r.Flush(t.Context()))
+		mu.Lock()
+		require.Equal(t, []string{"a", "b"}, seen)
+		mu.Unlock()
+		require.Equal(t, []string{"leaserouter: OnEvent called runtime.Goexit on enqueued job_id=a"}, errorReports(rec))
+		n := 0
+		for _, m := range rec.messages() {
+			if m == "enqueued" {
+				n++
+			}
+		}
+		require.Equal(t, 2, n, "the Logger gets both events")
+		require.EqualValues(t, 1, r.Stats().CallbackPanics)
+		require.NoError(t, r.Close(t.Context()))
 	})
 }

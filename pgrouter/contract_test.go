@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -242,4 +243,45 @@ func TestHookPanicReportedThroughLogger(t *testing.T) {
 	s, err := r.Stats(t.Context())
 	require.NoError(t, err)
 	require.EqualValues(t, 1, s.CallbackPanics)
+}
+
+// TestHookGoexitSurvived: an OnEvent that calls runtime.Goexit (as
+// t.FailNow does) ends no delivery: it counts as a panic of the hook,
+// reported through the Logger, the Logger still gets that event, and
+// later events are delivered.
+func TestHookGoexitSurvived(t *testing.T) {
+	rec := &recorder{}
+	var mu sync.Mutex
+	var seen []string
+	r, _ := newRouter[int](t, pgrouter.Options{Logger: slog.New(rec),
+		OnEvent: func(e leaserouter.Event) {
+			mu.Lock()
+			seen = append(seen, e.JobID)
+			mu.Unlock()
+			if e.JobID == "a" {
+				runtime.Goexit()
+			}
+		}})
+	require.NoError(t, r.Enqueue(t.Context(), "a", 0))
+	require.NoError(t, r.Enqueue(t.Context(), "b", 0))
+	enqueued := func() int {
+		all, _ := rec.messages()
+		n := 0
+		for _, m := range all {
+			if m == "enqueued" {
+				n++
+			}
+		}
+		return n
+	}
+	eventually(t, 10*time.Second, "both events reach the Logger", func() bool { return enqueued() == 2 })
+	mu.Lock()
+	require.Equal(t, []string{"a", "b"}, seen)
+	mu.Unlock()
+	_, reports := rec.messages()
+	require.Equal(t, []string{"leaserouter: OnEvent called runtime.Goexit on enqueued job_id=a"}, reports)
+	s, err := r.Stats(t.Context())
+	require.NoError(t, err)
+	require.EqualValues(t, 1, s.CallbackPanics)
+	require.NoError(t, r.Close(t.Context()))
 }

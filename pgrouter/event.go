@@ -30,6 +30,7 @@ type events struct {
 
 	deliverer atomic.Uint64 // the delivery goroutine's ID (internal/goid)
 	stopOnce  sync.Once
+	cur       cursor // the delivery goroutine's own (one at a time: the next starts as the last ends)
 
 	mu       sync.Mutex
 	queue    []leaserouter.Event
@@ -111,26 +112,49 @@ func (e *events) awaitRoom(ctx context.Context) error {
 // calling back into the Router). About a microsecond: slow paths only.
 func (e *events) inHook() bool { return goid.Current() == e.deliverer.Load() }
 
-// deliver is the delivery goroutine.
+// deliver is the delivery goroutine. A hook that calls runtime.Goexit
+// (t.FailNow in a test's OnEvent, say) ends it: resumeAfterGoexit then
+// counts and reports that as a panic of the hook and starts a delivery
+// goroutine that goes on from the same place, as the core's does, so no
+// event is lost or stuck and Close still finds a goroutine to wait for.
 func (e *events) deliver() {
 	e.deliverer.Store(goid.Current())
-	defer close(e.ended)
+	goexit := true // until the loop returns
+	defer func() {
+		if goexit {
+			e.resumeAfterGoexit()
+			return
+		}
+		close(e.ended)
+	}()
+	if msg := e.cur.report; msg != "" { // left by a delivery goroutine a hook ended
+		e.cur.report = ""
+		e.reportFrom(msg, e.cur.reportJob)
+	}
 	for {
-		e.mu.Lock()
-		batch := e.queue
-		e.queue = nil
-		e.inflight = len(batch)
-		e.progressed(0)
-		e.mu.Unlock()
-		for i, ev := range batch {
-			e.call(ev)
-			if (i+1)%progressEvery == 0 || i == len(batch)-1 {
+		if e.cur.batch == nil {
+			e.mu.Lock()
+			batch := e.queue
+			e.queue = nil
+			e.inflight = len(batch)
+			e.progressed(0)
+			e.mu.Unlock()
+			e.cur = cursor{batch: batch}
+		}
+		c := &e.cur
+		for c.at < len(c.batch) {
+			e.callFrom(c.batch[c.at])
+			c.at, c.stage = c.at+1, stageOnEvent
+			if c.at-c.counted >= progressEvery || c.at == len(c.batch) {
 				e.mu.Lock()
-				e.progressed(min(progressEvery, e.inflight))
+				e.progressed(c.at - c.counted)
 				e.mu.Unlock()
+				c.counted = c.at
 			}
 		}
-		if len(batch) > 0 {
+		n := len(c.batch)
+		e.cur = cursor{}
+		if n > 0 {
 			continue
 		}
 		select {
@@ -140,10 +164,99 @@ func (e *events) deliver() {
 			left := len(e.queue)
 			e.mu.Unlock()
 			if left == 0 {
+				goexit = false
 				return
 			}
 		}
 	}
+}
+
+// cursor is the delivery goroutine's place in its batch, kept on events
+// so that a delivery goroutine started after a hook's runtime.Goexit goes
+// on from there.
+type cursor struct {
+	batch     []leaserouter.Event
+	at        int    // the event being delivered
+	counted   int    // events of batch counted as delivered (progressed)
+	stage     int    // what of batch[at] is next: stageOnEvent, stageLogger, stageDone
+	reporting bool   // in reportFrom: a Goexit now is the Logger's, and the cursor is already past it
+	report    string // a report for the next delivery goroutine to log
+	reportJob string
+}
+
+// The stages of one event's delivery.
+const (
+	stageOnEvent = iota
+	stageLogger
+	stageDone
+)
+
+// callFrom delivers ev from the cursor's stage on: to OnEvent, then to the
+// Logger, each panic recovered, counted and reported as the core reports
+// it (contract.Report: through the Logger, or slog.Default() when there
+// is none or it panics too); a report entry (kindReport) is logged the
+// same way. The stage moves on before each report, so a Goexit in the
+// Logger while reporting skips only the report.
+func (e *events) callFrom(ev leaserouter.Event) {
+	c := &e.cur
+	if ev.Kind == kindReport {
+		if c.stage == stageOnEvent {
+			c.stage = stageDone
+			e.reportFrom(ev.Err.Error(), ev.JobID)
+		}
+		return
+	}
+	if c.stage == stageOnEvent {
+		if e.onEvent != nil {
+			if p := contract.Recovered(func() { e.onEvent(ev) }); p != nil {
+				e.panics()
+				c.stage = stageLogger
+				e.reportFrom(contract.HookPanicked(contract.HookOnEvent, ev.Kind, p), ev.JobID)
+			}
+		}
+		c.stage = stageLogger
+	}
+	if c.stage == stageLogger {
+		if e.logger != nil {
+			if p := contract.Recovered(func() { ev.Log(e.logger) }); p != nil {
+				e.panics()
+				// Not through the Logger that just panicked.
+				contract.ReportTo(slog.Default(), contract.HookPanicked(contract.HookLogger, ev.Kind, p), ev.JobID)
+			}
+		}
+		c.stage = stageDone
+	}
+}
+
+// reportFrom reports msg (contract.Report) from the delivery goroutine,
+// counting a panic of the Logger as one more.
+func (e *events) reportFrom(msg, jobID string) {
+	e.cur.reporting = true
+	if contract.Report(e.logger, msg, jobID) {
+		e.panics()
+	}
+	e.cur.reporting = false
+}
+
+// resumeAfterGoexit runs as the delivery goroutine ends because a hook
+// called runtime.Goexit: it counts that as a panic of the hook, steps past
+// it as callFrom steps past a panic (the Logger still gets the event
+// whose OnEvent ended the goroutine), leaves the report for the next
+// goroutine, and starts it.
+func (e *events) resumeAfterGoexit() {
+	e.panics()
+	c := &e.cur
+	switch {
+	case c.reporting: // the Logger ended a report: the cursor is already past it
+		c.reporting = false
+	case c.stage == stageOnEvent:
+		ev := c.batch[c.at]
+		c.stage, c.report, c.reportJob = stageLogger, contract.HookGoexit(contract.HookOnEvent, ev.Kind), ev.JobID
+	case c.stage == stageLogger:
+		ev := c.batch[c.at]
+		c.stage, c.report, c.reportJob = stageDone, contract.HookGoexit(contract.HookLogger, ev.Kind), ev.JobID
+	}
+	go e.deliver()
 }
 
 // progressEvery is how many events the delivery goroutine delivers between
@@ -186,34 +299,6 @@ func (e *events) report(msg, jobID string) bool {
 	}
 	e.add(leaserouter.Event{Kind: kindReport, JobID: jobID, Err: errors.New(msg)})
 	return true
-}
-
-// call delivers one event to each hook, a panic recovered, counted and
-// reported as the core reports it (contract.Report: through the Logger,
-// or slog.Default() when there is none or it panics too). A report
-// entry (kindReport) is logged the same way.
-func (e *events) call(ev leaserouter.Event) {
-	if ev.Kind == kindReport {
-		if contract.Report(e.logger, ev.Err.Error(), ev.JobID) {
-			e.panics()
-		}
-		return
-	}
-	if e.onEvent != nil {
-		if p := contract.Recovered(func() { e.onEvent(ev) }); p != nil {
-			e.panics()
-			if contract.Report(e.logger, contract.HookPanicked(contract.HookOnEvent, ev.Kind, p), ev.JobID) {
-				e.panics()
-			}
-		}
-	}
-	if e.logger != nil {
-		if p := contract.Recovered(func() { ev.Log(e.logger) }); p != nil {
-			e.panics()
-			// Not through the Logger that just panicked.
-			contract.ReportTo(slog.Default(), contract.HookPanicked(contract.HookLogger, ev.Kind, p), ev.JobID)
-		}
-	}
 }
 
 // close delivers what is left and ends the delivery goroutine, waiting

@@ -241,3 +241,38 @@ func TestHookGoexitSurvived(t *testing.T) {
 		require.NoError(t, r.Close(t.Context()))
 	})
 }
+
+// TestEventHeldOnLeaseEnd: the events that end a lease carry Held, how
+// long it was held from its grant: lease_expired to the expiry instant
+// (its Time), canceled (of a leased job) to the cancel; and a completed
+// event's Time is the instant the job's record shows.
+func TestEventHeldOnLeaseEnd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		got := map[leaserouter.EventKind]leaserouter.Event{}
+		r := setup(t, leaserouter.Options{LeaseDuration: ld, MaxAttempts: 1, OnEvent: func(e leaserouter.Event) {
+			mu.Lock()
+			got[e.Kind] = e
+			mu.Unlock()
+		}})
+		require.NoError(t, r.Enqueue("expires", ""))
+		acquire(t, r, "w")
+		sleep(ld) // expired at its expiry instant
+		require.NoError(t, r.Enqueue("canceled", ""))
+		acquire(t, r, "w")
+		sleep(3 * time.Second)
+		require.NoError(t, r.Cancel("canceled"))
+		require.NoError(t, r.Enqueue("completed", ""))
+		l := acquire(t, r, "w")
+		sleep(time.Second)
+		require.NoError(t, l.Complete())
+		require.NoError(t, r.Flush(t.Context()))
+		mu.Lock()
+		defer mu.Unlock()
+		require.Equal(t, "expires", got[leaserouter.EventLeaseExpired].JobID)
+		require.Equal(t, ld, got[leaserouter.EventLeaseExpired].Held, "lease_expired: held from grant to expiry")
+		require.Equal(t, 3*time.Second, got[leaserouter.EventCanceled].Held, "canceled: held from grant to the cancel")
+		require.Equal(t, time.Second, got[leaserouter.EventCompleted].Held)
+		require.True(t, got[leaserouter.EventCompleted].Time.Equal(get(t, r, "completed").UpdatedAt), "completed: the transition's instant")
+	})
+}

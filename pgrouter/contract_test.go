@@ -285,3 +285,75 @@ func TestHookGoexitSurvived(t *testing.T) {
 	require.EqualValues(t, 1, s.CallbackPanics)
 	require.NoError(t, r.Close(t.Context()))
 }
+
+// TestEventHeldOnLeaseEnd: the events that end a lease carry Held, how
+// long it was held from its grant, on the database's clock:
+// lease_expired to the expiry instant (its Time; the grant instant is in
+// the row, so whichever process settles it knows), canceled (of a leased
+// job) to the cancel; and the completed event Run emits for a lease its
+// handler completed with CompleteTx has the database's instant of the
+// completion as its Time (the row's updated_at), not the moment Run saw
+// the commit.
+func TestEventHeldOnLeaseEnd(t *testing.T) {
+	const ld = time.Second
+	var mu sync.Mutex
+	got := map[leaserouter.EventKind]leaserouter.Event{}
+	r, db := newRouter[int](t, pgrouter.Options{LeaseDuration: ld, MaxAttempts: 1, OnEvent: func(e leaserouter.Event) {
+		mu.Lock()
+		got[e.Kind] = e
+		mu.Unlock()
+	}})
+	event := func(k leaserouter.EventKind) leaserouter.Event {
+		eventually(t, 10*time.Second, k.String(), func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			_, ok := got[k]
+			return ok
+		})
+		mu.Lock()
+		defer mu.Unlock()
+		return got[k]
+	}
+	l := leaseOn(t, r, "expires")
+	awaitDBTime(t, db, l.Expiry())
+	_, err := r.TryAcquire(t.Context(), "w") // settles the expiry
+	require.ErrorIs(t, err, leaserouter.ErrNoJob)
+	e := event(leaserouter.EventLeaseExpired)
+	require.True(t, e.Time.Equal(l.Expiry()), "lease_expired at the expiry instant")
+	require.Equal(t, ld, e.Held, "lease_expired: held from grant to expiry")
+
+	l = leaseOn(t, r, "canceled")
+	granted := l.Expiry().Add(-ld)
+	require.NoError(t, r.Cancel(t.Context(), "canceled"))
+	e = event(leaserouter.EventCanceled)
+	require.Positive(t, e.Held)
+	require.Equal(t, e.Time.Sub(granted), e.Held, "canceled: held from grant to the cancel")
+
+	require.NoError(t, r.Enqueue(t.Context(), "completed", 0))
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	txErr := make(chan error, 1)
+	go func() {
+		done <- r.Run(ctx, leaserouter.WorkerOptions{Workers: 1}, func(ctx context.Context, l *pgrouter.Lease[int]) error {
+			tx, err := db.Begin(ctx)
+			if err == nil {
+				err = l.CompleteTx(ctx, tx)
+				if err == nil {
+					err = tx.Commit(ctx)
+				} else {
+					_ = tx.Rollback(ctx)
+				}
+			}
+			txErr <- err
+			time.Sleep(200 * time.Millisecond) // Run sees the commit after this
+			return nil
+		})
+	}()
+	require.NoError(t, <-txErr)
+	e = event(leaserouter.EventCompleted)
+	cancel()
+	require.NoError(t, <-done)
+	j, _, err := r.Get(t.Context(), "completed")
+	require.NoError(t, err)
+	require.True(t, e.Time.Equal(j.UpdatedAt), "completed at %v, the row says %v", e.Time, j.UpdatedAt)
+}

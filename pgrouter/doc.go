@@ -121,7 +121,8 @@
 // # Schema
 //
 // Migrate creates the tables leaserouter_jobs (its claim column holds
-// the id of the claim that granted a job's latest lease),
+// the id of the claim that granted a job's latest lease, its leased_at
+// column that lease's grant instant, for Event.Held),
 // leaserouter_fences and leaserouter_abandoned_claims (claims and lease
 // operations resolved by their client, kept a day: see Faults), the
 // sequences leaserouter_token

@@ -47,6 +47,7 @@ type Lease[T any] struct {
 	proven time.Time // on the client's monotonic clock: send time of the last accepted grant or heartbeat + LeaseDuration
 	txDone bool      // CompleteTx returned nil: completed if its transaction committed
 	txXid  uint64    // txDone: the full ID of the (sub)transaction that wrote the completion (see pending)
+	txAt   time.Time // txDone: the database's instant of that completion
 	cut    []int64   // ids of this lease's operations whose outcome is unknown and not yet resolved (see outcome.go)
 
 	granted  time.Time     // the database's instant of the grant

@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/hook"
 )
 
 // eventBacklog is DESIGN's bound, written out: a test using the package's
@@ -275,4 +276,86 @@ func TestEventHeldOnLeaseEnd(t *testing.T) {
 		require.Equal(t, time.Second, got[leaserouter.EventCompleted].Held)
 		require.True(t, got[leaserouter.EventCompleted].Time.Equal(get(t, r, "completed").UpdatedAt), "completed: the transition's instant")
 	})
+}
+
+// TestKeepAliveNilLeaseInvalidOptions: KeepAlive of a nil or zero lease
+// returns a context already canceled, its cause wrapping
+// ErrInvalidOptions; its cancel func is safe.
+func TestKeepAliveNilLeaseInvalidOptions(t *testing.T) {
+	for _, l := range []*lease{nil, {}} {
+		ctx, cancel := leaserouter.KeepAlive(t.Context(), l, 0)
+		require.Error(t, ctx.Err())
+		require.ErrorIs(t, context.Cause(ctx), leaserouter.ErrInvalidOptions)
+		require.EqualError(t, context.Cause(ctx), "leaserouter: KeepAlive of a nil *Lease: leaserouter: invalid options")
+		cancel()
+	}
+}
+
+// TestKeepAliveSecondCoexists: KeepAlive called twice for one lease keeps
+// it alive for both; canceling one leaves the other's context live and
+// the lease kept.
+func TestKeepAliveSecondCoexists(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := setup(t, leaserouter.Options{LeaseDuration: ld})
+		require.NoError(t, r.Enqueue("a", ""))
+		l := acquire(t, r, "w")
+		first, cancel1 := leaserouter.KeepAlive(t.Context(), l, ld/5)
+		defer cancel1()
+		second, cancel2 := leaserouter.KeepAlive(t.Context(), l, ld/5)
+		require.NoError(t, first.Err(), "a second KeepAlive does not cancel the first")
+		require.NoError(t, second.Err())
+		cancel2()
+		require.ErrorIs(t, context.Cause(second), context.Canceled)
+		sleep(3 * ld) // kept by the first alone
+		require.NoError(t, first.Err())
+		require.NoError(t, l.Complete())
+	})
+}
+
+// TestKeepAliveCancelWaitsForHeartbeatInFlight: KeepAlive's cancel func
+// returns only after a heartbeat in flight has returned, so no heartbeat
+// of it lands after cancel (here the heartbeat is held inside the
+// router's lock by a test hook). Real time: a goroutine waiting for a
+// mutex is not durably blocked in a synctest bubble.
+func TestKeepAliveCancelWaitsForHeartbeatInFlight(t *testing.T) {
+	r := setup(t, leaserouter.Options{LeaseDuration: ld})
+	require.NoError(t, r.Enqueue("a", ""))
+	l := acquire(t, r, "w")
+	var hold atomic.Bool
+	entered, release := make(chan struct{}), make(chan struct{})
+	leaserouter.SetHooks(r, &hook.Hooks{Locked: func() {
+		if hold.CompareAndSwap(true, false) {
+			close(entered)
+			<-release
+		}
+	}})
+	var releaseOnce sync.Once
+	free := func() { releaseOnce.Do(func() { close(release) }) }
+	defer free() // a failing test still lets the router go
+	hold.Store(true)
+	kctx, cancel := leaserouter.KeepAlive(t.Context(), l, 10*time.Millisecond)
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no heartbeat")
+	}
+	canceled := make(chan struct{})
+	go func() {
+		cancel()
+		close(canceled)
+	}()
+	select {
+	case <-canceled:
+		t.Fatal("cancel returned while a heartbeat was in flight")
+	case <-time.After(100 * time.Millisecond):
+	}
+	free()
+	select {
+	case <-canceled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("cancel did not return once the heartbeat did")
+	}
+	require.EqualValues(t, 1, r.Stats().Heartbeats, "the heartbeat in flight had landed when cancel returned")
+	require.ErrorIs(t, context.Cause(kctx), context.Canceled)
+	require.NoError(t, l.Complete()) // Close need not wait for the lease
 }

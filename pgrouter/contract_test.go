@@ -357,3 +357,95 @@ func TestEventHeldOnLeaseEnd(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, e.Time.Equal(j.UpdatedAt), "completed at %v, the row says %v", e.Time, j.UpdatedAt)
 }
+
+// TestKeepAliveNilLeaseInvalidOptions: KeepAlive of a nil or zero lease
+// returns a context already canceled, its cause wrapping
+// ErrInvalidOptions with the core's message; its cancel func is safe.
+func TestKeepAliveNilLeaseInvalidOptions(t *testing.T) {
+	for _, l := range []*pgrouter.Lease[int]{nil, {}} {
+		ctx, cancel := pgrouter.KeepAlive(t.Context(), l, 0)
+		require.Error(t, ctx.Err())
+		require.ErrorIs(t, context.Cause(ctx), leaserouter.ErrInvalidOptions)
+		require.EqualError(t, context.Cause(ctx), "leaserouter: KeepAlive of a nil *Lease: leaserouter: invalid options")
+		cancel()
+	}
+}
+
+// TestKeepAliveIntervalFloor: a positive interval below
+// MinHeartbeatInterval is raised to it (a quarter of LeaseDuration if
+// that is shorter), as in the core; <= 0 means LeaseDuration/3.
+func TestKeepAliveIntervalFloor(t *testing.T) {
+	r, _ := newRouter[int](t, pgrouter.Options{LeaseDuration: 3 * time.Second})
+	l := leaseOn(t, r, "a")
+	_, stop1 := pgrouter.KeepAlive(t.Context(), l, time.Nanosecond)
+	defer stop1()
+	_, stop2 := pgrouter.KeepAlive(t.Context(), l, 0)
+	defer stop2()
+	require.Equal(t, []time.Duration{leaserouter.MinHeartbeatInterval, time.Second}, pgrouter.KeptIntervals(l))
+
+	r, _ = newRouter[int](t, pgrouter.Options{LeaseDuration: 2 * time.Millisecond})
+	l = leaseOn(t, r, "b")
+	_, stop3 := pgrouter.KeepAlive(t.Context(), l, time.Nanosecond)
+	defer stop3()
+	require.Equal(t, []time.Duration{500 * time.Microsecond}, pgrouter.KeptIntervals(l), "a quarter of a short lease")
+}
+
+// TestKeepAliveSecondCoexists: KeepAlive called twice for one lease keeps
+// it alive for both; canceling one leaves the other's context live and
+// the lease kept.
+func TestKeepAliveSecondCoexists(t *testing.T) {
+	const ld = time.Second
+	r, db := newRouter[int](t, pgrouter.Options{LeaseDuration: ld})
+	l := leaseOn(t, r, "a")
+	first, cancel1 := pgrouter.KeepAlive(t.Context(), l, ld/5)
+	defer cancel1()
+	second, cancel2 := pgrouter.KeepAlive(t.Context(), l, ld/5)
+	require.NoError(t, first.Err(), "a second KeepAlive does not cancel the first")
+	require.NoError(t, second.Err())
+	cancel2()
+	require.ErrorIs(t, context.Cause(second), context.Canceled)
+	awaitDBTime(t, db, time.Now().Add(3*ld)) // three lease durations: kept by the first alone
+	require.NoError(t, first.Err())
+	require.NoError(t, l.Complete(t.Context()))
+}
+
+// TestKeepAliveCancelWaitsForHeartbeatInFlight: KeepAlive's cancel func
+// returns only after a heartbeat in flight with its lease has returned,
+// so no heartbeat of it lands after cancel (here the heartbeat waits for
+// a table lock another transaction holds).
+func TestKeepAliveCancelWaitsForHeartbeatInFlight(t *testing.T) {
+	r, db := newRouter[int](t, pgrouter.Options{LeaseDuration: 10 * time.Second, PollInterval: time.Hour})
+	l := leaseOn(t, r, "a")
+	tx, err := db.Begin(t.Context())
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	_, err = tx.Exec(t.Context(), "LOCK TABLE leaserouter_jobs IN ACCESS EXCLUSIVE MODE")
+	require.NoError(t, err)
+	kctx, cancel := pgrouter.KeepAlive(t.Context(), l, 50*time.Millisecond)
+	eventually(t, 10*time.Second, "a heartbeat waits for the table", func() bool {
+		var n int
+		require.NoError(t, db.QueryRow(t.Context(),
+			"SELECT count(*) FROM pg_locks WHERE relation = 'leaserouter_jobs'::regclass AND NOT granted").Scan(&n))
+		return n > 0
+	})
+	canceled := make(chan struct{})
+	go func() {
+		cancel()
+		close(canceled)
+	}()
+	select {
+	case <-canceled:
+		t.Fatal("cancel returned while a heartbeat of its lease was in flight")
+	case <-time.After(300 * time.Millisecond):
+	}
+	require.NoError(t, tx.Rollback(t.Context()))
+	select {
+	case <-canceled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("cancel did not return once the heartbeat did")
+	}
+	require.ErrorIs(t, context.Cause(kctx), context.Canceled)
+	s, err := r.Stats(t.Context())
+	require.NoError(t, err)
+	require.EqualValues(t, 1, s.Heartbeats, "the heartbeat in flight had landed when cancel returned")
+}

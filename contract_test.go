@@ -359,3 +359,34 @@ func TestKeepAliveCancelWaitsForHeartbeatInFlight(t *testing.T) {
 	require.ErrorIs(t, context.Cause(kctx), context.Canceled)
 	require.NoError(t, l.Complete()) // Close need not wait for the lease
 }
+
+// TestHandlerResultAfterStop: once Run's ctx is done, a handler that
+// still returns nil completes its job, and one that returns an error
+// releases it (pending again), not a failed attempt.
+func TestHandlerResultAfterStop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := setup(t, leaserouter.Options{LeaseDuration: ld, Backoff: func(int) time.Duration { return time.Hour }})
+		require.NoError(t, r.Enqueue("ok", ""))
+		require.NoError(t, r.Enqueue("err", ""))
+		ctx, cancel := context.WithCancel(t.Context())
+		var started atomic.Int32
+		done := make(chan error, 1)
+		go func() {
+			done <- r.Run(ctx, leaserouter.WorkerOptions{Workers: 2, Batch: 1}, func(hctx context.Context, l *lease) error {
+				started.Add(1)
+				<-hctx.Done()
+				if l.JobID == "err" {
+					return errors.New("stopped")
+				}
+				return nil
+			})
+		}()
+		synctest.Wait()
+		require.EqualValues(t, 2, started.Load())
+		cancel()
+		synctest.Wait()
+		require.NoError(t, receive(t, done))
+		require.Equal(t, leaserouter.StateSucceeded, get(t, r, "ok").State, "nil after the stop: completed")
+		require.Equal(t, leaserouter.StatePending, get(t, r, "err").State, "an error after the stop: released")
+	})
+}

@@ -297,14 +297,14 @@ func (w *worker[T]) process(rl *runLease[T]) {
 		w.finished(nil)
 		return
 	}
-	if err == nil {
+	switch contract.AfterHandler(err, w.ctx.Err() != nil) { // the same rule on every backend
+	case contract.Complete:
 		w.finished(l) // completed with the next lease, even if ctx is done now
-		return
-	}
-	w.finished(nil)
-	if w.ctx.Err() != nil {
+	case contract.Release:
+		w.finished(nil)
 		_ = l.Release() // refused only if the lease was lost: nothing left to do
-	} else {
+	default:
+		w.finished(nil)
 		_ = l.Fail(err)
 	}
 }

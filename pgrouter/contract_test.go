@@ -449,3 +449,42 @@ func TestKeepAliveCancelWaitsForHeartbeatInFlight(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, s.Heartbeats, "the heartbeat in flight had landed when cancel returned")
 }
+
+// TestHandlerResultAfterStop: once Run's ctx is done, a handler that
+// still returns nil completes its job, and one that returns an error
+// releases it (pending again), not a failed attempt.
+func TestHandlerResultAfterStop(t *testing.T) {
+	r, _ := newRouter[int](t, pgrouter.Options{Backoff: func(int) time.Duration { return time.Hour }})
+	require.NoError(t, r.Enqueue(t.Context(), "ok", 0))
+	require.NoError(t, r.Enqueue(t.Context(), "err", 0))
+	ctx, cancel := context.WithCancel(t.Context())
+	started := make(chan struct{}, 2)
+	done := make(chan error, 1)
+	go func() {
+		done <- r.Run(ctx, leaserouter.WorkerOptions{Workers: 2, Batch: 1}, func(hctx context.Context, l *pgrouter.Lease[int]) error {
+			started <- struct{}{}
+			<-hctx.Done()
+			if l.JobID == "err" {
+				return errors.New("stopped")
+			}
+			return nil
+		})
+	}()
+	for range 2 {
+		select {
+		case <-started:
+		case <-time.After(10 * time.Second):
+			t.Fatal("both handlers did not start")
+		}
+	}
+	cancel()
+	require.NoError(t, <-done)
+	state := func(id string) leaserouter.State {
+		j, _, err := r.Get(t.Context(), id)
+		require.NoError(t, err)
+		return j.State
+	}
+	eventually(t, 10*time.Second, "both jobs settled", func() bool { return state("ok") != leaserouter.StateLeased && state("err") != leaserouter.StateLeased })
+	require.Equal(t, leaserouter.StateSucceeded, state("ok"), "nil after the stop: completed")
+	require.Equal(t, leaserouter.StatePending, state("err"), "an error after the stop: released")
+}

@@ -190,20 +190,19 @@ func (w *worker[T]) run(l *Lease[T], h *held, hctx context.Context) {
 	if !l.txTried() && !u.r.holds(l) {
 		return // ended meanwhile: by h itself (Complete, Fail, Release), or found lost by a heartbeat
 	}
-	if err == nil {
+	// Stopping, or the lease could not be proven: an error hands the job
+	// back rather than count a failure the handler may not have had.
+	switch contract.AfterHandler(err, u.stopped() || errors.Is(cause, errUnproven)) { // the same rule on every backend
+	case contract.Complete:
 		l.idle.Store(true) // finished: completed by the Run, never revoked
 		u.mu.Lock()
 		w.done = append(w.done, l)
 		u.mu.Unlock()
-		return
-	}
-	if u.stopped() || errors.Is(cause, errUnproven) {
-		// Stopping, or the lease could not be proven: hand the job back
-		// rather than count a failure the handler may not have had.
+	case contract.Release:
 		u.r.endOrLater(ctx, l, leaserouter.LostReleased, l.Release)
-		return
+	default:
+		u.r.endOrLater(ctx, l, leaserouter.LostFailed, func(ctx context.Context) error { return l.Fail(ctx, err) })
 	}
-	u.r.endOrLater(ctx, l, leaserouter.LostFailed, func(ctx context.Context) error { return l.Fail(ctx, err) })
 }
 
 // errUnproven cancels a handler's ctx when its lease can no longer be

@@ -167,3 +167,30 @@ func Report(logger *slog.Logger, msg, jobID string) (loggerPanicked bool) {
 func ReportTo(l *slog.Logger, msg, jobID string) bool {
 	return Recovered(func() { l.Error(msg, "job_id", jobID) }) == nil
 }
+
+// Outcome is what Run does with a lease once its handler has returned,
+// if the lease was not lost meanwhile (then Run leaves the job alone: its
+// new state was decided by whoever ended the lease).
+type Outcome int
+
+// The outcomes of a handler's return.
+const (
+	Complete Outcome = iota // the job succeeded
+	Release                 // handed back: pending again, the attempt counted
+	Fail                    // a failed attempt: retried after Backoff, or dead
+)
+
+// AfterHandler is Run's decision once a handler returned err, on every
+// backend: nil completes the job, even when Run is stopping (the work is
+// done); an error releases it when stopping is set (Run's ctx is done or
+// Close began, or the lease could not be proven valid: the error may be
+// the stop's doing, not the job's), and fails the attempt otherwise.
+func AfterHandler(err error, stopping bool) Outcome {
+	switch {
+	case err == nil:
+		return Complete
+	case stopping:
+		return Release
+	}
+	return Fail
+}

@@ -81,3 +81,12 @@ func TestReportLoggerPanics(t *testing.T) {
 	require.NotPanics(t, func() { require.True(t, Report(l, "msg", "j")) })
 	require.False(t, ReportTo(l, "msg", "j"))
 }
+
+// TestAfterHandler: nil completes, stopping or not; an error releases
+// when stopping, fails otherwise.
+func TestAfterHandler(t *testing.T) {
+	require.Equal(t, Complete, AfterHandler(nil, false))
+	require.Equal(t, Complete, AfterHandler(nil, true))
+	require.Equal(t, Release, AfterHandler(errors.New("x"), true))
+	require.Equal(t, Fail, AfterHandler(errors.New("x"), false))
+}

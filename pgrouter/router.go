@@ -67,9 +67,11 @@ type Options struct {
 	// for duplicate and stale_rejected, this process's clock). Up to 16384
 	// events wait for delivery; beyond that Enqueue, EnqueueMany and
 	// claims (Acquire, TryAcquire, Run taking jobs) wait before their
-	// round trip until the delivery goroutine has taken them, so a hook
-	// slower than the event rate slows the producers of new work; lease
-	// operations never wait. A panic in OnEvent is recovered, counted in
+	// round trip until delivery has brought the backlog down to half (the
+	// events of the batch in delivery count until their hooks return), as
+	// in the core, so a hook slower than the event rate slows the producers
+	// of new work; lease operations never wait. A panic in OnEvent (or a
+	// runtime.Goexit, as t.FailNow does) is recovered, counted in
 	// Stats.CallbackPanics and reported at level Error through Logger
 	// (slog.Default() if Logger is nil), as in the core; delivery goes on
 	// with the next event. Close returns once every event has been

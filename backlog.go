@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/leaserouter/leaserouter/internal/contract"
 	"github.com/leaserouter/leaserouter/internal/goid"
 )
 
@@ -26,8 +27,9 @@ import (
 // of events at the rate one caller makes them (about 7,500 in a
 // millisecond of BenchmarkLifecycleHooked) with room to spare, so a dense
 // stream wakes the delivery goroutine early rarely (see linger); 16384
-// events are about 1.3 MB.
-const eventBacklog = 16384
+// events are about 1.3 MB. The bound is the contract's, the same on
+// every backend (contract.EventBacklog).
+const eventBacklog = contract.EventBacklog
 
 // progressEvery is how many events the delivery goroutine delivers between
 // updates of the backlog (an atomic add), so that waiting producers get

@@ -1,12 +1,12 @@
 package leaserouter
 
 import (
-	"fmt"
 	"log/slog"
 	"runtime"
 	"sync/atomic"
 	"time"
 
+	"github.com/leaserouter/leaserouter/internal/contract"
 	"github.com/leaserouter/leaserouter/internal/goid"
 )
 
@@ -270,13 +270,13 @@ func (r *Router[T]) resumeAfterGoexit() {
 		return
 	}
 	rec := &d.batch[c.i]
-	hook := "OnEvent"
+	hook := contract.HookOnEvent
 	if c.logger {
-		hook = "Logger handler"
+		hook = contract.HookLogger
 		c.i++
 	}
 	c.logger = !c.logger
-	c.report, c.reportJob = fmt.Sprintf("leaserouter: %s called runtime.Goexit on %s", hook, rec.kind), rec.jobID
+	c.report, c.reportJob = contract.HookGoexit(hook, rec.kind), rec.jobID
 	go r.deliverLoop() // owned by Close, as the one it replaces
 }
 
@@ -304,11 +304,11 @@ func (r *Router[T]) deliverFrom(batch []record, c *cursor) {
 			rec := &batch[c.i]
 			if !c.logger {
 				c.logger = true // moved on before reporting, which calls the Logger
-				r.reportFrom(c, fmt.Sprintf("leaserouter: OnEvent panicked on %s: %v", rec.kind, p), rec.jobID)
+				r.reportFrom(c, contract.HookPanicked(contract.HookOnEvent, rec.kind, p), rec.jobID)
 				return
 			}
 			// Not through the Logger that just panicked.
-			reportTo(slog.Default(), fmt.Sprintf("leaserouter: Logger handler panicked on %s: %v", rec.kind, p), rec.jobID)
+			contract.ReportTo(slog.Default(), contract.HookPanicked(contract.HookLogger, rec.kind, p), rec.jobID)
 			c.i, c.logger = c.i+1, false
 		}
 	}()
@@ -350,25 +350,11 @@ func (r *Router[T]) reportPanic(err error, jobID string) (queued bool) {
 	return r.hooked
 }
 
-// callRecovered calls f and returns what it panicked with, or nil.
-func callRecovered(f func()) (p any) {
-	defer func() { p = recover() }()
-	f()
-	return nil
-}
-
 // report logs a recovered panic of a user callback at level Error through
 // the Logger, or slog.Default() when none is set or when the Logger panics
 // too; it reports whether the Logger panicked (one more callback panic).
 func (r *Router[T]) report(msg, jobID string) (loggerPanicked bool) {
-	if l := r.opts.Logger; l != nil {
-		if reportTo(l, msg, jobID) {
-			return false
-		}
-		loggerPanicked = true
-	}
-	reportTo(slog.Default(), msg, jobID)
-	return loggerPanicked
+	return contract.Report(r.opts.Logger, msg, jobID) // the same reports on every backend
 }
 
 // reportFrom is report called by the delivery goroutine at cursor c,
@@ -380,10 +366,4 @@ func (r *Router[T]) reportFrom(c *cursor, msg, jobID string) {
 		c.panics++
 	}
 	c.reporting = false
-}
-
-// reportTo logs msg at level Error through l and reports whether it did
-// (l's handler did not panic).
-func reportTo(l *slog.Logger, msg, jobID string) bool {
-	return callRecovered(func() { l.Error(msg, "job_id", jobID) }) == nil
 }

@@ -2,26 +2,25 @@ package leaserouter
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"sync"
 	"time"
+
+	"github.com/leaserouter/leaserouter/internal/contract"
 )
 
 // MinHeartbeatInterval is the floor of a heartbeat interval, for Run and
 // KeepAlive: a shorter positive interval is raised to it (or to a quarter
 // of LeaseDuration, if that is shorter), so a typo such as 1ns cannot turn
-// heartbeats into a busy loop that holds the router's lock.
-const MinHeartbeatInterval = time.Millisecond
+// heartbeats into a busy loop that holds the router's lock. The same on
+// every backend.
+const MinHeartbeatInterval = contract.MinHeartbeatInterval
 
 // heartbeatInterval is the interval Run and KeepAlive use when asked for
 // interval: LeaseDuration/3 for interval <= 0, and never below the floor
 // (see MinHeartbeatInterval). The caller refuses a result >= lease.
 func heartbeatInterval(interval, lease time.Duration) time.Duration {
-	if interval <= 0 {
-		return max(lease/3, 1)
-	}
-	return max(interval, min(MinHeartbeatInterval, lease/4))
+	return contract.HeartbeatInterval(interval, lease)
 }
 
 // heartbeats is Run's heartbeat goroutine: it beats every slot when due
@@ -125,12 +124,12 @@ func KeepAlive[T any](ctx context.Context, l *Lease[T], interval time.Duration) 
 		ctx = context.Background()
 	}
 	if l == nil || l.r == nil {
-		return canceled(ctx, fmt.Errorf("leaserouter: KeepAlive of a nil *Lease: %w", ErrInvalidOptions))
+		return canceled(ctx, contract.KeepAliveNilLease(ErrInvalidOptions))
 	}
 	lease := l.r.opts.LeaseDuration
 	interval = heartbeatInterval(interval, lease)
 	if interval >= lease {
-		return canceled(ctx, fmt.Errorf("%w: KeepAlive interval %v must be < LeaseDuration %v", ErrInvalidOptions, interval, lease))
+		return canceled(ctx, contract.KeepAliveInterval(ErrInvalidOptions, interval, lease))
 	}
 	kctx, k := keepAlive(ctx, l, interval)
 	return kctx, func() { k.stop(context.Canceled) }

@@ -1,11 +1,11 @@
 package leaserouter
 
 import (
-	"fmt"
 	"log/slog"
 	"slices"
 	"time"
 
+	"github.com/leaserouter/leaserouter/internal/contract"
 	"github.com/leaserouter/leaserouter/internal/usercode"
 )
 
@@ -156,7 +156,7 @@ func (l *Lease[T]) Fail(cause error) error {
 	if panicked != nil && (r.phase == phaseClosed || !r.reportPanic(panicked, l.JobID)) {
 		// No delivery goroutine (none configured, or ended by Close, after
 		// which no count changes): report it after the unlock below.
-		defer reportTo(slog.Default(), panicked.Error(), l.JobID)
+		defer contract.ReportTo(slog.Default(), panicked.Error(), l.JobID)
 	}
 	j, now, err := l.check()
 	if err != nil {
@@ -171,10 +171,7 @@ func (l *Lease[T]) Fail(cause error) error {
 // backoff returns Options.Backoff(attempt), or DefaultBackoff(attempt) and
 // the recovered panic as an error if Backoff panics.
 func (r *Router[T]) backoff(attempt int) (d time.Duration, panicked error) {
-	if p := callRecovered(func() { d = r.opts.Backoff(attempt) }); p != nil {
-		return DefaultBackoff(attempt), fmt.Errorf("leaserouter: Backoff(%d) panicked: %v; used DefaultBackoff", attempt, p)
-	}
-	return d, nil
+	return contract.Backoff(r.opts.Backoff, DefaultBackoff, attempt) // the same on every backend
 }
 
 // Release hands the lease back now instead of letting it expire. The

@@ -4,9 +4,10 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"time"
+
+	"github.com/leaserouter/leaserouter/internal/contract"
 )
 
 // Options of a Router, their defaults, and their validation in New.
@@ -116,17 +117,13 @@ type Options struct {
 }
 
 func (o Options) withDefaults() (Options, error) {
-	switch {
-	case o.LeaseDuration < 0:
-		return o, fmt.Errorf("%w: LeaseDuration is %v, must be > 0 (or 0 for the default %v)", ErrInvalidOptions, o.LeaseDuration, DefaultLeaseDuration)
-	case o.MaxAttempts < 0:
-		return o, fmt.Errorf("%w: MaxAttempts is %d, must be >= 1 (or 0 for the default %d)", ErrInvalidOptions, o.MaxAttempts, DefaultMaxAttempts)
-	case o.Capacity < 0:
+	// The fields every backend has: one check, one set of messages.
+	if err := contract.CheckOptions(ErrInvalidOptions, o.LeaseDuration, 0, DefaultLeaseDuration,
+		o.MaxAttempts, DefaultMaxAttempts, uint64(o.TokenFloor)); err != nil {
+		return o, err
+	}
+	if o.Capacity < 0 {
 		return o, fmt.Errorf("%w: Capacity is %d, must be >= 0 (0 = unlimited)", ErrInvalidOptions, o.Capacity)
-	case o.TokenFloor >= maxToken:
-		return o, fmt.Errorf("%w: TokenFloor is %d, must be < %d so tokens fit in an int64", ErrInvalidOptions, o.TokenFloor, maxToken)
-	case o.MaxAttempts > math.MaxInt32:
-		return o, fmt.Errorf("%w: MaxAttempts is %d, must be <= %d", ErrInvalidOptions, o.MaxAttempts, math.MaxInt32)
 	}
 	o.LeaseDuration = cmp.Or(o.LeaseDuration, DefaultLeaseDuration)
 	o.MaxAttempts = cmp.Or(o.MaxAttempts, DefaultMaxAttempts)

@@ -7,10 +7,11 @@ import (
 	"math"
 	"os"
 	"runtime"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/leaserouter/leaserouter/internal/contract"
 )
 
 // Run: worker goroutines that acquire, run a Handler under a context
@@ -323,16 +324,8 @@ func (c *leaseCtx) String() string { return fmt.Sprint(*c.parent) + ".WithCancel
 func call[T any](ctx context.Context, l *Lease[T], h Handler[T]) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = &panicError{value: p, stack: debug.Stack()}
+			err = contract.Panicked(p) // the same text on every backend
 		}
 	}()
 	return h(ctx, l)
 }
-
-type panicError struct {
-	value any
-	stack []byte
-}
-
-// Error gives the panic value and the stack, as Job.LastError shows them.
-func (e *panicError) Error() string { return fmt.Sprintf("panic: %v\n\n%s", e.value, e.stack) }

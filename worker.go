@@ -7,6 +7,9 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"time"
+
+	"github.com/leaserouter/leaserouter/internal/contract"
 )
 
 // Run's workers: each leases a batch of jobs under one lock, runs their
@@ -274,15 +277,8 @@ func (w *worker[T]) stopping() bool {
 // adapt sets the size of the next batch (see Run) from how the last one,
 // leased at granted, went.
 func (w *worker[T]) adapt(cut bool, granted int64) {
-	took := w.u.r.now() - granted
-	switch {
-	case cut:
-		w.size = 1
-	case took <= int64(w.u.interval)/4:
-		w.size = min(2*w.size, w.u.batch)
-	case took > int64(w.u.interval)/2:
-		w.size = max(1, w.size/2)
-	}
+	took := time.Duration(w.u.r.now() - granted)
+	w.size = contract.NextBatch(w.size, w.u.batch, cut, took, w.u.interval)
 }
 
 // process runs the handler on rl and ends the lease as Run documents: a
@@ -301,14 +297,14 @@ func (w *worker[T]) process(rl *runLease[T]) {
 		w.finished(nil)
 		return
 	}
-	if err == nil {
+	switch contract.AfterHandler(err, w.ctx.Err() != nil) { // the same rule on every backend
+	case contract.Complete:
 		w.finished(l) // completed with the next lease, even if ctx is done now
-		return
-	}
-	w.finished(nil)
-	if w.ctx.Err() != nil {
+	case contract.Release:
+		w.finished(nil)
 		_ = l.Release() // refused only if the lease was lost: nothing left to do
-	} else {
+	default:
+		w.finished(nil)
 		_ = l.Fail(err)
 	}
 }

@@ -19,7 +19,8 @@ import (
 // expiry instant as ready time, or dead when its attempts are exhausted
 // (purged Retention, $3 microseconds, later). Rows another transaction
 // holds are skipped (their holder is acting on them). It returns each
-// job settled: ID, token, attempt, new state, expiry, holder.
+// job settled: ID, token, attempt, new state, expiry, holder, grant
+// instant (NULL for a lease granted before schema version 4).
 const settleExpired = `
 UPDATE leaserouter_jobs j SET
 	state = CASE WHEN j.attempt >= j.max_attempts THEN 4 ELSE 0 END,
@@ -31,7 +32,7 @@ FROM (SELECT queue, id, owner FROM leaserouter_jobs
 	WHERE queue = $1 AND state = 2 AND lease_expires_at <= (SELECT clock_timestamp())
 	ORDER BY lease_expires_at LIMIT $2 FOR UPDATE SKIP LOCKED) d
 WHERE j.queue = d.queue AND j.id = d.id
-RETURNING j.id, j.token, j.attempt, j.state, j.ready_at, d.owner`
+RETURNING j.id, j.token, j.attempt, j.state, j.ready_at, d.owner, j.leased_at`
 
 // settleScheduled makes the queue's scheduled jobs whose run-at has come
 // pending, at most $2, with their run-at as ready time, and returns how
@@ -77,16 +78,17 @@ func readSettle(res pgx.BatchResults) (settling, error) {
 			attempt   int32
 			state     int16
 			expiry    time.Time
+			granted   *time.Time
 		)
-		if err := rows.Scan(&id, &token, &attempt, &state, &expiry, &owner); err != nil {
+		if err := rows.Scan(&id, &token, &attempt, &state, &expiry, &owner, &granted); err != nil {
 			rows.Close()
 			return s, err
 		}
 		e := leaserouter.Event{Kind: leaserouter.EventLeaseExpired, Time: expiry, JobID: id, WorkerID: owner,
-			Token: leaserouter.Token(token), Attempt: int(attempt)}
+			Token: leaserouter.Token(token), Attempt: int(attempt), Held: heldUntil(granted, expiry)}
 		s.expired = append(s.expired, e)
 		if leaserouter.State(state) == leaserouter.StateFailed {
-			e.Kind, e.Err = leaserouter.EventDead, errLeaseExpired
+			e.Kind, e.Err, e.Held = leaserouter.EventDead, errLeaseExpired, 0
 			s.expired = append(s.expired, e)
 			s.dead++
 		}
@@ -150,7 +152,7 @@ numbered AS (
 c AS (SELECT clock_timestamp() AS now)
 UPDATE leaserouter_jobs j SET
 	state = 2, token = n.token, attempt = j.attempt + 1, owner = $3, ended = '', claim = $5,
-	lease_expires_at = c.now + $4 * interval '1 microsecond', updated_at = c.now
+	lease_expires_at = c.now + $4 * interval '1 microsecond', updated_at = c.now, leased_at = c.now
 FROM numbered n, c
 WHERE j.queue = n.queue AND j.id = n.id
 RETURNING j.id, j.payload, j.attempt, j.token, j.progress, j.lease_expires_at, j.updated_at, j.ready_at, j.requeued`

@@ -75,7 +75,7 @@ func TestBadInput(t *testing.T) {
 		require.True(t, l.Expiry().IsZero())
 		kctx, cancel := pgrouter.KeepAlive(ctx, l, 0)
 		require.Error(t, kctx.Err())
-		require.ErrorAs(t, context.Cause(kctx), &lost)
+		require.ErrorIs(t, context.Cause(kctx), leaserouter.ErrInvalidOptions, "as the core's KeepAlive")
 		cancel()
 	}
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -63,7 +64,7 @@ func (l *Lease[T]) CompleteTx(ctx context.Context, tx pgx.Tx) error {
 	res, err := l.op(orBackground(ctx), tx, true, 0, "CompleteTx", completeSet, l.keep())
 	if err == nil {
 		l.mu.Lock()
-		l.txDone, l.txXid = true, res.xid
+		l.txDone, l.txXid, l.txAt = true, res.xid, *res.at
 		l.mu.Unlock()
 		l.r.release(l)
 	}
@@ -176,4 +177,13 @@ func (r *Router[T]) pending(ctx context.Context, q querier, ls []*Lease[T]) ([]b
 		err = fmt.Errorf("pgrouter: pending: %d answers for %d leases", len(open), len(ls))
 	}
 	return open, err
+}
+
+// txCompletedAt is the database's instant of the completion CompleteTx
+// wrote (the row's updated_at once its transaction committed): the Time
+// of the completed event Run emits for it.
+func (l *Lease[T]) txCompletedAt() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.txAt
 }

@@ -42,6 +42,13 @@
 //   - Stats: counts by state come from the table; totals are this
 //     Router's own since New (other processes' calls are not in them).
 //   - Capacity is not offered: the table is the queue.
+//   - LeaseDuration has a floor, MinLeaseDuration (1ms): a positive one
+//     below it is refused by New (ErrInvalidOptions, with the core's
+//     message for the field, naming the floor), since the database keeps
+//     instants in microseconds and a lease must outlast a round trip. The
+//     core takes any positive LeaseDuration. Every other option shared
+//     with the core is checked as the core checks it, with the same
+//     messages.
 //   - Events are emitted by the process that made the transition, ordered
 //     within that process (see Options.OnEvent); lease_expired, dead on
 //     expiry and purged come from whichever process settles or purges.
@@ -114,7 +121,8 @@
 // # Schema
 //
 // Migrate creates the tables leaserouter_jobs (its claim column holds
-// the id of the claim that granted a job's latest lease),
+// the id of the claim that granted a job's latest lease, its leased_at
+// column that lease's grant instant, for Event.Held),
 // leaserouter_fences and leaserouter_abandoned_claims (claims and lease
 // operations resolved by their client, kept a day: see Faults), the
 // sequences leaserouter_token

@@ -2,20 +2,23 @@ package pgrouter
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 
 	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/contract"
 	"github.com/leaserouter/leaserouter/internal/goid"
 )
 
 // eventBacklog bounds the events waiting for delivery that new work may
 // add, as in the core: Enqueue, EnqueueMany and claims wait, before their
 // round trip, while this many wait, until delivery has brought the backlog
-// down to half; lease operations never wait.
-const eventBacklog = 4096
+// down to half; lease operations never wait. Undelivered events count
+// until their hooks have returned, including the batch in delivery. The
+// bound is the contract's, the same on every backend.
+const eventBacklog = contract.EventBacklog
 
 // events delivers a Router's events to Options.OnEvent and Options.Logger
 // from a goroutine of its own, in the order this process recorded them,
@@ -27,13 +30,15 @@ type events struct {
 
 	deliverer atomic.Uint64 // the delivery goroutine's ID (internal/goid)
 	stopOnce  sync.Once
+	cur       cursor // the delivery goroutine's own (one at a time: the next starts as the last ends)
 
-	mu    sync.Mutex
-	queue []leaserouter.Event
-	room  chan struct{} // closed when the backlog falls to half; replaced when it fills
-	kick  chan struct{} // cap 1: events are waiting
-	stop  chan struct{} // closed by Close: deliver what is left and end
-	ended chan struct{} // closed when the delivery goroutine has ended
+	mu       sync.Mutex
+	queue    []leaserouter.Event
+	inflight int           // events of the batch in delivery not yet delivered (counted by progressEvery)
+	room     chan struct{} // closed when the backlog falls to half; replaced when it fills
+	kick     chan struct{} // cap 1: events are waiting
+	stop     chan struct{} // closed by Close: deliver what is left and end
+	ended    chan struct{} // closed when the delivery goroutine has ended
 }
 
 // newEvents returns nil when no hook is set: recording is then free.
@@ -61,7 +66,7 @@ func (e *events) add(evs ...leaserouter.Event) {
 	}
 	e.mu.Lock()
 	e.queue = append(e.queue, evs...)
-	if len(e.queue) >= eventBacklog {
+	if len(e.queue)+e.inflight >= eventBacklog {
 		select {
 		case <-e.room:
 			e.room = make(chan struct{})
@@ -107,24 +112,49 @@ func (e *events) awaitRoom(ctx context.Context) error {
 // calling back into the Router). About a microsecond: slow paths only.
 func (e *events) inHook() bool { return goid.Current() == e.deliverer.Load() }
 
-// deliver is the delivery goroutine.
+// deliver is the delivery goroutine. A hook that calls runtime.Goexit
+// (t.FailNow in a test's OnEvent, say) ends it: resumeAfterGoexit then
+// counts and reports that as a panic of the hook and starts a delivery
+// goroutine that goes on from the same place, as the core's does, so no
+// event is lost or stuck and Close still finds a goroutine to wait for.
 func (e *events) deliver() {
 	e.deliverer.Store(goid.Current())
-	defer close(e.ended)
+	goexit := true // until the loop returns
+	defer func() {
+		if goexit {
+			e.resumeAfterGoexit()
+			return
+		}
+		close(e.ended)
+	}()
+	if msg := e.cur.report; msg != "" { // left by a delivery goroutine a hook ended
+		e.cur.report = ""
+		e.reportFrom(msg, e.cur.reportJob)
+	}
 	for {
-		e.mu.Lock()
-		batch := e.queue
-		e.queue = nil
-		select {
-		case <-e.room:
-		default:
-			close(e.room) // empty now
+		if e.cur.batch == nil {
+			e.mu.Lock()
+			batch := e.queue
+			e.queue = nil
+			e.inflight = len(batch)
+			e.progressed(0)
+			e.mu.Unlock()
+			e.cur = cursor{batch: batch}
 		}
-		e.mu.Unlock()
-		for _, ev := range batch {
-			e.call(ev)
+		c := &e.cur
+		for c.at < len(c.batch) {
+			e.callFrom(c.batch[c.at])
+			c.at, c.stage = c.at+1, stageOnEvent
+			if c.at-c.counted >= progressEvery || c.at == len(c.batch) {
+				e.mu.Lock()
+				e.progressed(c.at - c.counted)
+				e.mu.Unlock()
+				c.counted = c.at
+			}
 		}
-		if len(batch) > 0 {
+		n := len(c.batch)
+		e.cur = cursor{}
+		if n > 0 {
 			continue
 		}
 		select {
@@ -134,31 +164,141 @@ func (e *events) deliver() {
 			left := len(e.queue)
 			e.mu.Unlock()
 			if left == 0 {
+				goexit = false
 				return
 			}
 		}
 	}
 }
 
-// call delivers one event to each hook, a panic recovered, counted and
-// reported to slog.Default().
-func (e *events) call(ev leaserouter.Event) {
-	if e.onEvent != nil {
-		e.recovered("OnEvent", ev, func() { e.onEvent(ev) })
+// cursor is the delivery goroutine's place in its batch, kept on events
+// so that a delivery goroutine started after a hook's runtime.Goexit goes
+// on from there.
+type cursor struct {
+	batch     []leaserouter.Event
+	at        int    // the event being delivered
+	counted   int    // events of batch counted as delivered (progressed)
+	stage     int    // what of batch[at] is next: stageOnEvent, stageLogger, stageDone
+	reporting bool   // in reportFrom: a Goexit now is the Logger's, and the cursor is already past it
+	report    string // a report for the next delivery goroutine to log
+	reportJob string
+}
+
+// The stages of one event's delivery.
+const (
+	stageOnEvent = iota
+	stageLogger
+	stageDone
+)
+
+// callFrom delivers ev from the cursor's stage on: to OnEvent, then to the
+// Logger, each panic recovered, counted and reported as the core reports
+// it (contract.Report: through the Logger, or slog.Default() when there
+// is none or it panics too); a report entry (kindReport) is logged the
+// same way. The stage moves on before each report, so a Goexit in the
+// Logger while reporting skips only the report.
+func (e *events) callFrom(ev leaserouter.Event) {
+	c := &e.cur
+	if ev.Kind == kindReport {
+		if c.stage == stageOnEvent {
+			c.stage = stageDone
+			e.reportFrom(ev.Err.Error(), ev.JobID)
+		}
+		return
 	}
-	if e.logger != nil {
-		e.recovered("Logger", ev, func() { ev.Log(e.logger) })
+	if c.stage == stageOnEvent {
+		if e.onEvent != nil {
+			if p := contract.Recovered(func() { e.onEvent(ev) }); p != nil {
+				e.panics()
+				c.stage = stageLogger
+				e.reportFrom(contract.HookPanicked(contract.HookOnEvent, ev.Kind, p), ev.JobID)
+			}
+		}
+		c.stage = stageLogger
+	}
+	if c.stage == stageLogger {
+		if e.logger != nil {
+			if p := contract.Recovered(func() { ev.Log(e.logger) }); p != nil {
+				e.panics()
+				// Not through the Logger that just panicked.
+				contract.ReportTo(slog.Default(), contract.HookPanicked(contract.HookLogger, ev.Kind, p), ev.JobID)
+			}
+		}
+		c.stage = stageDone
 	}
 }
 
-func (e *events) recovered(hook string, ev leaserouter.Event, f func()) {
-	defer func() {
-		if p := recover(); p != nil {
-			e.panics()
-			slog.Default().Error(fmt.Sprintf("pgrouter: %s panicked on %s: %v", hook, ev.Kind, p), "job_id", ev.JobID)
-		}
-	}()
-	f()
+// reportFrom reports msg (contract.Report) from the delivery goroutine,
+// counting a panic of the Logger as one more.
+func (e *events) reportFrom(msg, jobID string) {
+	e.cur.reporting = true
+	if contract.Report(e.logger, msg, jobID) {
+		e.panics()
+	}
+	e.cur.reporting = false
+}
+
+// resumeAfterGoexit runs as the delivery goroutine ends because a hook
+// called runtime.Goexit: it counts that as a panic of the hook, steps past
+// it as callFrom steps past a panic (the Logger still gets the event
+// whose OnEvent ended the goroutine), leaves the report for the next
+// goroutine, and starts it.
+func (e *events) resumeAfterGoexit() {
+	e.panics()
+	c := &e.cur
+	switch {
+	case c.reporting: // the Logger ended a report: the cursor is already past it
+		c.reporting = false
+	case c.stage == stageOnEvent:
+		ev := c.batch[c.at]
+		c.stage, c.report, c.reportJob = stageLogger, contract.HookGoexit(contract.HookOnEvent, ev.Kind), ev.JobID
+	case c.stage == stageLogger:
+		ev := c.batch[c.at]
+		c.stage, c.report, c.reportJob = stageDone, contract.HookGoexit(contract.HookLogger, ev.Kind), ev.JobID
+	}
+	go e.deliver()
+}
+
+// progressEvery is how many events the delivery goroutine delivers between
+// updates of the backlog, as in the core.
+const progressEvery = 256
+
+// progressed counts n events of the batch in delivery as delivered and
+// opens room once the backlog is down to half. The caller holds e.mu.
+func (e *events) progressed(n int) {
+	e.inflight -= n
+	if len(e.queue)+e.inflight > eventBacklog/2 {
+		return
+	}
+	select {
+	case <-e.room:
+	default:
+		close(e.room)
+	}
+}
+
+// kindReport marks an entry of the queue that is not an event but the
+// report of a recovered panic of a user callback (Backoff), its message in
+// Err, for the delivery goroutine to log, as in the core: the lease
+// operation that found it never pays for the Logger.
+const kindReport leaserouter.EventKind = 0
+
+// report queues msg, the report of a user callback's recovered panic
+// concerning job jobID, for the delivery goroutine, and reports whether
+// it did: false with no delivery goroutine (no hook set, or after Close),
+// when the caller reports to slog.Default() itself. The caller has
+// counted the panic.
+func (e *events) report(msg, jobID string) bool {
+	if e == nil {
+		return false
+	}
+	select {
+	case <-e.ended:
+		return false
+	default:
+	}
+	e.add(leaserouter.Event{Kind: kindReport, JobID: jobID, Err: errors.New(msg)})
+	return true
 }
 
 // close delivers what is left and ends the delivery goroutine, waiting

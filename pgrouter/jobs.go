@@ -107,6 +107,7 @@ func (r *Router[T]) Cancel(ctx context.Context, id string) error {
 		at      *time.Time
 		owner   *string
 		leased  *bool
+		granted *time.Time
 	)
 	b := &pgx.Batch{}
 	r.queueSettle(b) // a lease past its expiry is settled first, as the core does
@@ -118,16 +119,16 @@ func (r *Router[T]) Cancel(ctx context.Context, id string) error {
 				updated_at = clock_timestamp(), purge_at = clock_timestamp() + $3 * interval '1 microsecond'
 			FROM was
 			WHERE j.queue = $1 AND j.id = $2 AND j.state < 3
-			RETURNING j.token, j.attempt, j.updated_at, was.owner, was.state = 2 AS leased)
+			RETURNING j.token, j.attempt, j.updated_at, was.owner, was.state = 2 AS leased, j.leased_at)
 		SELECT EXISTS (SELECT FROM upd) OR EXISTS (SELECT FROM leaserouter_jobs
 				WHERE queue = $1 AND id = $2 AND NOT (state >= 3 AND purge_at <= clock_timestamp())),
 			(SELECT token FROM upd), (SELECT attempt FROM upd), (SELECT updated_at FROM upd),
-			(SELECT owner FROM upd), (SELECT leased FROM upd)`,
+			(SELECT owner FROM upd), (SELECT leased FROM upd), (SELECT leased_at FROM upd)`,
 		r.opts.Queue, id, r.keep)
 	res := r.db.SendBatch(ctx, b)
 	settled, err := readSettle(res)
 	if err == nil {
-		err = res.QueryRow().Scan(&found, &token, &attempt, &at, &owner, &leased)
+		err = res.QueryRow().Scan(&found, &token, &attempt, &at, &owner, &leased, &granted)
 	}
 	if cerr := res.Close(); err == nil {
 		err = cerr
@@ -142,7 +143,7 @@ func (r *Router[T]) Cancel(ctx context.Context, id string) error {
 	if at != nil { // canceled now, not finished before
 		e := leaserouter.Event{Kind: leaserouter.EventCanceled, Time: *at, JobID: id, Attempt: int(*attempt)}
 		if *leased {
-			e.WorkerID, e.Token = *owner, leaserouter.Token(*token)
+			e.WorkerID, e.Token, e.Held = *owner, leaserouter.Token(*token), heldUntil(granted, *at)
 			r.releaseJob(id, e.Token) // a lease of this Router's: Close no longer waits for it
 		}
 		r.ev.add(e)

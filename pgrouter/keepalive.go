@@ -2,8 +2,7 @@ package pgrouter
 
 import (
 	"context"
-	"errors"
-	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/contract"
 )
 
 // KeepAlive heartbeats l every interval, for a caller that holds a lease
@@ -34,33 +34,36 @@ import (
 // lost. A heartbeat that fails for another reason is retried at the next
 // interval. Keeping alive ends when ctx is done, the returned cancel func
 // is called, or the lease is lost; call cancel when done with the lease.
-// interval <= 0 means LeaseDuration/3; interval >= LeaseDuration, or a
-// nil or zero l, returns a context canceled at once with an error
-// wrapping ErrInvalidOptions (or the nil-lease *LeaseLostError). A nil
-// ctx means context.Background().
+// cancel stops heartbeating, waits for a heartbeat round in flight with
+// this lease (bounded by LeaseDuration), and cancels the context; it is
+// idempotent. KeepAlive called again for the same lease keeps it alive
+// for both calls, each context on its own (neither cancels the other), as
+// in the core. interval <= 0 means LeaseDuration/3; a positive interval
+// below leaserouter.MinHeartbeatInterval is raised to it (or to
+// LeaseDuration/4 if that is shorter), as in the core; interval >=
+// LeaseDuration, or a nil or zero l, returns a context canceled at once
+// with a cause wrapping ErrInvalidOptions. A nil ctx means
+// context.Background().
 func KeepAlive[T any](ctx context.Context, l *Lease[T], interval time.Duration) (context.Context, context.CancelFunc) {
 	ctx = orBackground(ctx)
 	kctx, cancel := context.WithCancelCause(ctx)
 	stop := func() { cancel(context.Canceled) }
 	if l == nil || l.r == nil {
-		cancel(&leaserouter.LeaseLostError{Reason: leaserouter.LostNilLease})
+		cancel(contract.KeepAliveNilLease(leaserouter.ErrInvalidOptions)) // as the core's
 		return kctx, stop
 	}
 	lease := l.r.opts.LeaseDuration
-	if interval <= 0 {
-		interval = lease / 3
-	}
+	interval = contract.HeartbeatInterval(interval, lease) // the core's default and floor
 	if interval >= lease {
-		cancel(fmt.Errorf("%w: KeepAlive interval %v must be < LeaseDuration %v", leaserouter.ErrInvalidOptions, interval, lease))
+		cancel(contract.KeepAliveInterval(leaserouter.ErrInvalidOptions, interval, lease))
 		return kctx, stop
 	}
-	l.r.keepers.add(l, interval, cancel, kctx)
-	return kctx, stop
+	e := l.r.keepers.add(l, interval, cancel, kctx)
+	return kctx, func() {
+		l.r.keepers.stop(l, e) // waits for a round in flight with this lease
+		cancel(context.Canceled)
+	}
 }
-
-// errSuperseded ends a KeepAlive context when KeepAlive is called again
-// for the same lease: the later call's context watches it from then on.
-var errSuperseded = errors.New("pgrouter: KeepAlive: superseded by a later KeepAlive of the same lease")
 
 // keepers keeps a Router's KeepAlive leases alive: one goroutine, which
 // sleeps until the earliest heartbeat due and sends every due one in one
@@ -71,8 +74,8 @@ type keepers[T any] struct {
 	conn ownConn       // the goroutine's own connection, made at its first heartbeat
 
 	mu    sync.Mutex
-	kept  map[*Lease[T]]*kept
-	ended bool // the goroutine has ended (Close): nothing more is kept
+	kept  map[*Lease[T]][]*kept // a lease kept alive by several KeepAlive calls has an entry for each
+	ended bool                  // the goroutine has ended (Close): nothing more is kept
 }
 
 // kept is one lease kept alive.
@@ -80,48 +83,75 @@ type kept struct {
 	interval time.Duration
 	due      time.Time // its next heartbeat
 	cancel   context.CancelCauseFunc
-	unproven *time.Timer // cancels at the lease's proven-until instant
-	stop     func() bool // unregisters the context.AfterFunc
+	unproven *time.Timer   // cancels at the lease's proven-until instant
+	stop     func() bool   // unregisters the context.AfterFunc
+	round    chan struct{} // closed when the heartbeat round it is in ends; nil if in none
 }
 
 func newKeepers[T any](r *Router[T]) *keepers[T] {
-	return &keepers[T]{r: r, kick: make(chan struct{}, 1), kept: map[*Lease[T]]*kept{}}
+	return &keepers[T]{r: r, kick: make(chan struct{}, 1), kept: map[*Lease[T]][]*kept{}}
 }
 
-// add starts keeping l alive until kctx is done.
-func (k *keepers[T]) add(l *Lease[T], interval time.Duration, cancel context.CancelCauseFunc, kctx context.Context) {
+// add starts keeping l alive until kctx is done, and returns its entry
+// (nil after Close). A lease kept alive twice is heartbeated for both,
+// each context on its own, as in the core: a later KeepAlive never
+// cancels an earlier one's context.
+func (k *keepers[T]) add(l *Lease[T], interval time.Duration, cancel context.CancelCauseFunc, kctx context.Context) *kept {
 	e := &kept{interval: interval, due: time.Now().Add(interval), cancel: cancel}
 	e.unproven = time.AfterFunc(time.Until(l.provenUntil()), func() { cancel(errUnproven) })
 	k.mu.Lock()
 	if k.ended {
 		k.mu.Unlock()
-		return // closed: the unproven timer ends it
+		return nil // closed: the unproven timer ends it
 	}
-	if old := k.kept[l]; old != nil { // kept alive twice: the later call's ctx takes over
-		k.drop(l, old)
-		old.cancel(errSuperseded)
-	}
-	k.kept[l] = e
+	k.kept[l] = append(k.kept[l], e)
 	e.stop = context.AfterFunc(kctx, func() {
 		k.mu.Lock()
 		defer k.mu.Unlock()
-		if k.kept[l] == e {
-			k.drop(l, e)
-		}
+		k.drop(l, e)
 	})
 	k.mu.Unlock()
 	select {
 	case k.kick <- struct{}{}:
 	default:
 	}
+	return e
 }
 
-// drop stops keeping l alive. The caller holds k.mu.
+// drop stops keeping l alive for entry e (a no-op if it was dropped
+// before). The caller holds k.mu.
 func (k *keepers[T]) drop(l *Lease[T], e *kept) {
-	delete(k.kept, l)
+	es := k.kept[l]
+	i := slices.Index(es, e)
+	if i < 0 {
+		return
+	}
+	if es = slices.Delete(es, i, i+1); len(es) == 0 {
+		delete(k.kept, l)
+	} else {
+		k.kept[l] = es
+	}
 	e.unproven.Stop()
 	if e.stop != nil {
 		e.stop()
+	}
+}
+
+// stop is KeepAlive's cancel func's work: it stops keeping l alive for
+// e (nil: nothing kept) and waits for a heartbeat round in flight with it,
+// as the core's cancel waits for a heartbeat in flight, so no heartbeat
+// of this KeepAlive lands after it returns (a round's statement is
+// bounded by LeaseDuration).
+func (k *keepers[T]) stop(l *Lease[T], e *kept) {
+	if e == nil {
+		return
+	}
+	k.mu.Lock()
+	k.drop(l, e)
+	round := e.round
+	k.mu.Unlock()
+	if round != nil {
+		<-round
 	}
 }
 
@@ -134,28 +164,47 @@ func (k *keepers[T]) run(ctx context.Context) {
 		k.mu.Lock()
 		defer k.mu.Unlock()
 		k.ended = true
-		for l, e := range k.kept {
-			k.drop(l, e)
-			e.cancel(&leaserouter.LeaseLostError{JobID: l.JobID, Token: l.Token, Current: l.Token, Reason: leaserouter.LostRevoked})
+		for l, es := range k.kept {
+			for _, e := range slices.Clone(es) { // drop edits es
+				k.drop(l, e)
+				e.cancel(&leaserouter.LeaseLostError{JobID: l.JobID, Token: l.Token, Current: l.Token, Reason: leaserouter.LostRevoked})
+			}
 		}
 	}()
 	for {
 		k.mu.Lock()
 		var next time.Time
 		var due []*Lease[T]
+		var in []*kept // the entries of this round
+		round := make(chan struct{})
 		now := time.Now()
-		for l, e := range k.kept {
-			if !e.due.After(now) {
-				due = append(due, l)
-				e.due = now.Add(e.interval)
+		for l, es := range k.kept {
+			beat := false
+			for _, e := range es {
+				if !e.due.After(now) {
+					beat = true
+					e.due, e.round = now.Add(e.interval), round
+					in = append(in, e)
+				}
+				if next.IsZero() || e.due.Before(next) {
+					next = e.due
+				}
 			}
-			if next.IsZero() || e.due.Before(next) {
-				next = e.due
+			if beat {
+				due = append(due, l) // once, however many entries are due
 			}
 		}
 		k.mu.Unlock()
 		if len(due) > 0 {
 			k.beat(ctx, due)
+			k.mu.Lock()
+			for _, e := range in {
+				if e.round == round {
+					e.round = nil
+				}
+			}
+			k.mu.Unlock()
+			close(round)
 			continue
 		}
 		wait := time.Hour
@@ -184,7 +233,7 @@ func (k *keepers[T]) beat(ctx context.Context, ls []*Lease[T]) {
 	res, err := k.r.heartbeatAll(ctx, q, ls, func(l *Lease[T]) bool {
 		k.mu.Lock()
 		defer k.mu.Unlock()
-		return k.kept[l] != nil
+		return len(k.kept[l]) > 0
 	})
 	if err != nil {
 		k.conn.drop(q) // may be dead: a new one next time
@@ -193,13 +242,15 @@ func (k *keepers[T]) beat(ctx context.Context, ls []*Lease[T]) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for l, exp := range res.alive {
-		if e := k.kept[l]; e != nil {
+		if es := k.kept[l]; len(es) > 0 {
 			l.accepted(sent, exp)
-			e.unproven.Reset(time.Until(l.provenUntil()))
+			for _, e := range es {
+				e.unproven.Reset(time.Until(l.provenUntil()))
+			}
 		}
 	}
 	for l, lost := range res.lost {
-		if e := k.kept[l]; e != nil {
+		for _, e := range slices.Clone(k.kept[l]) {
 			k.drop(l, e)
 			e.cancel(lost)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/contract"
 	"github.com/leaserouter/leaserouter/internal/usercode"
 )
 
@@ -45,6 +47,7 @@ type Lease[T any] struct {
 	proven time.Time // on the client's monotonic clock: send time of the last accepted grant or heartbeat + LeaseDuration
 	txDone bool      // CompleteTx returned nil: completed if its transaction committed
 	txXid  uint64    // txDone: the full ID of the (sub)transaction that wrote the completion (see pending)
+	txAt   time.Time // txDone: the database's instant of that completion
 	cut    []int64   // ids of this lease's operations whose outcome is unknown and not yet resolved (see outcome.go)
 
 	granted  time.Time     // the database's instant of the grant
@@ -404,7 +407,10 @@ func (l *Lease[T]) Fail(ctx context.Context, cause error) error {
 	text, cause := usercode.Error(cause)
 	text = strings.ToValidUTF8(strings.ReplaceAll(text, "\x00", "\uFFFD"), "\uFFFD")
 	r := l.r
-	backoff := r.backoff(l.Attempt)
+	var backoff time.Duration
+	if !leaserouter.IsPermanent(cause) { // as in the core: no Backoff for a permanent failure
+		backoff = r.backoff(l.Attempt, l.JobID)
+	}
 	res, err := l.end(ctx, "Fail", `
 		state = CASE WHEN $4 OR attempt >= max_attempts THEN 4 WHEN $5::bigint > 0 THEN 1 ELSE 0 END,
 		ready_at = CASE WHEN $4 OR attempt >= max_attempts THEN ready_at
@@ -444,18 +450,22 @@ func (l *Lease[T]) Fail(ctx context.Context, cause error) error {
 // released (or revoked).
 var errExhausted = errors.New("attempts exhausted")
 
-// backoff is Options.Backoff(attempt), with a panic recovered as the
-// core does: the attempt uses DefaultBackoff.
-func (r *Router[T]) backoff(attempt int) (d time.Duration) {
-	defer func() {
-		if p := recover(); p != nil {
-			r.mu.Lock()
-			r.stats.CallbackPanics++
-			r.mu.Unlock()
-			d = leaserouter.DefaultBackoff(attempt)
+// backoff is Options.Backoff(attempt) for job jobID, with a panic
+// recovered as the core does: the attempt uses DefaultBackoff, the panic
+// is counted in Stats.CallbackPanics and reported (the same report as
+// the core's, through the delivery goroutine to the Logger, or at once to
+// slog.Default() when no hook is set).
+func (r *Router[T]) backoff(attempt int, jobID string) time.Duration {
+	d, panicked := contract.Backoff(r.opts.Backoff, leaserouter.DefaultBackoff, attempt)
+	if panicked != nil {
+		r.mu.Lock()
+		r.stats.CallbackPanics++
+		r.mu.Unlock()
+		if !r.ev.report(panicked.Error(), jobID) {
+			contract.ReportTo(slog.Default(), panicked.Error(), jobID)
 		}
-	}()
-	return r.opts.Backoff(attempt)
+	}
+	return d
 }
 
 // Release hands the lease back before its expiry: the job is pending

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"strings"
 	"sync"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/contract"
 )
 
 // Options configure a Router. The zero value is valid: every zero field
@@ -29,8 +29,9 @@ type Options struct {
 	Queue string
 	// LeaseDuration is how long a lease lasts without a heartbeat, on the
 	// database's clock. Default leaserouter.DefaultLeaseDuration (30s);
-	// negative is invalid; below a millisecond is invalid (the database
-	// keeps microseconds, and a lease must outlast a round trip).
+	// negative is invalid; a positive one below MinLeaseDuration (1ms) is
+	// invalid (the database keeps microseconds, and a lease must outlast a
+	// round trip), unlike the core's.
 	LeaseDuration time.Duration
 	// MaxAttempts is how many leases a job may be granted before it is
 	// dead. Default leaserouter.DefaultMaxAttempts (5); negative or above
@@ -38,8 +39,10 @@ type Options struct {
 	MaxAttempts int
 	// Backoff gives the delay before retrying a job after Lease.Fail on
 	// the given attempt (1 for the first). Default
-	// leaserouter.DefaultBackoff. A result <= 0 retries at once. A panic in
-	// it is recovered and the attempt uses DefaultBackoff.
+	// leaserouter.DefaultBackoff. A result <= 0 retries at once. It is not
+	// called for a Permanent cause. A panic in it is recovered, counted in
+	// Stats.CallbackPanics and reported (see OnEvent), and the attempt uses
+	// DefaultBackoff instead, as in the core.
 	Backoff func(attempt int) time.Duration
 	// Retention is how long finished jobs stay for Get and dedup. Zero
 	// means leaserouter.DefaultRetention (10m); negative means finished
@@ -61,19 +64,31 @@ type Options struct {
 	// them, from a goroutine of the Router's own, never on the goroutine
 	// that made the transition; calls are serial. Event.Time is the
 	// database's instant of the transition (for lease_expired, the expiry;
-	// for duplicate and stale_rejected, this process's clock). Up to 4096
+	// for duplicate and stale_rejected, this process's clock). Up to 16384
 	// events wait for delivery; beyond that Enqueue, EnqueueMany and
 	// claims (Acquire, TryAcquire, Run taking jobs) wait before their
-	// round trip until the delivery goroutine has taken them, so a hook
-	// slower than the event rate slows the producers of new work; lease
-	// operations never wait. A panic in OnEvent is recovered, counted in
-	// Stats.CallbackPanics and reported to slog.Default(). Close returns
-	// once every event has been delivered (or its ctx is done).
+	// round trip until delivery has brought the backlog down to half (the
+	// events of the batch in delivery count until their hooks return), as
+	// in the core, so a hook slower than the event rate slows the producers
+	// of new work; lease operations never wait. A panic in OnEvent (or a
+	// runtime.Goexit, as t.FailNow does) is recovered, counted in
+	// Stats.CallbackPanics and reported at level Error through Logger
+	// (slog.Default() if Logger is nil), as in the core; delivery goes on
+	// with the next event. Close returns once every event has been
+	// delivered (or its ctx is done).
 	OnEvent func(leaserouter.Event)
 	// Logger, if set, gets one record per event, as the core writes them
-	// (leaserouter.Event.Log), after OnEvent's call for the same event.
+	// (leaserouter.Event.Log), after OnEvent's call for the same event. A
+	// panic in its handler is recovered, counted in Stats.CallbackPanics
+	// and reported to slog.Default().
 	Logger *slog.Logger
 }
+
+// MinLeaseDuration is the shortest positive Options.LeaseDuration: the
+// database keeps instants in microseconds, and a lease must outlast a
+// round trip. The core has no such floor (see the package doc, Rules that
+// differ).
+const MinLeaseDuration = time.Millisecond
 
 // DefaultPollInterval is the default Options.PollInterval.
 const DefaultPollInterval = time.Second
@@ -95,15 +110,14 @@ func (o Options) withDefaults() (Options, error) {
 	bad := func(format string, a ...any) (Options, error) {
 		return o, fmt.Errorf("%w: "+format, append([]any{leaserouter.ErrInvalidOptions}, a...)...)
 	}
-	switch {
-	case o.LeaseDuration < 0 || o.LeaseDuration > 0 && o.LeaseDuration < time.Millisecond:
-		return bad("LeaseDuration %v, must be 0 (default) or >= 1ms", o.LeaseDuration)
-	case o.MaxAttempts < 0 || o.MaxAttempts > math.MaxInt32:
-		return bad("MaxAttempts %d, must be in [0, %d]", o.MaxAttempts, math.MaxInt32)
-	case o.PollInterval < 0:
-		return bad("PollInterval %v, must be >= 0", o.PollInterval)
-	case o.TokenFloor >= math.MaxInt64:
-		return bad("TokenFloor %d, must be below %d", o.TokenFloor, int64(math.MaxInt64))
+	// The fields every backend has: the core's check and messages, with
+	// this backend's floor on LeaseDuration (MinLeaseDuration).
+	if err := contract.CheckOptions(leaserouter.ErrInvalidOptions, o.LeaseDuration, MinLeaseDuration, leaserouter.DefaultLeaseDuration,
+		o.MaxAttempts, leaserouter.DefaultMaxAttempts, uint64(o.TokenFloor)); err != nil {
+		return o, err
+	}
+	if o.PollInterval < 0 {
+		return bad("PollInterval is %v, must be >= 0 (or 0 for the default %v)", o.PollInterval, DefaultPollInterval)
 	}
 	if p := nameProblem(o.Queue, MaxQueueBytes, "MaxQueueBytes"); p != "" {
 		return bad("Queue %s", p)

@@ -35,7 +35,8 @@ type Handler[T any] func(ctx context.Context, l *Lease[T]) error
 // with a *leaserouter.LeaseLostError, LostExpired) and the job is retried.
 //
 // Round trips. A worker leases up to opts.Batch jobs in one statement
-// (one at first, doubling after a batch that took at most a quarter of
+// (one at first and after a batch a heartbeat round cut, doubling after
+// a batch that took at most a quarter of
 // HeartbeatInterval, halving after one that took over half), runs them in
 // order, and completes those whose handler returned nil in the same round
 // trip as its next lease. A worker with nothing to do takes the back half

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"slices"
 	"time"
 
 	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/contract"
 )
 
 // A Run's workers: each claims a batch, runs it in order, and hands its
@@ -162,14 +162,7 @@ func (w *worker[T]) runWaiting() {
 	took, cut := time.Since(w.started), w.cut
 	u.mu.Unlock()
 	interval := u.opts.HeartbeatInterval
-	switch {
-	case cut && took >= interval/2: // a long job: one at a time again
-		w.size = 1
-	case took <= interval/4:
-		w.size = min(2*w.size, u.opts.Batch)
-	case took > interval/2:
-		w.size = max(1, w.size/2)
-	}
+	w.size = contract.NextBatch(w.size, u.opts.Batch, cut, took, interval)
 }
 
 // run runs the handler on l with hctx (set up by runWaiting), then ends
@@ -191,26 +184,25 @@ func (w *worker[T]) run(l *Lease[T], h *held, hctx context.Context) {
 		return // lost while h ran: its new state was decided by whoever ended it
 	}
 	if l.completedTx(ctx) { // completed by h in a transaction that committed
-		u.r.ev.add(l.event(leaserouter.EventCompleted, time.Now()))
+		u.r.ev.add(l.event(leaserouter.EventCompleted, l.txCompletedAt())) // the database's instant, as every event's
 		return
 	}
 	if !l.txTried() && !u.r.holds(l) {
 		return // ended meanwhile: by h itself (Complete, Fail, Release), or found lost by a heartbeat
 	}
-	if err == nil {
+	// Stopping, or the lease could not be proven: an error hands the job
+	// back rather than count a failure the handler may not have had.
+	switch contract.AfterHandler(err, u.stopped() || errors.Is(cause, errUnproven)) { // the same rule on every backend
+	case contract.Complete:
 		l.idle.Store(true) // finished: completed by the Run, never revoked
 		u.mu.Lock()
 		w.done = append(w.done, l)
 		u.mu.Unlock()
-		return
-	}
-	if u.stopped() || errors.Is(cause, errUnproven) {
-		// Stopping, or the lease could not be proven: hand the job back
-		// rather than count a failure the handler may not have had.
+	case contract.Release:
 		u.r.endOrLater(ctx, l, leaserouter.LostReleased, l.Release)
-		return
+	default:
+		u.r.endOrLater(ctx, l, leaserouter.LostFailed, func(ctx context.Context) error { return l.Fail(ctx, err) })
 	}
-	u.r.endOrLater(ctx, l, leaserouter.LostFailed, func(ctx context.Context) error { return l.Fail(ctx, err) })
 }
 
 // errUnproven cancels a handler's ctx when its lease can no longer be
@@ -221,7 +213,7 @@ var errUnproven = fmt.Errorf("%w: no heartbeat accepted within LeaseDuration (da
 func (u *runner[T]) call(ctx context.Context, l *Lease[T]) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("pgrouter: handler panicked: %v\n%s", p, debug.Stack())
+			err = contract.Panicked(p) // the same text on every backend
 		}
 	}()
 	return u.h(ctx, l)

@@ -1,0 +1,92 @@
+package contract
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestNextBatch: one after a cut batch whatever it took; doubling (capped)
+// after a quick one, halving (floored at one) after a slow one.
+func TestNextBatch(t *testing.T) {
+	const h = time.Second
+	require.Equal(t, 1, NextBatch(8, 256, true, time.Millisecond, h), "cut, however quick")
+	require.Equal(t, 1, NextBatch(8, 256, true, 2*h, h), "cut and slow")
+	require.Equal(t, 16, NextBatch(8, 256, false, h/4, h))
+	require.Equal(t, 256, NextBatch(200, 256, false, 0, h))
+	require.Equal(t, 4, NextBatch(8, 256, false, h/2+1, h))
+	require.Equal(t, 1, NextBatch(1, 256, false, h, h))
+	require.Equal(t, 8, NextBatch(8, 256, false, h/2, h), "in between: unchanged")
+}
+
+// TestHeartbeatInterval: lease/3 by default, a floor of 1ms or lease/4.
+func TestHeartbeatInterval(t *testing.T) {
+	require.Equal(t, 10*time.Second, HeartbeatInterval(0, 30*time.Second))
+	require.Equal(t, 10*time.Second, HeartbeatInterval(-1, 30*time.Second))
+	require.Equal(t, time.Millisecond, HeartbeatInterval(time.Nanosecond, 30*time.Second))
+	require.Equal(t, 500*time.Microsecond, HeartbeatInterval(time.Nanosecond, 2*time.Millisecond))
+	require.Equal(t, time.Duration(1), HeartbeatInterval(0, 2))
+}
+
+// TestBackoffRecovered: a panicking backoff gives the fallback's delay and
+// an error saying so.
+func TestBackoffRecovered(t *testing.T) {
+	d, err := Backoff(func(int) time.Duration { panic("boom") }, func(a int) time.Duration { return time.Duration(a) }, 3)
+	require.Equal(t, time.Duration(3), d)
+	require.EqualError(t, err, "leaserouter: Backoff(3) panicked: boom; used DefaultBackoff")
+	d, err = Backoff(func(int) time.Duration { return time.Hour }, nil, 1)
+	require.Equal(t, time.Hour, d)
+	require.NoError(t, err)
+}
+
+// TestCheckOptions: each shared field's bound, and the backend floor.
+func TestCheckOptions(t *testing.T) {
+	bad := errors.New("bad")
+	require.NoError(t, CheckOptions(bad, 0, 0, time.Second, 0, 5, 0))
+	require.NoError(t, CheckOptions(bad, time.Nanosecond, 0, time.Second, 1, 5, 1<<63-2))
+	require.ErrorIs(t, CheckOptions(bad, -1, 0, time.Second, 0, 5, 0), bad)
+	require.ErrorContains(t, CheckOptions(bad, time.Microsecond, time.Millisecond, time.Second, 0, 5, 0), "must be >= 1ms on this backend")
+	require.ErrorContains(t, CheckOptions(bad, 0, 0, time.Second, -1, 5, 0), "MaxAttempts is -1")
+	require.ErrorContains(t, CheckOptions(bad, 0, 0, time.Second, 1<<31, 5, 0), "MaxAttempts is 2147483648")
+	require.ErrorContains(t, CheckOptions(bad, 0, 0, time.Second, 0, 5, 1<<63-1), "TokenFloor")
+}
+
+// TestPanicError: "panic: <value>", a blank line, the stack.
+func TestPanicError(t *testing.T) {
+	var err error
+	func() {
+		defer func() { err = Panicked(recover()) }()
+		panic("boom")
+	}()
+	require.True(t, strings.HasPrefix(err.Error(), "panic: boom\n\ngoroutine "), err.Error())
+}
+
+// panicHandler is a slog.Handler whose Handle panics.
+type panicHandler struct{}
+
+func (panicHandler) Enabled(context.Context, slog.Level) bool  { return true }
+func (panicHandler) Handle(context.Context, slog.Record) error { panic("handler") }
+func (h panicHandler) WithAttrs([]slog.Attr) slog.Handler      { return h }
+func (h panicHandler) WithGroup(string) slog.Handler           { return h }
+
+// TestReportLoggerPanics: a Logger whose handler panics is reported as
+// one more panic, and Report itself never panics.
+func TestReportLoggerPanics(t *testing.T) {
+	l := slog.New(panicHandler{})
+	require.NotPanics(t, func() { require.True(t, Report(l, "msg", "j")) })
+	require.False(t, ReportTo(l, "msg", "j"))
+}
+
+// TestAfterHandler: nil completes, stopping or not; an error releases
+// when stopping, fails otherwise.
+func TestAfterHandler(t *testing.T) {
+	require.Equal(t, Complete, AfterHandler(nil, false))
+	require.Equal(t, Complete, AfterHandler(nil, true))
+	require.Equal(t, Release, AfterHandler(errors.New("x"), true))
+	require.Equal(t, Fail, AfterHandler(errors.New("x"), false))
+}

@@ -165,6 +165,8 @@ func (r *Router[T]) cancel(j *job[T], now int64) {
 			r.sched.Remove(int(j.hidx))
 		}
 		r.emit(EventCanceled, now, j, nil, j.token, nil)
+	default: // finished: Cancel refuses it before calling
+		return
 	}
 	r.finish(j, StateCanceled, now)
 }

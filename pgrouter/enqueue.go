@@ -7,17 +7,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/leaserouter/leaserouter"
 )
-
-// querier is what Enqueue needs of a pool or a caller's transaction.
-type querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-}
 
 // insertJobs inserts the jobs of unnest's arrays at the database's clock:
 // pending at once, or scheduled until their run-at (a given run_at, or

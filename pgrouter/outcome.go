@@ -2,10 +2,13 @@ package pgrouter
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"slices"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/leaserouter/leaserouter"
 )
@@ -17,7 +20,7 @@ import (
 // at the server. A read of the row at that moment sees the lease valid,
 // and the operation may still commit a moment later: the read alone is
 // no answer. So each such operation carries a random operation id, as a
-// claim carries its claim id (see resolve.go): its transaction first
+// claim carries its claim id (see outcome.go): its transaction first
 // takes the advisory lock on the id, and acts only if the id is not
 // marked abandoned. The resolution of an unknown outcome, in one
 // transaction on another connection, takes the advisory locks of the
@@ -147,4 +150,143 @@ func (l *Lease[T]) resolved(ctx context.Context, reason leaserouter.LostReason) 
 	l.mu.Unlock()
 	return found && row.token != nil && row.was != nil && row.ended != nil && leaserouter.Token(*row.token) == l.Token &&
 		*row.was != int16(leaserouter.StateLeased) && *row.ended == string(reason)
+}
+
+// Unknown outcomes. A statement whose reply never arrived (the connection
+// failed, or the call's ctx ended, after it was sent) may or may not have
+// committed. Lease operations resolve theirs before reporting (see
+// above: an operation id, locked and marked as a claim id is). A
+// claim carries a random claim id, written on the rows it leases and
+// locked (an advisory lock on the id) for its transaction; a claim whose
+// outcome is unknown is resolved in the background: the resolver waits
+// for the claim's transaction if it is running (the advisory lock), marks
+// the claim abandoned (so a claim still to reach the server claims
+// nothing), and hands back every lease the claim granted, the attempt not
+// counted: no worker received them (undoing the expiry settlement of
+// those settled meanwhile: see undoClaimExpiry).
+
+// claimLock takes the claim's advisory lock ($1, the claim id) for the
+// transaction: a resolver of the claim waits for it. First in the claim's
+// batch, so that the claim's statements read the abandoned marks after
+// the lock is held.
+const claimLock = `SELECT pg_advisory_xact_lock($1)`
+
+// abandonClaim marks claim $1 abandoned (resolved by its client): a claim
+// statement with this id claims nothing from then on.
+const abandonClaim = `INSERT INTO leaserouter_abandoned_claims (id) VALUES ($1) ON CONFLICT DO NOTHING`
+
+// handBackClaim ends the leases claim $2 granted on queue $1 that are
+// still leased (valid or past their expiry but not settled): pending
+// again in their old place with the attempt not counted, as
+// handBackMany does, and the claim id cleared (the rows no longer show
+// a lease of the claim: a retry of the resolver finds nothing). It
+// returns how many.
+const handBackClaim = `
+WITH l AS (
+	SELECT queue, id FROM leaserouter_jobs
+	WHERE queue = $1 AND state = 2 AND claim = $2 ORDER BY id FOR UPDATE),
+b AS (
+	UPDATE leaserouter_jobs j SET state = 0, attempt = j.attempt - 1, owner = '', lease_expires_at = NULL,
+		ended = CASE WHEN j.requeued THEN 'expired' ELSE 'released' END, updated_at = clock_timestamp(), claim = NULL
+	FROM l
+	WHERE j.queue = l.queue AND j.id = l.id AND j.state = 2 AND j.claim = $2
+	RETURNING 1)
+SELECT count(*) FROM b`
+
+// undoClaimExpiry undoes the expiry settlement of the leases claim $2
+// granted on queue $1 whose expiry was settled before the resolver ran
+// (the claimer could not reach the database for a LeaseDuration; another
+// process settled them): nobody received them, so they are no attempt.
+// It matches only rows that show nothing happened since: still the
+// claim's (each grant writes its own claim id, so no later lease was
+// granted, and the claim's token is still the row's), pending or dead
+// with ended 'expired' (not canceled, not re-enqueued, which resets
+// ended). It makes them pending with the attempt not counted (a job
+// that died of the expiry lives again: purge_at cleared), ready since
+// the claim's grant (the expiry instant the settlement left in ready_at,
+// less the claim's lease of $3 microseconds: no heartbeat can have
+// extended a lease nobody received). What the settlement overwrote is
+// restored where it can be known: for a job with no earlier attempt,
+// last_error empty and requeued false, as before the claim; for a later
+// attempt the settlement's marks stay (last_error 'lease expired',
+// requeued): the earlier attempt's error is gone. The claim id is
+// cleared, as handBackClaim does. It returns how many.
+const undoClaimExpiry = `
+WITH l AS (
+	SELECT queue, id FROM leaserouter_jobs
+	WHERE queue = $1 AND claim = $2 AND state IN (0, 4) AND ended = 'expired' AND attempt > 0
+	ORDER BY id FOR UPDATE),
+u AS (
+	UPDATE leaserouter_jobs j SET state = 0, attempt = j.attempt - 1, requeued = j.attempt > 1,
+		ended = CASE WHEN j.attempt > 1 THEN 'expired' ELSE 'released' END,
+		last_error = CASE WHEN j.attempt > 1 THEN j.last_error ELSE '' END,
+		ready_at = j.ready_at - $3 * interval '1 microsecond', purge_at = NULL, claim = NULL,
+		updated_at = clock_timestamp()
+	FROM l
+	WHERE j.queue = l.queue AND j.id = l.id AND j.claim = $2 AND j.state IN (0, 4) AND j.ended = 'expired'
+		AND j.attempt > 0
+	RETURNING 1)
+SELECT count(*) FROM u`
+
+// newClaimID is a random claim id (never 0), also used as a lease
+// operation's id (see outcome.go).
+func newClaimID() int64 {
+	var b [8]byte
+	for {
+		_, _ = rand.Read(b[:])
+		if id := int64(binary.LittleEndian.Uint64(b[:])); id != 0 {
+			return id
+		}
+	}
+}
+
+// unknownOutcome reports whether a round trip that failed with err may
+// have committed: the request may have reached the server, and the
+// server did not report an error (which rolls the implicit transaction
+// back).
+func unknownOutcome(err error) bool {
+	if err == nil || pgconn.SafeToRetry(err) {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	return !errors.As(err, &pgErr)
+}
+
+// resolveClaim resolves, in the background, claim id whose outcome is
+// unknown: see the comment at the top of this file.
+func (r *Router[T]) resolveClaim(id int64) {
+	r.later(func(ctx context.Context) error { return r.resolveClaimOnce(ctx, id) })
+}
+
+// resolveClaimOnce resolves claim id in one round trip (one transaction:
+// a retry after an error is harmless), waiting for the claim's
+// transaction if it is running.
+func (r *Router[T]) resolveClaimOnce(ctx context.Context, id int64) error {
+	b := &pgx.Batch{}
+	b.Queue(claimLock, id)
+	b.Queue(abandonClaim, id)
+	b.Queue(handBackClaim, r.opts.Queue, id)
+	b.Queue(undoClaimExpiry, r.opts.Queue, id, r.lease)
+	res := r.db.SendBatch(ctx, b)
+	_, err := res.Exec()
+	if err == nil {
+		_, err = res.Exec()
+	}
+	var n, m int64
+	if err == nil {
+		err = res.QueryRow().Scan(&n)
+	}
+	if err == nil {
+		err = res.QueryRow().Scan(&m)
+	}
+	if cerr := res.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if n+m > 0 {
+		r.notify(ctx)
+	}
+	return nil
 }

@@ -71,3 +71,13 @@ func (w *waker) listen(ctx context.Context, db *pgxpool.Pool, queue string) {
 		backoff = min(2*backoff, time.Second)
 	}
 }
+
+// notify wakes the Routers of this queue in every process (best effort:
+// they also poll).
+func (r *Router[T]) notify(ctx context.Context) { r.notifyOn(ctx, r.db) }
+
+// notifyOn is notify on q (a connection already held: no wait for the
+// pool).
+func (r *Router[T]) notifyOn(ctx context.Context, q querier) {
+	_, _ = q.Exec(ctx, "SELECT pg_notify($1, $2)", channel, r.opts.Queue)
+}

@@ -14,37 +14,6 @@ import (
 	"github.com/leaserouter/leaserouter"
 )
 
-// claimJobs leases up to $2 pending jobs of the queue to worker $3 for $4
-// microseconds, in the ready order (priority, ready time, enqueue order),
-// skipping rows other claimers hold, and writes the claim id $5 on them
-// (nothing, if the claim was abandoned: see outcome.go). Tokens are taken
-// after the rows are ordered, so they increase in the ready order.
-const claimJobs = `
-WITH picked AS (
-	SELECT queue, id, priority, ready_at, seq FROM leaserouter_jobs
-	WHERE queue = $1 AND state = 0
-		AND NOT EXISTS (SELECT FROM leaserouter_abandoned_claims WHERE id = $5)
-	ORDER BY priority DESC, ready_at, seq
-	LIMIT $2 FOR UPDATE SKIP LOCKED),
-numbered AS (
-	SELECT queue, id, nextval('leaserouter_token') AS token
-	FROM (SELECT * FROM picked ORDER BY priority DESC, ready_at, seq) p),
-c AS (SELECT clock_timestamp() AS now)
-UPDATE leaserouter_jobs j SET
-	state = 2, token = n.token, attempt = j.attempt + 1, owner = $3, ended = '', claim = $5,
-	lease_expires_at = c.now + $4 * interval '1 microsecond', updated_at = c.now
-FROM numbered n, c
-WHERE j.queue = n.queue AND j.id = n.id
-RETURNING j.id, j.payload, j.attempt, j.token, j.progress, j.lease_expires_at, j.updated_at, j.ready_at, j.requeued`
-
-// nextDue is how long, in seconds on the database's clock, until the
-// queue's next scheduled job is ready or its next lease expires; NULL if
-// neither exists.
-const nextDue = `
-SELECT extract(epoch FROM least(
-	(SELECT min(ready_at) FROM leaserouter_jobs WHERE queue = $1 AND state = 1),
-	(SELECT min(lease_expires_at) FROM leaserouter_jobs WHERE queue = $1 AND state = 2)) - clock_timestamp())::float8`
-
 // TryAcquire leases the next ready job to workerID without waiting, after
 // settling what is due: ErrNoJob if none is ready, ErrClosed after Close,
 // ctx.Err() once ctx is done, or an error wrapping the driver's. One
@@ -244,15 +213,14 @@ func (r *Router[T]) claim(ctx context.Context, call, workerID string, n int, wit
 func (r *Router[T]) claimBatch(id int64, done []*Lease[T], workerID string, n int, withDue bool) *pgx.Batch {
 	q := r.opts.Queue
 	b := &pgx.Batch{}
-	b.Queue(claimLock, id)
+	b.Queue(claimLock, args{"id": id})
 	if len(done) > 0 {
-		ids, tokens := leaseKeys(done)
-		b.Queue(completeMany, q, ids, tokens, r.keep)
+		b.Queue(endLeases, r.endArgs(done, leaserouter.LostCompleted, true))
 	}
 	r.queueSettle(b)
-	b.Queue(claimJobs, q, n, workerID, r.lease, id)
+	b.Queue(claimJobs, args{"queue": q, "n": n, "worker": workerID, "lease_us": r.lease, "claim": id})
 	if withDue {
-		b.Queue(nextDue, q)
+		b.Queue(nextDue, args{"queue": q})
 	}
 	return b
 }
@@ -339,7 +307,7 @@ func (r *Router[T]) readClaim(res pgx.BatchResults, workerID string, sent time.T
 	}
 	var err error
 	if withDone {
-		if c.completed, err = readInstants(res.Query()); err != nil {
+		if c.completed, err = endedAt(res.Query()); err != nil {
 			return c, err
 		}
 	}

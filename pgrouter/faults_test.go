@@ -71,13 +71,13 @@ func TestRunSurvivesServerRestart(t *testing.T) {
 			}
 			eventually(t, 60*time.Second, "every job succeeded after the restart", func() bool {
 				var left int
-				err := db.QueryRow(ctx, "SELECT count(*) FROM leaserouter_jobs WHERE state <> 3").Scan(&left)
+				err := db.QueryRow(ctx, "SELECT count(*) FROM leaserouter_jobs WHERE state <> 'succeeded'").Scan(&left)
 				return err == nil && left == 0
 			})
 			cancel()
 			require.NoError(t, <-done)
 			var succeeded int
-			require.NoError(t, db.QueryRow(ctx, "SELECT count(*) FROM leaserouter_jobs WHERE state = 3").Scan(&succeeded))
+			require.NoError(t, db.QueryRow(ctx, "SELECT count(*) FROM leaserouter_jobs WHERE state = 'succeeded'").Scan(&succeeded))
 			require.Equal(t, n, succeeded, "none lost")
 			require.Greater(t, ran.Load(), int64(n/3), "jobs ran after the restart")
 		})

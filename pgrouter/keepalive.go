@@ -278,40 +278,29 @@ func (r *Router[T]) heartbeatAll(ctx context.Context, q querier, ls []*Lease[T],
 	for _, l := range ls {
 		byKey[keyOf(l)] = l
 	}
-	ids, tokens := leaseKeys(ls)
-	rows, err := q.Query(ctx, heartbeatMany, r.opts.Queue, ids, tokens, r.lease)
+	rows, err := readOps(q.Query(ctx, heartbeatMany, r.beatArgs(ls, nil)))
 	if err != nil {
 		return res, err
 	}
 	seen := map[*Lease[T]]bool{}
 	var evs []leaserouter.Event
 	var refused []*Lease[T]
-	for rows.Next() {
-		var id string
-		var token int64
-		var exp, at *time.Time
-		if err := rows.Scan(&id, &token, &exp, &at); err != nil {
-			rows.Close()
-			return res, err
-		}
-		l := byKey[leaseKey{id, leaserouter.Token(token)}]
+	for _, row := range rows {
+		l := byKey[leaseKey{row.id, leaserouter.Token(row.held)}]
 		if l == nil {
 			continue
 		}
 		seen[l] = true
-		if exp == nil {
+		if !row.ok {
 			refused = append(refused, l)
 			continue
 		}
-		res.alive[l] = *exp
+		res.alive[l] = *row.expiry
 		if r.ev != nil {
-			e := l.event(leaserouter.EventLeaseExtended, *at)
+			e := l.event(leaserouter.EventLeaseExtended, *row.at)
 			e.Held = 0
 			evs = append(evs, e)
 		}
-	}
-	if err := rows.Err(); err != nil {
-		return res, err
 	}
 	r.mu.Lock()
 	r.stats.Heartbeats += uint64(len(res.alive))
@@ -344,7 +333,7 @@ func (r *Router[T]) heartbeatAll(ctx context.Context, q querier, ls []*Lease[T],
 	now := time.Now()
 	for _, l := range append(refused, unseen...) {
 		row, ok := found[l.JobID]
-		if !seen[l] && ok && row.token != nil && leaserouter.Token(*row.token) == l.Token && *row.was == int16(leaserouter.StateLeased) {
+		if !seen[l] && ok && row.token != nil && leaserouter.Token(*row.token) == l.Token && isState(row.was, leaserouter.StateLeased) {
 			continue // held by another transaction, still this lease's: unknown until the next round
 		}
 		if !still(l) || endedByHolder(l, row, ok) {
@@ -373,7 +362,7 @@ func endedByHolder[T any](l *Lease[T], row opResult, found bool) bool {
 	}
 	switch leaserouter.LostReason(*row.ended) {
 	case leaserouter.LostCompleted, leaserouter.LostFailed, leaserouter.LostReleased:
-		return *row.was != int16(leaserouter.StateLeased)
+		return !isState(row.was, leaserouter.StateLeased)
 	}
 	return false
 }

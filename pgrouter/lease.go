@@ -123,15 +123,10 @@ func (l *Lease[T]) Heartbeat(ctx context.Context, progress []byte) error {
 	if l != nil {
 		r = l.r
 	}
-	var dur int64
-	var q querier // nil for a nil or zero Lease: op refuses those first
-	if r != nil {
-		dur, q = r.lease, r.db
+	if r == nil {
+		return &leaserouter.LeaseLostError{Reason: leaserouter.LostNilLease}
 	}
-	res, err := l.op(ctx, q, false, 0, "Heartbeat", `
-		lease_expires_at = greatest(lease_expires_at, clock_timestamp() + $4 * interval '1 microsecond'),
-		progress = CASE WHEN $5 THEN $6::bytea ELSE progress END, updated_at = clock_timestamp()`,
-		dur, progress != nil, progress)
+	res, err := l.op(ctx, r.db, false, 0, "Heartbeat", heartbeatMany, r.beatArgs([]*Lease[T]{l}, progress))
 	if err != nil {
 		return err
 	}
@@ -144,11 +139,6 @@ func (l *Lease[T]) Heartbeat(ctx context.Context, progress []byte) error {
 	r.mu.Unlock()
 	return nil
 }
-
-// completeSet ends a lease with success; its purge time is Retention
-// later ($4 microseconds).
-const completeSet = `state = 3, ended = 'completed', owner = '', lease_expires_at = NULL, requeued = false,
-	updated_at = clock_timestamp(), purge_at = clock_timestamp() + $4 * interval '1 microsecond'`
 
 // Complete ends the lease with success: the job is StateSucceeded, kept
 // for Get and dedup for Retention. It returns a *LeaseLostError if the
@@ -164,7 +154,7 @@ const completeSet = `state = 3, ended = 'completed', owner = '', lease_expires_a
 // refused with reason completed).
 func (l *Lease[T]) Complete(ctx context.Context) error {
 	ctx = orBackground(ctx)
-	res, err := l.end(ctx, "Complete", completeSet, l.keep())
+	res, err := l.end(ctx, "Complete", leaserouter.LostCompleted, nil)
 	at := time.Now()
 	switch {
 	case err == nil:
@@ -212,14 +202,8 @@ func (l *Lease[T]) Fail(ctx context.Context, cause error) error {
 	text = strings.ToValidUTF8(strings.ReplaceAll(text, "\x00", "\uFFFD"), "\uFFFD")
 	r := l.r
 	backoff := r.backoff(l.Attempt)
-	res, err := l.end(ctx, "Fail", `
-		state = CASE WHEN $4 OR attempt >= max_attempts THEN 4 WHEN $5::bigint > 0 THEN 1 ELSE 0 END,
-		ready_at = CASE WHEN $4 OR attempt >= max_attempts THEN ready_at
-			ELSE clock_timestamp() + greatest($5::bigint, 0) * interval '1 microsecond' END,
-		ended = 'failed', last_error = $6, owner = '', lease_expires_at = NULL, requeued = false,
-		updated_at = clock_timestamp(),
-		purge_at = CASE WHEN $4 OR attempt >= max_attempts THEN clock_timestamp() + $7 * interval '1 microsecond' END`,
-		leaserouter.IsPermanent(cause), backoff.Microseconds(), text, r.keep)
+	res, err := l.end(ctx, "Fail", leaserouter.LostFailed,
+		args{"permanent": leaserouter.IsPermanent(cause), "delay_us": backoff.Microseconds(), "error": text})
 	if err != nil {
 		if !errors.As(err, new(*leaserouter.LeaseLostError)) && l.resolved(ctx, leaserouter.LostFailed) {
 			r.release(l) // failed, as the row shows; its events are unknown here
@@ -233,7 +217,7 @@ func (l *Lease[T]) Fail(ctx context.Context, cause error) error {
 	next := l.event(leaserouter.EventRetryScheduled, *res.at)
 	next.Held = 0
 	r.mu.Lock()
-	if leaserouter.State(*res.state) == leaserouter.StateFailed {
+	if isState(res.state, leaserouter.StateFailed) {
 		r.stats.Dead++
 		next.Kind, next.Err = leaserouter.EventDead, cause
 	} else {
@@ -241,7 +225,7 @@ func (l *Lease[T]) Fail(ctx context.Context, cause error) error {
 	}
 	r.mu.Unlock()
 	r.ev.add(failed, next)
-	if leaserouter.State(*res.state) != leaserouter.StateFailed {
+	if !isState(res.state, leaserouter.StateFailed) {
 		r.notify(ctx) // ready, or a new due instant for the waiters' timers
 	}
 	return nil
@@ -268,13 +252,7 @@ func (r *Router[T]) backoff(attempt int) (d time.Duration) {
 // row shows this lease released.
 func (l *Lease[T]) Release(ctx context.Context) error {
 	ctx = orBackground(ctx)
-	res, err := l.end(ctx, "Release", `
-		state = CASE WHEN attempt >= max_attempts THEN 4 ELSE 0 END,
-		ready_at = clock_timestamp(), ended = 'released', owner = '', lease_expires_at = NULL, requeued = false,
-		updated_at = clock_timestamp(),
-		last_error = CASE WHEN attempt >= max_attempts AND last_error = '' THEN 'attempts exhausted' ELSE last_error END,
-		purge_at = CASE WHEN attempt >= max_attempts THEN clock_timestamp() + $4 * interval '1 microsecond' END`,
-		l.keep())
+	res, err := l.end(ctx, "Release", leaserouter.LostReleased, nil)
 	if err != nil {
 		if !errors.As(err, new(*leaserouter.LeaseLostError)) && l.resolved(ctx, leaserouter.LostReleased) {
 			l.r.release(l) // released, as the row shows; its events are unknown here
@@ -285,7 +263,7 @@ func (l *Lease[T]) Release(ctx context.Context) error {
 	r := l.r
 	defer r.release(l) // after the events
 	r.ev.add(l.event(leaserouter.EventReleased, *res.at))
-	if leaserouter.State(*res.state) == leaserouter.StateFailed {
+	if isState(res.state, leaserouter.StateFailed) {
 		dead := l.event(leaserouter.EventDead, *res.at)
 		dead.Held, dead.Err = 0, errExhausted
 		r.ev.add(dead)
@@ -314,49 +292,32 @@ func (r *Router[T]) revokeHeld(ctx context.Context) error {
 	if len(ls) == 0 {
 		return nil
 	}
-	ids, tokens := leaseKeys(ls)
 	// Revoked as the core revokes: pending again at once with the attempt
 	// counted, or dead if that was the last; a lease already expired is
 	// left to settling, which settles it as of its expiry.
-	rows, err := r.db.Query(ctx, lockLeasesBlocking+`
-		UPDATE leaserouter_jobs j SET
-			state = CASE WHEN j.attempt >= j.max_attempts THEN 4 ELSE 0 END,
-			ready_at = clock_timestamp(), updated_at = clock_timestamp(), ended = 'revoked', owner = '',
-			lease_expires_at = NULL, requeued = false,
-			last_error = CASE WHEN j.attempt >= j.max_attempts AND j.last_error = '' THEN 'attempts exhausted' ELSE j.last_error END,
-			purge_at = CASE WHEN j.attempt >= j.max_attempts THEN clock_timestamp() + $4 * interval '1 microsecond' END
-		FROM l
-		WHERE j.queue = l.queue AND j.id = l.id AND j.token = l.held AND j.state = 2
-			AND j.lease_expires_at > clock_timestamp()
-		RETURNING j.id, j.updated_at, j.state`, r.opts.Queue, ids, tokens, r.keep)
+	rows, err := readOps(r.db.Query(ctx, endLeases, r.endArgs(ls, leaserouter.LostRevoked, false)))
 	if err != nil {
 		return fmt.Errorf("pgrouter: Close: revoke leases: %w", err)
 	}
-	byID := make(map[string]*Lease[T], len(ls))
+	byKey := make(map[leaseKey]*Lease[T], len(ls))
 	for _, l := range ls {
-		byID[l.JobID] = l
+		byKey[keyOf(l)] = l
 	}
 	var evs []leaserouter.Event
 	dead := 0
-	for rows.Next() {
-		var id string
-		var at time.Time
-		var state int16
-		if err := rows.Scan(&id, &at, &state); err != nil {
-			rows.Close()
-			return fmt.Errorf("pgrouter: Close: revoke leases: %w", err)
+	for _, row := range rows {
+		l := byKey[leaseKey{row.id, leaserouter.Token(row.held)}]
+		if !row.ok || l == nil {
+			continue
 		}
-		e := byID[id].event(leaserouter.EventReleased, at)
+		e := l.event(leaserouter.EventReleased, *row.at)
 		e.Err = errRevoked
 		evs = append(evs, e)
-		if leaserouter.State(state) == leaserouter.StateFailed {
+		if isState(row.state, leaserouter.StateFailed) {
 			e.Kind, e.Held, e.Err = leaserouter.EventDead, 0, errExhausted
 			evs = append(evs, e)
 			dead++
 		}
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("pgrouter: Close: revoke leases: %w", err)
 	}
 	r.ev.add(evs...)
 	r.mu.Lock()
@@ -374,8 +335,7 @@ func (r *Router[T]) revokeHeld(ctx context.Context) error {
 // Run does with finished jobs outside a claim, and reports whether the
 // statement ran (if not, none was completed).
 func (r *Router[T]) completeAll(ctx context.Context, q querier, ls []*Lease[T]) bool {
-	ids, tokens := leaseKeys(ls)
-	done, err := readInstants(q.Query(ctx, completeMany, r.opts.Queue, ids, tokens, r.keep))
+	done, err := endedAt(q.Query(ctx, endLeases, r.endArgs(ls, leaserouter.LostCompleted, true)))
 	if err != nil {
 		return false
 	}
@@ -397,7 +357,7 @@ func (r *Router[T]) handBackErr(ctx context.Context, q querier, ls []*Lease[T]) 
 		return nil
 	}
 	ids, tokens := leaseKeys(ls)
-	back, err := readInstants(q.Query(ctx, handBackMany, r.opts.Queue, ids, tokens))
+	back, err := readInstants(q.Query(ctx, handBackMany, args{"queue": r.opts.Queue, "ids": ids, "tokens": tokens}))
 	for _, l := range ls {
 		if at, ok := back[keyOf(l)]; ok && r.ev != nil {
 			r.ev.add(l.event(leaserouter.EventReleased, at))

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
+	"maps"
 	"slices"
 
 	"github.com/jackc/pgx/v5"
@@ -38,33 +39,11 @@ import (
 // PID of their own, which may name another session's backend, and a role
 // may lack the right to signal it.
 
-// opLock takes the operation's advisory lock ($1, its id) for the
-// transaction: the first statement of its batch, so that the statement
-// acting reads the abandoned marks after the lock is held. A resolver of
-// the operation waits for it.
-const opLock = claimLock
-
-// notAbandoned is added to a resolvable operation's WHERE: it acts only
-// if its id ($%d) is not marked abandoned.
-const notAbandoned = ` AND NOT EXISTS (SELECT FROM leaserouter_abandoned_claims WHERE id = $%d)`
-
-// abandonOps marks the operations of ids $1 abandoned.
-const abandonOps = `INSERT INTO leaserouter_abandoned_claims (id) SELECT unnest($1::bigint[]) ON CONFLICT DO NOTHING`
-
-// asyncCommit makes the resolution's transaction commit without waiting
-// for its WAL to be flushed (or replicated): its marks only need to
-// outlive the operations still on their way to this server, which a
-// crash ends as well.
-const asyncCommit = `SELECT set_config('synchronous_commit', 'off', true)`
-
-// readLease reads job $2's current token, state and why its last lease
-// ended, without locking it.
-const readLease = `SELECT token, state, ended FROM leaserouter_jobs WHERE queue = $1 AND id = $2`
-
-// end runs a resolvable lease operation (see op) ending l, on a
+// end runs a resolvable lease operation (see op) ending l for reason
+// (leases_end.sql, with extra's arguments for a failure), on a
 // connection of the pool acquired for it: a call that could not get one
 // sent nothing, and leaves nothing to resolve.
-func (l *Lease[T]) end(ctx context.Context, call, set string, args ...any) (opResult, error) {
+func (l *Lease[T]) end(ctx context.Context, call string, reason leaserouter.LostReason, extra args) (opResult, error) {
 	if l == nil || l.r == nil {
 		return opResult{}, &leaserouter.LeaseLostError{Reason: leaserouter.LostNilLease}
 	}
@@ -73,7 +52,11 @@ func (l *Lease[T]) end(ctx context.Context, call, set string, args ...any) (opRe
 		return opResult{}, errWrap(call, err)
 	}
 	defer conn.Release()
-	return l.op(ctx, conn, false, newClaimID(), call, set, args...)
+	id := newClaimID()
+	a := l.r.endArgs([]*Lease[T]{l}, reason, false)
+	a["op"] = id
+	maps.Copy(a, extra)
+	return l.op(ctx, conn, false, id, call, endLeases, a)
 }
 
 // unsure keeps id, an operation of l whose outcome is unknown, for the
@@ -111,12 +94,12 @@ func (l *Lease[T]) resolved(ctx context.Context, reason leaserouter.LostReason) 
 		b.Queue(asyncCommit)
 	}
 	for _, id := range ids {
-		b.Queue(opLock, id)
+		b.Queue(claimLock, args{"id": id})
 	}
 	if len(ids) > 0 {
-		b.Queue(abandonOps, ids)
+		b.Queue(abandon, args{"ids": ids})
 	}
-	b.Queue(readLease, l.r.opts.Queue, l.JobID)
+	b.Queue(inspectLeases, args{"queue": l.r.opts.Queue, "ids": []string{l.JobID}})
 	br := l.r.db.SendBatch(ctx, b)
 	var err error
 	if len(ids) > 0 {
@@ -133,7 +116,7 @@ func (l *Lease[T]) resolved(ctx context.Context, reason leaserouter.LostReason) 
 	var row opResult
 	found := false
 	if err == nil {
-		err = br.QueryRow().Scan(&row.token, &row.was, &row.ended)
+		err = br.QueryRow().Scan(&row.id, &row.token, &row.was, &row.ended)
 		found = err == nil
 		if errors.Is(err, pgx.ErrNoRows) {
 			err = nil // the row is gone (purged)
@@ -149,7 +132,7 @@ func (l *Lease[T]) resolved(ctx context.Context, reason leaserouter.LostReason) 
 	l.cut = slices.DeleteFunc(l.cut, func(id int64) bool { _, ok := slices.BinarySearch(ids, id); return ok })
 	l.mu.Unlock()
 	return found && row.token != nil && row.was != nil && row.ended != nil && leaserouter.Token(*row.token) == l.Token &&
-		*row.was != int16(leaserouter.StateLeased) && *row.ended == string(reason)
+		!isState(row.was, leaserouter.StateLeased) && *row.ended == string(reason)
 }
 
 // Unknown outcomes. A statement whose reply never arrived (the connection
@@ -164,69 +147,6 @@ func (l *Lease[T]) resolved(ctx context.Context, reason leaserouter.LostReason) 
 // nothing), and hands back every lease the claim granted, the attempt not
 // counted: no worker received them (undoing the expiry settlement of
 // those settled meanwhile: see undoClaimExpiry).
-
-// claimLock takes the claim's advisory lock ($1, the claim id) for the
-// transaction: a resolver of the claim waits for it. First in the claim's
-// batch, so that the claim's statements read the abandoned marks after
-// the lock is held.
-const claimLock = `SELECT pg_advisory_xact_lock($1)`
-
-// abandonClaim marks claim $1 abandoned (resolved by its client): a claim
-// statement with this id claims nothing from then on.
-const abandonClaim = `INSERT INTO leaserouter_abandoned_claims (id) VALUES ($1) ON CONFLICT DO NOTHING`
-
-// handBackClaim ends the leases claim $2 granted on queue $1 that are
-// still leased (valid or past their expiry but not settled): pending
-// again in their old place with the attempt not counted, as
-// handBackMany does, and the claim id cleared (the rows no longer show
-// a lease of the claim: a retry of the resolver finds nothing). It
-// returns how many.
-const handBackClaim = `
-WITH l AS (
-	SELECT queue, id FROM leaserouter_jobs
-	WHERE queue = $1 AND state = 2 AND claim = $2 ORDER BY id FOR UPDATE),
-b AS (
-	UPDATE leaserouter_jobs j SET state = 0, attempt = j.attempt - 1, owner = '', lease_expires_at = NULL,
-		ended = CASE WHEN j.requeued THEN 'expired' ELSE 'released' END, updated_at = clock_timestamp(), claim = NULL
-	FROM l
-	WHERE j.queue = l.queue AND j.id = l.id AND j.state = 2 AND j.claim = $2
-	RETURNING 1)
-SELECT count(*) FROM b`
-
-// undoClaimExpiry undoes the expiry settlement of the leases claim $2
-// granted on queue $1 whose expiry was settled before the resolver ran
-// (the claimer could not reach the database for a LeaseDuration; another
-// process settled them): nobody received them, so they are no attempt.
-// It matches only rows that show nothing happened since: still the
-// claim's (each grant writes its own claim id, so no later lease was
-// granted, and the claim's token is still the row's), pending or dead
-// with ended 'expired' (not canceled, not re-enqueued, which resets
-// ended). It makes them pending with the attempt not counted (a job
-// that died of the expiry lives again: purge_at cleared), ready since
-// the claim's grant (the expiry instant the settlement left in ready_at,
-// less the claim's lease of $3 microseconds: no heartbeat can have
-// extended a lease nobody received). What the settlement overwrote is
-// restored where it can be known: for a job with no earlier attempt,
-// last_error empty and requeued false, as before the claim; for a later
-// attempt the settlement's marks stay (last_error 'lease expired',
-// requeued): the earlier attempt's error is gone. The claim id is
-// cleared, as handBackClaim does. It returns how many.
-const undoClaimExpiry = `
-WITH l AS (
-	SELECT queue, id FROM leaserouter_jobs
-	WHERE queue = $1 AND claim = $2 AND state IN (0, 4) AND ended = 'expired' AND attempt > 0
-	ORDER BY id FOR UPDATE),
-u AS (
-	UPDATE leaserouter_jobs j SET state = 0, attempt = j.attempt - 1, requeued = j.attempt > 1,
-		ended = CASE WHEN j.attempt > 1 THEN 'expired' ELSE 'released' END,
-		last_error = CASE WHEN j.attempt > 1 THEN j.last_error ELSE '' END,
-		ready_at = j.ready_at - $3 * interval '1 microsecond', purge_at = NULL, claim = NULL,
-		updated_at = clock_timestamp()
-	FROM l
-	WHERE j.queue = l.queue AND j.id = l.id AND j.claim = $2 AND j.state IN (0, 4) AND j.ended = 'expired'
-		AND j.attempt > 0
-	RETURNING 1)
-SELECT count(*) FROM u`
 
 // newClaimID is a random claim id (never 0), also used as a lease
 // operation's id (see outcome.go).
@@ -263,10 +183,10 @@ func (r *Router[T]) resolveClaim(id int64) {
 // transaction if it is running.
 func (r *Router[T]) resolveClaimOnce(ctx context.Context, id int64) error {
 	b := &pgx.Batch{}
-	b.Queue(claimLock, id)
-	b.Queue(abandonClaim, id)
-	b.Queue(handBackClaim, r.opts.Queue, id)
-	b.Queue(undoClaimExpiry, r.opts.Queue, id, r.lease)
+	b.Queue(claimLock, args{"id": id})
+	b.Queue(abandon, args{"ids": []int64{id}})
+	b.Queue(handBackClaim, args{"queue": r.opts.Queue, "claim": id})
+	b.Queue(undoClaimExpiry, args{"queue": r.opts.Queue, "claim": id, "lease_us": r.lease})
 	res := r.db.SendBatch(ctx, b)
 	_, err := res.Exec()
 	if err == nil {

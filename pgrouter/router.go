@@ -97,13 +97,10 @@ func New[T any](ctx context.Context, db *pgxpool.Pool, opts Options) (*Router[T]
 // the sequence and setting it: it cannot go back under concurrent claims.
 func raiseTokens(ctx context.Context, db *pgxpool.Pool, floor leaserouter.Token) error {
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "ALTER SEQUENCE leaserouter_token CACHE 1"); err != nil {
+		if _, err := tx.Exec(ctx, lockTokens); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `SELECT setval('leaserouter_token', greatest(
-				(SELECT last_value FROM leaserouter_token),
-				$1::bigint,
-				(extract(epoch FROM clock_timestamp()) * 1e9)::bigint), true)`, int64(floor))
+		_, err := tx.Exec(ctx, raiseToken, args{"floor": int64(floor)})
 		return err
 	})
 	if err != nil {

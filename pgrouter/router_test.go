@@ -30,8 +30,8 @@ func TestMigrateConcurrent(t *testing.T) {
 	}
 	var n, v int
 	require.NoError(t, db.QueryRow(t.Context(), "SELECT count(*), max(version) FROM leaserouter_migrations").Scan(&n, &v))
-	require.Equal(t, 2, n)
-	require.Equal(t, 2, v)
+	require.Equal(t, 3, n)
+	require.Equal(t, 3, v)
 }
 
 // TestLifecycle: enqueue, lease, complete; the lease's token is above the

@@ -10,38 +10,6 @@ import (
 	"github.com/leaserouter/leaserouter"
 )
 
-// settleExpired settles the queue's expired leases at the database's
-// clock, at most $2, oldest first: each job is pending again with its
-// expiry instant as ready time, or dead when its attempts are exhausted
-// (purged Retention, $3 microseconds, later). Rows another transaction
-// holds are skipped (their holder is acting on them). It returns each
-// job settled: ID, token, attempt, new state, expiry, holder.
-const settleExpired = `
-UPDATE leaserouter_jobs j SET
-	state = CASE WHEN j.attempt >= j.max_attempts THEN 4 ELSE 0 END,
-	ready_at = j.lease_expires_at, requeued = j.attempt < j.max_attempts,
-	ended = 'expired', last_error = 'lease expired', owner = '',
-	updated_at = j.lease_expires_at, lease_expires_at = NULL,
-	purge_at = CASE WHEN j.attempt >= j.max_attempts THEN j.lease_expires_at + $3 * interval '1 microsecond' END
-FROM (SELECT queue, id, owner FROM leaserouter_jobs
-	WHERE queue = $1 AND state = 2 AND lease_expires_at <= (SELECT clock_timestamp())
-	ORDER BY lease_expires_at LIMIT $2 FOR UPDATE SKIP LOCKED) d
-WHERE j.queue = d.queue AND j.id = d.id
-RETURNING j.id, j.token, j.attempt, j.state, j.ready_at, d.owner`
-
-// settleScheduled makes the queue's scheduled jobs whose run-at has come
-// pending, at most $2, with their run-at as ready time, and returns how
-// many.
-const settleScheduled = `
-WITH sch AS (
-	UPDATE leaserouter_jobs j SET state = 0, updated_at = j.ready_at
-	FROM (SELECT queue, id FROM leaserouter_jobs
-		WHERE queue = $1 AND state = 1 AND ready_at <= (SELECT clock_timestamp())
-		ORDER BY ready_at LIMIT $2 FOR UPDATE SKIP LOCKED) d
-	WHERE j.queue = d.queue AND j.id = d.id
-	RETURNING 1)
-SELECT count(*) FROM sch`
-
 // settleLimit bounds the items of each kind one settling settles.
 const settleLimit = 1000
 
@@ -55,8 +23,8 @@ type settling struct {
 
 // queueSettle adds a settling round's two statements to b.
 func (r *Router[T]) queueSettle(b *pgx.Batch) {
-	b.Queue(settleExpired, r.opts.Queue, settleLimit, r.keep)
-	b.Queue(settleScheduled, r.opts.Queue, settleLimit)
+	b.Queue(settleExpired, args{"queue": r.opts.Queue, "limit": settleLimit, "retention_us": r.keep})
+	b.Queue(settleScheduled, args{"queue": r.opts.Queue, "limit": settleLimit})
 }
 
 // readSettle reads the results of queueSettle's statements.
@@ -71,7 +39,7 @@ func readSettle(res pgx.BatchResults) (settling, error) {
 			id, owner string
 			token     int64
 			attempt   int32
-			state     int16
+			state     string
 			expiry    time.Time
 		)
 		if err := rows.Scan(&id, &token, &attempt, &state, &expiry, &owner); err != nil {
@@ -81,7 +49,7 @@ func readSettle(res pgx.BatchResults) (settling, error) {
 		e := leaserouter.Event{Kind: leaserouter.EventLeaseExpired, Time: expiry, JobID: id, WorkerID: owner,
 			Token: leaserouter.Token(token), Attempt: int(attempt)}
 		s.expired = append(s.expired, e)
-		if leaserouter.State(state) == leaserouter.StateFailed {
+		if isState(&state, leaserouter.StateFailed) {
 			e.Kind, e.Err = leaserouter.EventDead, errLeaseExpired
 			s.expired = append(s.expired, e)
 			s.dead++
@@ -128,19 +96,6 @@ func (r *Router[T]) settledOn(ctx context.Context, q querier, s settling) {
 	}
 }
 
-// purgeDue deletes up to $2 finished jobs of the queue past their
-// retention, oldest first, skipping rows other transactions hold, and
-// returns each: ID, token, attempt, purge time.
-const purgeDue = `
-WITH d AS (
-	DELETE FROM leaserouter_jobs j
-	USING (SELECT queue, id FROM leaserouter_jobs
-		WHERE queue = $1 AND state >= 3 AND purge_at <= clock_timestamp()
-		ORDER BY purge_at LIMIT $2 FOR UPDATE SKIP LOCKED) p
-	WHERE j.queue = p.queue AND j.id = p.id
-	RETURNING j.id, j.token, j.attempt, j.purge_at)
-SELECT id, token, attempt, purge_at FROM d`
-
 // maintain is the Router's maintenance loop, until ctx is done: every
 // PollInterval it settles what is due (expired leases, scheduled jobs
 // reaching their run-at; jobs made ready wake the queue's waiters in
@@ -168,7 +123,7 @@ func (r *Router[T]) maintain(ctx context.Context) {
 			}
 		}
 		if time.Since(marksPurged) >= time.Minute {
-			if _, err := r.db.Exec(ctx, purgeAbandoned, abandonedKeep.Microseconds()); err == nil {
+			if _, err := r.db.Exec(ctx, purgeAbandoned, args{"keep_us": abandonedKeep.Microseconds()}); err == nil {
 				marksPurged = time.Now()
 			}
 		}
@@ -177,7 +132,7 @@ func (r *Router[T]) maintain(ctx context.Context) {
 
 // purge runs purgeDue once, counts and reports what it deleted.
 func (r *Router[T]) purge(ctx context.Context) (int, error) {
-	rows, err := r.db.Query(ctx, purgeDue, r.opts.Queue, settleLimit)
+	rows, err := r.db.Query(ctx, purgeDue, args{"queue": r.opts.Queue, "limit": settleLimit})
 	if err != nil {
 		return 0, err
 	}
@@ -210,7 +165,3 @@ func (r *Router[T]) purge(ctx context.Context) (int, error) {
 // abandonedKeep is how long abandoned claim marks are kept: longer than
 // any claim can be held in the network or a stalled server.
 const abandonedKeep = 24 * time.Hour
-
-// purgeAbandoned deletes abandoned claim marks older than $1
-// microseconds.
-const purgeAbandoned = `DELETE FROM leaserouter_abandoned_claims WHERE at < clock_timestamp() - $1 * interval '1 microsecond'`

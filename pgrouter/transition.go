@@ -11,59 +11,90 @@ import (
 	"github.com/leaserouter/leaserouter"
 )
 
+// How a lease's operations change its job's row, on the Go side. The
+// rules are SQL, written once (migration 0003): leaserouter_lease_valid
+// is the one invariant, leaserouter_end_lease says how a lease ends and
+// where its job goes. Every end of a lease by its holder or by Close goes
+// through one statement, sql/leases_end.sql (a single lease is a batch of
+// one), every heartbeat through sql/leases_heartbeat.sql; both report,
+// per lease, whether they acted and, when not, the row as they found it,
+// from which lost says why.
+
 // errRevoked is the Err of EventReleased for a lease Close revoked.
 var errRevoked = errors.New("lease revoked by Close")
 
-// lockRow locks a job's row (if it exists) until the end of the
-// transaction, before leaseOp runs in the same one: so leaseOp's clock
-// reading, its WHERE and its report all come after the lock is held,
-// even when another transaction held the row without changing it (a
-// SELECT ... FOR UPDATE), which would let a lone UPDATE go on with the
-// clock it read before waiting.
-const lockRow = `SELECT FROM leaserouter_jobs WHERE queue = $1 AND id = $2 FOR UPDATE`
+// errExhausted is the Err of EventDead for a job whose last lease was
+// released (or revoked).
+var errExhausted = errors.New("attempts exhausted")
 
-// leaseOp is the one invariant's statement, run with the row locked: the
-// UPDATE (its SET list spliced in, its own arguments from $4) acts only on
-// a valid lease; the outer SELECT reports, in the same round trip,
-// whether it acted, the state and expiry it left, and otherwise the row
-// as it was (its latest version: the lock is held): current token, state,
-// why its last lease ended.
-const leaseOp = `
-WITH upd AS (
-	UPDATE leaserouter_jobs SET %s
-	WHERE queue = $1 AND id = $2 AND %s
-	RETURNING state, lease_expires_at, updated_at)
-SELECT (SELECT count(*) FROM upd) = 1, (SELECT state FROM upd), (SELECT lease_expires_at FROM upd), (SELECT updated_at FROM upd),
-	j.token, j.state, j.ended
-FROM (SELECT) one LEFT JOIN leaserouter_jobs j ON j.queue = $1 AND j.id = $2`
-
-// validLease is the one invariant, as leaseOp's WHERE states it for the
-// lease whose token is $3 (with the row locked: see lockRow). A test that
-// proves its checker catches a broken router swaps in a planted bug
-// (export_test.go); nothing else changes it.
-var validLease = `token = $3 AND state = 2 AND lease_expires_at > clock_timestamp()`
-
-// opResult is what leaseOp reports.
+// opResult is what a lease statement reports for one lease (a row of
+// leases_end.sql or leases_heartbeat.sql), or what inspect reads (token,
+// was, ended).
 type opResult struct {
-	ok     bool
-	state  *int16     // the state the update left
-	expiry *time.Time // the expiry the update left
-	at     *time.Time // the instant of the update
-	token  *int64     // refused: the job's current token; nil if the row is gone
-	was    *int16     // refused: its state
-	ended  *string    // refused: why its latest lease ended
+	id     string
+	held   int64      // the lease's token
+	ok     bool       // the statement acted on the lease
+	state  *string    // the state it left (a leaserouter.State's name)
+	expiry *time.Time // the expiry it left (heartbeats)
+	at     *time.Time // the instant of the change
+	token  *int64     // the job's token as found; nil if the row is gone
+	was    *string    // its state as found
+	ended  *string    // why its latest lease ended, as found
 	xid    uint64     // in a caller's transaction, done: the full ID of the (sub)transaction that wrote it
 }
 
-// op runs lockRow and leaseOp with set on q, in one round trip and one
-// transaction (q's own, or the batch's implicit one). A refusal returns a
-// *LeaseLostError, reported and no longer held; a caller whose operation
-// ended the lease reports it, then releases it (r.release).
+// scan reads one row of leases_end.sql or leases_heartbeat.sql.
+func (res *opResult) scan(row pgx.Row) error {
+	return row.Scan(&res.id, &res.held, &res.ok, &res.state, &res.expiry, &res.at, &res.token, &res.was, &res.ended)
+}
+
+// readOps reads every row of leases_end.sql or leases_heartbeat.sql.
+func readOps(rows pgx.Rows, err error) ([]opResult, error) {
+	if err != nil {
+		return nil, err
+	}
+	var out []opResult
+	for rows.Next() {
+		var res opResult
+		if err := res.scan(rows); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		out = append(out, res)
+	}
+	return out, rows.Err()
+}
+
+// endArgs are leases_end.sql's arguments ending ls for reason: no error
+// of their own, not permanent, no backoff, not a resolvable operation;
+// acceptEnded counts a lease ended for reason already as ended now (a
+// retry of a statement whose reply was lost).
+func (r *Router[T]) endArgs(ls []*Lease[T], reason leaserouter.LostReason, acceptEnded bool) args {
+	ids, tokens := leaseKeys(ls)
+	return args{"queue": r.opts.Queue, "ids": ids, "tokens": tokens, "reason": string(reason),
+		"permanent": false, "delay_us": int64(0), "error": nil, "retention_us": r.keep,
+		"op": int64(0), "accept_ended": acceptEnded}
+}
+
+// beatArgs are leases_heartbeat.sql's arguments extending ls by
+// LeaseDuration, storing progress unless it is nil.
+func (r *Router[T]) beatArgs(ls []*Lease[T], progress []byte) args {
+	ids, tokens := leaseKeys(ls)
+	return args{"queue": r.opts.Queue, "ids": ids, "tokens": tokens, "lease_us": r.lease,
+		"set_progress": progress != nil, "progress": progress}
+}
+
+// op runs stmt (leases_end.sql or leases_heartbeat.sql, with its
+// arguments a, for l alone) on q after locking l's row (lease_lock.sql),
+// in one round trip and one transaction (q's own, or the batch's
+// implicit one). A refusal returns a *LeaseLostError, reported and no
+// longer held; a caller whose operation ended the lease reports it, then
+// releases it (r.release).
 //
 // A non-zero id makes the operation resolvable (see outcome.go): the
-// transaction first takes the advisory lock on id, and acts only if id
-// is not marked abandoned; if its outcome is unknown, id is kept on l
-// for the resolution.
+// transaction first takes the advisory lock on id, and the statement acts
+// only if id is not marked abandoned (a["op"]); if its outcome is
+// unknown, id is kept on l for the resolution.
 //
 // inTx: q is the caller's transaction (nothing else may run on the pool
 // meanwhile: the caller may hold its last connection). The check runs
@@ -72,7 +103,7 @@ type opResult struct {
 // caller's open transaction never blocks the valid holder) and the
 // transaction stays usable; left in place on success (see CompleteTx),
 // with res.xid the (sub)transaction that wrote the change.
-func (l *Lease[T]) op(ctx context.Context, q querier, inTx bool, id int64, call, set string, args ...any) (opResult, error) {
+func (l *Lease[T]) op(ctx context.Context, q querier, inTx bool, id int64, call, stmt string, a args) (opResult, error) {
 	var res opResult
 	if l == nil || l.r == nil {
 		return res, &leaserouter.LeaseLostError{Reason: leaserouter.LostNilLease}
@@ -82,19 +113,15 @@ func (l *Lease[T]) op(ctx context.Context, q querier, inTx bool, id int64, call,
 	if inTx {
 		b.Queue("SAVEPOINT " + savepoint)
 	}
-	where := validLease
-	args = append([]any{r.opts.Queue, l.JobID, int64(l.Token)}, args...)
 	if id != 0 {
-		b.Queue(opLock, id)
-		args = append(args, id)
-		where += fmt.Sprintf(notAbandoned, len(args))
+		b.Queue(claimLock, args{"id": id})
 	}
 	l.queueLock(b, inTx)
-	b.Queue(fmt.Sprintf(leaseOp, set, where), args...)
+	b.Queue(stmt, a)
 	var top string
 	var sub int64
 	if inTx {
-		b.Queue(writerOf, r.opts.Queue, l.JobID)
+		b.Queue(writerOf, args{"queue": r.opts.Queue, "id": l.JobID})
 	}
 	br := q.SendBatch(ctx, b)
 	var err error
@@ -108,7 +135,9 @@ func (l *Lease[T]) op(ctx context.Context, q querier, inTx bool, id int64, call,
 		_, err = br.Exec()
 	}
 	if err == nil {
-		err = br.QueryRow().Scan(&res.ok, &res.state, &res.expiry, &res.at, &res.token, &res.was, &res.ended)
+		if err = res.scan(br.QueryRow()); errors.Is(err, pgx.ErrNoRows) {
+			err = nil // the job's row is gone (purged): refused, token nil
+		}
 	}
 	if err == nil && inTx && res.ok { // refused: the row may be gone, and writerOf has nothing to say
 		err = br.QueryRow().Scan(&top, &sub)
@@ -153,86 +182,33 @@ func (l *Lease[T]) lost(res opResult) *leaserouter.LeaseLostError {
 	case res.token == nil: // the job's row is gone (purged)
 	case leaserouter.Token(*res.token) != l.Token:
 		e.Current, e.Reason = leaserouter.Token(*res.token), leaserouter.LostSuperseded
-	case *res.was == int16(leaserouter.StateLeased):
+	case isState(res.was, leaserouter.StateLeased):
 		// Still leased with this token, yet refused: its expiry had
 		// passed at the moment the row was locked.
 		e.Current, e.Reason = l.Token, leaserouter.LostExpired
 	default:
 		e.Current = l.Token
-		if *res.ended != "" {
+		if res.ended != nil && *res.ended != "" {
 			e.Reason = leaserouter.LostReason(*res.ended)
 		}
 	}
 	return e
 }
 
-// errExhausted is the Err of EventDead for a job whose last lease was
-// released (or revoked).
-var errExhausted = errors.New("attempts exhausted")
+// isState reports whether name (a state column's label) is s.
+func isState(name *string, s leaserouter.State) bool { return name != nil && *name == s.String() }
 
-// Statements on many leases of the queue at once: $2 and $3 are the
-// leases' job IDs and tokens. Each first locks the jobs' rows in ID
-// order (the order every statement of pgrouter locks several rows in, so
-// two of them never deadlock), then acts on a lease only if it is valid
-// with the row locked (the one invariant, as in leaseOp).
-const (
-	// lockLeasesBlocking locks the rows of the leases' jobs, whatever
-	// their token now, in ID order, and gives their latest version's
-	// state, token, why the last lease ended and when (was, had, why,
-	// at); lockLeasesSkipping skips those another transaction holds.
-	lockLeasesBlocking = `
-WITH l AS (
-	SELECT j.queue, j.id, h.token AS held, j.state AS was, j.token AS had, j.ended AS why, j.updated_at AS at
-	FROM leaserouter_jobs j
-	JOIN unnest($2::text[], $3::bigint[]) AS h(id, token) ON j.id = h.id
-	WHERE j.queue = $1 ORDER BY j.id FOR UPDATE OF j)`
-	lockLeasesSkipping = `
-WITH l AS (
-	SELECT j.queue, j.id, h.token AS held FROM leaserouter_jobs j
-	JOIN unnest($2::text[], $3::bigint[]) AS h(id, token) ON j.id = h.id
-	WHERE j.queue = $1 ORDER BY j.id FOR UPDATE OF j SKIP LOCKED)`
-
-	// completeMany completes the valid ones; $4 is the Retention in
-	// microseconds. It returns each completed: ID, token, instant; a
-	// lease completed already (by an earlier completeMany whose reply
-	// was lost) is returned too, with the instant it was completed, so a
-	// retry of an unknown outcome is not a refusal.
-	completeMany = lockLeasesBlocking + `,
-x AS (
-	UPDATE leaserouter_jobs j SET state = 3, ended = 'completed', owner = '', lease_expires_at = NULL,
-		requeued = false, updated_at = clock_timestamp(), purge_at = clock_timestamp() + $4 * interval '1 microsecond'
-	FROM l
-	WHERE j.queue = l.queue AND j.id = l.id AND j.token = l.held AND j.state = 2 AND j.lease_expires_at > clock_timestamp()
-	RETURNING j.id, j.token, j.updated_at)
-SELECT id, token, updated_at FROM x
-UNION ALL
-SELECT id, held, at FROM l WHERE had = held AND was = 3 AND why = 'completed'`
-
-	// heartbeatMany extends the valid ones to the database's clock + $4
-	// microseconds, never shortening one, skipping rows another
-	// transaction holds (a handler's own CompleteTx, say: a heartbeat
-	// never waits). It returns each row it locked: ID, the lease's token,
-	// and the new expiry and the instant if it extended it (NULL: lost).
-	heartbeatMany = lockLeasesSkipping + `,
-x AS (
-	UPDATE leaserouter_jobs j SET updated_at = clock_timestamp(),
-		lease_expires_at = greatest(j.lease_expires_at, clock_timestamp() + $4 * interval '1 microsecond')
-	FROM l
-	WHERE j.queue = l.queue AND j.id = l.id AND j.token = l.held AND j.state = 2 AND j.lease_expires_at > clock_timestamp()
-	RETURNING j.id, j.token, j.lease_expires_at, j.updated_at)
-SELECT l.id, l.held, x.lease_expires_at, x.updated_at FROM l LEFT JOIN x ON x.id = l.id AND x.token = l.held`
-
-	// handBackMany ends leases Run granted ahead of their turn and never
-	// started: pending again with the ready time (and requeued flag, and
-	// so the reason its previous lease ended) they had before, which a
-	// claim leaves as they were, and the lease not counted as an attempt.
-	handBackMany = lockLeasesBlocking + `
-UPDATE leaserouter_jobs j SET state = 0, attempt = j.attempt - 1, owner = '', lease_expires_at = NULL,
-	ended = CASE WHEN j.requeued THEN 'expired' ELSE 'released' END, updated_at = clock_timestamp()
-FROM l
-WHERE j.queue = l.queue AND j.id = l.id AND j.token = l.held AND j.state = 2 AND j.lease_expires_at > clock_timestamp()
-RETURNING j.id, j.token, j.updated_at`
-)
+// stateNamed is the leaserouter.State whose name (State.String) is name,
+// a label of the state column's enum (migration 0003), and whether there
+// is one.
+func stateNamed(name string) (leaserouter.State, bool) {
+	for s := leaserouter.StatePending; s <= leaserouter.StateCanceled; s++ {
+		if s.String() == name {
+			return s, true
+		}
+	}
+	return 0, false
+}
 
 // leaseKeys are the job IDs and tokens of ls, as the statements take them.
 func leaseKeys[T any](ls []*Lease[T]) ([]string, []int64) {
@@ -251,8 +227,24 @@ type leaseKey struct {
 
 func keyOf[T any](l *Lease[T]) leaseKey { return leaseKey{l.JobID, l.Token} }
 
-// readInstants reads the (job ID, token, instant) rows a statement above
-// returns.
+// endedAt reads the rows of a leases_end.sql: the leases it ended, with
+// the instant.
+func endedAt(rows pgx.Rows, err error) (map[leaseKey]time.Time, error) {
+	res, err := readOps(rows, err)
+	if err != nil {
+		return nil, err
+	}
+	at := map[leaseKey]time.Time{}
+	for _, o := range res {
+		if o.ok && o.at != nil {
+			at[leaseKey{o.id, leaserouter.Token(o.held)}] = *o.at
+		}
+	}
+	return at, nil
+}
+
+// readInstants reads the (job ID, token, instant) rows of
+// leases_hand_back.sql.
 func readInstants(rows pgx.Rows, err error) (map[leaseKey]time.Time, error) {
 	if err != nil {
 		return nil, err
@@ -272,7 +264,7 @@ func readInstants(rows pgx.Rows, err error) (map[leaseKey]time.Time, error) {
 	return at, rows.Err()
 }
 
-// completedMany counts and reports a completeMany of ls that completed
+// completedMany counts and reports a completion of ls that completed
 // those in done (with the instant); the others were refused. The leases
 // are released after their events are recorded.
 func (r *Router[T]) completedMany(ls []*Lease[T], done map[leaseKey]time.Time) {
@@ -307,18 +299,17 @@ func (r *Router[T]) inspect(ctx context.Context, q querier, ls []*Lease[T]) (map
 		return found, nil
 	}
 	ids, _ := leaseKeys(ls)
-	rows, err := q.Query(ctx, `SELECT id, token, state, ended FROM leaserouter_jobs WHERE queue = $1 AND id = ANY($2)`, r.opts.Queue, ids)
+	rows, err := q.Query(ctx, inspectLeases, args{"queue": r.opts.Queue, "ids": ids})
 	if err != nil {
 		return nil, err
 	}
 	for rows.Next() {
-		var id string
 		var res opResult
-		if err := rows.Scan(&id, &res.token, &res.was, &res.ended); err != nil {
+		if err := rows.Scan(&res.id, &res.token, &res.was, &res.ended); err != nil {
 			rows.Close()
 			return nil, err
 		}
-		found[id] = res
+		found[res.id] = res
 	}
 	return found, rows.Err()
 }

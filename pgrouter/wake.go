@@ -79,5 +79,5 @@ func (r *Router[T]) notify(ctx context.Context) { r.notifyOn(ctx, r.db) }
 // notifyOn is notify on q (a connection already held: no wait for the
 // pool).
 func (r *Router[T]) notifyOn(ctx context.Context, q querier) {
-	_, _ = q.Exec(ctx, "SELECT pg_notify($1, $2)", channel, r.opts.Queue)
+	_, _ = q.Exec(ctx, notifyQueue, args{"channel": channel, "queue": r.opts.Queue})
 }

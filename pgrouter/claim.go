@@ -215,7 +215,7 @@ func (r *Router[T]) claimBatch(id int64, done []*Lease[T], workerID string, n in
 	b := &pgx.Batch{}
 	b.Queue(claimLock, args{"id": id})
 	if len(done) > 0 {
-		b.Queue(endLeases, r.endArgs(done, leaserouter.LostCompleted, true))
+		b.Queue(endLeases, r.endManyArgs(done, leaserouter.LostCompleted, true))
 	}
 	r.queueSettle(b)
 	b.Queue(claimJobs, args{"queue": q, "n": n, "worker": workerID, "lease_us": r.lease, "claim": id})
@@ -292,7 +292,7 @@ func claimErr(ctx context.Context, call string, err error) error {
 
 // claimed is what a claim's batch returned.
 type claimed[T any] struct {
-	completed  map[leaseKey]time.Time // the finished leases completed, with the instant
+	completed  map[leaseKey]ended // the finished leases completed
 	settled    settling
 	ls, bad    []*Lease[T] // the leases granted: payload decoded, or not
 	badPayload map[*Lease[T]]error
@@ -307,7 +307,7 @@ func (r *Router[T]) readClaim(res pgx.BatchResults, workerID string, sent time.T
 	}
 	var err error
 	if withDone {
-		if c.completed, err = endedAt(res.Query()); err != nil {
+		if c.completed, err = readEnded(res.Query()); err != nil {
 			return c, err
 		}
 	}

@@ -63,8 +63,7 @@ func (l *Lease[T]) CompleteTx(ctx context.Context, tx pgx.Tx) error {
 	if l == nil || l.r == nil {
 		return &leaserouter.LeaseLostError{Reason: leaserouter.LostNilLease}
 	}
-	end := l.r.endArgs([]*Lease[T]{l}, leaserouter.LostCompleted, false)
-	res, err := l.op(orBackground(ctx), tx, true, 0, "CompleteTx", endLeases, end)
+	res, err := l.op(orBackground(ctx), tx, true, 0, "CompleteTx", endLease, l.endArgs(leaserouter.LostCompleted))
 	if err == nil {
 		l.mu.Lock()
 		l.txDone, l.txXid = true, res.xid

@@ -278,29 +278,40 @@ func (r *Router[T]) heartbeatAll(ctx context.Context, q querier, ls []*Lease[T],
 	for _, l := range ls {
 		byKey[keyOf(l)] = l
 	}
-	rows, err := readOps(q.Query(ctx, heartbeatMany, r.beatArgs(ls, nil)))
+	ids, tokens := leaseKeys(ls)
+	rows, err := q.Query(ctx, heartbeatMany, args{"queue": r.opts.Queue, "ids": ids, "tokens": tokens, "lease_us": r.lease})
 	if err != nil {
 		return res, err
 	}
 	seen := map[*Lease[T]]bool{}
 	var evs []leaserouter.Event
 	var refused []*Lease[T]
-	for _, row := range rows {
-		l := byKey[leaseKey{row.id, leaserouter.Token(row.held)}]
+	for rows.Next() {
+		var id string
+		var token int64
+		var exp, at *time.Time
+		if err := rows.Scan(&id, &token, &exp, &at); err != nil {
+			rows.Close()
+			return res, err
+		}
+		l := byKey[leaseKey{id, leaserouter.Token(token)}]
 		if l == nil {
 			continue
 		}
 		seen[l] = true
-		if !row.ok {
+		if exp == nil {
 			refused = append(refused, l)
 			continue
 		}
-		res.alive[l] = *row.expiry
+		res.alive[l] = *exp
 		if r.ev != nil {
-			e := l.event(leaserouter.EventLeaseExtended, *row.at)
+			e := l.event(leaserouter.EventLeaseExtended, *at)
 			e.Held = 0
 			evs = append(evs, e)
 		}
+	}
+	if err := rows.Err(); err != nil {
+		return res, err
 	}
 	r.mu.Lock()
 	r.stats.Heartbeats += uint64(len(res.alive))

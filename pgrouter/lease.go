@@ -126,7 +126,8 @@ func (l *Lease[T]) Heartbeat(ctx context.Context, progress []byte) error {
 	if r == nil {
 		return &leaserouter.LeaseLostError{Reason: leaserouter.LostNilLease}
 	}
-	res, err := l.op(ctx, r.db, false, 0, "Heartbeat", heartbeatMany, r.beatArgs([]*Lease[T]{l}, progress))
+	res, err := l.op(ctx, r.db, false, 0, "Heartbeat", heartbeatLease, args{"queue": r.opts.Queue, "id": l.JobID,
+		"token": int64(l.Token), "lease_us": r.lease, "set_progress": progress != nil, "progress": progress})
 	if err != nil {
 		return err
 	}
@@ -295,25 +296,21 @@ func (r *Router[T]) revokeHeld(ctx context.Context) error {
 	// Revoked as the core revokes: pending again at once with the attempt
 	// counted, or dead if that was the last; a lease already expired is
 	// left to settling, which settles it as of its expiry.
-	rows, err := readOps(r.db.Query(ctx, endLeases, r.endArgs(ls, leaserouter.LostRevoked, false)))
+	revoked, err := readEnded(r.db.Query(ctx, endLeases, r.endManyArgs(ls, leaserouter.LostRevoked, false)))
 	if err != nil {
 		return fmt.Errorf("pgrouter: Close: revoke leases: %w", err)
 	}
-	byKey := make(map[leaseKey]*Lease[T], len(ls))
-	for _, l := range ls {
-		byKey[keyOf(l)] = l
-	}
 	var evs []leaserouter.Event
 	dead := 0
-	for _, row := range rows {
-		l := byKey[leaseKey{row.id, leaserouter.Token(row.held)}]
-		if !row.ok || l == nil {
+	for _, l := range ls {
+		x, ok := revoked[keyOf(l)]
+		if !ok {
 			continue
 		}
-		e := l.event(leaserouter.EventReleased, *row.at)
+		e := l.event(leaserouter.EventReleased, x.at)
 		e.Err = errRevoked
 		evs = append(evs, e)
-		if isState(row.state, leaserouter.StateFailed) {
+		if isState(&x.state, leaserouter.StateFailed) {
 			e.Kind, e.Held, e.Err = leaserouter.EventDead, 0, errExhausted
 			evs = append(evs, e)
 			dead++
@@ -335,7 +332,7 @@ func (r *Router[T]) revokeHeld(ctx context.Context) error {
 // Run does with finished jobs outside a claim, and reports whether the
 // statement ran (if not, none was completed).
 func (r *Router[T]) completeAll(ctx context.Context, q querier, ls []*Lease[T]) bool {
-	done, err := endedAt(q.Query(ctx, endLeases, r.endArgs(ls, leaserouter.LostCompleted, true)))
+	done, err := readEnded(q.Query(ctx, endLeases, r.endManyArgs(ls, leaserouter.LostCompleted, true)))
 	if err != nil {
 		return false
 	}

@@ -53,10 +53,10 @@ func (l *Lease[T]) end(ctx context.Context, call string, reason leaserouter.Lost
 	}
 	defer conn.Release()
 	id := newClaimID()
-	a := l.r.endArgs([]*Lease[T]{l}, reason, false)
+	a := l.endArgs(reason)
 	a["op"] = id
 	maps.Copy(a, extra)
-	return l.op(ctx, conn, false, id, call, endLeases, a)
+	return l.op(ctx, conn, false, id, call, endLease, a)
 }
 
 // unsure keeps id, an operation of l whose outcome is unknown, for the

@@ -46,6 +46,8 @@ var (
 	// Lease operations (lease.go, transition.go, keepalive.go, completetx.go).
 	lockRow        = statement("lease_lock")
 	lockRowOfToken = statement("lease_lock_of_token")
+	endLease       = statement("lease_end")
+	heartbeatLease = statement("lease_heartbeat")
 	endLeases      = statement("leases_end")
 	heartbeatMany  = statement("leases_heartbeat")
 	handBackMany   = statement("leases_hand_back")

@@ -14,11 +14,13 @@ import (
 // How a lease's operations change its job's row, on the Go side. The
 // rules are SQL, written once (migration 0003): leaserouter_lease_valid
 // is the one invariant, leaserouter_end_lease says how a lease ends and
-// where its job goes. Every end of a lease by its holder or by Close goes
-// through one statement, sql/leases_end.sql (a single lease is a batch of
-// one), every heartbeat through sql/leases_heartbeat.sql; both report,
-// per lease, whether they acted and, when not, the row as they found it,
-// from which lost says why.
+// where its job goes (completed, failed, released, revoked, expired).
+// Every end of a single lease by its holder goes through
+// sql/lease_end.sql, of many (Run's completions, Close's revocation)
+// through sql/leases_end.sql, both calling those two functions; a
+// heartbeat through lease_heartbeat.sql or leases_heartbeat.sql. The
+// single forms report, in the same round trip, whether they acted and,
+// when not, the row as they found it, from which lost says why.
 
 // errRevoked is the Err of EventReleased for a lease Close revoked.
 var errRevoked = errors.New("lease revoked by Close")
@@ -27,8 +29,8 @@ var errRevoked = errors.New("lease revoked by Close")
 // released (or revoked).
 var errExhausted = errors.New("attempts exhausted")
 
-// opResult is what a lease statement reports for one lease (a row of
-// leases_end.sql or leases_heartbeat.sql), or what inspect reads (token,
+// opResult is what a single lease's statement reports (a row of
+// lease_end.sql or lease_heartbeat.sql), or what inspect reads (token,
 // was, ended).
 type opResult struct {
 	id     string
@@ -43,49 +45,55 @@ type opResult struct {
 	xid    uint64     // in a caller's transaction, done: the full ID of the (sub)transaction that wrote it
 }
 
-// scan reads one row of leases_end.sql or leases_heartbeat.sql.
+// scan reads the row of lease_end.sql or lease_heartbeat.sql.
 func (res *opResult) scan(row pgx.Row) error {
 	return row.Scan(&res.id, &res.held, &res.ok, &res.state, &res.expiry, &res.at, &res.token, &res.was, &res.ended)
 }
 
-// readOps reads every row of leases_end.sql or leases_heartbeat.sql.
-func readOps(rows pgx.Rows, err error) ([]opResult, error) {
+// endArgs are lease_end.sql's arguments ending l for reason: no error
+// of its own, not permanent, no backoff, not a resolvable operation.
+func (l *Lease[T]) endArgs(reason leaserouter.LostReason) args {
+	return args{"queue": l.r.opts.Queue, "id": l.JobID, "token": int64(l.Token), "reason": string(reason),
+		"permanent": false, "delay_us": int64(0), "error": nil, "retention_us": l.r.keep, "op": int64(0)}
+}
+
+// endManyArgs are leases_end.sql's arguments ending ls for reason;
+// acceptEnded counts a lease ended for reason already as ended now (a
+// retry of a statement whose reply was lost).
+func (r *Router[T]) endManyArgs(ls []*Lease[T], reason leaserouter.LostReason, acceptEnded bool) args {
+	ids, tokens := leaseKeys(ls)
+	return args{"queue": r.opts.Queue, "ids": ids, "tokens": tokens, "reason": string(reason),
+		"retention_us": r.keep, "accept_ended": acceptEnded}
+}
+
+// ended is a lease a leases_end.sql ended: the state it left, the instant.
+type ended struct {
+	state string
+	at    time.Time
+}
+
+// readEnded reads the rows of a leases_end.sql, by lease.
+func readEnded(rows pgx.Rows, err error) (map[leaseKey]ended, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []opResult
+	out := map[leaseKey]ended{}
 	for rows.Next() {
-		var res opResult
-		if err := res.scan(rows); err != nil {
+		var k leaseKey
+		var token int64
+		var e ended
+		if err := rows.Scan(&k.id, &token, &e.state, &e.at); err != nil {
 			rows.Close()
 			return nil, err
 		}
-		out = append(out, res)
+		k.token = leaserouter.Token(token)
+		out[k] = e
 	}
 	return out, rows.Err()
 }
 
-// endArgs are leases_end.sql's arguments ending ls for reason: no error
-// of their own, not permanent, no backoff, not a resolvable operation;
-// acceptEnded counts a lease ended for reason already as ended now (a
-// retry of a statement whose reply was lost).
-func (r *Router[T]) endArgs(ls []*Lease[T], reason leaserouter.LostReason, acceptEnded bool) args {
-	ids, tokens := leaseKeys(ls)
-	return args{"queue": r.opts.Queue, "ids": ids, "tokens": tokens, "reason": string(reason),
-		"permanent": false, "delay_us": int64(0), "error": nil, "retention_us": r.keep,
-		"op": int64(0), "accept_ended": acceptEnded}
-}
-
-// beatArgs are leases_heartbeat.sql's arguments extending ls by
-// LeaseDuration, storing progress unless it is nil.
-func (r *Router[T]) beatArgs(ls []*Lease[T], progress []byte) args {
-	ids, tokens := leaseKeys(ls)
-	return args{"queue": r.opts.Queue, "ids": ids, "tokens": tokens, "lease_us": r.lease,
-		"set_progress": progress != nil, "progress": progress}
-}
-
-// op runs stmt (leases_end.sql or leases_heartbeat.sql, with its
-// arguments a, for l alone) on q after locking l's row (lease_lock.sql),
+// op runs stmt (lease_end.sql or lease_heartbeat.sql, with its
+// arguments a) on q after locking l's row (lease_lock.sql),
 // in one round trip and one transaction (q's own, or the batch's
 // implicit one). A refusal returns a *LeaseLostError, reported and no
 // longer held; a caller whose operation ended the lease reports it, then
@@ -227,22 +235,6 @@ type leaseKey struct {
 
 func keyOf[T any](l *Lease[T]) leaseKey { return leaseKey{l.JobID, l.Token} }
 
-// endedAt reads the rows of a leases_end.sql: the leases it ended, with
-// the instant.
-func endedAt(rows pgx.Rows, err error) (map[leaseKey]time.Time, error) {
-	res, err := readOps(rows, err)
-	if err != nil {
-		return nil, err
-	}
-	at := map[leaseKey]time.Time{}
-	for _, o := range res {
-		if o.ok && o.at != nil {
-			at[leaseKey{o.id, leaserouter.Token(o.held)}] = *o.at
-		}
-	}
-	return at, nil
-}
-
 // readInstants reads the (job ID, token, instant) rows of
 // leases_hand_back.sql.
 func readInstants(rows pgx.Rows, err error) (map[leaseKey]time.Time, error) {
@@ -265,15 +257,15 @@ func readInstants(rows pgx.Rows, err error) (map[leaseKey]time.Time, error) {
 }
 
 // completedMany counts and reports a completion of ls that completed
-// those in done (with the instant); the others were refused. The leases
-// are released after their events are recorded.
-func (r *Router[T]) completedMany(ls []*Lease[T], done map[leaseKey]time.Time) {
+// those in done; the others were refused. The leases are released after
+// their events are recorded.
+func (r *Router[T]) completedMany(ls []*Lease[T], done map[leaseKey]ended) {
 	var evs []leaserouter.Event
 	now := time.Now()
 	if r.ev != nil {
 		for _, l := range ls {
-			if at, ok := done[keyOf(l)]; ok {
-				evs = append(evs, l.event(leaserouter.EventCompleted, at))
+			if e, ok := done[keyOf(l)]; ok {
+				evs = append(evs, l.event(leaserouter.EventCompleted, e.at))
 			} else {
 				e := l.event(leaserouter.EventStaleRejected, now)
 				e.Held, e.Err = 0, leaserouter.ErrLeaseLost

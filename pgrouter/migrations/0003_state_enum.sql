@@ -56,13 +56,16 @@ AS $$ SELECT st = 'leased' AND tok = held AND expires_at > clock_timestamp() $$;
 -- release or revocation made dead without an error of its own.
 -- Use: UPDATE ... SET (state, ready_at, purge_at, owner, lease_expires_at,
 -- ended, requeued, updated_at, last_error) = (SELECT * FROM
--- leaserouter_end_lease(...)).
+-- leaserouter_end_lease(...)). It returns one row; declared as a table
+-- function (and IMMUTABLE) so that the planner inlines it into the
+-- statement, as it does no other function in a FROM list: planning its
+-- body again at each call costs more than the rest of the statement.
 CREATE FUNCTION leaserouter_end_lease(
 	reason text, attempt integer, max_attempts integer, permanent boolean, delay_us bigint,
-	ended_at timestamptz, last_error text, retention_us bigint,
-	OUT state leaserouter_job_state, OUT ready_at timestamptz, OUT purge_at timestamptz,
-	OUT owner text, OUT lease_expires_at timestamptz, OUT ended text, OUT requeued boolean,
-	OUT updated_at timestamptz, OUT new_last_error text)
+	ended_at timestamptz, last_error text, retention_us bigint)
+RETURNS TABLE (state leaserouter_job_state, ready_at timestamptz, purge_at timestamptz,
+	owner text, lease_expires_at timestamptz, ended text, requeued boolean,
+	updated_at timestamptz, new_last_error text)
 LANGUAGE sql IMMUTABLE
 AS $$
 SELECT

@@ -100,13 +100,16 @@ func (r *Router[T]) await(ctx context.Context, call, workerID string, n int) ([]
 			return ls, err
 		}
 		t := time.NewTimer(r.waitFor(due))
+		unpark := r.wake.park(woken)
 		select {
 		case <-ctx.Done():
+			unpark()
 			t.Stop()
 			return nil, ctx.Err()
 		case <-woken:
 		case <-t.C:
 		}
+		unpark()
 		t.Stop()
 	}
 }

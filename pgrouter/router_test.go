@@ -388,12 +388,15 @@ func TestScheduled(t *testing.T) {
 	require.Equal(t, "a", l.JobID)
 }
 
-// TestAcquireWokenAcrossRouters: a job enqueued by one Router (another
-// process, as far as the database can tell) wakes an Acquire blocked in
-// another at once, by LISTEN/NOTIFY.
+// TestAcquireWokenAcrossRouters: an Acquire blocked in one Router is woken
+// by an Enqueue through another (another process, as far as the database
+// knows), by NOTIFY: the Acquire is blocked before the job exists (its
+// Router listening, so the listener's one wake-up of a new connection is
+// behind it), and PollInterval is an hour, so nothing but the
+// notification can wake it within the test's bound.
 func TestAcquireWokenAcrossRouters(t *testing.T) {
-	a, db := newRouter[int](t, pgrouter.Options{PollInterval: time.Minute})
-	b := routerOn[int](t, db, pgrouter.Options{PollInterval: time.Minute})
+	a, db := newRouter[int](t, pgrouter.Options{PollInterval: time.Hour})
+	b := routerOn[int](t, db, pgrouter.Options{PollInterval: time.Hour})
 	ctx := t.Context()
 	got := make(chan *pgrouter.Lease[int], 1)
 	go func() {
@@ -403,16 +406,16 @@ func TestAcquireWokenAcrossRouters(t *testing.T) {
 		}
 		close(got)
 	}()
-	// The listener may not be listening yet: enqueue until it is woken.
-	for i := 0; ; i++ {
-		require.NoError(t, b.Enqueue(ctx, "j"+string(rune('a'+i)), i))
-		select {
-		case l := <-got:
-			require.NotNil(t, l)
-			return
-		case <-time.After(time.Second):
-		}
-		require.Less(t, i, 10, "never woken")
+	eventually(t, 10*time.Second, "a listening, its Acquire blocked", func() bool {
+		return pgrouter.Listening(a) && pgrouter.Parked(a) == 1
+	})
+	require.NoError(t, b.Enqueue(ctx, "j", 1))
+	select {
+	case l := <-got:
+		require.NotNil(t, l)
+		require.Equal(t, "j", l.JobID)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the blocked Acquire was not woken by the other Router's NOTIFY within 10s")
 	}
 }
 
@@ -438,6 +441,7 @@ func TestClose(t *testing.T) {
 		_, err := r.Acquire(ctx, "w2")
 		blocked <- err
 	}()
+	eventually(t, 10*time.Second, "the Acquire blocked", func() bool { return pgrouter.Parked(r) == 1 })
 	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
 	require.ErrorIs(t, r.Close(cctx), context.DeadlineExceeded)
@@ -453,6 +457,28 @@ func TestClose(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, leaserouter.StatePending, j.State)
 	require.NoError(t, r.Close(ctx), "again: nil")
+}
+
+// TestCloseWakesBlockedAcquires: Close wakes an Acquire blocked before it
+// began, which returns ErrClosed: with no lease to revoke (no NOTIFY) and
+// PollInterval an hour, only Close's own wake-up can end its wait within
+// the test's bound.
+func TestCloseWakesBlockedAcquires(t *testing.T) {
+	r, err := pgrouter.New[int](t.Context(), pgtest.New(t), pgrouter.Options{PollInterval: time.Hour})
+	require.NoError(t, err)
+	blocked := make(chan error, 1)
+	go func() {
+		_, err := r.Acquire(t.Context(), "w")
+		blocked <- err
+	}()
+	eventually(t, 10*time.Second, "the Acquire blocked", func() bool { return pgrouter.Parked(r) == 1 })
+	require.NoError(t, r.Close(t.Context()))
+	select {
+	case err := <-blocked:
+		require.ErrorIs(t, err, leaserouter.ErrClosed)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not wake the blocked Acquire within 10s")
+	}
 }
 
 // TestCloseWaitsForLeases: Close lets held leases finish.

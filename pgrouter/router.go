@@ -25,7 +25,8 @@ type Router[T any] struct {
 	lease int64 // LeaseDuration in microseconds
 	keep  int64 // Retention in microseconds, 0 if negative (purge at once)
 
-	closing chan struct{} // closed when Close starts
+	closing    context.Context    // done when Close starts
+	startClose context.CancelFunc // ends closing
 
 	mu          sync.Mutex
 	closed      bool
@@ -68,25 +69,28 @@ func New[T any](ctx context.Context, db *pgxpool.Pool, opts Options) (*Router[T]
 	}
 	r := &Router[T]{
 		db: db, opts: opts,
-		lease:   opts.LeaseDuration.Microseconds(),
-		keep:    max(0, opts.Retention.Microseconds()),
-		held:    make(map[*Lease[T]]struct{}),
-		done:    make(chan struct{}),
-		closing: make(chan struct{}),
-		wake:    newWaker(),
-		tasks:   newTasks(),
+		lease: opts.LeaseDuration.Microseconds(),
+		keep:  max(0, opts.Retention.Microseconds()),
+		held:  make(map[*Lease[T]]struct{}),
+		done:  make(chan struct{}),
+		wake:  newWaker(),
+		tasks: newTasks(),
 	}
 	r.ev = newEvents(opts.OnEvent, opts.Logger, func() {
 		r.mu.Lock()
 		r.stats.CallbackPanics++
 		r.mu.Unlock()
-	})
+	}, 2) // the producers: the maintenance loop and the KeepAlive goroutine
+	r.closing, r.startClose = context.WithCancel(context.Background())
 	lctx, stop := context.WithCancel(context.Background())
 	r.stop = stop
 	r.keepers = newKeepers(r)
 	r.stopped.Go(func() { r.wake.listen(lctx, db, opts.Queue) })
-	r.stopped.Go(func() { r.maintain(lctx) })
-	r.stopped.Go(func() { r.keepers.run(lctx) })
+	r.stopped.Go(func() { defer r.ev.producerDone(); r.maintain(lctx) })
+	r.stopped.Go(func() { defer r.ev.producerDone(); r.keepers.run(lctx) })
+	if r.ev != nil {
+		r.stopped.Go(r.ev.deliver)
+	}
 	return r, nil
 }
 
@@ -175,7 +179,7 @@ func (r *Router[T]) Close(ctx context.Context) error {
 		return nil
 	}
 	r.closed = true
-	close(r.closing)
+	r.startClose()
 	r.drained = make(chan struct{})
 	r.checkDrained()
 	r.mu.Unlock()
@@ -189,9 +193,20 @@ func (r *Router[T]) Close(ctx context.Context) error {
 		err = ctx.Err()
 	}
 	r.stop()
-	r.stopped.Wait()
-	if eerr := r.ev.close(ctx); err == nil {
-		err = eerr
+	// The delivery goroutine ends once the others have and it has
+	// delivered what is left: Close waits for every goroutine of the
+	// Router's, unless ctx ends first (a hook still running: they end when
+	// it returns) or Close is called from a hook (the delivery goroutine is
+	// the caller: it ends after).
+	eerr := r.ev.close(ctx)
+	switch {
+	case eerr != nil:
+		if err == nil {
+			err = eerr
+		}
+	case r.ev != nil && r.ev.inHook():
+	default:
+		r.stopped.Wait()
 	}
 	close(r.done)
 	if err == nil {

@@ -526,6 +526,7 @@ func TestRunSpreadsABurstOverIdleWorkers(t *testing.T) {
 	per := map[string]int{}
 	phase := atomic.Int32{}
 	var ran atomic.Int32
+	var running, most atomic.Int32 // burst handlers running at once, and the most seen
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
@@ -534,7 +535,11 @@ func TestRunSpreadsABurstOverIdleWorkers(t *testing.T) {
 				mu.Lock()
 				per[l.WorkerID]++
 				mu.Unlock()
+				n := running.Add(1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
 				time.Sleep(20 * time.Millisecond)
+				running.Add(-1)
 			}
 			ran.Add(1)
 			return nil
@@ -562,8 +567,9 @@ func TestRunSpreadsABurstOverIdleWorkers(t *testing.T) {
 	took := time.Since(start)
 	cancel()
 	require.NoError(t, <-done)
-	t.Logf("burst of 64 x 20ms on 4 workers took %v (ideal ~320ms); per worker: %v", took, per)
-	require.Less(t, took, 600*time.Millisecond, "two of four workers would take about 650ms, one 1.3s")
+	t.Logf("burst of 64 x 20ms on 4 workers took %v (ideal ~320ms); leased per worker: %v; at most %d at once", took, per, most.Load())
+	require.Len(t, per, 1, "one worker leased the whole burst (the premise)")
+	require.GreaterOrEqual(t, most.Load(), int32(2), "the burst one worker leased ran on several workers at once")
 }
 
 // heartbeatCounter counts the heartbeat statements a pool sends.
@@ -648,19 +654,19 @@ func TestKeepAliveEdges(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, s.StaleRejections)
 
-	start := time.Now()
 	done, stop := context.WithCancel(ctx)
 	stop()
 	require.ErrorIs(t, r.Close(done), context.Canceled)
 	select {
 	case <-second.Done():
-	case <-time.After(2 * time.Second):
-		t.Fatal("a kept lease revoked by Close was not told before its expiry")
+	case <-time.After(10 * time.Second):
+		t.Fatal("a kept lease revoked by Close was not told")
 	}
+	// Told by Close, not by its expiry (3s: that cause is an error
+	// wrapping ErrLeaseLost, not a *LeaseLostError).
 	var lost *leaserouter.LeaseLostError
-	require.ErrorAs(t, context.Cause(second), &lost)
+	require.ErrorAs(t, context.Cause(second), &lost, "told by Close")
 	require.Equal(t, leaserouter.LostRevoked, lost.Reason)
-	require.Less(t, time.Since(start), 2*time.Second)
 }
 
 // TestRunHandlerEndsItsOwnLease: a handler that completes, fails or

@@ -2,6 +2,7 @@ package pgrouter_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -224,4 +225,23 @@ func TestMigrateHonoursCtxWhileWaiting(t *testing.T) {
 	var v int
 	require.NoError(t, db.QueryRow(ctx, "SELECT max(version) FROM leaserouter_migrations").Scan(&v))
 	require.Equal(t, 1, v, "nothing changed")
+}
+
+// TestMigrateConcurrent: Migrate is idempotent and safe when many
+// processes (here, connections) run it at once.
+func TestMigrateConcurrent(t *testing.T) {
+	db := pgtest.New(t) // migrated once already
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Go(func() { errs[i] = pgrouter.Migrate(t.Context(), db) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	var n, v int
+	require.NoError(t, db.QueryRow(t.Context(), "SELECT count(*), max(version) FROM leaserouter_migrations").Scan(&n, &v))
+	require.Equal(t, 3, n)
+	require.Equal(t, 3, v)
 }

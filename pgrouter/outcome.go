@@ -21,7 +21,7 @@ import (
 // at the server. A read of the row at that moment sees the lease valid,
 // and the operation may still commit a moment later: the read alone is
 // no answer. So each such operation carries a random operation id, as a
-// claim carries its claim id (see outcome.go): its transaction first
+// claim carries its claim id (see below): its transaction first
 // takes the advisory lock on the id, and acts only if the id is not
 // marked abandoned. The resolution of an unknown outcome, in one
 // transaction on another connection, takes the advisory locks of the
@@ -149,7 +149,7 @@ func (l *Lease[T]) resolved(ctx context.Context, reason leaserouter.LostReason) 
 // those settled meanwhile: see undoClaimExpiry).
 
 // newClaimID is a random claim id (never 0), also used as a lease
-// operation's id (see outcome.go).
+// operation's id (see above).
 func newClaimID() int64 {
 	var b [8]byte
 	for {

@@ -69,10 +69,10 @@ RETURNS TABLE (state leaserouter_job_state, ready_at timestamptz, purge_at times
 LANGUAGE sql IMMUTABLE
 AS $$
 SELECT
-	CASE WHEN reason = 'completed' THEN 'succeeded'
-		WHEN d.dead THEN 'failed'
-		WHEN delay_us > 0 THEN 'scheduled'
-		ELSE 'pending' END::leaserouter_job_state,
+	CASE WHEN reason = 'completed' THEN 'succeeded'::leaserouter_job_state
+		WHEN d.dead THEN 'failed'::leaserouter_job_state
+		WHEN delay_us > 0 THEN 'scheduled'::leaserouter_job_state
+		ELSE 'pending'::leaserouter_job_state END,
 	ended_at + greatest(delay_us, 0) * interval '1 microsecond',
 	CASE WHEN reason = 'completed' OR d.dead THEN ended_at + retention_us * interval '1 microsecond' END,
 	'',

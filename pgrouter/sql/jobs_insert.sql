@@ -21,7 +21,7 @@ v AS (
 		ORDER BY r.ord) x),
 ins AS (
 	INSERT INTO leaserouter_jobs AS j (queue, id, seq, state, priority, ready_at, max_attempts, payload, created_at, updated_at)
-	SELECT @queue, id, seq, CASE WHEN ready > now THEN 'scheduled' ELSE 'pending' END::leaserouter_job_state,
+	SELECT @queue, id, seq, CASE WHEN ready > now THEN 'scheduled'::leaserouter_job_state ELSE 'pending'::leaserouter_job_state END,
 		priority, ready, max_attempts, payload::jsonb, now, now
 	FROM v ORDER BY id
 	ON CONFLICT (queue, id) DO UPDATE SET

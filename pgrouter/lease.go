@@ -168,13 +168,6 @@ func (l *Lease[T]) Complete(ctx context.Context) error {
 	return nil
 }
 
-// keep is the Retention in microseconds, 0 for a nil or zero Lease.
-func (l *Lease[T]) keep() int64 {
-	if l == nil || l.r == nil {
-		return 0
-	}
-	return l.r.keep
-}
 
 // Fail ends the lease with a failed attempt: LastError becomes cause's
 // message ("unknown error" for nil; NUL bytes and invalid UTF-8 replaced

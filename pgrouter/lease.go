@@ -168,7 +168,6 @@ func (l *Lease[T]) Complete(ctx context.Context) error {
 	return nil
 }
 
-
 // Fail ends the lease with a failed attempt: LastError becomes cause's
 // message ("unknown error" for nil; NUL bytes and invalid UTF-8 replaced
 // by U+FFFD, which a text column needs). cause's Error() is called once,

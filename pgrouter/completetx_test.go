@@ -172,43 +172,6 @@ func TestRunLosesLeaseProperlyWhenCompleteTxRollsBackAfterExpiry(t *testing.T) {
 	require.Equal(t, 2, j.Attempt)
 }
 
-// TestKeepAliveNotStarvedByPool: with a pool of one connection held by
-// the caller's transaction (the documented KeepAlive + Fence + CompleteTx
-// pattern), KeepAlive's heartbeats go on, on a connection of their own,
-// for longer than LeaseDuration both before CompleteTx (extending the
-// lease) and after it (the open transaction proving it): KeepAlive's ctx
-// is never canceled and the commit completes the job.
-func TestKeepAliveNotStarvedByPool(t *testing.T) {
-	const lease = time.Second
-	db := poolOf(t, 1)
-	r := routerOn[int](t, db, pgrouter.Options{LeaseDuration: lease})
-	ctx := t.Context()
-	_, err := db.Exec(ctx, "CREATE TABLE results (id text PRIMARY KEY, v int)")
-	require.NoError(t, err)
-	l := leaseOn(t, r, "a")
-	kctx, cancel := pgrouter.KeepAlive(ctx, l, lease/5)
-	defer cancel()
-	work := func(what string) {
-		t.Helper()
-		select {
-		case <-time.After(5 * lease / 2):
-		case <-kctx.Done():
-			t.Fatalf("KeepAlive's ctx canceled %s: %v", what, context.Cause(kctx))
-		}
-	}
-	tx, err := db.Begin(kctx) // the pool's only connection
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	work("while the transaction held the pool's only connection")
-	require.NoError(t, fencedWrite(kctx, tx, l))
-	require.NoError(t, l.CompleteTx(kctx, tx))
-	work("after CompleteTx, the transaction still open")
-	require.NoError(t, tx.Commit(kctx))
-	j, _, err := r.Get(ctx, "a")
-	require.NoError(t, err)
-	require.Equal(t, leaserouter.StateSucceeded, j.State)
-}
-
 // TestRefusedCompleteTxLeavesRowUnlockedAndTxUsable: a stale holder's
 // CompleteTx is refused without leaving the job's row locked, so the
 // valid holder's Heartbeat and Complete go through while the stale

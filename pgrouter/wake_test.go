@@ -3,7 +3,6 @@ package pgrouter_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
@@ -15,27 +14,27 @@ import (
 
 // TestAcquireWokenForScheduledJob: an Acquire already waiting takes a
 // job scheduled after it began waiting at the job's run-at, not at its
-// next poll.
+// next poll: it is blocked before the job exists (its Router listening),
+// PollInterval is an hour, and the enqueue's notification comes before
+// the run-at, so only the timer at the queue's next due instant can wake
+// it in time.
 func TestAcquireWokenForScheduledJob(t *testing.T) {
-	r, _ := newRouter[int](t, pgrouter.Options{PollInterval: time.Minute})
+	r, _ := newRouter[int](t, pgrouter.Options{PollInterval: time.Hour})
 	ctx := t.Context()
 	got := make(chan error, 1)
 	go func() {
-		actx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		defer cancel()
-		_, err := r.Acquire(actx, "w")
+		_, err := r.Acquire(ctx, "w")
 		got <- err
 	}()
-	// Enqueued until the waiter is listening and takes one.
-	for i := 0; ; i++ {
-		require.NoError(t, r.Enqueue(ctx, fmt.Sprint("j", i), i, leaserouter.WithDelay(200*time.Millisecond)))
-		select {
-		case err := <-got:
-			require.NoError(t, err)
-			return
-		case <-time.After(2 * time.Second):
-		}
-		require.Less(t, i, 5, "the waiter never took a scheduled job before its poll")
+	eventually(t, 10*time.Second, "listening, the Acquire blocked", func() bool {
+		return pgrouter.Listening(r) && pgrouter.Parked(r) == 1
+	})
+	require.NoError(t, r.Enqueue(ctx, "later", 1, leaserouter.WithDelay(200*time.Millisecond)))
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting Acquire did not take the scheduled job within 10s of its run-at")
 	}
 }
 

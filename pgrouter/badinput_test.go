@@ -19,106 +19,163 @@ import (
 
 // TestBadInput: every call given nil, zero, negative, empty or
 // unencodable input, or called after Close, returns the documented error,
-// never panics and changes nothing.
+// never panics and changes nothing. Each row is a subtest: a failing row
+// hides none of the others.
 func TestBadInput(t *testing.T) {
 	db := pgtest.New(t)
 	ctx := t.Context()
-
-	require.Error(t, pgrouter.Migrate(ctx, nil))
-	_, err := pgrouter.New[int](ctx, nil, pgrouter.Options{})
-	require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+	//lint:ignore SA1012 a nil ctx is documented to mean context.Background()
+	r, err := pgrouter.New[any](nil, db, pgrouter.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = r.Close(context.Background()) })
+	type row struct {
+		name  string
+		check func(t *testing.T)
+	}
+	rows := []row{
+		{"Migrate nil pool", func(t *testing.T) { require.Error(t, pgrouter.Migrate(ctx, nil)) }},
+		{"New nil pool", func(t *testing.T) {
+			_, err := pgrouter.New[int](ctx, nil, pgrouter.Options{})
+			require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+		}},
+	}
 	for _, o := range []pgrouter.Options{
 		{LeaseDuration: -1}, {LeaseDuration: time.Microsecond}, {MaxAttempts: -1}, {MaxAttempts: math.MaxInt32 + 1},
 		{PollInterval: -1}, {TokenFloor: math.MaxInt64},
 	} {
-		_, err := pgrouter.New[int](ctx, db, o)
-		require.ErrorIs(t, err, leaserouter.ErrInvalidOptions, "%+v", o)
+		rows = append(rows, row{fmt.Sprintf("New %+v", o), func(t *testing.T) {
+			_, err := pgrouter.New[int](ctx, db, o)
+			require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+		}})
 	}
-
-	//lint:ignore SA1012 a nil ctx is documented to mean context.Background()
-	r, err := pgrouter.New[any](nil, db, pgrouter.Options{})
-	require.NoError(t, err)
-	require.ErrorIs(t, r.Enqueue(ctx, "", 1), leaserouter.ErrInvalidJob)
-	require.ErrorIs(t, r.Enqueue(ctx, "a", 1, leaserouter.WithDelay(-time.Second)), leaserouter.ErrInvalidJob)
-	require.ErrorIs(t, r.Enqueue(ctx, "a", 1, leaserouter.WithMaxAttempts(0)), leaserouter.ErrInvalidJob)
-	require.ErrorIs(t, r.Enqueue(ctx, "a", make(chan int)), leaserouter.ErrInvalidJob)
-	require.ErrorIs(t, r.EnqueueTx(ctx, nil, "a", 1), leaserouter.ErrInvalidOptions)
-	dups, err := r.EnqueueMany(ctx, nil)
-	require.NoError(t, err)
-	require.Nil(t, dups)
-	_, err = r.EnqueueMany(ctx, []leaserouter.JobSpec[any]{{ID: "ok"}, {ID: ""}})
-	require.ErrorIs(t, err, leaserouter.ErrInvalidJob)
-	require.ErrorContains(t, err, "batch index 1")
-	_, ok, err := r.Get(ctx, "ok")
-	require.NoError(t, err)
-	require.False(t, ok, "an invalid batch enqueues nothing")
-
+	rows = append(rows,
+		row{"Enqueue empty id", func(t *testing.T) { require.ErrorIs(t, r.Enqueue(ctx, "", 1), leaserouter.ErrInvalidJob) }},
+		row{"Enqueue negative delay", func(t *testing.T) {
+			require.ErrorIs(t, r.Enqueue(ctx, "a", 1, leaserouter.WithDelay(-time.Second)), leaserouter.ErrInvalidJob)
+		}},
+		row{"Enqueue zero max attempts", func(t *testing.T) {
+			require.ErrorIs(t, r.Enqueue(ctx, "a", 1, leaserouter.WithMaxAttempts(0)), leaserouter.ErrInvalidJob)
+		}},
+		row{"Enqueue unencodable payload", func(t *testing.T) {
+			require.ErrorIs(t, r.Enqueue(ctx, "a", make(chan int)), leaserouter.ErrInvalidJob)
+		}},
+		row{"EnqueueTx nil tx", func(t *testing.T) { require.ErrorIs(t, r.EnqueueTx(ctx, nil, "a", 1), leaserouter.ErrInvalidOptions) }},
+		row{"EnqueueMany nil", func(t *testing.T) {
+			dups, err := r.EnqueueMany(ctx, nil)
+			require.NoError(t, err)
+			require.Nil(t, dups)
+		}},
+		row{"EnqueueMany with an invalid job", func(t *testing.T) {
+			_, err := r.EnqueueMany(ctx, []leaserouter.JobSpec[any]{{ID: "ok"}, {ID: ""}})
+			require.ErrorIs(t, err, leaserouter.ErrInvalidJob)
+			require.ErrorContains(t, err, "batch index 1")
+			_, ok, err := r.Get(ctx, "ok")
+			require.NoError(t, err)
+			require.False(t, ok, "an invalid batch enqueues nothing")
+		}},
+	)
 	for _, max := range []int{0, -1} {
-		_, err = r.TryAcquireMany(ctx, "w", max)
-		require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
-		_, err = r.AcquireMany(ctx, "w", max)
-		require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+		rows = append(rows, row{fmt.Sprintf("AcquireMany max %d", max), func(t *testing.T) {
+			_, err := r.TryAcquireMany(ctx, "w", max)
+			require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+			_, err = r.AcquireMany(ctx, "w", max)
+			require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+		}})
 	}
-	//lint:ignore SA1012 a nil ctx is documented to mean context.Background()
-	_, err = r.TryAcquire(nil, "w")
-	require.ErrorIs(t, err, leaserouter.ErrNoJob)
-
+	rows = append(rows, row{"TryAcquire nil ctx", func(t *testing.T) {
+		//lint:ignore SA1012 a nil ctx is documented to mean context.Background()
+		_, err := r.TryAcquire(nil, "w")
+		require.ErrorIs(t, err, leaserouter.ErrNoJob)
+	}})
 	var nilLease *pgrouter.Lease[any]
-	for _, l := range []*pgrouter.Lease[any]{nilLease, {}} {
-		var lost *leaserouter.LeaseLostError
-		require.ErrorAs(t, l.Heartbeat(ctx, nil), &lost)
-		require.Equal(t, leaserouter.LostNilLease, lost.Reason)
-		require.ErrorAs(t, l.Complete(ctx), &lost)
-		require.ErrorAs(t, l.Fail(ctx, nil), &lost)
-		require.ErrorAs(t, l.Release(ctx), &lost)
-		require.ErrorIs(t, l.CompleteTx(ctx, nil), leaserouter.ErrInvalidOptions)
-		require.True(t, l.Expiry().IsZero())
-		kctx, cancel := pgrouter.KeepAlive(ctx, l, 0)
-		require.Error(t, kctx.Err())
-		require.ErrorIs(t, context.Cause(kctx), leaserouter.ErrInvalidOptions, "as the core's KeepAlive")
-		cancel()
+	for name, l := range map[string]*pgrouter.Lease[any]{"nil Lease": nilLease, "zero Lease": {}} {
+		rows = append(rows, row{name, func(t *testing.T) {
+			var lost *leaserouter.LeaseLostError
+			require.ErrorAs(t, l.Heartbeat(ctx, nil), &lost)
+			require.Equal(t, leaserouter.LostNilLease, lost.Reason)
+			require.ErrorAs(t, l.Complete(ctx), &lost)
+			require.ErrorAs(t, l.Fail(ctx, nil), &lost)
+			require.ErrorAs(t, l.Release(ctx), &lost)
+			require.ErrorIs(t, l.CompleteTx(ctx, nil), leaserouter.ErrInvalidOptions)
+			require.True(t, l.Expiry().IsZero())
+			kctx, cancel := pgrouter.KeepAlive(ctx, l, 0)
+			defer cancel()
+			require.Error(t, kctx.Err())
+			require.ErrorIs(t, context.Cause(kctx), leaserouter.ErrInvalidOptions, "as the core's KeepAlive")
+		}})
 	}
-
-	_, ok, err = r.Get(ctx, "")
-	require.NoError(t, err)
-	require.False(t, ok)
-	require.ErrorIs(t, r.Cancel(ctx, ""), leaserouter.ErrInvalidJob)
-	require.ErrorIs(t, r.Cancel(ctx, ""), leaserouter.ErrNotFound)
-
-	tx, err := db.Begin(ctx)
-	require.NoError(t, err)
-	require.ErrorIs(t, pgrouter.Fence(ctx, tx, "", 1), leaserouter.ErrInvalidOptions)
-	require.ErrorIs(t, pgrouter.Fence(ctx, tx, "k", math.MaxUint64), leaserouter.ErrInvalidOptions)
-	require.NoError(t, tx.Rollback(ctx))
-
-	require.NoError(t, r.Enqueue(ctx, "a", 1))
-	l, err := r.TryAcquire(ctx, "w")
-	require.NoError(t, err)
-	kctx, cancel := pgrouter.KeepAlive(ctx, l, leaserouter.DefaultLeaseDuration)
-	require.ErrorIs(t, context.Cause(kctx), leaserouter.ErrInvalidOptions, "interval >= LeaseDuration")
-	cancel()
+	rows = append(rows,
+		row{"Get empty id", func(t *testing.T) {
+			_, ok, err := r.Get(ctx, "")
+			require.NoError(t, err)
+			require.False(t, ok)
+		}},
+		row{"Cancel empty id", func(t *testing.T) {
+			require.ErrorIs(t, r.Cancel(ctx, ""), leaserouter.ErrInvalidJob)
+			require.ErrorIs(t, r.Cancel(ctx, ""), leaserouter.ErrNotFound)
+		}},
+		row{"Fence empty key, token above bigint", func(t *testing.T) {
+			tx, err := db.Begin(ctx)
+			require.NoError(t, err)
+			defer func() { _ = tx.Rollback(ctx) }()
+			require.ErrorIs(t, pgrouter.Fence(ctx, tx, "", 1), leaserouter.ErrInvalidOptions)
+			require.ErrorIs(t, pgrouter.Fence(ctx, tx, "k", math.MaxUint64), leaserouter.ErrInvalidOptions)
+		}},
+		row{"KeepAlive interval >= LeaseDuration", func(t *testing.T) {
+			require.NoError(t, r.Enqueue(ctx, "keep", 1))
+			l, err := r.TryAcquire(ctx, "w")
+			require.NoError(t, err)
+			kctx, cancel := pgrouter.KeepAlive(ctx, l, leaserouter.DefaultLeaseDuration)
+			defer cancel()
+			require.ErrorIs(t, context.Cause(kctx), leaserouter.ErrInvalidOptions)
+			require.NoError(t, l.Release(ctx))
+		}},
+	)
+	for _, c := range rows {
+		t.Run(c.name, c.check)
+	}
 
 	// After Close: new work is refused, reads still answer, the revoked
 	// lease is refused.
+	rc := routerOn[any](t, db, pgrouter.Options{Queue: "closed"})
+	require.NoError(t, rc.Enqueue(ctx, "a", 1))
+	l, err := rc.TryAcquire(ctx, "w")
+	require.NoError(t, err)
 	done, stop := context.WithCancel(ctx)
 	stop()
-	require.ErrorIs(t, r.Close(done), context.Canceled)
-	require.ErrorIs(t, r.Enqueue(ctx, "b", 1), leaserouter.ErrClosed)
-	_, err = r.EnqueueMany(ctx, []leaserouter.JobSpec[any]{{ID: "b"}})
-	require.ErrorIs(t, err, leaserouter.ErrClosed)
-	_, err = r.TryAcquire(ctx, "w")
-	require.ErrorIs(t, err, leaserouter.ErrClosed)
-	_, err = r.Acquire(ctx, "w")
-	require.ErrorIs(t, err, leaserouter.ErrClosed)
-	require.ErrorIs(t, r.Cancel(ctx, "a"), leaserouter.ErrClosed)
-	require.ErrorIs(t, r.Run(ctx, leaserouter.WorkerOptions{}, func(context.Context, *pgrouter.Lease[any]) error { return nil }), leaserouter.ErrClosed)
-	_, ok, err = r.Get(ctx, "a")
-	require.NoError(t, err)
-	require.True(t, ok)
-	_, err = r.Stats(ctx)
-	require.NoError(t, err)
-	require.ErrorIs(t, l.Complete(ctx), leaserouter.ErrLeaseLost)
-	require.NoError(t, r.Close(ctx), "a second Close")
+	require.ErrorIs(t, rc.Close(done), context.Canceled)
+	for _, c := range []row{
+		{"after Close: Enqueue", func(t *testing.T) { require.ErrorIs(t, rc.Enqueue(ctx, "b", 1), leaserouter.ErrClosed) }},
+		{"after Close: EnqueueMany", func(t *testing.T) {
+			_, err := rc.EnqueueMany(ctx, []leaserouter.JobSpec[any]{{ID: "b"}})
+			require.ErrorIs(t, err, leaserouter.ErrClosed)
+		}},
+		{"after Close: TryAcquire", func(t *testing.T) {
+			_, err := rc.TryAcquire(ctx, "w")
+			require.ErrorIs(t, err, leaserouter.ErrClosed)
+		}},
+		{"after Close: Acquire", func(t *testing.T) {
+			_, err := rc.Acquire(ctx, "w")
+			require.ErrorIs(t, err, leaserouter.ErrClosed)
+		}},
+		{"after Close: Cancel", func(t *testing.T) { require.ErrorIs(t, rc.Cancel(ctx, "a"), leaserouter.ErrClosed) }},
+		{"after Close: Run", func(t *testing.T) {
+			require.ErrorIs(t, rc.Run(ctx, leaserouter.WorkerOptions{}, func(context.Context, *pgrouter.Lease[any]) error { return nil }), leaserouter.ErrClosed)
+		}},
+		{"after Close: Get", func(t *testing.T) {
+			_, ok, err := rc.Get(ctx, "a")
+			require.NoError(t, err)
+			require.True(t, ok)
+		}},
+		{"after Close: Stats", func(t *testing.T) {
+			_, err := rc.Stats(ctx)
+			require.NoError(t, err)
+		}},
+		{"after Close: the revoked lease", func(t *testing.T) { require.ErrorIs(t, l.Complete(ctx), leaserouter.ErrLeaseLost) }},
+		{"after Close: a second Close", func(t *testing.T) { require.NoError(t, rc.Close(ctx)) }},
+	} {
+		t.Run(c.name, c.check)
+	}
 }
 
 // badNames break the core's rule for IDs (valid UTF-8, no NUL, at most

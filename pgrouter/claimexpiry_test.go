@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -27,13 +28,13 @@ type jobRow struct {
 func readJob(t *testing.T, base *pgxpool.Pool, id string) jobRow {
 	t.Helper()
 	var j jobRow
-	var state int16
+	var state string
 	var attempt int32
-	require.NoError(t, base.QueryRow(context.Background(), `SELECT state, attempt, token, requeued,
+	require.NoError(t, base.QueryRow(context.Background(), `SELECT state::text, attempt, token, requeued,
 			purge_at IS NOT NULL, ended, last_error, ready_at
 		FROM leaserouter_jobs WHERE id = $1`, id).
 		Scan(&state, &attempt, &j.token, &j.requeued, &j.purgeDue, &j.ended, &j.lastError, &j.readyAt))
-	j.state, j.attempt = leaserouter.State(state), int(attempt)
+	j.state, j.attempt = stateNamed(t, state), int(attempt)
 	return j
 }
 
@@ -88,9 +89,10 @@ func lostClaim(t *testing.T, db *pgxpool.Pool, id int64, d time.Duration) (strin
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
 	lock, claim := pgrouter.ClaimStatements()
-	_, err = tx.Exec(ctx, lock, id)
+	_, err = tx.Exec(ctx, lock, pgx.NamedArgs{"id": id})
 	require.NoError(t, err)
-	rows, err := tx.Query(ctx, claim, pgrouter.DefaultQueue, 1, "w", d.Microseconds(), id)
+	rows, err := tx.Query(ctx, claim, pgx.NamedArgs{"queue": pgrouter.DefaultQueue, "n": 1, "worker": "w",
+		"lease_us": d.Microseconds(), "claim": id})
 	require.NoError(t, err)
 	require.True(t, rows.Next(), "the claim leased a job")
 	vals, err := rows.Values()

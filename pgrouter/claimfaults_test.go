@@ -139,11 +139,11 @@ func (p *stallProxy) wait() {
 // settling, on base: not through a proxy).
 func jobState(t *testing.T, base *pgxpool.Pool, id string) (leaserouter.State, int) {
 	t.Helper()
-	var state int16
+	var state string
 	var attempt int32
 	require.NoError(t, base.QueryRow(context.Background(),
-		"SELECT state, attempt FROM leaserouter_jobs WHERE id = $1", id).Scan(&state, &attempt))
-	return leaserouter.State(state), int(attempt)
+		"SELECT state::text, attempt FROM leaserouter_jobs WHERE id = $1", id).Scan(&state, &attempt))
+	return stateNamed(t, state), int(attempt)
 }
 
 // awaitClaimResolved waits until a claim whose outcome was unknown has
@@ -202,9 +202,10 @@ func TestClaimWithLostReplyCountsNoAttempt(t *testing.T) {
 func claimByHand(t *testing.T, tx pgx.Tx, id int64) []string {
 	t.Helper()
 	lock, claim := pgrouter.ClaimStatements()
-	_, err := tx.Exec(t.Context(), lock, id)
+	_, err := tx.Exec(t.Context(), lock, pgx.NamedArgs{"id": id})
 	require.NoError(t, err)
-	rows, err := tx.Query(t.Context(), claim, pgrouter.DefaultQueue, 1, "w", time.Hour.Microseconds(), id)
+	rows, err := tx.Query(t.Context(), claim, pgx.NamedArgs{"queue": pgrouter.DefaultQueue, "n": 1, "worker": "w",
+		"lease_us": time.Hour.Microseconds(), "claim": id})
 	require.NoError(t, err)
 	var ids []string
 	for rows.Next() {

@@ -61,7 +61,10 @@ func (l *Lease[T]) CompleteTx(ctx context.Context, tx pgx.Tx) error {
 	if tx == nil {
 		return fmt.Errorf("%w: CompleteTx: nil tx", leaserouter.ErrInvalidOptions)
 	}
-	res, err := l.op(orBackground(ctx), tx, true, 0, "CompleteTx", completeSet, l.keep())
+	if l == nil || l.r == nil {
+		return &leaserouter.LeaseLostError{Reason: leaserouter.LostNilLease}
+	}
+	res, err := l.op(orBackground(ctx), tx, true, 0, "CompleteTx", endLease, l.endArgs(leaserouter.LostCompleted))
 	if err == nil {
 		l.mu.Lock()
 		l.txDone, l.txXid, l.txAt = true, res.xid, *res.at
@@ -77,29 +80,17 @@ func (l *Lease[T]) CompleteTx(ctx context.Context, tx pgx.Tx) error {
 // own).
 const savepoint = "leaserouter_lease_op"
 
-// lockRowOfToken is lockRow in a caller's transaction: it locks the
-// job's row only if it still has the lease's token ($3), so a caller
-// whose lease was superseded (or whose job is gone) never takes the row
-// lock, even for a moment; a lease past its expiry but not settled yet
-// still does (until endSavepoint's rollback).
-const lockRowOfToken = `SELECT FROM leaserouter_jobs WHERE queue = $1 AND id = $2 AND token = $3 FOR UPDATE`
-
 // queueLock queues op's row lock on b: lockRow, or in a caller's
 // transaction (inTx, under op's savepoint) lockRowOfToken. A refusal in
 // a caller's transaction rolls back to the savepoint even if ctx ended
 // (see endSavepoint), so a lock the check took never outlives it.
 func (l *Lease[T]) queueLock(b *pgx.Batch, inTx bool) {
 	if inTx {
-		b.Queue(lockRowOfToken, l.r.opts.Queue, l.JobID, int64(l.Token))
+		b.Queue(lockRowOfToken, args{"queue": l.r.opts.Queue, "id": l.JobID, "token": int64(l.Token)})
 		return
 	}
-	b.Queue(lockRow, l.r.opts.Queue, l.JobID)
+	b.Queue(lockRow, args{"queue": l.r.opts.Queue, "id": l.JobID})
 }
-
-// writerOf reads, in the caller's transaction, its full ID and the xmin
-// of the job's row version it sees: after op's update, the ID of the
-// (sub)transaction that wrote it.
-const writerOf = `SELECT pg_current_xact_id()::text, xmin::text::bigint FROM leaserouter_jobs WHERE queue = $1 AND id = $2`
 
 // endSavepoint ends op's savepoint in the caller's transaction q, given
 // op's error so far and what writerOf read: on a refusal or an error it
@@ -167,8 +158,7 @@ func (r *Router[T]) pending(ctx context.Context, q querier, ls []*Lease[T]) ([]b
 	for i, l := range ls {
 		xids[i] = strconv.FormatUint(l.writer(), 10)
 	}
-	rows, err := q.Query(ctx, `SELECT coalesce(pg_xact_status(x::xid8) = 'in progress', false)
-		FROM unnest($1::text[]) WITH ORDINALITY AS u(x, i) ORDER BY i`, xids)
+	rows, err := q.Query(ctx, txPending, args{"xids": xids})
 	if err != nil {
 		return nil, err
 	}

@@ -172,43 +172,6 @@ func TestRunLosesLeaseProperlyWhenCompleteTxRollsBackAfterExpiry(t *testing.T) {
 	require.Equal(t, 2, j.Attempt)
 }
 
-// TestKeepAliveNotStarvedByPool: with a pool of one connection held by
-// the caller's transaction (the documented KeepAlive + Fence + CompleteTx
-// pattern), KeepAlive's heartbeats go on, on a connection of their own,
-// for longer than LeaseDuration both before CompleteTx (extending the
-// lease) and after it (the open transaction proving it): KeepAlive's ctx
-// is never canceled and the commit completes the job.
-func TestKeepAliveNotStarvedByPool(t *testing.T) {
-	const lease = time.Second
-	db := poolOf(t, 1)
-	r := routerOn[int](t, db, pgrouter.Options{LeaseDuration: lease})
-	ctx := t.Context()
-	_, err := db.Exec(ctx, "CREATE TABLE results (id text PRIMARY KEY, v int)")
-	require.NoError(t, err)
-	l := leaseOn(t, r, "a")
-	kctx, cancel := pgrouter.KeepAlive(ctx, l, lease/5)
-	defer cancel()
-	work := func(what string) {
-		t.Helper()
-		select {
-		case <-time.After(5 * lease / 2):
-		case <-kctx.Done():
-			t.Fatalf("KeepAlive's ctx canceled %s: %v", what, context.Cause(kctx))
-		}
-	}
-	tx, err := db.Begin(kctx) // the pool's only connection
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	work("while the transaction held the pool's only connection")
-	require.NoError(t, fencedWrite(kctx, tx, l))
-	require.NoError(t, l.CompleteTx(kctx, tx))
-	work("after CompleteTx, the transaction still open")
-	require.NoError(t, tx.Commit(kctx))
-	j, _, err := r.Get(ctx, "a")
-	require.NoError(t, err)
-	require.Equal(t, leaserouter.StateSucceeded, j.State)
-}
-
 // TestRefusedCompleteTxLeavesRowUnlockedAndTxUsable: a stale holder's
 // CompleteTx is refused without leaving the job's row locked, so the
 // valid holder's Heartbeat and Complete go through while the stale
@@ -426,4 +389,67 @@ func TestRefusedCompleteTxRollsBackAfterCtxEnd(t *testing.T) {
 	require.Equal(t, 2, next.Attempt)
 	_, err = tx.Exec(ctx, "SELECT 1")
 	require.NoError(t, err, "the stale transaction is usable")
+}
+
+// TestCompleteTxOnLastConnection: an expired lease's CompleteTx, in a
+// transaction holding the pool's only connection, is refused at once (it
+// does not wait for a connection to settle the job).
+func TestCompleteTxOnLastConnection(t *testing.T) {
+	base := pgtest.New(t)
+	cfg := base.Config()
+	cfg.MaxConns = 1
+	db, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	require.NoError(t, err)
+	defer db.Close()
+	r := routerOn[int](t, db, pgrouter.Options{LeaseDuration: 50 * time.Millisecond})
+	ctx := t.Context()
+	l := leaseOn(t, r, "a")
+	awaitDBTime(t, base, l.Expiry())
+	tx, err := db.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	// A wait for a connection (the caller's tx holds the only one) would
+	// last until cctx's end.
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var lost *leaserouter.LeaseLostError
+	require.ErrorAs(t, l.CompleteTx(cctx, tx), &lost)
+	require.Equal(t, leaserouter.LostExpired, lost.Reason)
+	require.NoError(t, cctx.Err(), "it waited for a connection the caller's tx holds")
+}
+
+// TestCompleteTx: completion commits with the caller's transaction, and
+// the row stays locked until then; a rolled-back CompleteTx leaves the
+// lease valid.
+func TestCompleteTx(t *testing.T) {
+	r, db := newRouter[int](t, pgrouter.Options{})
+	ctx := t.Context()
+	_, err := db.Exec(ctx, "CREATE TABLE results (id text PRIMARY KEY, v int)")
+	require.NoError(t, err)
+	l := leaseOn(t, r, "a")
+
+	tx, err := db.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, pgrouter.Fence(ctx, tx, "results/a", l.Token))
+	_, err = tx.Exec(ctx, "INSERT INTO results VALUES ('a', 1)")
+	require.NoError(t, err)
+	require.NoError(t, l.CompleteTx(ctx, tx))
+	require.NoError(t, tx.Rollback(ctx))
+	j, _, err := r.Get(ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, leaserouter.StateLeased, j.State, "rolled back: still leased")
+
+	tx, err = db.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, pgrouter.Fence(ctx, tx, "results/a", l.Token))
+	_, err = tx.Exec(ctx, "INSERT INTO results VALUES ('a', 2)")
+	require.NoError(t, err)
+	require.NoError(t, l.CompleteTx(ctx, tx))
+	require.NoError(t, tx.Commit(ctx))
+	j, _, err = r.Get(ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, leaserouter.StateSucceeded, j.State)
+	var v int
+	require.NoError(t, db.QueryRow(ctx, "SELECT v FROM results WHERE id = 'a'").Scan(&v))
+	require.Equal(t, 2, v)
 }

@@ -135,5 +135,13 @@
 // several times and deleted): a long-running transaction elsewhere in the
 // database (an open snapshot) keeps dead rows alive and slows claims.
 //
+// A job's state is the enum leaserouter_job_state, whose labels are
+// leaserouter.State's names ('pending', 'scheduled', 'leased',
+// 'succeeded', 'failed' for dead, 'canceled'). The rules every lease
+// statement shares are SQL functions: leaserouter_lease_valid (the one
+// invariant) and leaserouter_end_lease (how a lease ends and where its job
+// goes). Every statement pgrouter runs is a file of the module's sql/
+// directory, whole, with named parameters.
+//
 // Package pgtest gives tests a fresh migrated database in one call.
 package pgrouter

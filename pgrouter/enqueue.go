@@ -7,51 +7,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/leaserouter/leaserouter"
 )
-
-// querier is what Enqueue needs of a pool or a caller's transaction.
-type querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-}
-
-// insertJobs inserts the jobs of unnest's arrays at the database's clock:
-// pending at once, or scheduled until their run-at (a given run_at, or
-// now + delay_us). Their enqueue order (seq) is taken in array order; the
-// rows are then inserted in ID order, the order in which every batch
-// locks rows, so two batches with IDs in common wait for each other
-// instead of deadlocking. A known ID is left alone unless its job is
-// finished and past its retention, when the row becomes the new job. It
-// returns the inserted IDs and, when there are any, notifies the queue's
-// listeners (with the insert, so only if it commits), which take a new
-// due instant from a scheduled job too.
-const insertJobs = `
-WITH c AS (SELECT clock_timestamp() AS now),
-v AS (
-	SELECT x.*, nextval('leaserouter_job_seq') AS seq
-	FROM (SELECT r.id, r.priority, r.max_attempts, r.payload, c.now,
-			CASE WHEN r.run_at IS NOT NULL THEN greatest(r.run_at, c.now)
-				ELSE c.now + r.delay_us * interval '1 microsecond' END AS ready
-		FROM unnest($2::text[], $3::bigint[], $4::integer[], $5::text[], $6::timestamptz[], $7::bigint[])
-			WITH ORDINALITY AS r(id, priority, max_attempts, payload, run_at, delay_us, ord), c
-		ORDER BY r.ord) x),
-ins AS (
-	INSERT INTO leaserouter_jobs AS j (queue, id, seq, state, priority, ready_at, max_attempts, payload, created_at, updated_at)
-	SELECT $1, id, seq, CASE WHEN ready > now THEN 1 ELSE 0 END, priority, ready, max_attempts, payload::jsonb, now, now
-	FROM v ORDER BY id
-	ON CONFLICT (queue, id) DO UPDATE SET
-		seq = excluded.seq, state = excluded.state, priority = excluded.priority, ready_at = excluded.ready_at,
-		requeued = false, attempt = 0, max_attempts = excluded.max_attempts, token = 0, owner = '',
-		lease_expires_at = NULL, ended = '', payload = excluded.payload, progress = NULL, last_error = '',
-		created_at = excluded.created_at, updated_at = excluded.updated_at, purge_at = NULL
-	WHERE j.state >= 3 AND j.purge_at <= clock_timestamp()
-	RETURNING j.id, j.created_at),
-n AS (SELECT pg_notify('` + channel + `', $1) FROM (SELECT FROM ins LIMIT 1) one)
-SELECT id, created_at, (SELECT count(*) FROM n) FROM ins`
 
 // batch is a batch's columns, as insertJobs takes them.
 type batch struct {
@@ -98,7 +56,8 @@ func (r *Router[T]) insert(ctx context.Context, q querier, b *batch) (map[string
 	if err := r.ev.awaitRoom(ctx); err != nil {
 		return nil, err
 	}
-	rows, err := q.Query(ctx, insertJobs, r.opts.Queue, b.ids, b.priority, b.maxAtt, b.payload, b.runAt, b.delay)
+	rows, err := q.Query(ctx, insertJobs, args{"queue": r.opts.Queue, "channel": channel, "ids": b.ids,
+		"priorities": b.priority, "max_attempts": b.maxAtt, "payloads": b.payload, "run_at": b.runAt, "delay_us": b.delay})
 	if err != nil {
 		return nil, err
 	}

@@ -28,29 +28,48 @@ type events struct {
 	logger  *slog.Logger
 	panics  func() // counts a recovered hook panic
 
-	deliverer atomic.Uint64 // the delivery goroutine's ID (internal/goid)
+	deliverer atomic.Uint64   // the delivery goroutine's ID (internal/goid)
+	group     *sync.WaitGroup // the Router's stopped, where its delivery goroutines run (nil: none)
 	stopOnce  sync.Once
 	cur       cursor // the delivery goroutine's own (one at a time: the next starts as the last ends)
 
-	mu       sync.Mutex
-	queue    []leaserouter.Event
-	inflight int           // events of the batch in delivery not yet delivered (counted by progressEvery)
-	room     chan struct{} // closed when the backlog falls to half; replaced when it fills
-	kick     chan struct{} // cap 1: events are waiting
-	stop     chan struct{} // closed by Close: deliver what is left and end
-	ended    chan struct{} // closed when the delivery goroutine has ended
+	mu        sync.Mutex
+	producers int // the Router's goroutines that may still add events (see producerDone)
+	queue     []leaserouter.Event
+	inflight  int           // events of the batch in delivery not yet delivered (counted by progressEvery)
+	room      chan struct{} // closed when the backlog falls to half; replaced when it fills
+	kick      chan struct{} // cap 1: events are waiting
+	stop      chan struct{} // closed by Close: deliver what is left and end
+	ended     chan struct{} // closed when the delivery goroutine has ended
 }
 
-// newEvents returns nil when no hook is set: recording is then free.
-func newEvents(onEvent func(leaserouter.Event), logger *slog.Logger, panics func()) *events {
+// newEvents returns nil when no hook is set: recording is then free. Its
+// owner runs deliver as one of its goroutines, and ends it with close,
+// once each of its producers goroutines (which may add events until they
+// end) has called producerDone.
+func newEvents(onEvent func(leaserouter.Event), logger *slog.Logger, panics func(), producers int) *events {
 	if onEvent == nil && logger == nil {
 		return nil
 	}
-	e := &events{onEvent: onEvent, logger: logger, panics: panics, room: make(chan struct{}),
+	e := &events{onEvent: onEvent, logger: logger, panics: panics, producers: producers, room: make(chan struct{}),
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), ended: make(chan struct{})}
 	close(e.room)
-	go e.deliver()
 	return e
+}
+
+// producerDone tells delivery that one of the Router's goroutines has
+// ended: once all have and close was called, what is left is the last.
+func (e *events) producerDone() {
+	if e == nil {
+		return
+	}
+	e.mu.Lock()
+	e.producers--
+	e.mu.Unlock()
+	select {
+	case e.kick <- struct{}{}:
+	default:
+	}
 }
 
 // add records events, in order. After delivery has ended (Close), there
@@ -112,11 +131,14 @@ func (e *events) awaitRoom(ctx context.Context) error {
 // calling back into the Router). About a microsecond: slow paths only.
 func (e *events) inHook() bool { return goid.Current() == e.deliverer.Load() }
 
-// deliver is the delivery goroutine. A hook that calls runtime.Goexit
-// (t.FailNow in a test's OnEvent, say) ends it: resumeAfterGoexit then
-// counts and reports that as a panic of the hook and starts a delivery
-// goroutine that goes on from the same place, as the core's does, so no
-// event is lost or stuck and Close still finds a goroutine to wait for.
+// deliver is the delivery goroutine, one of the Router's (in its stopped
+// WaitGroup, group): it ends once close was called, every producer has
+// ended and every event has been delivered. A hook that calls
+// runtime.Goexit (t.FailNow in a test's OnEvent, say) ends it:
+// resumeAfterGoexit then counts and reports that as a panic of the hook
+// and starts a delivery goroutine in the same group that goes on from the
+// same place, as the core's does, so no event is lost or stuck and Close
+// still finds a goroutine to wait for.
 func (e *events) deliver() {
 	e.deliverer.Store(goid.Current())
 	goexit := true // until the loop returns
@@ -158,14 +180,21 @@ func (e *events) deliver() {
 			continue
 		}
 		select {
-		case <-e.kick:
 		case <-e.stop:
 			e.mu.Lock()
-			left := len(e.queue)
+			left, running := len(e.queue), e.producers
 			e.mu.Unlock()
-			if left == 0 {
+			if left == 0 && running == 0 {
 				goexit = false
 				return
+			}
+			if left == 0 {
+				<-e.kick // a producer's last events, or its end
+			}
+		default:
+			select {
+			case <-e.kick:
+			case <-e.stop:
 			}
 		}
 	}
@@ -256,7 +285,11 @@ func (e *events) resumeAfterGoexit() {
 		ev := c.batch[c.at]
 		c.stage, c.report, c.reportJob = stageDone, contract.HookGoexit(contract.HookLogger, ev.Kind), ev.JobID
 	}
-	go e.deliver()
+	if e.group != nil {
+		e.group.Go(e.deliver) // this goroutine is still counted in group: Add is safe
+	} else {
+		go e.deliver()
+	}
 }
 
 // progressEvery is how many events the delivery goroutine delivers between

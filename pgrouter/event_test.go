@@ -270,6 +270,7 @@ func TestEventSlowHookDoesNotExpireFinishedJobs(t *testing.T) {
 	}
 	require.NoError(t, r.Enqueue(ctx, "a", 1))
 	var runs atomic.Int64
+	enqueued := make(chan error, 2) // the handler's EnqueueMany results, checked in the test's goroutine
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
@@ -280,10 +281,10 @@ func TestEventSlowHookDoesNotExpireFinishedJobs(t *testing.T) {
 			if runs.Add(1) == 1 {
 				armed.Store(true)
 				_, err := r.EnqueueMany(context.Background(), batch("first-"))
-				require.NoError(t, err)
+				enqueued <- err
 				time.Sleep(100 * time.Millisecond)
 				_, err = r.EnqueueMany(context.Background(), batch("second-"))
-				require.NoError(t, err)
+				enqueued <- err
 			}
 			return nil // finished well within its lease
 		})
@@ -295,6 +296,14 @@ func TestEventSlowHookDoesNotExpireFinishedJobs(t *testing.T) {
 	close(gate)
 	cancel()
 	require.NoError(t, <-done)
+	for _, which := range []string{"first", "second"} {
+		select {
+		case err := <-enqueued:
+			require.NoError(t, err, "the handler's %s EnqueueMany", which)
+		default:
+			t.Fatalf("the handler's %s EnqueueMany did not run", which)
+		}
+	}
 	t.Logf("handler ran %d times for job a", runs.Load())
 	require.Equal(t, leaserouter.StateSucceeded, j.State, "a finished job must be completed without waiting for hooks")
 	require.EqualValues(t, 1, runs.Load())

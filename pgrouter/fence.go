@@ -40,12 +40,7 @@ func Fence(ctx context.Context, tx pgx.Tx, key string, t leaserouter.Token) erro
 		return fmt.Errorf("%w: token %d is above the database's bigint", leaserouter.ErrInvalidOptions, t)
 	}
 	var admitted bool
-	err := tx.QueryRow(ctx, `
-		WITH up AS (
-			INSERT INTO leaserouter_fences AS f (key, token) VALUES ($1, $2)
-			ON CONFLICT (key) DO UPDATE SET token = excluded.token WHERE f.token <= excluded.token
-			RETURNING 1)
-		SELECT EXISTS (SELECT FROM up)`, key, int64(t)).Scan(&admitted)
+	err := tx.QueryRow(ctx, fenceAdmit, args{"key": key, "token": int64(t)}).Scan(&admitted)
 	if err != nil {
 		return fmt.Errorf("pgrouter: Fence: %w", err)
 	}
@@ -55,7 +50,7 @@ func Fence(ctx context.Context, tx pgx.Tx, key string, t leaserouter.Token) erro
 	// Refused: the conflicting row is locked by this transaction now, so a
 	// new statement reads its latest token.
 	var highest int64
-	if err := tx.QueryRow(ctx, "SELECT token FROM leaserouter_fences WHERE key = $1", key).Scan(&highest); err != nil {
+	if err := tx.QueryRow(ctx, fenceHighest, args{"key": key}).Scan(&highest); err != nil {
 		return fmt.Errorf("pgrouter: Fence: %w", err)
 	}
 	return &leaserouter.StaleTokenError{Key: key, Token: t, Highest: leaserouter.Token(highest)}

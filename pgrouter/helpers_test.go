@@ -80,3 +80,16 @@ func leaseOn(t *testing.T, r *pgrouter.Router[int], id string) *pgrouter.Lease[i
 	require.NoError(t, err)
 	return l
 }
+
+// stateNamed is the leaserouter.State whose String() is name (a label of
+// the state column's enum, read as text).
+func stateNamed(t *testing.T, name string) leaserouter.State {
+	t.Helper()
+	for s := leaserouter.StatePending; s <= leaserouter.StateCanceled; s++ {
+		if s.String() == name {
+			return s
+		}
+	}
+	t.Fatalf("no leaserouter.State is named %q", name)
+	return 0
+}

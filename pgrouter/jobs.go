@@ -11,14 +11,6 @@ import (
 	"github.com/leaserouter/leaserouter"
 )
 
-// getJob reads one job, unless it is finished and past its retention (as
-// good as purged).
-const getJob = `
-SELECT id, payload, state, priority, attempt, max_attempts, token, owner, lease_expires_at, ready_at,
-	progress, last_error, created_at, updated_at
-FROM leaserouter_jobs
-WHERE queue = $1 AND id = $2 AND NOT (state >= 3 AND purge_at <= clock_timestamp())`
-
 // Get returns a snapshot of job id, after settling what is due in the
 // queue (so a lease past its expiry shows as the expiry left it), and
 // whether the queue knows it: a finished job past its Retention is not
@@ -33,7 +25,7 @@ func (r *Router[T]) Get(ctx context.Context, id string) (leaserouter.Job[T], boo
 	}
 	b := &pgx.Batch{}
 	r.queueSettle(b)
-	b.Queue(getJob, r.opts.Queue, id)
+	b.Queue(getJob, args{"queue": r.opts.Queue, "id": id})
 	res := r.db.SendBatch(ctx, b)
 	settled, err := readSettle(res)
 	if err != nil {
@@ -42,7 +34,7 @@ func (r *Router[T]) Get(ctx context.Context, id string) (leaserouter.Job[T], boo
 	}
 	var (
 		payload      []byte
-		state        int16
+		state        string
 		prio         int64
 		att, maxAtt  int32
 		token        int64
@@ -72,7 +64,8 @@ func (r *Router[T]) Get(ctx context.Context, id string) (leaserouter.Job[T], boo
 	if j.Payload, err = decode[T](id, payload); err != nil {
 		return j, false, err
 	}
-	j.State, j.Priority, j.Attempt, j.MaxAttempts = leaserouter.State(state), int(prio), int(att), int(maxAtt)
+	j.State, _ = stateNamed(state)
+	j.Priority, j.Attempt, j.MaxAttempts = int(prio), int(att), int(maxAtt)
 	j.Token, j.Owner, j.Progress, j.LastError = leaserouter.Token(token), owner, progress, lastErr
 	j.CreatedAt, j.UpdatedAt = created, upd
 	switch j.State {
@@ -111,20 +104,7 @@ func (r *Router[T]) Cancel(ctx context.Context, id string) error {
 	)
 	b := &pgx.Batch{}
 	r.queueSettle(b) // a lease past its expiry is settled first, as the core does
-	b.Queue(`
-		WITH was AS (SELECT state, owner FROM leaserouter_jobs WHERE queue = $1 AND id = $2 FOR UPDATE),
-		upd AS (
-			UPDATE leaserouter_jobs j SET state = 5, owner = '', lease_expires_at = NULL,
-				ended = CASE WHEN j.state = 2 THEN 'canceled' ELSE j.ended END,
-				updated_at = clock_timestamp(), purge_at = clock_timestamp() + $3 * interval '1 microsecond'
-			FROM was
-			WHERE j.queue = $1 AND j.id = $2 AND j.state < 3
-			RETURNING j.token, j.attempt, j.updated_at, was.owner, was.state = 2 AS leased, j.leased_at)
-		SELECT EXISTS (SELECT FROM upd) OR EXISTS (SELECT FROM leaserouter_jobs
-				WHERE queue = $1 AND id = $2 AND NOT (state >= 3 AND purge_at <= clock_timestamp())),
-			(SELECT token FROM upd), (SELECT attempt FROM upd), (SELECT updated_at FROM upd),
-			(SELECT owner FROM upd), (SELECT leased FROM upd), (SELECT leased_at FROM upd)`,
-		r.opts.Queue, id, r.keep)
+	b.Queue(cancelJob, args{"queue": r.opts.Queue, "id": id, "retention_us": r.keep})
 	res := r.db.SendBatch(ctx, b)
 	settled, err := readSettle(res)
 	if err == nil {
@@ -157,20 +137,19 @@ func (r *Router[T]) Cancel(ctx context.Context, id string) error {
 // the driver's.
 func (r *Router[T]) Stats(ctx context.Context) (leaserouter.Stats, error) {
 	ctx = orBackground(ctx)
-	rows, err := r.db.Query(ctx, `SELECT state, count(*) FROM leaserouter_jobs
-		WHERE queue = $1 AND NOT (state >= 3 AND purge_at <= clock_timestamp()) GROUP BY state`, r.opts.Queue)
+	rows, err := r.db.Query(ctx, statsByState, args{"queue": r.opts.Queue})
 	if err != nil {
 		return leaserouter.Stats{}, errWrap("Stats", err)
 	}
 	var by [6]int
 	for rows.Next() {
-		var st int16
+		var name string
 		var n int64
-		if err := rows.Scan(&st, &n); err != nil {
+		if err := rows.Scan(&name, &n); err != nil {
 			rows.Close()
 			return leaserouter.Stats{}, errWrap("Stats", err)
 		}
-		if st >= 0 && int(st) < len(by) {
+		if st, ok := stateNamed(name); ok && int(st) < len(by) {
 			by[st] = int(n)
 		}
 	}

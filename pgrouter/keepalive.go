@@ -305,3 +305,126 @@ func (c *ownConn) close() {
 		c.conn = nil
 	}
 }
+
+// beatResult is what one heartbeat round found: the leases extended
+// (with their new expiry, or the zero Time for a lease proven by its
+// completion pending in the caller's open transaction: see pending) and
+// those lost (with why); a lease in neither could not be looked at (its
+// row held by another transaction).
+type beatResult[T any] struct {
+	alive map[*Lease[T]]time.Time
+	lost  map[*Lease[T]]error
+}
+
+// heartbeatAll extends ls on q in one statement. A lease whose row it
+// could not lock and whose row is gone or shows another lease is lost
+// too. Refusals of leases still (per still) held are counted, reported
+// and released; the others ended meanwhile by their holder.
+func (r *Router[T]) heartbeatAll(ctx context.Context, q querier, ls []*Lease[T], still func(*Lease[T]) bool) (beatResult[T], error) {
+	res := beatResult[T]{alive: map[*Lease[T]]time.Time{}, lost: map[*Lease[T]]error{}}
+	if len(ls) == 0 {
+		return res, nil
+	}
+	byKey := make(map[leaseKey]*Lease[T], len(ls))
+	for _, l := range ls {
+		byKey[keyOf(l)] = l
+	}
+	ids, tokens := leaseKeys(ls)
+	rows, err := q.Query(ctx, heartbeatMany, args{"queue": r.opts.Queue, "ids": ids, "tokens": tokens, "lease_us": r.lease})
+	if err != nil {
+		return res, err
+	}
+	seen := map[*Lease[T]]bool{}
+	var evs []leaserouter.Event
+	var refused []*Lease[T]
+	for rows.Next() {
+		var id string
+		var token int64
+		var exp, at *time.Time
+		if err := rows.Scan(&id, &token, &exp, &at); err != nil {
+			rows.Close()
+			return res, err
+		}
+		l := byKey[leaseKey{id, leaserouter.Token(token)}]
+		if l == nil {
+			continue
+		}
+		seen[l] = true
+		if exp == nil {
+			refused = append(refused, l)
+			continue
+		}
+		res.alive[l] = *exp
+		if r.ev != nil {
+			e := l.event(leaserouter.EventLeaseExtended, *at)
+			e.Held = 0
+			evs = append(evs, e)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return res, err
+	}
+	r.mu.Lock()
+	r.stats.Heartbeats += uint64(len(res.alive))
+	r.mu.Unlock()
+	r.ev.add(evs...)
+	var unseen, held []*Lease[T]
+	for _, l := range ls {
+		switch {
+		case seen[l]:
+		case l.writer() != 0:
+			held = append(held, l)
+		default:
+			unseen = append(unseen, l)
+		}
+	}
+	if len(held) > 0 {
+		pending, err := r.pending(ctx, q, held)
+		for i, l := range held {
+			if err == nil && pending[i] {
+				res.alive[l] = time.Time{} // held by the caller's transaction, the completion written
+			} else {
+				unseen = append(unseen, l)
+			}
+		}
+	}
+	found, ierr := r.inspect(ctx, q, append(refused, unseen...))
+	if ierr != nil {
+		refused, unseen = nil, nil // why they were refused is unknown: the next round tells
+	}
+	now := time.Now()
+	for _, l := range append(refused, unseen...) {
+		row, ok := found[l.JobID]
+		if !seen[l] && ok && row.token != nil && leaserouter.Token(*row.token) == l.Token && isState(row.was, leaserouter.StateLeased) {
+			continue // held by another transaction, still this lease's: unknown until the next round
+		}
+		if !still(l) || endedByHolder(l, row, ok) {
+			continue // ended by its holder during the round: not a refusal
+		}
+		e := l.lost(row)
+		res.lost[l] = e
+		stale := l.event(leaserouter.EventStaleRejected, now)
+		stale.Held, stale.Err = 0, e
+		r.ev.add(stale)
+		r.release(l)
+	}
+	r.mu.Lock()
+	r.stats.HeartbeatsRefused += uint64(len(res.lost))
+	r.stats.StaleRejections += uint64(len(res.lost))
+	r.mu.Unlock()
+	return res, nil
+}
+
+// endedByHolder reports whether row (found) shows l ended by its own
+// holder — completed, failed or released with l's token — rather than
+// lost: a heartbeat round that raced the holder's own operation.
+func endedByHolder[T any](l *Lease[T], row opResult, found bool) bool {
+	if !found || row.token == nil || leaserouter.Token(*row.token) != l.Token || row.ended == nil {
+		return false
+	}
+	switch leaserouter.LostReason(*row.ended) {
+	case leaserouter.LostCompleted, leaserouter.LostFailed, leaserouter.LostReleased:
+		return !isState(row.was, leaserouter.StateLeased)
+	}
+	return false
+}

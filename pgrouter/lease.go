@@ -10,8 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/leaserouter/leaserouter"
 	"github.com/leaserouter/leaserouter/internal/contract"
 	"github.com/leaserouter/leaserouter/internal/usercode"
@@ -116,197 +114,6 @@ func (l *Lease[T]) Expiry() time.Time {
 	return l.expiry
 }
 
-// lockRow locks a job's row (if it exists) until the end of the
-// transaction, before leaseOp runs in the same one: so leaseOp's clock
-// reading, its WHERE and its report all come after the lock is held,
-// even when another transaction held the row without changing it (a
-// SELECT ... FOR UPDATE), which would let a lone UPDATE go on with the
-// clock it read before waiting.
-const lockRow = `SELECT FROM leaserouter_jobs WHERE queue = $1 AND id = $2 FOR UPDATE`
-
-// leaseOp is the one invariant's statement, run with the row locked: the
-// UPDATE (its SET list spliced in, its own arguments from $4) acts only on
-// a valid lease; the outer SELECT reports, in the same round trip,
-// whether it acted, the state and expiry it left, and otherwise the row
-// as it was (its latest version: the lock is held): current token, state,
-// why its last lease ended.
-const leaseOp = `
-WITH upd AS (
-	UPDATE leaserouter_jobs SET %s
-	WHERE queue = $1 AND id = $2 AND %s
-	RETURNING state, lease_expires_at, updated_at)
-SELECT (SELECT count(*) FROM upd) = 1, (SELECT state FROM upd), (SELECT lease_expires_at FROM upd), (SELECT updated_at FROM upd),
-	j.token, j.state, j.ended
-FROM (SELECT) one LEFT JOIN leaserouter_jobs j ON j.queue = $1 AND j.id = $2`
-
-// validLease is the one invariant, as leaseOp's WHERE states it for the
-// lease whose token is $3 (with the row locked: see lockRow).
-const validLease = `token = $3 AND state = 2 AND lease_expires_at > clock_timestamp()`
-
-// opResult is what leaseOp reports.
-type opResult struct {
-	ok     bool
-	state  *int16     // the state the update left
-	expiry *time.Time // the expiry the update left
-	at     *time.Time // the instant of the update
-	token  *int64     // refused: the job's current token; nil if the row is gone
-	was    *int16     // refused: its state
-	ended  *string    // refused: why its latest lease ended
-	xid    uint64     // in a caller's transaction, done: the full ID of the (sub)transaction that wrote it
-}
-
-// op runs lockRow and leaseOp with set on q, in one round trip and one
-// transaction (q's own, or the batch's implicit one). A refusal returns a
-// *LeaseLostError, reported and no longer held; a caller whose operation
-// ended the lease reports it, then releases it (r.release).
-//
-// A non-zero id makes the operation resolvable (see outcome.go): the
-// transaction first takes the advisory lock on id, and acts only if id
-// is not marked abandoned; if its outcome is unknown, id is kept on l
-// for the resolution.
-//
-// inTx: q is the caller's transaction (nothing else may run on the pool
-// meanwhile: the caller may hold its last connection). The check runs
-// under a savepoint: rolled back to on a refusal or an error (a second
-// round trip), so the row lock it took is let go at once (a stale
-// caller's open transaction never blocks the valid holder) and the
-// transaction stays usable; left in place on success (see CompleteTx),
-// with res.xid the (sub)transaction that wrote the change.
-func (l *Lease[T]) op(ctx context.Context, q querier, inTx bool, id int64, call, set string, args ...any) (opResult, error) {
-	var res opResult
-	if l == nil || l.r == nil {
-		return res, &leaserouter.LeaseLostError{Reason: leaserouter.LostNilLease}
-	}
-	r := l.r
-	b := &pgx.Batch{}
-	if inTx {
-		b.Queue("SAVEPOINT " + savepoint)
-	}
-	where := validLease
-	args = append([]any{r.opts.Queue, l.JobID, int64(l.Token)}, args...)
-	if id != 0 {
-		b.Queue(opLock, id)
-		args = append(args, id)
-		where += fmt.Sprintf(notAbandoned, len(args))
-	}
-	l.queueLock(b, inTx)
-	b.Queue(fmt.Sprintf(leaseOp, set, where), args...)
-	var top string
-	var sub int64
-	if inTx {
-		b.Queue(writerOf, r.opts.Queue, l.JobID)
-	}
-	br := q.SendBatch(ctx, b)
-	var err error
-	if inTx {
-		_, err = br.Exec()
-	}
-	if err == nil && id != 0 {
-		_, err = br.Exec()
-	}
-	if err == nil {
-		_, err = br.Exec()
-	}
-	if err == nil {
-		err = br.QueryRow().Scan(&res.ok, &res.state, &res.expiry, &res.at, &res.token, &res.was, &res.ended)
-	}
-	if err == nil && inTx && res.ok { // refused: the row may be gone, and writerOf has nothing to say
-		err = br.QueryRow().Scan(&top, &sub)
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	if inTx {
-		err = l.endSavepoint(ctx, q, &res, err, top, sub)
-	}
-	if err != nil {
-		if id != 0 && unknownOutcome(err) {
-			l.unsure(id)
-		}
-		return res, fmt.Errorf("pgrouter: %s: %w", call, err)
-	}
-	if res.ok {
-		return res, nil // the caller reports, then releases a lease it ended
-	}
-	r.mu.Lock()
-	r.stats.StaleRejections++
-	if call == "Heartbeat" {
-		r.stats.HeartbeatsRefused++
-	}
-	r.mu.Unlock()
-	e := l.lost(res)
-	stale := l.event(leaserouter.EventStaleRejected, time.Now())
-	stale.Held, stale.Err = 0, e
-	r.ev.add(stale) // before the release: Close delivers every event of a lease it waited for
-	r.release(l)    // refused: the lease is lost, nothing left to hold
-	if e.Reason == leaserouter.LostExpired && !inTx {
-		r.settle(ctx) // found expired: settle it now, as the core's refusal does
-	}
-	return res, e
-}
-
-// lost builds the refusal's error from the row as the refusing statement
-// found it, with its lock held.
-func (l *Lease[T]) lost(res opResult) *leaserouter.LeaseLostError {
-	e := &leaserouter.LeaseLostError{JobID: l.JobID, Token: l.Token, Reason: "unknown"}
-	switch {
-	case res.token == nil: // the job's row is gone (purged)
-	case leaserouter.Token(*res.token) != l.Token:
-		e.Current, e.Reason = leaserouter.Token(*res.token), leaserouter.LostSuperseded
-	case *res.was == int16(leaserouter.StateLeased):
-		// Still leased with this token, yet refused: its expiry had
-		// passed at the moment the row was locked.
-		e.Current, e.Reason = l.Token, leaserouter.LostExpired
-	default:
-		e.Current = l.Token
-		if *res.ended != "" {
-			e.Reason = leaserouter.LostReason(*res.ended)
-		}
-	}
-	return e
-}
-
-// release forgets l in the Router's held leases (Close waits for them).
-func (r *Router[T]) release(l *Lease[T]) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if _, ok := r.held[l]; !ok {
-		return
-	}
-	delete(r.held, l)
-	r.checkDrained()
-}
-
-// holds reports whether l is a lease of this Router's not yet ended.
-func (r *Router[T]) holds(l *Lease[T]) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	_, ok := r.held[l]
-	return ok
-}
-
-// releaseJob forgets this Router's lease of job id with token t, if held.
-func (r *Router[T]) releaseJob(id string, t leaserouter.Token) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for l := range r.held {
-		if l.JobID == id && l.Token == t {
-			delete(r.held, l)
-			r.checkDrained()
-			return
-		}
-	}
-}
-
-// checkDrained closes drained, once, when Close has begun and no lease is
-// held. The caller holds r.mu.
-func (r *Router[T]) checkDrained() {
-	if r.drained != nil && len(r.held) == 0 && !r.drainedDone {
-		r.drainedDone = true
-		close(r.drained)
-	}
-}
-
 // Heartbeat extends the lease to the database's clock + LeaseDuration,
 // never shortening it and never changing its token. A non-nil progress is
 // stored as the job's checkpoint, handed to the next lease of the job if
@@ -319,15 +126,11 @@ func (l *Lease[T]) Heartbeat(ctx context.Context, progress []byte) error {
 	if l != nil {
 		r = l.r
 	}
-	var dur int64
-	var q querier // nil for a nil or zero Lease: op refuses those first
-	if r != nil {
-		dur, q = r.lease, r.db
+	if r == nil {
+		return &leaserouter.LeaseLostError{Reason: leaserouter.LostNilLease}
 	}
-	res, err := l.op(ctx, q, false, 0, "Heartbeat", `
-		lease_expires_at = greatest(lease_expires_at, clock_timestamp() + $4 * interval '1 microsecond'),
-		progress = CASE WHEN $5 THEN $6::bytea ELSE progress END, updated_at = clock_timestamp()`,
-		dur, progress != nil, progress)
+	res, err := l.op(ctx, r.db, false, 0, "Heartbeat", heartbeatLease, args{"queue": r.opts.Queue, "id": l.JobID,
+		"token": int64(l.Token), "lease_us": r.lease, "set_progress": progress != nil, "progress": progress})
 	if err != nil {
 		return err
 	}
@@ -340,11 +143,6 @@ func (l *Lease[T]) Heartbeat(ctx context.Context, progress []byte) error {
 	r.mu.Unlock()
 	return nil
 }
-
-// completeSet ends a lease with success; its purge time is Retention
-// later ($4 microseconds).
-const completeSet = `state = 3, ended = 'completed', owner = '', lease_expires_at = NULL, requeued = false,
-	updated_at = clock_timestamp(), purge_at = clock_timestamp() + $4 * interval '1 microsecond'`
 
 // Complete ends the lease with success: the job is StateSucceeded, kept
 // for Get and dedup for Retention. It returns a *LeaseLostError if the
@@ -360,7 +158,7 @@ const completeSet = `state = 3, ended = 'completed', owner = '', lease_expires_a
 // refused with reason completed).
 func (l *Lease[T]) Complete(ctx context.Context) error {
 	ctx = orBackground(ctx)
-	res, err := l.end(ctx, "Complete", completeSet, l.keep())
+	res, err := l.end(ctx, "Complete", leaserouter.LostCompleted, nil)
 	at := time.Now()
 	switch {
 	case err == nil:
@@ -371,14 +169,6 @@ func (l *Lease[T]) Complete(ctx context.Context) error {
 	l.r.ev.add(l.event(leaserouter.EventCompleted, at))
 	l.r.release(l)
 	return nil
-}
-
-// keep is the Retention in microseconds, 0 for a nil or zero Lease.
-func (l *Lease[T]) keep() int64 {
-	if l == nil || l.r == nil {
-		return 0
-	}
-	return l.r.keep
 }
 
 // Fail ends the lease with a failed attempt: LastError becomes cause's
@@ -411,14 +201,8 @@ func (l *Lease[T]) Fail(ctx context.Context, cause error) error {
 	if !leaserouter.IsPermanent(cause) { // as in the core: no Backoff for a permanent failure
 		backoff = r.backoff(l.Attempt, l.JobID)
 	}
-	res, err := l.end(ctx, "Fail", `
-		state = CASE WHEN $4 OR attempt >= max_attempts THEN 4 WHEN $5::bigint > 0 THEN 1 ELSE 0 END,
-		ready_at = CASE WHEN $4 OR attempt >= max_attempts THEN ready_at
-			ELSE clock_timestamp() + greatest($5::bigint, 0) * interval '1 microsecond' END,
-		ended = 'failed', last_error = $6, owner = '', lease_expires_at = NULL, requeued = false,
-		updated_at = clock_timestamp(),
-		purge_at = CASE WHEN $4 OR attempt >= max_attempts THEN clock_timestamp() + $7 * interval '1 microsecond' END`,
-		leaserouter.IsPermanent(cause), backoff.Microseconds(), text, r.keep)
+	res, err := l.end(ctx, "Fail", leaserouter.LostFailed,
+		args{"permanent": leaserouter.IsPermanent(cause), "delay_us": backoff.Microseconds(), "error": text})
 	if err != nil {
 		if !errors.As(err, new(*leaserouter.LeaseLostError)) && l.resolved(ctx, leaserouter.LostFailed) {
 			r.release(l) // failed, as the row shows; its events are unknown here
@@ -432,7 +216,7 @@ func (l *Lease[T]) Fail(ctx context.Context, cause error) error {
 	next := l.event(leaserouter.EventRetryScheduled, *res.at)
 	next.Held = 0
 	r.mu.Lock()
-	if leaserouter.State(*res.state) == leaserouter.StateFailed {
+	if isState(res.state, leaserouter.StateFailed) {
 		r.stats.Dead++
 		next.Kind, next.Err = leaserouter.EventDead, cause
 	} else {
@@ -440,15 +224,11 @@ func (l *Lease[T]) Fail(ctx context.Context, cause error) error {
 	}
 	r.mu.Unlock()
 	r.ev.add(failed, next)
-	if leaserouter.State(*res.state) != leaserouter.StateFailed {
+	if !isState(res.state, leaserouter.StateFailed) {
 		r.notify(ctx) // ready, or a new due instant for the waiters' timers
 	}
 	return nil
 }
-
-// errExhausted is the Err of EventDead for a job whose last lease was
-// released (or revoked).
-var errExhausted = errors.New("attempts exhausted")
 
 // backoff is Options.Backoff(attempt) for job jobID, with a panic
 // recovered as the core does: the attempt uses DefaultBackoff, the panic
@@ -475,13 +255,7 @@ func (r *Router[T]) backoff(attempt int, jobID string) time.Duration {
 // row shows this lease released.
 func (l *Lease[T]) Release(ctx context.Context) error {
 	ctx = orBackground(ctx)
-	res, err := l.end(ctx, "Release", `
-		state = CASE WHEN attempt >= max_attempts THEN 4 ELSE 0 END,
-		ready_at = clock_timestamp(), ended = 'released', owner = '', lease_expires_at = NULL, requeued = false,
-		updated_at = clock_timestamp(),
-		last_error = CASE WHEN attempt >= max_attempts AND last_error = '' THEN 'attempts exhausted' ELSE last_error END,
-		purge_at = CASE WHEN attempt >= max_attempts THEN clock_timestamp() + $4 * interval '1 microsecond' END`,
-		l.keep())
+	res, err := l.end(ctx, "Release", leaserouter.LostReleased, nil)
 	if err != nil {
 		if !errors.As(err, new(*leaserouter.LeaseLostError)) && l.resolved(ctx, leaserouter.LostReleased) {
 			l.r.release(l) // released, as the row shows; its events are unknown here
@@ -492,7 +266,7 @@ func (l *Lease[T]) Release(ctx context.Context) error {
 	r := l.r
 	defer r.release(l) // after the events
 	r.ev.add(l.event(leaserouter.EventReleased, *res.at))
-	if leaserouter.State(*res.state) == leaserouter.StateFailed {
+	if isState(res.state, leaserouter.StateFailed) {
 		dead := l.event(leaserouter.EventDead, *res.at)
 		dead.Held, dead.Err = 0, errExhausted
 		r.ev.add(dead)
@@ -503,4 +277,94 @@ func (l *Lease[T]) Release(ctx context.Context) error {
 		r.notify(ctx)
 	}
 	return nil
+}
+
+// revokeHeld makes the jobs of leases still held pending again at once
+// (a Run's not running are left to the Run: see Lease.idle), trying
+// until ctx is done; they stay held until that committed (valid until
+// their expiry otherwise: a Run still completes them).
+func (r *Router[T]) revokeHeld(ctx context.Context) error {
+	r.mu.Lock()
+	ls := make([]*Lease[T], 0, len(r.held))
+	for l := range r.held {
+		if !l.idle.Load() { // a Run's lease not running is the Run's to hand back or complete
+			ls = append(ls, l)
+		}
+	}
+	r.mu.Unlock()
+	if len(ls) == 0 {
+		return nil
+	}
+	// Revoked as the core revokes: pending again at once with the attempt
+	// counted, or dead if that was the last; a lease already expired is
+	// left to settling, which settles it as of its expiry.
+	revoked, err := readEnded(r.db.Query(ctx, endLeases, r.endManyArgs(ls, leaserouter.LostRevoked, false)))
+	if err != nil {
+		return fmt.Errorf("pgrouter: Close: revoke leases: %w", err)
+	}
+	var evs []leaserouter.Event
+	dead := 0
+	for _, l := range ls {
+		x, ok := revoked[keyOf(l)]
+		if !ok {
+			continue
+		}
+		e := l.event(leaserouter.EventReleased, x.at)
+		e.Err = errRevoked
+		evs = append(evs, e)
+		if isState(&x.state, leaserouter.StateFailed) {
+			e.Kind, e.Held, e.Err = leaserouter.EventDead, 0, errExhausted
+			evs = append(evs, e)
+			dead++
+		}
+	}
+	r.ev.add(evs...)
+	r.mu.Lock()
+	r.stats.Dead += uint64(dead)
+	for _, l := range ls { // committed: revoked, or ended already
+		delete(r.held, l)
+	}
+	r.checkDrained()
+	r.mu.Unlock()
+	r.notify(ctx)
+	return nil
+}
+
+// completeAll completes ls on q in one statement (those still valid), as
+// Run does with finished jobs outside a claim, and reports whether the
+// statement ran (if not, none was completed).
+func (r *Router[T]) completeAll(ctx context.Context, q querier, ls []*Lease[T]) bool {
+	done, err := readEnded(q.Query(ctx, endLeases, r.endManyArgs(ls, leaserouter.LostCompleted, true)))
+	if err != nil {
+		return false
+	}
+	r.completedMany(ls, done)
+	return true
+}
+
+// handBack hands back ls on q (see handBackMany), wakes the queue's
+// waiters (on q), and reports whether the statement ran. On an error the
+// leases stay until their expiry, unless the caller tries again (a lease
+// handed back already is left alone).
+func (r *Router[T]) handBack(ctx context.Context, q querier, ls []*Lease[T]) bool {
+	return r.handBackErr(ctx, q, ls) == nil
+}
+
+// handBackErr is handBack, returning the statement's error.
+func (r *Router[T]) handBackErr(ctx context.Context, q querier, ls []*Lease[T]) error {
+	if len(ls) == 0 {
+		return nil
+	}
+	ids, tokens := leaseKeys(ls)
+	back, err := readInstants(q.Query(ctx, handBackMany, args{"queue": r.opts.Queue, "ids": ids, "tokens": tokens}))
+	for _, l := range ls {
+		if at, ok := back[keyOf(l)]; ok && r.ev != nil {
+			r.ev.add(l.event(leaserouter.EventReleased, at))
+		}
+		r.release(l)
+	}
+	if err == nil {
+		r.notifyOn(ctx, q)
+	}
+	return err
 }

@@ -172,11 +172,3 @@ func migrationSteps() ([]migrationStep, error) {
 	slices.SortFunc(steps, func(a, b migrationStep) int { return a.version - b.version })
 	return steps, nil
 }
-
-// orBackground treats a nil ctx as context.Background(), as every call does.
-func orBackground(ctx context.Context) context.Context {
-	if ctx == nil {
-		return context.Background()
-	}
-	return ctx
-}

@@ -2,9 +2,11 @@ package pgrouter_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,10 +18,31 @@ import (
 	"github.com/leaserouter/leaserouter/pgrouter/pgtest"
 )
 
+// toSchemaV2 takes a migrated database back to schema version 2 (states
+// as smallint, leaserouter.State's values; no SQL functions), as a
+// database migrated by an older pgrouter is.
+func toSchemaV2(t *testing.T, db *pgxpool.Pool) {
+	t.Helper()
+	_, err := db.Exec(t.Context(), `ALTER TABLE leaserouter_jobs DROP COLUMN leased_at;
+		DROP FUNCTION leaserouter_end_lease; DROP FUNCTION leaserouter_lease_valid;
+		DROP INDEX leaserouter_jobs_ready; DROP INDEX leaserouter_jobs_scheduled;
+		DROP INDEX leaserouter_jobs_leased; DROP INDEX leaserouter_jobs_purge;
+		ALTER TABLE leaserouter_jobs ALTER COLUMN state TYPE smallint
+			USING array_position(enum_range(NULL::leaserouter_job_state), state) - 1;
+		DROP TYPE leaserouter_job_state;
+		CREATE INDEX leaserouter_jobs_ready ON leaserouter_jobs (queue, priority DESC, ready_at, seq) WHERE state = 0;
+		CREATE INDEX leaserouter_jobs_scheduled ON leaserouter_jobs (queue, ready_at) WHERE state = 1;
+		CREATE INDEX leaserouter_jobs_leased ON leaserouter_jobs (queue, lease_expires_at) WHERE state = 2;
+		CREATE INDEX leaserouter_jobs_purge ON leaserouter_jobs (queue, purge_at) WHERE state >= 3;
+		DELETE FROM leaserouter_migrations WHERE version > 2`)
+	require.NoError(t, err)
+}
+
 // toSchemaV1 takes a migrated database back to schema version 1 (before
 // the claim id), as a database migrated by an older pgrouter is.
 func toSchemaV1(t *testing.T, db *pgxpool.Pool) {
 	t.Helper()
+	toSchemaV2(t, db)
 	_, err := db.Exec(t.Context(), `ALTER TABLE leaserouter_jobs DROP COLUMN claim;
 		DROP TABLE leaserouter_abandoned_claims; DELETE FROM leaserouter_migrations WHERE version > 1`)
 	require.NoError(t, err)
@@ -40,6 +63,11 @@ func TestNewRefusesOldSchema(t *testing.T) {
 	}
 	require.ErrorIs(t, err, pgrouter.ErrSchemaOutdated, "New on a schema at version 1")
 	require.ErrorContains(t, err, "at version 1,")
+	require.NoError(t, pgrouter.Migrate(ctx, db))
+	toSchemaV2(t, db)
+	_, err = pgrouter.New[int](ctx, db, pgrouter.Options{})
+	require.ErrorIs(t, err, pgrouter.ErrSchemaOutdated, "New on a schema at version 2")
+	require.ErrorContains(t, err, fmt.Sprintf("at version 2, this module needs %d", latestMigration(t)))
 
 	require.NoError(t, pgrouter.Migrate(ctx, db))
 	r = routerOn[int](t, db, pgrouter.Options{})
@@ -59,40 +87,44 @@ func TestNewRefusesOldSchema(t *testing.T) {
 	require.ErrorContains(t, err, "at version 0,")
 }
 
-// TestMigrateDoesNotStallTheQueue: Migrate of a v1 database while a
-// holder's transaction is open on the jobs table (work after CompleteTx)
-// does not hold up the other statements on the table: it waits for the
-// table in short tries (lock_timeout), so another lease's heartbeats go
-// through meanwhile, each well within the lease; once the transaction
-// commits, Migrate completes the migration.
+// TestMigrateDoesNotStallTheQueue: Migrate of a v2 database (0003 rewrites
+// the jobs table) while a transaction holds a row of the jobs table (as a
+// holder's work after CompleteTx does) does not hold up the other
+// statements on the table: it waits for the table in short tries
+// (lock_timeout), so another job's updates (the statements of the
+// version the database is at: this module's need version 3) go through
+// meanwhile, each well within a lease; once the transaction commits,
+// Migrate completes the migration and a Router works on it.
 func TestMigrateDoesNotStallTheQueue(t *testing.T) {
 	const lease = 2 * time.Second
 	r, db := newRouter[int](t, pgrouter.Options{LeaseDuration: lease})
 	ctx := t.Context()
-	a := leaseOn(t, r, "a")
-	b := leaseOn(t, r, "b")
-	toSchemaV1(t, db)
+	require.NoError(t, r.Enqueue(ctx, "a", 1))
+	require.NoError(t, r.Enqueue(ctx, "b", 2))
+	toSchemaV2(t, db)
 	tx, err := db.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
-	require.NoError(t, a.CompleteTx(ctx, tx)) // long work follows in tx
+	_, err = tx.Exec(ctx, "UPDATE leaserouter_jobs SET state = 3, purge_at = clock_timestamp() + interval '1 hour' WHERE id = 'a'") // long work follows in tx
+	require.NoError(t, err)
 	migrated := make(chan error, 1)
 	go func() { migrated <- pgrouter.Migrate(ctx, db) }()
 	eventually(t, 10*time.Second, "Migrate waiting for the jobs table", func() bool {
 		var n int
 		require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%ALTER TABLE leaserouter_jobs%'`).Scan(&n))
+			WHERE wait_event_type = 'Lock' AND query LIKE '%leaserouter_jobs%' AND query LIKE '%DROP INDEX%'`).Scan(&n))
 		return n > 0
 	})
-	// Heartbeats for a while: each returns well within the lease (a bound
-	// far above a round trip plus Migrate's 100ms lock wait).
+	// A v2 process's heartbeats on b for a while: each returns well within
+	// the lease (a bound far above a round trip plus Migrate's 100ms lock
+	// wait).
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for start := time.Now(); time.Since(start) < lease; <-tick.C {
 		hctx, cancel := context.WithTimeout(ctx, lease/2)
-		err := b.Heartbeat(hctx, nil)
+		_, err := db.Exec(hctx, "UPDATE leaserouter_jobs SET updated_at = clock_timestamp() WHERE id = 'b' AND state = 0")
 		cancel()
-		require.NoError(t, err, "another lease's heartbeat while Migrate waits for the holder's transaction")
+		require.NoError(t, err, "another job's update while Migrate waits for the holder's transaction")
 	}
 	select {
 	case err := <-migrated:
@@ -104,10 +136,77 @@ func TestMigrateDoesNotStallTheQueue(t *testing.T) {
 	var v int
 	require.NoError(t, db.QueryRow(ctx, "SELECT max(version) FROM leaserouter_migrations").Scan(&v))
 	require.Equal(t, latestMigration(t), v)
-	require.NoError(t, b.Complete(ctx))
-	j, _, err := r.Get(ctx, "a")
+	r2 := routerOn[int](t, db, pgrouter.Options{LeaseDuration: lease})
+	j, _, err := r2.Get(ctx, "a")
 	require.NoError(t, err)
-	require.Equal(t, leaserouter.StateSucceeded, j.State)
+	require.Equal(t, leaserouter.StateSucceeded, j.State, "the holder's write, converted")
+	l, err := r2.TryAcquire(ctx, "w")
+	require.NoError(t, err)
+	require.Equal(t, "b", l.JobID)
+	require.NoError(t, l.Complete(ctx))
+}
+
+// TestStateEnumIsState pins the state column's enum (migration 0003)
+// against leaserouter.State: the same names, in the same order (so
+// comparisons of states in SQL follow the core's order).
+func TestStateEnumIsState(t *testing.T) {
+	db := pgtest.New(t)
+	var labels []string
+	require.NoError(t, db.QueryRow(t.Context(),
+		"SELECT enum_range(NULL::leaserouter_job_state)::text[]").Scan(&labels))
+	var want []string
+	for s := leaserouter.StatePending; s <= leaserouter.StateCanceled; s++ {
+		want = append(want, s.String())
+	}
+	require.Equal(t, want, labels)
+	require.Equal(t, "State(6)", (leaserouter.StateCanceled + 1).String(), "a state the enum lacks")
+}
+
+// TestMigrateConvertsStates: migration 0003 converts a v2 table with a
+// job in every state (smallint, leaserouter.State's values) to the enum,
+// each to its own state, and a Router of this version reads them so and
+// works on them (the partial indexes made again: the pending job is
+// claimed, the leased one settled at its expiry).
+func TestMigrateConvertsStates(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := t.Context()
+	toSchemaV2(t, db)
+	for s := leaserouter.StatePending; s <= leaserouter.StateCanceled; s++ {
+		_, err := db.Exec(ctx, `INSERT INTO leaserouter_jobs (queue, id, state, ready_at, max_attempts, payload,
+				created_at, updated_at, token, attempt, lease_expires_at, purge_at, ended)
+			VALUES ('default', $1, $2::smallint, clock_timestamp() + CASE WHEN $2::smallint = 1 THEN interval '1 hour' ELSE interval '0' END,
+				5, '7', clock_timestamp(), clock_timestamp(), CASE WHEN $2::smallint = 2 THEN 42 ELSE 0 END,
+				CASE WHEN $2::smallint = 2 THEN 1 ELSE 0 END,
+				CASE WHEN $2::smallint = 2 THEN clock_timestamp() + interval '200 milliseconds' END,
+				CASE WHEN $2::smallint >= 3 THEN clock_timestamp() + interval '1 hour' END, '')`,
+			s.String(), int16(s))
+		require.NoError(t, err)
+	}
+	require.NoError(t, pgrouter.Migrate(ctx, db))
+	for s := leaserouter.StatePending; s <= leaserouter.StateCanceled; s++ {
+		var label string
+		require.NoError(t, db.QueryRow(ctx, "SELECT state::text FROM leaserouter_jobs WHERE id = $1", s.String()).Scan(&label))
+		require.Equal(t, s.String(), label)
+	}
+	r := routerOn[int](t, db, pgrouter.Options{})
+	for s := leaserouter.StatePending; s <= leaserouter.StateCanceled; s++ {
+		if s == leaserouter.StateLeased {
+			continue // Get would settle it once expired
+		}
+		j, ok, err := r.Get(ctx, s.String())
+		require.NoError(t, err)
+		require.True(t, ok, "job %s", s)
+		require.Equal(t, s, j.State, "job %s", s)
+	}
+	l, err := r.TryAcquire(ctx, "w")
+	require.NoError(t, err)
+	require.Equal(t, "pending", l.JobID, "the pending job, through the ready index's new predicate")
+	require.NoError(t, l.Complete(ctx))
+	eventually(t, 10*time.Second, "the leased job settled at its expiry", func() bool {
+		j, _, err := r.Get(ctx, "leased")
+		require.NoError(t, err)
+		return j.State == leaserouter.StatePending
+	})
 }
 
 // TestMigrateHonoursCtxWhileWaiting: a Migrate waiting for a table an
@@ -143,4 +242,25 @@ func latestMigration(t *testing.T) int {
 	v, err := strconv.Atoi(strings.SplitN(filepath.Base(files[len(files)-1]), "_", 2)[0])
 	require.NoError(t, err)
 	return v
+}
+
+// TestMigrateConcurrent: Migrate is idempotent and safe when many
+// processes (here, connections) run it at once.
+func TestMigrateConcurrent(t *testing.T) {
+	db := pgtest.New(t) // migrated once already
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Go(func() { errs[i] = pgrouter.Migrate(t.Context(), db) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	var n, v int
+	require.NoError(t, db.QueryRow(t.Context(), "SELECT count(*), max(version) FROM leaserouter_migrations").Scan(&n, &v))
+	files, err := filepath.Glob("migrations/*.sql") // the migrations embedded, each applied once
+	require.NoError(t, err)
+	require.Equal(t, len(files), n)
+	require.Equal(t, latestMigration(t), v)
 }

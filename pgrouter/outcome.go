@@ -2,10 +2,14 @@ package pgrouter
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
+	"maps"
 	"slices"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/leaserouter/leaserouter"
 )
@@ -17,7 +21,7 @@ import (
 // at the server. A read of the row at that moment sees the lease valid,
 // and the operation may still commit a moment later: the read alone is
 // no answer. So each such operation carries a random operation id, as a
-// claim carries its claim id (see resolve.go): its transaction first
+// claim carries its claim id (see below): its transaction first
 // takes the advisory lock on the id, and acts only if the id is not
 // marked abandoned. The resolution of an unknown outcome, in one
 // transaction on another connection, takes the advisory locks of the
@@ -35,33 +39,11 @@ import (
 // PID of their own, which may name another session's backend, and a role
 // may lack the right to signal it.
 
-// opLock takes the operation's advisory lock ($1, its id) for the
-// transaction: the first statement of its batch, so that the statement
-// acting reads the abandoned marks after the lock is held. A resolver of
-// the operation waits for it.
-const opLock = claimLock
-
-// notAbandoned is added to a resolvable operation's WHERE: it acts only
-// if its id ($%d) is not marked abandoned.
-const notAbandoned = ` AND NOT EXISTS (SELECT FROM leaserouter_abandoned_claims WHERE id = $%d)`
-
-// abandonOps marks the operations of ids $1 abandoned.
-const abandonOps = `INSERT INTO leaserouter_abandoned_claims (id) SELECT unnest($1::bigint[]) ON CONFLICT DO NOTHING`
-
-// asyncCommit makes the resolution's transaction commit without waiting
-// for its WAL to be flushed (or replicated): its marks only need to
-// outlive the operations still on their way to this server, which a
-// crash ends as well.
-const asyncCommit = `SELECT set_config('synchronous_commit', 'off', true)`
-
-// readLease reads job $2's current token, state and why its last lease
-// ended, without locking it.
-const readLease = `SELECT token, state, ended FROM leaserouter_jobs WHERE queue = $1 AND id = $2`
-
-// end runs a resolvable lease operation (see op) ending l, on a
+// end runs a resolvable lease operation (see op) ending l for reason
+// (leases_end.sql, with extra's arguments for a failure), on a
 // connection of the pool acquired for it: a call that could not get one
 // sent nothing, and leaves nothing to resolve.
-func (l *Lease[T]) end(ctx context.Context, call, set string, args ...any) (opResult, error) {
+func (l *Lease[T]) end(ctx context.Context, call string, reason leaserouter.LostReason, extra args) (opResult, error) {
 	if l == nil || l.r == nil {
 		return opResult{}, &leaserouter.LeaseLostError{Reason: leaserouter.LostNilLease}
 	}
@@ -70,7 +52,11 @@ func (l *Lease[T]) end(ctx context.Context, call, set string, args ...any) (opRe
 		return opResult{}, errWrap(call, err)
 	}
 	defer conn.Release()
-	return l.op(ctx, conn, false, newClaimID(), call, set, args...)
+	id := newClaimID()
+	a := l.endArgs(reason)
+	a["op"] = id
+	maps.Copy(a, extra)
+	return l.op(ctx, conn, false, id, call, endLease, a)
 }
 
 // unsure keeps id, an operation of l whose outcome is unknown, for the
@@ -108,12 +94,12 @@ func (l *Lease[T]) resolved(ctx context.Context, reason leaserouter.LostReason) 
 		b.Queue(asyncCommit)
 	}
 	for _, id := range ids {
-		b.Queue(opLock, id)
+		b.Queue(claimLock, args{"id": id})
 	}
 	if len(ids) > 0 {
-		b.Queue(abandonOps, ids)
+		b.Queue(abandon, args{"ids": ids})
 	}
-	b.Queue(readLease, l.r.opts.Queue, l.JobID)
+	b.Queue(inspectLeases, args{"queue": l.r.opts.Queue, "ids": []string{l.JobID}})
 	br := l.r.db.SendBatch(ctx, b)
 	var err error
 	if len(ids) > 0 {
@@ -130,7 +116,7 @@ func (l *Lease[T]) resolved(ctx context.Context, reason leaserouter.LostReason) 
 	var row opResult
 	found := false
 	if err == nil {
-		err = br.QueryRow().Scan(&row.token, &row.was, &row.ended)
+		err = br.QueryRow().Scan(&row.id, &row.token, &row.was, &row.ended)
 		found = err == nil
 		if errors.Is(err, pgx.ErrNoRows) {
 			err = nil // the row is gone (purged)
@@ -146,5 +132,81 @@ func (l *Lease[T]) resolved(ctx context.Context, reason leaserouter.LostReason) 
 	l.cut = slices.DeleteFunc(l.cut, func(id int64) bool { _, ok := slices.BinarySearch(ids, id); return ok })
 	l.mu.Unlock()
 	return found && row.token != nil && row.was != nil && row.ended != nil && leaserouter.Token(*row.token) == l.Token &&
-		*row.was != int16(leaserouter.StateLeased) && *row.ended == string(reason)
+		!isState(row.was, leaserouter.StateLeased) && *row.ended == string(reason)
+}
+
+// Unknown outcomes. A statement whose reply never arrived (the connection
+// failed, or the call's ctx ended, after it was sent) may or may not have
+// committed. Lease operations resolve theirs before reporting (see
+// above: an operation id, locked and marked as a claim id is). A
+// claim carries a random claim id, written on the rows it leases and
+// locked (an advisory lock on the id) for its transaction; a claim whose
+// outcome is unknown is resolved in the background: the resolver waits
+// for the claim's transaction if it is running (the advisory lock), marks
+// the claim abandoned (so a claim still to reach the server claims
+// nothing), and hands back every lease the claim granted, the attempt not
+// counted: no worker received them (undoing the expiry settlement of
+// those settled meanwhile: see undoClaimExpiry).
+
+// newClaimID is a random claim id (never 0), also used as a lease
+// operation's id (see above).
+func newClaimID() int64 {
+	var b [8]byte
+	for {
+		_, _ = rand.Read(b[:])
+		if id := int64(binary.LittleEndian.Uint64(b[:])); id != 0 {
+			return id
+		}
+	}
+}
+
+// unknownOutcome reports whether a round trip that failed with err may
+// have committed: the request may have reached the server, and the
+// server did not report an error (which rolls the implicit transaction
+// back).
+func unknownOutcome(err error) bool {
+	if err == nil || pgconn.SafeToRetry(err) {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	return !errors.As(err, &pgErr)
+}
+
+// resolveClaim resolves, in the background, claim id whose outcome is
+// unknown: see the comment at the top of this file.
+func (r *Router[T]) resolveClaim(id int64) {
+	r.later(func(ctx context.Context) error { return r.resolveClaimOnce(ctx, id) })
+}
+
+// resolveClaimOnce resolves claim id in one round trip (one transaction:
+// a retry after an error is harmless), waiting for the claim's
+// transaction if it is running.
+func (r *Router[T]) resolveClaimOnce(ctx context.Context, id int64) error {
+	b := &pgx.Batch{}
+	b.Queue(claimLock, args{"id": id})
+	b.Queue(abandon, args{"ids": []int64{id}})
+	b.Queue(handBackClaim, args{"queue": r.opts.Queue, "claim": id})
+	b.Queue(undoClaimExpiry, args{"queue": r.opts.Queue, "claim": id, "lease_us": r.lease})
+	res := r.db.SendBatch(ctx, b)
+	_, err := res.Exec()
+	if err == nil {
+		_, err = res.Exec()
+	}
+	var n, m int64
+	if err == nil {
+		err = res.QueryRow().Scan(&n)
+	}
+	if err == nil {
+		err = res.QueryRow().Scan(&m)
+	}
+	if cerr := res.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if n+m > 0 {
+		r.notify(ctx)
+	}
+	return nil
 }

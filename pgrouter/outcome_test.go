@@ -220,9 +220,13 @@ func await(t *testing.T, ch <-chan struct{}, what string) {
 }
 
 // endingOps are the lease operations that end a lease, each with a
-// marker from its statement, the job state it leaves (a first attempt of
+// marker from its statement (one for all: every end of a lease goes
+// through leases_end.sql, whose call of leaserouter_end_lease takes its
+// reason as a parameter; settle_expired.sql's passes a literal), the job state it leaves (a first attempt of
 // MaxAttempts 3, with the default backoff) and the reason a later
 // operation is refused with.
+const endMarker = "leaserouter_end_lease($"
+
 var endingOps = []struct {
 	name   string
 	marker string
@@ -230,11 +234,11 @@ var endingOps = []struct {
 	reason leaserouter.LostReason
 	call   func(context.Context, *pgrouter.Lease[int]) error
 }{
-	{"Complete", "ended = 'completed'", leaserouter.StateSucceeded, leaserouter.LostCompleted,
+	{"Complete", endMarker, leaserouter.StateSucceeded, leaserouter.LostCompleted,
 		func(ctx context.Context, l *pgrouter.Lease[int]) error { return l.Complete(ctx) }},
-	{"Fail", "ended = 'failed'", leaserouter.StateScheduled, leaserouter.LostFailed,
+	{"Fail", endMarker, leaserouter.StateScheduled, leaserouter.LostFailed,
 		func(ctx context.Context, l *pgrouter.Lease[int]) error { return l.Fail(ctx, errors.New("boom")) }},
-	{"Release", "ended = 'released'", leaserouter.StatePending, leaserouter.LostReleased,
+	{"Release", endMarker, leaserouter.StatePending, leaserouter.LostReleased,
 		func(ctx context.Context, l *pgrouter.Lease[int]) error { return l.Release(ctx) }},
 }
 
@@ -368,7 +372,7 @@ func TestUnknownOutcomeResolutionHonoursCtx(t *testing.T) {
 	defer func() { _ = blocker.Rollback(t.Context()) }()
 	_, err = blocker.Exec(t.Context(), "SELECT FROM leaserouter_jobs WHERE id = 'a' FOR UPDATE")
 	require.NoError(t, err)
-	p.arm("ended = 'completed'", true) // forwarded; the client's side never cut by the proxy
+	p.arm(endMarker, true) // forwarded; the client's side never cut by the proxy
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
 	done := make(chan error, 1)

@@ -2,146 +2,17 @@ package pgrouter
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
-	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leaserouter/leaserouter"
-	"github.com/leaserouter/leaserouter/internal/contract"
 )
-
-// Options configure a Router. The zero value is valid: every zero field
-// gets its default, as in the core (leaserouter.Options).
-type Options struct {
-	// Queue names this Router's jobs: routers of other queues share the
-	// tables, never the jobs. Default "default". A name follows the
-	// core's rule for IDs with a limit of its own: valid UTF-8, no NUL,
-	// at most MaxQueueBytes bytes; New returns an error wrapping
-	// leaserouter.ErrInvalidOptions for any other.
-	Queue string
-	// LeaseDuration is how long a lease lasts without a heartbeat, on the
-	// database's clock. Default leaserouter.DefaultLeaseDuration (30s);
-	// negative is invalid; a positive one below MinLeaseDuration (1ms) is
-	// invalid (the database keeps microseconds, and a lease must outlast a
-	// round trip), unlike the core's.
-	LeaseDuration time.Duration
-	// MaxAttempts is how many leases a job may be granted before it is
-	// dead. Default leaserouter.DefaultMaxAttempts (5); negative or above
-	// math.MaxInt32 is invalid. WithMaxAttempts overrides it per job.
-	MaxAttempts int
-	// Backoff gives the delay before retrying a job after Lease.Fail on
-	// the given attempt (1 for the first). Default
-	// leaserouter.DefaultBackoff. A result <= 0 retries at once. It is not
-	// called for a Permanent cause. A panic in it is recovered, counted in
-	// Stats.CallbackPanics and reported (see OnEvent), and the attempt uses
-	// DefaultBackoff instead, as in the core.
-	Backoff func(attempt int) time.Duration
-	// Retention is how long finished jobs stay for Get and dedup. Zero
-	// means leaserouter.DefaultRetention (10m); negative means finished
-	// jobs are dropped at once (invisible at once; their rows are deleted
-	// by the next maintenance round, see New).
-	Retention time.Duration
-	// TokenFloor: every token issued is greater than it. The token
-	// sequence is shared by every Router of the database; New raises it
-	// above TokenFloor and the Unix time in nanoseconds (database clock),
-	// never lowers it. It must be below math.MaxInt64.
-	TokenFloor leaserouter.Token
-	// PollInterval bounds how long a blocked Acquire waits when a
-	// notification is missed (or the listening connection is down).
-	// Default 1s; negative is invalid.
-	PollInterval time.Duration
-	// OnEvent, if set, receives every event of this process's transitions
-	// (those its calls, its Run and its maintenance loop made; other
-	// processes report their own), in the order this process recorded
-	// them, from a goroutine of the Router's own, never on the goroutine
-	// that made the transition; calls are serial. Event.Time is the
-	// database's instant of the transition (for lease_expired, the expiry;
-	// for duplicate and stale_rejected, this process's clock). Up to 16384
-	// events wait for delivery; beyond that Enqueue, EnqueueMany and
-	// claims (Acquire, TryAcquire, Run taking jobs) wait before their
-	// round trip until delivery has brought the backlog down to half (the
-	// events of the batch in delivery count until their hooks return), as
-	// in the core, so a hook slower than the event rate slows the producers
-	// of new work; lease operations never wait. A panic in OnEvent (or a
-	// runtime.Goexit, as t.FailNow does) is recovered, counted in
-	// Stats.CallbackPanics and reported at level Error through Logger
-	// (slog.Default() if Logger is nil), as in the core; delivery goes on
-	// with the next event. Close returns once every event has been
-	// delivered (or its ctx is done).
-	OnEvent func(leaserouter.Event)
-	// Logger, if set, gets one record per event, as the core writes them
-	// (leaserouter.Event.Log), after OnEvent's call for the same event. A
-	// panic in its handler is recovered, counted in Stats.CallbackPanics
-	// and reported to slog.Default().
-	Logger *slog.Logger
-}
-
-// MinLeaseDuration is the shortest positive Options.LeaseDuration: the
-// database keeps instants in microseconds, and a lease must outlast a
-// round trip. The core has no such floor (see the package doc, Rules that
-// differ).
-const MinLeaseDuration = time.Millisecond
-
-// DefaultPollInterval is the default Options.PollInterval.
-const DefaultPollInterval = time.Second
-
-// MaxQueueBytes is the longest Options.Queue, in bytes (not characters).
-// A queue name is the payload of the NOTIFY that wakes other processes'
-// Acquires (PostgreSQL refuses payloads of 8000 bytes or more) and leads
-// every index entry of the jobs table, where together with an ID of up
-// to leaserouter.MaxIDBytes it must fit in a btree entry (2704 bytes with
-// 8 kB pages, compressed or not): 256 bytes keeps both with a wide
-// margin and is far above any natural name.
-const MaxQueueBytes = 256
-
-// DefaultQueue is the default Options.Queue.
-const DefaultQueue = "default"
-
-// withDefaults checks o and fills its zero fields.
-func (o Options) withDefaults() (Options, error) {
-	bad := func(format string, a ...any) (Options, error) {
-		return o, fmt.Errorf("%w: "+format, append([]any{leaserouter.ErrInvalidOptions}, a...)...)
-	}
-	// The fields every backend has: the core's check and messages, with
-	// this backend's floor on LeaseDuration (MinLeaseDuration).
-	if err := contract.CheckOptions(leaserouter.ErrInvalidOptions, o.LeaseDuration, MinLeaseDuration, leaserouter.DefaultLeaseDuration,
-		o.MaxAttempts, leaserouter.DefaultMaxAttempts, uint64(o.TokenFloor)); err != nil {
-		return o, err
-	}
-	if o.PollInterval < 0 {
-		return bad("PollInterval is %v, must be >= 0 (or 0 for the default %v)", o.PollInterval, DefaultPollInterval)
-	}
-	if p := nameProblem(o.Queue, MaxQueueBytes, "MaxQueueBytes"); p != "" {
-		return bad("Queue %s", p)
-	}
-	if o.Queue == "" {
-		o.Queue = DefaultQueue
-	}
-	if o.LeaseDuration == 0 {
-		o.LeaseDuration = leaserouter.DefaultLeaseDuration
-	}
-	if o.MaxAttempts == 0 {
-		o.MaxAttempts = leaserouter.DefaultMaxAttempts
-	}
-	if o.Backoff == nil {
-		o.Backoff = leaserouter.DefaultBackoff
-	}
-	if o.Retention == 0 {
-		o.Retention = leaserouter.DefaultRetention
-	}
-	if o.PollInterval == 0 {
-		o.PollInterval = DefaultPollInterval
-	}
-	return o, nil
-}
 
 // Router is the leaserouter contract on PostgreSQL: one queue's jobs in a
 // table many processes share, leases that expire on the database's clock,
@@ -154,7 +25,8 @@ type Router[T any] struct {
 	lease int64 // LeaseDuration in microseconds
 	keep  int64 // Retention in microseconds, 0 if negative (purge at once)
 
-	closing chan struct{} // closed when Close starts
+	closing    context.Context    // done when Close starts
+	startClose context.CancelFunc // ends closing
 
 	mu          sync.Mutex
 	closed      bool
@@ -197,25 +69,29 @@ func New[T any](ctx context.Context, db *pgxpool.Pool, opts Options) (*Router[T]
 	}
 	r := &Router[T]{
 		db: db, opts: opts,
-		lease:   opts.LeaseDuration.Microseconds(),
-		keep:    max(0, opts.Retention.Microseconds()),
-		held:    make(map[*Lease[T]]struct{}),
-		done:    make(chan struct{}),
-		closing: make(chan struct{}),
-		wake:    newWaker(),
-		tasks:   newTasks(),
+		lease: opts.LeaseDuration.Microseconds(),
+		keep:  max(0, opts.Retention.Microseconds()),
+		held:  make(map[*Lease[T]]struct{}),
+		done:  make(chan struct{}),
+		wake:  newWaker(),
+		tasks: newTasks(),
 	}
 	r.ev = newEvents(opts.OnEvent, opts.Logger, func() {
 		r.mu.Lock()
 		r.stats.CallbackPanics++
 		r.mu.Unlock()
-	})
+	}, 2) // the producers: the maintenance loop and the KeepAlive goroutine
+	r.closing, r.startClose = context.WithCancel(context.Background())
 	lctx, stop := context.WithCancel(context.Background())
 	r.stop = stop
 	r.keepers = newKeepers(r)
 	r.stopped.Go(func() { r.wake.listen(lctx, db, opts.Queue) })
-	r.stopped.Go(func() { r.maintain(lctx) })
-	r.stopped.Go(func() { r.keepers.run(lctx) })
+	r.stopped.Go(func() { defer r.ev.producerDone(); r.maintain(lctx) })
+	r.stopped.Go(func() { defer r.ev.producerDone(); r.keepers.run(lctx) })
+	if r.ev != nil {
+		r.ev.group = &r.stopped
+		r.stopped.Go(r.ev.deliver)
+	}
 	return r, nil
 }
 
@@ -226,13 +102,10 @@ func New[T any](ctx context.Context, db *pgxpool.Pool, opts Options) (*Router[T]
 // the sequence and setting it: it cannot go back under concurrent claims.
 func raiseTokens(ctx context.Context, db *pgxpool.Pool, floor leaserouter.Token) error {
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "ALTER SEQUENCE leaserouter_token CACHE 1"); err != nil {
+		if _, err := tx.Exec(ctx, lockTokens); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `SELECT setval('leaserouter_token', greatest(
-				(SELECT last_value FROM leaserouter_token),
-				$1::bigint,
-				(extract(epoch FROM clock_timestamp()) * 1e9)::bigint), true)`, int64(floor))
+		_, err := tx.Exec(ctx, raiseToken, args{"floor": int64(floor)})
 		return err
 	})
 	if err != nil {
@@ -251,88 +124,6 @@ func (r *Router[T]) open() error {
 	return nil
 }
 
-// notify wakes the Routers of this queue in every process (best effort:
-// they also poll).
-func (r *Router[T]) notify(ctx context.Context) { r.notifyOn(ctx, r.db) }
-
-// notifyOn is notify on q (a connection already held: no wait for the
-// pool).
-func (r *Router[T]) notifyOn(ctx context.Context, q querier) {
-	_, _ = q.Exec(ctx, "SELECT pg_notify($1, $2)", channel, r.opts.Queue)
-}
-
-// encode is a payload as the jsonb column holds it.
-func encode[T any](id string, payload T) (string, error) {
-	b, err := json.Marshal(payload)
-	if err != nil {
-		return "", fmt.Errorf("%w: payload of job %q does not encode as JSON: %v", leaserouter.ErrInvalidJob, id, err)
-	}
-	if hasNUL(b) {
-		return "", fmt.Errorf("%w: payload of job %q holds a NUL character, which PostgreSQL's jsonb cannot store", leaserouter.ErrInvalidJob, id)
-	}
-	return string(b), nil
-}
-
-// nameProblem says what breaks the core's rule for IDs (valid UTF-8, no
-// NUL; leaserouter.ValidateID) with the limit of limit bytes, named
-// limitName, in s, quoting s as the core does; "" if nothing does ("" itself
-// passes). It is how pgrouter checks the names the core never sees:
-// queue names and fence keys.
-func nameProblem(s string, limit int, limitName string) string {
-	q := func() string { // as the core's: at most 32 bytes, cut at a rune's start
-		if len(s) <= 32 {
-			return fmt.Sprintf("%q", s)
-		}
-		k := 32
-		for k > 28 && !utf8.RuneStart(s[k]) {
-			k--
-		}
-		return fmt.Sprintf("%q...", s[:k])
-	}
-	if len(s) > limit {
-		return fmt.Sprintf("%s is %d bytes, above %s (%d)", q(), len(s), limitName, limit)
-	}
-	if i := strings.IndexByte(s, 0); i >= 0 {
-		return fmt.Sprintf("%s holds NUL at byte %d", q(), i)
-	}
-	if !utf8.ValidString(s) {
-		i := 0
-		for i < len(s) {
-			r, n := utf8.DecodeRuneInString(s[i:])
-			if r == utf8.RuneError && n == 1 {
-				break
-			}
-			i += n
-		}
-		return fmt.Sprintf("%s is not valid UTF-8 at byte %d", q(), i)
-	}
-	return ""
-}
-
-// hasNUL reports whether JSON text b holds the escape \u0000 (a NUL in a
-// string), skipping escaped backslashes.
-func hasNUL(b []byte) bool {
-	for i := 0; i < len(b); i++ {
-		if b[i] != '\\' {
-			continue
-		}
-		if i+5 < len(b) && string(b[i+1:i+6]) == "u0000" {
-			return true
-		}
-		i++ // the escaped character
-	}
-	return false
-}
-
-// decode reads a payload from its jsonb column.
-func decode[T any](id string, b []byte) (T, error) {
-	var v T
-	if err := json.Unmarshal(b, &v); err != nil {
-		return v, fmt.Errorf("pgrouter: payload of job %q does not decode: %w", id, err)
-	}
-	return v, nil
-}
-
 // errWrap wraps a driver error with the call's name.
 func errWrap(call string, err error) error {
 	if err == nil {
@@ -345,4 +136,169 @@ func errWrap(call string, err error) error {
 		return err
 	}
 	return fmt.Errorf("pgrouter: %s: %w", call, err)
+}
+
+// Close stops the Router. It refuses new work at once (Enqueue,
+// EnqueueMany, Acquire, TryAcquire and their batch forms return
+// ErrClosed; blocked Acquires return ErrClosed), then waits, until ctx is
+// done, for the leases this Router granted to end (holders may still
+// Heartbeat, Complete, Fail and Release); an abandoned lease ends at its
+// expiry (as proven by its last accepted heartbeat, on this process's
+// clock). Leases still held then are revoked, in one round trip: their
+// jobs are pending again at once (the attempt counted) and their
+// holders' operations are refused with ErrLeaseLost; a Run's leases not
+// running (leased ahead of their turn, or finished and not yet
+// completed) are not revoked: the stopping Run hands them back (the
+// attempt not counted) or completes them. It then waits for
+// the Router's background work (unknown outcomes being resolved, a
+// stopped Run's last completions and hand-backs), ends it, stops its
+// goroutines and returns nil, or ctx.Err() if ctx was done first.
+//
+// Close returns within 100ms of ctx's end, whatever the database does
+// (its pool exhausted, the server stalled): the revocation and the
+// background work go on until 50ms after ctx ended at most (one deadline
+// for both). Leases the revocation did not end by then end at their
+// expiry (their holders' operations, a Run's completions included, are
+// accepted until then); background work not finished by then is
+// abandoned (a claim's unknown outcome left so: its leases expire, their
+// attempt counted). A ctx done already revokes at once. Get and Stats
+// keep working; Cancel returns ErrClosed. Calling Close again waits for
+// the first call (or ctx) and returns nil. A nil ctx means
+// context.Background().
+func (r *Router[T]) Close(ctx context.Context) error {
+	ctx = orBackground(ctx)
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		if r.ev != nil && r.ev.inHook() {
+			return nil // the first Close waits for the delivery this call is part of
+		}
+		select {
+		case <-r.done:
+		case <-ctx.Done():
+		}
+		return nil
+	}
+	r.closed = true
+	r.startClose()
+	r.drained = make(chan struct{})
+	r.checkDrained()
+	r.mu.Unlock()
+	r.wake.broadcast() // blocked Acquires see closed
+	err := r.drain(ctx)
+	// One deadline, closeGrace after ctx's end, for both: graces never add up.
+	last, cancel := withGrace(ctx, closeGrace)
+	defer cancel()
+	rerr := r.revokeHeld(graced(last))
+	if terr := r.tasks.close(last); err == nil && terr != nil {
+		err = ctx.Err()
+	}
+	r.stop()
+	// The delivery goroutine ends once the others have and it has
+	// delivered what is left: Close waits for every goroutine of the
+	// Router's, unless ctx ends first (a hook still running: they end when
+	// it returns) or Close is called from a hook (the delivery goroutine is
+	// the caller: it ends after).
+	eerr := r.ev.close(ctx)
+	switch {
+	case eerr != nil:
+		if err == nil {
+			err = eerr
+		}
+	case r.ev != nil && r.ev.inHook():
+	default:
+		r.stopped.Wait()
+	}
+	close(r.done)
+	if err == nil {
+		err = rerr
+	}
+	return err
+}
+
+// drain waits until no lease granted here is held, or until every one
+// still held has passed the instant up to which a heartbeat proved it
+// valid (an abandoned lease ends at its expiry: Close does not wait
+// longer for it), or until ctx is done (then it returns ctx.Err()).
+func (r *Router[T]) drain(ctx context.Context) error {
+	for {
+		r.mu.Lock()
+		var last time.Time
+		for l := range r.held {
+			if p := l.provenUntil(); p.After(last) {
+				last = p
+			}
+		}
+		r.mu.Unlock()
+		wait := time.Until(last)
+		if wait <= 0 {
+			return nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-r.drained:
+			t.Stop()
+			return nil
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// querier is what Enqueue needs of a pool or a caller's transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// release forgets l in the Router's held leases (Close waits for them).
+func (r *Router[T]) release(l *Lease[T]) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.held[l]; !ok {
+		return
+	}
+	delete(r.held, l)
+	r.checkDrained()
+}
+
+// holds reports whether l is a lease of this Router's not yet ended.
+func (r *Router[T]) holds(l *Lease[T]) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.held[l]
+	return ok
+}
+
+// releaseJob forgets this Router's lease of job id with token t, if held.
+func (r *Router[T]) releaseJob(id string, t leaserouter.Token) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for l := range r.held {
+		if l.JobID == id && l.Token == t {
+			delete(r.held, l)
+			r.checkDrained()
+			return
+		}
+	}
+}
+
+// checkDrained closes drained, once, when Close has begun and no lease is
+// held. The caller holds r.mu.
+func (r *Router[T]) checkDrained() {
+	if r.drained != nil && len(r.held) == 0 && !r.drainedDone {
+		r.drainedDone = true
+		close(r.drained)
+	}
+}
+
+// orBackground treats a nil ctx as context.Background(), as every call does.
+func orBackground(ctx context.Context) context.Context {
+	if ctx == nil {
+		return context.Background()
+	}
+	return ctx
 }

@@ -96,21 +96,18 @@ func (r *Router[T]) Run(ctx context.Context, opts leaserouter.WorkerOptions, h H
 		return err
 	}
 	u := &runner[T]{r: r, h: h, opts: opts, ctx: ctx, held: make(map[*Lease[T]]*held), idle: newWaker()}
-	u.stopping, u.stop = context.WithCancel(context.Background())
+	// stopping ends when ctx does or Close starts, waking sleeping workers
+	// and the heartbeat goroutine; then quit's end is armed (see armQuit).
+	u.stopping, u.stop = context.WithCancel(ctx)
 	u.quit, u.endQuit = context.WithCancel(context.Background())
 	defer u.endQuit()
-	go func() { // wakes sleeping workers and the heartbeat goroutine when the Run stops
-		select {
-		case <-ctx.Done():
-		case <-r.closing:
-		case <-u.stopping.Done():
-		}
-		u.stop()
+	unwatchClose := context.AfterFunc(r.closing, u.stop)
+	unwatchStop := context.AfterFunc(u.stopping, func() {
 		u.mu.Lock()
 		u.wound = true
 		u.armQuit()
 		u.mu.Unlock()
-	}()
+	})
 	var beats, workers sync.WaitGroup
 	beatsDone := make(chan struct{})
 	beats.Go(func() { u.heartbeats(beatsDone) })
@@ -124,6 +121,8 @@ func (r *Router[T]) Run(ctx context.Context, opts leaserouter.WorkerOptions, h H
 	workers.Wait()
 	close(beatsDone)
 	beats.Wait()
+	unwatchClose()
+	unwatchStop()
 	u.stop()
 	r.completeLater(u.orphans) // finished, not completed by the last rounds
 	return nil
@@ -169,7 +168,7 @@ func (u *runner[T]) stopped() bool {
 		return true
 	}
 	select {
-	case <-u.r.closing:
+	case <-u.r.closing.Done():
 		return true
 	default:
 		return false

@@ -191,12 +191,12 @@ func TestCloseNeverRevokesRunLeasesNotRunning(t *testing.T) {
 		cancel()
 		require.ErrorIs(t, r.Close(cctx), context.Canceled) // b revoked at once
 		state := func(id string) (leaserouter.State, int, string) {
-			var st int16
+			var st string
 			var attempt int
 			var ended string
-			require.NoError(t, db.QueryRow(ctx, "SELECT state, attempt, ended FROM leaserouter_jobs WHERE queue = $1 AND id = $2",
+			require.NoError(t, db.QueryRow(ctx, "SELECT state::text, attempt, ended FROM leaserouter_jobs WHERE queue = $1 AND id = $2",
 				fmt.Sprintf("q%d", round), id).Scan(&st, &attempt, &ended))
-			return leaserouter.State(st), attempt, ended
+			return stateNamed(t, st), attempt, ended
 		}
 		// While b still runs, the stopping Run completes a and hands back c
 		// and d (on its heartbeat connection); the revocation must not have

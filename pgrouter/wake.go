@@ -3,6 +3,7 @@ package pgrouter
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,8 +19,11 @@ const channel = "leaserouter"
 // from any process, or by Close. A missed notification costs at most
 // Options.PollInterval, as waiters also poll.
 type waker struct {
-	mu sync.Mutex
-	ch chan struct{} // closed by the next broadcast
+	listening atomic.Bool // the listener's connection LISTENs (and has broadcast once since)
+
+	mu     sync.Mutex
+	ch     chan struct{} // closed by the next broadcast
+	parked int           // waiters parked on ch (see park)
 }
 
 func newWaker() *waker { return &waker{ch: make(chan struct{})} }
@@ -36,7 +40,36 @@ func (w *waker) broadcast() {
 	w.mu.Lock()
 	close(w.ch)
 	w.ch = make(chan struct{})
+	w.parked = 0
 	w.mu.Unlock()
+}
+
+// park records a waiter blocked on ch (from wait) until the returned func
+// is called: only the next broadcast (or its own timer) wakes it. A ch
+// broadcast already is not counted: its waiter does not block. It
+// observes, never steers: tests read parkedNow to know that an Acquire is
+// blocked.
+func (w *waker) park(ch <-chan struct{}) (unpark func()) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ch != w.ch {
+		return func() {}
+	}
+	w.parked++
+	return func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if ch == w.ch {
+			w.parked--
+		}
+	}
+}
+
+// parkedNow is how many waiters are blocked until the next broadcast.
+func (w *waker) parkedNow() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.parked
 }
 
 // listen holds a connection of its own (not one of db's, so the pool keeps
@@ -51,6 +84,7 @@ func (w *waker) listen(ctx context.Context, db *pgxpool.Pool, queue string) {
 		if err == nil {
 			if _, err = conn.Exec(ctx, "LISTEN "+channel); err == nil {
 				w.broadcast()
+				w.listening.Store(true)
 				backoff = 50 * time.Millisecond
 				for {
 					n, err := conn.WaitForNotification(ctx)
@@ -62,6 +96,7 @@ func (w *waker) listen(ctx context.Context, db *pgxpool.Pool, queue string) {
 					}
 				}
 			}
+			w.listening.Store(false)
 			_ = conn.Close(context.Background())
 		}
 		select {
@@ -70,4 +105,14 @@ func (w *waker) listen(ctx context.Context, db *pgxpool.Pool, queue string) {
 		}
 		backoff = min(2*backoff, time.Second)
 	}
+}
+
+// notify wakes the Routers of this queue in every process (best effort:
+// they also poll).
+func (r *Router[T]) notify(ctx context.Context) { r.notifyOn(ctx, r.db) }
+
+// notifyOn is notify on q (a connection already held: no wait for the
+// pool).
+func (r *Router[T]) notifyOn(ctx context.Context, q querier) {
+	_, _ = q.Exec(ctx, notifyQueue, args{"channel": channel, "queue": r.opts.Queue})
 }

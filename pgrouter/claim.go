@@ -14,157 +14,6 @@ import (
 	"github.com/leaserouter/leaserouter"
 )
 
-// settleExpired settles the queue's expired leases at the database's
-// clock, at most $2, oldest first: each job is pending again with its
-// expiry instant as ready time, or dead when its attempts are exhausted
-// (purged Retention, $3 microseconds, later). Rows another transaction
-// holds are skipped (their holder is acting on them). It returns each
-// job settled: ID, token, attempt, new state, expiry, holder, grant
-// instant (NULL for a lease granted before schema version 4).
-const settleExpired = `
-UPDATE leaserouter_jobs j SET
-	state = CASE WHEN j.attempt >= j.max_attempts THEN 4 ELSE 0 END,
-	ready_at = j.lease_expires_at, requeued = j.attempt < j.max_attempts,
-	ended = 'expired', last_error = 'lease expired', owner = '',
-	updated_at = j.lease_expires_at, lease_expires_at = NULL,
-	purge_at = CASE WHEN j.attempt >= j.max_attempts THEN j.lease_expires_at + $3 * interval '1 microsecond' END
-FROM (SELECT queue, id, owner FROM leaserouter_jobs
-	WHERE queue = $1 AND state = 2 AND lease_expires_at <= (SELECT clock_timestamp())
-	ORDER BY lease_expires_at LIMIT $2 FOR UPDATE SKIP LOCKED) d
-WHERE j.queue = d.queue AND j.id = d.id
-RETURNING j.id, j.token, j.attempt, j.state, j.ready_at, d.owner, j.leased_at`
-
-// settleScheduled makes the queue's scheduled jobs whose run-at has come
-// pending, at most $2, with their run-at as ready time, and returns how
-// many.
-const settleScheduled = `
-WITH sch AS (
-	UPDATE leaserouter_jobs j SET state = 0, updated_at = j.ready_at
-	FROM (SELECT queue, id FROM leaserouter_jobs
-		WHERE queue = $1 AND state = 1 AND ready_at <= (SELECT clock_timestamp())
-		ORDER BY ready_at LIMIT $2 FOR UPDATE SKIP LOCKED) d
-	WHERE j.queue = d.queue AND j.id = d.id
-	RETURNING 1)
-SELECT count(*) FROM sch`
-
-// settleLimit bounds the items of each kind one settling settles.
-const settleLimit = 1000
-
-// settling is what one settling round found: the leases it expired and
-// how many scheduled jobs it made ready.
-type settling struct {
-	expired []leaserouter.Event // EventLeaseExpired, each followed by EventDead when the job died
-	dead    int
-	ready   int64
-}
-
-// queueSettle adds a settling round's two statements to b.
-func (r *Router[T]) queueSettle(b *pgx.Batch) {
-	b.Queue(settleExpired, r.opts.Queue, settleLimit, r.keep)
-	b.Queue(settleScheduled, r.opts.Queue, settleLimit)
-}
-
-// readSettle reads the results of queueSettle's statements.
-func readSettle(res pgx.BatchResults) (settling, error) {
-	var s settling
-	rows, err := res.Query()
-	if err != nil {
-		return s, err
-	}
-	for rows.Next() {
-		var (
-			id, owner string
-			token     int64
-			attempt   int32
-			state     int16
-			expiry    time.Time
-			granted   *time.Time
-		)
-		if err := rows.Scan(&id, &token, &attempt, &state, &expiry, &owner, &granted); err != nil {
-			rows.Close()
-			return s, err
-		}
-		e := leaserouter.Event{Kind: leaserouter.EventLeaseExpired, Time: expiry, JobID: id, WorkerID: owner,
-			Token: leaserouter.Token(token), Attempt: int(attempt), Held: heldUntil(granted, expiry)}
-		s.expired = append(s.expired, e)
-		if leaserouter.State(state) == leaserouter.StateFailed {
-			e.Kind, e.Err, e.Held = leaserouter.EventDead, errLeaseExpired, 0
-			s.expired = append(s.expired, e)
-			s.dead++
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return s, err
-	}
-	err = res.QueryRow().Scan(&s.ready)
-	return s, err
-}
-
-// errLeaseExpired is the Err of EventDead for a job whose last lease
-// expired.
-var errLeaseExpired = errors.New("lease expired")
-
-// settle runs a settling round on its own.
-func (r *Router[T]) settle(ctx context.Context) {
-	b := &pgx.Batch{}
-	r.queueSettle(b)
-	res := r.db.SendBatch(ctx, b)
-	s, err := readSettle(res)
-	if cerr := res.Close(); err == nil && cerr == nil {
-		r.settled(ctx, s)
-	}
-}
-
-// settled counts and reports what a settling round settled, and wakes the
-// queue's waiters in every process if jobs became ready.
-func (r *Router[T]) settled(ctx context.Context, s settling) { r.settledOn(ctx, r.db, s) }
-
-// settledOn is settled, notifying on q.
-func (r *Router[T]) settledOn(ctx context.Context, q querier, s settling) {
-	if len(s.expired) == 0 && s.ready == 0 {
-		return
-	}
-	r.mu.Lock()
-	r.stats.Expirations += uint64(len(s.expired) - s.dead)
-	r.stats.Dead += uint64(s.dead)
-	r.mu.Unlock()
-	r.ev.add(s.expired...)
-	if len(s.expired) > s.dead || s.ready > 0 {
-		r.notifyOn(ctx, q)
-	}
-}
-
-// claimJobs leases up to $2 pending jobs of the queue to worker $3 for $4
-// microseconds, in the ready order (priority, ready time, enqueue order),
-// skipping rows other claimers hold, and writes the claim id $5 on them
-// (nothing, if the claim was abandoned: see resolve.go). Tokens are taken
-// after the rows are ordered, so they increase in the ready order.
-const claimJobs = `
-WITH picked AS (
-	SELECT queue, id, priority, ready_at, seq FROM leaserouter_jobs
-	WHERE queue = $1 AND state = 0
-		AND NOT EXISTS (SELECT FROM leaserouter_abandoned_claims WHERE id = $5)
-	ORDER BY priority DESC, ready_at, seq
-	LIMIT $2 FOR UPDATE SKIP LOCKED),
-numbered AS (
-	SELECT queue, id, nextval('leaserouter_token') AS token
-	FROM (SELECT * FROM picked ORDER BY priority DESC, ready_at, seq) p),
-c AS (SELECT clock_timestamp() AS now)
-UPDATE leaserouter_jobs j SET
-	state = 2, token = n.token, attempt = j.attempt + 1, owner = $3, ended = '', claim = $5,
-	lease_expires_at = c.now + $4 * interval '1 microsecond', updated_at = c.now, leased_at = c.now
-FROM numbered n, c
-WHERE j.queue = n.queue AND j.id = n.id
-RETURNING j.id, j.payload, j.attempt, j.token, j.progress, j.lease_expires_at, j.updated_at, j.ready_at, j.requeued`
-
-// nextDue is how long, in seconds on the database's clock, until the
-// queue's next scheduled job is ready or its next lease expires; NULL if
-// neither exists.
-const nextDue = `
-SELECT extract(epoch FROM least(
-	(SELECT min(ready_at) FROM leaserouter_jobs WHERE queue = $1 AND state = 1),
-	(SELECT min(lease_expires_at) FROM leaserouter_jobs WHERE queue = $1 AND state = 2)) - clock_timestamp())::float8`
-
 // TryAcquire leases the next ready job to workerID without waiting, after
 // settling what is due: ErrNoJob if none is ready, ErrClosed after Close,
 // ctx.Err() once ctx is done, or an error wrapping the driver's. One
@@ -251,13 +100,16 @@ func (r *Router[T]) await(ctx context.Context, call, workerID string, n int) ([]
 			return ls, err
 		}
 		t := time.NewTimer(r.waitFor(due))
+		unpark := r.wake.park(woken)
 		select {
 		case <-ctx.Done():
+			unpark()
 			t.Stop()
 			return nil, ctx.Err()
 		case <-woken:
 		case <-t.C:
 		}
+		unpark()
 		t.Stop()
 	}
 }
@@ -296,7 +148,7 @@ const lockedPoll = 100 * time.Millisecond
 // event backlog, for a connection of the pool, for the reply. On an
 // error nothing happened, or, when the reply was lost (the connection
 // failed, or ctx ended, after the batch was sent), the outcome is unknown
-// and resolved in the background (see resolve.go): the leases the claim
+// and resolved in the background (see outcome.go): the leases the claim
 // may have granted are handed back, the attempt not counted. A lease is
 // proven for LeaseDuration from the batch's send, after the wait for the
 // connection.
@@ -321,20 +173,8 @@ func (r *Router[T]) claim(ctx context.Context, call, workerID string, n int, wit
 		finished.ls = done
 	}
 	id := newClaimID()
-	q := r.opts.Queue
-	b := &pgx.Batch{}
-	b.Queue(claimLock, id)
-	if len(done) > 0 {
-		ids, tokens := leaseKeys(done)
-		b.Queue(completeMany, q, ids, tokens, r.keep)
-	}
-	r.queueSettle(b)
-	b.Queue(claimJobs, q, n, workerID, r.lease, id)
-	if withDue {
-		b.Queue(nextDue, q)
-	}
 	sent := time.Now() // after the wait for a connection: "proven until" counts from here
-	res := conn.SendBatch(ctx, b)
+	res := conn.SendBatch(ctx, r.claimBatch(id, done, workerID, n, withDue))
 	c, err := r.readClaim(res, workerID, sent, len(done) > 0, withDue)
 	if cerr := res.Close(); err == nil { // the commit of the batch's implicit transaction
 		err = cerr
@@ -346,17 +186,59 @@ func (r *Router[T]) claim(ctx context.Context, call, workerID string, n int, wit
 		}
 		return nil, nil, claimErr(ctx, call, err)
 	}
-	ls := c.ls
-	slices.SortFunc(ls, func(a, b *Lease[T]) int { return cmp.Compare(a.Token, b.Token) })
+	slices.SortFunc(c.ls, func(a, b *Lease[T]) int { return cmp.Compare(a.Token, b.Token) })
 	if len(done) > 0 {
 		r.completedMany(done, c.completed)
 		finished.ls = nil // committed: completed, or refused
 	}
+	closed, gone := r.granted(ctx, c, finished != nil)
+	r.settledOn(ctx, conn, c.settled) // on this connection: the pool may have no other
+	if gone {
+		r.giveBack(ctx, conn, release, append(c.ls, c.bad...))
+		if closed {
+			return nil, nil, leaserouter.ErrClosed
+		}
+		return nil, nil, ctx.Err()
+	}
+	release()
+	if err := r.failUndecodable(ctx, c); err != nil {
+		return nil, nil, err
+	}
+	if len(c.ls) == 0 {
+		return nil, c.due, leaserouter.ErrNoJob
+	}
+	return c.ls, c.due, nil
+}
+
+// claimBatch is a claim's one round trip: its advisory lock on the claim
+// id, the completion of done (Run's finished leases), a settling round,
+// the claim of up to n jobs, and, withDue, the next due instant.
+func (r *Router[T]) claimBatch(id int64, done []*Lease[T], workerID string, n int, withDue bool) *pgx.Batch {
+	q := r.opts.Queue
+	b := &pgx.Batch{}
+	b.Queue(claimLock, args{"id": id})
+	if len(done) > 0 {
+		b.Queue(endLeases, r.endManyArgs(done, leaserouter.LostCompleted, true))
+	}
+	r.queueSettle(b)
+	b.Queue(claimJobs, args{"queue": q, "n": n, "worker": workerID, "lease_us": r.lease, "claim": id})
+	if withDue {
+		b.Queue(nextDue, args{"queue": q})
+	}
+	return b
+}
+
+// granted reports the grants of a claim that committed and counts them,
+// and holds the leases (for Close) unless nobody is left to hand them to:
+// Close began meanwhile (closed; it may have returned already), or the
+// caller's ctx ended during the round trip (gone is true in both cases).
+// run marks Run's leases as waiting their turn.
+func (r *Router[T]) granted(ctx context.Context, c claimed[T], run bool) (closed, gone bool) {
 	// The grants are reported first: before anything else this process
 	// does to the leases can be (a Cancel, a revocation by Close).
 	if r.ev != nil {
-		evs := make([]leaserouter.Event, 0, len(ls)+len(c.bad))
-		for _, l := range append(slices.Clone(ls), c.bad...) {
+		evs := make([]leaserouter.Event, 0, len(c.ls)+len(c.bad))
+		for _, l := range append(slices.Clone(c.ls), c.bad...) {
 			e := l.event(leaserouter.EventLeaseAcquired, l.granted)
 			e.Held, e.Wait, e.Requeued = 0, l.wait, l.requeued
 			evs = append(evs, e)
@@ -365,46 +247,41 @@ func (r *Router[T]) claim(ctx context.Context, call, workerID string, n int, wit
 		r.ev.add(evs...)
 	}
 	r.mu.Lock()
-	r.stats.LeasesGranted += uint64(len(ls) + len(c.bad))
-	closed := r.closed
-	gone := closed || ctx.Err() != nil
+	defer r.mu.Unlock()
+	r.stats.LeasesGranted += uint64(len(c.ls) + len(c.bad))
+	closed = r.closed
+	gone = closed || ctx.Err() != nil
 	if !gone {
-		for _, l := range ls {
-			l.idle.Store(finished != nil) // Run's: waiting its turn
+		for _, l := range c.ls {
+			l.idle.Store(run) // Run's: waiting its turn
 			r.held[l] = struct{}{}
 		}
 	}
-	r.mu.Unlock()
-	r.settledOn(ctx, conn, c.settled) // on this connection: the pool may have no other
-	// Granted, but nobody to hand them to: Close began meanwhile (it may
-	// have returned already), or the caller's ctx ended during the round
-	// trip. Hand them back unstarted (in the background if ctx ended).
-	if gone {
-		back := append(ls, c.bad...)
-		if ctx.Err() != nil || !r.handBack(ctx, conn, back) {
-			release()
-			r.later(func(ctx context.Context) error { return r.handBackErr(ctx, r.db, back) })
-		}
-		if closed {
-			return nil, nil, leaserouter.ErrClosed
-		}
-		return nil, nil, ctx.Err()
+	return closed, gone
+}
+
+// giveBack hands back leases granted to nobody (see granted), unstarted:
+// on conn, or in the background if ctx ended or that failed (conn is
+// released first then, with release).
+func (r *Router[T]) giveBack(ctx context.Context, conn querier, release func(), back []*Lease[T]) {
+	if ctx.Err() == nil && r.handBack(ctx, conn, back) {
+		return
 	}
 	release()
-	if len(c.bad) > 0 {
-		// Payloads this process cannot decode: fail those attempts (retried
-		// after Backoff, in any process, until dead), keep the others.
-		for _, l := range c.bad {
-			_ = l.Fail(ctx, c.badPayload[l])
-		}
-		if len(ls) == 0 {
-			return nil, nil, c.badPayload[c.bad[0]]
-		}
+	r.later(func(ctx context.Context) error { return r.handBackErr(ctx, r.db, back) })
+}
+
+// failUndecodable fails the attempts of the leases whose payloads this
+// process cannot decode (retried after Backoff, in any process, until
+// dead); if no lease is left, it returns the first one's error.
+func (r *Router[T]) failUndecodable(ctx context.Context, c claimed[T]) error {
+	for _, l := range c.bad {
+		_ = l.Fail(ctx, c.badPayload[l])
 	}
-	if len(ls) == 0 {
-		return nil, c.due, leaserouter.ErrNoJob
+	if len(c.bad) > 0 && len(c.ls) == 0 {
+		return c.badPayload[c.bad[0]]
 	}
-	return ls, c.due, nil
+	return nil
 }
 
 // claimErr is a claim's error: ctx.Err() once ctx is done (whatever the
@@ -418,7 +295,7 @@ func claimErr(ctx context.Context, call string, err error) error {
 
 // claimed is what a claim's batch returned.
 type claimed[T any] struct {
-	completed  map[leaseKey]time.Time // the finished leases completed, with the instant
+	completed  map[leaseKey]ended // the finished leases completed
 	settled    settling
 	ls, bad    []*Lease[T] // the leases granted: payload decoded, or not
 	badPayload map[*Lease[T]]error
@@ -433,7 +310,7 @@ func (r *Router[T]) readClaim(res pgx.BatchResults, workerID string, sent time.T
 	}
 	var err error
 	if withDone {
-		if c.completed, err = readInstants(res.Query()); err != nil {
+		if c.completed, err = readEnded(res.Query()); err != nil {
 			return c, err
 		}
 	}

@@ -1,0 +1,173 @@
+package pgrouter
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/contract"
+)
+
+// Options configure a Router. The zero value is valid: every zero field
+// gets its default, as in the core (leaserouter.Options).
+type Options struct {
+	// Queue names this Router's jobs: routers of other queues share the
+	// tables, never the jobs. Default "default". A name follows the
+	// core's rule for IDs with a limit of its own: valid UTF-8, no NUL,
+	// at most MaxQueueBytes bytes; New returns an error wrapping
+	// leaserouter.ErrInvalidOptions for any other.
+	Queue string
+	// LeaseDuration is how long a lease lasts without a heartbeat, on the
+	// database's clock. Default leaserouter.DefaultLeaseDuration (30s);
+	// negative is invalid; a positive one below MinLeaseDuration (1ms) is
+	// invalid (the database keeps microseconds, and a lease must outlast a
+	// round trip), unlike the core's.
+	LeaseDuration time.Duration
+	// MaxAttempts is how many leases a job may be granted before it is
+	// dead. Default leaserouter.DefaultMaxAttempts (5); negative or above
+	// math.MaxInt32 is invalid. WithMaxAttempts overrides it per job.
+	MaxAttempts int
+	// Backoff gives the delay before retrying a job after Lease.Fail on
+	// the given attempt (1 for the first). Default
+	// leaserouter.DefaultBackoff. A result <= 0 retries at once. It is not
+	// called for a Permanent cause. A panic in it is recovered, counted in
+	// Stats.CallbackPanics and reported (see OnEvent), and the attempt uses
+	// DefaultBackoff instead, as in the core.
+	Backoff func(attempt int) time.Duration
+	// Retention is how long finished jobs stay for Get and dedup. Zero
+	// means leaserouter.DefaultRetention (10m); negative means finished
+	// jobs are dropped at once (invisible at once; their rows are deleted
+	// by the next maintenance round, see New).
+	Retention time.Duration
+	// TokenFloor: every token issued is greater than it. The token
+	// sequence is shared by every Router of the database; New raises it
+	// above TokenFloor and the Unix time in nanoseconds (database clock),
+	// never lowers it. It must be below math.MaxInt64.
+	TokenFloor leaserouter.Token
+	// PollInterval bounds how long a blocked Acquire waits when a
+	// notification is missed (or the listening connection is down).
+	// Default 1s; negative is invalid.
+	PollInterval time.Duration
+	// OnEvent, if set, receives every event of this process's transitions
+	// (those its calls, its Run and its maintenance loop made; other
+	// processes report their own), in the order this process recorded
+	// them, from a goroutine of the Router's own, never on the goroutine
+	// that made the transition; calls are serial. Event.Time is the
+	// database's instant of the transition (for lease_expired, the expiry;
+	// for duplicate and stale_rejected, this process's clock). Up to 16384
+	// events wait for delivery; beyond that Enqueue, EnqueueMany and
+	// claims (Acquire, TryAcquire, Run taking jobs) wait before their
+	// round trip until delivery has brought the backlog down to half (the
+	// events of the batch in delivery count until their hooks return), as
+	// in the core, so a hook slower than the event rate slows the producers
+	// of new work; lease operations never wait. A panic in OnEvent (or a
+	// runtime.Goexit, as t.FailNow does) is recovered, counted in
+	// Stats.CallbackPanics and reported at level Error through Logger
+	// (slog.Default() if Logger is nil), as in the core; delivery goes on
+	// with the next event. Close returns once every event has been
+	// delivered (or its ctx is done).
+	OnEvent func(leaserouter.Event)
+	// Logger, if set, gets one record per event, as the core writes them
+	// (leaserouter.Event.Log), after OnEvent's call for the same event. A
+	// panic in its handler is recovered, counted in Stats.CallbackPanics
+	// and reported to slog.Default().
+	Logger *slog.Logger
+}
+
+// MinLeaseDuration is the shortest positive Options.LeaseDuration: the
+// database keeps instants in microseconds, and a lease must outlast a
+// round trip. The core has no such floor (see the package doc, Rules that
+// differ).
+const MinLeaseDuration = time.Millisecond
+
+// DefaultPollInterval is the default Options.PollInterval.
+const DefaultPollInterval = time.Second
+
+// MaxQueueBytes is the longest Options.Queue, in bytes (not characters).
+// A queue name is the payload of the NOTIFY that wakes other processes'
+// Acquires (PostgreSQL refuses payloads of 8000 bytes or more) and leads
+// every index entry of the jobs table, where together with an ID of up
+// to leaserouter.MaxIDBytes it must fit in a btree entry (2704 bytes with
+// 8 kB pages, compressed or not): 256 bytes keeps both with a wide
+// margin and is far above any natural name.
+const MaxQueueBytes = 256
+
+// DefaultQueue is the default Options.Queue.
+const DefaultQueue = "default"
+
+// withDefaults checks o and fills its zero fields.
+func (o Options) withDefaults() (Options, error) {
+	bad := func(format string, a ...any) (Options, error) {
+		return o, fmt.Errorf("%w: "+format, append([]any{leaserouter.ErrInvalidOptions}, a...)...)
+	}
+	// The fields every backend has: the core's check and messages, with
+	// this backend's floor on LeaseDuration (MinLeaseDuration).
+	if err := contract.CheckOptions(leaserouter.ErrInvalidOptions, o.LeaseDuration, MinLeaseDuration, leaserouter.DefaultLeaseDuration,
+		o.MaxAttempts, leaserouter.DefaultMaxAttempts, uint64(o.TokenFloor)); err != nil {
+		return o, err
+	}
+	if o.PollInterval < 0 {
+		return bad("PollInterval is %v, must be >= 0 (or 0 for the default %v)", o.PollInterval, DefaultPollInterval)
+	}
+	if p := nameProblem(o.Queue, MaxQueueBytes, "MaxQueueBytes"); p != "" {
+		return bad("Queue %s", p)
+	}
+	if o.Queue == "" {
+		o.Queue = DefaultQueue
+	}
+	if o.LeaseDuration == 0 {
+		o.LeaseDuration = leaserouter.DefaultLeaseDuration
+	}
+	if o.MaxAttempts == 0 {
+		o.MaxAttempts = leaserouter.DefaultMaxAttempts
+	}
+	if o.Backoff == nil {
+		o.Backoff = leaserouter.DefaultBackoff
+	}
+	if o.Retention == 0 {
+		o.Retention = leaserouter.DefaultRetention
+	}
+	if o.PollInterval == 0 {
+		o.PollInterval = DefaultPollInterval
+	}
+	return o, nil
+}
+
+// nameProblem says what breaks the core's rule for IDs (valid UTF-8, no
+// NUL; leaserouter.ValidateID) with the limit of limit bytes, named
+// limitName, in s, quoting s as the core does; "" if nothing does ("" itself
+// passes). It is how pgrouter checks the names the core never sees:
+// queue names and fence keys.
+func nameProblem(s string, limit int, limitName string) string {
+	q := func() string { // as the core's: at most 32 bytes, cut at a rune's start
+		if len(s) <= 32 {
+			return fmt.Sprintf("%q", s)
+		}
+		k := 32
+		for k > 28 && !utf8.RuneStart(s[k]) {
+			k--
+		}
+		return fmt.Sprintf("%q...", s[:k])
+	}
+	if len(s) > limit {
+		return fmt.Sprintf("%s is %d bytes, above %s (%d)", q(), len(s), limitName, limit)
+	}
+	if i := strings.IndexByte(s, 0); i >= 0 {
+		return fmt.Sprintf("%s holds NUL at byte %d", q(), i)
+	}
+	if !utf8.ValidString(s) {
+		i := 0
+		for i < len(s) {
+			r, n := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && n == 1 {
+				break
+			}
+			i += n
+		}
+		return fmt.Sprintf("%s is not valid UTF-8 at byte %d", q(), i)
+	}
+	return ""
+}

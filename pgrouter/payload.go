@@ -1,0 +1,44 @@
+package pgrouter
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/leaserouter/leaserouter"
+)
+
+// encode is a payload as the jsonb column holds it.
+func encode[T any](id string, payload T) (string, error) {
+	b, err := json.Marshal(payload)
+	if err != nil {
+		return "", fmt.Errorf("%w: payload of job %q does not encode as JSON: %v", leaserouter.ErrInvalidJob, id, err)
+	}
+	if hasNUL(b) {
+		return "", fmt.Errorf("%w: payload of job %q holds a NUL character, which PostgreSQL's jsonb cannot store", leaserouter.ErrInvalidJob, id)
+	}
+	return string(b), nil
+}
+
+// hasNUL reports whether JSON text b holds the escape \u0000 (a NUL in a
+// string), skipping escaped backslashes.
+func hasNUL(b []byte) bool {
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' {
+			continue
+		}
+		if i+5 < len(b) && string(b[i+1:i+6]) == "u0000" {
+			return true
+		}
+		i++ // the escaped character
+	}
+	return false
+}
+
+// decode reads a payload from its jsonb column.
+func decode[T any](id string, b []byte) (T, error) {
+	var v T
+	if err := json.Unmarshal(b, &v); err != nil {
+		return v, fmt.Errorf("pgrouter: payload of job %q does not decode: %w", id, err)
+	}
+	return v, nil
+}

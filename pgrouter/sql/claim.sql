@@ -1,0 +1,21 @@
+-- Leases up to @n pending jobs of @queue to @worker for @lease_us
+-- microseconds, in the ready order (priority, ready time, enqueue order),
+-- skipping rows other claimers hold, and writes the claim id @claim on
+-- them (nothing, if the claim was abandoned: see outcome.go). Tokens are
+-- taken after the rows are ordered, so they increase in the ready order.
+WITH picked AS (
+	SELECT queue, id, priority, ready_at, seq FROM leaserouter_jobs
+	WHERE queue = @queue AND state = 'pending'
+		AND NOT EXISTS (SELECT FROM leaserouter_abandoned_claims WHERE id = @claim)
+	ORDER BY priority DESC, ready_at, seq
+	LIMIT @n FOR UPDATE SKIP LOCKED),
+numbered AS (
+	SELECT queue, id, nextval('leaserouter_token') AS token
+	FROM (SELECT * FROM picked ORDER BY priority DESC, ready_at, seq) p),
+c AS (SELECT clock_timestamp() AS now)
+UPDATE leaserouter_jobs j SET
+	state = 'leased', token = n.token, attempt = j.attempt + 1, owner = @worker, ended = '', claim = @claim,
+	lease_expires_at = c.now + @lease_us * interval '1 microsecond', updated_at = c.now, leased_at = c.now
+FROM numbered n, c
+WHERE j.queue = n.queue AND j.id = n.id
+RETURNING j.id, j.payload, j.attempt, j.token, j.progress, j.lease_expires_at, j.updated_at, j.ready_at, j.requeued

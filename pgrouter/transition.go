@@ -1,0 +1,307 @@
+package pgrouter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leaserouter/leaserouter"
+)
+
+// How a lease's operations change its job's row, on the Go side. The
+// rules are SQL, written once (migration 0003): leaserouter_lease_valid
+// is the one invariant, leaserouter_end_lease says how a lease ends and
+// where its job goes (completed, failed, released, revoked, expired).
+// Every end of a single lease by its holder goes through
+// sql/lease_end.sql, of many (Run's completions, Close's revocation)
+// through sql/leases_end.sql, both calling those two functions; a
+// heartbeat through lease_heartbeat.sql or leases_heartbeat.sql. The
+// single forms report, in the same round trip, whether they acted and,
+// when not, the row as they found it, from which lost says why.
+
+// errRevoked is the Err of EventReleased for a lease Close revoked.
+var errRevoked = errors.New("lease revoked by Close")
+
+// errExhausted is the Err of EventDead for a job whose last lease was
+// released (or revoked).
+var errExhausted = errors.New("attempts exhausted")
+
+// opResult is what a single lease's statement reports (a row of
+// lease_end.sql or lease_heartbeat.sql), or what inspect reads (token,
+// was, ended).
+type opResult struct {
+	id     string
+	held   int64      // the lease's token
+	ok     bool       // the statement acted on the lease
+	state  *string    // the state it left (a leaserouter.State's name)
+	expiry *time.Time // the expiry it left (heartbeats)
+	at     *time.Time // the instant of the change
+	token  *int64     // the job's token as found; nil if the row is gone
+	was    *string    // its state as found
+	ended  *string    // why its latest lease ended, as found
+	xid    uint64     // in a caller's transaction, done: the full ID of the (sub)transaction that wrote it
+}
+
+// scan reads the row of lease_end.sql or lease_heartbeat.sql.
+func (res *opResult) scan(row pgx.Row) error {
+	return row.Scan(&res.id, &res.held, &res.ok, &res.state, &res.expiry, &res.at, &res.token, &res.was, &res.ended)
+}
+
+// endArgs are lease_end.sql's arguments ending l for reason: no error
+// of its own, not permanent, no backoff, not a resolvable operation.
+func (l *Lease[T]) endArgs(reason leaserouter.LostReason) args {
+	return args{"queue": l.r.opts.Queue, "id": l.JobID, "token": int64(l.Token), "reason": string(reason),
+		"permanent": false, "delay_us": int64(0), "error": nil, "retention_us": l.r.keep, "op": int64(0)}
+}
+
+// endManyArgs are leases_end.sql's arguments ending ls for reason;
+// acceptEnded counts a lease ended for reason already as ended now (a
+// retry of a statement whose reply was lost).
+func (r *Router[T]) endManyArgs(ls []*Lease[T], reason leaserouter.LostReason, acceptEnded bool) args {
+	ids, tokens := leaseKeys(ls)
+	return args{"queue": r.opts.Queue, "ids": ids, "tokens": tokens, "reason": string(reason),
+		"retention_us": r.keep, "accept_ended": acceptEnded}
+}
+
+// ended is a lease a leases_end.sql ended: the state it left, the instant.
+type ended struct {
+	state string
+	at    time.Time
+}
+
+// readEnded reads the rows of a leases_end.sql, by lease.
+func readEnded(rows pgx.Rows, err error) (map[leaseKey]ended, error) {
+	if err != nil {
+		return nil, err
+	}
+	out := map[leaseKey]ended{}
+	for rows.Next() {
+		var k leaseKey
+		var token int64
+		var e ended
+		if err := rows.Scan(&k.id, &token, &e.state, &e.at); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		k.token = leaserouter.Token(token)
+		out[k] = e
+	}
+	return out, rows.Err()
+}
+
+// op runs stmt (lease_end.sql or lease_heartbeat.sql, with its
+// arguments a) on q after locking l's row (lease_lock.sql),
+// in one round trip and one transaction (q's own, or the batch's
+// implicit one). A refusal returns a *LeaseLostError, reported and no
+// longer held; a caller whose operation ended the lease reports it, then
+// releases it (r.release).
+//
+// A non-zero id makes the operation resolvable (see outcome.go): the
+// transaction first takes the advisory lock on id, and the statement acts
+// only if id is not marked abandoned (a["op"]); if its outcome is
+// unknown, id is kept on l for the resolution.
+//
+// inTx: q is the caller's transaction (nothing else may run on the pool
+// meanwhile: the caller may hold its last connection). The check runs
+// under a savepoint: rolled back to on a refusal or an error (a second
+// round trip), so the row lock it took is let go at once (a stale
+// caller's open transaction never blocks the valid holder) and the
+// transaction stays usable; left in place on success (see CompleteTx),
+// with res.xid the (sub)transaction that wrote the change.
+func (l *Lease[T]) op(ctx context.Context, q querier, inTx bool, id int64, call, stmt string, a args) (opResult, error) {
+	var res opResult
+	if l == nil || l.r == nil {
+		return res, &leaserouter.LeaseLostError{Reason: leaserouter.LostNilLease}
+	}
+	r := l.r
+	b := &pgx.Batch{}
+	if inTx {
+		b.Queue("SAVEPOINT " + savepoint)
+	}
+	if id != 0 {
+		b.Queue(claimLock, args{"id": id})
+	}
+	l.queueLock(b, inTx)
+	b.Queue(stmt, a)
+	var top string
+	var sub int64
+	if inTx {
+		b.Queue(writerOf, args{"queue": r.opts.Queue, "id": l.JobID})
+	}
+	br := q.SendBatch(ctx, b)
+	var err error
+	if inTx {
+		_, err = br.Exec()
+	}
+	if err == nil && id != 0 {
+		_, err = br.Exec()
+	}
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if err == nil {
+		if err = res.scan(br.QueryRow()); errors.Is(err, pgx.ErrNoRows) {
+			err = nil // the job's row is gone (purged): refused, token nil
+		}
+	}
+	if err == nil && inTx && res.ok { // refused: the row may be gone, and writerOf has nothing to say
+		err = br.QueryRow().Scan(&top, &sub)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if inTx {
+		err = l.endSavepoint(ctx, q, &res, err, top, sub)
+	}
+	if err != nil {
+		if id != 0 && unknownOutcome(err) {
+			l.unsure(id)
+		}
+		return res, fmt.Errorf("pgrouter: %s: %w", call, err)
+	}
+	if res.ok {
+		return res, nil // the caller reports, then releases a lease it ended
+	}
+	r.mu.Lock()
+	r.stats.StaleRejections++
+	if call == "Heartbeat" {
+		r.stats.HeartbeatsRefused++
+	}
+	r.mu.Unlock()
+	e := l.lost(res)
+	stale := l.event(leaserouter.EventStaleRejected, time.Now())
+	stale.Held, stale.Err = 0, e
+	r.ev.add(stale) // before the release: Close delivers every event of a lease it waited for
+	r.release(l)    // refused: the lease is lost, nothing left to hold
+	if e.Reason == leaserouter.LostExpired && !inTx {
+		r.settle(ctx) // found expired: settle it now, as the core's refusal does
+	}
+	return res, e
+}
+
+// lost builds the refusal's error from the row as the refusing statement
+// found it, with its lock held.
+func (l *Lease[T]) lost(res opResult) *leaserouter.LeaseLostError {
+	e := &leaserouter.LeaseLostError{JobID: l.JobID, Token: l.Token, Reason: "unknown"}
+	switch {
+	case res.token == nil: // the job's row is gone (purged)
+	case leaserouter.Token(*res.token) != l.Token:
+		e.Current, e.Reason = leaserouter.Token(*res.token), leaserouter.LostSuperseded
+	case isState(res.was, leaserouter.StateLeased):
+		// Still leased with this token, yet refused: its expiry had
+		// passed at the moment the row was locked.
+		e.Current, e.Reason = l.Token, leaserouter.LostExpired
+	default:
+		e.Current = l.Token
+		if res.ended != nil && *res.ended != "" {
+			e.Reason = leaserouter.LostReason(*res.ended)
+		}
+	}
+	return e
+}
+
+// isState reports whether name (a state column's label) is s.
+func isState(name *string, s leaserouter.State) bool { return name != nil && *name == s.String() }
+
+// stateNamed is the leaserouter.State whose name (State.String) is name,
+// a label of the state column's enum (migration 0003), and whether there
+// is one.
+func stateNamed(name string) (leaserouter.State, bool) {
+	for s := leaserouter.StatePending; s <= leaserouter.StateCanceled; s++ {
+		if s.String() == name {
+			return s, true
+		}
+	}
+	return 0, false
+}
+
+// leaseKeys are the job IDs and tokens of ls, as the statements take them.
+func leaseKeys[T any](ls []*Lease[T]) ([]string, []int64) {
+	ids, tokens := make([]string, len(ls)), make([]int64, len(ls))
+	for i, l := range ls {
+		ids[i], tokens[i] = l.JobID, int64(l.Token)
+	}
+	return ids, tokens
+}
+
+// leaseKey names one lease: its job and token.
+type leaseKey struct {
+	id    string
+	token leaserouter.Token
+}
+
+func keyOf[T any](l *Lease[T]) leaseKey { return leaseKey{l.JobID, l.Token} }
+
+// readInstants reads the (job ID, token, instant) rows of
+// leases_hand_back.sql.
+func readInstants(rows pgx.Rows, err error) (map[leaseKey]time.Time, error) {
+	if err != nil {
+		return nil, err
+	}
+	at := map[leaseKey]time.Time{}
+	for rows.Next() {
+		var k leaseKey
+		var token int64
+		var t time.Time
+		if err := rows.Scan(&k.id, &token, &t); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		k.token = leaserouter.Token(token)
+		at[k] = t
+	}
+	return at, rows.Err()
+}
+
+// completedMany counts and reports a completion of ls that completed
+// those in done; the others were refused. The leases are released after
+// their events are recorded.
+func (r *Router[T]) completedMany(ls []*Lease[T], done map[leaseKey]ended) {
+	var evs []leaserouter.Event
+	now := time.Now()
+	if r.ev != nil {
+		for _, l := range ls {
+			if e, ok := done[keyOf(l)]; ok {
+				evs = append(evs, l.event(leaserouter.EventCompleted, e.at))
+			} else {
+				e := l.event(leaserouter.EventStaleRejected, now)
+				e.Held, e.Err = 0, leaserouter.ErrLeaseLost
+				evs = append(evs, e)
+			}
+		}
+	}
+	r.mu.Lock()
+	r.stats.StaleRejections += uint64(len(ls) - len(done))
+	r.mu.Unlock()
+	r.ev.add(evs...)
+	for _, l := range ls {
+		r.release(l)
+	}
+}
+
+// inspect reads the rows of ls's jobs without locking them (current
+// token, state, why the last lease ended), by job ID; a job whose row is
+// gone is missing.
+func (r *Router[T]) inspect(ctx context.Context, q querier, ls []*Lease[T]) (map[string]opResult, error) {
+	found := map[string]opResult{}
+	if len(ls) == 0 {
+		return found, nil
+	}
+	ids, _ := leaseKeys(ls)
+	rows, err := q.Query(ctx, inspectLeases, args{"queue": r.opts.Queue, "ids": ids})
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var res opResult
+		if err := rows.Scan(&res.id, &res.token, &res.was, &res.ended); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		found[res.id] = res
+	}
+	return found, rows.Err()
+}

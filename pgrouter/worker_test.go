@@ -1,0 +1,191 @@
+package pgrouter_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/pgrouter"
+)
+
+// TestRunFinishedJobsKeepTheirLeaseDuringALongBatch: jobs of a batch
+// whose handlers returned nil are completed by the next heartbeat round
+// while a later job of the batch runs longer than the lease: none
+// expires, none runs again.
+func TestRunFinishedJobsKeepTheirLeaseDuringALongBatch(t *testing.T) {
+	r, _ := newRouter[int](t, pgrouter.Options{LeaseDuration: 600 * time.Millisecond, PollInterval: 50 * time.Millisecond})
+	ctx := t.Context()
+	const n = 20
+	specs := make([]leaserouter.JobSpec[int], n)
+	for i := range specs {
+		specs[i] = leaserouter.JobSpec[int]{ID: fmt.Sprintf("j%02d", i), Payload: i}
+	}
+	_, err := r.EnqueueMany(ctx, specs)
+	require.NoError(t, err)
+	var mu sync.Mutex
+	runs := map[int]int{}
+	var attempts []string
+	stop := make(chan struct{})
+	var once sync.Once
+	err = runUntil(t, r, leaserouter.WorkerOptions{Workers: 1, Batch: 16, HeartbeatInterval: 100 * time.Millisecond}, stop,
+		func(hctx context.Context, l *pgrouter.Lease[int]) error {
+			mu.Lock()
+			runs[l.Payload]++
+			if l.Attempt > 1 {
+				attempts = append(attempts, fmt.Sprintf("%s attempt %d", l.JobID, l.Attempt))
+			}
+			all := len(runs) == n
+			mu.Unlock()
+			if l.Payload == 10 && l.Attempt == 1 {
+				select { // a long job, kept alive by Run's heartbeats
+				case <-time.After(1500 * time.Millisecond):
+				case <-hctx.Done():
+					return hctx.Err()
+				}
+			}
+			if all {
+				once.Do(func() { time.AfterFunc(time.Second, func() { close(stop) }) })
+			}
+			return nil
+		})
+	require.NoError(t, err)
+	s, err := r.Stats(ctx)
+	require.NoError(t, err)
+	t.Logf("re-runs: %v; stats: expirations=%d stale=%d", attempts, s.Expirations, s.StaleRejections)
+	for p, c := range runs {
+		require.Equal(t, 1, c, "job %d ran %d times", p, c)
+	}
+}
+
+// TestRunStartsNoJobAfterStop: once Run's ctx is done, workers start no
+// more jobs of their batches (they check before each job).
+func TestRunStartsNoJobAfterStop(t *testing.T) {
+	r, _ := newRouter[int](t, pgrouter.Options{})
+	bg := t.Context()
+	var late atomic.Int64
+	for round := 0; round < 30; round++ {
+		specs := make([]leaserouter.JobSpec[int], 2000)
+		for i := range specs {
+			specs[i] = leaserouter.JobSpec[int]{ID: fmt.Sprint("r", round, "-", i), Payload: i}
+		}
+		_, err := r.EnqueueMany(bg, specs)
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(bg)
+		var stoppedAt atomic.Int64
+		var ran atomic.Int64
+		done := make(chan error, 1)
+		go func() {
+			done <- r.Run(ctx, leaserouter.WorkerOptions{Workers: 4, Batch: 256}, func(hctx context.Context, l *pgrouter.Lease[int]) error {
+				if s := stoppedAt.Load(); s != 0 && time.Now().UnixNano() > s {
+					late.Add(1)
+				}
+				if ran.Add(1) == 300 {
+					stoppedAt.Store(time.Now().UnixNano())
+					cancel()
+				}
+				return nil
+			})
+		}()
+		require.NoError(t, <-done)
+		cancel()
+	}
+	// A worker that checked just before the cancel may still start one job
+	// (check, then act); before the fix it was hundreds.
+	require.Less(t, late.Load(), int64(30), "handlers started after Run's ctx was canceled")
+}
+
+// TestRunDoesNotSpinOnLockedDueRow: idle workers poll a due row another
+// transaction holds every lockedPoll, not in a loop.
+func TestRunDoesNotSpinOnLockedDueRow(t *testing.T) {
+	r, db := newRouter[int](t, pgrouter.Options{})
+	ctx := t.Context()
+	require.NoError(t, r.Enqueue(ctx, "s", 1, leaserouter.WithDelay(200*time.Millisecond)))
+	tx, err := db.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, "SELECT 1 FROM leaserouter_jobs WHERE id = 's' FOR UPDATE")
+	require.NoError(t, err)
+	j, _, err := r.Get(ctx, "s")
+	require.NoError(t, err)
+	awaitDBTime(t, db, j.RunAt) // its run-at passed; settling skips it (locked)
+	commits := func() int64 {
+		var n int64
+		require.NoError(t, db.QueryRow(ctx, "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()").Scan(&n))
+		return n
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- r.Run(rctx, leaserouter.WorkerOptions{Workers: 2}, func(context.Context, *pgrouter.Lease[int]) error { return nil })
+	}()
+	time.Sleep(200 * time.Millisecond) // real time: the workers start and find the row due
+	before := commits()
+	time.Sleep(time.Second) // real time: a rate over one second
+	after := commits()
+	cancel()
+	require.NoError(t, <-done)
+	t.Logf("transactions in 1s with 2 idle workers: %d", after-before)
+	require.Less(t, after-before, int64(100), "idle Run spinning on a locked due row")
+}
+
+// TestRunSpreadsABurstOverIdleWorkers: a burst leased by one worker
+// whose batches grew is shared with the Run's idle workers (they steal
+// half of its waiting jobs).
+func TestRunSpreadsABurstOverIdleWorkers(t *testing.T) {
+	r, _ := newRouter[int](t, pgrouter.Options{LeaseDuration: 30 * time.Second})
+	ctx := t.Context()
+	var mu sync.Mutex
+	per := map[string]int{}
+	phase := atomic.Int32{}
+	var ran atomic.Int32
+	var running, most atomic.Int32 // burst handlers running at once, and the most seen
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- r.Run(rctx, leaserouter.WorkerOptions{Workers: 4, Batch: 64}, func(hctx context.Context, l *pgrouter.Lease[int]) error {
+			if phase.Load() == 1 {
+				mu.Lock()
+				per[l.WorkerID]++
+				mu.Unlock()
+				n := running.Add(1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				time.Sleep(20 * time.Millisecond)
+				running.Add(-1)
+			}
+			ran.Add(1)
+			return nil
+		})
+	}()
+	// warm-up: short jobs grow each worker's batch size
+	for round := 0; round < 40; round++ {
+		specs := make([]leaserouter.JobSpec[int], 64)
+		for i := range specs {
+			specs[i] = leaserouter.JobSpec[int]{ID: fmt.Sprint("w", round, "-", i)}
+		}
+		_, err := r.EnqueueMany(ctx, specs)
+		require.NoError(t, err)
+		eventually(t, 10*time.Second, "warm-up", func() bool { return ran.Load() == int32(64*(round+1)) })
+	}
+	phase.Store(1)
+	specs := make([]leaserouter.JobSpec[int], 64)
+	for i := range specs {
+		specs[i] = leaserouter.JobSpec[int]{ID: fmt.Sprint("b", i)}
+	}
+	start := time.Now()
+	_, err := r.EnqueueMany(ctx, specs)
+	require.NoError(t, err)
+	eventually(t, 20*time.Second, "burst", func() bool { return ran.Load() == int32(64*41) })
+	took := time.Since(start)
+	cancel()
+	require.NoError(t, <-done)
+	t.Logf("burst of 64 x 20ms on 4 workers took %v (ideal ~320ms); leased per worker: %v; at most %d at once", took, per, most.Load())
+	require.Len(t, per, 1, "one worker leased the whole burst (the premise)")
+	require.GreaterOrEqual(t, most.Load(), int32(2), "the burst one worker leased ran on several workers at once")
+}

@@ -44,8 +44,7 @@ package routertest
 //     model accepts only if the lease is no longer valid by then.
 //   - Close's revocation: one operation per job over each Close's
 //     interval, applied to a job whose latest lease that handle granted
-//     (pending again; the model also allows dead on the last attempt, see
-//     linRevoke below).
+//     (pending again at once, even on its last attempt).
 //
 // TryAcquire's ErrNoJob is left out ("no job was ready" is a statement
 // about every partition, which a per-job model cannot judge); acquire
@@ -242,11 +241,9 @@ func linStep(s linState, in linInput, out linOutput) []linState {
 		if s.state != leaserouter.StateLeased || s.holder != in.handle {
 			return []linState{s} // Close revokes only what its own Router granted
 		}
-		// Revoked: pending again with the attempt counted. The core never
-		// makes a revoked job dead; pgrouter does on its last attempt (a
-		// drift reported by this suite's author, not judged here).
-		return []linState{end(leaserouter.StatePending, string(leaserouter.LostRevoked)),
-			end(linAfter(s.attempt), string(leaserouter.LostRevoked))}
+		// Revoked: pending again at once with the attempt counted, never
+		// dead (DESIGN-postgres: Close; the core's revokeLease).
+		return []linState{end(leaserouter.StatePending, string(leaserouter.LostRevoked))}
 	}
 	return nil
 }

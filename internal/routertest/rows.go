@@ -35,6 +35,7 @@ func Rows() []Row {
 		{Name: "cancel/pending, scheduled, leased, finished, unknown", Test: rowCancel},
 		{Name: "close/drains granted leases", Test: rowCloseDrains},
 		{Name: "close/revokes when ctx is done, refuses new work, still answers", Test: rowCloseRevokes},
+		{Name: "close/a revoked job is pending again at once, even on its last attempt", Test: rowCloseRevokesLastAttempt},
 		{Name: "events/one per transition with its fields", Test: rowEvents},
 		{Name: "events/lease_expired at the expiry instant, then dead", Test: rowEventsExpiry},
 		{Name: "workers/Run completes, fails, retries, recovers panics", Test: rowRun},
@@ -541,6 +542,25 @@ func rowCloseRevokes(t T, h Harness) {
 	require.ErrorIs(t, b.Cancel(ctx, "a"), leaserouter.ErrClosed)
 	require.ErrorIs(t, b.Run(ctx, leaserouter.WorkerOptions{}, func(context.Context, Lease) error { return nil }), leaserouter.ErrClosed)
 	require.NoError(t, b.Close(ctx), "a second Close")
+}
+
+// rowCloseRevokesLastAttempt: Close's revocation is not one of the ends
+// the attempts rule makes dead (expiry, Fail, Release): DESIGN-postgres
+// says the revoked jobs "are pending again at once", and the core never
+// kills a job for it (revokeLease).
+func rowCloseRevokesLastAttempt(t T, h Harness) {
+	b := open(t, h, Config{MaxAttempts: 1})
+	ctx := ctxOf(t)
+	require.NoError(t, b.Enqueue(ctx, "a", ""))
+	l := tryAcquire(t, b, "w")
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	require.ErrorIs(t, b.Close(done), context.Canceled, "cut short")
+	requireLost(t, l.Heartbeat(ctx, nil), l.Token(), l.Token(), leaserouter.LostRevoked)
+	j := get(t, b, "a")
+	require.Equal(t, leaserouter.StatePending, j.State, "revoked on its last attempt: pending again at once")
+	require.Equal(t, 1, j.Attempt)
+	require.Zero(t, stats(t, b).Dead)
 }
 
 func rowEvents(t T, h Harness) {

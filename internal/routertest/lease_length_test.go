@@ -18,10 +18,11 @@ import (
 // clock). With the capabilities PostgreSQL declares (no ExactClock), some
 // row or the linearizability check must catch it.
 //
-// It fails today: every row the honest fake passes also passes on the
-// broken one, and the history is Ok, because the model lets any lease
-// expire before any operation (time is not modeled) and no row without
-// ExactClock checks how long a lease lasts.
+// Without the row "one valid lease/a lease lasts LeaseDuration, its job
+// not leased again before" it fails: every other row the honest fake
+// passes also passes on the broken one, and the history is Ok, because the
+// model lets any lease expire before any operation (time is not modeled)
+// and no other row without ExactClock checks how long a lease lasts.
 func TestSuiteCatchesLeaseShorterThanLeaseDuration(t *testing.T) {
 	var caught, ran []string
 	for _, row := range routertest.Rows() {

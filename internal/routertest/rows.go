@@ -20,6 +20,7 @@ func Rows() []Row {
 		{Name: "one valid lease/expired lease refused, job leased again", Test: rowExpiredRefused},
 		{Name: "one valid lease/refused operation changes nothing", Test: rowRefusedChangesNothing},
 		{Name: "one valid lease/settled by any caller", Test: rowSettledByAnyCaller},
+		{Name: "one valid lease/a lease lasts LeaseDuration, its job not leased again before", Test: rowLeaseLasts},
 		{Name: "no hidden timing/lost at exactly its expiry, ready at exactly run-at", Needs: "ExactClock", Test: rowExactInstants},
 		{Name: "tokens/strictly increasing, above TokenFloor and Unix nanoseconds", Test: rowTokens},
 		{Name: "heartbeat/never shortens, never changes the token, stores progress", Test: rowHeartbeat},
@@ -116,6 +117,26 @@ func rowSettledByAnyCaller(t T, h Harness) {
 	j = get(t, bs[0], "a")
 	require.Equal(t, leaserouter.StateFailed, j.State, "expired on its last attempt: dead, whoever looks")
 	requireLost(t, l2.Complete(ctx), l2.Token(), l2.Token(), leaserouter.LostExpired)
+}
+
+// rowLeaseLasts: a lease lasts LeaseDuration from its grant, on every
+// backend (rowExactInstants probes the instant on an exact clock only):
+// its Expiry says so, and well inside it the job is not granted again and
+// the holder's heartbeat is accepted. Real clocks get generous margins.
+func rowLeaseLasts(t T, h Harness) {
+	b := open(t, h, Config{})
+	ctx := ctxOf(t)
+	d := h.Lease()
+	require.NoError(t, b.Enqueue(ctx, "a", ""))
+	before := time.Now()
+	l := tryAcquire(t, b, "w")
+	after := time.Now()
+	require.False(t, l.Expiry().Before(before.Add(d-time.Millisecond)), "expiry %v: LeaseDuration %v from the grant (at or after %v)", l.Expiry(), d, before)
+	require.False(t, l.Expiry().After(after.Add(d+time.Millisecond)), "expiry %v: LeaseDuration %v from the grant (at or before %v)", l.Expiry(), d, after)
+	h.Advance(d/2 + d/8)
+	_, err := b.TryAcquire(ctx, "thief")
+	require.ErrorIs(t, err, leaserouter.ErrNoJob, "a job whose lease is valid is not granted again")
+	require.NoError(t, l.Heartbeat(ctx, nil), "valid still, well before its expiry")
 }
 
 func rowExactInstants(t T, h Harness) {

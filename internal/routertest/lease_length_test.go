@@ -15,14 +15,14 @@ import (
 // TestSuiteCatchesLeaseShorterThanLeaseDuration: a backend whose leases
 // last half of LeaseDuration grants a job again while the contract says
 // its holder's lease is still valid (two valid leases, by the contract's
-// clock). With the capabilities PostgreSQL declares (no ExactClock), some
-// row or the linearizability check must catch it.
+// clock). With the capabilities PostgreSQL declares (no ExactClock), a
+// row and the linearizability check must each catch it.
 //
-// Without the row "one valid lease/a lease lasts LeaseDuration, its job
-// not leased again before" it fails: every other row the honest fake
-// passes also passes on the broken one, and the history is Ok, because the
-// model lets any lease expire before any operation (time is not modeled)
-// and no other row without ExactClock checks how long a lease lasts.
+// Both must: before the row "one valid lease/a lease lasts LeaseDuration,
+// its job not leased again before" no row without ExactClock checked how
+// long a lease lasts, and before the model knew a lease's contract expiry
+// (History.validUntil) it let any lease expire before any operation, so
+// the broken fake passed every row it runs and its history was Ok.
 func TestSuiteCatchesLeaseShorterThanLeaseDuration(t *testing.T) {
 	var caught, ran []string
 	for _, row := range routertest.Rows() {
@@ -49,6 +49,6 @@ func TestSuiteCatchesLeaseShorterThanLeaseDuration(t *testing.T) {
 	})
 	res := routertest.Check(t, ops, porcupine.Illegal, time.Minute)
 	t.Logf("history of the half-lease fake: %v", res)
-	require.True(t, len(caught) > 0 || res == porcupine.Illegal,
-		"a backend whose leases last half of LeaseDuration passes every row it can run and the linearizability check (seed %d)", seed)
+	require.NotEmpty(t, caught, "a backend whose leases last half of LeaseDuration passes every row it can run")
+	require.Equal(t, porcupine.Illegal, res, "a backend whose leases last half of LeaseDuration passes the linearizability check (seed %d)", seed)
 }

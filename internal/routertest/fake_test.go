@@ -40,7 +40,19 @@ const (
 	// bugShortHeartbeat: a heartbeat sets the expiry to now plus half the
 	// lease, which shortens a lease heartbeated early.
 	bugShortHeartbeat = "heartbeat shortens the lease"
+	// bugHalfLease: every lease (granted or heartbeated) lasts half of
+	// LeaseDuration, and Expiry says so: a job is leased again while its
+	// holder, by the contract, still holds a valid lease.
+	bugHalfLease = "leases last half their duration"
 )
+
+// leaseFor is how long a lease granted or heartbeated now lasts.
+func (f *fake) leaseFor() time.Duration {
+	if f.bug == bugHalfLease {
+		return f.lease / 2
+	}
+	return f.lease
+}
 
 type fakeJob struct {
 	leaserouter.Job[string]
@@ -143,7 +155,7 @@ func (f *fake) TryAcquireMany(_ context.Context, worker string, n int) ([]router
 	for _, j := range ready[:min(n, len(ready))] {
 		f.token++
 		f.st.LeasesGranted++
-		j.State, j.Token, j.Owner, j.LeaseExpiry = leaserouter.StateLeased, f.token, worker, now.Add(f.lease)
+		j.State, j.Token, j.Owner, j.LeaseExpiry = leaserouter.StateLeased, f.token, worker, now.Add(f.leaseFor())
 		j.Attempt++
 		out = append(out, &fakeLease{f: f, id: j.ID, payload: j.Payload, attempt: j.Attempt, token: j.Token,
 			worker: worker, progress: j.Progress, expiry: j.LeaseExpiry})
@@ -362,7 +374,7 @@ func (l *fakeLease) op(do func(j *fakeJob, now time.Time)) error {
 
 func (l *fakeLease) Heartbeat(_ context.Context, progress []byte) error {
 	return l.op(func(j *fakeJob, now time.Time) {
-		exp := now.Add(l.f.lease)
+		exp := now.Add(l.f.leaseFor())
 		if l.f.bug == bugShortHeartbeat {
 			exp = now.Add(l.f.lease / 2)
 		}

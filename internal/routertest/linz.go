@@ -30,7 +30,12 @@ package routertest
 // call makes, and Advance is the only clock a backend-neutral test has, so
 // the model is nondeterministic: before any operation a leased job may
 // have expired (pending again with the attempt counted, or dead after its
-// last attempt). Time itself is not modeled (the rows check instants).
+// last attempt), but not before the contract's bound on the lease's
+// expiry: the backend's clock read before the call that granted or last
+// heartbeated it, plus LeaseDuration (History.validUntil), against the
+// clock read after the operation returned (linInput.at). Without that
+// bound a job granted again while its lease is valid was linearizable.
+// Instants themselves are checked by the rows.
 // Operations Run makes on its own are recorded with the widest interval
 // the test can vouch for:
 //   - Run's claim of a job: from Run's start to the handler's entry.
@@ -44,8 +49,7 @@ package routertest
 //     model accepts only if the lease is no longer valid by then.
 //   - Close's revocation: one operation per job over each Close's
 //     interval, applied to a job whose latest lease that handle granted
-//     (pending again; the model also allows dead on the last attempt, see
-//     linRevoke below).
+//     (pending again at once, even on its last attempt).
 //
 // TryAcquire's ErrNoJob is left out ("no job was ready" is a statement
 // about every partition, which a per-job model cannot judge); acquire
@@ -116,6 +120,10 @@ type linInput struct {
 	// handle: linAcquire, the handle that granted the lease; linRevoke,
 	// the handle whose Close revoked.
 	handle int
+	// at: the backend's clock (Unix ns) when the operation was recorded,
+	// after it returned: a lease whose expiry is later than at had not
+	// expired when the operation took effect.
+	at int64
 }
 
 // linOutput is an operation's result.
@@ -127,6 +135,7 @@ type linOutput struct {
 	reason  string            // refused lease operation: LeaseLostError.Reason
 	state   leaserouter.State // Get: the job's State
 	err     string            // an error the contract does not allow here: the model refuses it
+	expiry  int64             // Acquire, accepted Heartbeat: the lease's Expiry (Unix ns) read after the call
 }
 
 // linState is the model's state of one job (comparable).
@@ -137,6 +146,7 @@ type linState struct {
 	attempt int               // leases granted so far
 	ended   string            // why the latest lease ended, as LeaseLostError.Reason says it
 	holder  int               // the handle that granted the latest lease (Close revokes only its own)
+	expiry  int64             // the latest lease's expiry as last read (Unix ns; 0: unknown): it cannot expire before
 }
 
 // linAfter is where a job goes when a lease ends by expiry, Fail (zero
@@ -175,7 +185,7 @@ func linStep(s linState, in linInput, out linOutput) []linState {
 	case linAcquire:
 		if out.ok && s.known && s.state == leaserouter.StatePending &&
 			in.token > s.token && out.attempt == s.attempt+1 && out.attempt <= linMaxAttempts {
-			return []linState{{known: true, state: leaserouter.StateLeased, token: in.token, attempt: out.attempt, holder: in.handle}}
+			return []linState{{known: true, state: leaserouter.StateLeased, token: in.token, attempt: out.attempt, holder: in.handle, expiry: out.expiry}}
 		}
 		return nil
 	case linHeartbeat, linComplete, linFail, linRelease:
@@ -206,6 +216,7 @@ func linStep(s linState, in linInput, out linOutput) []linState {
 		case linRelease:
 			return []linState{end(linAfter(s.attempt), string(leaserouter.LostReleased))}
 		}
+		s.expiry = max(s.expiry, out.expiry) // a heartbeat never shortens: the later of the two
 		return []linState{s}
 	case linGet:
 		if !s.known {
@@ -242,11 +253,9 @@ func linStep(s linState, in linInput, out linOutput) []linState {
 		if s.state != leaserouter.StateLeased || s.holder != in.handle {
 			return []linState{s} // Close revokes only what its own Router granted
 		}
-		// Revoked: pending again with the attempt counted. The core never
-		// makes a revoked job dead; pgrouter does on its last attempt (a
-		// drift reported by this suite's author, not judged here).
-		return []linState{end(leaserouter.StatePending, string(leaserouter.LostRevoked)),
-			end(linAfter(s.attempt), string(leaserouter.LostRevoked))}
+		// Revoked: pending again at once with the attempt counted, never
+		// dead (DESIGN-postgres: Close; the core's revokeLease).
+		return []linState{end(leaserouter.StatePending, string(leaserouter.LostRevoked))}
 	}
 	return nil
 }
@@ -273,7 +282,10 @@ var LinModel = porcupine.NondeterministicModel{
 	Step: func(state, input, output any) []any {
 		s, in, out := state.(linState), input.(linInput), output.(linOutput)
 		starts := []linState{s}
-		if s.state == leaserouter.StateLeased {
+		// A lease expires only at its expiry: an operation recorded
+		// before the expiry last read (with a millisecond for a server's
+		// microsecond timestamps) took effect while the lease was valid.
+		if s.state == leaserouter.StateLeased && in.at+int64(time.Millisecond) >= s.expiry {
 			e := s
 			e.state, e.ended = linAfter(s.attempt), string(leaserouter.LostExpired)
 			starts = append(starts, e)
@@ -290,7 +302,7 @@ var LinModel = porcupine.NondeterministicModel{
 	},
 	DescribeOperation: func(input, output any) string {
 		in, out := input.(linInput), output.(linOutput)
-		return fmt.Sprintf("%v(%s, %d, perm=%v, handle=%d) -> %+v", in.kind, in.job, in.token, in.perm, in.handle, out)
+		return fmt.Sprintf("%v(%s, %d, perm=%v, handle=%d, at=%d) -> %+v", in.kind, in.job, in.token, in.perm, in.handle, in.at, out)
 	},
 	DescribeState: func(state any) string { return fmt.Sprintf("%+v", state.(linState)) },
 }
@@ -311,6 +323,20 @@ type History struct {
 	mu     sync.Mutex
 	ops    []porcupine.Operation
 	noJob  atomic.Int64 // TryAcquire calls that returned ErrNoJob (not recorded)
+	// lease, runLease: set A's and set R's LeaseDuration. A lease granted
+	// or heartbeated by a call made at c lasts at least until c plus its
+	// duration (the contract's bound, whatever the backend's Expiry says).
+	lease, runLease time.Duration
+}
+
+// validUntil is the contract's lower bound on the expiry of a lease of
+// job id granted or heartbeated by a call made at call.
+func (h *History) validUntil(id string, call time.Time) int64 {
+	d := h.lease
+	if strings.HasPrefix(id, "run-") {
+		d = h.runLease
+	}
+	return call.Add(d).UnixNano()
 }
 
 // Ops returns the recorded operations.
@@ -323,6 +349,7 @@ func (h *History) Ops() []porcupine.Operation {
 func (h *History) now() int64 { return h.clock.Add(1) }
 
 func (h *History) add(client int, in linInput, out linOutput, call, ret int64) {
+	in.at = time.Now().UnixNano()
 	h.budget.Add(-1)
 	h.mu.Lock()
 	h.ops = append(h.ops, porcupine.Operation{ClientId: client, Input: in, Call: call, Output: out, Return: ret})
@@ -367,7 +394,7 @@ func (h *History) enqueue(ctx context.Context, b Backend, client int, ids ...str
 // granted records the leases of one acquire call, all with the call's
 // interval (a batch is atomic: any order of them is a linearization), or
 // its refusal, and returns the leases.
-func (h *History) granted(client, handle int, ls []Lease, err error, call, ret int64) []Lease {
+func (h *History) granted(client, handle int, ls []Lease, err error, call, ret int64, callAt time.Time) []Lease {
 	switch {
 	case errors.Is(err, leaserouter.ErrNoJob):
 		h.noJob.Add(1)
@@ -377,13 +404,13 @@ func (h *History) granted(client, handle int, ls []Lease, err error, call, ret i
 		return nil
 	}
 	for _, l := range ls {
-		h.add(client, linInput{kind: linAcquire, job: l.JobID(), token: l.Token(), handle: handle}, linOutput{ok: true, attempt: l.Attempt()}, call, ret)
+		h.add(client, linInput{kind: linAcquire, job: l.JobID(), token: l.Token(), handle: handle}, linOutput{ok: true, attempt: l.Attempt(), expiry: h.validUntil(l.JobID(), callAt)}, call, ret)
 	}
 	return ls
 }
 
 func (h *History) acquire(ctx context.Context, b Backend, handle, client int, worker string, max int) []Lease {
-	call := h.now()
+	callAt, call := time.Now(), h.now()
 	var ls []Lease
 	var err error
 	if max == 1 {
@@ -395,11 +422,11 @@ func (h *History) acquire(ctx context.Context, b Backend, handle, client int, wo
 		ls, err = b.TryAcquireMany(ctx, worker, max)
 	}
 	ret := h.now()
-	return h.granted(client, handle, ls, err, call, ret)
+	return h.granted(client, handle, ls, err, call, ret, callAt)
 }
 
 func (h *History) leaseOp(ctx context.Context, client int, kind linKind, l Lease, perm bool) error {
-	call := h.now()
+	callAt, call := time.Now(), h.now()
 	var err error
 	switch kind {
 	case linHeartbeat:
@@ -420,6 +447,9 @@ func (h *History) leaseOp(ctx context.Context, client int, kind linKind, l Lease
 	var lost *leaserouter.LeaseLostError
 	switch {
 	case err == nil:
+		if kind == linHeartbeat {
+			out.expiry = h.validUntil(l.JobID(), callAt)
+		}
 	case errors.As(err, &lost):
 		out.token, out.refused, out.reason = lost.Current, lost.Token, string(lost.Reason)
 	default:
@@ -601,7 +631,7 @@ func Workload(t T, h Harness, cfg LinConfig, seed uint64) *History {
 		}
 		return runHandle
 	}
-	hist := &History{}
+	hist := &History{lease: lease, runLease: runLease}
 	hist.budget.Store(int64(ops))
 	var (
 		nextJob, nextRunJob atomic.Int64
@@ -781,13 +811,13 @@ func Workload(t T, h Harness, cfg LinConfig, seed uint64) *History {
 	var runEnded []ended
 	runCtx, stopRun := context.WithCancel(ctx)
 	runErr := make(chan error, 1)
-	runStart := hist.now()
+	runStartAt, runStart := time.Now(), hist.now()
 	var handlerSeq atomic.Uint64
 	go func() {
 		<-start
 		runErr <- rs.Run(runCtx, leaserouter.WorkerOptions{Workers: 3, WorkerID: "run", Batch: 1}, func(hctx context.Context, l Lease) error {
 			entry := hist.now()
-			hist.add(runClient, linInput{kind: linAcquire, job: l.JobID(), token: l.Token(), handle: runHandle}, linOutput{ok: true, attempt: l.Attempt()}, runStart, entry)
+			hist.add(runClient, linInput{kind: linAcquire, job: l.JobID(), token: l.Token(), handle: runHandle}, linOutput{ok: true, attempt: l.Attempt(), expiry: hist.validUntil(l.JobID(), runStartAt)}, runStart, entry)
 			pool.add(l)
 			runPool.add(l)
 			rng := rand.New(rand.NewPCG(seed, handlerSeq.Add(1)<<32))

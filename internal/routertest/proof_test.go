@@ -130,4 +130,5 @@ func TestSuiteCatchesShorteningHeartbeat(t *testing.T) {
 	require.True(t, failed, "the heartbeat row missed the planted bug")
 	require.Contains(t, log, "extends the lease")
 	t.Logf("on the broken fake:\n%s", log)
+	workload(t, bugShortHeartbeat, porcupine.Illegal) // its job leased again while the lease is valid by the contract
 }

@@ -20,6 +20,7 @@ func Rows() []Row {
 		{Name: "one valid lease/expired lease refused, job leased again", Test: rowExpiredRefused},
 		{Name: "one valid lease/refused operation changes nothing", Test: rowRefusedChangesNothing},
 		{Name: "one valid lease/settled by any caller", Test: rowSettledByAnyCaller},
+		{Name: "one valid lease/a lease lasts LeaseDuration, its job not leased again before", Test: rowLeaseLasts},
 		{Name: "no hidden timing/lost at exactly its expiry, ready at exactly run-at", Needs: "ExactClock", Test: rowExactInstants},
 		{Name: "tokens/strictly increasing, above TokenFloor and Unix nanoseconds", Test: rowTokens},
 		{Name: "heartbeat/never shortens, never changes the token, stores progress", Test: rowHeartbeat},
@@ -35,6 +36,7 @@ func Rows() []Row {
 		{Name: "cancel/pending, scheduled, leased, finished, unknown", Test: rowCancel},
 		{Name: "close/drains granted leases", Test: rowCloseDrains},
 		{Name: "close/revokes when ctx is done, refuses new work, still answers", Test: rowCloseRevokes},
+		{Name: "close/a revoked job is pending again at once, even on its last attempt", Test: rowCloseRevokesLastAttempt},
 		{Name: "events/one per transition with its fields", Test: rowEvents},
 		{Name: "events/lease_expired at the expiry instant, then dead", Test: rowEventsExpiry},
 		{Name: "workers/Run completes, fails, retries, recovers panics", Test: rowRun},
@@ -115,6 +117,26 @@ func rowSettledByAnyCaller(t T, h Harness) {
 	j = get(t, bs[0], "a")
 	require.Equal(t, leaserouter.StateFailed, j.State, "expired on its last attempt: dead, whoever looks")
 	requireLost(t, l2.Complete(ctx), l2.Token(), l2.Token(), leaserouter.LostExpired)
+}
+
+// rowLeaseLasts: a lease lasts LeaseDuration from its grant, on every
+// backend (rowExactInstants probes the instant on an exact clock only):
+// its Expiry says so, and well inside it the job is not granted again and
+// the holder's heartbeat is accepted. Real clocks get generous margins.
+func rowLeaseLasts(t T, h Harness) {
+	b := open(t, h, Config{})
+	ctx := ctxOf(t)
+	d := h.Lease()
+	require.NoError(t, b.Enqueue(ctx, "a", ""))
+	before := time.Now()
+	l := tryAcquire(t, b, "w")
+	after := time.Now()
+	require.False(t, l.Expiry().Before(before.Add(d-time.Millisecond)), "expiry %v: LeaseDuration %v from the grant (at or after %v)", l.Expiry(), d, before)
+	require.False(t, l.Expiry().After(after.Add(d+time.Millisecond)), "expiry %v: LeaseDuration %v from the grant (at or before %v)", l.Expiry(), d, after)
+	h.Advance(d/2 + d/8)
+	_, err := b.TryAcquire(ctx, "thief")
+	require.ErrorIs(t, err, leaserouter.ErrNoJob, "a job whose lease is valid is not granted again")
+	require.NoError(t, l.Heartbeat(ctx, nil), "valid still, well before its expiry")
 }
 
 func rowExactInstants(t T, h Harness) {
@@ -304,6 +326,7 @@ func rowDedup(t T, h Harness) {
 	s := stats(t, b)
 	require.EqualValues(t, 4, s.Enqueued)
 	require.EqualValues(t, 4, s.Duplicates)
+	require.EqualValues(t, 1, s.Purged, "Stats.Purged counts a finished job dropped at once (Retention < 0)")
 
 	b2 := open(t, h, Config{})
 	require.NoError(t, b2.Enqueue(ctx, "a", ""))
@@ -543,6 +566,25 @@ func rowCloseRevokes(t T, h Harness) {
 	require.NoError(t, b.Close(ctx), "a second Close")
 }
 
+// rowCloseRevokesLastAttempt: Close's revocation is not one of the ends
+// the attempts rule makes dead (expiry, Fail, Release): DESIGN-postgres
+// says the revoked jobs "are pending again at once", and the core never
+// kills a job for it (revokeLease).
+func rowCloseRevokesLastAttempt(t T, h Harness) {
+	b := open(t, h, Config{MaxAttempts: 1})
+	ctx := ctxOf(t)
+	require.NoError(t, b.Enqueue(ctx, "a", ""))
+	l := tryAcquire(t, b, "w")
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	require.ErrorIs(t, b.Close(done), context.Canceled, "cut short")
+	requireLost(t, l.Heartbeat(ctx, nil), l.Token(), l.Token(), leaserouter.LostRevoked)
+	j := get(t, b, "a")
+	require.Equal(t, leaserouter.StatePending, j.State, "revoked on its last attempt: pending again at once")
+	require.Equal(t, 1, j.Attempt)
+	require.Zero(t, stats(t, b).Dead)
+}
+
 func rowEvents(t T, h Harness) {
 	ev := newEvents()
 	b := open(t, h, Config{MaxAttempts: 2, OnEvent: ev.record})
@@ -594,6 +636,15 @@ func rowEvents(t T, h Harness) {
 	for i := 1; i < len(evs); i++ {
 		require.False(t, evs[i].Time.Before(evs[i-1].Time.Add(-time.Millisecond)), "events in the order of their transitions: %v after %v", evs[i], evs[i-1])
 	}
+	// One handle made every transition, one after another: its events
+	// come in that order across jobs too (a's, then b's, then c's). On a
+	// clock that does not move (synctest) the times above are all equal,
+	// so this is the check of the order.
+	var order []string
+	for _, e := range evs {
+		order = append(order, e.JobID)
+	}
+	require.IsNonDecreasing(t, order, "events in the order of their transitions, across jobs")
 }
 
 func rowEventsExpiry(t T, h Harness) {

@@ -41,6 +41,12 @@
 //     that.
 //   - Stats: counts by state come from the table; totals are this
 //     Router's own since New (other processes' calls are not in them).
+//     Purged counts the rows of finished jobs this Router deleted (its
+//     maintenance loop, at most a PollInterval after their retention
+//     ended) or replaced (an Enqueue of the same ID): a job dropped at
+//     once (Retention < 0) is invisible at once but counted, and its
+//     purged event emitted, when its row goes, by the process that
+//     removes it.
 //   - Capacity is not offered: the table is the queue.
 //   - LeaseDuration has a floor, MinLeaseDuration (1ms): a positive one
 //     below it is refused by New (ErrInvalidOptions, with the core's

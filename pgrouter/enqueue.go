@@ -51,28 +51,50 @@ func addJob[T any](b *batch, r *Router[T], i int, id string, payload T, opts []l
 }
 
 // insert runs insertJobs for b on q and returns the IDs inserted, with
-// the instant each was.
-func (r *Router[T]) insert(ctx context.Context, q querier, b *batch) (map[string]time.Time, error) {
+// the instant each was, and an EventPurged for each finished job past its
+// retention whose row an inserted job took.
+func (r *Router[T]) insert(ctx context.Context, q querier, b *batch) (map[string]time.Time, []leaserouter.Event, error) {
 	if err := r.ev.awaitRoom(ctx); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	rows, err := q.Query(ctx, insertJobs, args{"queue": r.opts.Queue, "channel": channel, "ids": b.ids,
 		"priorities": b.priority, "max_attempts": b.maxAtt, "payloads": b.payload, "run_at": b.runAt, "delay_us": b.delay})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	inserted := make(map[string]time.Time, len(b.ids))
+	var purged []leaserouter.Event
 	for rows.Next() {
 		var id string
 		var at time.Time
 		var notified int64
-		if err := rows.Scan(&id, &at, &notified); err != nil {
+		var token *int64
+		var attempt *int32
+		var purgeAt *time.Time
+		if err := rows.Scan(&id, &at, &notified, &token, &attempt, &purgeAt); err != nil {
 			rows.Close()
-			return nil, err
+			return nil, nil, err
 		}
 		inserted[id] = at
+		if token != nil { // the row of a finished job past its retention: purged now
+			purged = append(purged, leaserouter.Event{Kind: leaserouter.EventPurged, Time: *purgeAt, JobID: id,
+				Token: leaserouter.Token(*token), Attempt: int(*attempt)})
+		}
 	}
-	return inserted, rows.Err()
+	return inserted, purged, rows.Err()
+}
+
+// replacedPurged counts and reports the finished jobs an enqueue's rows
+// replaced (purged by that statement, as the maintenance loop purges
+// others), before the enqueue's own events.
+func (r *Router[T]) replacedPurged(purged []leaserouter.Event) {
+	if len(purged) == 0 {
+		return
+	}
+	r.mu.Lock()
+	r.stats.Purged += uint64(len(purged))
+	r.mu.Unlock()
+	r.ev.add(purged...)
 }
 
 // enqueued reports the events of an enqueue of ids, in order: enqueued
@@ -129,11 +151,12 @@ func (r *Router[T]) enqueue(ctx context.Context, q querier, id string, payload T
 	if err := r.open(); err != nil {
 		return err
 	}
-	inserted, err := r.insert(ctx, q, &b)
+	inserted, purged, err := r.insert(ctx, q, &b)
 	if err != nil {
 		return errWrap("Enqueue", err)
 	}
 	_, ok := inserted[id]
+	r.replacedPurged(purged)
 	r.enqueued(b.ids, inserted)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -188,10 +211,11 @@ func (r *Router[T]) EnqueueMany(ctx context.Context, jobs []leaserouter.JobSpec[
 		first.delay = append(first.delay, b.delay[k])
 		first.index = append(first.index, b.index[k])
 	}
-	inserted, err := r.insert(ctx, r.db, &first)
+	inserted, purged, err := r.insert(ctx, r.db, &first)
 	if err != nil {
 		return nil, errWrap("EnqueueMany", err)
 	}
+	r.replacedPurged(purged)
 	for k, id := range first.ids {
 		if _, ok := inserted[id]; !ok {
 			repeats = append(repeats, first.index[k])

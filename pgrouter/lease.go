@@ -296,14 +296,14 @@ func (r *Router[T]) revokeHeld(ctx context.Context) error {
 		return nil
 	}
 	// Revoked as the core revokes: pending again at once with the attempt
-	// counted, or dead if that was the last; a lease already expired is
-	// left to settling, which settles it as of its expiry.
+	// counted, even on its last attempt (leaserouter_end_lease); a lease
+	// already expired is left to settling, which settles it as of its
+	// expiry.
 	revoked, err := readEnded(r.db.Query(ctx, endLeases, r.endManyArgs(ls, leaserouter.LostRevoked, false)))
 	if err != nil {
 		return fmt.Errorf("pgrouter: Close: revoke leases: %w", err)
 	}
 	var evs []leaserouter.Event
-	dead := 0
 	for _, l := range ls {
 		x, ok := revoked[keyOf(l)]
 		if !ok {
@@ -312,15 +312,9 @@ func (r *Router[T]) revokeHeld(ctx context.Context) error {
 		e := l.event(leaserouter.EventReleased, x.at)
 		e.Err = errRevoked
 		evs = append(evs, e)
-		if isState(&x.state, leaserouter.StateFailed) {
-			e.Kind, e.Held, e.Err = leaserouter.EventDead, 0, errExhausted
-			evs = append(evs, e)
-			dead++
-		}
 	}
 	r.ev.add(evs...)
 	r.mu.Lock()
-	r.stats.Dead += uint64(dead)
 	for _, l := range ls { // committed: revoked, or ended already
 		delete(r.held, l)
 	}

@@ -145,8 +145,9 @@ func errWrap(call string, err error) error {
 // Heartbeat, Complete, Fail and Release); an abandoned lease ends at its
 // expiry (as proven by its last accepted heartbeat, on this process's
 // clock). Leases still held then are revoked, in one round trip: their
-// jobs are pending again at once (the attempt counted) and their
-// holders' operations are refused with ErrLeaseLost; a Run's leases not
+// jobs are pending again at once (the attempt counted, yet never dead:
+// a job revoked on its last attempt is leased once more, as in the core)
+// and their holders' operations are refused with ErrLeaseLost; a Run's leases not
 // running (leased ahead of their turn, or finished and not yet
 // completed) are not revoked: the stopping Run hands them back (the
 // attempt not counted) or completes them. It then waits for

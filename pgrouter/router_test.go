@@ -175,9 +175,12 @@ func TestCloseEndsAtAbandonedExpiry(t *testing.T) {
 	require.Contains(t, []leaserouter.LostReason{leaserouter.LostExpired, leaserouter.LostRevoked}, lost.Reason)
 }
 
-// TestRevokeLastAttempt: Close revoking a lease on a job's last attempt
-// makes the job dead, so no Router grants it an attempt beyond its max.
-func TestRevokeLastAttempt(t *testing.T) {
+// TestRevokedLastAttemptIsPendingAgain: Close revoking a lease on a job's
+// last attempt makes the job pending again at once, as in the core (the
+// revocation is Close's doing, not the job's: a deploy does not kill a job
+// on its last attempt); the next process leases it once more, and that
+// lease ending without success makes it dead.
+func TestRevokedLastAttemptIsPendingAgain(t *testing.T) {
 	db := pgtest.New(t)
 	ctx := t.Context()
 	r, err := pgrouter.New[int](ctx, db, pgrouter.Options{MaxAttempts: 1})
@@ -189,9 +192,15 @@ func TestRevokeLastAttempt(t *testing.T) {
 	cancel()
 	require.ErrorIs(t, r.Close(done), context.Canceled)
 	other := routerOn[int](t, db, pgrouter.Options{MaxAttempts: 1})
-	_, err = other.TryAcquire(ctx, "w")
-	require.ErrorIs(t, err, leaserouter.ErrNoJob)
 	j, _, err := other.Get(ctx, "a")
 	require.NoError(t, err)
-	require.Equal(t, leaserouter.StateFailed, j.State)
+	require.Equal(t, leaserouter.StatePending, j.State, "revoked: pending again, even on its last attempt")
+	require.Equal(t, 1, j.Attempt, "the revoked lease counted")
+	l, err := other.TryAcquire(ctx, "w")
+	require.NoError(t, err)
+	require.Equal(t, 2, l.Attempt)
+	require.NoError(t, l.Release(ctx))
+	j, _, err = other.Get(ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, leaserouter.StateFailed, j.State, "attempts used up by a release")
 }

@@ -326,7 +326,7 @@ func rowDedup(t T, h Harness) {
 	s := stats(t, b)
 	require.EqualValues(t, 4, s.Enqueued)
 	require.EqualValues(t, 4, s.Duplicates)
-	require.EqualValues(t, 1, s.Purged, "Stats.Purged counts a finished job dropped at once (Retention < 0)")
+	require.EqualValues(t, 1, s.Purged, "Stats.Purged counts a finished job dropped at once (Retention < 0), by the time its ID is enqueued again")
 
 	b2 := open(t, h, Config{})
 	require.NoError(t, b2.Enqueue(ctx, "a", ""))

@@ -45,7 +45,9 @@ AS $$ SELECT st = 'leased' AND tok = held AND expires_at > clock_timestamp() $$;
 -- through this one rule, as the core's endLease does. The job is
 --   succeeded when the lease completed;
 --   dead (failed) when it failed with a Permanent error, or its attempts
---     are used up (attempt >= max_attempts);
+--     are used up (attempt >= max_attempts), unless Close revoked the
+--     lease: a revoked job is pending again at once even on its last
+--     attempt, as in the core (Close's doing, not the job's);
 --   otherwise ready again: scheduled delay_us after ended_at when delay_us > 0
 --     (a failure's backoff), else pending at once, ready since ended_at.
 -- A finished job is purged retention_us after ended_at. The lease's traces go:
@@ -53,7 +55,7 @@ AS $$ SELECT st = 'leased' AND tok = held AND expires_at > clock_timestamp() $$;
 -- is the instant of the change (for an expiry, the expiry instant itself);
 -- requeued marks a job ready again because its lease expired. The job's
 -- last error becomes last_error, or 'attempts exhausted' for a job that a
--- release or revocation made dead without an error of its own.
+-- release made dead without an error of its own.
 -- Use: UPDATE ... SET (state, ready_at, purge_at, owner, lease_expires_at,
 -- ended, requeued, updated_at, last_error) = (SELECT * FROM
 -- leaserouter_end_lease(...)). It returns one row; declared as a table
@@ -80,7 +82,7 @@ SELECT
 	reason,
 	reason = 'expired' AND NOT d.dead,
 	ended_at,
-	CASE WHEN d.dead AND reason IN ('released', 'revoked') AND last_error = '' THEN 'attempts exhausted'
+	CASE WHEN d.dead AND reason = 'released' AND last_error = '' THEN 'attempts exhausted'
 		ELSE last_error END
-FROM (SELECT reason <> 'completed' AND (permanent OR attempt >= max_attempts) AS dead) d
+FROM (SELECT reason NOT IN ('completed', 'revoked') AND (permanent OR attempt >= max_attempts) AS dead) d
 $$;

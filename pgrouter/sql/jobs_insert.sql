@@ -5,11 +5,16 @@
 -- rows are then inserted in ID order, the order in which every batch
 -- locks rows, so two batches with IDs in common wait for each other
 -- instead of deadlocking. A known ID is left alone unless its job is
--- finished and past its retention, when the row becomes the new job. It
--- returns the inserted IDs with their instant and, when there are any,
--- notifies @channel (with the insert, so only if it commits), whose
--- listeners take a new due instant from a scheduled job too.
+-- finished and past its retention, when the row becomes the new job (the
+-- old one is purged by this statement). It returns the inserted IDs with
+-- their instant and, for a row that replaced a purged job, that job's
+-- token, attempt and purge time; when there are any, it notifies @channel
+-- (with the insert, so only if it commits), whose listeners take a new
+-- due instant from a scheduled job too.
 WITH c AS (SELECT clock_timestamp() AS now),
+old AS (
+	SELECT id, token, attempt, purge_at FROM leaserouter_jobs
+	WHERE queue = @queue AND id = ANY (@ids::text[]) AND state IN ('succeeded', 'failed', 'canceled')),
 v AS (
 	SELECT x.*, nextval('leaserouter_job_seq') AS seq
 	FROM (SELECT r.id, r.priority, r.max_attempts, r.payload, c.now,
@@ -30,6 +35,7 @@ ins AS (
 		lease_expires_at = NULL, ended = '', payload = excluded.payload, progress = NULL, last_error = '',
 		created_at = excluded.created_at, updated_at = excluded.updated_at, purge_at = NULL
 	WHERE j.state IN ('succeeded', 'failed', 'canceled') AND j.purge_at <= clock_timestamp()
-	RETURNING j.id, j.created_at),
+	RETURNING j.id, j.created_at, NOT (j.xmax = 0) AS replaced),
 n AS (SELECT pg_notify(@channel, @queue) FROM (SELECT FROM ins LIMIT 1) one)
-SELECT id, created_at, (SELECT count(*) FROM n) FROM ins
+SELECT ins.id, ins.created_at, (SELECT count(*) FROM n), o.token, o.attempt, o.purge_at
+FROM ins LEFT JOIN old o ON ins.replaced AND o.id = ins.id

@@ -4,9 +4,10 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/leaserouter/leaserouter/internal/contract"
 )
 
 // State is where a job is in its life. The zero value is StatePending.
@@ -371,44 +372,6 @@ func plainID(s string) bool {
 	return true
 }
 
-// idProblem says what breaks the rule for IDs in s, quoting s, or "" if
-// nothing does ("" itself passes). The length is checked first, so a huge
-// s costs nothing more.
-func idProblem(s string) string {
-	if len(s) > MaxIDBytes {
-		return fmt.Sprintf("%s is %d bytes, above MaxIDBytes (%d)", quoteID(s), len(s), MaxIDBytes)
-	}
-	if i := strings.IndexByte(s, 0); i >= 0 {
-		return fmt.Sprintf("%s holds NUL at byte %d", quoteID(s), i)
-	}
-	if !utf8.ValidString(s) {
-		return fmt.Sprintf("%s is not valid UTF-8 at byte %d", quoteID(s), invalidUTF8At(s))
-	}
-	return ""
-}
-
-// invalidUTF8At is the offset of the first byte of s that does not start
-// a valid UTF-8 sequence; len(s) if there is none.
-func invalidUTF8At(s string) int {
-	for i := 0; i < len(s); {
-		r, n := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && n == 1 {
-			return i
-		}
-		i += n
-	}
-	return len(s)
-}
-
-// quoteID quotes s for an error message, cut to at most its first 32
-// bytes (at a rune's start, when s is valid UTF-8 there).
-func quoteID(s string) string {
-	if len(s) <= 32 {
-		return fmt.Sprintf("%q", s)
-	}
-	k := 32
-	for k > 28 && !utf8.RuneStart(s[k]) {
-		k--
-	}
-	return fmt.Sprintf("%q...", s[:k])
-}
+// idProblem says what breaks the rule for IDs in s (contract.NameProblem
+// with MaxIDBytes), or "" if nothing does ("" itself passes).
+func idProblem(s string) string { return contract.NameProblem(s, MaxIDBytes, "MaxIDBytes") }

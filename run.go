@@ -97,7 +97,7 @@ func (o WorkerOptions) WithDefaults(lease time.Duration) (WorkerOptions, error) 
 	// Worker i is "<WorkerID>-<i>"; the last one's ID is the longest.
 	if p := idProblem(fmt.Sprintf("%s-%d", o.WorkerID, o.Workers-1)); p != "" {
 		return o, fmt.Errorf("%w: WorkerOptions.WorkerID %s makes worker IDs that break the rule for IDs: worker %d's ID %s",
-			ErrInvalidOptions, quoteID(o.WorkerID), o.Workers-1, p)
+			ErrInvalidOptions, contract.Quote(o.WorkerID), o.Workers-1, p)
 	}
 	o.Batch = cmp.Or(o.Batch, DefaultBatch)
 	o.HeartbeatInterval = heartbeatInterval(o.HeartbeatInterval, lease)

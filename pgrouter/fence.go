@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/contract"
 )
 
 // MaxFenceKeyBytes is the longest key Fence accepts, in bytes: twice
@@ -33,7 +34,7 @@ func Fence(ctx context.Context, tx pgx.Tx, key string, t leaserouter.Token) erro
 	if tx == nil || key == "" {
 		return fmt.Errorf("%w: Fence needs a transaction and a key", leaserouter.ErrInvalidOptions)
 	}
-	if p := nameProblem(key, MaxFenceKeyBytes, "MaxFenceKeyBytes"); p != "" {
+	if p := contract.NameProblem(key, MaxFenceKeyBytes, "MaxFenceKeyBytes"); p != "" {
 		return fmt.Errorf("%w: Fence key %s", leaserouter.ErrInvalidOptions, p)
 	}
 	if t > 1<<63-1 {

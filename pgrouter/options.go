@@ -3,9 +3,7 @@ package pgrouter
 import (
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/leaserouter/leaserouter"
 	"github.com/leaserouter/leaserouter/internal/contract"
@@ -112,7 +110,7 @@ func (o Options) withDefaults() (Options, error) {
 	if o.PollInterval < 0 {
 		return bad("PollInterval is %v, must be >= 0 (or 0 for the default %v)", o.PollInterval, DefaultPollInterval)
 	}
-	if p := nameProblem(o.Queue, MaxQueueBytes, "MaxQueueBytes"); p != "" {
+	if p := contract.NameProblem(o.Queue, MaxQueueBytes, "MaxQueueBytes"); p != "" {
 		return bad("Queue %s", p)
 	}
 	if o.Queue == "" {
@@ -134,40 +132,4 @@ func (o Options) withDefaults() (Options, error) {
 		o.PollInterval = DefaultPollInterval
 	}
 	return o, nil
-}
-
-// nameProblem says what breaks the core's rule for IDs (valid UTF-8, no
-// NUL; leaserouter.ValidateID) with the limit of limit bytes, named
-// limitName, in s, quoting s as the core does; "" if nothing does ("" itself
-// passes). It is how pgrouter checks the names the core never sees:
-// queue names and fence keys.
-func nameProblem(s string, limit int, limitName string) string {
-	q := func() string { // as the core's: at most 32 bytes, cut at a rune's start
-		if len(s) <= 32 {
-			return fmt.Sprintf("%q", s)
-		}
-		k := 32
-		for k > 28 && !utf8.RuneStart(s[k]) {
-			k--
-		}
-		return fmt.Sprintf("%q...", s[:k])
-	}
-	if len(s) > limit {
-		return fmt.Sprintf("%s is %d bytes, above %s (%d)", q(), len(s), limitName, limit)
-	}
-	if i := strings.IndexByte(s, 0); i >= 0 {
-		return fmt.Sprintf("%s holds NUL at byte %d", q(), i)
-	}
-	if !utf8.ValidString(s) {
-		i := 0
-		for i < len(s) {
-			r, n := utf8.DecodeRuneInString(s[i:])
-			if r == utf8.RuneError && n == 1 {
-				break
-			}
-			i += n
-		}
-		return fmt.Sprintf("%s is not valid UTF-8 at byte %d", q(), i)
-	}
-	return ""
 }

@@ -16,7 +16,7 @@ import (
 // Rows returns the contract's rules, each named after DESIGN.md's bullet
 // ("<bullet>/<case>").
 func Rows() []Row {
-	return []Row{
+	return append([]Row{
 		{Name: "one valid lease/expired lease refused, job leased again", Test: rowExpiredRefused},
 		{Name: "one valid lease/refused operation changes nothing", Test: rowRefusedChangesNothing},
 		{Name: "one valid lease/settled by any caller", Test: rowSettledByAnyCaller},
@@ -44,8 +44,8 @@ func Rows() []Row {
 		{Name: "workers/Run ends only a lease still valid", Test: rowRunEndsOnlyValid},
 		{Name: "workers/KeepAlive keeps a lease and reports its loss", Test: rowKeepAlive},
 		{Name: "bad input/documented error for every call", Test: rowBadInput},
-		{Name: "bad input/New refuses bad options with ErrInvalidOptions", Test: rowBadOptions},
-	}
+		{Name: "bad input/New refuses bad options with ErrInvalidOptions, one message on every backend", Test: rowBadOptions},
+	}, contractRows()...)
 }
 
 func rowExpiredRefused(t T, h Harness) {
@@ -883,15 +883,28 @@ func rowBadInput(t T, h Harness) {
 
 func rowBadOptions(t T, h Harness) {
 	for _, c := range []struct {
-		name string
 		cfg  Config
+		want string
 	}{
-		{"negative LeaseDuration", Config{LeaseDuration: -time.Second}},
-		{"negative MaxAttempts", Config{MaxAttempts: -1}},
-		{"MaxAttempts beyond MaxInt32", Config{MaxAttempts: 1 << 31}},
-		{"TokenFloor leaving no token that fits an int64", Config{TokenFloor: 1<<63 - 1}},
+		{Config{LeaseDuration: -time.Second}, "LeaseDuration is -1s, must be > 0 (or 0 for the default 30s)"},
+		{Config{MaxAttempts: -1}, "MaxAttempts is -1, must be >= 1 (or 0 for the default 5)"},
+		{Config{MaxAttempts: 1 << 31}, "MaxAttempts is 2147483648, must be <= 2147483647"},
+		{Config{TokenFloor: 1 << 63}, "TokenFloor is 9223372036854775808, must be < 9223372036854775807 so tokens fit in an int64"},
+		{Config{TokenFloor: 1<<63 - 1}, "TokenFloor is 9223372036854775807, must be < 9223372036854775807 so tokens fit in an int64"},
 	} {
-		require.ErrorIs(t, h.New(t, c.cfg), leaserouter.ErrInvalidOptions, c.name)
+		err := h.New(t, c.cfg)
+		require.ErrorIs(t, err, leaserouter.ErrInvalidOptions, c.want)
+		require.EqualError(t, err, "leaserouter: invalid options: "+c.want)
 	}
 	require.NoError(t, h.New(t, Config{Retention: -1}), "Retention < 0: drop at once")
+	// A positive LeaseDuration below a backend's declared floor.
+	floor := h.Caps().MinLeaseDuration
+	err := h.New(t, Config{LeaseDuration: time.Microsecond})
+	if floor <= time.Microsecond {
+		require.NoError(t, err, "no floor on LeaseDuration declared")
+		return
+	}
+	require.EqualError(t, err, fmt.Sprintf("leaserouter: invalid options: LeaseDuration is 1µs, must be >= %v on this backend (or 0 for the default 30s)", floor))
+	require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+	require.NoError(t, h.New(t, Config{LeaseDuration: floor}), "the floor itself is valid")
 }

@@ -251,15 +251,23 @@ func rowHookGoexit(t T, h Harness) {
 }
 
 // runUntil runs b.Run with opts and handler in a goroutine and returns a
-// func that stops it and returns Run's result.
+// func that stops it and returns Run's result; a row that fails first
+// has it stopped by t's cleanup.
 func runUntil(t T, b Backend, opts leaserouter.WorkerOptions, handler Handler) (stop func() error) {
 	ctx, cancel := context.WithCancel(ctxOf(t))
 	done := make(chan error, 1)
 	go func() { done <- b.Run(ctx, opts, handler) }()
-	return func() error {
-		cancel()
-		return <-done
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			err = <-done
+		})
+		return err
 	}
+	t.Cleanup(func() { _ = stop() })
+	return stop
 }
 
 // rowHandlerPanicLastError: a handler's panic fails the attempt with

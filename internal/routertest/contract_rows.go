@@ -23,20 +23,9 @@ import (
 // contractRows are the rows of the rules in internal/contract.
 func contractRows() []Row {
 	return []Row{
-		{Name: "events/the backlog is 16384 events, producers of new work wait beyond it", Test: rowEventBacklog},
-		{Name: "events/Held on the events that end a lease, completed at the record's instant", Test: rowEventHeld},
-		{Name: "user callbacks/a panicking Backoff counts as DefaultBackoff, counted and reported through the Logger", Test: rowPanickingBackoff},
-		{Name: "user callbacks/a panicking OnEvent is reported through the Logger and delivery goes on", Test: rowHookPanic},
-		{Name: "user callbacks/an OnEvent calling runtime.Goexit is survived", Test: rowHookGoexit},
-		{Name: "workers/a handler's panic fails its attempt with LastError panic, a blank line, the stack", Test: rowHandlerPanicLastError},
-		{Name: "workers/after a cut batch Run leases one job at a time", Test: rowBatchAfterCut},
-		{Name: "workers/after Run's ctx is done a nil result completes, an error releases", Test: rowHandlerResultAfterStop},
-		{Name: "workers/KeepAlive of a nil or zero lease is canceled at once with ErrInvalidOptions", Test: rowKeepAliveNilLease},
-		{Name: "workers/KeepAlive's interval is never below MinHeartbeatInterval or a quarter of the lease", Test: rowKeepAliveIntervalFloor},
-		{Name: "workers/KeepAlive twice on one lease: both keep it, each canceled on its own", Test: rowKeepAliveSecondCoexists},
-		// Unbubbled: the heartbeat is held inside the core's lock, and a
-		// goroutine waiting for a mutex is not durably blocked in synctest.
-		{Name: "workers/KeepAlive's cancel returns after the heartbeat in flight", Unbubbled: true, Test: rowKeepAliveCancelWaits},
+		rowEventBacklog, rowEventHeld, rowPanickingBackoff, rowHookPanic, rowHookGoexit,
+		rowHandlerPanicLastError, rowBatchAfterCut, rowHandlerResultAfterStop, rowKeepAliveNilLease,
+		rowKeepAliveIntervalFloor, rowKeepAliveSecondCoexists, rowKeepAliveCancelWaits,
 	}
 }
 
@@ -101,7 +90,7 @@ const eventBacklog = 16384
 // rowEventBacklog: with the hook stuck, producers of new work go on until
 // 16384 events are undelivered (the one in the hook included), and wait
 // from there; once the hook goes on, so do they.
-func rowEventBacklog(t T, h Harness) {
+var rowEventBacklog = Row{Name: "events/the backlog is 16384 events, producers of new work wait beyond it", Test: func(t T, h Harness) {
 	gate := make(chan struct{})
 	var once sync.Once
 	unblock := func() { once.Do(func() { close(gate) }) }
@@ -120,14 +109,20 @@ func rowEventBacklog(t T, h Harness) {
 	over := make(chan error, 1)
 	go func() { over <- b.Enqueue(ctx, "over", "") }()
 	h.Advance(h.Lease() / 10)
+	notYet(t, over, "the 16385th event's Enqueue returned with 16384 undelivered")
+	unblock()
+	require.NoError(t, await(t, h, "the producer goes on once the hook does", over))
+}}
+
+// notYet fails t if ch has delivered, with what it delivered.
+func notYet[V any](t T, ch <-chan V, what string) {
+	t.Helper()
 	select {
-	case err := <-over:
-		t.Errorf("the 16385th event's Enqueue returned %v with 16384 undelivered", err)
+	case v := <-ch:
+		t.Errorf("%s: %v", what, v)
 		t.FailNow()
 	default:
 	}
-	unblock()
-	require.NoError(t, await(t, h, "the producer goes on once the hook does", over))
 }
 
 // await returns what ch delivers, advancing the backend's clock until it
@@ -151,7 +146,7 @@ func await[V any](t T, h Harness, what string, ch <-chan V) V {
 // expiry instant, canceled (of a leased job) to the cancel, completed to
 // the completion; and completed's Time is the instant the job's record
 // shows (UpdatedAt).
-func rowEventHeld(t T, h Harness) {
+var rowEventHeld = Row{Name: "events/Held on the events that end a lease, completed at the record's instant", Test: func(t T, h Harness) {
 	ev := newEvents()
 	d := h.Lease()
 	b := open(t, h, Config{MaxAttempts: 1, OnEvent: ev.record})
@@ -185,12 +180,12 @@ func rowEventHeld(t T, h Harness) {
 	require.Equal(t, comp.Time.Sub(lp.Expiry().Add(-d)), comp.Held, "completed: held from grant to the completion")
 	j := get(t, b, "completed")
 	require.True(t, comp.Time.Equal(j.UpdatedAt), "completed at %v, the record says %v", comp.Time, j.UpdatedAt)
-}
+}}
 
 // rowPanickingBackoff: a Backoff that panics counts as DefaultBackoff (the
 // attempt is retried later, not at once), is counted in
 // Stats.CallbackPanics and reported at level Error through the Logger.
-func rowPanickingBackoff(t T, h Harness) {
+var rowPanickingBackoff = Row{Name: "user callbacks/a panicking Backoff counts as DefaultBackoff, counted and reported through the Logger", Test: func(t T, h Harness) {
 	rec := &LogRecorder{}
 	b := open(t, h, Config{Logger: slog.New(rec), Backoff: func(int) time.Duration { panic("boom") }})
 	ctx := ctxOf(t)
@@ -201,12 +196,12 @@ func rowPanickingBackoff(t T, h Harness) {
 	eventually(t, h, "retry_scheduled reaches the Logger", func() bool { return rec.count("retry_scheduled") > 0 })
 	_, reports := rec.Messages()
 	require.Equal(t, []string{"leaserouter: Backoff(1) panicked: boom; used DefaultBackoff job_id=j"}, reports)
-}
+}}
 
 // rowHookPanic: a panic in OnEvent is counted and reported at level Error
 // through the configured Logger (not slog.Default()), and delivery goes
 // on: the Logger still gets the event.
-func rowHookPanic(t T, h Harness) {
+var rowHookPanic = Row{Name: "user callbacks/a panicking OnEvent is reported through the Logger and delivery goes on", Test: func(t T, h Harness) {
 	rec := &LogRecorder{}
 	b := open(t, h, Config{Logger: slog.New(rec), OnEvent: func(e leaserouter.Event) {
 		if e.Kind == leaserouter.EventEnqueued {
@@ -219,13 +214,13 @@ func rowHookPanic(t T, h Harness) {
 	_, reports := rec.Messages()
 	require.Equal(t, []string{"leaserouter: OnEvent panicked on enqueued: boom job_id=j"}, reports)
 	require.EqualValues(t, 1, stats(t, b).CallbackPanics)
-}
+}}
 
 // rowHookGoexit: an OnEvent that calls runtime.Goexit (as t.FailNow does)
 // ends no delivery: it counts as a panic of the hook, reported through
 // the Logger, the Logger still gets that event, and later events are
 // delivered.
-func rowHookGoexit(t T, h Harness) {
+var rowHookGoexit = Row{Name: "user callbacks/an OnEvent calling runtime.Goexit is survived", Test: func(t T, h Harness) {
 	rec := &LogRecorder{}
 	var mu sync.Mutex
 	var seen []string
@@ -248,7 +243,7 @@ func rowHookGoexit(t T, h Harness) {
 	_, reports := rec.Messages()
 	require.Equal(t, []string{"leaserouter: OnEvent called runtime.Goexit on enqueued job_id=a"}, reports)
 	require.EqualValues(t, 1, stats(t, b).CallbackPanics)
-}
+}}
 
 // runUntil runs b.Run with opts and handler in a goroutine and returns a
 // func that stops it and returns Run's result; a row that fails first
@@ -273,7 +268,7 @@ func runUntil(t T, b Backend, opts leaserouter.WorkerOptions, handler Handler) (
 // rowHandlerPanicLastError: a handler's panic fails the attempt with
 // LastError "panic: <value>", a blank line and the stack, the same text
 // on every backend.
-func rowHandlerPanicLastError(t T, h Harness) {
+var rowHandlerPanicLastError = Row{Name: "workers/a handler's panic fails its attempt with LastError panic, a blank line, the stack", Test: func(t T, h Harness) {
 	b := open(t, h, Config{MaxAttempts: 1})
 	require.NoError(t, b.Enqueue(ctxOf(t), "p", ""))
 	stop := runUntil(t, b, leaserouter.WorkerOptions{Workers: 1}, func(context.Context, Lease) error { panic("boom") })
@@ -282,7 +277,7 @@ func rowHandlerPanicLastError(t T, h Harness) {
 	j := get(t, b, "p")
 	require.True(t, strings.HasPrefix(j.LastError, "panic: boom\n\n"), "LastError %q", j.LastError)
 	require.Contains(t, j.LastError, "goroutine ", "the stack follows")
-}
+}}
 
 // rowBatchAfterCut: after a Run batch that was cut (a heartbeat came
 // while a job ran, and the jobs waiting their turn were handed back), the
@@ -290,7 +285,7 @@ func rowHandlerPanicLastError(t T, h Harness) {
 // q2, q3; then a, b, c, d), a runs until its lease is extended, which
 // cuts the batch; b leads the next one, and is leased alone. Whatever the
 // cut batch took, another size than 1 leases b with c.
-func rowBatchAfterCut(t T, h Harness) {
+var rowBatchAfterCut = Row{Name: "workers/after a cut batch Run leases one job at a time", Test: func(t T, h Harness) {
 	interval := h.Lease()
 	var aToken atomic.Uint64
 	aBeat := make(chan struct{})
@@ -330,13 +325,13 @@ func rowBatchAfterCut(t T, h Harness) {
 	n := await(t, h, "b runs", leasedAtB)
 	require.NoError(t, stop())
 	require.Equal(t, 1, n, "jobs leased when b, first of the batch after the cut one, starts")
-}
+}}
 
 // rowHandlerResultAfterStop: once Run's ctx is done, a handler that still
 // returns nil completes its job, and one that returns an error releases
 // it (pending again), not a failed attempt (Backoff an hour: a failed
 // attempt would leave it scheduled).
-func rowHandlerResultAfterStop(t T, h Harness) {
+var rowHandlerResultAfterStop = Row{Name: "workers/after Run's ctx is done a nil result completes, an error releases", Test: func(t T, h Harness) {
 	b := open(t, h, Config{Backoff: func(int) time.Duration { return time.Hour }})
 	ctx := ctxOf(t)
 	require.NoError(t, b.Enqueue(ctx, "ok", ""))
@@ -357,12 +352,12 @@ func rowHandlerResultAfterStop(t T, h Harness) {
 	})
 	require.Equal(t, leaserouter.StateSucceeded, get(t, b, "ok").State, "nil after the stop: completed")
 	require.Equal(t, leaserouter.StatePending, get(t, b, "err").State, "an error after the stop: released")
-}
+}}
 
 // rowKeepAliveNilLease: KeepAlive of a nil or zero lease returns a context
 // already canceled, its cause wrapping ErrInvalidOptions with one message;
 // its cancel func is safe.
-func rowKeepAliveNilLease(t T, h Harness) {
+var rowKeepAliveNilLease = Row{Name: "workers/KeepAlive of a nil or zero lease is canceled at once with ErrInvalidOptions", Test: func(t T, h Harness) {
 	b := open(t, h, Config{})
 	for _, l := range []Lease{nil, ZeroLease} {
 		ctx, cancel := b.KeepAlive(ctxOf(t), l, 0)
@@ -371,12 +366,12 @@ func rowKeepAliveNilLease(t T, h Harness) {
 		require.EqualError(t, context.Cause(ctx), "leaserouter: KeepAlive of a nil *Lease: leaserouter: invalid options")
 		cancel()
 	}
-}
+}}
 
 // rowKeepAliveIntervalFloor: a positive interval below
 // MinHeartbeatInterval is raised to it, or to a quarter of LeaseDuration
 // if that is shorter; <= 0 means LeaseDuration/3.
-func rowKeepAliveIntervalFloor(t T, h Harness) {
+var rowKeepAliveIntervalFloor = Row{Name: "workers/KeepAlive's interval is never below MinHeartbeatInterval or a quarter of the lease", Test: func(t T, h Harness) {
 	b := open(t, h, Config{LeaseDuration: 3 * time.Second})
 	ctx := ctxOf(t)
 	require.NoError(t, b.Enqueue(ctx, "a", ""))
@@ -393,12 +388,12 @@ func rowKeepAliveIntervalFloor(t T, h Harness) {
 	_, stop3 := b.KeepAlive(ctx, l, time.Nanosecond)
 	defer stop3()
 	require.Equal(t, []time.Duration{500 * time.Microsecond}, h.KeptIntervals(l), "a quarter of a short lease")
-}
+}}
 
 // rowKeepAliveSecondCoexists: KeepAlive called twice for one lease keeps
 // it alive for both; canceling one leaves the other's context live and
 // the lease kept.
-func rowKeepAliveSecondCoexists(t T, h Harness) {
+var rowKeepAliveSecondCoexists = Row{Name: "workers/KeepAlive twice on one lease: both keep it, each canceled on its own", Test: func(t T, h Harness) {
 	b := open(t, h, Config{})
 	ctx := ctxOf(t)
 	d := h.Lease()
@@ -414,12 +409,14 @@ func rowKeepAliveSecondCoexists(t T, h Harness) {
 	h.Advance(3 * d) // kept by the first alone
 	require.NoError(t, first.Err())
 	require.NoError(t, l.Complete(ctx))
-}
+}}
 
 // rowKeepAliveCancelWaits: KeepAlive's cancel func returns only after a
 // heartbeat in flight has returned, so no heartbeat of it lands after
-// cancel (the heartbeat is held by Harness.StallHeartbeats).
-func rowKeepAliveCancelWaits(t T, h Harness) {
+// cancel (the heartbeat is held by Harness.StallHeartbeats). Unbubbled:
+// the core's heartbeat is held inside its lock, and a goroutine waiting
+// for a mutex is not durably blocked in synctest.
+var rowKeepAliveCancelWaits = Row{Name: "workers/KeepAlive's cancel returns after the heartbeat in flight", Unbubbled: true, Test: func(t T, h Harness) {
 	b := open(t, h, Config{})
 	ctx := ctxOf(t)
 	require.NoError(t, b.Enqueue(ctx, "a", ""))
@@ -454,7 +451,7 @@ func rowKeepAliveCancelWaits(t T, h Harness) {
 	require.ErrorIs(t, context.Cause(kctx), context.Canceled)
 	require.EqualValues(t, 1, stats(t, b).Heartbeats, "the heartbeat in flight had landed when cancel returned")
 	require.NoError(t, l.Complete(ctx))
-}
+}}
 
 // ZeroLease stands for a zero lease value (&Lease{} of the backend):
 // Backend.KeepAlive given it passes the backend's zero lease.

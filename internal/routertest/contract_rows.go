@@ -286,7 +286,9 @@ var rowHandlerPanicLastError = Row{Name: "workers/a handler's panic fails its at
 // cuts the batch; b leads the next one, and is leased alone. Whatever the
 // cut batch took, another size than 1 leases b with c.
 var rowBatchAfterCut = Row{Name: "workers/after a cut batch Run leases one job at a time", Test: func(t T, h Harness) {
-	interval := 2 * h.Lease() // the batches before a's end well within it, on a busy machine too
+	// Long enough that the batches before a's end well within it on a busy
+	// machine, short enough that b runs within eventually's 20s.
+	interval := min(2*h.Lease(), 5*time.Second)
 	var aToken atomic.Uint64
 	aBeat := make(chan struct{})
 	var once sync.Once

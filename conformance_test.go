@@ -2,11 +2,14 @@ package leaserouter_test
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/hook"
 	"github.com/leaserouter/leaserouter/internal/routertest"
 )
 
@@ -23,6 +26,28 @@ func (coreHarness) Name() string { return "the in-process Router" }
 
 func (coreHarness) Caps() routertest.Caps {
 	return routertest.Caps{ExactClock: true, Capacity: true, SerialClaims: true}
+}
+
+// KeptIntervals reads the core's keepers of l (export_test.go).
+func (coreHarness) KeptIntervals(l routertest.Lease) []time.Duration {
+	return leaserouter.KeptIntervals(l.(coreLease).l)
+}
+
+// StallHeartbeats holds the next call that takes b's lock (the next
+// heartbeat, in a row that makes no other call meanwhile) inside the lock,
+// by a test hook, until release.
+func (coreHarness) StallHeartbeats(_ routertest.T, b routertest.Backend) (<-chan struct{}, func()) {
+	var hold atomic.Bool
+	stalled, freed := make(chan struct{}), make(chan struct{})
+	leaserouter.SetHooks(b.(coreBackend).r, &hook.Hooks{Locked: func() {
+		if hold.CompareAndSwap(true, false) {
+			close(stalled)
+			<-freed
+		}
+	}})
+	hold.Store(true)
+	var once sync.Once
+	return stalled, func() { once.Do(func() { close(freed) }) }
 }
 
 func (coreHarness) Scope(t *testing.T, f func(t *testing.T)) { synctest.Test(t, f) }
@@ -48,6 +73,7 @@ func (h coreHarness) options(cfg routertest.Config) leaserouter.Options {
 		Capacity:      cfg.Capacity,
 		TokenFloor:    cfg.TokenFloor,
 		OnEvent:       cfg.OnEvent,
+		Logger:        cfg.Logger,
 	}
 }
 
@@ -131,6 +157,12 @@ func (b coreBackend) Run(ctx context.Context, opts leaserouter.WorkerOptions, h 
 }
 
 func (b coreBackend) KeepAlive(ctx context.Context, l routertest.Lease, interval time.Duration) (context.Context, context.CancelFunc) {
+	switch l {
+	case nil:
+		return leaserouter.KeepAlive[string](ctx, nil, interval)
+	case routertest.ZeroLease:
+		return leaserouter.KeepAlive(ctx, &leaserouter.Lease[string]{}, interval)
+	}
 	return leaserouter.KeepAlive(ctx, l.(coreLease).l, interval)
 }
 

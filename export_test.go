@@ -1,6 +1,10 @@
 package leaserouter
 
-import "github.com/leaserouter/leaserouter/internal/hook"
+import (
+	"time"
+
+	"github.com/leaserouter/leaserouter/internal/hook"
+)
 
 // SetHooks installs test hooks on r (nil removes them).
 func SetHooks[T any](r *Router[T], h *hook.Hooks) {
@@ -48,3 +52,26 @@ const MaxShared = maxShared
 // ProgressEvery is how many events the delivery goroutine delivers between
 // reports of its progress.
 const ProgressEvery = progressEvery
+
+// KeptIntervals returns the intervals at which KeepAlive keeps l alive,
+// one per KeepAlive call still keeping it, in the order of the calls
+// (read-only: for the conformance row on KeepAlive's interval).
+func KeptIntervals[T any](l *Lease[T]) []time.Duration {
+	l.r.mu.Lock()
+	defer l.r.mu.Unlock()
+	var ws []lostWatcher
+	switch cur := l.lost.(type) {
+	case nil:
+	case lostWatchers:
+		ws = cur
+	default:
+		ws = []lostWatcher{cur}
+	}
+	var out []time.Duration
+	for _, w := range ws {
+		if k, ok := w.(*keeper[T]); ok {
+			out = append(out, k.interval)
+		}
+	}
+	return out
+}

@@ -2,8 +2,11 @@ package pgrouter_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leaserouter/leaserouter"
 	"github.com/leaserouter/leaserouter/internal/routertest"
@@ -24,7 +27,47 @@ type pgHarness struct{}
 func (pgHarness) Name() string { return "pgrouter" }
 
 // Caps: what DESIGN-postgres.md lists as differing.
-func (pgHarness) Caps() routertest.Caps { return routertest.Caps{} }
+func (pgHarness) Caps() routertest.Caps {
+	return routertest.Caps{MinLeaseDuration: pgrouter.MinLeaseDuration}
+}
+
+// KeptIntervals reads pgrouter's keepers of l (export_contract_test.go).
+func (pgHarness) KeptIntervals(l routertest.Lease) []time.Duration {
+	return pgrouter.KeptIntervals(l.(pgLease).l)
+}
+
+// StallHeartbeats holds the jobs table in another transaction (LOCK
+// TABLE), so the next heartbeat statement waits for the lock; stalled is
+// closed once a heartbeat statement waits (pg_stat_activity: its text,
+// whose head comment names it, waiting for a lock).
+func (pgHarness) StallHeartbeats(t routertest.T, b routertest.Backend) (<-chan struct{}, func()) {
+	tb := t.(*testing.T)
+	db := b.(pgBackend).db
+	tx, err := db.Begin(tb.Context())
+	if err == nil {
+		_, err = tx.Exec(tb.Context(), "LOCK TABLE leaserouter_jobs IN ACCESS EXCLUSIVE MODE")
+	}
+	if err != nil {
+		tb.Fatalf("StallHeartbeats: %v", err)
+	}
+	var once sync.Once
+	release := func() { once.Do(func() { _ = tx.Rollback(context.Background()) }) }
+	tb.Cleanup(release)
+	stalled := make(chan struct{})
+	go func() {
+		for {
+			var n int
+			err := db.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+				WHERE wait_event_type = 'Lock' AND (query LIKE '%heartbeat round of Run or KeepAlive%' OR query LIKE '%Extends lease @token%' OR query LIKE '%Extends lease $%')`).Scan(&n)
+			if err != nil || n > 0 {
+				close(stalled)
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	return stalled, release
+}
 
 func (pgHarness) Scope(t *testing.T, f func(t *testing.T)) { f(t) }
 
@@ -54,7 +97,7 @@ func (h pgHarness) Open(t routertest.T, cfg routertest.Config, n int) []routerte
 	opts := h.options(cfg)
 	bs := make([]routertest.Backend, n)
 	for i := range bs {
-		bs[i] = pgBackend{routerOn[string](tb, db, opts)}
+		bs[i] = pgBackend{routerOn[string](tb, db, opts), db}
 	}
 	return bs
 }
@@ -75,12 +118,16 @@ func (h pgHarness) options(cfg routertest.Config) pgrouter.Options {
 		Retention:     cfg.Retention,
 		TokenFloor:    cfg.TokenFloor,
 		OnEvent:       cfg.OnEvent,
+		Logger:        cfg.Logger,
 		PollInterval:  100 * time.Millisecond,
 	}
 }
 
-// pgBackend adapts *pgrouter.Router[string].
-type pgBackend struct{ r *pgrouter.Router[string] }
+// pgBackend adapts *pgrouter.Router[string] on database db.
+type pgBackend struct {
+	r  *pgrouter.Router[string]
+	db *pgxpool.Pool
+}
 
 func (b pgBackend) Enqueue(ctx context.Context, id, payload string, opts ...leaserouter.EnqueueOption) error {
 	return b.r.Enqueue(ctx, id, payload, opts...)
@@ -122,6 +169,12 @@ func (b pgBackend) Run(ctx context.Context, opts leaserouter.WorkerOptions, h ro
 }
 
 func (b pgBackend) KeepAlive(ctx context.Context, l routertest.Lease, interval time.Duration) (context.Context, context.CancelFunc) {
+	switch l {
+	case nil:
+		return pgrouter.KeepAlive[string](ctx, nil, interval)
+	case routertest.ZeroLease:
+		return pgrouter.KeepAlive(ctx, &pgrouter.Lease[string]{}, interval)
+	}
 	return pgrouter.KeepAlive(ctx, l.(pgLease).l, interval)
 }
 

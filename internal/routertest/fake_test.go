@@ -419,6 +419,15 @@ func (fakeHarness) Lease() time.Duration                      { return 10 * time
 func (fakeHarness) Workload() routertest.LinConfig            { return routertest.LinConfig{} }
 func (fakeHarness) Advance(d time.Duration)                   { time.Sleep(d) }
 func (fakeHarness) New(routertest.T, routertest.Config) error { return nil }
+
+// KeptIntervals: the fake keeps no record (the interval row fails on it).
+func (fakeHarness) KeptIntervals(routertest.Lease) []time.Duration { return nil }
+
+// StallHeartbeats: the fake cannot stall one (the row waits in vain and
+// fails).
+func (fakeHarness) StallHeartbeats(routertest.T, routertest.Backend) (<-chan struct{}, func()) {
+	return make(chan struct{}), func() {}
+}
 func (h fakeHarness) Open(t routertest.T, cfg routertest.Config, n int) []routertest.Backend {
 	f := newFake(h.bug, cfg, h.Lease())
 	t.Cleanup(func() { _ = f.Close(context.Background()) })

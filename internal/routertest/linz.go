@@ -100,7 +100,7 @@ const (
 	linRelease
 	linGet
 	linRunComplete // Run ends a lease whose handler returned nil
-	linRunFail     // Run ends a lease whose handler returned an error (fail, or release when stopping)
+	linRunFail     // Run ends a lease whose handler returned an error (fail; or release when stopping, or on pgrouter when the lease could not be proven valid)
 	linKeepLost    // KeepAlive's ctx canceled with ErrLeaseLost
 	linRevoke      // Close revoked what it still held
 )
@@ -577,6 +577,7 @@ func Linearizable(t *testing.T, h Harness, cfg LinConfig) {
 	require.GreaterOrEqual(t, c.Heartbeats, minCount, "heartbeats accepted")
 	require.GreaterOrEqual(t, c.RunEnds, minCount, "leases Run ended")
 	require.GreaterOrEqual(t, c.Revoked, 1, "operations refused because Close revoked the lease")
+	require.GreaterOrEqual(t, c.KeepLost, 1, "KeepAlive contexts canceled because the lease was lost")
 }
 
 // logIllegal logs the operations of the first job whose history alone is
@@ -709,8 +710,11 @@ func Workload(t T, h Harness, cfg LinConfig, seed uint64) *History {
 		})
 	}
 	// Keepers: a lease under KeepAlive, used after a wait of up to twice
-	// the lease; a canceled KeepAlive ctx is recorded.
+	// the lease; a canceled KeepAlive ctx is recorded. The first lease
+	// a keeper gets is lost for sure: released under its KeepAlive, whose
+	// next heartbeat is refused (so every run records a loss).
 	goroutine(func(c int, b Backend, rng *rand.Rand) {
+		forced := false
 		for take(rng) {
 			ls := hist.acquire(ctx, b, handleOf(b), c, fmt.Sprint("keeper-", c), 1)
 			if ls == nil {
@@ -721,7 +725,13 @@ func Workload(t T, h Harness, cfg LinConfig, seed uint64) *History {
 			pool.add(l)
 			call := hist.now()
 			kctx, cancel := b.KeepAlive(ctx, l, 0)
-			h.Advance(time.Duration(rng.Int64N(int64(2 * lease))))
+			if !forced {
+				forced = true
+				_ = hist.leaseOp(ctx, c, linRelease, l, false)
+				eventually(t, h, "KeepAlive's ctx canceled once its lease was released", func() bool { return kctx.Err() != nil })
+			} else {
+				h.Advance(time.Duration(rng.Int64N(int64(2 * lease))))
+			}
 			if kctx.Err() != nil {
 				ret := hist.now()
 				out := linOutput{}

@@ -22,6 +22,7 @@ package routertest
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -53,6 +54,7 @@ type Config struct {
 	Capacity      int
 	TokenFloor    leaserouter.Token
 	OnEvent       func(leaserouter.Event)
+	Logger        *slog.Logger
 }
 
 // Caps are the declared differences of a backend (DESIGN-postgres.md,
@@ -70,6 +72,11 @@ type Caps struct {
 	// lock); PostgreSQL's claimers skip each other's locked rows, so the
 	// order is exact within one claim only.
 	SerialClaims bool
+	// MinLeaseDuration is the backend's floor on a positive
+	// LeaseDuration, 0 for none: PostgreSQL's timestamps are in
+	// microseconds, so pgrouter refuses a LeaseDuration below a
+	// millisecond (with the core's message form, naming the floor).
+	MinLeaseDuration time.Duration
 }
 
 // Harness is one backend under test.
@@ -97,6 +104,15 @@ type Harness interface {
 	Lease() time.Duration
 	// Workload sizes the linearizability check (zero: the defaults).
 	Workload() LinConfig
+	// KeptIntervals returns the intervals at which KeepAlive keeps l (a
+	// Lease of this backend) alive, one per KeepAlive call still keeping
+	// it, in the order of the calls.
+	KeptIntervals(l Lease) []time.Duration
+	// StallHeartbeats makes the next heartbeat of b (of a lease or a
+	// KeepAlive or Run round) wait, in flight, until release is called;
+	// stalled is closed once it waits. release may be called more than
+	// once.
+	StallHeartbeats(t T, b Backend) (stalled <-chan struct{}, release func())
 }
 
 // Handler is a Run handler.
@@ -116,7 +132,7 @@ type Backend interface {
 	Stats(ctx context.Context) (leaserouter.Stats, error)
 	Run(ctx context.Context, opts leaserouter.WorkerOptions, h Handler) error
 	// KeepAlive calls the backend's KeepAlive on l (a Lease this backend
-	// returned).
+	// returned; nil: a nil lease; ZeroLease: the backend's zero lease).
 	KeepAlive(ctx context.Context, l Lease, interval time.Duration) (context.Context, context.CancelFunc)
 	Close(ctx context.Context) error
 }

@@ -16,39 +16,16 @@ import (
 // Rows returns the contract's rules, each named after DESIGN.md's bullet
 // ("<bullet>/<case>").
 func Rows() []Row {
-	return []Row{
-		{Name: "one valid lease/expired lease refused, job leased again", Test: rowExpiredRefused},
-		{Name: "one valid lease/refused operation changes nothing", Test: rowRefusedChangesNothing},
-		{Name: "one valid lease/settled by any caller", Test: rowSettledByAnyCaller},
-		{Name: "one valid lease/a lease lasts LeaseDuration, its job not leased again before", Test: rowLeaseLasts},
-		{Name: "no hidden timing/lost at exactly its expiry, ready at exactly run-at", Needs: "ExactClock", Test: rowExactInstants},
-		{Name: "tokens/strictly increasing, above TokenFloor and Unix nanoseconds", Test: rowTokens},
-		{Name: "heartbeat/never shortens, never changes the token, stores progress", Test: rowHeartbeat},
-		{Name: "attempts/expiry or release with attempts used up is dead", Test: rowAttemptsDead},
-		{Name: "attempts/Fail schedules after Backoff, or retries at once", Test: rowFailBackoff},
-		{Name: "attempts/Permanent fails at once, Fail(nil) is unknown error", Test: rowPermanent},
-		{Name: "dedup/known ID refused, Retention < 0 drops at once, batch duplicates", Test: rowDedup},
-		{Name: "dedup/a job past its retention may be enqueued again", Test: rowRetention},
-		{Name: "order/priority, then ready time, then enqueue order", Test: rowOrder},
-		{Name: "order/concurrent claims never interleave", Needs: "SerialClaims", Test: rowSerialClaims},
-		{Name: "order/blocked Acquire woken by a ready job, returns ctx.Err() or ErrClosed", Test: rowAcquireBlocks},
-		{Name: "capacity/beyond it Enqueue returns ErrFull", Needs: "Capacity", Test: rowCapacity},
-		{Name: "cancel/pending, scheduled, leased, finished, unknown", Test: rowCancel},
-		{Name: "close/drains granted leases", Test: rowCloseDrains},
-		{Name: "close/revokes when ctx is done, refuses new work, still answers", Test: rowCloseRevokes},
-		{Name: "close/a revoked job is pending again at once, even on its last attempt", Test: rowCloseRevokesLastAttempt},
-		{Name: "events/one per transition with its fields", Test: rowEvents},
-		{Name: "events/lease_expired at the expiry instant, then dead", Test: rowEventsExpiry},
-		{Name: "workers/Run completes, fails, retries, recovers panics", Test: rowRun},
-		{Name: "workers/Run handler ctx canceled when its lease is lost", Test: rowRunLeaseLost},
-		{Name: "workers/Run ends only a lease still valid", Test: rowRunEndsOnlyValid},
-		{Name: "workers/KeepAlive keeps a lease and reports its loss", Test: rowKeepAlive},
-		{Name: "bad input/documented error for every call", Test: rowBadInput},
-		{Name: "bad input/New refuses bad options with ErrInvalidOptions", Test: rowBadOptions},
-	}
+	return append([]Row{
+		rowExpiredRefused, rowRefusedChangesNothing, rowSettledByAnyCaller, rowLeaseLasts,
+		rowExactInstants, rowTokens, rowHeartbeat, rowAttemptsDead, rowFailBackoff, rowPermanent, rowDedup,
+		rowRetention, rowOrder, rowSerialClaims, rowAcquireBlocks, rowCapacity, rowCancel, rowCloseDrains,
+		rowCloseRevokes, rowCloseRevokesLastAttempt, rowEvents, rowEventsExpiry, rowRun, rowRunLeaseLost,
+		rowRunEndsOnlyValid, rowKeepAlive, rowBadInput, rowBadOptions,
+	}, contractRows()...)
 }
 
-func rowExpiredRefused(t T, h Harness) {
+var rowExpiredRefused = Row{Name: "one valid lease/expired lease refused, job leased again", Test: func(t T, h Harness) {
 	b := open(t, h, Config{})
 	ctx := ctxOf(t)
 	require.NoError(t, b.Enqueue(ctx, "a", "pa"))
@@ -77,9 +54,9 @@ func rowExpiredRefused(t T, h Harness) {
 	require.EqualValues(t, 2, s.LeasesGranted)
 	require.EqualValues(t, 1, s.Expirations)
 	require.EqualValues(t, 5, s.StaleRejections)
-}
+}}
 
-func rowRefusedChangesNothing(t T, h Harness) {
+var rowRefusedChangesNothing = Row{Name: "one valid lease/refused operation changes nothing", Test: func(t T, h Harness) {
 	b := open(t, h, Config{})
 	ctx := ctxOf(t)
 	require.NoError(t, b.Enqueue(ctx, "a", ""))
@@ -100,9 +77,9 @@ func rowRefusedChangesNothing(t T, h Harness) {
 	require.True(t, before.LeaseExpiry.Equal(after.LeaseExpiry), "a refused operation moves no expiry")
 	require.Equal(t, before.LastError, after.LastError)
 	require.NoError(t, l2.Heartbeat(ctx, nil), "the valid holder is unaffected")
-}
+}}
 
-func rowSettledByAnyCaller(t T, h Harness) {
+var rowSettledByAnyCaller = Row{Name: "one valid lease/settled by any caller", Test: func(t T, h Harness) {
 	bs := h.Open(t, Config{MaxAttempts: 2}, 2)
 	ctx := ctxOf(t)
 	require.NoError(t, bs[0].Enqueue(ctx, "a", ""))
@@ -117,13 +94,13 @@ func rowSettledByAnyCaller(t T, h Harness) {
 	j = get(t, bs[0], "a")
 	require.Equal(t, leaserouter.StateFailed, j.State, "expired on its last attempt: dead, whoever looks")
 	requireLost(t, l2.Complete(ctx), l2.Token(), l2.Token(), leaserouter.LostExpired)
-}
+}}
 
 // rowLeaseLasts: a lease lasts LeaseDuration from its grant, on every
 // backend (rowExactInstants probes the instant on an exact clock only):
 // its Expiry says so, and well inside it the job is not granted again and
 // the holder's heartbeat is accepted. Real clocks get generous margins.
-func rowLeaseLasts(t T, h Harness) {
+var rowLeaseLasts = Row{Name: "one valid lease/a lease lasts LeaseDuration, its job not leased again before", Test: func(t T, h Harness) {
 	b := open(t, h, Config{})
 	ctx := ctxOf(t)
 	d := h.Lease()
@@ -137,9 +114,9 @@ func rowLeaseLasts(t T, h Harness) {
 	_, err := b.TryAcquire(ctx, "thief")
 	require.ErrorIs(t, err, leaserouter.ErrNoJob, "a job whose lease is valid is not granted again")
 	require.NoError(t, l.Heartbeat(ctx, nil), "valid still, well before its expiry")
-}
+}}
 
-func rowExactInstants(t T, h Harness) {
+var rowExactInstants = Row{Name: "no hidden timing/lost at exactly its expiry, ready at exactly run-at", Needs: "ExactClock", Test: func(t T, h Harness) {
 	b := open(t, h, Config{})
 	ctx := ctxOf(t)
 	d := h.Lease()
@@ -159,9 +136,9 @@ func rowExactInstants(t T, h Harness) {
 	require.ErrorIs(t, err, leaserouter.ErrNoJob, "not ready before its run-at")
 	h.Advance(time.Nanosecond)
 	require.Equal(t, "later", tryAcquire(t, b, "w").JobID(), "ready at exactly its run-at")
-}
+}}
 
-func rowTokens(t T, h Harness) {
+var rowTokens = Row{Name: "tokens/strictly increasing, above TokenFloor and Unix nanoseconds", Test: func(t T, h Harness) {
 	before := time.Now()
 	b := open(t, h, Config{})
 	ctx := ctxOf(t)
@@ -186,9 +163,9 @@ func rowTokens(t T, h Harness) {
 	b2 := open(t, h, Config{TokenFloor: floor})
 	require.NoError(t, b2.Enqueue(ctx, "a", ""))
 	require.Greater(t, tryAcquire(t, b2, "w").Token(), floor, "above TokenFloor")
-}
+}}
 
-func rowHeartbeat(t T, h Harness) {
+var rowHeartbeat = Row{Name: "heartbeat/never shortens, never changes the token, stores progress", Test: func(t T, h Harness) {
 	b := open(t, h, Config{})
 	ctx := ctxOf(t)
 	d := h.Lease()
@@ -214,9 +191,9 @@ func rowHeartbeat(t T, h Harness) {
 	require.NoError(t, l.Release(ctx))
 	l2 := tryAcquire(t, b, "w2")
 	require.Equal(t, "step-1", string(l2.Progress()), "the next lease carries the checkpoint")
-}
+}}
 
-func rowAttemptsDead(t T, h Harness) {
+var rowAttemptsDead = Row{Name: "attempts/expiry or release with attempts used up is dead", Test: func(t T, h Harness) {
 	b := open(t, h, Config{MaxAttempts: 2})
 	ctx := ctxOf(t)
 	require.NoError(t, b.Enqueue(ctx, "a", ""))
@@ -240,9 +217,9 @@ func rowAttemptsDead(t T, h Harness) {
 	s := stats(t, b)
 	require.Equal(t, 2, s.Failed)
 	require.EqualValues(t, 2, s.Dead)
-}
+}}
 
-func rowFailBackoff(t T, h Harness) {
+var rowFailBackoff = Row{Name: "attempts/Fail schedules after Backoff, or retries at once", Test: func(t T, h Harness) {
 	d := h.Lease()
 	b := open(t, h, Config{MaxAttempts: 3, Backoff: func(attempt int) time.Duration {
 		if attempt == 1 {
@@ -281,9 +258,9 @@ func rowFailBackoff(t T, h Harness) {
 	j = get(t, b, "c")
 	require.Equal(t, leaserouter.StateFailed, j.State, "failed on its last attempt: dead")
 	require.Equal(t, "boom", j.LastError)
-}
+}}
 
-func rowPermanent(t T, h Harness) {
+var rowPermanent = Row{Name: "attempts/Permanent fails at once, Fail(nil) is unknown error", Test: func(t T, h Harness) {
 	require.NoError(t, leaserouter.Permanent(nil))
 	b := open(t, h, Config{MaxAttempts: 5})
 	ctx := ctxOf(t)
@@ -301,9 +278,9 @@ func rowPermanent(t T, h Harness) {
 	require.Equal(t, "unknown error", j.LastError, "Fail(nil)")
 	require.NotEqual(t, leaserouter.StateFailed, j.State, "Fail(nil) is one failed attempt")
 	require.EqualValues(t, 1, stats(t, b).Dead)
-}
+}}
 
-func rowDedup(t T, h Harness) {
+var rowDedup = Row{Name: "dedup/known ID refused, Retention < 0 drops at once, batch duplicates", Test: func(t T, h Harness) {
 	b := open(t, h, Config{Retention: -1})
 	ctx := ctxOf(t)
 	require.NoError(t, b.Enqueue(ctx, "a", "1"))
@@ -332,9 +309,9 @@ func rowDedup(t T, h Harness) {
 	require.NoError(t, b2.Enqueue(ctx, "a", ""))
 	require.NoError(t, tryAcquire(t, b2, "w").Complete(ctx))
 	require.ErrorIs(t, b2.Enqueue(ctx, "a", ""), leaserouter.ErrDuplicate, "finished, within Retention")
-}
+}}
 
-func rowRetention(t T, h Harness) {
+var rowRetention = Row{Name: "dedup/a job past its retention may be enqueued again", Test: func(t T, h Harness) {
 	d := h.Lease()
 	b := open(t, h, Config{Retention: d})
 	ctx := ctxOf(t)
@@ -353,9 +330,9 @@ func rowRetention(t T, h Harness) {
 	require.Equal(t, leaserouter.StatePending, j.State)
 	require.Equal(t, "3", j.Payload)
 	require.Zero(t, j.Attempt)
-}
+}}
 
-func rowOrder(t T, h Harness) {
+var rowOrder = Row{Name: "order/priority, then ready time, then enqueue order", Test: func(t T, h Harness) {
 	b := open(t, h, Config{})
 	ctx := ctxOf(t)
 	_, err := b.EnqueueMany(ctx, []leaserouter.JobSpec[string]{
@@ -385,9 +362,9 @@ func rowOrder(t T, h Harness) {
 	require.NoError(t, b.Enqueue(ctx, "y", ""))
 	require.Equal(t, "x", tryAcquire(t, b, "w").JobID(), "ready at its lease's expiry, before y's enqueue")
 	require.Equal(t, "y", tryAcquire(t, b, "w").JobID())
-}
+}}
 
-func rowSerialClaims(t T, h Harness) {
+var rowSerialClaims = Row{Name: "order/concurrent claims never interleave", Needs: "SerialClaims", Test: func(t T, h Harness) {
 	b := open(t, h, Config{})
 	ctx := ctxOf(t)
 	var specs []leaserouter.JobSpec[string]
@@ -410,9 +387,9 @@ func rowSerialClaims(t T, h Harness) {
 			require.Equal(t, fmt.Sprint(first+k), l.JobID(), "one claim's jobs are consecutive in the order")
 		}
 	}
-}
+}}
 
-func rowAcquireBlocks(t T, h Harness) {
+var rowAcquireBlocks = Row{Name: "order/blocked Acquire woken by a ready job, returns ctx.Err() or ErrClosed", Test: func(t T, h Harness) {
 	b := open(t, h, Config{})
 	ctx := ctxOf(t)
 	type result struct {
@@ -421,16 +398,7 @@ func rowAcquireBlocks(t T, h Harness) {
 	}
 	wait := func(ch chan result) result {
 		t.Helper()
-		var r result
-		eventually(t, h, "Acquire returns", func() bool {
-			select {
-			case r = <-ch:
-				return true
-			default:
-				return false
-			}
-		})
-		return r
+		return await(t, h, "Acquire returns", ch)
 	}
 	got := make(chan result, 1)
 	go func() {
@@ -438,12 +406,7 @@ func rowAcquireBlocks(t T, h Harness) {
 		got <- result{ls, err}
 	}()
 	h.Advance(h.Lease() / 10)
-	select {
-	case r := <-got:
-		t.Errorf("AcquireMany returned %v, %v with no job", r.ls, r.err)
-		t.FailNow()
-	default:
-	}
+	notYet(t, got, "AcquireMany returned with no job")
 	require.NoError(t, b.Enqueue(ctx, "a", ""))
 	r := wait(got)
 	require.NoError(t, r.err)
@@ -468,9 +431,9 @@ func rowAcquireBlocks(t T, h Harness) {
 	stop()
 	require.ErrorIs(t, b.Close(done), context.Canceled, "a lease held, revoked at once")
 	require.ErrorIs(t, wait(got).err, leaserouter.ErrClosed)
-}
+}}
 
-func rowCapacity(t T, h Harness) {
+var rowCapacity = Row{Name: "capacity/beyond it Enqueue returns ErrFull", Needs: "Capacity", Test: func(t T, h Harness) {
 	b := open(t, h, Config{Capacity: 2})
 	ctx := ctxOf(t)
 	require.NoError(t, b.Enqueue(ctx, "a", ""))
@@ -478,9 +441,9 @@ func rowCapacity(t T, h Harness) {
 	require.ErrorIs(t, b.Enqueue(ctx, "c", ""), leaserouter.ErrFull)
 	require.NoError(t, tryAcquire(t, b, "w").Complete(ctx))
 	require.NoError(t, b.Enqueue(ctx, "c", ""), "finished jobs do not count")
-}
+}}
 
-func rowCancel(t T, h Harness) {
+var rowCancel = Row{Name: "cancel/pending, scheduled, leased, finished, unknown", Test: func(t T, h Harness) {
 	b := open(t, h, Config{})
 	ctx := ctxOf(t)
 	require.NoError(t, b.Enqueue(ctx, "leased", ""))
@@ -500,9 +463,9 @@ func rowCancel(t T, h Harness) {
 	_, err := b.TryAcquire(ctx, "w")
 	require.ErrorIs(t, err, leaserouter.ErrNoJob)
 	require.Equal(t, 3, stats(t, b).Canceled)
-}
+}}
 
-func rowCloseDrains(t T, h Harness) {
+var rowCloseDrains = Row{Name: "close/drains granted leases", Test: func(t T, h Harness) {
 	b := open(t, h, Config{})
 	ctx := ctxOf(t)
 	require.NoError(t, b.Enqueue(ctx, "a", ""))
@@ -515,29 +478,15 @@ func rowCloseDrains(t T, h Harness) {
 		return errors.Is(err, leaserouter.ErrClosed)
 	})
 	h.Advance(h.Lease() / 4)
-	select {
-	case err := <-closed:
-		t.Errorf("Close returned %v while a granted lease was held", err)
-		t.FailNow()
-	default:
-	}
+	notYet(t, closed, "Close returned while a granted lease was held")
 	require.NoError(t, l.Heartbeat(ctx, nil), "a holder may still heartbeat while Close drains")
 	require.NoError(t, l.Complete(ctx))
-	var err error
-	eventually(t, h, "Close returns once the lease ended", func() bool {
-		select {
-		case err = <-closed:
-			return true
-		default:
-			return false
-		}
-	})
-	require.NoError(t, err)
+	require.NoError(t, await(t, h, "Close returns once the lease ended", closed))
 	require.Equal(t, leaserouter.StateSucceeded, get(t, b, "a").State)
 	require.Equal(t, leaserouter.StatePending, get(t, b, "b").State)
-}
+}}
 
-func rowCloseRevokes(t T, h Harness) {
+var rowCloseRevokes = Row{Name: "close/revokes when ctx is done, refuses new work, still answers", Test: func(t T, h Harness) {
 	b := open(t, h, Config{})
 	ctx := ctxOf(t)
 	require.NoError(t, b.Enqueue(ctx, "a", ""))
@@ -564,13 +513,13 @@ func rowCloseRevokes(t T, h Harness) {
 	require.ErrorIs(t, b.Cancel(ctx, "a"), leaserouter.ErrClosed)
 	require.ErrorIs(t, b.Run(ctx, leaserouter.WorkerOptions{}, func(context.Context, Lease) error { return nil }), leaserouter.ErrClosed)
 	require.NoError(t, b.Close(ctx), "a second Close")
-}
+}}
 
 // rowCloseRevokesLastAttempt: Close's revocation is not one of the ends
 // the attempts rule makes dead (expiry, Fail, Release): DESIGN-postgres
 // says the revoked jobs "are pending again at once", and the core never
 // kills a job for it (revokeLease).
-func rowCloseRevokesLastAttempt(t T, h Harness) {
+var rowCloseRevokesLastAttempt = Row{Name: "close/a revoked job is pending again at once, even on its last attempt", Test: func(t T, h Harness) {
 	b := open(t, h, Config{MaxAttempts: 1})
 	ctx := ctxOf(t)
 	require.NoError(t, b.Enqueue(ctx, "a", ""))
@@ -583,9 +532,9 @@ func rowCloseRevokesLastAttempt(t T, h Harness) {
 	require.Equal(t, leaserouter.StatePending, j.State, "revoked on its last attempt: pending again at once")
 	require.Equal(t, 1, j.Attempt)
 	require.Zero(t, stats(t, b).Dead)
-}
+}}
 
-func rowEvents(t T, h Harness) {
+var rowEvents = Row{Name: "events/one per transition with its fields", Test: func(t T, h Harness) {
 	ev := newEvents()
 	b := open(t, h, Config{MaxAttempts: 2, OnEvent: ev.record})
 	ctx := ctxOf(t)
@@ -645,9 +594,9 @@ func rowEvents(t T, h Harness) {
 		order = append(order, e.JobID)
 	}
 	require.IsNonDecreasing(t, order, "events in the order of their transitions, across jobs")
-}
+}}
 
-func rowEventsExpiry(t T, h Harness) {
+var rowEventsExpiry = Row{Name: "events/lease_expired at the expiry instant, then dead", Test: func(t T, h Harness) {
 	ev := newEvents()
 	b := open(t, h, Config{OnEvent: ev.record})
 	ctx := ctxOf(t)
@@ -664,9 +613,9 @@ func rowEventsExpiry(t T, h Harness) {
 	require.Equal(t, "w", exp.WorkerID)
 	require.WithinDuration(t, l.Expiry(), exp.Time, time.Millisecond, "lease_expired: Time is the expiry instant")
 	require.Equal(t, l.Token(), first(evs, "e", leaserouter.EventDead).Token)
-}
+}}
 
-func rowRun(t T, h Harness) {
+var rowRun = Row{Name: "workers/Run completes, fails, retries, recovers panics", Test: func(t T, h Harness) {
 	b := open(t, h, Config{MaxAttempts: 2})
 	ctx := ctxOf(t)
 	_, err := b.EnqueueMany(ctx, []leaserouter.JobSpec[string]{{ID: "ok"}, {ID: "err"}, {ID: "perm"}, {ID: "panic"}})
@@ -713,9 +662,9 @@ func rowRun(t T, h Harness) {
 	mu.Unlock()
 	require.Equal(t, "boom", get(t, b, "err").LastError)
 	require.Contains(t, get(t, b, "panic").LastError, "handler panic", "the recovered panic")
-}
+}}
 
-func rowRunLeaseLost(t T, h Harness) {
+var rowRunLeaseLost = Row{Name: "workers/Run handler ctx canceled when its lease is lost", Test: func(t T, h Harness) {
 	b := open(t, h, Config{})
 	ctx := ctxOf(t)
 	require.NoError(t, b.Enqueue(ctx, "a", ""))
@@ -733,25 +682,16 @@ func rowRunLeaseLost(t T, h Harness) {
 	}()
 	<-started
 	require.NoError(t, b.Cancel(ctx, "a"))
-	var cause error
-	eventually(t, h, "the handler's ctx canceled", func() bool {
-		select {
-		case cause = <-causes:
-			return true
-		default:
-			return false
-		}
-	})
-	require.ErrorIs(t, cause, leaserouter.ErrLeaseLost)
+	require.ErrorIs(t, await(t, h, "the handler's ctx canceled", causes), leaserouter.ErrLeaseLost)
 	stop()
 	require.NoError(t, <-ran)
 	require.Equal(t, leaserouter.StateCanceled, get(t, b, "a").State, "a lost lease's nil result completes nothing")
-}
+}}
 
 // rowRunEndsOnlyValid: a handler whose lease was released (by anyone)
 // and whose job is leased again returns nil, or an error; Run's ending of
 // its lease is refused and the new holder is untouched.
-func rowRunEndsOnlyValid(t T, h Harness) {
+var rowRunEndsOnlyValid = Row{Name: "workers/Run ends only a lease still valid", Test: func(t T, h Harness) {
 	for _, result := range []error{nil, errBoom} {
 		b := open(t, h, Config{})
 		ctx := ctxOf(t)
@@ -789,9 +729,9 @@ func rowRunEndsOnlyValid(t T, h Harness) {
 		require.Equal(t, 2, j.Attempt)
 		require.NoError(t, l2.Complete(ctx), "the new holder is untouched")
 	}
-}
+}}
 
-func rowKeepAlive(t T, h Harness) {
+var rowKeepAlive = Row{Name: "workers/KeepAlive keeps a lease and reports its loss", Test: func(t T, h Harness) {
 	b := open(t, h, Config{})
 	ctx := ctxOf(t)
 	d := h.Lease()
@@ -825,9 +765,9 @@ func rowKeepAlive(t T, h Harness) {
 	defer cancel()
 	require.Error(t, kctx.Err(), "interval >= LeaseDuration: canceled at once")
 	require.ErrorIs(t, context.Cause(kctx), leaserouter.ErrInvalidOptions)
-}
+}}
 
-func rowBadInput(t T, h Harness) {
+var rowBadInput = Row{Name: "bad input/documented error for every call", Test: func(t T, h Harness) {
 	b := open(t, h, Config{})
 	ctx := ctxOf(t)
 	for _, c := range []struct {
@@ -879,19 +819,32 @@ func rowBadInput(t T, h Harness) {
 	s := stats(t, b)
 	require.Zero(t, s.Enqueued, "bad input stored nothing")
 	require.Zero(t, s.Pending)
-}
+}}
 
-func rowBadOptions(t T, h Harness) {
+var rowBadOptions = Row{Name: "bad input/New refuses bad options with ErrInvalidOptions, one message on every backend", Test: func(t T, h Harness) {
 	for _, c := range []struct {
-		name string
 		cfg  Config
+		want string
 	}{
-		{"negative LeaseDuration", Config{LeaseDuration: -time.Second}},
-		{"negative MaxAttempts", Config{MaxAttempts: -1}},
-		{"MaxAttempts beyond MaxInt32", Config{MaxAttempts: 1 << 31}},
-		{"TokenFloor leaving no token that fits an int64", Config{TokenFloor: 1<<63 - 1}},
+		{Config{LeaseDuration: -time.Second}, "LeaseDuration is -1s, must be > 0 (or 0 for the default 30s)"},
+		{Config{MaxAttempts: -1}, "MaxAttempts is -1, must be >= 1 (or 0 for the default 5)"},
+		{Config{MaxAttempts: 1 << 31}, "MaxAttempts is 2147483648, must be <= 2147483647"},
+		{Config{TokenFloor: 1 << 63}, "TokenFloor is 9223372036854775808, must be < 9223372036854775807 so tokens fit in an int64"},
+		{Config{TokenFloor: 1<<63 - 1}, "TokenFloor is 9223372036854775807, must be < 9223372036854775807 so tokens fit in an int64"},
 	} {
-		require.ErrorIs(t, h.New(t, c.cfg), leaserouter.ErrInvalidOptions, c.name)
+		err := h.New(t, c.cfg)
+		require.ErrorIs(t, err, leaserouter.ErrInvalidOptions, c.want)
+		require.EqualError(t, err, "leaserouter: invalid options: "+c.want)
 	}
 	require.NoError(t, h.New(t, Config{Retention: -1}), "Retention < 0: drop at once")
-}
+	// A positive LeaseDuration below a backend's declared floor.
+	floor := h.Caps().MinLeaseDuration
+	err := h.New(t, Config{LeaseDuration: time.Microsecond})
+	if floor <= time.Microsecond {
+		require.NoError(t, err, "no floor on LeaseDuration declared")
+		return
+	}
+	require.EqualError(t, err, fmt.Sprintf("leaserouter: invalid options: LeaseDuration is 1µs, must be >= %v on this backend (or 0 for the default 30s)", floor))
+	require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+	require.NoError(t, h.New(t, Config{LeaseDuration: floor}), "the floor itself is valid")
+}}

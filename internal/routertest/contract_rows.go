@@ -1,0 +1,482 @@
+package routertest
+
+// Rows for the rules that drifted between the backends and were closed
+// into internal/contract: each one answer, checked here once for every
+// backend (before, each had a test per backend under one name).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/leaserouter/leaserouter"
+)
+
+// contractRows are the rows of the rules in internal/contract.
+func contractRows() []Row {
+	return []Row{
+		rowEventBacklog, rowEventHeld, rowPanickingBackoff, rowHookPanic, rowHookGoexit,
+		rowHandlerPanicLastError, rowBatchAfterCut, rowHandlerResultAfterStop, rowKeepAliveNilLease,
+		rowKeepAliveIntervalFloor, rowKeepAliveSecondCoexists, rowKeepAliveCancelWaits,
+	}
+}
+
+// LogRecorder is a slog.Handler that keeps every record, for rows that
+// check what a backend reports through its Logger.
+type LogRecorder struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (h *LogRecorder) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h *LogRecorder) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.recs = append(h.recs, r.Clone())
+	return nil
+}
+
+func (h *LogRecorder) WithAttrs([]slog.Attr) slog.Handler { return h }
+
+func (h *LogRecorder) WithGroup(string) slog.Handler { return h }
+
+// Messages returns every record's message; errors, those at level Error,
+// each with its job_id.
+func (h *LogRecorder) Messages() (all, errors []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, r := range h.recs {
+		all = append(all, r.Message)
+		if r.Level != slog.LevelError {
+			continue
+		}
+		job := ""
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "job_id" {
+				job = a.Value.String()
+			}
+			return true
+		})
+		errors = append(errors, r.Message+" job_id="+job)
+	}
+	return all, errors
+}
+
+// count returns how many records have message msg.
+func (h *LogRecorder) count(msg string) int {
+	all, _ := h.Messages()
+	n := 0
+	for _, m := range all {
+		if m == msg {
+			n++
+		}
+	}
+	return n
+}
+
+// eventBacklog is DESIGN's bound, written out: a row using the contract's
+// constant would follow it if it changed.
+const eventBacklog = 16384
+
+// rowEventBacklog: with the hook stuck, producers of new work go on until
+// 16384 events are undelivered (the one in the hook included), and wait
+// from there; once the hook goes on, so do they.
+var rowEventBacklog = Row{Name: "events/the backlog is 16384 events, producers of new work wait beyond it", Test: func(t T, h Harness) {
+	gate := make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(gate) }) }
+	b := open(t, h, Config{OnEvent: func(leaserouter.Event) { <-gate }})
+	t.Cleanup(unblock) // before the backend's Close, which waits for delivery
+	ctx := ctxOf(t)
+	specs := make([]leaserouter.JobSpec[string], eventBacklog-1)
+	for i := range specs {
+		specs[i].ID = fmt.Sprint("j", i)
+	}
+	_, err := b.EnqueueMany(ctx, specs)
+	require.NoError(t, err)
+	last := make(chan error, 1)
+	go func() { last <- b.Enqueue(ctx, "last", "") }()
+	require.NoError(t, await(t, h, "the 16384th event has room", last))
+	over := make(chan error, 1)
+	go func() { over <- b.Enqueue(ctx, "over", "") }()
+	h.Advance(h.Lease() / 10)
+	notYet(t, over, "the 16385th event's Enqueue returned with 16384 undelivered")
+	unblock()
+	require.NoError(t, await(t, h, "the producer goes on once the hook does", over))
+}}
+
+// notYet fails t if ch has delivered, with what it delivered.
+func notYet[V any](t T, ch <-chan V, what string) {
+	t.Helper()
+	select {
+	case v := <-ch:
+		t.Errorf("%s: %v", what, v)
+		t.FailNow()
+	default:
+	}
+}
+
+// await returns what ch delivers, advancing the backend's clock until it
+// does.
+func await[V any](t T, h Harness, what string, ch <-chan V) V {
+	t.Helper()
+	var v V
+	eventually(t, h, what, func() bool {
+		select {
+		case v = <-ch:
+			return true
+		default:
+			return false
+		}
+	})
+	return v
+}
+
+// rowEventHeld: the events that end a lease carry Held, how long it was
+// held from its grant (Expiry - LeaseDuration): lease_expired to the
+// expiry instant, canceled (of a leased job) to the cancel, completed to
+// the completion; and completed's Time is the instant the job's record
+// shows (UpdatedAt).
+var rowEventHeld = Row{Name: "events/Held on the events that end a lease, completed at the record's instant", Test: func(t T, h Harness) {
+	ev := newEvents()
+	d := h.Lease()
+	b := open(t, h, Config{MaxAttempts: 1, OnEvent: ev.record})
+	ctx := ctxOf(t)
+	require.NoError(t, b.Enqueue(ctx, "expires", ""))
+	le := tryAcquire(t, b, "w")
+	expire(h, le, d)
+	_, err := b.TryAcquire(ctx, "w") // settles the expiry
+	require.ErrorIs(t, err, leaserouter.ErrNoJob)
+	require.NoError(t, b.Enqueue(ctx, "canceled", ""))
+	lc := tryAcquire(t, b, "w")
+	h.Advance(d / 4)
+	require.NoError(t, b.Cancel(ctx, "canceled"))
+	require.NoError(t, b.Enqueue(ctx, "completed", ""))
+	lp := tryAcquire(t, b, "w")
+	h.Advance(d / 8)
+	require.NoError(t, lp.Complete(ctx))
+	require.NoError(t, b.Close(ctx), "Close returns after every event is delivered")
+	evs := ev.drain()
+
+	exp := first(evs, "expires", leaserouter.EventLeaseExpired)
+	require.Equal(t, le.Token(), exp.Token)
+	require.Equal(t, d, exp.Held, "lease_expired: held from grant to expiry")
+	can := first(evs, "canceled", leaserouter.EventCanceled)
+	require.Equal(t, lc.Token(), can.Token)
+	require.GreaterOrEqual(t, can.Held, d/4)
+	require.Equal(t, can.Time.Sub(lc.Expiry().Add(-d)), can.Held, "canceled: held from grant to the cancel")
+	comp := first(evs, "completed", leaserouter.EventCompleted)
+	require.Equal(t, lp.Token(), comp.Token)
+	require.GreaterOrEqual(t, comp.Held, d/8)
+	require.Equal(t, comp.Time.Sub(lp.Expiry().Add(-d)), comp.Held, "completed: held from grant to the completion")
+	j := get(t, b, "completed")
+	require.True(t, comp.Time.Equal(j.UpdatedAt), "completed at %v, the record says %v", comp.Time, j.UpdatedAt)
+}}
+
+// rowPanickingBackoff: a Backoff that panics counts as DefaultBackoff (the
+// attempt is retried later, not at once), is counted in
+// Stats.CallbackPanics and reported at level Error through the Logger.
+var rowPanickingBackoff = Row{Name: "user callbacks/a panicking Backoff counts as DefaultBackoff, counted and reported through the Logger", Test: func(t T, h Harness) {
+	rec := &LogRecorder{}
+	b := open(t, h, Config{Logger: slog.New(rec), Backoff: func(int) time.Duration { panic("boom") }})
+	ctx := ctxOf(t)
+	require.NoError(t, b.Enqueue(ctx, "j", ""))
+	require.NoError(t, tryAcquire(t, b, "w").Fail(ctx, errors.New("failed")))
+	require.Equal(t, leaserouter.StateScheduled, get(t, b, "j").State, "retried after DefaultBackoff")
+	require.EqualValues(t, 1, stats(t, b).CallbackPanics)
+	eventually(t, h, "retry_scheduled reaches the Logger", func() bool { return rec.count("retry_scheduled") > 0 })
+	_, reports := rec.Messages()
+	require.Equal(t, []string{"leaserouter: Backoff(1) panicked: boom; used DefaultBackoff job_id=j"}, reports)
+}}
+
+// rowHookPanic: a panic in OnEvent is counted and reported at level Error
+// through the configured Logger (not slog.Default()), and delivery goes
+// on: the Logger still gets the event.
+var rowHookPanic = Row{Name: "user callbacks/a panicking OnEvent is reported through the Logger and delivery goes on", Test: func(t T, h Harness) {
+	rec := &LogRecorder{}
+	b := open(t, h, Config{Logger: slog.New(rec), OnEvent: func(e leaserouter.Event) {
+		if e.Kind == leaserouter.EventEnqueued {
+			panic("boom")
+		}
+	}})
+	ctx := ctxOf(t)
+	require.NoError(t, b.Enqueue(ctx, "j", ""))
+	eventually(t, h, "the event reaches the Logger", func() bool { return rec.count("enqueued") > 0 })
+	_, reports := rec.Messages()
+	require.Equal(t, []string{"leaserouter: OnEvent panicked on enqueued: boom job_id=j"}, reports)
+	require.EqualValues(t, 1, stats(t, b).CallbackPanics)
+}}
+
+// rowHookGoexit: an OnEvent that calls runtime.Goexit (as t.FailNow does)
+// ends no delivery: it counts as a panic of the hook, reported through
+// the Logger, the Logger still gets that event, and later events are
+// delivered.
+var rowHookGoexit = Row{Name: "user callbacks/an OnEvent calling runtime.Goexit is survived", Test: func(t T, h Harness) {
+	rec := &LogRecorder{}
+	var mu sync.Mutex
+	var seen []string
+	b := open(t, h, Config{Logger: slog.New(rec), OnEvent: func(e leaserouter.Event) {
+		mu.Lock()
+		seen = append(seen, e.JobID)
+		mu.Unlock()
+		if e.JobID == "a" {
+			runtime.Goexit()
+		}
+	}})
+	ctx := ctxOf(t)
+	require.NoError(t, b.Enqueue(ctx, "a", ""))
+	require.NoError(t, b.Enqueue(ctx, "b", ""))
+	eventually(t, h, "both events reach the Logger", func() bool { return rec.count("enqueued") == 2 })
+	require.NoError(t, b.Close(ctx))
+	mu.Lock()
+	require.Equal(t, []string{"a", "b"}, seen, "the hook gets the events after the one it exited in")
+	mu.Unlock()
+	_, reports := rec.Messages()
+	require.Equal(t, []string{"leaserouter: OnEvent called runtime.Goexit on enqueued job_id=a"}, reports)
+	require.EqualValues(t, 1, stats(t, b).CallbackPanics)
+}}
+
+// runUntil runs b.Run with opts and handler in a goroutine and returns a
+// func that stops it and returns Run's result; a row that fails first
+// has it stopped by t's cleanup.
+func runUntil(t T, b Backend, opts leaserouter.WorkerOptions, handler Handler) (stop func() error) {
+	ctx, cancel := context.WithCancel(ctxOf(t))
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx, opts, handler) }()
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			err = <-done
+		})
+		return err
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stop
+}
+
+// rowHandlerPanicLastError: a handler's panic fails the attempt with
+// LastError "panic: <value>", a blank line and the stack, the same text
+// on every backend.
+var rowHandlerPanicLastError = Row{Name: "workers/a handler's panic fails its attempt with LastError panic, a blank line, the stack", Test: func(t T, h Harness) {
+	b := open(t, h, Config{MaxAttempts: 1})
+	require.NoError(t, b.Enqueue(ctxOf(t), "p", ""))
+	stop := runUntil(t, b, leaserouter.WorkerOptions{Workers: 1}, func(context.Context, Lease) error { panic("boom") })
+	eventually(t, h, "the job is dead", func() bool { return get(t, b, "p").State == leaserouter.StateFailed })
+	require.NoError(t, stop())
+	j := get(t, b, "p")
+	require.True(t, strings.HasPrefix(j.LastError, "panic: boom\n\n"), "LastError %q", j.LastError)
+	require.Contains(t, j.LastError, "goroutine ", "the stack follows")
+}}
+
+// rowBatchAfterCut: after a Run batch that was cut (a heartbeat came
+// while a job ran, and the jobs waiting their turn were handed back), the
+// worker leases one job at a time again. The batches grow to four (q1;
+// q2, q3; then a, b, c, d), a runs until its lease is extended, which
+// cuts the batch; b leads the next one, and is leased alone. Whatever the
+// cut batch took, another size than 1 leases b with c.
+var rowBatchAfterCut = Row{Name: "workers/after a cut batch Run leases one job at a time", Test: func(t T, h Harness) {
+	// Long enough that the batches before a's end well within it on a busy
+	// machine, short enough that b runs within eventually's 20s.
+	interval := min(2*h.Lease(), 5*time.Second)
+	var aToken atomic.Uint64
+	aBeat := make(chan struct{})
+	var once sync.Once
+	b := open(t, h, Config{LeaseDuration: 5 * interval, OnEvent: func(e leaserouter.Event) {
+		if e.Kind == leaserouter.EventLeaseExtended && uint64(e.Token) == aToken.Load() {
+			once.Do(func() { close(aBeat) })
+		}
+	}})
+	ctx := ctxOf(t)
+	var specs []leaserouter.JobSpec[string]
+	for i, id := range []string{"q1", "q2", "q3", "a", "b", "c", "d", "e"} {
+		specs = append(specs, leaserouter.JobSpec[string]{ID: id, Options: []leaserouter.EnqueueOption{leaserouter.WithPriority(100 - i)}})
+	}
+	_, err := b.EnqueueMany(ctx, specs)
+	require.NoError(t, err)
+	leasedAtB := make(chan int, 1)
+	stop := runUntil(t, b, leaserouter.WorkerOptions{Workers: 1, HeartbeatInterval: interval, Batch: 8},
+		func(ctx context.Context, l Lease) error {
+			switch l.JobID() {
+			case "a": // runs until a heartbeat has cut its batch and extended it
+				aToken.Store(uint64(l.Token()))
+				select {
+				case <-aBeat:
+				case <-time.After(3 * interval):
+				}
+			case "b":
+				if s, err := b.Stats(ctx); err == nil {
+					select {
+					case leasedAtB <- s.Leased:
+					default:
+					}
+				}
+			}
+			return nil
+		})
+	n := await(t, h, "b runs", leasedAtB)
+	require.NoError(t, stop())
+	require.Equal(t, 1, n, "jobs leased when b, first of the batch after the cut one, starts")
+}}
+
+// rowHandlerResultAfterStop: once Run's ctx is done, a handler that still
+// returns nil completes its job, and one that returns an error releases
+// it (pending again), not a failed attempt (Backoff an hour: a failed
+// attempt would leave it scheduled).
+var rowHandlerResultAfterStop = Row{Name: "workers/after Run's ctx is done a nil result completes, an error releases", Test: func(t T, h Harness) {
+	b := open(t, h, Config{Backoff: func(int) time.Duration { return time.Hour }})
+	ctx := ctxOf(t)
+	require.NoError(t, b.Enqueue(ctx, "ok", ""))
+	require.NoError(t, b.Enqueue(ctx, "err", ""))
+	var started atomic.Int32
+	stop := runUntil(t, b, leaserouter.WorkerOptions{Workers: 2, Batch: 1}, func(hctx context.Context, l Lease) error {
+		started.Add(1)
+		<-hctx.Done()
+		if l.JobID() == "err" {
+			return errors.New("stopped")
+		}
+		return nil
+	})
+	eventually(t, h, "both handlers run", func() bool { return started.Load() == 2 })
+	require.NoError(t, stop())
+	eventually(t, h, "both jobs settled", func() bool {
+		return get(t, b, "ok").State != leaserouter.StateLeased && get(t, b, "err").State != leaserouter.StateLeased
+	})
+	require.Equal(t, leaserouter.StateSucceeded, get(t, b, "ok").State, "nil after the stop: completed")
+	require.Equal(t, leaserouter.StatePending, get(t, b, "err").State, "an error after the stop: released")
+}}
+
+// rowKeepAliveNilLease: KeepAlive of a nil or zero lease returns a context
+// already canceled, its cause wrapping ErrInvalidOptions with one message;
+// its cancel func is safe.
+var rowKeepAliveNilLease = Row{Name: "workers/KeepAlive of a nil or zero lease is canceled at once with ErrInvalidOptions", Test: func(t T, h Harness) {
+	b := open(t, h, Config{})
+	for _, l := range []Lease{nil, ZeroLease} {
+		ctx, cancel := b.KeepAlive(ctxOf(t), l, 0)
+		require.Error(t, ctx.Err())
+		require.ErrorIs(t, context.Cause(ctx), leaserouter.ErrInvalidOptions)
+		require.EqualError(t, context.Cause(ctx), "leaserouter: KeepAlive of a nil *Lease: leaserouter: invalid options")
+		cancel()
+	}
+}}
+
+// rowKeepAliveIntervalFloor: a positive interval below
+// MinHeartbeatInterval is raised to it, or to a quarter of LeaseDuration
+// if that is shorter; <= 0 means LeaseDuration/3.
+var rowKeepAliveIntervalFloor = Row{Name: "workers/KeepAlive's interval is never below MinHeartbeatInterval or a quarter of the lease", Test: func(t T, h Harness) {
+	b := open(t, h, Config{LeaseDuration: 3 * time.Second})
+	ctx := ctxOf(t)
+	require.NoError(t, b.Enqueue(ctx, "a", ""))
+	l := tryAcquire(t, b, "w")
+	_, stop1 := b.KeepAlive(ctx, l, time.Nanosecond)
+	defer stop1()
+	_, stop2 := b.KeepAlive(ctx, l, 0)
+	defer stop2()
+	require.Equal(t, []time.Duration{leaserouter.MinHeartbeatInterval, time.Second}, h.KeptIntervals(l))
+
+	// A lease of 2ms is held long enough to read its keeper only on an
+	// exact clock; on a real one it may be lost before KeepAlive returns
+	// (the rule itself, contract.HeartbeatInterval, is shared code with
+	// a test of its own).
+	if !h.Caps().ExactClock {
+		t.Logf("a quarter of a 2ms lease: not probed on %s (real clock)", h.Name())
+		return
+	}
+	b = open(t, h, Config{LeaseDuration: 2 * time.Millisecond})
+	require.NoError(t, b.Enqueue(ctx, "b", ""))
+	l = tryAcquire(t, b, "w")
+	_, stop3 := b.KeepAlive(ctx, l, time.Nanosecond)
+	defer stop3()
+	require.Equal(t, []time.Duration{500 * time.Microsecond}, h.KeptIntervals(l), "a quarter of a short lease")
+}}
+
+// rowKeepAliveSecondCoexists: KeepAlive called twice for one lease keeps
+// it alive for both; canceling one leaves the other's context live and
+// the lease kept.
+var rowKeepAliveSecondCoexists = Row{Name: "workers/KeepAlive twice on one lease: both keep it, each canceled on its own", Test: func(t T, h Harness) {
+	b := open(t, h, Config{})
+	ctx := ctxOf(t)
+	d := h.Lease()
+	require.NoError(t, b.Enqueue(ctx, "a", ""))
+	l := tryAcquire(t, b, "w")
+	first, cancel1 := b.KeepAlive(ctx, l, d/5)
+	defer cancel1()
+	second, cancel2 := b.KeepAlive(ctx, l, d/5)
+	require.NoError(t, first.Err(), "a second KeepAlive does not cancel the first")
+	require.NoError(t, second.Err())
+	cancel2()
+	require.ErrorIs(t, context.Cause(second), context.Canceled)
+	h.Advance(3 * d) // kept by the first alone
+	require.NoError(t, first.Err())
+	require.NoError(t, l.Complete(ctx))
+}}
+
+// rowKeepAliveCancelWaits: KeepAlive's cancel func returns only after a
+// heartbeat in flight has returned, so no heartbeat of it lands after
+// cancel (the heartbeat is held by Harness.StallHeartbeats). Unbubbled:
+// the core's heartbeat is held inside its lock, and a goroutine waiting
+// for a mutex is not durably blocked in synctest.
+var rowKeepAliveCancelWaits = Row{Name: "workers/KeepAlive's cancel returns after the heartbeat in flight", Unbubbled: true, Test: func(t T, h Harness) {
+	b := open(t, h, Config{})
+	ctx := ctxOf(t)
+	require.NoError(t, b.Enqueue(ctx, "a", ""))
+	l := tryAcquire(t, b, "w")
+	stalled, release := h.StallHeartbeats(t, b)
+	defer release() // a failing row still lets the backend go
+	kctx, cancel := b.KeepAlive(ctx, l, 10*time.Millisecond)
+	select {
+	case <-stalled:
+	case <-time.After(10 * time.Second):
+		t.Errorf("no heartbeat stalled")
+		t.FailNow()
+	}
+	canceled := make(chan struct{})
+	go func() {
+		cancel()
+		close(canceled)
+	}()
+	select {
+	case <-canceled:
+		t.Errorf("cancel returned while a heartbeat was in flight")
+		t.FailNow()
+	case <-time.After(300 * time.Millisecond):
+	}
+	release()
+	select {
+	case <-canceled:
+	case <-time.After(10 * time.Second):
+		t.Errorf("cancel did not return once the heartbeat did")
+		t.FailNow()
+	}
+	require.ErrorIs(t, context.Cause(kctx), context.Canceled)
+	require.EqualValues(t, 1, stats(t, b).Heartbeats, "the heartbeat in flight had landed when cancel returned")
+	require.NoError(t, l.Complete(ctx))
+}}
+
+// ZeroLease stands for a zero lease value (&Lease{} of the backend):
+// Backend.KeepAlive given it passes the backend's zero lease.
+var ZeroLease Lease = zeroLease{}
+
+type zeroLease struct{}
+
+func (zeroLease) JobID() string                           { return "" }
+func (zeroLease) Payload() string                         { return "" }
+func (zeroLease) Attempt() int                            { return 0 }
+func (zeroLease) Token() leaserouter.Token                { return 0 }
+func (zeroLease) WorkerID() string                        { return "" }
+func (zeroLease) Progress() []byte                        { return nil }
+func (zeroLease) Expiry() time.Time                       { return time.Time{} }
+func (zeroLease) Heartbeat(context.Context, []byte) error { return leaserouter.ErrLeaseLost }
+func (zeroLease) Complete(context.Context) error          { return leaserouter.ErrLeaseLost }
+func (zeroLease) Fail(context.Context, error) error       { return leaserouter.ErrLeaseLost }
+func (zeroLease) Release(context.Context) error           { return leaserouter.ErrLeaseLost }

@@ -28,15 +28,7 @@ import (
 // refuses returns its error (wrapping ErrInvalidOptions, as the core's)
 // before anything else.
 func (r *Router[T]) TryAcquire(ctx context.Context, workerID string) (*Lease[T], error) {
-	if err := leaserouter.ValidateWorkerID(workerID); err != nil {
-		return nil, err
-	}
-
-	ls, _, err := r.claim(orBackground(ctx), "TryAcquire", workerID, 1, false, nil)
-	if err != nil {
-		return nil, err
-	}
-	return ls[0], nil
+	return first(r.acquire(ctx, "TryAcquire", workerID, 1, false))
 }
 
 // TryAcquireMany leases up to max ready jobs to workerID, in the ready
@@ -47,14 +39,7 @@ func (r *Router[T]) TryAcquire(ctx context.Context, workerID string) (*Lease[T],
 // leaserouter.ValidateWorkerID refuses, or one wrapping the driver's; ctx
 // and a claim's unknown outcome as for TryAcquire.
 func (r *Router[T]) TryAcquireMany(ctx context.Context, workerID string, max int) ([]*Lease[T], error) {
-	if max < 1 {
-		return nil, fmt.Errorf("%w: TryAcquireMany max is %d, must be >= 1", leaserouter.ErrInvalidOptions, max)
-	}
-	if err := leaserouter.ValidateWorkerID(workerID); err != nil {
-		return nil, err
-	}
-	ls, _, err := r.claim(orBackground(ctx), "TryAcquireMany", workerID, max, false, nil)
-	return ls, err
+	return r.acquire(ctx, "TryAcquireMany", workerID, max, false)
 }
 
 // Acquire leases the next ready job to workerID, waiting until one is
@@ -68,28 +53,39 @@ func (r *Router[T]) TryAcquireMany(ctx context.Context, workerID string, max int
 // leaserouter.ValidateWorkerID refuses returns its error (wrapping
 // ErrInvalidOptions) at once.
 func (r *Router[T]) Acquire(ctx context.Context, workerID string) (*Lease[T], error) {
-	if err := leaserouter.ValidateWorkerID(workerID); err != nil {
-		return nil, err
-	}
-
-	ls, err := r.await(orBackground(ctx), "Acquire", workerID, 1)
-	if err != nil {
-		return nil, err
-	}
-	return ls[0], nil
+	return first(r.acquire(ctx, "Acquire", workerID, 1, true))
 }
 
 // AcquireMany is TryAcquireMany, waiting as Acquire does until at least
 // one job is ready; max < 1 or a workerID leaserouter.ValidateWorkerID
 // refuses is an error wrapping ErrInvalidOptions, at once.
 func (r *Router[T]) AcquireMany(ctx context.Context, workerID string, max int) ([]*Lease[T], error) {
+	return r.acquire(ctx, "AcquireMany", workerID, max, true)
+}
+
+// acquire is every Acquire form (call names it in errors): a single
+// lease is a claim of one. It checks max and workerID before anything
+// else, then claims once, or, with wait, until a job is ready.
+func (r *Router[T]) acquire(ctx context.Context, call, workerID string, max int, wait bool) ([]*Lease[T], error) {
 	if max < 1 {
-		return nil, fmt.Errorf("%w: AcquireMany max is %d, must be >= 1", leaserouter.ErrInvalidOptions, max)
+		return nil, fmt.Errorf("%w: %s max is %d, must be >= 1", leaserouter.ErrInvalidOptions, call, max)
 	}
 	if err := leaserouter.ValidateWorkerID(workerID); err != nil {
 		return nil, err
 	}
-	return r.await(orBackground(ctx), "AcquireMany", workerID, max)
+	if wait {
+		return r.await(orBackground(ctx), call, workerID, max)
+	}
+	ls, _, err := r.claim(orBackground(ctx), call, workerID, max, false, nil)
+	return ls, err
+}
+
+// first is the one lease of a claim of one.
+func first[T any](ls []*Lease[T], err error) (*Lease[T], error) {
+	if err != nil {
+		return nil, err
+	}
+	return ls[0], nil
 }
 
 func (r *Router[T]) await(ctx context.Context, call, workerID string, n int) ([]*Lease[T], error) {

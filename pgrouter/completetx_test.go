@@ -453,3 +453,38 @@ func TestCompleteTx(t *testing.T) {
 	require.NoError(t, db.QueryRow(ctx, "SELECT v FROM results WHERE id = 'a'").Scan(&v))
 	require.Equal(t, 2, v)
 }
+
+// TestLongTransactionHoldsCompletedJob: a user transaction that completed
+// a job with CompleteTx and stays open holds the job's row: the job is
+// neither re-leased nor settled meanwhile (even past the lease's expiry),
+// other jobs are claimed without waiting, and the completion stands when
+// the transaction commits.
+func TestLongTransactionHoldsCompletedJob(t *testing.T) {
+	r, db := newRouter[int](t, pgrouter.Options{LeaseDuration: 100 * time.Millisecond, PollInterval: time.Hour})
+	ctx := t.Context()
+	require.NoError(t, r.Enqueue(ctx, "held", 1))
+	l, err := r.TryAcquire(ctx, "w")
+	require.NoError(t, err)
+	tx, err := db.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	require.NoError(t, l.CompleteTx(ctx, tx))
+	awaitDBTime(t, db, l.Expiry().Add(100*time.Millisecond))
+
+	require.NoError(t, r.Enqueue(ctx, "other", 2))
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	o, err := r.TryAcquire(cctx, "w2")
+	require.NoError(t, err, "a claim does not wait for the held row")
+	require.Equal(t, "other", o.JobID)
+	_, err = r.TryAcquire(cctx, "w3")
+	require.ErrorIs(t, err, leaserouter.ErrNoJob, "the held job is not re-leased")
+	j, _, err := r.Get(cctx, "held")
+	require.NoError(t, err, "Get does not wait for the held row")
+	require.Equal(t, leaserouter.StateLeased, j.State, "not settled while held")
+
+	require.NoError(t, tx.Commit(ctx))
+	j, _, err = r.Get(ctx, "held")
+	require.NoError(t, err)
+	require.Equal(t, leaserouter.StateSucceeded, j.State)
+}

@@ -93,3 +93,25 @@ func stateNamed(t *testing.T, name string) leaserouter.State {
 	t.Fatalf("no leaserouter.State is named %q", name)
 	return 0
 }
+
+// jobState reads job id's state and attempt directly from the table (no
+// settling, on base: not through a proxy).
+func jobState(t *testing.T, base *pgxpool.Pool, id string) (leaserouter.State, int) {
+	t.Helper()
+	var state string
+	var attempt int32
+	require.NoError(t, base.QueryRow(context.Background(),
+		"SELECT state::text, attempt FROM leaserouter_jobs WHERE id = $1", id).Scan(&state, &attempt))
+	return stateNamed(t, state), int(attempt)
+}
+
+// deadlineOf is ctx's deadline.
+func deadlineOf(ctx context.Context) time.Time {
+	d, _ := ctx.Deadline()
+	return d
+}
+
+// ctxLease is a lease duration far above the 1s the ctx tests allow a
+// call to return in after its ctx ended: a call that waits for a lease's
+// duration instead of its ctx is unambiguous on a busy machine.
+const ctxLease = 10 * time.Second

@@ -2,6 +2,8 @@ package pgrouter_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -67,22 +69,16 @@ func unclosedWithLease(t *testing.T) (*pgrouter.Router[int], *pgrouter.Lease[int
 	return r, l
 }
 
-// TestClose: Close refuses new work, wakes blocked Acquires, and revokes
-// leases still held when its ctx is done: pending again, the holder
-// refused as revoked.
+// TestClose: Close refuses new work and revokes leases still held when
+// its ctx is done (returning ctx.Err()): pending again, the holder
+// refused as revoked; a second Close returns nil. (That it wakes blocked
+// Acquires is TestCloseWakesBlockedAcquires'.)
 func TestClose(t *testing.T) {
 	r, l := unclosedWithLease(t)
 	ctx := t.Context()
-	blocked := make(chan error, 1)
-	go func() {
-		_, err := r.Acquire(ctx, "w2")
-		blocked <- err
-	}()
-	eventually(t, 10*time.Second, "the Acquire blocked", func() bool { return pgrouter.Parked(r) == 1 })
 	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
 	require.ErrorIs(t, r.Close(cctx), context.DeadlineExceeded)
-	require.ErrorIs(t, <-blocked, leaserouter.ErrClosed)
 	require.ErrorIs(t, r.Enqueue(ctx, "b", 1), leaserouter.ErrClosed)
 	_, err := r.TryAcquire(ctx, "w")
 	require.ErrorIs(t, err, leaserouter.ErrClosed)
@@ -203,4 +199,125 @@ func TestRevokedLastAttemptIsPendingAgain(t *testing.T) {
 	j, _, err = other.Get(ctx, "a")
 	require.NoError(t, err)
 	require.Equal(t, leaserouter.StateFailed, j.State, "attempts used up by a release")
+}
+
+// TestCloseHonoursCtxWithServerStalled: Close with a lease still held and
+// the server stalled returns ctx.Err() when its ctx ends (within 1s
+// here), not after a revocation that waits for the server.
+func TestCloseHonoursCtxWithServerStalled(t *testing.T) {
+	base := pgtest.New(t)
+	p := newStallProxy(t, socketOf(base))
+	db := poolVia(t, base, p.ln, 0)
+	r := routerOn[int](t, db, pgrouter.Options{LeaseDuration: ctxLease})
+	leaseOn(t, r, "a")
+	p.stall()
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	err := r.Close(ctx)
+	late := time.Since(deadlineOf(ctx))
+	t.Logf("Close returned %v after its ctx ended (server stalled): %v", late, err)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Less(t, late, time.Second, "Close returns when its ctx ends")
+	p.resume()
+}
+
+// TestCloseReturnsWithin100msOfCtxWithBackgroundWork: Close returns
+// within 100ms of its ctx's end with the server stalled, a lease to
+// revoke and a background task (a stopped Run's Fail that could not get
+// through) in flight. Before the fix the revocation's grace and the
+// task's own graces added up (~170ms).
+func TestCloseReturnsWithin100msOfCtxWithBackgroundWork(t *testing.T) {
+	base := pgtest.New(t)
+	p := newStallProxy(t, socketOf(base))
+	db := poolVia(t, base, p.ln, 0)
+	r, err := pgrouter.New[int](t.Context(), db, pgrouter.Options{LeaseDuration: ctxLease})
+	require.NoError(t, err)
+	require.NoError(t, r.Enqueue(t.Context(), "a", 1))
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	started, release := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- r.Run(ctx, leaserouter.WorkerOptions{Workers: 1}, func(hctx context.Context, l *pgrouter.Lease[int]) error {
+			close(started)
+			<-release
+			return errors.New("boom")
+		})
+	}()
+	<-started
+	p.stall()
+	close(release)
+	cancel()
+	require.NoError(t, <-done) // its release of "a" left to the background: the server is stalled
+	cctx, ccancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer ccancel()
+	err = r.Close(cctx)
+	late := time.Since(deadlineOf(cctx))
+	t.Logf("Close returned %v after its ctx ended: %v", late, err)
+	p.resume()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Less(t, late, 100*time.Millisecond, "Close returns within 100ms of its ctx's end")
+}
+
+// TestCloseNeverRevokesRunLeasesNotRunning: Close with a ctx done
+// already revokes the running leases at once, but not a Run's leases that
+// are not running: one leased ahead of its turn is handed back (its
+// attempt not counted), a finished one completed, by the stopping Run.
+// Before the fix the revocation raced the Run's own hand-back and
+// completion, and mostly won (the finished job revoked, to run again; a
+// job never started counting an attempt): several rounds, to be sure.
+func TestCloseNeverRevokesRunLeasesNotRunning(t *testing.T) {
+	db := pgtest.New(t)
+	for round := range 6 {
+		r, err := pgrouter.New[int](t.Context(), db, pgrouter.Options{Queue: fmt.Sprintf("q%d", round), LeaseDuration: 10 * time.Second})
+		require.NoError(t, err)
+		ctx := t.Context()
+		for i, id := range []string{"0", "1", "2", "a", "b", "c", "d"} {
+			require.NoError(t, r.Enqueue(ctx, id, i, leaserouter.WithPriority(10-i)))
+		}
+		started, release := make(chan struct{}), make(chan struct{})
+		done := make(chan error, 1)
+		go func() { // batches [0], [1 2], [a b c d]: a finishes, b runs, c and d wait
+			done <- r.Run(ctx, leaserouter.WorkerOptions{Workers: 1, Batch: 4, HeartbeatInterval: 5 * time.Second},
+				func(hctx context.Context, l *pgrouter.Lease[int]) error {
+					if l.JobID == "b" {
+						close(started)
+						<-release
+					}
+					return nil
+				})
+		}()
+		<-started
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		require.ErrorIs(t, r.Close(cctx), context.Canceled) // b revoked at once
+		state := func(id string) (leaserouter.State, int, string) {
+			var st string
+			var attempt int
+			var ended string
+			require.NoError(t, db.QueryRow(ctx, "SELECT state::text, attempt, ended FROM leaserouter_jobs WHERE queue = $1 AND id = $2",
+				fmt.Sprintf("q%d", round), id).Scan(&st, &attempt, &ended))
+			return stateNamed(t, st), attempt, ended
+		}
+		// While b still runs, the stopping Run completes a and hands back c
+		// and d (on its heartbeat connection); the revocation must not have
+		// ended them first.
+		eventually(t, 10*time.Second, "a completed, c and d handed back", func() bool {
+			a, _, _ := state("a")
+			c, _, _ := state("c")
+			d, _, _ := state("d")
+			return a != leaserouter.StateLeased && c != leaserouter.StateLeased && d != leaserouter.StateLeased
+		})
+		st, attempt, ended := state("a")
+		require.Equal(t, leaserouter.StateSucceeded, st, "round %d: a finished lease is completed, not revoked (%d, %s)", round, attempt, ended)
+		for _, id := range []string{"c", "d"} {
+			st, attempt, ended = state(id)
+			require.Equal(t, leaserouter.StatePending, st, "round %d: %s", round, id)
+			require.Equal(t, 0, attempt, "round %d: %s never started: no attempt counted (ended %s)", round, id, ended)
+		}
+		close(release)
+		require.NoError(t, <-done)
+		st, attempt, ended = state("b") // revoked, or completed if the revocation did not get through in time
+		t.Logf("round %d: the running lease: %v attempt %d ended %q", round, st, attempt, ended)
+	}
 }

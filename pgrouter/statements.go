@@ -13,7 +13,8 @@ import (
 // statements share are SQL functions of migration 0003, written once:
 // leaserouter_lease_valid (the one invariant) and leaserouter_end_lease
 // (how a lease ends and where its job goes: requeued, scheduled after a
-// backoff, or dead).
+// backoff, or dead); and leaserouter_past_retention (a finished job past
+// its retention, as good as purged), for the job statements.
 
 //go:embed sql/*.sql
 var statementFiles embed.FS

@@ -132,8 +132,28 @@ func (t *tasks) idleCh(closing bool) <-chan struct{} {
 
 // wait waits until no task runs, or until ctx is done (then it returns
 // ctx.Err()).
-func (t *tasks) wait(ctx context.Context) error {
-	idle := t.idleCh(false)
+func (t *tasks) wait(ctx context.Context) error { return t.awaitIdle(ctx, false) }
+
+// close waits until every task has ended, or until ctx is done (then it
+// ends them, waits for them to return, which they do at once, and
+// returns ctx.Err()). No task starts after.
+func (t *tasks) close(ctx context.Context) error {
+	defer t.cancel()
+	err := t.awaitIdle(ctx, true)
+	if err == nil {
+		return nil
+	}
+	t.cancel()
+	if idle := t.idleCh(true); idle != nil {
+		<-idle
+	}
+	return err
+}
+
+// awaitIdle waits until no task runs (nil), or until ctx is done
+// (ctx.Err()); closing refuses new tasks first, as idleCh does.
+func (t *tasks) awaitIdle(ctx context.Context, closing bool) error {
+	idle := t.idleCh(closing)
 	if idle == nil {
 		return nil
 	}
@@ -143,27 +163,6 @@ func (t *tasks) wait(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-// close waits until every task has ended, or until ctx is done (then it
-// ends them, waits for them to return, which they do at once, and
-// returns ctx.Err()). No task starts after.
-func (t *tasks) close(ctx context.Context) error {
-	defer t.cancel()
-	idle := t.idleCh(true)
-	if idle == nil {
-		return nil
-	}
-	select {
-	case <-idle:
-		return nil
-	case <-ctx.Done():
-	}
-	t.cancel()
-	if idle = t.idleCh(true); idle != nil {
-		<-idle
-	}
-	return ctx.Err()
 }
 
 // withGrace returns a context that is not done when ctx is, but grace

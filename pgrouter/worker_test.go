@@ -2,6 +2,7 @@ package pgrouter_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -188,4 +189,149 @@ func TestRunSpreadsABurstOverIdleWorkers(t *testing.T) {
 	t.Logf("burst of 64 x 20ms on 4 workers took %v (ideal ~320ms); leased per worker: %v; at most %d at once", took, per, most.Load())
 	require.Len(t, per, 1, "one worker leased the whole burst (the premise)")
 	require.GreaterOrEqual(t, most.Load(), int32(2), "the burst one worker leased ran on several workers at once")
+}
+
+// TestRunProcessesEveryJobOnce: Run's workers lease in batches and
+// complete every job once.
+func TestRunProcessesEveryJobOnce(t *testing.T) {
+	r, _ := newRouter[int](t, pgrouter.Options{})
+	ctx := t.Context()
+	const n = 300
+	enqueueJobs(t, r, "j", n)
+	var mu sync.Mutex
+	seen := map[int]int{}
+	stop := make(chan struct{})
+	err := runUntil(t, r, leaserouter.WorkerOptions{Workers: 2, Batch: 32}, stop, func(_ context.Context, l *pgrouter.Lease[int]) error {
+		mu.Lock()
+		defer mu.Unlock()
+		seen[l.Payload]++
+		if len(seen) == n {
+			close(stop)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Len(t, seen, n)
+	for p, c := range seen {
+		require.Equal(t, 1, c, "job %d ran %d times", p, c)
+	}
+	s, err := r.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, n, s.Succeeded, "every job completed, the last ones by the stopping workers")
+	require.Zero(t, s.Pending+s.Leased)
+}
+
+// TestRunFailsRetriesAndRecoversPanics: an error fails the attempt (and
+// the job is retried), a panic too, with its message kept.
+func TestRunFailsRetriesAndRecoversPanics(t *testing.T) {
+	r, _ := newRouter[string](t, pgrouter.Options{Backoff: func(int) time.Duration { return 0 }})
+	ctx := t.Context()
+	require.NoError(t, r.Enqueue(ctx, "err", "err"))
+	require.NoError(t, r.Enqueue(ctx, "panic", "panic"))
+	var finished atomic.Int32
+	stop := make(chan struct{})
+	err := runUntil(t, r, leaserouter.WorkerOptions{Workers: 1}, stop, func(_ context.Context, l *pgrouter.Lease[string]) error {
+		if l.Attempt == 1 {
+			if l.Payload == "panic" {
+				panic("kaboom")
+			}
+			return errors.New("first attempt fails")
+		}
+		if finished.Add(1) == 2 {
+			close(stop)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	for _, id := range []string{"err", "panic"} {
+		j, ok, err := r.Get(ctx, id)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, leaserouter.StateSucceeded, j.State)
+		require.Equal(t, 2, j.Attempt)
+	}
+	j, _, err := r.Get(ctx, "panic")
+	require.NoError(t, err)
+	require.Contains(t, j.LastError, "kaboom")
+}
+
+// TestRunCompleteTx: a handler that completes its own lease in its
+// transaction, with a fenced write, leaves Run nothing to do; one whose
+// transaction rolls back is completed by Run as usual.
+func TestRunCompleteTx(t *testing.T) {
+	r, db := newRouter[int](t, pgrouter.Options{})
+	ctx := t.Context()
+	_, err := db.Exec(ctx, "CREATE TABLE results (id text PRIMARY KEY, v int)")
+	require.NoError(t, err)
+	require.NoError(t, r.Enqueue(ctx, "commit", 1))
+	require.NoError(t, r.Enqueue(ctx, "rollback", 2))
+	var n atomic.Int32
+	stop := make(chan struct{})
+	err = runUntil(t, r, leaserouter.WorkerOptions{Workers: 1}, stop, func(hctx context.Context, l *pgrouter.Lease[int]) error {
+		tx, err := db.Begin(hctx)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		if err := pgrouter.Fence(hctx, tx, "results/"+l.JobID, l.Token); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(hctx, "INSERT INTO results VALUES ($1, $2)", l.JobID, l.Payload); err != nil {
+			return err
+		}
+		if err := l.CompleteTx(hctx, tx); err != nil {
+			return err
+		}
+		if l.JobID == "commit" {
+			err = tx.Commit(hctx)
+		}
+		if n.Add(1) == 2 {
+			close(stop)
+		}
+		return err
+	})
+	require.NoError(t, err)
+	for _, id := range []string{"commit", "rollback"} {
+		j, _, err := r.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, leaserouter.StateSucceeded, j.State, id)
+	}
+	var rows int
+	require.NoError(t, db.QueryRow(ctx, "SELECT count(*) FROM results").Scan(&rows))
+	require.Equal(t, 1, rows, "only the committed write")
+	s, err := r.Stats(ctx)
+	require.NoError(t, err)
+	require.Zero(t, s.StaleRejections, "Run did not try to complete the committed job again")
+}
+
+// TestRunHandlerEndsItsOwnLease: a handler that completes, fails or
+// releases its lease itself leaves Run nothing to do: no second attempt
+// at ending it, no stale rejection.
+func TestRunHandlerEndsItsOwnLease(t *testing.T) {
+	r, _ := newRouter[int](t, pgrouter.Options{Backoff: func(int) time.Duration { return time.Hour }})
+	ctx := t.Context()
+	enqueueJobs(t, r, "j", 3)
+	var n atomic.Int64
+	stop := make(chan struct{})
+	err := runUntil(t, r, leaserouter.WorkerOptions{Workers: 1, Batch: 1}, stop, func(hctx context.Context, l *pgrouter.Lease[int]) error {
+		var err error
+		switch l.Payload {
+		case 0:
+			err = l.Complete(hctx)
+		case 1:
+			err = l.Fail(hctx, errors.New("by the handler"))
+		case 2:
+			err = l.Release(hctx)
+		}
+		if n.Add(1) == 3 {
+			close(stop)
+		}
+		return err
+	})
+	require.NoError(t, err)
+	s, err := r.Stats(ctx)
+	require.NoError(t, err)
+	require.Zero(t, s.StaleRejections, "Run did not end the leases again")
+	require.Equal(t, 1, s.Succeeded)
+	require.Equal(t, 1, s.Scheduled, "failed by the handler: retried after its backoff")
 }

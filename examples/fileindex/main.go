@@ -22,7 +22,6 @@ import (
 	"io/fs"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -31,6 +30,7 @@ import (
 	"time"
 
 	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/gosource"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -116,28 +116,10 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("-lease %v: must be at least 1ms", c.lease)
 	case c.workers < 1:
 		return c, fmt.Errorf("-workers %d: must be at least 1", c.workers)
-	case fl.NArg() > 1:
-		return c, fmt.Errorf("at most one directory, got %d arguments", fl.NArg())
-	case fl.NArg() == 1:
-		c.root = fl.Arg(0)
-		return c, nil
 	}
 	var err error
-	c.root, err = goSource()
+	c.root, err = gosource.Root(fl)
 	return c, err
-}
-
-// goSource returns the src folder of the Go distribution.
-func goSource() (string, error) {
-	root := runtime.GOROOT() //lint:ignore SA1019 asked for first; empty in -trimpath builds, hence the fallback
-	if root == "" {
-		out, err := exec.Command("go", "env", "GOROOT").Output()
-		if err != nil {
-			return "", fmt.Errorf("finding the Go source tree: go env GOROOT: %w", err)
-		}
-		root = strings.TrimSpace(string(out))
-	}
-	return filepath.Join(root, "src"), nil
 }
 
 // listFiles returns every regular file under root (symlinks are skipped).

@@ -132,9 +132,3 @@ func TestRunHelp(t *testing.T) {
 	require.Zero(t, run([]string{"-h"}, &stdout, &stderr))
 	require.Contains(t, stderr.String(), "-stall")
 }
-
-func TestGoSourceIsTheStandardLibrary(t *testing.T) {
-	src, err := goSource()
-	require.NoError(t, err)
-	require.FileExists(t, filepath.Join(src, "runtime", "proc.go"))
-}

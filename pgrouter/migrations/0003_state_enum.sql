@@ -30,6 +30,17 @@ CREATE INDEX leaserouter_jobs_scheduled ON leaserouter_jobs (queue, ready_at) WH
 CREATE INDEX leaserouter_jobs_leased ON leaserouter_jobs (queue, lease_expires_at) WHERE state = 'leased';
 CREATE INDEX leaserouter_jobs_purge ON leaserouter_jobs (queue, purge_at) WHERE state IN ('succeeded', 'failed', 'canceled');
 
+-- A finished job past its retention (purge_at <= clock_timestamp(), the
+-- database's clock at this moment) is as good as purged: Get, Cancel and
+-- Stats do not see it, an Enqueue of its ID replaces it, the maintenance
+-- loop deletes it. A plain SQL expression, VOLATILE as clock_timestamp()
+-- is, so the planner inlines it: the statements' plans are those of the
+-- expression written out (purge.sql still proves leaserouter_jobs_purge's
+-- predicate and walks it in purge_at order).
+CREATE FUNCTION leaserouter_past_retention(st leaserouter_job_state, purge_at timestamptz) RETURNS boolean
+LANGUAGE sql VOLATILE
+AS $$ SELECT st IN ('succeeded', 'failed', 'canceled') AND purge_at <= clock_timestamp() $$;
+
 -- The one invariant: a lease (its token, held) is valid iff the job's row
 -- has that token, is leased, and its expiry is after clock_timestamp()
 -- (the database's clock at this moment, never the transaction's start).

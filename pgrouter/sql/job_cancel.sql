@@ -14,6 +14,6 @@ upd AS (
 	RETURNING j.token, j.attempt, j.updated_at, was.owner, was.state = 'leased' AS leased, j.leased_at)
 SELECT EXISTS (SELECT FROM upd) OR EXISTS (SELECT FROM leaserouter_jobs
 		WHERE queue = @queue AND id = @id
-			AND NOT (state IN ('succeeded', 'failed', 'canceled') AND purge_at <= clock_timestamp())),
+			AND NOT leaserouter_past_retention(state, purge_at)),
 	(SELECT token FROM upd), (SELECT attempt FROM upd), (SELECT updated_at FROM upd),
 	(SELECT owner FROM upd), (SELECT leased FROM upd), (SELECT leased_at FROM upd)

@@ -4,4 +4,4 @@ SELECT id, payload, state::text, priority, attempt, max_attempts, token, owner, 
 	progress, last_error, created_at, updated_at
 FROM leaserouter_jobs
 WHERE queue = @queue AND id = @id
-	AND NOT (state IN ('succeeded', 'failed', 'canceled') AND purge_at <= clock_timestamp())
+	AND NOT leaserouter_past_retention(state, purge_at)

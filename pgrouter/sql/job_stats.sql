@@ -1,4 +1,4 @@
 -- Counts @queue's jobs by state, finished ones while retained.
 SELECT state::text, count(*) FROM leaserouter_jobs
-WHERE queue = @queue AND NOT (state IN ('succeeded', 'failed', 'canceled') AND purge_at <= clock_timestamp())
+WHERE queue = @queue AND NOT leaserouter_past_retention(state, purge_at)
 GROUP BY state

@@ -34,7 +34,7 @@ ins AS (
 		requeued = false, attempt = 0, max_attempts = excluded.max_attempts, token = 0, owner = '',
 		lease_expires_at = NULL, ended = '', payload = excluded.payload, progress = NULL, last_error = '',
 		created_at = excluded.created_at, updated_at = excluded.updated_at, purge_at = NULL
-	WHERE j.state IN ('succeeded', 'failed', 'canceled') AND j.purge_at <= clock_timestamp()
+	WHERE leaserouter_past_retention(j.state, j.purge_at)
 	RETURNING j.id, j.created_at, NOT (j.xmax = 0) AS replaced),
 n AS (SELECT pg_notify(@channel, @queue) FROM (SELECT FROM ins LIMIT 1) one)
 SELECT ins.id, ins.created_at, (SELECT count(*) FROM n), o.token, o.attempt, o.purge_at

@@ -4,7 +4,7 @@
 WITH d AS (
 	DELETE FROM leaserouter_jobs j
 	USING (SELECT queue, id FROM leaserouter_jobs
-		WHERE queue = @queue AND state IN ('succeeded', 'failed', 'canceled') AND purge_at <= clock_timestamp()
+		WHERE queue = @queue AND leaserouter_past_retention(state, purge_at)
 		ORDER BY purge_at LIMIT @limit FOR UPDATE SKIP LOCKED) p
 	WHERE j.queue = p.queue AND j.id = p.id
 	RETURNING j.id, j.token, j.attempt, j.purge_at)

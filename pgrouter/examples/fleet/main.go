@@ -43,6 +43,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/gosource"
 	"github.com/leaserouter/leaserouter/pgrouter"
 	"github.com/leaserouter/leaserouter/pgrouter/pgtest"
 )
@@ -97,8 +98,6 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 		return cfg, err
 	}
 	switch {
-	case fl.NArg() > 1:
-		return cfg, fmt.Errorf("at most one directory, got %d arguments", fl.NArg())
 	case cfg.procs < 1:
 		return cfg, fmt.Errorf("-procs %d, must be >= 1", cfg.procs)
 	case cfg.kill < 0:
@@ -108,22 +107,9 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	case cfg.lease < 100*time.Millisecond:
 		return cfg, fmt.Errorf("-lease %v, must be >= 100ms", cfg.lease)
 	}
-	if fl.NArg() == 1 {
-		cfg.root = fl.Arg(0)
-		return cfg, nil
-	}
 	var err error
-	cfg.root, err = goSource()
+	cfg.root, err = gosource.Root(fl)
 	return cfg, err
-}
-
-// goSource is the src folder of the Go distribution, from `go env GOROOT`.
-func goSource() (string, error) {
-	out, err := exec.Command("go", "env", "GOROOT").Output()
-	if err != nil {
-		return "", fmt.Errorf("finding the Go source tree: go env GOROOT: %w", err)
-	}
-	return filepath.Join(strings.TrimSpace(string(out)), "src"), nil
 }
 
 // summary is what a run found.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/leaserouter/leaserouter/internal/gosource"
 	"github.com/leaserouter/leaserouter/pgrouter/pgtest"
 )
 
@@ -25,7 +26,7 @@ func TestMain(m *testing.M) {
 }
 
 func goSrc(t *testing.T) string {
-	src, err := goSource()
+	src, err := gosource.Dir()
 	require.NoError(t, err)
 	return src
 }

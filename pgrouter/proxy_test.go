@@ -1,0 +1,198 @@
+package pgrouter_test
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+)
+
+// stallProxy forwards TCP connections to a PostgreSQL Unix socket; while
+// stalled it forwards nothing in either direction (what it has read it
+// holds, and forwards once resumed), as a stalled server or network does.
+type stallProxy struct {
+	ln     net.Listener
+	socket string
+
+	mu    sync.Mutex
+	gate  chan struct{} // closed while flowing
+	conns []net.Conn
+}
+
+// socketOf is the Unix socket path of the server db's pool connects to.
+func socketOf(db *pgxpool.Pool) string {
+	cfg := db.Config().ConnConfig
+	return filepath.Join(cfg.Host, fmt.Sprintf(".s.PGSQL.%d", cfg.Port))
+}
+
+// poolVia returns a pool on base's database through a proxy listening on
+// ln, with at most maxConns connections (0: pgxpool's default), closed
+// when t ends.
+func poolVia(t *testing.T, base *pgxpool.Pool, ln net.Listener, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	cfg := base.Config()
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port = "127.0.0.1", uint16(ln.Addr().(*net.TCPAddr).Port)
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	db, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(db.Close)
+	return db
+}
+
+func newStallProxy(t *testing.T, socket string) *stallProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &stallProxy{ln: ln, socket: socket, gate: make(chan struct{})}
+	close(p.gate)
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		p.resume()
+		ln.Close()
+		p.mu.Lock()
+		for _, c := range p.conns {
+			c.Close()
+		}
+		p.mu.Unlock()
+		wg.Wait()
+	})
+	pipe := func(dst, src net.Conn) {
+		defer dst.Close()
+		defer src.Close()
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 {
+				p.wait()
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("unix", socket)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, s)
+			p.mu.Unlock()
+			wg.Go(func() { pipe(s, c) })
+			wg.Go(func() { pipe(c, s) })
+		}
+	})
+	return p
+}
+
+// stall stops forwarding; resume forwards again, what was held first.
+func (p *stallProxy) stall() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.gate:
+		p.gate = make(chan struct{})
+	default:
+	}
+}
+
+func (p *stallProxy) resume() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.gate:
+	default:
+		close(p.gate)
+	}
+}
+
+func (p *stallProxy) wait() {
+	p.mu.Lock()
+	g := p.gate
+	p.mu.Unlock()
+	<-g
+}
+
+// cutProxy forwards TCP connections to a PostgreSQL Unix socket and, when
+// armed, closes a connection right after forwarding the client message
+// that follows the one holding marker (pgx prepares a statement, then
+// executes it): the server gets the execution (and commits it) but the
+// client never sees the answer — an unknown COMMIT outcome.
+type cutProxy struct {
+	ln     net.Listener
+	socket string
+	marker []byte
+	armed  atomic.Bool
+	cut    atomic.Int64
+	// blackout: after the cut, refuse every connection while down is set
+	// (the database unreachable from the client).
+	blackout, down atomic.Bool
+}
+
+func newCutProxy(t *testing.T, socket, marker string) *cutProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &cutProxy{ln: ln, socket: socket, marker: []byte(marker)}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if p.down.Load() {
+				c.Close()
+				continue
+			}
+			s, err := net.Dial("unix", socket)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			wg.Go(func() { _, _ = io.Copy(c, s); c.Close() })
+			wg.Go(func() {
+				defer s.Close()
+				defer c.Close()
+				buf := make([]byte, 64<<10)
+				prepared := false // the statement holding marker was prepared: its execution comes next
+				for {
+					n, err := c.Read(buf)
+					if n > 0 {
+						if _, werr := s.Write(buf[:n]); werr != nil {
+							return
+						}
+						if prepared {
+							p.armed.Store(false)
+							p.down.Store(p.blackout.Load())
+							p.cut.Add(1)
+							return // the server has the execution; the client loses the answer
+						}
+						prepared = p.armed.Load() && bytes.Contains(buf[:n], p.marker)
+					}
+					if err != nil {
+						return
+					}
+				}
+			})
+		}
+	})
+	return p
+}

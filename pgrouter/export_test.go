@@ -20,3 +20,10 @@ func ResolveClaim[T any](ctx context.Context, r *Router[T], id int64) error {
 // returned see what Run's wind-down did, even where it went on in the
 // background (a Run returns within 100ms of its ctx's end).
 func AwaitBackground[T any](ctx context.Context, r *Router[T]) error { return r.tasks.wait(ctx) }
+
+// Statement is the statement of sql/name.sql as it is sent: with $n
+// ordinals, names[i] being the parameter bound to $(i+1).
+func Statement(name string) (sql string, names []string) {
+	p := compiled[statement(name)]
+	return p.sql, p.names
+}

@@ -9,19 +9,39 @@
 -- with @accept_ended, a lease ended for @reason already (by an earlier
 -- statement whose reply was lost) too, with the instant it ended, so a
 -- retry of an unknown outcome is not a refusal.
+--
+-- The shape of l (leases_heartbeat.sql and leases_hand_back.sql lock
+-- their rows the same way) is for the planner. The arrays come through
+-- an OFFSET 0 subquery, so it estimates them alike whatever their length
+-- and the prepared statement keeps one generic plan: planned once per
+-- connection, not once per call (a custom plan of this statement took
+-- about 300 us to make, several times its execution). Each row is then
+-- locked through its key in a LATERAL subquery, in the sorted order of
+-- the IDs, so that no statistics (a young table has none) can turn the
+-- lookups into a scan of the queue; and each lease is checked there
+-- (l.valid; l.now is read after the lock), so the update joins by key
+-- alone, with no predicate on the state that would let the partial index
+-- of leased rows be scanned for every row of l instead (it was, ~90 us a
+-- row at batches of 256). With no statistics at all, the update's join
+-- can still choose a scan of the queue.
+-- @accept_ended comes through a too: a custom plan folding it away looks
+-- far cheaper than it is (its top node leaves out the CTEs' costs), and
+-- was chosen at every call.
 WITH l AS (
-	SELECT j.queue, j.id, h.token AS held, j.state AS was, j.token AS had, j.ended AS why, j.updated_at AS at
-	FROM leaserouter_jobs j
-	JOIN unnest(@ids::text[], @tokens::bigint[]) AS h(id, token) ON j.id = h.id
-	WHERE j.queue = @queue ORDER BY j.id FOR UPDATE OF j),
+	SELECT j.id, h.token AS held, j.state AS was, j.token AS had, j.ended AS why, j.updated_at AS at,
+		leaserouter_lease_valid(j.state, j.token, j.lease_expires_at, h.token) AS valid, clock_timestamp() AS now,
+		a.accept
+	FROM (SELECT @ids::text[], @tokens::bigint[], @accept_ended::boolean OFFSET 0) AS a(ids, tokens, accept),
+		LATERAL (SELECT * FROM unnest(a.ids, a.tokens) AS u(id, token) ORDER BY id) AS h,
+		LATERAL (SELECT * FROM leaserouter_jobs j WHERE j.queue = @queue AND j.id = h.id FOR UPDATE) AS j),
 x AS (
 	UPDATE leaserouter_jobs j SET
 		(state, ready_at, purge_at, owner, lease_expires_at, ended, requeued, updated_at, last_error) =
 			(SELECT * FROM leaserouter_end_lease(@reason, j.attempt, j.max_attempts, false, 0,
-				c.now, j.last_error, @retention_us))
-	FROM l, LATERAL (SELECT clock_timestamp() AS now) c -- read after l's row is locked
-	WHERE j.queue = l.queue AND j.id = l.id AND leaserouter_lease_valid(j.state, j.token, j.lease_expires_at, l.held)
+				l.now, j.last_error, @retention_us))
+	FROM l
+	WHERE j.queue = @queue AND j.id = l.id AND l.valid
 	RETURNING j.id, j.token, j.state, j.updated_at)
 SELECT id, token, state::text, updated_at FROM x
 UNION ALL
-SELECT id, held, was::text, at FROM l WHERE @accept_ended AND had = held AND was <> 'leased' AND why = @reason
+SELECT id, held, was::text, at FROM l WHERE accept AND had = held AND was <> 'leased' AND why = @reason

@@ -3,15 +3,15 @@
 -- ready time (and requeued flag, and so the reason its previous lease
 -- ended) they had before, which a claim leaves as they were, and the
 -- lease not counted as an attempt: as if never granted. Rows are locked
--- in ID order first, as in leases_end.sql. It returns each lease handed
--- back: ID, token, instant.
+-- in ID order first, as in leases_end.sql (and in its shape, for the
+-- planner). It returns each lease handed back: ID, token, instant.
 WITH l AS (
-	SELECT j.queue, j.id, h.token AS held
-	FROM leaserouter_jobs j
-	JOIN unnest(@ids::text[], @tokens::bigint[]) AS h(id, token) ON j.id = h.id
-	WHERE j.queue = @queue ORDER BY j.id FOR UPDATE OF j)
+	SELECT j.id, leaserouter_lease_valid(j.state, j.token, j.lease_expires_at, h.token) AS valid
+	FROM (SELECT @ids::text[], @tokens::bigint[] OFFSET 0) AS a(ids, tokens),
+		LATERAL (SELECT * FROM unnest(a.ids, a.tokens) AS u(id, token) ORDER BY id) AS h,
+		LATERAL (SELECT * FROM leaserouter_jobs j WHERE j.queue = @queue AND j.id = h.id FOR UPDATE) AS j)
 UPDATE leaserouter_jobs j SET state = 'pending', attempt = j.attempt - 1, owner = '', lease_expires_at = NULL,
 	ended = CASE WHEN j.requeued THEN 'expired' ELSE 'released' END, updated_at = clock_timestamp()
 FROM l
-WHERE j.queue = l.queue AND j.id = l.id AND leaserouter_lease_valid(j.state, j.token, j.lease_expires_at, l.held)
+WHERE j.queue = @queue AND j.id = l.id AND l.valid
 RETURNING j.id, j.token, j.updated_at

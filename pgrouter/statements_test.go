@@ -1,0 +1,152 @@
+package pgrouter_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/leaserouter/leaserouter/pgrouter"
+	"github.com/leaserouter/leaserouter/pgrouter/pgtest"
+)
+
+// The batch lease statements, with a value for each of their parameters.
+var batchStatements = []string{"leases_end", "leases_heartbeat", "leases_hand_back"}
+
+func batchValues(ids []string, tokens []int64) map[string]any {
+	return map[string]any{"ids": ids, "tokens": tokens, "queue": "default", "reason": "completed",
+		"retention_us": int64(-1), "accept_ended": false, "lease_us": int64(60e6)}
+}
+
+// bindPositional binds values to a statement's parameters in order.
+func bindPositional(names []string, values map[string]any) []any {
+	bound := make([]any, len(names))
+	for i, n := range names {
+		bound[i] = values[n]
+	}
+	return bound
+}
+
+// youngQueue fills a fresh database's queue with n jobs, every other one
+// leased (token = its number), with no statistics gathered on the table,
+// as on a table created minutes ago.
+func youngQueue(t *testing.T, n int) *pgxpool.Pool {
+	db := pgtest.New(t)
+	_, err := db.Exec(t.Context(), `ALTER TABLE leaserouter_jobs SET (autovacuum_enabled = false)`)
+	require.NoError(t, err)
+	_, err = db.Exec(t.Context(), `INSERT INTO leaserouter_jobs
+		(queue, id, state, ready_at, max_attempts, payload, created_at, updated_at, token, lease_expires_at, attempt)
+		SELECT 'default', 'j' || i, CASE WHEN i % 2 = 0 THEN 'leased' ELSE 'pending' END::leaserouter_job_state,
+			now(), 25, '1', now(), now(), i, now() + interval '1 hour', 1
+		FROM generate_series(1, $1) i`, n)
+	require.NoError(t, err)
+	return db
+}
+
+// The batch lease statements are planned once per connection, not at
+// every call, whatever their arrays' lengths: after the server's five
+// custom plans, its generic plan is kept (a custom plan of leases_end
+// took longer to make than the statement took to run, and a batch of
+// one, Run's completion at Batch 1, paid it every time).
+func TestBatchStatementsPlannedOnce(t *testing.T) {
+	db := youngQueue(t, 4000)
+	conn, err := db.Acquire(t.Context())
+	require.NoError(t, err)
+	defer conn.Release()
+	for _, name := range batchStatements {
+		sql, names := pgrouter.Statement(name)
+		for i := range 12 {
+			ids := make([]string, 1+i%3) // arrays of 1, 2, 3: none a token of a valid lease
+			tokens := make([]int64, len(ids))
+			for k := range ids {
+				ids[k], tokens[k] = fmt.Sprint("none", k), 1
+			}
+			rows, err := conn.Query(t.Context(), sql, bindPositional(names, batchValues(ids, tokens))...)
+			require.NoError(t, err)
+			rows.Close()
+			require.NoError(t, rows.Err(), name)
+		}
+		var generic, custom int64
+		require.NoError(t, conn.QueryRow(t.Context(),
+			`SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1`, sql).
+			Scan(&generic, &custom))
+		require.Equal(t, int64(5), custom, "%s: custom plans", name)
+		require.Equal(t, int64(7), generic, "%s: generic plans", name)
+	}
+}
+
+// On a young table (no statistics), a batch of k leases locks its rows
+// through their keys, reading about k rows of the table, whatever else
+// the queue holds: never by a scan of the queue (the join it replaced
+// could). The update that follows joins by key with no predicate on the
+// state; with statistics it finds its rows by key too, but with none at
+// all the planner may still scan the queue for it: not asserted here.
+func TestBatchStatementsLockByKey(t *testing.T) {
+	const n, k = 4000, 64
+	db := youngQueue(t, n)
+	ids, tokens := make([]string, k), make([]int64, k)
+	for i := range k {
+		ids[i], tokens[i] = fmt.Sprint("j", 2*(i+1)), int64(2*(i+1)) // leased
+	}
+	for _, name := range batchStatements {
+		t.Run(name, func(t *testing.T) {
+			conn, err := db.Acquire(t.Context())
+			require.NoError(t, err)
+			defer conn.Release()
+			sql, names := pgrouter.Statement(name)
+			for range 6 { // past the custom plans: the plan kept
+				_, err := conn.Exec(t.Context(), sql, bindPositional(names, batchValues([]string{"none"}, []int64{1}))...)
+				require.NoError(t, err)
+			}
+			var stmt string
+			require.NoError(t, conn.QueryRow(t.Context(),
+				`SELECT name FROM pg_prepared_statements WHERE statement = $1`, sql).Scan(&stmt))
+			tx, err := conn.Begin(t.Context())
+			require.NoError(t, err)
+			defer func() { _ = tx.Rollback(context.Background()) }()
+			params := ""
+			for i := range names {
+				params += fmt.Sprintf(", $%d", i+1)
+			}
+			var plan []byte
+			// EXPLAIN takes no parameters: pgx writes the values in.
+			explain := append([]any{pgx.QueryExecModeSimpleProtocol}, bindPositional(names, batchValues(ids, tokens))...)
+			require.NoError(t, tx.QueryRow(t.Context(),
+				"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE "+stmt+"("+params[2:]+")", explain...).Scan(&plan))
+			var out []struct{ Plan planNode }
+			require.NoError(t, json.Unmarshal(plan, &out))
+			read := out[0].Plan.lockedRead("leaserouter_jobs", false)
+			require.LessOrEqual(t, read, k+8, "rows of the table read to lock %d leases among %d jobs:\n%s", k, n, plan)
+			require.GreaterOrEqual(t, read, k, "the batch's rows were not read: the plan is not the statement's")
+		})
+	}
+}
+
+// planNode is a node of EXPLAIN (ANALYZE, FORMAT JSON).
+type planNode struct {
+	Type     string     `json:"Node Type"`
+	Relation string     `json:"Relation Name"`
+	Rows     float64    `json:"Actual Rows"`
+	Loops    float64    `json:"Actual Loops"`
+	Removed  float64    `json:"Rows Removed by Filter"`
+	Plans    []planNode `json:"Plans"`
+}
+
+// lockedRead is how many rows the scans of table under the LockRows
+// nodes of n (locking: n is under one) returned or filtered out, over
+// all their loops.
+func (n planNode) lockedRead(table string, locking bool) int {
+	locking = locking || n.Type == "LockRows"
+	read := 0.0
+	if locking && n.Relation == table {
+		read = (n.Rows + n.Removed) * n.Loops
+	}
+	for _, c := range n.Plans {
+		read += float64(c.lockedRead(table, locking))
+	}
+	return int(read)
+}

@@ -29,7 +29,7 @@ type events struct {
 	panics  func() // counts a recovered hook panic
 
 	deliverer atomic.Uint64   // the delivery goroutine's ID (internal/goid)
-	group     *sync.WaitGroup // the Router's stopped, where its delivery goroutines run (nil: none)
+	group     *sync.WaitGroup // the Router's stopped, where its delivery goroutines run
 	stopOnce  sync.Once
 	cur       cursor // the delivery goroutine's own (one at a time: the next starts as the last ends)
 
@@ -43,17 +43,19 @@ type events struct {
 	ended     chan struct{} // closed when the delivery goroutine has ended
 }
 
-// newEvents returns nil when no hook is set: recording is then free. Its
-// owner runs deliver as one of its goroutines, and ends it with close,
-// once each of its producers goroutines (which may add events until they
-// end) has called producerDone.
-func newEvents(onEvent func(leaserouter.Event), logger *slog.Logger, panics func(), producers int) *events {
+// newEvents returns nil when no hook is set: recording is then free.
+// Otherwise it starts the delivery goroutine in group (its owner's
+// WaitGroup, as every delivery goroutine after it), which the owner ends
+// with close once each of its producers goroutines (which may add events
+// until they end) has called producerDone.
+func newEvents(onEvent func(leaserouter.Event), logger *slog.Logger, panics func(), producers int, group *sync.WaitGroup) *events {
 	if onEvent == nil && logger == nil {
 		return nil
 	}
-	e := &events{onEvent: onEvent, logger: logger, panics: panics, producers: producers, room: make(chan struct{}),
+	e := &events{onEvent: onEvent, logger: logger, panics: panics, producers: producers, group: group, room: make(chan struct{}),
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), ended: make(chan struct{})}
 	close(e.room)
+	group.Go(e.deliver)
 	return e
 }
 
@@ -285,11 +287,7 @@ func (e *events) resumeAfterGoexit() {
 		ev := c.batch[c.at]
 		c.stage, c.report, c.reportJob = stageDone, contract.HookGoexit(contract.HookLogger, ev.Kind), ev.JobID
 	}
-	if e.group != nil {
-		e.group.Go(e.deliver) // this goroutine is still counted in group: Add is safe
-	} else {
-		go e.deliver()
-	}
+	e.group.Go(e.deliver) // this goroutine is still counted in group: Add is safe
 }
 
 // progressEvery is how many events the delivery goroutine delivers between

@@ -25,7 +25,7 @@ func toSchemaV2(t *testing.T, db *pgxpool.Pool) {
 	t.Helper()
 	_, err := db.Exec(t.Context(), `ALTER TABLE leaserouter_jobs DROP COLUMN leased_at;
 		DROP FUNCTION leaserouter_end_lease; DROP FUNCTION leaserouter_lease_valid;
-		DROP FUNCTION leaserouter_past_retention;
+		DROP FUNCTION leaserouter_past_retention; DROP FUNCTION leaserouter_hand_back;
 		DROP INDEX leaserouter_jobs_ready; DROP INDEX leaserouter_jobs_scheduled;
 		DROP INDEX leaserouter_jobs_leased; DROP INDEX leaserouter_jobs_purge;
 		ALTER TABLE leaserouter_jobs ALTER COLUMN state TYPE smallint

@@ -80,7 +80,7 @@ func New[T any](ctx context.Context, db *pgxpool.Pool, opts Options) (*Router[T]
 		r.mu.Lock()
 		r.stats.CallbackPanics++
 		r.mu.Unlock()
-	}, 2) // the producers: the maintenance loop and the KeepAlive goroutine
+	}, 2, &r.stopped) // the producers: the maintenance loop and the KeepAlive goroutine
 	r.closing, r.startClose = context.WithCancel(context.Background())
 	lctx, stop := context.WithCancel(context.Background())
 	r.stop = stop
@@ -88,10 +88,6 @@ func New[T any](ctx context.Context, db *pgxpool.Pool, opts Options) (*Router[T]
 	r.stopped.Go(func() { r.wake.listen(lctx, db, opts.Queue) })
 	r.stopped.Go(func() { defer r.ev.producerDone(); r.maintain(lctx) })
 	r.stopped.Go(func() { defer r.ev.producerDone(); r.keepers.run(lctx) })
-	if r.ev != nil {
-		r.ev.group = &r.stopped
-		r.stopped.Go(r.ev.deliver)
-	}
 	return r, nil
 }
 

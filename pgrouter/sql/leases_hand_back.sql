@@ -10,8 +10,8 @@ WITH l AS (
 	FROM (SELECT @ids::text[], @tokens::bigint[] OFFSET 0) AS a(ids, tokens),
 		LATERAL (SELECT * FROM unnest(a.ids, a.tokens) AS u(id, token) ORDER BY id) AS h,
 		LATERAL (SELECT * FROM leaserouter_jobs j WHERE j.queue = @queue AND j.id = h.id FOR UPDATE) AS j)
-UPDATE leaserouter_jobs j SET state = 'pending', attempt = j.attempt - 1, owner = '', lease_expires_at = NULL,
-	ended = CASE WHEN j.requeued THEN 'expired' ELSE 'released' END, updated_at = clock_timestamp()
+UPDATE leaserouter_jobs j SET (state, attempt, owner, lease_expires_at, ended, updated_at) =
+	(SELECT * FROM leaserouter_hand_back(j.attempt, j.requeued, clock_timestamp()))
 FROM l
 WHERE j.queue = @queue AND j.id = l.id AND l.valid
 RETURNING j.id, j.token, j.updated_at

@@ -24,6 +24,10 @@ func AwaitBackground[T any](ctx context.Context, r *Router[T]) error { return r.
 // Statement is the statement of sql/name.sql as it is sent: with $n
 // ordinals, names[i] being the parameter bound to $(i+1).
 func Statement(name string) (sql string, names []string) {
-	p := compiled[statement(name)]
+	text, err := statementFiles.ReadFile("sql/" + name + ".sql")
+	if err != nil {
+		panic(err)
+	}
+	p := compiled[string(text)] // read only: compiled is written at load alone
 	return p.sql, p.names
 }

@@ -103,10 +103,11 @@ const (
 	linRunFail     // Run ends a lease whose handler returned an error (fail; or release when stopping, or on pgrouter when the lease could not be proven valid)
 	linKeepLost    // KeepAlive's ctx canceled with ErrLeaseLost
 	linRevoke      // Close revoked what it still held
+	linExpire      // Expirer.ExpireNow (Caps.ForcedExpiry)
 )
 
 var linKindNames = [...]string{"?", "Enqueue", "Acquire", "Heartbeat", "Complete", "Fail", "Release", "Get",
-	"RunComplete", "RunFail", "KeepLost", "Revoke"}
+	"RunComplete", "RunFail", "KeepLost", "Revoke", "ExpireNow"}
 
 func (k linKind) String() string { return linKindNames[k] }
 
@@ -128,7 +129,7 @@ type linInput struct {
 
 // linOutput is an operation's result.
 type linOutput struct {
-	ok      bool              // accepted: Enqueue nil, a lease granted, a lease operation nil, Get found
+	ok      bool              // accepted: Enqueue nil, a lease granted, a lease operation nil, Get found, ExpireNow true
 	attempt int               // Acquire: the lease's attempt. Get: the job's Attempt
 	token   leaserouter.Token // refused lease operation: LeaseLostError.Current. Get: the job's Token
 	refused leaserouter.Token // refused lease operation: LeaseLostError.Token
@@ -256,6 +257,20 @@ func linStep(s linState, in linInput, out linOutput) []linState {
 		// Revoked: pending again at once with the attempt counted, never
 		// dead (DESIGN-postgres: Close; the core's revokeLease).
 		return []linState{end(leaserouter.StatePending, string(leaserouter.LostRevoked))}
+	case linExpire:
+		// A forced expiry, at any instant: true iff the job was leased,
+		// which it no longer is (pending with the attempt counted, or
+		// dead after its last attempt); false changes nothing.
+		if s.state != leaserouter.StateLeased {
+			if out.ok {
+				return nil
+			}
+			return []linState{s}
+		}
+		if !out.ok {
+			return nil
+		}
+		return []linState{end(linAfter(s.attempt), string(leaserouter.LostExpired))}
 	}
 	return nil
 }
@@ -327,6 +342,11 @@ type History struct {
 	// or heartbeated by a call made at c lasts at least until c plus its
 	// duration (the contract's bound, whatever the backend's Expiry says).
 	lease, runLease time.Duration
+	// totals: Caps.Totals, the backend's totals summed over its distinct
+	// handles, read after the last operation.
+	totals *leaserouter.Stats
+	// closing: the clock when the first Close was called.
+	closing int64
 }
 
 // validUntil is the contract's lower bound on the expiry of a lease of
@@ -459,6 +479,14 @@ func (h *History) leaseOp(ctx context.Context, client int, kind linKind, l Lease
 	return err
 }
 
+// expire records a forced expiry of job id.
+func (h *History) expire(ctx context.Context, e Expirer, client int, id string) {
+	call := h.now()
+	ok := e.ExpireNow(ctx, id)
+	ret := h.now()
+	h.add(client, linInput{kind: linExpire, job: id}, linOutput{ok: ok}, call, ret)
+}
+
 func (h *History) get(ctx context.Context, b Backend, client int, id string) {
 	call := h.now()
 	j, ok, err := b.Get(ctx, id)
@@ -496,6 +524,8 @@ func (p *linPool) pick(rng *rand.Rand) Lease {
 type LinCounts struct {
 	Enqueued, Duplicates, Acquired, Heartbeats, Completions, Ended, Expired, Superseded, Gets,
 	RunEnds, KeepLost, Revoked int
+	Refused              int // lease operations refused with a LeaseLostError, whatever the reason
+	Forced, ForcedMissed int // ExpireNow true (a leased job expired), false
 }
 
 // Count counts the outcomes of ops.
@@ -517,12 +547,13 @@ func Count(ops []porcupine.Operation) LinCounts {
 		case in.kind == linKeepLost:
 			c.KeepLost++
 		case in.kind == linRevoke:
-		case !out.ok && out.reason == string(leaserouter.LostExpired):
-			c.Expired++
-		case !out.ok && out.reason == string(leaserouter.LostSuperseded):
-			c.Superseded++
-		case !out.ok && out.reason == string(leaserouter.LostRevoked):
-			c.Revoked++
+		case in.kind == linExpire && out.ok:
+			c.Forced++
+		case in.kind == linExpire:
+			c.ForcedMissed++
+		case !out.ok && out.reason != "":
+			c.Refused++
+			c.countRefusal(out.reason)
 		case in.kind == linHeartbeat && out.ok:
 			c.Heartbeats++
 		case in.kind == linComplete && out.ok:
@@ -532,6 +563,17 @@ func Count(ops []porcupine.Operation) LinCounts {
 		}
 	}
 	return c
+}
+
+func (c *LinCounts) countRefusal(reason string) {
+	switch leaserouter.LostReason(reason) {
+	case leaserouter.LostExpired:
+		c.Expired++
+	case leaserouter.LostSuperseded:
+		c.Superseded++
+	case leaserouter.LostRevoked:
+		c.Revoked++
+	}
 }
 
 // Check checks ops against LinModel within limit and returns the result;
@@ -563,14 +605,26 @@ func Linearizable(t *testing.T, h Harness, cfg LinConfig) {
 	t.Logf("seed %d", seed)
 	var ops []porcupine.Operation
 	var noJob int64
+	var totals *leaserouter.Stats
+	var closing int64
 	h.Scope(t, func(t *testing.T) {
 		hist := Workload(t, h, cfg, seed)
-		ops, noJob = hist.Ops(), hist.noJob.Load()
+		ops, noJob, totals, closing = hist.Ops(), hist.noJob.Load(), hist.totals, hist.closing
 	})
 	c := Count(ops)
-	t.Logf("history on %s: %d operations (%d TryAcquire ErrNoJob left out); %+v", h.Name(), len(ops), noJob, c)
+	t.Logf("history on %s: %d operations (%d TryAcquire ErrNoJob left out), %d overlapping another on the same job; %+v",
+		h.Name(), len(ops), noJob, overlaps(ops), c)
 	require.Equal(t, porcupine.Ok, Check(t, ops, porcupine.Ok, time.Minute), "history is not linearizable (seed %d)", seed)
 	minCount := cmp(cfg.MinCount, 10)
+	if h.Caps().ForcedExpiry {
+		require.GreaterOrEqual(t, c.Forced, minCount, "forced expiries that took effect")
+		require.GreaterOrEqual(t, c.ForcedMissed, 1, "forced expiries of a job not leased")
+	}
+	if ok, why := needs(h.Caps(), "Totals"); ok {
+		requireTotals(t, c, Count(returnedBefore(ops, closing)), *totals)
+	} else {
+		t.Logf("totals: not applicable on %s (needs Totals): %s", h.Name(), why)
+	}
 	require.GreaterOrEqual(t, c.Superseded, minCount, "operations refused because the lease was superseded")
 	require.GreaterOrEqual(t, c.Expired, minCount/2, "operations refused because the lease expired")
 	require.GreaterOrEqual(t, c.Completions, minCount, "completions accepted")
@@ -578,6 +632,55 @@ func Linearizable(t *testing.T, h Harness, cfg LinConfig) {
 	require.GreaterOrEqual(t, c.RunEnds, minCount, "leases Run ended")
 	require.GreaterOrEqual(t, c.Revoked, 1, "operations refused because Close revoked the lease")
 	require.GreaterOrEqual(t, c.KeepLost, 1, "KeepAlive contexts canceled because the lease was lost")
+}
+
+// requireTotals holds a backend's totals (Caps.Totals) to the history's
+// counts. Enqueue, Duplicates and LeasesGranted are exact: every call
+// that enqueues or grants is recorded (the workload stops Run with
+// nothing ready, so no lease Run takes goes unrecorded). The others are
+// bounds: KeepAlive's and Run's heartbeats, their refusals, and expiries
+// by the clock are not in the history (Run's ends are recorded as
+// possible, so Succeeded is not compared), and they are held to what the
+// history saw before the first Close (after Close a backend may count
+// nothing: the core does not).
+func requireTotals(t T, c, beforeClose LinCounts, st leaserouter.Stats) {
+	t.Logf("totals: %+v", st)
+	require.Equal(t, uint64(c.Enqueued), st.Enqueued, "Enqueued: jobs the history saw accepted")
+	require.Equal(t, uint64(c.Duplicates), st.Duplicates, "Duplicates: enqueues the history saw refused")
+	require.Equal(t, uint64(c.Acquired), st.LeasesGranted, "LeasesGranted: leases the history saw granted")
+	require.GreaterOrEqual(t, st.Heartbeats, uint64(beforeClose.Heartbeats), "Heartbeats: at least those the history saw accepted")
+	require.GreaterOrEqual(t, st.StaleRejections, uint64(beforeClose.Refused), "StaleRejections: at least the refusals the history saw")
+	require.GreaterOrEqual(t, st.Expirations, uint64(c.Forced), "Expirations: at least the forced ones")
+}
+
+// returnedBefore returns the operations of ops that returned before at.
+func returnedBefore(ops []porcupine.Operation, at int64) []porcupine.Operation {
+	var out []porcupine.Operation
+	for _, op := range ops {
+		if op.Return < at {
+			out = append(out, op)
+		}
+	}
+	return out
+}
+
+// overlaps counts the operations that started while another operation
+// on the same job was in flight: the ones whose order the checker had to
+// search for. It is only logged: how much calls overlap is the
+// scheduler's.
+func overlaps(ops []porcupine.Operation) int {
+	sorted := slices.Clone(ops)
+	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Call < sorted[j].Call })
+	lastReturn := map[string]int64{}
+	n := 0
+	for _, op := range sorted {
+		id := op.Input.(linInput).job
+		if ret, ok := lastReturn[id]; ok && op.Call < ret {
+			n++
+		}
+		lastReturn[id] = max(lastReturn[id], op.Return)
+	}
+	return n
 }
 
 // logIllegal logs the operations of the first job whose history alone is
@@ -797,6 +900,19 @@ func Workload(t T, h Harness, cfg LinConfig, seed uint64) *History {
 			}
 		}
 	})
+	// Expirer (Caps.ForcedExpiry): forces the expiry of a recently
+	// leased job, at any instant rather than when the clock passes it.
+	if ok, why := needs(h.Caps(), "ForcedExpiry"); ok {
+		goroutine(func(c int, b Backend, rng *rand.Rand) {
+			for take(rng) {
+				if l := pool.pick(rng); l != nil {
+					hist.expire(ctx, expirer(t, setOf(l.JobID(), b)), c, l.JobID())
+				}
+			}
+		})
+	} else {
+		t.Logf("forced expiry: not applicable on %s (needs ForcedExpiry): %s", h.Name(), why)
+	}
 	// Set R: an enqueuer and Run.
 	client++
 	runEnq := client
@@ -894,6 +1010,7 @@ func Workload(t T, h Harness, cfg LinConfig, seed uint64) *History {
 	done, cancel := context.WithCancel(context.Background())
 	cancel()
 	var closed []Backend
+	hist.closing = hist.now()
 	for _, b := range slices.Concat(as, []Backend{rs}) {
 		if slices.Contains(closed, b) {
 			continue // one handle n times
@@ -926,5 +1043,38 @@ func Workload(t T, h Harness, cfg LinConfig, seed uint64) *History {
 	for id := range seen {
 		hist.get(ctx, setOf(id, as[0]), 0, id)
 	}
+	if ok, _ := needs(h.Caps(), "Totals"); ok {
+		var sum leaserouter.Stats
+		for _, b := range closed {
+			st := stats(t, b)
+			sum.Enqueued += st.Enqueued
+			sum.Duplicates += st.Duplicates
+			sum.LeasesGranted += st.LeasesGranted
+			sum.Heartbeats += st.Heartbeats
+			sum.StaleRejections += st.StaleRejections
+			sum.Expirations += st.Expirations
+		}
+		hist.totals = &sum
+	}
+	if ok, why := needs(h.Caps(), "Audit"); ok {
+		for _, b := range closed {
+			a, isAuditor := b.(Auditor)
+			require.True(t, isAuditor, "%s declares Audit: its Backend %T implements Auditor", h.Name(), b)
+			require.NoError(t, a.Audit(ctx), "the backend's own invariants after the workload")
+		}
+	} else {
+		t.Logf("audit: not applicable on %s (needs Audit): %s", h.Name(), why)
+	}
 	return hist
+}
+
+// expirer returns b as an Expirer, failing t if the harness declared
+// ForcedExpiry of a Backend that does not implement it.
+func expirer(t T, b Backend) Expirer {
+	e, ok := b.(Expirer)
+	if !ok {
+		t.Errorf("the harness declares ForcedExpiry, but its Backend %T does not implement Expirer", b)
+		t.FailNow()
+	}
+	return e
 }

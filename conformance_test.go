@@ -172,7 +172,9 @@ func (b coreBackend) Close(ctx context.Context) error { return b.r.Close(ctx) }
 
 // ExpireNow forces the expiry by the test hook (export_test.go):
 // routertest.Expirer.
-func (b coreBackend) ExpireNow(_ context.Context, id string) bool { return leaserouter.ExpireNow(b.r, id) }
+func (b coreBackend) ExpireNow(_ context.Context, id string) bool {
+	return leaserouter.ExpireNow(b.r, id)
+}
 
 // Audit is Router.Audit: routertest.Auditor.
 func (b coreBackend) Audit(context.Context) error { return b.r.Audit() }

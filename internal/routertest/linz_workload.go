@@ -408,10 +408,14 @@ func Workload(t T, h Harness, cfg LinConfig, seed uint64) *History {
 	// Expirer (Caps.ForcedExpiry): forces the expiry of a recently
 	// leased job, at any instant rather than when the clock passes it.
 	if ok, why := needs(h.Caps(), "ForcedExpiry"); ok {
+		exps := map[Backend]Expirer{}
+		for _, b := range slices.Concat(as, []Backend{rs}) {
+			exps[b] = expirer(t, b) // here, before the goroutines: FailNow ends this one
+		}
 		goroutine(func(c int, b Backend, rng *rand.Rand) {
 			for take(rng) {
 				if l := pool.pick(rng); l != nil {
-					hist.expire(ctx, expirer(t, setOf(l.JobID(), b)), c, l.JobID())
+					hist.expire(ctx, exps[setOf(l.JobID(), b)], c, l.JobID())
 				}
 			}
 		})

@@ -17,10 +17,10 @@ package routertest
 // heartbeat the leases its handlers hold, so that Run ends leases no
 // longer valid. Where the harness declares Caps.ForcedExpiry, an expirer
 // forces the expiry of recently leased jobs of both sets at any instant
-// (Expirer.ExpireNow, recorded as an operation). Each call is recorded as a porcupine Operation whose Call
-// and Return come from one shared atomic counter read just before the
-// call and just after it returns, so the intervals respect real time
-// across goroutines. At the end the handles are closed one by one with
+// (Expirer.ExpireNow, recorded as an operation). Each call is recorded
+// as a porcupine Operation whose Call and Return come from one shared
+// atomic counter read just before the call and just after it returns, so
+// the intervals respect real time across goroutines. At the end the handles are closed one by one with
 // leases still held (the first handle also holding stale leases of jobs
 // another handle leased since, whose heartbeats between the Closes check
 // that a Close revokes only its own), and every lease is replayed once
@@ -409,7 +409,10 @@ func Check(t T, ops []porcupine.Operation, want porcupine.CheckResult, limit tim
 }
 
 // Linearizable runs the workload against h (in h.Scope) and checks its
-// history: linearizable, and every outcome exercised.
+// history: linearizable, every outcome exercised at least
+// LinConfig.MinCount times (forced expiries too, under
+// Caps.ForcedExpiry), and, under Caps.Totals, the backend's Stats
+// totals in agreement with it.
 func Linearizable(t *testing.T, h Harness, cfg LinConfig) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)

@@ -25,7 +25,7 @@ type coreHarness struct{}
 func (coreHarness) Name() string { return "the in-process Router" }
 
 func (coreHarness) Caps() routertest.Caps {
-	return routertest.Caps{ExactClock: true, Capacity: true, SerialClaims: true}
+	return routertest.Caps{ExactClock: true, Capacity: true, SerialClaims: true, ForcedExpiry: true, Totals: true, Audit: true}
 }
 
 // KeptIntervals reads the core's keepers of l (export_test.go).
@@ -54,7 +54,9 @@ func (coreHarness) Scope(t *testing.T, f func(t *testing.T)) { synctest.Test(t, 
 
 func (coreHarness) Lease() time.Duration { return 10 * time.Second }
 
-func (coreHarness) Workload() routertest.LinConfig { return routertest.LinConfig{Ops: 4000} }
+func (coreHarness) Workload() routertest.LinConfig {
+	return routertest.LinConfig{Ops: 4000, MinCount: 50}
+}
 
 // Advance sleeps in the bubble: the clock moves once every goroutine of
 // the bubble is blocked.
@@ -167,6 +169,15 @@ func (b coreBackend) KeepAlive(ctx context.Context, l routertest.Lease, interval
 }
 
 func (b coreBackend) Close(ctx context.Context) error { return b.r.Close(ctx) }
+
+// ExpireNow forces the expiry by the test hook (export_test.go):
+// routertest.Expirer.
+func (b coreBackend) ExpireNow(_ context.Context, id string) bool {
+	return leaserouter.ExpireNow(b.r, id)
+}
+
+// Audit is Router.Audit: routertest.Auditor.
+func (b coreBackend) Audit(context.Context) error { return b.r.Audit() }
 
 func coreLease1(l *leaserouter.Lease[string], err error) (routertest.Lease, error) {
 	if err != nil {

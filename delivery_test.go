@@ -22,6 +22,7 @@ import (
 
 	"github.com/leaserouter/leaserouter"
 	"github.com/leaserouter/leaserouter/internal/goid"
+	"github.com/leaserouter/leaserouter/internal/routertest"
 )
 
 // gate is an OnEvent hook that blocks every call until opened, counting
@@ -86,7 +87,7 @@ func TestDeliveryOffLeasePath(t *testing.T) {
 }
 
 // panicHandler is a slog.Handler whose Handle panics.
-type panicHandler struct{ logRecorder }
+type panicHandler struct{ routertest.LogRecorder }
 
 func (h *panicHandler) Handle(context.Context, slog.Record) error { panic("bad handler") }
 
@@ -101,7 +102,7 @@ func useDefaultLogger(t *testing.T, h slog.Handler) {
 // caller; OnEvent goes on getting every event; the panics are counted and
 // reported to slog.Default(); Close returns at once.
 func TestLoggerPanicRecovered(t *testing.T) {
-	def := &logRecorder{}
+	def := &routertest.LogRecorder{}
 	useDefaultLogger(t, def)
 	synctest.Test(t, func(t *testing.T) {
 		rec := &recorder{}
@@ -115,8 +116,8 @@ func TestLoggerPanicRecovered(t *testing.T) {
 		require.Zero(t, time.Since(t0), "Close did not wait for its ctx")
 		require.Equal(t, []string{"enqueued", "lease_acquired", "completed"}, rec.kinds("a"))
 		require.EqualValues(t, 3, r.Stats().CallbackPanics)
-		require.Len(t, def.messages(), 3)
-		require.Contains(t, def.messages()[0], "Logger handler panicked on enqueued")
+		require.Len(t, def.Messages(), 3)
+		require.Contains(t, def.Messages()[0], "Logger handler panicked on enqueued")
 	})
 }
 
@@ -124,7 +125,7 @@ func TestLoggerPanicRecovered(t *testing.T) {
 // Logger at level Error and counted.
 func TestOnEventPanicReported(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := &logRecorder{}
+		h := &routertest.LogRecorder{}
 		r := setup(t, leaserouter.Options{Logger: slog.New(h), OnEvent: func(e leaserouter.Event) {
 			if e.Kind == leaserouter.EventEnqueued {
 				panic("bad hook")
@@ -133,10 +134,8 @@ func TestOnEventPanicReported(t *testing.T) {
 		require.NoError(t, r.Enqueue("a", ""))
 		require.NoError(t, r.Close(context.Background()))
 		require.EqualValues(t, 1, r.Stats().CallbackPanics)
-		require.Equal(t, []string{"leaserouter: OnEvent panicked on enqueued: bad hook", "enqueued"}, h.messages())
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		require.Equal(t, slog.LevelError, h.recs[0].Level)
+		require.Equal(t, []string{"leaserouter: OnEvent panicked on enqueued: bad hook", "enqueued"}, h.Messages())
+		require.Equal(t, slog.LevelError, h.Records()[0].Level)
 	})
 }
 
@@ -230,7 +229,7 @@ func TestCloseFromOnEventWhileReaperWaitsForRoom(t *testing.T) {
 // waiting, and Close returns.
 func TestOnEventGoexitRecovered(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := &logRecorder{}
+		h := &routertest.LogRecorder{}
 		rec := &recorder{}
 		r := setup(t, leaserouter.Options{Logger: slog.New(h), OnEvent: func(e leaserouter.Event) {
 			if e.JobID == "a" && e.Kind == leaserouter.EventEnqueued {
@@ -247,7 +246,7 @@ func TestOnEventGoexitRecovered(t *testing.T) {
 		require.Equal(t, []string{"lease_acquired", "completed"}, rec.kinds("a"))
 		require.Len(t, rec.all(), leaserouter.EventBacklog+2)
 		require.EqualValues(t, 1, r.Stats().CallbackPanics)
-		msgs := h.messages()
+		msgs := h.Messages()
 		require.Equal(t, []string{"leaserouter: OnEvent called runtime.Goexit on enqueued", "enqueued"}, msgs[:2],
 			"reported, and the Logger still got the event")
 	})
@@ -279,7 +278,7 @@ func TestCloseHonoursCtxWithStuckHook(t *testing.T) {
 // and counted.
 func TestBackoffPanicRecovered(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := &logRecorder{}
+		h := &routertest.LogRecorder{}
 		r := setup(t, leaserouter.Options{Logger: slog.New(h), Backoff: func(int) time.Duration { panic("bad backoff") }})
 		require.NoError(t, r.Enqueue("a", ""))
 		l := acquire(t, r, "w")
@@ -293,21 +292,21 @@ func TestBackoffPanicRecovered(t *testing.T) {
 		require.NoError(t, r.Enqueue("b", ""), "the router is not left locked")
 		require.EqualValues(t, 1, r.Stats().CallbackPanics)
 		synctest.Wait()
-		require.Contains(t, h.messages(), "leaserouter: Backoff(1) panicked: bad backoff; used DefaultBackoff")
+		require.Contains(t, h.Messages(), "leaserouter: Backoff(1) panicked: bad backoff; used DefaultBackoff")
 	})
 }
 
 // TestBackoffPanicWithoutLogger: with no Logger the report goes to
 // slog.Default().
 func TestBackoffPanicWithoutLogger(t *testing.T) {
-	def := &logRecorder{}
+	def := &routertest.LogRecorder{}
 	useDefaultLogger(t, def)
 	synctest.Test(t, func(t *testing.T) {
 		r := setup(t, leaserouter.Options{Backoff: func(int) time.Duration { panic("bad backoff") }})
 		require.NoError(t, r.Enqueue("a", ""))
 		require.NoError(t, acquire(t, r, "w").Fail(nil))
 		require.Equal(t, leaserouter.StateScheduled, get(t, r, "a").State)
-		require.Equal(t, []string{"leaserouter: Backoff(1) panicked: bad backoff; used DefaultBackoff"}, def.messages())
+		require.Equal(t, []string{"leaserouter: Backoff(1) panicked: bad backoff; used DefaultBackoff"}, def.Messages())
 	})
 }
 
@@ -415,7 +414,7 @@ func BenchmarkHeartbeatLatency(b *testing.B) {
 // TestBackoffPanicAfterClose: a Fail refused after Close changes no count,
 // even when Backoff panics; the panic is still reported.
 func TestBackoffPanicAfterClose(t *testing.T) {
-	def := &logRecorder{}
+	def := &routertest.LogRecorder{}
 	useDefaultLogger(t, def)
 	synctest.Test(t, func(t *testing.T) {
 		rec := &recorder{}
@@ -429,7 +428,7 @@ func TestBackoffPanicAfterClose(t *testing.T) {
 		before := r.Stats()
 		require.ErrorIs(t, l.Fail(errors.New("late")), leaserouter.ErrLeaseLost)
 		require.Equal(t, before, r.Stats(), "after Close nothing changes")
-		require.Equal(t, []string{"leaserouter: Backoff(1) panicked: bad backoff; used DefaultBackoff"}, def.messages())
+		require.Equal(t, []string{"leaserouter: Backoff(1) panicked: bad backoff; used DefaultBackoff"}, def.Messages())
 	})
 }
 
@@ -437,7 +436,7 @@ func TestBackoffPanicAfterClose(t *testing.T) {
 // or above min (as a test handler doing t.Fatal on errors would) and keeps
 // the rest.
 type goexitHandler struct {
-	logRecorder
+	routertest.LogRecorder
 	min slog.Level
 }
 
@@ -445,7 +444,7 @@ func (h *goexitHandler) Handle(ctx context.Context, r slog.Record) error {
 	if r.Level >= h.min {
 		runtime.Goexit()
 	}
-	return h.logRecorder.Handle(ctx, r)
+	return h.LogRecorder.Handle(ctx, r)
 }
 
 func (h *goexitHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
@@ -490,7 +489,7 @@ func TestLoggerGoexitWhileReporting(t *testing.T) {
 				}
 				require.Equal(t, want, got)
 				if tt.min == slog.LevelError {
-					require.Equal(t, []string{"enqueued", "enqueued", "enqueued", "enqueued"}, h.messages(),
+					require.Equal(t, []string{"enqueued", "enqueued", "enqueued", "enqueued"}, h.Messages(),
 						"the Logger got every event, the one OnEvent panicked on included")
 				}
 			})
@@ -500,27 +499,27 @@ func TestLoggerGoexitWhileReporting(t *testing.T) {
 
 // errorPanicHandler is a slog.Handler that panics on records at level
 // Error and keeps the rest.
-type errorPanicHandler struct{ logRecorder }
+type errorPanicHandler struct{ routertest.LogRecorder }
 
 func (h *errorPanicHandler) Handle(ctx context.Context, r slog.Record) error {
 	if r.Level >= slog.LevelError {
 		panic("bad handler")
 	}
-	return h.logRecorder.Handle(ctx, r)
+	return h.LogRecorder.Handle(ctx, r)
 }
 
 // TestReportFallsBackWhenLoggerPanics: the report of an OnEvent panic goes
 // to slog.Default() when the Logger panics on it, and both panics count.
 func TestReportFallsBackWhenLoggerPanics(t *testing.T) {
-	def := &logRecorder{}
+	def := &routertest.LogRecorder{}
 	useDefaultLogger(t, def)
 	synctest.Test(t, func(t *testing.T) {
 		h := &errorPanicHandler{}
 		r := setup(t, leaserouter.Options{Logger: slog.New(h), OnEvent: func(leaserouter.Event) { panic("bad hook") }})
 		require.NoError(t, r.Enqueue("a", ""))
 		require.NoError(t, r.Close(context.Background()))
-		require.Equal(t, []string{"leaserouter: OnEvent panicked on enqueued: bad hook"}, def.messages())
-		require.Equal(t, []string{"enqueued"}, h.messages())
+		require.Equal(t, []string{"leaserouter: OnEvent panicked on enqueued: bad hook"}, def.Messages())
+		require.Equal(t, []string{"enqueued"}, h.Messages())
 		require.EqualValues(t, 2, r.Stats().CallbackPanics)
 	})
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/routertest"
 )
 
 func TestEventKindStrings(t *testing.T) {
@@ -181,7 +182,7 @@ func TestCloseDeliversEveryEventFirst(t *testing.T) {
 
 func TestLoggerOneRecordPerEvent(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := &logRecorder{}
+		h := &routertest.LogRecorder{}
 		rec := &recorder{}
 		r := setup(t, leaserouter.Options{LeaseDuration: ld, Logger: slog.New(h), OnEvent: rec.record,
 			Backoff: noBackoff})
@@ -195,16 +196,14 @@ func TestLoggerOneRecordPerEvent(t *testing.T) {
 		sleep(ld)
 		require.NoError(t, r.Close(context.Background()))
 
-		msgs := h.messages()
+		msgs := h.Messages()
 		require.Equal(t, kindNames(rec.all()), msgs)
 		require.Equal(t, []string{"enqueued", "duplicate", "lease_acquired", "lease_extended", "failed",
 			"retry_scheduled", "stale_rejected", "lease_acquired", "lease_expired"}, msgs)
 
 		// A record names its job.
-		h.mu.Lock()
-		defer h.mu.Unlock()
 		found := false
-		h.recs[0].Attrs(func(a slog.Attr) bool {
+		h.Records()[0].Attrs(func(a slog.Attr) bool {
 			found = found || a.Value.String() == "a"
 			return !found
 		})
@@ -220,7 +219,7 @@ func TestOnEventPanicIsRecovered(t *testing.T) {
 				panic("bad hook")
 			}
 		}
-		r := setup(t, leaserouter.Options{OnEvent: onEvent, Logger: slog.New(&logRecorder{})})
+		r := setup(t, leaserouter.Options{OnEvent: onEvent, Logger: slog.New(&routertest.LogRecorder{})})
 		require.NoError(t, r.Enqueue("a", ""))
 		require.NoError(t, acquire(t, r, "w").Complete())
 		require.NoError(t, r.Close(context.Background()))
@@ -321,7 +320,7 @@ func TestEventDurations(t *testing.T) {
 // logged before what the refused Fail emits, in the order of the calls.
 func TestBackoffPanicReportedBeforeRefusal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := &logRecorder{}
+		h := &routertest.LogRecorder{}
 		r := setup(t, leaserouter.Options{Logger: slog.New(h), Backoff: func(int) time.Duration { panic("bad backoff") }})
 		require.NoError(t, r.Enqueue("a", ""))
 		l := acquire(t, r, "w")
@@ -329,7 +328,7 @@ func TestBackoffPanicReportedBeforeRefusal(t *testing.T) {
 		require.ErrorIs(t, l.Fail(errors.New("late")), leaserouter.ErrLeaseLost)
 		require.NoError(t, r.Close(context.Background()))
 		require.Equal(t, []string{"enqueued", "lease_acquired", "canceled",
-			"leaserouter: Backoff(1) panicked: bad backoff; used DefaultBackoff", "stale_rejected"}, h.messages())
+			"leaserouter: Backoff(1) panicked: bad backoff; used DefaultBackoff", "stale_rejected"}, h.Messages())
 	})
 }
 

@@ -11,7 +11,6 @@ package leaserouter_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"slices"
 	"sync"
 	"testing"
@@ -216,33 +215,4 @@ func receive[T any](t *testing.T, ch <-chan T) T {
 		t.Fatal("has not returned")
 		panic("unreachable")
 	}
-}
-
-// logRecorder is a slog.Handler that keeps every record.
-type logRecorder struct {
-	mu   sync.Mutex
-	recs []slog.Record
-}
-
-func (h *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
-
-func (h *logRecorder) Handle(_ context.Context, r slog.Record) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.recs = append(h.recs, r.Clone())
-	return nil
-}
-
-func (h *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return h }
-
-func (h *logRecorder) WithGroup(string) slog.Handler { return h }
-
-func (h *logRecorder) messages() []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var out []string
-	for _, r := range h.recs {
-		out = append(out, r.Message)
-	}
-	return out
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/routertest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -422,7 +423,7 @@ func (unwrapPanics) Unwrap() error { panic("unwrap") }
 // a bubble would hang where this test must fail.
 func TestNoUserCodeUnderLockFailWithPanickingError(t *testing.T) {
 	rec := &recorder{}
-	logs := &logRecorder{}
+	logs := &routertest.LogRecorder{}
 	// Not setup: its cleanup's Close would hang on a lock left held.
 	r, err := leaserouter.New[string](leaserouter.Options{Backoff: noBackoff, OnEvent: rec.record, Logger: slog.New(logs)})
 	require.NoError(t, err)
@@ -442,7 +443,7 @@ func TestNoUserCodeUnderLockFailWithPanickingError(t *testing.T) {
 	require.Equal(t, j.LastError, failed[0].Err.Error(), "the event's error reads safely")
 	var got *nilErr
 	require.ErrorAs(t, failed[0].Err, &got, "and unwraps to the cause")
-	require.Contains(t, logs.messages(), "failed")
+	require.Contains(t, logs.Messages(), "failed")
 	require.Zero(t, r.Stats().CallbackPanics, "the Logger read the error without a panic")
 
 	// Unwrap panicking on the way to the Permanent check: not permanent.

@@ -26,9 +26,12 @@ type pgHarness struct{}
 
 func (pgHarness) Name() string { return "pgrouter" }
 
-// Caps: what DESIGN-postgres.md lists as differing.
+// Caps: what DESIGN-postgres.md lists as differing. No ForcedExpiry
+// (leases expire by the database's clock only) and no Audit; Totals,
+// since each Router counts every call made on it and Stats works after
+// Close (the suite sums the handles').
 func (pgHarness) Caps() routertest.Caps {
-	return routertest.Caps{MinLeaseDuration: pgrouter.MinLeaseDuration}
+	return routertest.Caps{MinLeaseDuration: pgrouter.MinLeaseDuration, Totals: true}
 }
 
 // KeptIntervals reads pgrouter's keepers of l (export_contract_test.go).

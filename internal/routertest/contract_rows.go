@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,7 +31,8 @@ func contractRows() []Row {
 }
 
 // LogRecorder is a slog.Handler that keeps every record, for rows that
-// check what a backend reports through its Logger.
+// check what a backend reports through its Logger (and for the core's
+// own tests). It is safe for concurrent use; its zero value is ready.
 type LogRecorder struct {
 	mu   sync.Mutex
 	recs []slog.Record
@@ -49,13 +51,27 @@ func (h *LogRecorder) WithAttrs([]slog.Attr) slog.Handler { return h }
 
 func (h *LogRecorder) WithGroup(string) slog.Handler { return h }
 
-// Messages returns every record's message; errors, those at level Error,
-// each with its job_id.
-func (h *LogRecorder) Messages() (all, errors []string) {
+// Records returns the records kept so far, in order.
+func (h *LogRecorder) Records() []slog.Record {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, r := range h.recs {
+	return slices.Clone(h.recs)
+}
+
+// Messages returns every record's message, in order (nil: none).
+func (h *LogRecorder) Messages() []string {
+	var all []string
+	for _, r := range h.Records() {
 		all = append(all, r.Message)
+	}
+	return all
+}
+
+// Errors returns the messages of the records at level Error, each with
+// its job_id.
+func (h *LogRecorder) Errors() []string {
+	var out []string
+	for _, r := range h.Records() {
 		if r.Level != slog.LevelError {
 			continue
 		}
@@ -66,16 +82,15 @@ func (h *LogRecorder) Messages() (all, errors []string) {
 			}
 			return true
 		})
-		errors = append(errors, r.Message+" job_id="+job)
+		out = append(out, r.Message+" job_id="+job)
 	}
-	return all, errors
+	return out
 }
 
 // count returns how many records have message msg.
 func (h *LogRecorder) count(msg string) int {
-	all, _ := h.Messages()
 	n := 0
-	for _, m := range all {
+	for _, m := range h.Messages() {
 		if m == msg {
 			n++
 		}
@@ -194,7 +209,7 @@ var rowPanickingBackoff = Row{Name: "user callbacks/a panicking Backoff counts a
 	require.Equal(t, leaserouter.StateScheduled, get(t, b, "j").State, "retried after DefaultBackoff")
 	require.EqualValues(t, 1, stats(t, b).CallbackPanics)
 	eventually(t, h, "retry_scheduled reaches the Logger", func() bool { return rec.count("retry_scheduled") > 0 })
-	_, reports := rec.Messages()
+	reports := rec.Errors()
 	require.Equal(t, []string{"leaserouter: Backoff(1) panicked: boom; used DefaultBackoff job_id=j"}, reports)
 }}
 
@@ -211,7 +226,7 @@ var rowHookPanic = Row{Name: "user callbacks/a panicking OnEvent is reported thr
 	ctx := ctxOf(t)
 	require.NoError(t, b.Enqueue(ctx, "j", ""))
 	eventually(t, h, "the event reaches the Logger", func() bool { return rec.count("enqueued") > 0 })
-	_, reports := rec.Messages()
+	reports := rec.Errors()
 	require.Equal(t, []string{"leaserouter: OnEvent panicked on enqueued: boom job_id=j"}, reports)
 	require.EqualValues(t, 1, stats(t, b).CallbackPanics)
 }}
@@ -240,7 +255,7 @@ var rowHookGoexit = Row{Name: "user callbacks/an OnEvent calling runtime.Goexit 
 	mu.Lock()
 	require.Equal(t, []string{"a", "b"}, seen, "the hook gets the events after the one it exited in")
 	mu.Unlock()
-	_, reports := rec.Messages()
+	reports := rec.Errors()
 	require.Equal(t, []string{"leaserouter: OnEvent called runtime.Goexit on enqueued job_id=a"}, reports)
 	require.EqualValues(t, 1, stats(t, b).CallbackPanics)
 }}

@@ -44,6 +44,9 @@ const (
 	// LeaseDuration, and Expiry says so: a job is leased again while its
 	// holder, by the contract, still holds a valid lease.
 	bugHalfLease = "leases last half their duration"
+	// bugExpireKeepsLease: ExpireNow reports a leased job's expiry but
+	// leaves the lease valid (its token still accepted).
+	bugExpireKeepsLease = "ExpireNow leaves the lease valid"
 )
 
 // leaseFor is how long a lease granted or heartbeated now lasts.
@@ -320,6 +323,29 @@ func (f *fake) Close(context.Context) error {
 	return nil
 }
 
+// ExpireNow expires id's lease now (routertest.Expirer): false if it is
+// not leased.
+func (f *fake) ExpireNow(_ context.Context, id string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return false
+	}
+	now := time.Now()
+	f.settle(now)
+	j := f.jobs[id]
+	if j == nil || j.State != leaserouter.StateLeased {
+		return false
+	}
+	if f.bug == bugExpireKeepsLease {
+		return true
+	}
+	f.st.Expirations++
+	j.LastError = "lease expired"
+	f.end(j, leaserouter.LostExpired, now, false)
+	return true
+}
+
 type fakeLease struct {
 	f        *fake
 	id       string
@@ -413,7 +439,7 @@ func (l *fakeLease) Release(context.Context) error {
 type fakeHarness struct{ bug string }
 
 func (h fakeHarness) Name() string                            { return "a fake backend with bug " + fmt.Sprintf("%q", h.bug) }
-func (fakeHarness) Caps() routertest.Caps                     { return routertest.Caps{} }
+func (fakeHarness) Caps() routertest.Caps                     { return routertest.Caps{ForcedExpiry: true} }
 func (fakeHarness) Scope(t *testing.T, f func(t *testing.T))  { synctest.Test(t, f) }
 func (fakeHarness) Lease() time.Duration                      { return 10 * time.Second }
 func (fakeHarness) Workload() routertest.LinConfig            { return routertest.LinConfig{} }

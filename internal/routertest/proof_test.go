@@ -132,3 +132,16 @@ func TestSuiteCatchesShorteningHeartbeat(t *testing.T) {
 	t.Logf("on the broken fake:\n%s", log)
 	workload(t, bugShortHeartbeat, porcupine.Illegal) // its job leased again while the lease is valid by the contract
 }
+
+// TestSuiteCatchesExpiryLeavingLeaseValid: a backend whose forced expiry
+// (Expirer) reports a leased job expired but leaves its lease valid has a
+// concurrent history found illegal (the lease is used, or the job read
+// leased, after it expired); without the bug it is linearizable, with
+// forced expiries taking effect.
+func TestSuiteCatchesExpiryLeavingLeaseValid(t *testing.T) {
+	c := workload(t, "", porcupine.Ok)
+	t.Logf("honest fake: %+v", c)
+	require.Positive(t, c.Forced, "forced expiries took effect on the honest fake")
+	c = workload(t, bugExpireKeepsLease, porcupine.Illegal)
+	require.Positive(t, c.Forced, "the broken fake reported forced expiries")
+}

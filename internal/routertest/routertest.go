@@ -77,6 +77,36 @@ type Caps struct {
 	// microseconds, so pgrouter refuses a LeaseDuration below a
 	// millisecond (with the core's message form, naming the floor).
 	MinLeaseDuration time.Duration
+	// ForcedExpiry: the Backends implement Expirer (the core, by a test
+	// hook), so the linearizability workload also forces expiries at any
+	// instant, not only when the clock passes a lease's expiry.
+	// PostgreSQL's leases expire by its clock only.
+	ForcedExpiry bool
+	// Totals: Stats' totals (Enqueued, Duplicates, LeasesGranted,
+	// Heartbeats, StaleRejections, Expirations), summed over the distinct
+	// handles of a job set, count every call on it and are readable after
+	// Close, so the linearizability check holds them to its history.
+	Totals bool
+	// Audit: the Backends implement Auditor, checked once the
+	// linearizability workload is over.
+	Audit bool
+}
+
+// Expirer is the optional capability Caps.ForcedExpiry declares.
+type Expirer interface {
+	// ExpireNow makes the lease of job id expire at the backend's current
+	// instant, as if its expiry had been now, and settles it: pending
+	// again with the attempt counted, or dead after its last attempt. It
+	// reports whether the job was leased; false (an unknown job, one not
+	// leased, or after Close) changes nothing.
+	ExpireNow(ctx context.Context, id string) bool
+}
+
+// Auditor is the optional capability Caps.Audit declares.
+type Auditor interface {
+	// Audit checks the backend's internal invariants and returns every
+	// violation (nil: none). It works after Close.
+	Audit(ctx context.Context) error
 }
 
 // Harness is one backend under test.

@@ -35,6 +35,12 @@ func needs(c Caps, name string) (bool, string) {
 		return c.Capacity, "Capacity is not offered: the table is the queue (DESIGN-postgres: what differs)"
 	case "SerialClaims":
 		return c.SerialClaims, "order is exact within one claim; concurrent claimers skip each other's locked rows (DESIGN-postgres: what differs)"
+	case "ForcedExpiry":
+		return c.ForcedExpiry, "no forced expiry: leases expire by the backend's clock only, which the workload's expiries exercise"
+	case "Totals":
+		return c.Totals, "the backend does not declare its Stats totals exact over the workload's history"
+	case "Audit":
+		return c.Audit, "the backend offers no audit of its internal invariants"
 	}
 	panic("routertest: unknown capability " + name)
 }

@@ -419,11 +419,8 @@ var rowKeepAliveIntervalFloor = Row{Name: "workers/KeepAlive's interval is never
 // it alive for both; canceling one leaves the other's context live and
 // the lease kept.
 var rowKeepAliveSecondCoexists = Row{Name: "workers/KeepAlive twice on one lease: both keep it, each canceled on its own", Test: func(t T, h Harness) {
-	b := open(t, h, Config{})
-	ctx := ctxOf(t)
+	b, ctx, l := leasedA(t, h)
 	d := h.Lease()
-	require.NoError(t, b.Enqueue(ctx, "a", ""))
-	l := tryAcquire(t, b, "w")
 	first, cancel1 := b.KeepAlive(ctx, l, d/5)
 	defer cancel1()
 	second, cancel2 := b.KeepAlive(ctx, l, d/5)
@@ -442,10 +439,7 @@ var rowKeepAliveSecondCoexists = Row{Name: "workers/KeepAlive twice on one lease
 // the core's heartbeat is held inside its lock, and a goroutine waiting
 // for a mutex is not durably blocked in synctest.
 var rowKeepAliveCancelWaits = Row{Name: "workers/KeepAlive's cancel returns after the heartbeat in flight", Unbubbled: true, Test: func(t T, h Harness) {
-	b := open(t, h, Config{})
-	ctx := ctxOf(t)
-	require.NoError(t, b.Enqueue(ctx, "a", ""))
-	l := tryAcquire(t, b, "w")
+	b, ctx, l := leasedA(t, h)
 	stalled, release := h.StallHeartbeats(t, b)
 	defer release() // a failing row still lets the backend go
 	kctx, cancel := b.KeepAlive(ctx, l, 10*time.Millisecond)

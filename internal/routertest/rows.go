@@ -117,11 +117,8 @@ var rowLeaseLasts = Row{Name: "one valid lease/a lease lasts LeaseDuration, its 
 }}
 
 var rowExactInstants = Row{Name: "no hidden timing/lost at exactly its expiry, ready at exactly run-at", Needs: "ExactClock", Test: func(t T, h Harness) {
-	b := open(t, h, Config{})
-	ctx := ctxOf(t)
+	b, ctx, l := leasedA(t, h)
 	d := h.Lease()
-	require.NoError(t, b.Enqueue(ctx, "a", ""))
-	l := tryAcquire(t, b, "w")
 	h.Advance(time.Until(l.Expiry()) - time.Nanosecond)
 	require.Equal(t, leaserouter.StateLeased, get(t, b, "a").State, "valid until the instant before its expiry")
 	h.Advance(time.Nanosecond)
@@ -166,11 +163,8 @@ var rowTokens = Row{Name: "tokens/strictly increasing, above TokenFloor and Unix
 }}
 
 var rowHeartbeat = Row{Name: "heartbeat/never shortens, never changes the token, stores progress", Test: func(t T, h Harness) {
-	b := open(t, h, Config{})
-	ctx := ctxOf(t)
+	b, ctx, l := leasedA(t, h)
 	d := h.Lease()
-	require.NoError(t, b.Enqueue(ctx, "a", ""))
-	l := tryAcquire(t, b, "w")
 	require.Nil(t, l.Progress(), "no checkpoint on a first lease")
 	tok, e0 := l.Token(), l.Expiry()
 	h.Advance(d / 4)
@@ -487,10 +481,7 @@ var rowCloseDrains = Row{Name: "close/drains granted leases", Test: func(t T, h 
 }}
 
 var rowCloseRevokes = Row{Name: "close/revokes when ctx is done, refuses new work, still answers", Test: func(t T, h Harness) {
-	b := open(t, h, Config{})
-	ctx := ctxOf(t)
-	require.NoError(t, b.Enqueue(ctx, "a", ""))
-	l := tryAcquire(t, b, "w")
+	b, ctx, l := leasedA(t, h)
 	done, cancel := context.WithCancel(ctx)
 	cancel()
 	require.ErrorIs(t, b.Close(done), context.Canceled, "cut short")
@@ -732,11 +723,8 @@ var rowRunEndsOnlyValid = Row{Name: "workers/Run ends only a lease still valid",
 }}
 
 var rowKeepAlive = Row{Name: "workers/KeepAlive keeps a lease and reports its loss", Test: func(t T, h Harness) {
-	b := open(t, h, Config{})
-	ctx := ctxOf(t)
+	b, ctx, l := leasedA(t, h)
 	d := h.Lease()
-	require.NoError(t, b.Enqueue(ctx, "a", ""))
-	l := tryAcquire(t, b, "w")
 	kctx, cancel := b.KeepAlive(ctx, l, 0)
 	defer cancel()
 	h.Advance(2 * d)

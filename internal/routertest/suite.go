@@ -97,6 +97,17 @@ func tryAcquire(t T, b Backend, worker string) Lease {
 	return l
 }
 
+// leasedA opens one handle on a fresh job set with the default Config,
+// enqueues job "a" and returns its lease, taken by worker "w": the start
+// of most rows about one lease.
+func leasedA(t T, h Harness) (Backend, context.Context, Lease) {
+	t.Helper()
+	b := open(t, h, Config{})
+	ctx := ctxOf(t)
+	require.NoError(t, b.Enqueue(ctx, "a", ""))
+	return b, ctx, tryAcquire(t, b, "w")
+}
+
 func get(t T, b Backend, id string) leaserouter.Job[string] {
 	t.Helper()
 	j, ok, err := b.Get(ctxOf(t), id)

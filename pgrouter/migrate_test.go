@@ -265,3 +265,23 @@ func TestMigrateConcurrent(t *testing.T) {
 	require.Equal(t, len(files), n)
 	require.Equal(t, latestMigration(t), v)
 }
+
+// A database an older pgrouter migrated to version 4 (before the
+// hand-back rule was a function) is refused by New until Migrate brings
+// it to version 5, after which the hand-back statements run on it.
+func TestMigrateAddsHandBack(t *testing.T) {
+	db := pgtest.New(t)
+	_, err := db.Exec(t.Context(), `DROP FUNCTION leaserouter_hand_back; DELETE FROM leaserouter_migrations WHERE version > 4`)
+	require.NoError(t, err)
+	_, err = pgrouter.New[string](t.Context(), db, pgrouter.Options{})
+	require.ErrorIs(t, err, pgrouter.ErrSchemaOutdated)
+	require.NoError(t, pgrouter.Migrate(t.Context(), db))
+	r := routerOn[string](t, db, pgrouter.Options{})
+	require.NotNil(t, r)
+	for _, name := range []string{"leases_hand_back", "claim_hand_back"} {
+		sql, names := pgrouter.Statement(name)
+		_, err = db.Exec(t.Context(), sql, bindPositional(names, map[string]any{"ids": []string{"j1"}, "tokens": []int64{1},
+			"queue": "default", "claim": int64(1)})...)
+		require.NoError(t, err, name)
+	}
+}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -122,6 +124,7 @@ func TestBatchStatementsLockByKey(t *testing.T) {
 			read := out[0].Plan.lockedRead("leaserouter_jobs", false)
 			require.LessOrEqual(t, read, k+8, "rows of the table read to lock %d leases among %d jobs:\n%s", k, n, plan)
 			require.GreaterOrEqual(t, read, k, "the batch's rows were not read: the plan is not the statement's")
+			require.Empty(t, out[0].Plan.functionScans(), "SQL functions run, not inlined: called once a row")
 		})
 	}
 }
@@ -129,6 +132,7 @@ func TestBatchStatementsLockByKey(t *testing.T) {
 // planNode is a node of EXPLAIN (ANALYZE, FORMAT JSON).
 type planNode struct {
 	Type     string     `json:"Node Type"`
+	Function string     `json:"Function Name"`
 	Relation string     `json:"Relation Name"`
 	Rows     float64    `json:"Actual Rows"`
 	Loops    float64    `json:"Actual Loops"`
@@ -149,4 +153,79 @@ func (n planNode) lockedRead(table string, locking bool) int {
 		read += float64(c.lockedRead(table, locking))
 	}
 	return int(read)
+}
+
+// functionScans lists the functions of ours n runs as Function Scans (a
+// SQL function the planner inlined leaves none).
+func (n planNode) functionScans() []string {
+	var fs []string
+	if n.Type == "Function Scan" && strings.HasPrefix(n.Function, "leaserouter_") {
+		fs = append(fs, n.Function)
+	}
+	for _, c := range n.Plans {
+		fs = append(fs, c.functionScans()...)
+	}
+	return fs
+}
+
+// A batch end judges each lease on the row's latest version, read under
+// its lock: a heartbeat committed while the statement waited for the row
+// counts, though the version the statement's snapshot sees had expired
+// by then. (The join it replaced judged that version: the valid lease
+// was left leased, neither ended nor refused.)
+func TestBatchEndJudgesTheLockedVersion(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := t.Context()
+	_, err := db.Exec(ctx, `INSERT INTO leaserouter_jobs
+		(queue, id, state, ready_at, max_attempts, payload, created_at, updated_at, token, lease_expires_at, attempt)
+		VALUES ('default', 'j1', 'leased', now(), 25, '1', now(), now(), 1, clock_timestamp() + interval '1 hour', 1),
+		       ('default', 'j2', 'leased', now(), 25, '1', now(), now(), 2, clock_timestamp() + interval '300 ms', 1)`)
+	require.NoError(t, err)
+	hb, err := db.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = hb.Rollback(context.Background()) }()
+	_, err = hb.Exec(ctx, `UPDATE leaserouter_jobs SET lease_expires_at = clock_timestamp() + interval '1 hour',
+		updated_at = clock_timestamp() WHERE id = 'j2'`) // a heartbeat, not committed yet
+	require.NoError(t, err)
+	_, err = db.Exec(ctx, `SELECT pg_sleep(0.4)`) // on the server's clock: j2's committed version has expired
+	require.NoError(t, err)
+
+	ended := make(chan map[string]string, 1)
+	failed := make(chan error, 1)
+	sql, names := pgrouter.Statement("leases_end")
+	go func() {
+		rows, err := db.Query(ctx, sql, bindPositional(names, batchValues([]string{"j1", "j2"}, []int64{1, 2}))...)
+		if err != nil {
+			failed <- err
+			return
+		}
+		got := map[string]string{}
+		for rows.Next() {
+			v, err := rows.Values()
+			if err != nil {
+				failed <- err
+				return
+			}
+			got[v[0].(string)] = v[2].(string)
+		}
+		if err := rows.Err(); err != nil {
+			failed <- err
+			return
+		}
+		ended <- got
+	}()
+	eventually(t, 10*time.Second, "the batch waits for j2's row", func() bool {
+		var waiting bool
+		err := db.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock')`).Scan(&waiting)
+		return err == nil && waiting
+	})
+	require.NoError(t, hb.Commit(ctx))
+	select {
+	case err := <-failed:
+		require.NoError(t, err)
+	case got := <-ended:
+		require.Equal(t, map[string]string{"j1": "succeeded", "j2": "succeeded"}, got,
+			"j2's lease was valid when the batch locked its row (extended by the committed heartbeat)")
+	}
 }

@@ -97,21 +97,3 @@ SELECT
 		ELSE last_error END
 FROM (SELECT reason NOT IN ('completed', 'revoked') AND (permanent OR attempt >= max_attempts) AS dead) d
 $$;
-
--- Where a lease handed back unstarted (granted ahead of its turn and never
--- started, or granted by a claim whose outcome was unknown) leaves its job:
--- pending again in its old place (ready_at and requeued as they were), the
--- attempt not counted, no owner, no expiry, ended saying why the job's
--- previous lease ended (as before the grant), at the instant at.
--- Use: UPDATE ... SET (state, attempt, owner, lease_expires_at, ended,
--- updated_at) = (SELECT * FROM leaserouter_hand_back(j.attempt,
--- j.requeued, clock_timestamp())); declared as leaserouter_end_lease is,
--- for the same reason.
-CREATE FUNCTION leaserouter_hand_back(granted_attempt integer, was_requeued boolean, at timestamptz)
-RETURNS TABLE (state leaserouter_job_state, attempt integer, owner text, lease_expires_at timestamptz,
-	ended text, updated_at timestamptz)
-LANGUAGE sql IMMUTABLE
-AS $$
-SELECT 'pending'::leaserouter_job_state, granted_attempt - 1, '', NULL::timestamptz,
-	CASE WHEN was_requeued THEN 'expired' ELSE 'released' END, at
-$$;

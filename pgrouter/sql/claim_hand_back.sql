@@ -7,9 +7,9 @@ WITH l AS (
 	SELECT queue, id FROM leaserouter_jobs
 	WHERE queue = @queue AND state = 'leased' AND claim = @claim ORDER BY id FOR UPDATE),
 b AS (
-	UPDATE leaserouter_jobs j SET (state, attempt, owner, lease_expires_at, ended, updated_at) =
-			(SELECT * FROM leaserouter_hand_back(j.attempt, j.requeued, clock_timestamp())),
-		claim = NULL
+	UPDATE leaserouter_jobs j SET (state, attempt, owner, lease_expires_at, ended) =
+			(SELECT * FROM leaserouter_hand_back(j.attempt, j.requeued)),
+		updated_at = clock_timestamp(), claim = NULL
 	FROM l
 	WHERE j.queue = l.queue AND j.id = l.id AND j.state = 'leased' AND j.claim = @claim
 	RETURNING 1)

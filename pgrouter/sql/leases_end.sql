@@ -17,19 +17,23 @@
 -- connection, not once per call (a custom plan of this statement took
 -- about 300 us to make, several times its execution). Each row is then
 -- locked through its key in a LATERAL subquery, in the sorted order of
--- the IDs, so that no statistics (a young table has none) can turn the
--- lookups into a scan of the queue; and each lease is checked there
--- (l.valid; l.now is read after the lock), so the update joins by key
--- alone, with no predicate on the state that would let the partial index
--- of leased rows be scanned for every row of l instead (it was, ~90 us a
--- row at batches of 256). With no statistics at all, the update's join
--- can still choose a scan of the queue.
+-- the IDs, so that a table with no statistics yet (a young one) does not
+-- turn the lookups into a scan of the queue; and each lease is checked
+-- there, its instant read just before (l.now, then l.valid, both after
+-- the lock: the instant is never past a valid lease's expiry), so the
+-- update joins by key alone, with no predicate on the state that would
+-- let the partial index of leased rows be scanned for every row of l
+-- instead (it was, ~90 us a row at batches of 256). Plans still follow
+-- the statistics: with none at all the update's join may scan the queue,
+-- and a plan made while the table was tiny (analyzed at a few rows) may
+-- scan it for every ID; each connection keeps such a plan until the next
+-- ANALYZE of the table (autovacuum's, within a minute of its growth).
 -- @accept_ended comes through a too: a custom plan folding it away looks
 -- far cheaper than it is (its top node leaves out the CTEs' costs), and
 -- was chosen at every call.
 WITH l AS (
 	SELECT j.id, h.token AS held, j.state AS was, j.token AS had, j.ended AS why, j.updated_at AS at,
-		leaserouter_lease_valid(j.state, j.token, j.lease_expires_at, h.token) AS valid, clock_timestamp() AS now,
+		clock_timestamp() AS now, leaserouter_lease_valid(j.state, j.token, j.lease_expires_at, h.token) AS valid,
 		a.accept
 	FROM (SELECT @ids::text[], @tokens::bigint[], @accept_ended::boolean OFFSET 0) AS a(ids, tokens, accept),
 		LATERAL (SELECT * FROM unnest(a.ids, a.tokens) AS u(id, token) ORDER BY id) AS h,

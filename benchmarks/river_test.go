@@ -172,7 +172,9 @@ func riverJobs(b testing.TB, n, maxWorkers int) float64 {
 			params = params[:0]
 		}
 	}
-	completed, stop := client.Subscribe(river.EventKindJobCompleted)
+	// River drops events a full channel cannot take (its default holds
+	// 1,000): room for every job, or a fast run would lose some.
+	completed, stop := client.SubscribeConfig(&river.SubscribeConfig{Kinds: []river.EventKind{river.EventKindJobCompleted}, ChanSize: n})
 	defer stop()
 	resetTimer(b)
 	start := time.Now()

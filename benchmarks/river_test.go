@@ -14,7 +14,8 @@ package benchmarks
 // (a River queue fetches at most MaxWorkers jobs a round, so 2 workers cap
 // it; River's own examples use 100), tuned for throughput (fetch cooldown
 // and poll interval at their 1ms minimum, completions flushed by its
-// batch completer): compare pgrouter with River's best.
+// batch completer): compare pgrouter with River's best. Both report the
+// statements they sent and the WAL written per job (cost_test.go).
 
 import (
 	"context"
@@ -78,7 +79,8 @@ func TestDatabaseWorkloads(t *testing.T) {
 // with 2 workers, and returns jobs/s from the start of Run to its return
 // (every job completed).
 func pgrouterJobs(b testing.TB, n int) float64 {
-	db := pgtest.New(b)
+	m := &costMeter{tb: b}
+	db := m.traced(pgtest.New(b))
 	ctx := context.Background()
 	r, err := pgrouter.New[int](ctx, db, pgrouter.Options{Retention: -1})
 	if err != nil {
@@ -100,6 +102,7 @@ func pgrouterJobs(b testing.TB, n int) float64 {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	resetTimer(b)
+	m.start()
 	start := time.Now()
 	err = r.Run(rctx, leaserouter.WorkerOptions{Workers: dbWorkers}, func(context.Context, *pgrouter.Lease[int]) error {
 		if left.Add(-1) == 0 {
@@ -108,6 +111,7 @@ func pgrouterJobs(b testing.TB, n int) float64 {
 		return nil
 	})
 	elapsed := time.Since(start)
+	m.stop(n)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -145,7 +149,8 @@ func (*noopWorker) Work(context.Context, *river.Job[noopArgs]) error { return ni
 // maxWorkers, tuned for throughput), and returns jobs/s from the client's
 // start to the last job's completion event.
 func riverJobs(b testing.TB, n, maxWorkers int) float64 {
-	db := pgtest.New(b)
+	m := &costMeter{tb: b}
+	db := m.traced(pgtest.New(b))
 	ctx := context.Background()
 	if err := riverMigrate(ctx, db); err != nil {
 		b.Fatal(err)
@@ -177,6 +182,7 @@ func riverJobs(b testing.TB, n, maxWorkers int) float64 {
 	completed, stop := client.SubscribeConfig(&river.SubscribeConfig{Kinds: []river.EventKind{river.EventKindJobCompleted}, ChanSize: n})
 	defer stop()
 	resetTimer(b)
+	m.start()
 	start := time.Now()
 	if err := client.Start(ctx); err != nil {
 		b.Fatal(err)
@@ -190,6 +196,7 @@ func riverJobs(b testing.TB, n, maxWorkers int) float64 {
 		}
 	}
 	elapsed := time.Since(start)
+	m.stop(n)
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if err := client.Stop(sctx); err != nil {

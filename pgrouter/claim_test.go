@@ -27,6 +27,8 @@ func TestClaimDuringClose(t *testing.T) {
 	require.NoError(t, r.Enqueue(ctx, "a", 1))
 	stall, err := db.Begin(ctx)
 	require.NoError(t, err)
+	// A failing check must not leave the claim blocked (Cleanup would wait).
+	defer func() { _ = stall.Rollback(context.Background()) }()
 	_, err = stall.Exec(ctx, "ALTER SEQUENCE leaserouter_token CACHE 1") // nextval waits for it
 	require.NoError(t, err)
 	claimed := make(chan error, 1)
@@ -36,8 +38,8 @@ func TestClaimDuringClose(t *testing.T) {
 	}()
 	eventually(t, 10*time.Second, "claim waiting on the sequence", func() bool {
 		var n int
-		require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%nextval%'`).Scan(&n))
+		require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM pg_locks
+			WHERE NOT granted AND relation = 'leaserouter_token'::regclass`).Scan(&n))
 		return n > 0
 	})
 	require.NoError(t, r.Close(ctx), "no lease held yet")

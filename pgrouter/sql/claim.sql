@@ -3,6 +3,10 @@
 -- skipping rows other claimers hold, and writes the claim id @claim on
 -- them (nothing, if the claim was abandoned: see outcome.go). Tokens are
 -- taken after the rows are ordered, so they increase in the ready order.
+--
+-- The picked rows reach the update as arrays (t), estimated at a few rows
+-- whatever @n and the statistics, so it finds each by key: joined to
+-- numbered, it could hash the whole queue at every claim.
 WITH picked AS (
 	SELECT queue, id, priority, ready_at, seq FROM leaserouter_jobs
 	WHERE queue = @queue AND state = 'pending'
@@ -10,12 +14,13 @@ WITH picked AS (
 	ORDER BY priority DESC, ready_at, seq
 	LIMIT @n FOR UPDATE SKIP LOCKED),
 numbered AS (
-	SELECT queue, id, nextval('leaserouter_token') AS token
+	SELECT id, nextval('leaserouter_token') AS token
 	FROM (SELECT * FROM picked ORDER BY priority DESC, ready_at, seq) p),
-c AS (SELECT clock_timestamp() AS now)
+c AS (SELECT clock_timestamp() AS now),
+t AS (SELECT array_agg(id) AS ids, array_agg(token) AS tokens FROM numbered)
 UPDATE leaserouter_jobs j SET
 	state = 'leased', token = n.token, attempt = j.attempt + 1, owner = @worker, ended = '', claim = @claim,
 	lease_expires_at = c.now + @lease_us * interval '1 microsecond', updated_at = c.now, leased_at = c.now
-FROM numbered n, c
-WHERE j.queue = n.queue AND j.id = n.id
+FROM t, unnest(t.ids, t.tokens) AS n(id, token), c
+WHERE j.queue = @queue AND j.id = n.id
 RETURNING j.id, j.payload, j.attempt, j.token, j.progress, j.lease_expires_at, j.updated_at, j.ready_at, j.requeued

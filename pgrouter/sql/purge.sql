@@ -1,11 +1,23 @@
 -- Deletes up to @limit finished jobs of @queue past their retention,
 -- oldest first, skipping rows other transactions hold, and returns each:
 -- ID, token, attempt, purge time.
-WITH d AS (
-	DELETE FROM leaserouter_jobs j
-	USING (SELECT queue, id FROM leaserouter_jobs
+--
+-- The repeated bound on purge_at, with the instant read once, is one the
+-- index can take: the walk starts at the oldest and stops after @limit
+-- rows (with only the rule's own test, a bitmap scan of every finished
+-- row of the queue, dead entries included, then a sort, was chosen).
+-- The rows reach the delete as an array (p), estimated at a few rows
+-- whatever @limit and the statistics, so it finds each by key (as
+-- claim.sql's update does; joined to the locked rows directly, it could
+-- hash the whole queue at every batch).
+WITH p AS (
+	SELECT array_agg(id) AS ids FROM (SELECT id FROM leaserouter_jobs
 		WHERE queue = @queue AND leaserouter_past_retention(state, purge_at)
-		ORDER BY purge_at LIMIT @limit FOR UPDATE SKIP LOCKED) p
-	WHERE j.queue = p.queue AND j.id = p.id
+			AND purge_at <= (SELECT clock_timestamp())
+		ORDER BY purge_at LIMIT @limit FOR UPDATE SKIP LOCKED) l),
+d AS (
+	DELETE FROM leaserouter_jobs j
+	USING p, unnest(p.ids) AS u(id)
+	WHERE j.queue = @queue AND j.id = u.id
 	RETURNING j.id, j.token, j.attempt, j.purge_at)
 SELECT id, token, attempt, purge_at FROM d

@@ -43,10 +43,23 @@ const dbWorkers = 2
 // worker count, River's documented 100, and 1000.
 var riverMaxWorkers = []int{2, 100, 1000}
 
-// BenchmarkPgrouterRunMany: pgrouter's Run, 2 workers, default batching.
+// BenchmarkPgrouterRunMany: pgrouter's Run, 2 workers, default batching,
+// finished jobs kept for the default Retention (as River keeps its
+// completed jobs for a day by default) and dropped at once (Retention
+// -1: each job is also deleted during the run).
 func BenchmarkPgrouterRunMany(b *testing.B) {
-	b.ReportMetric(pgrouterJobs(b, b.N), "jobs/s")
+	for _, retention := range pgrouterRetentions {
+		b.Run(retention.name, func(b *testing.B) {
+			b.ReportMetric(pgrouterJobs(b, b.N, retention.d), "jobs/s")
+		})
+	}
 }
+
+// pgrouterRetentions are the Retention settings pgrouter runs at.
+var pgrouterRetentions = []struct {
+	name string
+	d    time.Duration
+}{{"Retention=default", 0}, {"Retention=-1", -1}}
 
 // BenchmarkRiver: River v0.51.1, one queue, at each of riverMaxWorkers,
 // tuned for throughput.
@@ -62,7 +75,10 @@ func BenchmarkRiver(b *testing.B) {
 // River in each configuration, so the suite checks the comparison works
 // (every job completed).
 func TestDatabaseWorkloads(t *testing.T) {
-	runs := map[string]func(testing.TB, int) float64{"pgrouter": pgrouterJobs}
+	runs := map[string]func(testing.TB, int) float64{}
+	for _, retention := range pgrouterRetentions {
+		runs["pgrouter/"+retention.name] = func(tb testing.TB, n int) float64 { return pgrouterJobs(tb, n, retention.d) }
+	}
 	for _, w := range riverMaxWorkers {
 		runs[fmt.Sprint("river/MaxWorkers=", w)] = func(tb testing.TB, n int) float64 { return riverJobs(tb, n, w) }
 	}
@@ -76,26 +92,19 @@ func TestDatabaseWorkloads(t *testing.T) {
 }
 
 // pgrouterJobs enqueues n no-op jobs, runs them through pgrouter's Run
-// with 2 workers, and returns jobs/s from the start of Run to its return
-// (every job completed).
-func pgrouterJobs(b testing.TB, n int) float64 {
+// with 2 workers and the given Retention, and returns jobs/s from the
+// start of Run to its return (every job completed).
+func pgrouterJobs(b testing.TB, n int, retention time.Duration) float64 {
 	m := &costMeter{tb: b}
 	db := m.traced(pgtest.New(b))
 	ctx := context.Background()
-	r, err := pgrouter.New[int](ctx, db, pgrouter.Options{Retention: -1})
+	r, err := pgrouter.New[int](ctx, db, pgrouter.Options{Retention: retention})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer r.Close(ctx)
-	specs := make([]leaserouter.JobSpec[int], 0, 1000)
-	for i := range n {
-		specs = append(specs, leaserouter.JobSpec[int]{ID: fmt.Sprint("j", i), Payload: i})
-		if len(specs) == cap(specs) || i == n-1 {
-			if _, err := r.EnqueueMany(ctx, specs); err != nil {
-				b.Fatal(err)
-			}
-			specs = specs[:0]
-		}
+	if err := enqueueSpecs(ctx, r, n); err != nil {
+		b.Fatal(err)
 	}
 	var left atomic.Int64
 	left.Store(int64(n))

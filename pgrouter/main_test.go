@@ -11,6 +11,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(envHolderURL) != "" {
+		os.Exit(holdLease()) // a holder process of latency_test.go, not a test run
+	}
 	code := pgtest.Main(m)
 	if code == 0 {
 		if err := goleak.Find(); err != nil {

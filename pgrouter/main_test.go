@@ -11,6 +11,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if dsn := os.Getenv(envProcsChild); dsn != "" { // a worker process of BenchmarkProcesses
+		os.Exit(procsChild(dsn))
+	}
 	code := pgtest.Main(m)
 	if code == 0 {
 		if err := goleak.Find(); err != nil {

@@ -14,6 +14,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envHolderURL) != "" {
 		os.Exit(holdLease()) // a holder process of latency_test.go, not a test run
 	}
+	if dsn := os.Getenv(envProcsChild); dsn != "" { // a worker process of BenchmarkProcesses
+		os.Exit(procsChild(dsn))
+	}
 	code := pgtest.Main(m)
 	if code == 0 {
 		if err := goleak.Find(); err != nil {

@@ -102,8 +102,11 @@ func (r *Router[T]) settledOn(ctx context.Context, q querier, s settling) {
 // reaching their run-at; jobs made ready wake the queue's waiters in
 // every process) and deletes finished jobs past their retention, in
 // batches of settleLimit rows with SKIP LOCKED, so any number of
-// processes may run it at once. A full batch is followed by the next at
-// once. Errors (the database unreachable) wait for the next round.
+// processes may run it at once; a purge that finds another process's
+// purge of the queue in flight deletes nothing and ends the round (see
+// purge.sql: one purge of a queue at a time). A full batch is followed by
+// the next at once. Errors (the database unreachable) wait for the next
+// round.
 // About once a minute it also deletes the abandoned claim marks older
 // than abandonedKeep (see outcome.go).
 func (r *Router[T]) maintain(ctx context.Context) {

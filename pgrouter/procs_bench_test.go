@@ -1,0 +1,352 @@
+package pgrouter_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/pgrouter"
+	"github.com/leaserouter/leaserouter/pgrouter/pgtest"
+)
+
+// BenchmarkProcesses: many OS processes on one queue. b.N no-op jobs
+// (Retention -1) are enqueued, then drained by P child processes (this
+// test binary run again, see procsChild), each one Router with a pool of
+// its own running Run with 2 workers and the default Batch, first with
+// P=1, then with P=4, each on a fresh database. It reports the jobs/s of
+// each (from the children's start signal until no job is pending or
+// leased), their ratio, and the children's CPU time per job.
+// LEASEROUTER_PROCS_ONLY=<P> runs P processes only. Use a fixed count, as the process start-up is
+// not timed but costs: -bench Processes -benchtime 30000x (-count for
+// alternating runs). LEASEROUTER_PROCS_CPUPROFILE=<dir> writes each
+// child's CPU profile there (<dir>/p<P>-<i>.prof).
+func BenchmarkProcesses(b *testing.B) {
+	b.StopTimer()
+	if only := os.Getenv(envProcsOnly); only != "" { // one configuration, for profiling
+		p, err := strconv.Atoi(only)
+		if err != nil || p < 1 {
+			b.Fatalf("%s=%q: want a count of processes", envProcsOnly, only)
+		}
+		rate, cpu := procsRun(b, p, b.N)
+		b.ReportMetric(rate, fmt.Sprintf("p%d-jobs/s", p))
+		b.ReportMetric(cpu, fmt.Sprintf("p%d-cpu-us/job", p))
+		return
+	}
+	one, cpu1 := procsRun(b, 1, b.N)
+	four, cpu4 := procsRun(b, 4, b.N)
+	b.ReportMetric(one, "p1-jobs/s")
+	b.ReportMetric(four, "p4-jobs/s")
+	b.ReportMetric(four/one, "p4/p1")
+	b.ReportMetric(cpu1, "p1-cpu-us/job")
+	b.ReportMetric(cpu4, "p4-cpu-us/job")
+}
+
+// The environment of a child of BenchmarkProcesses (see procsChild).
+const (
+	envProcsChild   = "LEASEROUTER_PROCS_CHILD"      // the database's connection string: this process is a child
+	envProcsProfile = "LEASEROUTER_PROCS_CPUPROFILE" // a file for the child's CPU profile (the parent: a directory)
+	envProcsOnly    = "LEASEROUTER_PROCS_ONLY"       // the parent: run this many processes only, no ratio
+)
+
+// procsLimit bounds a child's life, whatever its parent does.
+const procsLimit = 5 * time.Minute
+
+// procsRun enqueues n no-op jobs on a fresh database, drains them with p
+// child processes started at once, and returns the jobs/s (from the
+// start signal until the last child's Run returned, once the children
+// together had run n jobs: their completions committed) and the
+// children's CPU time (user and system, start-up included) per job in
+// microseconds. Every child has exited (or was killed) when it returns.
+func procsRun(b *testing.B, p, n int) (float64, float64) {
+	b.Helper()
+	db := pgtest.New(b)
+	r, err := pgrouter.New[int](context.Background(), db, pgrouter.Options{Retention: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	enqueueN(b, r, n)
+	// Closed before the children start: its maintenance loop and
+	// listener would be one more process's.
+	if err := r.Close(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), procsLimit)
+	defer cancel()
+
+	dsn := procsDSN(db)
+	children := make([]*procsChildProc, p)
+	b.Cleanup(func() { // whatever happened: none outlives the benchmark
+		for _, c := range children {
+			if c != nil {
+				c.kill()
+			}
+		}
+	})
+	for i := range children {
+		c, err := startProcsChild(ctx, dsn, fmt.Sprintf("p%d-%d", p, i))
+		if err != nil {
+			b.Fatal(err)
+		}
+		children[i] = c
+	}
+	for _, c := range children {
+		if err := c.expect("ready"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	type report struct {
+		i, count int
+		final    bool
+		err      error
+	}
+	reports := make(chan report, p)
+	start := time.Now()
+	b.StartTimer()
+	for i, c := range children {
+		if _, err := io.WriteString(c.stdin, "go\n"); err != nil {
+			b.Fatal(err)
+		}
+		go func() {
+			for {
+				k, final, err := c.progress()
+				reports <- report{i, k, final, err}
+				if final || err != nil {
+					return
+				}
+			}
+		}()
+	}
+	counts := make([]int, p)
+	sum := func() (t int) {
+		for _, k := range counts {
+			t += k
+		}
+		return t
+	}
+	for finals, stopped := 0, false; finals < p; {
+		var rep report
+		select {
+		case rep = <-reports:
+		case <-ctx.Done():
+			b.Fatal(ctx.Err())
+		}
+		if rep.err != nil {
+			b.Fatal(rep.err)
+		}
+		counts[rep.i] = rep.count
+		if rep.final {
+			finals++
+		}
+		if !stopped && sum() >= n {
+			stopped = true
+			for _, c := range children {
+				_ = c.stdin.Close() // the children's signal to stop
+			}
+		}
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	cpu := time.Duration(0)
+	for _, c := range children {
+		if err := c.wait(); err != nil {
+			b.Fatal(err)
+		}
+		cpu += c.cmd.ProcessState.UserTime() + c.cmd.ProcessState.SystemTime()
+	}
+	if got := sum(); got < n {
+		b.Fatalf("P=%d: the children ran %d jobs of %d", p, got, n)
+	}
+	var left bool
+	if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT FROM leaserouter_jobs WHERE state IN ('pending', 'leased'))`).Scan(&left); err != nil {
+		b.Fatal(err)
+	}
+	if left {
+		b.Fatalf("P=%d: jobs left pending or leased", p)
+	}
+	return float64(n) / elapsed.Seconds(), float64(cpu.Microseconds()) / float64(n)
+}
+
+// procsDSN is a connection string for db's database.
+func procsDSN(db *pgxpool.Pool) string {
+	cc := db.Config().ConnConfig
+	return fmt.Sprintf("host=%s port=%d user=%s password='%s' dbname=%s sslmode=disable",
+		cc.Host, cc.Port, cc.User, strings.ReplaceAll(cc.Password, "'", `\'`), cc.Database)
+}
+
+// procsChildProc is a running child of BenchmarkProcesses: it says
+// "ready" on stdout once its Router is up, starts Run at a line on
+// stdin, says how many jobs it has run as that changes ("+<count>",
+// every 2ms at most), stops at stdin's end, and says how many it ran
+// once Run returned ("=<count>").
+type procsChildProc struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	rd    *os.File // the read end of the child's stdout
+	out   *bufio.Scanner
+	done  chan error
+}
+
+func startProcsChild(ctx context.Context, dsn, name string) (*procsChildProc, error) {
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$", "-test.bench=^$")
+	cmd.Env = append(os.Environ(), envProcsChild+"="+dsn)
+	if dir := os.Getenv(envProcsProfile); dir != "" {
+		cmd.Env = append(cmd.Env, envProcsProfile+"="+dir+"/"+name+".prof")
+	}
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	// A pipe of our own for stdout, so Wait (at the child's exit) never
+	// closes what is still to be read.
+	rd, wr, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout = wr
+	err = cmd.Start()
+	_ = wr.Close()
+	if err != nil {
+		_ = rd.Close()
+		return nil, err
+	}
+	c := &procsChildProc{cmd: cmd, stdin: stdin, rd: rd, out: bufio.NewScanner(rd), done: make(chan error, 1)}
+	go func() { c.done <- cmd.Wait() }()
+	return c, nil
+}
+
+// expect reads the child's next line, which must be want.
+func (c *procsChildProc) expect(want string) error {
+	if !c.out.Scan() {
+		return fmt.Errorf("child %d: no %q: %v", c.cmd.Process.Pid, want, c.out.Err())
+	}
+	if got := c.out.Text(); got != want {
+		return fmt.Errorf("child %d: %q, want %q", c.cmd.Process.Pid, got, want)
+	}
+	return nil
+}
+
+// progress reads the child's next report: how many jobs it has run,
+// and whether that is final (its Run returned).
+func (c *procsChildProc) progress() (int, bool, error) {
+	if !c.out.Scan() {
+		return 0, false, fmt.Errorf("child %d: no count: %v", c.cmd.Process.Pid, c.out.Err())
+	}
+	line := c.out.Text()
+	final := strings.HasPrefix(line, "=")
+	k, err := strconv.Atoi(strings.TrimLeft(line, "=+"))
+	if err != nil {
+		return 0, false, fmt.Errorf("child %d: %q: %v", c.cmd.Process.Pid, line, err)
+	}
+	return k, final, nil
+}
+
+// wait waits for the child to exit, at most 30s.
+func (c *procsChildProc) wait() error {
+	select {
+	case err := <-c.done:
+		c.done = nil
+		_ = c.rd.Close()
+		return err
+	case <-time.After(30 * time.Second):
+		return fmt.Errorf("child %d: did not exit", c.cmd.Process.Pid)
+	}
+}
+
+// kill kills the child unless it has exited, and waits for its exit.
+func (c *procsChildProc) kill() {
+	if c.done == nil {
+		return
+	}
+	_ = c.cmd.Process.Kill()
+	<-c.done
+	c.done = nil
+	_ = c.rd.Close()
+}
+
+// procsChild is a child process of BenchmarkProcesses (see
+// procsChildProc), on the database dsn; it returns the exit code. It
+// stops at stdin's end (its parent stopped it, or died) or after
+// procsLimit.
+func procsChild(dsn string) int {
+	fail := func(err error) int {
+		fmt.Fprintln(os.Stderr, "procs child:", err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), procsLimit)
+	defer cancel()
+	db, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		return fail(err)
+	}
+	defer db.Close()
+	r, err := pgrouter.New[int](ctx, db, pgrouter.Options{Retention: -1})
+	if err != nil {
+		return fail(err)
+	}
+	defer r.Close(context.Background())
+	if path := os.Getenv(envProcsProfile); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			return fail(err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fail(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	fmt.Println("ready")
+	in := bufio.NewScanner(os.Stdin)
+	if !in.Scan() {
+		return fail(fmt.Errorf("no start line: %v", in.Err()))
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	go func() {
+		for in.Scan() {
+		}
+		stop()
+	}()
+	var handled atomic.Int64
+	ticks := time.NewTicker(2 * time.Millisecond)
+	defer ticks.Stop()
+	reported := make(chan struct{})
+	go func() { // "+<count>" as it changes
+		defer close(reported)
+		last := int64(0)
+		for {
+			select {
+			case <-runCtx.Done():
+				return
+			case <-ticks.C:
+			}
+			if k := handled.Load(); k != last {
+				last = k
+				fmt.Printf("+%d\n", k)
+			}
+		}
+	}()
+	err = r.Run(runCtx, leaserouter.WorkerOptions{Workers: 2}, func(context.Context, *pgrouter.Lease[int]) error {
+		handled.Add(1)
+		return nil
+	})
+	stop()
+	<-reported
+	if err != nil {
+		return fail(err)
+	}
+	fmt.Printf("=%d\n", handled.Load()) // Run returned: its completions are committed
+	return 0
+}

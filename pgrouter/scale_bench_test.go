@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leaserouter/leaserouter"
@@ -151,6 +152,32 @@ func readTableStats(b *testing.B, db *pgxpool.Pool) tableStats {
 	return s
 }
 
+// awaitVacuum waits up to limit for a vacuum of the jobs table ending
+// after since (database clock), and says whether one did and how long it
+// waited.
+func awaitVacuum(b *testing.B, db *pgxpool.Pool, since time.Time, limit time.Duration) (bool, time.Duration) {
+	return awaitStat(b, db, "greatest(last_vacuum, last_autovacuum)", since, limit)
+}
+
+// awaitStat waits up to limit for the jobs table's statistic column (an
+// instant of pg_stat_user_tables) to be after since, and says whether it
+// was and how long it waited.
+func awaitStat(b *testing.B, db *pgxpool.Pool, column string, since time.Time, limit time.Duration) (bool, time.Duration) {
+	start := time.Now()
+	for time.Since(start) < limit {
+		var done bool
+		if err := db.QueryRow(context.Background(), `SELECT coalesce(`+column+` > $1, false)
+			FROM pg_stat_user_tables WHERE relname = 'leaserouter_jobs'`, since).Scan(&done); err != nil {
+			b.Fatal(err)
+		}
+		if done {
+			return true, time.Since(start)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return false, time.Since(start)
+}
+
 // phase is one measurement of BenchmarkAfterDrain.
 type phase struct {
 	claim, claimComplete latencies
@@ -182,7 +209,8 @@ func measurePhase(b *testing.B, r *pgrouter.Router[int], name string) phase {
 // Retention < 0, and measures the same again on the same Router. It
 // reports both, their ratios (after/empty: latency ratios above 1 and
 // throughput ratios below 1 are slowdowns), and the table's size and
-// dead tuples after the drain.
+// dead tuples after the drain; then, once a vacuum of the table has ended
+// after the drain (waiting up to 90s), measures again ("vacuumed").
 func BenchmarkAfterDrain(b *testing.B) {
 	for _, c := range []struct {
 		name      string
@@ -211,6 +239,10 @@ func afterDrain(b *testing.B, retention time.Duration) {
 	enqueueRange(b, r, "drain-", 0, n)
 	enqueued := time.Since(start)
 	rate := runAll(b, r, n, 0)
+	var drained time.Time
+	if err := db.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&drained); err != nil {
+		b.Fatal(err)
+	}
 	b.Logf("drain: %d jobs enqueued in %v, run at %.0f jobs/s", n, enqueued.Round(time.Millisecond), rate)
 	if retention < 0 {
 		purgeStart := time.Now()
@@ -227,6 +259,18 @@ func afterDrain(b *testing.B, retention time.Duration) {
 		float64(s.bytes)/1e6, s.rows, s.live, s.dead)
 	after := measurePhase(b, r, "after")
 	s2 := readTableStats(b, db)
+	// Then again once a vacuum (the Router's or autovacuum's) has ended
+	// after the drain, if one does within 90s.
+	vacuumed, waited := awaitVacuum(b, db, drained, 90*time.Second)
+	var settled phase
+	if vacuumed {
+		settled = measurePhase(b, r, "vacuumed")
+		b.ReportMetric(ms(settled.claim.q(.5)), "vacuumed-claim-p50-ms")
+		b.ReportMetric(ms(settled.claim.q(.99)), "vacuumed-claim-p99-ms")
+		b.ReportMetric(settled.run1/empty.run1, "vacuumed-run-batch1-ratio")
+		b.ReportMetric(settled.runMany/empty.runMany, "vacuumed-run-ratio")
+	}
+	b.ReportMetric(waited.Seconds(), "vacuum-wait-s")
 
 	b.ReportMetric(ms(empty.claim.q(.5)), "empty-claim-p50-ms")
 	b.ReportMetric(ms(empty.claim.q(.99)), "empty-claim-p99-ms")
@@ -263,8 +307,16 @@ func BenchmarkBacklogClaim(b *testing.B) {
 		small32, _ := claimLatencies(b, r, "small32-", 32*latencySamples/10, 32)
 		// The backlog is enqueued after the samples' jobs would be: claims
 		// in ready order take the samples first, in front of it.
+		var grown time.Time
 		enqueueRange(b, r, "backlog-", 0, scaleJobs())
-		_, _ = db.Exec(ctx, "ANALYZE leaserouter_jobs") // as autovacuum would have, soon after the growth
+		if err := db.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&grown); err != nil {
+			b.Fatal(err)
+		}
+		// The statistics catch up with the growth when the table is
+		// analyzed (the Router's ANALYZE or autoanalyze): wait up to 30s.
+		analyzed, waited := awaitStat(b, db, "greatest(last_analyze, last_autoanalyze)", grown, 30*time.Second)
+		b.Logf("backlog: analyzed after it grew: %v (waited %v)", analyzed, waited.Round(time.Millisecond))
+		b.ReportMetric(waited.Seconds(), "analyze-wait-s")
 		big1, big32 := backlogClaims(b, r)
 		b.Logf("backlog %d: TryAcquire p50 %.3f p99 %.3f ms (small queue p50 %.3f p99 %.3f); TryAcquireMany(32) p50 %.3f p99 %.3f ms (small %.3f / %.3f)",
 			scaleJobs(), ms(big1.q(.5)), ms(big1.q(.99)), ms(small1.q(.5)), ms(small1.q(.99)),
@@ -309,7 +361,8 @@ func backlogClaims(b *testing.B, r *pgrouter.Router[int]) (one, many latencies) 
 }
 
 // BenchmarkLongReader: a steady load of about 1,000 jobs/s (EnqueueMany
-// of 10 every 10ms; one claimer: TryAcquire, then Complete) runs for a
+// of 10 every 10ms; readerClaimers goroutines: TryAcquire, then
+// Complete) runs for a
 // baseline of 5s; then a connection holds a REPEATABLE READ snapshot
 // (BEGIN; SELECT 1 FROM leaserouter_jobs LIMIT 1) for
 // LEASEROUTER_READER_SECONDS (default 10); then the load goes on for up
@@ -330,6 +383,7 @@ func BenchmarkLongReader(b *testing.B) {
 				b.ReportMetric(ms(res.before), "before-p99-ms")
 				b.ReportMetric(ms(res.during), "during-p99-ms")
 				b.ReportMetric(ms(res.duringMax), "during-max-ms")
+				b.ReportMetric(ms(res.duringLast), "during-last-s-p99-ms")
 				b.ReportMetric(ms(res.afterFirst), "after-1st-s-p99-ms")
 				b.ReportMetric(ms(res.after), "after-p99-ms")
 				b.ReportMetric(res.recovery.Seconds(), "recovery-s")
@@ -342,6 +396,7 @@ func BenchmarkLongReader(b *testing.B) {
 // readerResult is what longReader measured.
 type readerResult struct {
 	before, during, duringMax time.Duration // claim p99 before and during the reader; the worst during it
+	duringLast                time.Duration // claim p99 in the reader's last second
 	afterFirst, after         time.Duration // claim p99 in the first second after it, and over the rest of the run
 	recovery                  time.Duration // reader end to the first window within 1.5x before; -1 if none
 	rate                      float64       // jobs completed per second over the whole run
@@ -349,16 +404,44 @@ type readerResult struct {
 }
 
 // longReader runs the long-reader scenario (see BenchmarkLongReader) with
-// the given phases; after ends early once recovered and 5s more passed.
+// the given phases on a Router; after ends early once recovered and 5s
+// more passed.
 func longReader(tb testing.TB, retention, before, hold, after time.Duration) readerResult {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	db := pgtest.New(tb)
-	r, err := pgrouter.New[int](ctx, db, pgrouter.Options{Retention: retention})
+	r, err := pgrouter.New[int](context.Background(), db, pgrouter.Options{Retention: retention})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	defer r.Close(context.Background())
+	enqueue := func(ctx context.Context, i int) error {
+		specs := make([]leaserouter.JobSpec[int], 10)
+		for k := range specs {
+			specs[k] = leaserouter.JobSpec[int]{ID: fmt.Sprint("j", i, "-", k), Payload: k}
+		}
+		_, err := r.EnqueueMany(ctx, specs)
+		return err
+	}
+	claim := func(ctx context.Context) (func(context.Context) error, error) {
+		l, err := r.TryAcquire(ctx, "w")
+		if err != nil {
+			return nil, err
+		}
+		return l.Complete, nil
+	}
+	return readerLoad(tb, db, "leaserouter_jobs", enqueue, claim, before, hold, after)
+}
+
+// readerClaimers is how many goroutines claim in the long-reader
+// scenario: enough to keep up with 1,000 jobs/s on a busy machine.
+const readerClaimers = 4
+
+// readerLoad runs the long-reader scenario on any queue: enqueue(ctx, i)
+// adds 10 jobs (called every 10ms), claim takes one (ErrNoJob if none)
+// and returns its completion; the reader's snapshot reads table.
+func readerLoad(tb testing.TB, db *pgxpool.Pool, table string, enqueue func(context.Context, int) error,
+	claim func(context.Context) (func(context.Context) error, error), before, hold, after time.Duration) readerResult {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 
 	type sample struct {
 		at  time.Time
@@ -368,10 +451,10 @@ func longReader(tb testing.TB, retention, before, hold, after time.Duration) rea
 		mu      sync.Mutex
 		samples []sample
 		done    atomic.Int64
-		errs    = make(chan error, 2)
+		errs    = make(chan error, 1+readerClaimers)
 		wg      sync.WaitGroup
 	)
-	wg.Add(2)
+	wg.Add(1 + readerClaimers)
 	go func() { // producer: 10 jobs every 10ms
 		defer wg.Done()
 		t := time.NewTicker(10 * time.Millisecond)
@@ -382,42 +465,40 @@ func longReader(tb testing.TB, retention, before, hold, after time.Duration) rea
 				return
 			case <-t.C:
 			}
-			specs := make([]leaserouter.JobSpec[int], 10)
-			for k := range specs {
-				specs[k] = leaserouter.JobSpec[int]{ID: fmt.Sprint("j", i, "-", k), Payload: k}
-			}
-			if _, err := r.EnqueueMany(ctx, specs); err != nil && ctx.Err() == nil {
+			if err := enqueue(ctx, i); err != nil && ctx.Err() == nil {
 				errs <- err
 				return
 			}
 		}
 	}()
-	go func() { // claimer
-		defer wg.Done()
-		for ctx.Err() == nil {
-			start := time.Now()
-			l, err := r.TryAcquire(ctx, "w")
-			took := time.Since(start)
-			if errors.Is(err, leaserouter.ErrNoJob) {
-				time.Sleep(time.Millisecond)
-				continue
-			}
-			if err != nil {
-				if ctx.Err() == nil {
-					errs <- err
+	for range readerClaimers {
+		go func() { // claimer
+			defer wg.Done()
+			for ctx.Err() == nil {
+				start := time.Now()
+				complete, err := claim(ctx)
+				took := time.Since(start)
+				if errors.Is(err, leaserouter.ErrNoJob) {
+					time.Sleep(time.Millisecond)
+					continue
 				}
-				return
+				if err != nil {
+					if ctx.Err() == nil {
+						errs <- err
+					}
+					return
+				}
+				mu.Lock()
+				samples = append(samples, sample{start, took})
+				mu.Unlock()
+				if err := complete(ctx); err != nil && ctx.Err() == nil {
+					errs <- err
+					return
+				}
+				done.Add(1)
 			}
-			mu.Lock()
-			samples = append(samples, sample{start, took})
-			mu.Unlock()
-			if err := l.Complete(ctx); err != nil && ctx.Err() == nil {
-				errs <- err
-				return
-			}
-			done.Add(1)
-		}
-	}()
+		}()
+	}
 	fail := func(err error) {
 		cancel()
 		wg.Wait()
@@ -439,7 +520,7 @@ func longReader(tb testing.TB, retention, before, hold, after time.Duration) rea
 	if _, err := reader.Exec(ctx, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"); err != nil {
 		fail(err)
 	}
-	if _, err := reader.Exec(ctx, "SELECT 1 FROM leaserouter_jobs LIMIT 1"); err != nil {
+	if _, err := reader.Exec(ctx, "SELECT 1 FROM "+table+" LIMIT 1"); err != nil {
 		fail(err)
 	}
 	readerStart := time.Now()
@@ -489,8 +570,60 @@ func longReader(tb testing.TB, retention, before, hold, after time.Duration) rea
 	if len(during) > 0 {
 		res.duringMax = during[len(during)-1]
 	}
+	_, res.duringLast = p99Of(readerEnd.Add(-time.Second), readerEnd)
 	_, res.afterFirst = p99Of(readerEnd, readerEnd.Add(time.Second))
 	_, res.after = p99Of(readerEnd, end)
 	res.rate = float64(done.Load()) / end.Sub(t0).Seconds()
 	return res
+}
+
+// BenchmarkLongReaderFloor is BenchmarkLongReader's scenario on the
+// least queue table that keeps the contract's ready order: a bigserial
+// key, a state, a ready time and a payload, a partial index on the ready
+// order of pending rows; a claim is one statement (the first pending row
+// in ready order, FOR UPDATE SKIP LOCKED, made leased), a completion
+// another (the row deleted), no settling, no tokens. What it measures
+// during the reader is PostgreSQL's cost of stepping over the dead index
+// entries a held snapshot keeps (every claim visits each of them): the
+// floor under pgrouter's claims in that scenario.
+func BenchmarkLongReaderFloor(b *testing.B) {
+	for b.Loop() {
+		db := pgtest.New(b)
+		ctx := context.Background()
+		if _, err := db.Exec(ctx, `CREATE TABLE floor_jobs (
+				id bigserial PRIMARY KEY, state smallint NOT NULL DEFAULT 0,
+				ready_at timestamptz NOT NULL DEFAULT clock_timestamp(), payload jsonb NOT NULL);
+			CREATE INDEX floor_jobs_ready ON floor_jobs (ready_at, id) WHERE state = 0`); err != nil {
+			b.Fatal(err)
+		}
+		enqueue := func(ctx context.Context, i int) error {
+			_, err := db.Exec(ctx, "INSERT INTO floor_jobs (payload) SELECT to_jsonb(g) FROM generate_series(1, 10) g")
+			return err
+		}
+		claim := func(ctx context.Context) (func(context.Context) error, error) {
+			var id int64
+			err := db.QueryRow(ctx, `UPDATE floor_jobs SET state = 1 WHERE id = (SELECT id FROM floor_jobs
+				WHERE state = 0 ORDER BY ready_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING id`).Scan(&id)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil, leaserouter.ErrNoJob
+			}
+			if err != nil {
+				return nil, err
+			}
+			return func(ctx context.Context) error {
+				_, err := db.Exec(ctx, "DELETE FROM floor_jobs WHERE id = $1", id)
+				return err
+			}, nil
+		}
+		res := readerLoad(b, db, "floor_jobs", enqueue, claim, 5*time.Second,
+			time.Duration(envInt("LEASEROUTER_READER_SECONDS", 10))*time.Second, 60*time.Second)
+		b.Logf("%+v", res)
+		b.ReportMetric(ms(res.before), "before-p99-ms")
+		b.ReportMetric(ms(res.during), "during-p99-ms")
+		b.ReportMetric(ms(res.duringMax), "during-max-ms")
+		b.ReportMetric(ms(res.duringLast), "during-last-s-p99-ms")
+		b.ReportMetric(ms(res.afterFirst), "after-1st-s-p99-ms")
+		b.ReportMetric(ms(res.after), "after-p99-ms")
+		b.ReportMetric(res.recovery.Seconds(), "recovery-s")
+	}
 }

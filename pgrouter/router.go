@@ -57,7 +57,9 @@ type Router[T any] struct {
 // ANALYZE) when the statistics count at least 10,000 dead tuples in it,
 // an ANALYZE alone when at least 10,000 rows (and a tenth of the live
 // ones) changed since the last; neither within 5s of the end of one
-// (anyone's), nor within four times its own last one's duration. The dead
+// (anyone's), nor within four times its own last one's duration, and no
+// VACUUM while a transaction that began before its last one holds a
+// snapshot (nothing could be removed). The dead
 // index entries of claimed jobs lie where every claim's index walk
 // starts, each connection keeps plans made with the statistics of their
 // time, and autovacuum may come a minute or more later. VACUUM and

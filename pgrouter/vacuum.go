@@ -32,7 +32,9 @@ import (
 // every tuple dead since it began: no vacuum can remove them, and every
 // claim visits each of them. That cost is PostgreSQL's, not the
 // Router's; once the snapshot ends, the first walk marks the entries and
-// the next vacuum removes them.
+// the next vacuum removes them. While a snapshot older than its last
+// vacuum is held, the Router does not vacuum: nothing would be removed,
+// and each vacuum reads the table and takes a core from the claims.
 
 // vacuumMinDead is how many dead tuples the jobs table must have for the
 // maintenance loop to vacuum it: at ~150 entries per index page, a claim
@@ -64,7 +66,10 @@ const analyzeMinChanged = 10000
 func (r *Router[T]) vacuumLoop(ctx context.Context) {
 	t := time.NewTicker(vacuumCheck)
 	defer t.Stop()
-	var next time.Time
+	var (
+		next      time.Time
+		lastStart *time.Time // the database's clock at this Router's last vacuum
+	)
 	for {
 		select {
 		case <-ctx.Done():
@@ -75,13 +80,16 @@ func (r *Router[T]) vacuumLoop(ctx context.Context) {
 			continue
 		}
 		var vacuum, analyze bool
+		var now time.Time
 		err := r.db.QueryRow(ctx, vacuumDue, args{"min_dead": vacuumMinDead, "min_changed": analyzeMinChanged,
-			"interval_us": vacuumMinInterval.Microseconds()}).Scan(&vacuum, &analyze)
+			"interval_us": vacuumMinInterval.Microseconds(), "last_start": lastStart}).Scan(&vacuum, &analyze, &now)
 		if err != nil || !vacuum && !analyze {
 			continue
 		}
 		stmt := vacuumJobs
-		if !vacuum {
+		if vacuum {
+			lastStart = &now
+		} else {
 			stmt = analyzeJobs
 		}
 		start := time.Now()

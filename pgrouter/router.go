@@ -48,11 +48,24 @@ type Router[T any] struct {
 // schema is at this module's version (run Migrate first) and raising the
 // token sequence (ALTER SEQUENCE: the role must own the schema's objects,
 // as Migrate's role does) above opts.TokenFloor and the Unix time in
-// nanoseconds. It starts three goroutines: one holds a connection of its
+// nanoseconds. It starts four goroutines: one holds a connection of its
 // own (not one of db's) to LISTEN for wake-ups, one is the maintenance
 // loop (settling what is due and deleting finished jobs past their
 // retention every PollInterval), one sends KeepAlive's heartbeats (on a
-// connection of its own, made at the first KeepAlive); Close stops them.
+// connection of its own, made at the first KeepAlive), and one vacuums
+// and analyzes the jobs table, on a connection of db: a VACUUM (with
+// ANALYZE) when the statistics count at least 10,000 dead tuples in it,
+// an ANALYZE alone when at least 10,000 rows (and a tenth of the live
+// ones) changed since the last; neither within 5s of the end of one
+// (anyone's), nor within four times its own last one's duration, and no
+// VACUUM while a transaction that began before its last one holds a
+// snapshot (nothing could be removed). The dead
+// index entries of claimed jobs lie where every claim's index walk
+// starts, each connection keeps plans made with the statistics of their
+// time, and autovacuum may come a minute or more later. VACUUM and
+// ANALYZE need the table's owner, as Migrate's role is; another role gets
+// a warning and nothing is done. Close stops them (a vacuum in progress
+// is canceled).
 // Errors: invalid options and a nil db wrap ErrInvalidOptions; an older
 // schema (or none) wraps ErrSchemaOutdated; others wrap the driver's.
 func New[T any](ctx context.Context, db *pgxpool.Pool, opts Options) (*Router[T], error) {
@@ -87,6 +100,7 @@ func New[T any](ctx context.Context, db *pgxpool.Pool, opts Options) (*Router[T]
 	r.keepers = newKeepers(r)
 	r.stopped.Go(func() { r.wake.listen(lctx, db, opts.Queue) })
 	r.stopped.Go(func() { defer r.ev.producerDone(); r.maintain(lctx) })
+	r.stopped.Go(func() { r.vacuumLoop(lctx) })
 	r.stopped.Go(func() { defer r.ev.producerDone(); r.keepers.run(lctx) })
 	return r, nil
 }

@@ -108,6 +108,9 @@ var (
 	settleScheduled = statement("settle_scheduled")
 	purgeDue        = statement("purge")
 	purgeAbandoned  = statement("purge_abandoned")
+	vacuumDue       = statement("vacuum_due")
+	vacuumJobs      = statement("vacuum")
+	analyzeJobs     = statement("analyze")
 
 	// Lease operations (lease.go, transition.go, keepalive.go, completetx.go).
 	lockRow        = statement("lease_lock")

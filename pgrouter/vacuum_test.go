@@ -1,0 +1,149 @@
+package pgrouter_test
+
+import (
+	"context"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/pgrouter"
+)
+
+// drainJobs enqueues n jobs and runs them all through Run (2 workers,
+// the default Batch ceiling).
+func drainJobs(t *testing.T, r *pgrouter.Router[int], n int) {
+	t.Helper()
+	for i := 0; i < n; i += 1000 {
+		enqueueJobs(t, r, "d"+strconv.Itoa(i)+"-", min(1000, n-i))
+	}
+	var left atomic.Int64
+	left.Store(int64(n))
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	err := r.Run(ctx, leaserouter.WorkerOptions{Workers: 2}, func(context.Context, *pgrouter.Lease[int]) error {
+		if left.Add(-1) == 0 {
+			cancel()
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Zero(t, left.Load(), "jobs left undrained")
+}
+
+// readyWalkBuffers is how many buffers the walk of the ready index reads
+// to find the first pending job of the default queue (the claim's scan,
+// EXPLAIN (ANALYZE, BUFFERS): the plan's total, its first Buffers line;
+// a table analyzed with one pending row may be read through a bitmap).
+func readyWalkBuffers(t *testing.T, db *pgxpool.Pool) int {
+	t.Helper()
+	rows, err := db.Query(t.Context(), `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF)
+		SELECT id FROM leaserouter_jobs WHERE queue = 'default' AND state = 'pending'
+		ORDER BY priority DESC, ready_at, seq LIMIT 1`)
+	require.NoError(t, err)
+	var plan []string
+	for rows.Next() {
+		var line string
+		require.NoError(t, rows.Scan(&line))
+		plan = append(plan, line)
+	}
+	require.NoError(t, rows.Err())
+	text := strings.Join(plan, "\n")
+	require.Regexp(t, `Index Scan (using|on) leaserouter_jobs_ready`, text, "the walk is the ready index's")
+	m := regexp.MustCompile(`Buffers: shared hit=(\d+)(?: read=(\d+))?`).FindStringSubmatch(text)
+	require.NotNil(t, m, text)
+	hit, _ := strconv.Atoi(m[1])
+	read, _ := strconv.Atoi(m[2])
+	t.Logf("ready walk: %d buffers\n%s", hit+read, text)
+	return hit + read
+}
+
+// TestDrainedQueueVacuumedSoClaimWalkStaysShort: after a burst of jobs
+// drained, the Router vacuums the jobs table itself (autovacuum is off for
+// the table here: it could come a minute or more later), so the claim's
+// walk of the ready index no longer steps over the dead entries of the
+// claimed jobs: a few buffers, not one per ~150 jobs drained.
+func TestDrainedQueueVacuumedSoClaimWalkStaysShort(t *testing.T) {
+	r, db := newRouter[int](t, pgrouter.Options{Retention: -1})
+	_, err := db.Exec(t.Context(), "ALTER TABLE leaserouter_jobs SET (autovacuum_enabled = false)")
+	require.NoError(t, err)
+	drainJobs(t, r, 6000) // pending, leased, succeeded, deleted: 18,000 dead tuples
+	enqueueJobs(t, r, "after-", 1)
+	eventually(t, 30*time.Second, "a vacuum of the jobs table by the Router", func() bool {
+		var vacuumed bool
+		require.NoError(t, db.QueryRow(t.Context(), `SELECT last_vacuum IS NOT NULL
+			FROM pg_stat_user_tables WHERE relname = 'leaserouter_jobs'`).Scan(&vacuumed))
+		return vacuumed
+	})
+	require.LessOrEqual(t, readyWalkBuffers(t, db), 10, "the claim's walk reads the dead entries' pages")
+}
+
+// TestGrownQueueAnalyzedSoPlansFollowItsSize: a queue grown by enqueues
+// alone (no dead tuples: no vacuum is due) is analyzed by the Router
+// (autovacuum, and with it autoanalyze, is off for the table here), so
+// the plans each connection keeps are made again with statistics of its
+// size, not of the tiny table they were first made on.
+func TestGrownQueueAnalyzedSoPlansFollowItsSize(t *testing.T) {
+	r, db := newRouter[int](t, pgrouter.Options{})
+	_, err := db.Exec(t.Context(), "ALTER TABLE leaserouter_jobs SET (autovacuum_enabled = false)")
+	require.NoError(t, err)
+	for i := range 12 {
+		enqueueJobs(t, r, "g"+strconv.Itoa(i)+"-", 1000)
+	}
+	eventually(t, 30*time.Second, "an ANALYZE of the jobs table by the Router", func() bool {
+		var analyzed bool
+		require.NoError(t, db.QueryRow(t.Context(), `SELECT last_analyze IS NOT NULL
+			FROM pg_stat_user_tables WHERE relname = 'leaserouter_jobs'`).Scan(&analyzed))
+		return analyzed
+	})
+	var tuples float64
+	require.NoError(t, db.QueryRow(t.Context(),
+		"SELECT reltuples FROM pg_class WHERE relname = 'leaserouter_jobs'").Scan(&tuples))
+	require.InDelta(t, 12000, tuples, 100, "the planner's row count is the table's")
+}
+
+// vacuumCount is how many times the jobs table was vacuumed by hand (by
+// the Router: autovacuum is counted apart).
+func vacuumCount(t *testing.T, db *pgxpool.Pool) int64 {
+	t.Helper()
+	var n int64
+	require.NoError(t, db.QueryRow(t.Context(), `SELECT vacuum_count
+		FROM pg_stat_user_tables WHERE relname = 'leaserouter_jobs'`).Scan(&n))
+	return n
+}
+
+// TestNoVacuumWhileOlderSnapshotHeld: while a transaction that began
+// before the Router's last vacuum holds a snapshot, the Router does not
+// vacuum again, however many tuples die (none could be removed, and each
+// vacuum takes a core from the claims); once it ends, it does.
+func TestNoVacuumWhileOlderSnapshotHeld(t *testing.T) {
+	r, db := newRouter[int](t, pgrouter.Options{Retention: -1})
+	_, err := db.Exec(t.Context(), "ALTER TABLE leaserouter_jobs SET (autovacuum_enabled = false)")
+	require.NoError(t, err)
+	reader, err := db.Begin(t.Context())
+	require.NoError(t, err)
+	defer reader.Rollback(context.Background())
+	_, err = reader.Exec(t.Context(), "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+	require.NoError(t, err)
+	_, err = reader.Exec(t.Context(), "SELECT 1 FROM leaserouter_jobs LIMIT 1")
+	require.NoError(t, err)
+	drainJobs(t, r, 6000)
+	eventually(t, 30*time.Second, "the Router's first vacuum", func() bool { return vacuumCount(t, db) >= 1 })
+	first := vacuumCount(t, db)
+	drainJobs(t, r, 6000) // 18,000 more dead tuples, none removable
+	// Twice the longest the Router would wait between vacuums of a table
+	// this small (5s after the last, checked every second).
+	for deadline := time.Now().Add(12 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		require.Equal(t, first, vacuumCount(t, db), "a vacuum while the older snapshot is held")
+	}
+	require.NoError(t, reader.Rollback(t.Context()))
+	eventually(t, 30*time.Second, "a vacuum once the snapshot ended", func() bool { return vacuumCount(t, db) > first })
+	enqueueJobs(t, r, "after-", 1)
+	require.LessOrEqual(t, readyWalkBuffers(t, db), 10, "the claim's walk reads the dead entries' pages")
+}

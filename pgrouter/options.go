@@ -49,6 +49,10 @@ type Options struct {
 	// notification is missed (or the listening connection is down).
 	// Default 1s; negative is invalid.
 	PollInterval time.Duration
+	// NoVacuum: the Router never vacuums or analyzes the jobs table itself
+	// (see New), leaving it to autovacuum or to the operator's own
+	// schedule. Default false: it does, when the table is due.
+	NoVacuum bool
 	// OnEvent, if set, receives every event of this process's transitions
 	// (those its calls, its Run and its maintenance loop made; other
 	// processes report their own), in the order this process recorded

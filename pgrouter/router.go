@@ -48,7 +48,7 @@ type Router[T any] struct {
 // schema is at this module's version (run Migrate first) and raising the
 // token sequence (ALTER SEQUENCE: the role must own the schema's objects,
 // as Migrate's role does) above opts.TokenFloor and the Unix time in
-// nanoseconds. It starts four goroutines: one holds a connection of its
+// nanoseconds. It starts four goroutines (three with opts.NoVacuum): one holds a connection of its
 // own (not one of db's) to LISTEN for wake-ups, one is the maintenance
 // loop (settling what is due and deleting finished jobs past their
 // retention every PollInterval), one sends KeepAlive's heartbeats (on a
@@ -63,8 +63,8 @@ type Router[T any] struct {
 // index entries of claimed jobs lie where every claim's index walk
 // starts, each connection keeps plans made with the statistics of their
 // time, and autovacuum may come a minute or more later. VACUUM and
-// ANALYZE need the table's owner, as Migrate's role is; another role gets
-// a warning and nothing is done. Close stops them (a vacuum in progress
+// ANALYZE need the table's owner, as Migrate's role is: a Router whose
+// role is not a member of the owner's never runs them. Close stops them (a vacuum in progress
 // is canceled).
 // Errors: invalid options and a nil db wrap ErrInvalidOptions; an older
 // schema (or none) wraps ErrSchemaOutdated; others wrap the driver's.
@@ -100,7 +100,9 @@ func New[T any](ctx context.Context, db *pgxpool.Pool, opts Options) (*Router[T]
 	r.keepers = newKeepers(r)
 	r.stopped.Go(func() { r.wake.listen(lctx, db, opts.Queue) })
 	r.stopped.Go(func() { defer r.ev.producerDone(); r.maintain(lctx) })
-	r.stopped.Go(func() { r.vacuumLoop(lctx) })
+	if !opts.NoVacuum {
+		r.stopped.Go(func() { r.vacuumLoop(lctx) })
+	}
 	r.stopped.Go(func() { defer r.ev.producerDone(); r.keepers.run(lctx) })
 	return r, nil
 }

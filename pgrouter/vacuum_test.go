@@ -147,3 +147,73 @@ func TestNoVacuumWhileOlderSnapshotHeld(t *testing.T) {
 	enqueueJobs(t, r, "after-", 1)
 	require.LessOrEqual(t, readyWalkBuffers(t, db), 10, "the claim's walk reads the dead entries' pages")
 }
+
+// deadTuples fills db's jobs table with n rows and deletes them, and
+// waits until the statistics count them dead.
+func deadTuples(t *testing.T, db *pgxpool.Pool, n int) {
+	t.Helper()
+	_, err := db.Exec(t.Context(), `ALTER TABLE leaserouter_jobs SET (autovacuum_enabled = false)`)
+	require.NoError(t, err)
+	_, err = db.Exec(t.Context(), `INSERT INTO leaserouter_jobs (queue, id, state, ready_at, max_attempts, payload, created_at, updated_at)
+			SELECT 'default', 'x' || i, 'pending', now(), 5, '1', now(), now() FROM generate_series(1, $1) i`, n)
+	require.NoError(t, err)
+	_, err = db.Exec(t.Context(), `DELETE FROM leaserouter_jobs WHERE id LIKE 'x%'`)
+	require.NoError(t, err)
+	eventually(t, 30*time.Second, "the dead tuples counted", func() bool {
+		var dead int64
+		require.NoError(t, db.QueryRow(t.Context(), `SELECT n_dead_tup FROM pg_stat_user_tables
+			WHERE relname = 'leaserouter_jobs'`).Scan(&dead))
+		return dead >= int64(n)
+	})
+}
+
+// TestVacuumOnlyByTheOwner: a Router whose role does not own the jobs
+// table (nor is a member of its owner) never finds a vacuum or an
+// analyze due: PostgreSQL would only warn, in the server's log, at every
+// check. The owner finds both due.
+func TestVacuumOnlyByTheOwner(t *testing.T) {
+	_, db := newRouter[int](t, pgrouter.Options{NoVacuum: true})
+	deadTuples(t, db, 12000)
+	sql, names := pgrouter.Statement("vacuum_due")
+	values := map[string]any{"min_dead": int64(10000), "min_changed": int64(10000), "interval_us": int64(5e6), "last_start": nil}
+	due := func(role string) (vacuum, analyze bool) {
+		tx, err := db.Begin(t.Context())
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(context.Background()) }()
+		if role != "" {
+			_, err = tx.Exec(t.Context(), "SET LOCAL ROLE "+role)
+			require.NoError(t, err)
+		}
+		var now time.Time
+		require.NoError(t, tx.QueryRow(t.Context(), sql, bindPositional(names, values)...).Scan(&vacuum, &analyze, &now))
+		return vacuum, analyze
+	}
+	vacuum, analyze := due("")
+	require.True(t, vacuum, "vacuum due for the owner")
+	require.True(t, analyze, "analyze due for the owner")
+	_, err := db.Exec(t.Context(), `DO $$ BEGIN
+		IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'leaserouter_not_owner') THEN
+			CREATE ROLE leaserouter_not_owner;
+		END IF; END $$`)
+	require.NoError(t, err)
+	_, err = db.Exec(t.Context(), `GRANT SELECT ON ALL TABLES IN SCHEMA public TO leaserouter_not_owner`)
+	require.NoError(t, err)
+	vacuum, analyze = due("leaserouter_not_owner")
+	require.False(t, vacuum, "vacuum due for a role that cannot vacuum")
+	require.False(t, analyze, "analyze due for a role that cannot analyze")
+}
+
+// TestNoVacuumLeavesTheTable: with Options.NoVacuum, the Router neither
+// vacuums nor analyzes the jobs table, though both are due (a Router
+// without it starts within a second or two: the tests above).
+func TestNoVacuumLeavesTheTable(t *testing.T) {
+	_, db := newRouter[int](t, pgrouter.Options{NoVacuum: true})
+	deadTuples(t, db, 12000)
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		var vacuums, analyzes int64
+		require.NoError(t, db.QueryRow(t.Context(), `SELECT vacuum_count, analyze_count
+			FROM pg_stat_user_tables WHERE relname = 'leaserouter_jobs'`).Scan(&vacuums, &analyzes))
+		require.Zero(t, vacuums, "vacuumed with NoVacuum")
+		require.Zero(t, analyzes, "analyzed with NoVacuum")
+	}
+}

@@ -9,7 +9,9 @@
 -- nothing (with no right to see other roles' sessions, none is seen);
 -- an ANALYZE, when at least @min_changed rows, and a tenth of its live
 -- ones, changed since the last (anyone's) and none ended in @interval_us
--- either. Both false if the table has no statistics yet. And the
+-- either. Both false if the table has no statistics yet, or if this
+-- role is not a member of the table's owner (VACUUM and ANALYZE would do
+-- nothing but warn, in the server's log, at every check). And the
 -- database's clock.
 SELECT coalesce(s.n_dead_tup >= @min_dead
 		AND coalesce(greatest(s.last_vacuum, s.last_autovacuum) < s.now - @interval_us * interval '1 microsecond', true)
@@ -19,4 +21,6 @@ SELECT coalesce(s.n_dead_tup >= @min_dead
 		AND coalesce(greatest(s.last_analyze, s.last_autoanalyze) < s.now - @interval_us * interval '1 microsecond', true), false),
 	clock_timestamp()
 FROM (SELECT) one
-	LEFT JOIN (SELECT *, clock_timestamp() AS now FROM pg_stat_user_tables WHERE relid = 'leaserouter_jobs'::regclass) s ON true
+	LEFT JOIN (SELECT t.*, clock_timestamp() AS now FROM pg_stat_user_tables t
+		JOIN pg_class c ON c.oid = t.relid AND pg_has_role(c.relowner, 'MEMBER')
+		WHERE t.relid = 'leaserouter_jobs'::regclass) s ON true

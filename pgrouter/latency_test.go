@@ -90,9 +90,16 @@ const (
 // holdLease is a holder process's whole life: it runs a Router on the
 // database at envHolderURL with the lease duration envHolderLease, leases
 // one job, prints "held <id>" and keeps the lease (Run heartbeats it)
-// until it is killed. It returns the process's exit code; it never
+// until it is killed, or exits (code 3) at its stdin's end: its parent
+// closed it, or died (a test binary timed out, say), so that no holder
+// outlives its test. It returns the process's exit code; it never
 // returns while it holds the lease.
 func holdLease() int {
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		fmt.Fprintln(os.Stderr, "holder: stdin closed, exiting")
+		os.Exit(holderOrphaned)
+	}()
 	lease, err := time.ParseDuration(os.Getenv(envHolderLease))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "holder:", err)
@@ -118,6 +125,9 @@ func holdLease() int {
 	return 1
 }
 
+// holderOrphaned is a holder's exit code at its stdin's end.
+const holderOrphaned = 3
+
 // BenchmarkRequeueAfterKill: a job leased by another process, which
 // heartbeats it (lease 200 ms) and is SIGKILLed a random part of a lease
 // after it started the handler; the time from the kill until an Acquire
@@ -141,8 +151,7 @@ func BenchmarkRequeueAfterKill(b *testing.B) {
 		holder := startHolder(b, db, lease, id)
 		time.Sleep(time.Duration(i%10) * lease / 10) // kill at a point spread over a heartbeat's interval
 		killed := time.Now()
-		require.NoError(b, holder.Process.Kill()) // SIGKILL
-		_ = holder.Wait()
+		holder.kill() // SIGKILL
 		l, err := r.Acquire(ctx, "rescuer")
 		if err != nil {
 			b.Fatal(err)
@@ -174,8 +183,7 @@ func TestRequeueAfterKill(t *testing.T) {
 	cancel()
 	require.ErrorIs(t, err, context.DeadlineExceeded, "leased while its holder heartbeated: %v", l)
 	killed := time.Now()
-	require.NoError(t, holder.Process.Kill())
-	_ = holder.Wait()
+	holder.kill()
 	acquire, cancel = context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	l, err = r.Acquire(acquire, "rescuer")
@@ -186,9 +194,48 @@ func TestRequeueAfterKill(t *testing.T) {
 	require.NoError(t, l.Complete(ctx))
 }
 
+// holderProc is a running holder process (holdLease).
+type holderProc struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser // its end ends the holder (as the parent's exit does)
+	out   *os.File       // the read end of its stdout
+	done  chan struct{}  // closed once the process has exited and been waited for
+}
+
+// kill SIGKILLs the holder unless it has exited, waits for its exit and
+// closes its pipes. It may be called again.
+func (h *holderProc) kill() {
+	_ = h.cmd.Process.Kill()
+	<-h.done
+	_ = h.stdin.Close()
+	_ = h.out.Close()
+}
+
+// TestHolderProcessEndsWithItsParent: a holder process (holdLease)
+// exits by itself once its parent is gone (its stdin ends, as when the
+// parent dies: a test binary stopped by -timeout runs no Cleanup), rather
+// than heartbeating its lease forever.
+func TestHolderProcessEndsWithItsParent(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := t.Context()
+	r, err := pgrouter.New[int](ctx, db, pgrouter.Options{Retention: -1})
+	require.NoError(t, err)
+	defer r.Close(context.Background())
+	require.NoError(t, r.Enqueue(ctx, "j", 1))
+	h := startHolder(t, db, time.Minute, "j")
+	require.NoError(t, h.stdin.Close()) // what the parent's death does
+	select {
+	case <-h.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the holder process still runs 30s after its stdin ended")
+	}
+	require.Equal(t, holderOrphaned, h.cmd.ProcessState.ExitCode(), "the holder's exit code")
+}
+
 // startHolder starts a holder process (holdLease) on db and waits until
-// it says it holds the job id. The process is killed when tb ends.
-func startHolder(tb testing.TB, db *pgxpool.Pool, lease time.Duration, id string) *exec.Cmd {
+// it says it holds the job id. The process is killed when tb ends, and
+// exits by itself if this process dies first (its stdin ends).
+func startHolder(tb testing.TB, db *pgxpool.Pool, lease time.Duration, id string) *holderProc {
 	tb.Helper()
 	exe, err := os.Executable()
 	require.NoError(tb, err)
@@ -198,18 +245,30 @@ func startHolder(tb testing.TB, db *pgxpool.Pool, lease time.Duration, id string
 		RawQuery: neturl.Values{"host": {c.Host}, "port": {fmt.Sprint(c.Port)}, "sslmode": {"disable"}}.Encode()}).String()
 	cmd.Env = append(os.Environ(), envHolderURL+"="+url, envHolderLease+"="+lease.String())
 	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
+	stdin, err := cmd.StdinPipe()
 	require.NoError(tb, err)
-	require.NoError(tb, cmd.Start())
-	tb.Cleanup(func() {
-		_ = cmd.Process.Kill()
+	// A pipe of our own for stdout, so Wait (at the holder's exit) never
+	// closes what is still to be read.
+	rd, wr, err := os.Pipe()
+	require.NoError(tb, err)
+	cmd.Stdout = wr
+	err = cmd.Start()
+	_ = wr.Close()
+	if err != nil {
+		_ = rd.Close()
+		require.NoError(tb, err)
+	}
+	h := &holderProc{cmd: cmd, stdin: stdin, out: rd, done: make(chan struct{})}
+	go func() {
 		_ = cmd.Wait()
-	})
+		close(h.done)
+	}()
+	tb.Cleanup(h.kill)
 	said := make(chan string, 1)
 	go func() {
-		line, _ := bufio.NewReader(out).ReadString('\n')
+		line, _ := bufio.NewReader(rd).ReadString('\n')
 		said <- strings.TrimSpace(line)
-		_, _ = io.Copy(io.Discard, out)
+		_, _ = io.Copy(io.Discard, rd) // until the holder exits
 	}()
 	select {
 	case line := <-said:
@@ -217,5 +276,5 @@ func startHolder(tb testing.TB, db *pgxpool.Pool, lease time.Duration, id string
 	case <-time.After(30 * time.Second):
 		tb.Fatal("the holder process did not lease the job within 30s")
 	}
-	return cmd
+	return h
 }

@@ -36,7 +36,9 @@ import (
 // up to n (claim, complete, purge, commit) until a claim finds nothing,
 // and returns the number of jobs it completed. The statements mirror
 // pgrouter/sql's claim.sql, leases_end.sql (reason 'completed', no
-// retention: purge_at is the instant of the completion) and purge.sql.
+// retention: purge_at is the instant of the completion) and purge.sql
+// (without its advisory lock: each backend purges what its own batch
+// finished, so none is left behind when the other has stopped).
 // With drop, the completion deletes each valid lease's row instead (and
 // the purge finds nothing): how much an end that drops the row at once
 // would save, for Retention < 0.
@@ -102,11 +104,14 @@ BEGIN
 		END IF;
 		done := done + ended;
 
+		WITH p AS (
+			SELECT array_agg(id) AS ids FROM (SELECT id FROM leaserouter_jobs
+				WHERE queue = q AND leaserouter_past_retention(state, purge_at)
+					AND purge_at <= (SELECT clock_timestamp())
+				ORDER BY purge_at LIMIT 1000 FOR UPDATE SKIP LOCKED) l)
 		DELETE FROM leaserouter_jobs j
-		USING (SELECT queue, id FROM leaserouter_jobs
-			WHERE queue = q AND leaserouter_past_retention(state, purge_at)
-			ORDER BY purge_at LIMIT 1000 FOR UPDATE SKIP LOCKED) p
-		WHERE j.queue = p.queue AND j.id = p.id;
+		USING p, unnest(p.ids) AS u(id)
+		WHERE j.queue = q AND j.id = u.id;
 		COMMIT;
 	END LOOP;
 END $$`

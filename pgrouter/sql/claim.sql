@@ -5,8 +5,9 @@
 -- taken after the rows are ordered, so they increase in the ready order.
 --
 -- The picked rows reach the update as arrays (t), estimated at a few rows
--- whatever @n and the statistics, so it finds each by key: joined to
--- numbered, it could hash the whole queue at every claim.
+-- whatever @n, so it finds each by key once the table has statistics
+-- (joined to numbered, it could hash the whole queue at every claim; a
+-- table never analyzed may still be scanned, while it is small).
 WITH picked AS (
 	SELECT queue, id, priority, ready_at, seq FROM leaserouter_jobs
 	WHERE queue = @queue AND state = 'pending'

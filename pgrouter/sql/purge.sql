@@ -14,9 +14,9 @@
 -- rows (with only the rule's own test, a bitmap scan of every finished
 -- row of the queue, dead entries included, then a sort, was chosen).
 -- The rows reach the delete as an array (p), estimated at a few rows
--- whatever @limit and the statistics, so it finds each by key (as
--- claim.sql's update does; joined to the locked rows directly, it could
--- hash the whole queue at every batch).
+-- whatever @limit, so it finds each by key (as claim.sql's update does;
+-- joined to the locked rows directly, it could hash the whole queue at
+-- every batch).
 WITH p AS (
 	SELECT array_agg(id) AS ids FROM (SELECT id FROM leaserouter_jobs
 		WHERE queue = @queue AND leaserouter_past_retention(state, purge_at)

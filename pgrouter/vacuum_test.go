@@ -39,11 +39,20 @@ func drainJobs(t *testing.T, r *pgrouter.Router[int], n int) {
 
 // readyWalkBuffers is how many buffers the walk of the ready index reads
 // to find the first pending job of the default queue (the claim's scan,
-// EXPLAIN (ANALYZE, BUFFERS): the plan's total, its first Buffers line;
-// a table analyzed with one pending row may be read through a bitmap).
+// EXPLAIN (ANALYZE, BUFFERS): the plan's total, its first Buffers line),
+// the walk forced (no sort, no bitmap).
 func readyWalkBuffers(t *testing.T, db *pgxpool.Pool) int {
 	t.Helper()
-	rows, err := db.Query(t.Context(), `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF)
+	tx, err := db.Begin(t.Context())
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	// The claim's plan, whatever the statistics of a table this small
+	// make of it (with one row, a sort of what the primary key finds).
+	_, err = tx.Exec(t.Context(), `SET LOCAL enable_sort = off`)
+	require.NoError(t, err)
+	_, err = tx.Exec(t.Context(), `SET LOCAL enable_bitmapscan = off`)
+	require.NoError(t, err)
+	rows, err := tx.Query(t.Context(), `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF)
 		SELECT id FROM leaserouter_jobs WHERE queue = 'default' AND state = 'pending'
 		ORDER BY priority DESC, ready_at, seq LIMIT 1`)
 	require.NoError(t, err)

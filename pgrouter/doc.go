@@ -138,7 +138,10 @@
 // order, scheduled run-ats, lease expiries and purge times. Payloads are
 // JSON (encoding/json) in a jsonb column, readable in SQL. The jobs table
 // is created with aggressive autovacuum settings (every job is updated
-// several times and deleted): a long-running transaction elsewhere in the
+// several times and deleted), and the Router vacuums and analyzes it
+// itself when it is due, unless Options.NoVacuum (see New): a claim walks
+// the index of pending jobs from where the dead entries of the jobs
+// claimed before it lie. A long-running transaction elsewhere in the
 // database (an open snapshot) keeps dead rows alive and slows claims.
 //
 // A job's state is the enum leaserouter_job_state, whose labels are

@@ -31,7 +31,8 @@ func (r *Router[T]) TryAcquire(ctx context.Context, workerID string) (*Lease[T],
 	return first(r.acquire(ctx, "TryAcquire", workerID, 1, false))
 }
 
-// TryAcquireMany leases up to max ready jobs to workerID, in the ready
+// TryAcquireMany leases up to max ready jobs to workerID (at most 1024,
+// leaserouter.MaxBatch, in one call: unlike the core's), in the ready
 // order, in one round trip; each lease is independent (its own token,
 // increasing in slice order, expiry, heartbeats and completion). It
 // returns at least one lease, or ErrNoJob, ErrClosed, ctx.Err(), an
@@ -206,6 +207,11 @@ func (r *Router[T]) claim(ctx context.Context, call, workerID string, n int, wit
 	return c.ls, c.due, nil
 }
 
+// claimMax is the most jobs one claim leases: claim.sql's bound on its
+// walk of the ready index, a constant so that the statement has one plan
+// whatever the claim's size (leaserouter.MaxBatch, Run's largest batch).
+const claimMax = leaserouter.MaxBatch
+
 // claimBatch is a claim's one round trip: its advisory lock on the claim
 // id, the completion of done (Run's finished leases), a settling round,
 // the claim of up to n jobs, and, withDue, the next due instant.
@@ -217,7 +223,7 @@ func (r *Router[T]) claimBatch(id int64, done []*Lease[T], workerID string, n in
 		b.Queue(endLeases, r.endManyArgs(done, leaserouter.LostCompleted, true))
 	}
 	r.queueSettle(b)
-	b.Queue(claimJobs, args{"queue": q, "n": n, "worker": workerID, "lease_us": r.lease, "claim": id})
+	b.Queue(claimJobs, args{"queue": q, "n": min(n, claimMax), "worker": workerID, "lease_us": r.lease, "claim": id})
 	if withDue {
 		b.Queue(nextDue, args{"queue": q})
 	}

@@ -525,3 +525,22 @@ func TestClaimResolverUndoesOnlyTheLostClaimsExpiry(t *testing.T) {
 	require.Equal(t, leaserouter.StatePending, j.state)
 	require.Equal(t, 2, j.attempt, "handed back once")
 }
+
+// TestClaimAtMostMaxBatch: one TryAcquireMany leases at most
+// leaserouter.MaxBatch jobs, however many more max asks for and are
+// ready (a declared difference from the core); the next call leases the
+// rest.
+func TestClaimAtMostMaxBatch(t *testing.T) {
+	r, _ := newRouter[int](t, pgrouter.Options{})
+	ctx := t.Context()
+	enqueueJobs(t, r, "a", leaserouter.MaxBatch+10)
+	ls, err := r.TryAcquireMany(ctx, "w", 5000)
+	require.NoError(t, err)
+	require.Len(t, ls, leaserouter.MaxBatch)
+	for i := 1; i < len(ls); i++ {
+		require.Greater(t, ls[i].Token, ls[i-1].Token, "tokens increase in the ready order")
+	}
+	ls, err = r.TryAcquireMany(ctx, "w", 5000)
+	require.NoError(t, err)
+	require.Len(t, ls, 10)
+}

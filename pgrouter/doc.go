@@ -48,6 +48,10 @@
 //     purged event emitted, when its row goes, by the process that
 //     removes it.
 //   - Capacity is not offered: the table is the queue.
+//   - TryAcquireMany and AcquireMany lease at most leaserouter.MaxBatch
+//     (1024) jobs a call, whatever max asks (the claim statement's walk
+//     has a constant bound, so it keeps one plan for every claim); the
+//     core leases up to max.
 //   - LeaseDuration has a floor, MinLeaseDuration (1ms): a positive one
 //     below it is refused by New (ErrInvalidOptions, with the core's
 //     message for the field, naming the floor), since the database keeps

@@ -2,6 +2,7 @@ package pgrouter
 
 import (
 	"context"
+	"fmt"
 	"io/fs"
 	"strings"
 	"testing"
@@ -50,4 +51,10 @@ func TestArgsBinding(t *testing.T) {
 	require.ErrorContains(t, err, "argument @idd is not used by the statement")
 	_, _, err = args{"queue": "q", "id": "j"}.RewriteQuery(ctx, nil, "SELECT @queue, @id", nil)
 	require.ErrorContains(t, err, "not a statement of sql/")
+}
+
+// The claim statement's bound on its walk is claimMax, the most the Go
+// side asks for.
+func TestClaimWalkBoundIsClaimMax(t *testing.T) {
+	require.Contains(t, claimJobs, fmt.Sprintf("LIMIT %d FOR UPDATE SKIP LOCKED", claimMax))
 }

@@ -81,6 +81,41 @@ func TestBatchStatementsPlannedOnce(t *testing.T) {
 	}
 }
 
+// A claim is planned once per connection, whatever its size, on a table
+// with statistics: after the server's five custom plans, its generic plan
+// is kept. (A plan knowing @n looked far cheaper for a claim of one than
+// the generic one, so Run at Batch 1 planned every claim again, ~170 us
+// each, more than the claim took to run.)
+func TestClaimPlannedOnce(t *testing.T) {
+	db := youngQueue(t, 4000)
+	_, err := db.Exec(t.Context(), `ANALYZE leaserouter_jobs`)
+	require.NoError(t, err)
+	conn, err := db.Acquire(t.Context())
+	require.NoError(t, err)
+	defer conn.Release()
+	sql, names := pgrouter.Statement("claim")
+	tx, err := conn.Begin(t.Context()) // rolled back: the claims lease nothing for good
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	for i := range 12 {
+		values := map[string]any{"queue": "default", "n": int64(1 + i%3), "worker": "w", "lease_us": int64(60e6), "claim": int64(i + 1)}
+		rows, err := tx.Query(t.Context(), sql, bindPositional(names, values)...)
+		require.NoError(t, err)
+		n := 0
+		for rows.Next() {
+			n++
+		}
+		require.NoError(t, rows.Err())
+		require.Equal(t, 1+i%3, n, "jobs leased")
+	}
+	var generic, custom int64
+	require.NoError(t, tx.QueryRow(t.Context(),
+		`SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1`, sql).
+		Scan(&generic, &custom))
+	require.Equal(t, int64(5), custom, "custom plans")
+	require.Equal(t, int64(7), generic, "generic plans")
+}
+
 // On a young table (no statistics), a batch of k leases locks its rows
 // through their keys, reading about k rows of the table, whatever else
 // the queue holds: never by a scan of the queue (the join it replaced
@@ -153,29 +188,78 @@ func TestPickingStatementsFindRowsByKey(t *testing.T) {
 			WHERE state = 'pending' AND substr(id, 2)::int % 20 = 3;
 		ANALYZE leaserouter_jobs`)
 	require.NoError(t, err)
-	values := map[string]any{"queue": "default", "n": int64(k), "limit": int64(k), "worker": "w",
-		"lease_us": int64(60e6), "claim": int64(1), "retention_us": int64(60e6)}
 	for _, name := range []string{"claim", "settle_expired", "settle_scheduled", "purge"} {
-		t.Run(name, func(t *testing.T) {
-			conn, err := db.Acquire(t.Context())
-			require.NoError(t, err)
-			defer conn.Release()
-			sql, names := pgrouter.Statement(name)
-			tx, err := conn.Begin(t.Context())
-			require.NoError(t, err)
-			defer func() { _ = tx.Rollback(context.Background()) }()
-			var plan []byte
-			explain := append([]any{pgx.QueryExecModeSimpleProtocol}, bindPositional(names, values)...)
-			require.NoError(t, tx.QueryRow(t.Context(), "EXPLAIN (ANALYZE, FORMAT JSON) "+sql, explain...).Scan(&plan))
-			var out []struct{ Plan planNode }
-			require.NoError(t, json.Unmarshal(plan, &out))
-			require.Equal(t, float64(k), out[0].Plan.changed(), "rows changed")
-			picked := out[0].Plan.lockedRead("leaserouter_jobs", false)
-			require.LessOrEqual(t, picked, k+16, "rows of the table read to pick %d among %d:\n%s", k, n, plan)
-			read := out[0].Plan.unlockedRead("leaserouter_jobs")
-			require.LessOrEqual(t, read, k+16, "rows of the table read to change the %d picked among %d:\n%s", k, n, plan)
+		for _, generic := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/generic=%v", name, generic), func(t *testing.T) {
+				requireReadByKey(t, explainPicking(t, db, name, generic, k), k, n)
+			})
+		}
+	}
+}
+
+// On a young table (no statistics: the estimates come from its size),
+// as Enqueue leaves it, a claim's kept plan finds its rows by key too.
+// (With the rows estimated at 10, a bitmap scan of the whole queue
+// looked cheaper for a table of 10,000 jobs: read at every claim.)
+func TestClaimOnYoungTableFindsRowsByKey(t *testing.T) {
+	const n, k = 10000, 256
+	r, db := newRouter[int](t, pgrouter.Options{NoVacuum: true})
+	_, err := db.Exec(t.Context(), "ALTER TABLE leaserouter_jobs SET (autovacuum_enabled = false)")
+	require.NoError(t, err)
+	for i := range n / 1000 {
+		enqueueJobs(t, r, fmt.Sprint("y", i, "-"), 1000)
+	}
+	for _, generic := range []bool{false, true} {
+		t.Run(fmt.Sprintf("generic=%v", generic), func(t *testing.T) {
+			requireReadByKey(t, explainPicking(t, db, "claim", generic, k), k, n)
 		})
 	}
+}
+
+// requireReadByKey checks plan (EXPLAIN (ANALYZE, FORMAT JSON) of a
+// statement picking k rows among n) changed k rows, read about k rows to
+// pick them and about k more to change them.
+func requireReadByKey(t *testing.T, plan []byte, k, n int) {
+	t.Helper()
+	var out []struct{ Plan planNode }
+	require.NoError(t, json.Unmarshal(plan, &out))
+	require.Equal(t, float64(k), out[0].Plan.changed(), "rows changed")
+	picked := out[0].Plan.lockedRead("leaserouter_jobs", false)
+	require.LessOrEqual(t, picked, k+16, "rows of the table read to pick %d among %d:\n%s", k, n, plan)
+	read := out[0].Plan.unlockedRead("leaserouter_jobs")
+	require.LessOrEqual(t, read, k+16, "rows of the table read to change the %d picked among %d:\n%s", k, n, plan)
+}
+
+// explainPicking is EXPLAIN (ANALYZE, FORMAT JSON) of the statement
+// sql/name.sql picking k rows, in a transaction rolled back: its custom
+// plan, or with generic its generic plan (the one a connection keeps).
+func explainPicking(t *testing.T, db *pgxpool.Pool, name string, generic bool, k int) []byte {
+	t.Helper()
+	values := map[string]any{"queue": "default", "n": int64(k), "limit": int64(k), "worker": "w",
+		"lease_us": int64(60e6), "claim": int64(1), "retention_us": int64(60e6)}
+	sql, names := pgrouter.Statement(name)
+	tx, err := db.Begin(t.Context())
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	explain := append([]any{pgx.QueryExecModeSimpleProtocol}, bindPositional(names, values)...)
+	var plan []byte
+	if !generic {
+		require.NoError(t, tx.QueryRow(t.Context(), "EXPLAIN (ANALYZE, FORMAT JSON) "+sql, explain...).Scan(&plan))
+		return plan
+	}
+	_, err = tx.Exec(t.Context(), "SET LOCAL plan_cache_mode = force_generic_plan")
+	require.NoError(t, err)
+	_, err = tx.Prepare(t.Context(), "picking", sql)
+	require.NoError(t, err)
+	params := ""
+	for i := range names {
+		params += fmt.Sprintf(", $%d", i+1)
+	}
+	require.NoError(t, tx.QueryRow(t.Context(),
+		"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE picking("+params[2:]+")", explain...).Scan(&plan))
+	_, err = tx.Exec(t.Context(), "DEALLOCATE picking")
+	require.NoError(t, err)
+	return plan
 }
 
 // planNode is a node of EXPLAIN (ANALYZE, FORMAT JSON).

@@ -1,19 +1,22 @@
--- Leases up to @n pending jobs of @queue to @worker for @lease_us
--- microseconds, in the ready order (priority, ready time, enqueue order),
--- skipping rows other claimers hold, and writes the claim id @claim on
--- them (nothing, if the claim was abandoned: see outcome.go). Tokens are
--- taken after the rows are ordered, so they increase in the ready order.
---
--- The picked rows reach the update as arrays (t), estimated at a few rows
--- whatever @n, so it finds each by key once the table has statistics
--- (joined to numbered, it could hash the whole queue at every claim; a
--- table never analyzed may still be scanned, while it is small).
+-- Leases up to @n (at most claimMax, 1024) pending jobs of @queue to
+-- @worker for @lease_us microseconds, in the ready order (priority, ready
+-- time, enqueue order), skipping rows other claimers hold, and writes the
+-- claim id @claim on them (nothing, if the claim was abandoned: see
+-- outcome.go). Tokens are taken after the rows are ordered, so they
+-- increase in the ready order. The walk's bound is a constant (rows are
+-- locked as the outer LIMIT pulls them), @n an unknown: one plan for
+-- every claim, made once per connection (a plan knowing @n was made
+-- again at each claim of one: ~170 us). The rows reach the update as
+-- arrays (t), estimated at a few rows (n.token > 0, always true, lowers
+-- the estimate: on a young table, with no statistics, 10 rows made a
+-- bitmap scan of the whole queue look cheaper): it finds each by key.
 WITH picked AS (
-	SELECT queue, id, priority, ready_at, seq FROM leaserouter_jobs
-	WHERE queue = @queue AND state = 'pending'
-		AND NOT EXISTS (SELECT FROM leaserouter_abandoned_claims WHERE id = @claim)
-	ORDER BY priority DESC, ready_at, seq
-	LIMIT @n FOR UPDATE SKIP LOCKED),
+	SELECT * FROM (SELECT queue, id, priority, ready_at, seq FROM leaserouter_jobs
+		WHERE queue = @queue AND state = 'pending'
+			AND NOT EXISTS (SELECT FROM leaserouter_abandoned_claims WHERE id = @claim)
+		ORDER BY priority DESC, ready_at, seq
+		LIMIT 1024 FOR UPDATE SKIP LOCKED) w
+	LIMIT (SELECT @n::bigint)),
 numbered AS (
 	SELECT id, nextval('leaserouter_token') AS token
 	FROM (SELECT * FROM picked ORDER BY priority DESC, ready_at, seq) p),
@@ -23,5 +26,5 @@ UPDATE leaserouter_jobs j SET
 	state = 'leased', token = n.token, attempt = j.attempt + 1, owner = @worker, ended = '', claim = @claim,
 	lease_expires_at = c.now + @lease_us * interval '1 microsecond', updated_at = c.now, leased_at = c.now
 FROM t, unnest(t.ids, t.tokens) AS n(id, token), c
-WHERE j.queue = @queue AND j.id = n.id
+WHERE j.queue = @queue AND j.id = n.id AND n.token > 0
 RETURNING j.id, j.payload, j.attempt, j.token, j.progress, j.lease_expires_at, j.updated_at, j.ready_at, j.requeued

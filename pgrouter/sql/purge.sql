@@ -14,8 +14,9 @@
 -- rows (with only the rule's own test, a bitmap scan of every finished
 -- row of the queue, dead entries included, then a sort, was chosen).
 -- The rows reach the delete as an array (p), estimated at a few rows
--- whatever @limit, so it finds each by key (as claim.sql's update does;
--- joined to the locked rows directly, it could hash the whole queue at
+-- whatever @limit (u.id > '', true of every ID, lowers the estimate
+-- further, as n.token > 0 does in claim.sql), so it finds each by key
+-- (joined to the locked rows directly, it could hash the whole queue at
 -- every batch).
 WITH p AS (
 	SELECT array_agg(id) AS ids FROM (SELECT id FROM leaserouter_jobs
@@ -26,6 +27,6 @@ WITH p AS (
 d AS (
 	DELETE FROM leaserouter_jobs j
 	USING p, unnest(p.ids) AS u(id)
-	WHERE j.queue = @queue AND j.id = u.id
+	WHERE j.queue = @queue AND j.id = u.id AND u.id > ''
 	RETURNING j.id, j.token, j.attempt, j.purge_at)
 SELECT id, token, attempt, purge_at FROM d

@@ -17,5 +17,5 @@ UPDATE leaserouter_jobs j SET
 		(SELECT * FROM leaserouter_end_lease('expired', j.attempt, j.max_attempts, false, 0,
 			j.lease_expires_at, 'lease expired', @retention_us))
 FROM e, unnest(e.ids, e.owners, e.expiries) AS d(id, owner, lease_expires_at)
-WHERE j.queue = @queue AND j.id = d.id
+WHERE j.queue = @queue AND j.id = d.id AND d.id > ''
 RETURNING j.id, j.token, j.attempt, j.state::text, d.lease_expires_at, d.owner, j.leased_at

@@ -8,6 +8,6 @@ WITH d AS (
 sch AS (
 	UPDATE leaserouter_jobs j SET state = 'pending', updated_at = j.ready_at
 	FROM d, unnest(d.ids) AS u(id)
-	WHERE j.queue = @queue AND j.id = u.id
+	WHERE j.queue = @queue AND j.id = u.id AND u.id > ''
 	RETURNING 1)
 SELECT count(*) FROM sch

@@ -10,7 +10,8 @@ package benchmarks
 // Each side gets b.N no-op jobs enqueued in batches before it starts;
 // jobs/s is from the start of its workers to the last job completed
 // (committed). pgrouter runs with its defaults (2 workers, batched claims,
-// completions with the next claim). River runs at each of riverMaxWorkers
+// completions with the next claim), at the default Retention and at -1
+// (finished rows also deleted during the run). River runs at each of riverMaxWorkers
 // (a River queue fetches at most MaxWorkers jobs a round, so 2 workers cap
 // it; River's own examples use 100), tuned for throughput (fetch cooldown
 // and poll interval at their 1ms minimum, completions flushed by its

@@ -1,15 +1,11 @@
 package pgrouter_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
-	neturl "net/url"
 	"os"
-	"os/exec"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -75,9 +71,8 @@ func BenchmarkPickupLatency(b *testing.B) {
 // reportPercentiles reports p50 and p99 of lat, in ms.
 func reportPercentiles(b *testing.B, lat []time.Duration) {
 	slices.Sort(lat)
-	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-	b.ReportMetric(ms(lat[len(lat)/2]), "p50-ms")
-	b.ReportMetric(ms(lat[len(lat)*99/100]), "p99-ms")
+	b.ReportMetric(ms(latencies(lat).q(0.50)), "p50-ms")
+	b.ReportMetric(ms(latencies(lat).q(0.99)), "p99-ms")
 }
 
 // The environment of a holder process (holdLease): the database and the
@@ -194,23 +189,6 @@ func TestRequeueAfterKill(t *testing.T) {
 	require.NoError(t, l.Complete(ctx))
 }
 
-// holderProc is a running holder process (holdLease).
-type holderProc struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser // its end ends the holder (as the parent's exit does)
-	out   *os.File       // the read end of its stdout
-	done  chan struct{}  // closed once the process has exited and been waited for
-}
-
-// kill SIGKILLs the holder unless it has exited, waits for its exit and
-// closes its pipes. It may be called again.
-func (h *holderProc) kill() {
-	_ = h.cmd.Process.Kill()
-	<-h.done
-	_ = h.stdin.Close()
-	_ = h.out.Close()
-}
-
 // TestHolderProcessEndsWithItsParent: a holder process (holdLease)
 // exits by itself once its parent is gone (its stdin ends, as when the
 // parent dies: a test binary stopped by -timeout runs no Cleanup), rather
@@ -225,7 +203,7 @@ func TestHolderProcessEndsWithItsParent(t *testing.T) {
 	h := startHolder(t, db, time.Minute, "j")
 	require.NoError(t, h.stdin.Close()) // what the parent's death does
 	select {
-	case <-h.done:
+	case <-h.exited:
 	case <-time.After(30 * time.Second):
 		t.Fatal("the holder process still runs 30s after its stdin ended")
 	}
@@ -235,44 +213,19 @@ func TestHolderProcessEndsWithItsParent(t *testing.T) {
 // startHolder starts a holder process (holdLease) on db and waits until
 // it says it holds the job id. The process is killed when tb ends, and
 // exits by itself if this process dies first (its stdin ends).
-func startHolder(tb testing.TB, db *pgxpool.Pool, lease time.Duration, id string) *holderProc {
+func startHolder(tb testing.TB, db *pgxpool.Pool, lease time.Duration, id string) *child {
 	tb.Helper()
-	exe, err := os.Executable()
+	h, err := startChild(context.Background(), envHolderURL+"="+childDSN(db), envHolderLease+"="+lease.String())
 	require.NoError(tb, err)
-	cmd := exec.Command(exe, "-test.run", "^$")
-	c := db.Config().ConnConfig // the pool's database (its ConnString is the server's)
-	url := (&neturl.URL{Scheme: "postgres", User: neturl.UserPassword(c.User, c.Password), Path: "/" + c.Database,
-		RawQuery: neturl.Values{"host": {c.Host}, "port": {fmt.Sprint(c.Port)}, "sslmode": {"disable"}}.Encode()}).String()
-	cmd.Env = append(os.Environ(), envHolderURL+"="+url, envHolderLease+"="+lease.String())
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	require.NoError(tb, err)
-	// A pipe of our own for stdout, so Wait (at the holder's exit) never
-	// closes what is still to be read.
-	rd, wr, err := os.Pipe()
-	require.NoError(tb, err)
-	cmd.Stdout = wr
-	err = cmd.Start()
-	_ = wr.Close()
-	if err != nil {
-		_ = rd.Close()
-		require.NoError(tb, err)
-	}
-	h := &holderProc{cmd: cmd, stdin: stdin, out: rd, done: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait()
-		close(h.done)
-	}()
 	tb.Cleanup(h.kill)
-	said := make(chan string, 1)
+	said := make(chan error, 1)
 	go func() {
-		line, _ := bufio.NewReader(rd).ReadString('\n')
-		said <- strings.TrimSpace(line)
-		_, _ = io.Copy(io.Discard, rd) // until the holder exits
+		said <- h.expect("held " + id)
+		_, _ = io.Copy(io.Discard, h.rd) // until the holder exits
 	}()
 	select {
-	case line := <-said:
-		require.Equal(tb, "held "+id, line, "the holder process")
+	case err := <-said:
+		require.NoError(tb, err, "the holder process")
 	case <-time.After(30 * time.Second):
 		tb.Fatal("the holder process did not lease the job within 30s")
 	}

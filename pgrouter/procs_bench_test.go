@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -85,8 +84,8 @@ func procsRun(b *testing.B, p, n int) (float64, float64) {
 	ctx, cancel := context.WithTimeout(context.Background(), procsLimit)
 	defer cancel()
 
-	dsn := procsDSN(db)
-	children := make([]*procsChildProc, p)
+	dsn := childDSN(db)
+	children := make([]*child, p)
 	b.Cleanup(func() { // whatever happened: none outlives the benchmark
 		for _, c := range children {
 			if c != nil {
@@ -178,69 +177,23 @@ func procsRun(b *testing.B, p, n int) (float64, float64) {
 	return float64(n) / elapsed.Seconds(), float64(cpu.Microseconds()) / float64(n)
 }
 
-// procsDSN is a connection string for db's database.
-func procsDSN(db *pgxpool.Pool) string {
-	cc := db.Config().ConnConfig
-	return fmt.Sprintf("host=%s port=%d user=%s password='%s' dbname=%s sslmode=disable",
-		cc.Host, cc.Port, cc.User, strings.ReplaceAll(cc.Password, "'", `\'`), cc.Database)
-}
-
-// procsChildProc is a running child of BenchmarkProcesses: it says
-// "ready" on stdout once its Router is up, starts Run at a line on
-// stdin, says how many jobs it has run as that changes ("+<count>",
-// every 2ms at most), stops at stdin's end, and says how many it ran
-// once Run returned ("=<count>").
-type procsChildProc struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	rd    *os.File // the read end of the child's stdout
-	out   *bufio.Scanner
-	done  chan error
-}
-
-func startProcsChild(ctx context.Context, dsn, name string) (*procsChildProc, error) {
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$", "-test.bench=^$")
-	cmd.Env = append(os.Environ(), envProcsChild+"="+dsn)
+// startProcsChild starts a child of BenchmarkProcesses (procsChild) on
+// the database dsn; name names its CPU profile. It says "ready" on stdout
+// once its Router is up, starts Run at a line on stdin, says how many
+// jobs it has run as that changes ("+<count>", every 2ms at most), stops
+// at stdin's end, and says how many it ran once Run returned
+// ("=<count>").
+func startProcsChild(ctx context.Context, dsn, name string) (*child, error) {
+	env := []string{envProcsChild + "=" + dsn}
 	if dir := os.Getenv(envProcsProfile); dir != "" {
-		cmd.Env = append(cmd.Env, envProcsProfile+"="+dir+"/"+name+".prof")
+		env = append(env, envProcsProfile+"="+dir+"/"+name+".prof")
 	}
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	// A pipe of our own for stdout, so Wait (at the child's exit) never
-	// closes what is still to be read.
-	rd, wr, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	cmd.Stdout = wr
-	err = cmd.Start()
-	_ = wr.Close()
-	if err != nil {
-		_ = rd.Close()
-		return nil, err
-	}
-	c := &procsChildProc{cmd: cmd, stdin: stdin, rd: rd, out: bufio.NewScanner(rd), done: make(chan error, 1)}
-	go func() { c.done <- cmd.Wait() }()
-	return c, nil
-}
-
-// expect reads the child's next line, which must be want.
-func (c *procsChildProc) expect(want string) error {
-	if !c.out.Scan() {
-		return fmt.Errorf("child %d: no %q: %v", c.cmd.Process.Pid, want, c.out.Err())
-	}
-	if got := c.out.Text(); got != want {
-		return fmt.Errorf("child %d: %q, want %q", c.cmd.Process.Pid, got, want)
-	}
-	return nil
+	return startChild(ctx, env...)
 }
 
 // progress reads the child's next report: how many jobs it has run,
 // and whether that is final (its Run returned).
-func (c *procsChildProc) progress() (int, bool, error) {
+func (c *child) progress() (int, bool, error) {
 	if !c.out.Scan() {
 		return 0, false, fmt.Errorf("child %d: no count: %v", c.cmd.Process.Pid, c.out.Err())
 	}
@@ -253,31 +206,8 @@ func (c *procsChildProc) progress() (int, bool, error) {
 	return k, final, nil
 }
 
-// wait waits for the child to exit, at most 30s.
-func (c *procsChildProc) wait() error {
-	select {
-	case err := <-c.done:
-		c.done = nil
-		_ = c.rd.Close()
-		return err
-	case <-time.After(30 * time.Second):
-		return fmt.Errorf("child %d: did not exit", c.cmd.Process.Pid)
-	}
-}
-
-// kill kills the child unless it has exited, and waits for its exit.
-func (c *procsChildProc) kill() {
-	if c.done == nil {
-		return
-	}
-	_ = c.cmd.Process.Kill()
-	<-c.done
-	c.done = nil
-	_ = c.rd.Close()
-}
-
 // procsChild is a child process of BenchmarkProcesses (see
-// procsChildProc), on the database dsn; it returns the exit code. It
+// startProcsChild), on the database dsn; it returns the exit code. It
 // stops at stdin's end (its parent stopped it, or died) or after
 // procsLimit.
 func procsChild(dsn string) int {

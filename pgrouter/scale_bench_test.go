@@ -197,6 +197,13 @@ func measurePhase(b *testing.B, r *pgrouter.Router[int], name string) phase {
 	return p
 }
 
+// scaleRetentions are the Retentions the scale benchmarks run at: jobs
+// dropped at once, and kept for the default Retention.
+var scaleRetentions = []struct {
+	name      string
+	retention time.Duration
+}{{"retention=-1", -1}, {"retention=default", 0}}
+
 // BenchmarkAfterDrain measures single claims (TryAcquire, and TryAcquire
 // + Complete: p50, p99 over latencySamples) and Run throughput (2
 // workers, Batch 1 and the default ceiling) on an empty table, then
@@ -208,10 +215,7 @@ func measurePhase(b *testing.B, r *pgrouter.Router[int], name string) phase {
 // dead tuples after the drain; then, once a vacuum of the table has ended
 // after the drain (waiting up to 90s), measures again ("vacuumed").
 func BenchmarkAfterDrain(b *testing.B) {
-	for _, c := range []struct {
-		name      string
-		retention time.Duration
-	}{{"retention=-1", -1}, {"retention=default", 0}} {
+	for _, c := range scaleRetentions {
 		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {
 				afterDrain(b, c.retention)

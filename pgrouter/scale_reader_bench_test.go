@@ -29,22 +29,13 @@ import (
 // to the first 1s window whose p99 is within 1.5x the baseline's (recovery;
 // -1 if none).
 func BenchmarkLongReader(b *testing.B) {
-	for _, c := range []struct {
-		name      string
-		retention time.Duration
-	}{{"retention=-1", -1}, {"retention=default", 0}} {
+	for _, c := range scaleRetentions {
 		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {
 				res := longReader(b, c.retention, 5*time.Second,
 					time.Duration(envInt("LEASEROUTER_READER_SECONDS", 10))*time.Second, 60*time.Second)
 				b.Logf("%+v", res)
-				b.ReportMetric(ms(res.before), "before-p99-ms")
-				b.ReportMetric(ms(res.during), "during-p99-ms")
-				b.ReportMetric(ms(res.duringMax), "during-max-ms")
-				b.ReportMetric(ms(res.duringLast), "during-last-s-p99-ms")
-				b.ReportMetric(ms(res.afterFirst), "after-1st-s-p99-ms")
-				b.ReportMetric(ms(res.after), "after-p99-ms")
-				b.ReportMetric(res.recovery.Seconds(), "recovery-s")
+				res.report(b)
 				b.ReportMetric(res.rate, "jobs/s")
 			}
 		})
@@ -59,6 +50,17 @@ type readerResult struct {
 	recovery                  time.Duration // reader end to the first window within 1.5x before; -1 if none
 	rate                      float64       // jobs completed per second over the whole run
 	windows                   []time.Duration
+}
+
+// report reports res's claim p99s (ms) and recovery (s) on b.
+func (res readerResult) report(b *testing.B) {
+	b.ReportMetric(ms(res.before), "before-p99-ms")
+	b.ReportMetric(ms(res.during), "during-p99-ms")
+	b.ReportMetric(ms(res.duringMax), "during-max-ms")
+	b.ReportMetric(ms(res.duringLast), "during-last-s-p99-ms")
+	b.ReportMetric(ms(res.afterFirst), "after-1st-s-p99-ms")
+	b.ReportMetric(ms(res.after), "after-p99-ms")
+	b.ReportMetric(res.recovery.Seconds(), "recovery-s")
 }
 
 // longReader runs the long-reader scenario (see BenchmarkLongReader) with
@@ -276,12 +278,6 @@ func BenchmarkLongReaderFloor(b *testing.B) {
 		res := readerLoad(b, db, "floor_jobs", enqueue, claim, 5*time.Second,
 			time.Duration(envInt("LEASEROUTER_READER_SECONDS", 10))*time.Second, 60*time.Second)
 		b.Logf("%+v", res)
-		b.ReportMetric(ms(res.before), "before-p99-ms")
-		b.ReportMetric(ms(res.during), "during-p99-ms")
-		b.ReportMetric(ms(res.duringMax), "during-max-ms")
-		b.ReportMetric(ms(res.duringLast), "during-last-s-p99-ms")
-		b.ReportMetric(ms(res.afterFirst), "after-1st-s-p99-ms")
-		b.ReportMetric(ms(res.after), "after-p99-ms")
-		b.ReportMetric(res.recovery.Seconds(), "recovery-s")
+		res.report(b)
 	}
 }

@@ -3,16 +3,19 @@ package pgrouter_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leaserouter/leaserouter"
@@ -38,13 +41,20 @@ func BenchmarkProcesses(b *testing.B) {
 		if err != nil || p < 1 {
 			b.Fatalf("%s=%q: want a count of processes", envProcsOnly, only)
 		}
-		rate, cpu := procsRun(b, p, b.N)
+		rate, cpu := procsRun(b, p, b.N, false)
 		b.ReportMetric(rate, fmt.Sprintf("p%d-jobs/s", p))
 		b.ReportMetric(cpu, fmt.Sprintf("p%d-cpu-us/job", p))
 		return
 	}
-	one, cpu1 := procsRun(b, 1, b.N)
-	four, cpu4 := procsRun(b, 4, b.N)
+	procsCompare(b, false)
+}
+
+// procsCompare drains b.N jobs with 1 process, then with 4, and reports
+// both rates, their ratio and the children's CPU time per job (floor:
+// on the floor's table).
+func procsCompare(b *testing.B, floor bool) {
+	one, cpu1 := procsRun(b, 1, b.N, floor)
+	four, cpu4 := procsRun(b, 4, b.N, floor)
 	b.ReportMetric(one, "p1-jobs/s")
 	b.ReportMetric(four, "p4-jobs/s")
 	b.ReportMetric(four/one, "p4/p1")
@@ -52,11 +62,42 @@ func BenchmarkProcesses(b *testing.B) {
 	b.ReportMetric(cpu4, "p4-cpu-us/job")
 }
 
+// BenchmarkProcessesFloor is BenchmarkProcesses on the least queue that
+// keeps the shape of Run's round trips: a bare table (a bigserial key, a
+// state, a ready time, a payload; a partial index on the ready order of
+// pending rows) drained by the same child processes, 2 goroutines each,
+// each round trip one transaction that deletes the goroutine's previous
+// batch and claims up to 256 pending rows in ready order (FOR UPDATE SKIP
+// LOCKED, made leased). No tokens, no lease check, no settling, no
+// heartbeats. Its p4/p1 is what PostgreSQL itself does with 8 claimers in
+// 4 processes against 2 in one on this machine: the floor under
+// BenchmarkProcesses' ratio.
+//
+//	go test -run '^$' -bench ProcessesFloor -benchtime 200000x -count 3 ./pgrouter/
+func BenchmarkProcessesFloor(b *testing.B) {
+	b.StopTimer()
+	procsCompare(b, true)
+}
+
+// The floor's table and statements (BenchmarkProcessesFloor).
+const (
+	floorTable = `CREATE TABLE floor_jobs (
+		id bigserial PRIMARY KEY, state smallint NOT NULL DEFAULT 0,
+		ready_at timestamptz NOT NULL DEFAULT clock_timestamp(), payload jsonb NOT NULL);
+	CREATE INDEX floor_jobs_ready ON floor_jobs (ready_at, id) WHERE state = 0`
+	floorEnqueue = `INSERT INTO floor_jobs (payload) SELECT to_jsonb(g) FROM generate_series(1, $1) g`
+	floorClaim   = `UPDATE floor_jobs j SET state = 1 FROM (SELECT id FROM floor_jobs WHERE state = 0
+		ORDER BY ready_at, id LIMIT 256 FOR UPDATE SKIP LOCKED) p WHERE j.id = p.id RETURNING j.id, j.payload`
+	floorDelete = `DELETE FROM floor_jobs WHERE id = ANY($1)`
+	floorLeft   = `SELECT EXISTS (SELECT FROM floor_jobs)`
+)
+
 // The environment of a child of BenchmarkProcesses (see procsChild).
 const (
 	envProcsChild   = "LEASEROUTER_PROCS_CHILD"      // the database's connection string: this process is a child
 	envProcsProfile = "LEASEROUTER_PROCS_CPUPROFILE" // a file for the child's CPU profile (the parent: a directory)
 	envProcsOnly    = "LEASEROUTER_PROCS_ONLY"       // the parent: run this many processes only, no ratio
+	envProcsFloor   = "LEASEROUTER_PROCS_FLOOR"      // the child drains the floor's table (BenchmarkProcessesFloor)
 )
 
 // procsLimit bounds a child's life, whatever its parent does.
@@ -68,18 +109,27 @@ const procsLimit = 5 * time.Minute
 // together had run n jobs: their completions committed) and the
 // children's CPU time (user and system, start-up included) per job in
 // microseconds. Every child has exited (or was killed) when it returns.
-func procsRun(b *testing.B, p, n int) (float64, float64) {
+func procsRun(b *testing.B, p, n int, floor bool) (float64, float64) {
 	b.Helper()
 	db := pgtest.New(b)
-	r, err := pgrouter.New[int](context.Background(), db, pgrouter.Options{Retention: -1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	enqueueN(b, r, n)
-	// Closed before the children start: its maintenance loop and
-	// listener would be one more process's.
-	if err := r.Close(context.Background()); err != nil {
-		b.Fatal(err)
+	if floor {
+		if _, err := db.Exec(context.Background(), floorTable); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := db.Exec(context.Background(), floorEnqueue, n); err != nil {
+			b.Fatal(err)
+		}
+	} else {
+		r, err := pgrouter.New[int](context.Background(), db, pgrouter.Options{Retention: -1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		enqueueN(b, r, n)
+		// Closed before the children start: its maintenance loop and
+		// listener would be one more process's.
+		if err := r.Close(context.Background()); err != nil {
+			b.Fatal(err)
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), procsLimit)
 	defer cancel()
@@ -94,7 +144,7 @@ func procsRun(b *testing.B, p, n int) (float64, float64) {
 		}
 	})
 	for i := range children {
-		c, err := startProcsChild(ctx, dsn, fmt.Sprintf("p%d-%d", p, i))
+		c, err := startProcsChild(ctx, dsn, fmt.Sprintf("p%d-%d", p, i), floor)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -168,7 +218,11 @@ func procsRun(b *testing.B, p, n int) (float64, float64) {
 		b.Fatalf("P=%d: the children ran %d jobs of %d", p, got, n)
 	}
 	var left bool
-	if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT FROM leaserouter_jobs WHERE state IN ('pending', 'leased'))`).Scan(&left); err != nil {
+	query := `SELECT EXISTS (SELECT FROM leaserouter_jobs WHERE state IN ('pending', 'leased'))`
+	if floor {
+		query = floorLeft
+	}
+	if err := db.QueryRow(ctx, query).Scan(&left); err != nil {
 		b.Fatal(err)
 	}
 	if left {
@@ -183,8 +237,11 @@ func procsRun(b *testing.B, p, n int) (float64, float64) {
 // jobs it has run as that changes ("+<count>", every 2ms at most), stops
 // at stdin's end, and says how many it ran once Run returned
 // ("=<count>").
-func startProcsChild(ctx context.Context, dsn, name string) (*child, error) {
+func startProcsChild(ctx context.Context, dsn, name string, floor bool) (*child, error) {
 	env := []string{envProcsChild + "=" + dsn}
+	if floor {
+		env = append(env, envProcsFloor+"=1")
+	}
 	if dir := os.Getenv(envProcsProfile); dir != "" {
 		env = append(env, envProcsProfile+"="+dir+"/"+name+".prof")
 	}
@@ -222,11 +279,14 @@ func procsChild(dsn string) int {
 		return fail(err)
 	}
 	defer db.Close()
-	r, err := pgrouter.New[int](ctx, db, pgrouter.Options{Retention: -1})
-	if err != nil {
-		return fail(err)
+	floor := os.Getenv(envProcsFloor) != ""
+	var r *pgrouter.Router[int]
+	if !floor { // the floor's children have no Router, nor its loops
+		if r, err = pgrouter.New[int](ctx, db, pgrouter.Options{Retention: -1}); err != nil {
+			return fail(err)
+		}
+		defer r.Close(context.Background())
 	}
-	defer r.Close(context.Background())
 	if path := os.Getenv(envProcsProfile); path != "" {
 		f, err := os.Create(path)
 		if err != nil {
@@ -268,10 +328,14 @@ func procsChild(dsn string) int {
 			}
 		}
 	}()
-	err = r.Run(runCtx, leaserouter.WorkerOptions{Workers: 2}, func(context.Context, *pgrouter.Lease[int]) error {
-		handled.Add(1)
-		return nil
-	})
+	if floor {
+		err = floorDrain(runCtx, db, &handled)
+	} else {
+		err = r.Run(runCtx, leaserouter.WorkerOptions{Workers: 2}, func(context.Context, *pgrouter.Lease[int]) error {
+			handled.Add(1)
+			return nil
+		})
+	}
 	stop()
 	<-reported
 	if err != nil {
@@ -279,4 +343,67 @@ func procsChild(dsn string) int {
 	}
 	fmt.Printf("=%d\n", handled.Load()) // Run returned: its completions are committed
 	return 0
+}
+
+// floorDrain drains the floor's table with 2 goroutines until ctx is
+// done, counting the jobs claimed in handled: each round trip deletes the
+// goroutine's previous batch and claims the next in one transaction (a
+// round trip in flight when ctx ends is finished, not canceled). The last
+// batch is deleted before it returns.
+func floorDrain(ctx context.Context, db *pgxpool.Pool, handled *atomic.Int64) error {
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i := range errs {
+		wg.Go(func() { errs[i] = floorWorker(ctx, db, handled) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// floorWorker is one goroutine of floorDrain.
+func floorWorker(ctx context.Context, db *pgxpool.Pool, handled *atomic.Int64) error {
+	var prev []int64
+	for {
+		var b pgx.Batch
+		if len(prev) > 0 {
+			b.Queue(floorDelete, prev)
+		}
+		if ctx.Err() != nil {
+			if len(prev) == 0 {
+				return nil
+			}
+			return db.SendBatch(context.Background(), &b).Close()
+		}
+		b.Queue(floorClaim)
+		res := db.SendBatch(context.Background(), &b)
+		var err error
+		if len(prev) > 0 {
+			_, err = res.Exec()
+		}
+		prev = prev[:0]
+		if err == nil {
+			var rows pgx.Rows
+			if rows, err = res.Query(); err == nil {
+				for rows.Next() {
+					var id int64
+					var payload int
+					if err = rows.Scan(&id, &payload); err != nil {
+						break
+					}
+					prev = append(prev, id)
+				}
+				rows.Close()
+				if err == nil {
+					err = rows.Err()
+				}
+			}
+		}
+		if cerr := res.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+		handled.Add(int64(len(prev)))
+	}
 }

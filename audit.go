@@ -33,6 +33,9 @@ func (r *Router[T]) Audit() error {
 			continue
 		}
 		counts[j.state]++
+		if j.ord == nil || !j.ord.Holds(j.seq, j) {
+			bad("job %q is not at its place in the enqueue order", id)
+		}
 		if j.token > r.lastToken {
 			bad("job %q has token %d above the last issued %d", id, j.token, r.lastToken)
 		}
@@ -78,10 +81,6 @@ func (r *Router[T]) Audit() error {
 	}
 	finished, last := 0, int64(math.MinInt64)
 	for j := r.retHead; j != nil; j = j.next {
-		finished++
-		if !j.state.Terminal() || r.jobs.Get(j.id) != j {
-			bad("retention queue holds job %q in state %v", j.id, j.state)
-		}
 		if j.at < last {
 			bad("retention queue out of order at job %q", j.id)
 		}
@@ -89,6 +88,19 @@ func (r *Router[T]) Audit() error {
 		if j.next == nil && j != r.retTail {
 			bad("retention queue tail is not its last job")
 		}
+		if j.hidx == hidxDetached { // replaced by Retry or removed by Delete
+			if j.ord != nil || j.id != "" {
+				bad("a detached record in the retention queue still holds job %q", j.id)
+			}
+			continue
+		}
+		finished++
+		if !j.state.Terminal() || r.jobs.Get(j.id) != j {
+			bad("retention queue holds job %q in state %v", j.id, j.state)
+		}
+	}
+	if r.order.Len() != r.jobs.Len() {
+		bad("the enqueue order holds %d jobs, the ID index %d", r.order.Len(), r.jobs.Len())
 	}
 	if want := counts[StateSucceeded] + counts[StateFailed] + counts[StateCanceled]; finished != want {
 		bad("retention queue holds %d jobs, but %d are finished", finished, want)

@@ -154,7 +154,7 @@ func (r *Router[T]) AcquireMany(ctx context.Context, workerID string, max int) (
 // ErrNoJob or ErrTokensExhausted: that error only if it granted none. The
 // caller holds r.mu and has settled.
 func (r *Router[T]) grantMany(workerID string, now int64, max int) ([]*Lease[T], error) {
-	n := r.roomFor(min(max, r.ready.Len())) // 0 ready: 1, for the error
+	n := r.roomFor(min(max, r.grantable())) // 0 ready: 1, for the error
 	block := makeBlocks[Lease[T]](n)
 	ls := make([]*Lease[T], n)
 	for i := range ls {

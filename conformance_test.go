@@ -151,6 +151,15 @@ func (b coreBackend) Cancel(_ context.Context, id string) error { return b.r.Can
 
 func (b coreBackend) Stats(context.Context) (leaserouter.Stats, error) { return b.r.Stats(), nil }
 
+func (b coreBackend) List(_ context.Context, p leaserouter.ListParams) (leaserouter.JobPage[string], error) {
+	return b.r.List(p)
+}
+
+func (b coreBackend) Retry(_ context.Context, id string) error  { return b.r.Retry(id) }
+func (b coreBackend) Delete(_ context.Context, id string) error { return b.r.Delete(id) }
+func (b coreBackend) Pause(context.Context) error               { return b.r.Pause() }
+func (b coreBackend) Resume(context.Context) error              { return b.r.Resume() }
+
 func (b coreBackend) Run(ctx context.Context, opts leaserouter.WorkerOptions, h routertest.Handler) error {
 	if h == nil {
 		return b.r.Run(ctx, opts, nil)

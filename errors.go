@@ -19,8 +19,16 @@ var (
 	ErrStaleToken = errors.New("leaserouter: stale fencing token")
 	// ErrDuplicate: Enqueue of an ID the router still knows.
 	ErrDuplicate = errors.New("leaserouter: duplicate job ID")
-	// ErrNotFound: Cancel of an ID the router does not know.
+	// ErrNotFound: Cancel, Retry or Delete of an ID the router does not
+	// know.
 	ErrNotFound = errors.New("leaserouter: job not found")
+	// ErrNotFinished: Retry of a job that is not finished (pending,
+	// scheduled or leased): only a succeeded, dead or canceled job can
+	// run again.
+	ErrNotFinished = errors.New("leaserouter: job not finished")
+	// ErrLeased: Delete of a leased job; cancel it first (Cancel ends the
+	// lease, its holder refused from then on).
+	ErrLeased = errors.New("leaserouter: job is leased")
 	// ErrNoJob: TryAcquire found no job ready.
 	ErrNoJob = errors.New("leaserouter: no job ready")
 	// ErrClosed: the Router is closed (or closing) and takes no new work.

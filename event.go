@@ -25,14 +25,15 @@ const (
 	EventStaleRejected                       // an operation on a lost lease was refused; Token is the lease's
 	EventReleased                            // the holder (or Close, or Run for a job it had not started) handed the lease back
 	EventCanceled                            // the job was canceled
-	EventPurged                              // a finished job was dropped (retention over)
+	EventPurged                              // a job was dropped: finished and its retention over, or removed by Router.Delete
+	EventRetried                             // a finished job was made pending again by Router.Retry, with a fresh attempt budget
 	numEventKinds
 )
 
 var eventNames = [numEventKinds]string{
 	"", "enqueued", "duplicate", "lease_acquired", "lease_extended", "lease_expired",
 	"completed", "failed", "retry_scheduled", "dead", "stale_rejected", "released",
-	"canceled", "purged",
+	"canceled", "purged", "retried",
 }
 
 // String returns the kind's log message, such as "lease_acquired", or

@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/leaserouter/leaserouter/internal/contract"
+	"github.com/leaserouter/leaserouter/internal/order"
 )
 
 // State is where a job is in its life. The zero value is StatePending.
@@ -111,8 +112,9 @@ type job[T any] struct {
 	payload  T
 	progress []byte
 	lastErr  string
-	lease    *Lease[T] // the current lease; nil unless leased
-	next     *job[T]   // retention queue link
+	lease    *Lease[T]            // the current lease; nil unless leased
+	next     *job[T]              // retention queue link
+	ord      *order.Chunk[job[T]] // its place in enqueue order (List)
 
 	hash     uint64 // of id, as the job index stores it
 	token    Token
@@ -123,7 +125,7 @@ type job[T any] struct {
 	at       int64 // leased: lease expiry; scheduled: run-at; pending: ready time; finished: purge time
 	attempt  int32
 	maxAtt   int32
-	hidx     int32 // position in the index of its state (ready queue, scheduled or lease heap); -1 if none
+	hidx     int32 // position in the index of its state (ready queue, scheduled or lease heap); -1 if none, hidxDetached once Retry or Delete took it out
 	state    State
 	ended    endReason // why the latest lease ended
 }

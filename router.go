@@ -11,6 +11,7 @@ import (
 
 	"github.com/leaserouter/leaserouter/internal/heap"
 	"github.com/leaserouter/leaserouter/internal/hook"
+	"github.com/leaserouter/leaserouter/internal/order"
 	"github.com/leaserouter/leaserouter/internal/table"
 )
 
@@ -53,6 +54,8 @@ type Router[T any] struct {
 	leases    *heap.Queue[*job[T]] // leased jobs by lease expiry: granted and extended in expiry order, so mostly its ring
 	retHead   *job[T]              // finished jobs by purge time (a FIFO: finish times never decrease)
 	retTail   *job[T]
+	order     *order.Log[job[T]] // every job, in enqueue order (List)
+	paused    bool               // Pause: no grants until Resume
 	counts    [numStates + 1]int // by State; the last slot is stateNew's, never read
 	stats     Stats              // totals; counts fill the per-state fields on read
 	lastToken Token
@@ -97,6 +100,7 @@ func New[T any](opts Options) (*Router[T], error) {
 		ready:   heap.NewQueue(readyBefore[T], setHeapIndex[T]),
 		sched:   heap.New(dueBefore[T], setHeapIndex[T]),
 		leases:  heap.NewQueue(dueBefore[T], setHeapIndex[T]),
+		order:   order.New(setOrder[T]),
 		armed:   math.MaxInt64,
 	}
 	// Seed above the wall clock so a downstream that persisted yesterday's

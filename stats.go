@@ -24,8 +24,11 @@ type Stats struct {
 	Retries           uint64 // jobs scheduled again by Fail (EventRetryScheduled)
 	Dead              uint64 // jobs that reached StateFailed (EventDead); not EventFailed, which is one failed attempt
 	StaleRejections   uint64 // lease operations refused because the lease was lost
-	Purged            uint64 // finished jobs dropped, at once or after Retention
+	Purged            uint64 // jobs dropped: finished ones at once or after Retention, and those Router.Delete removed
+	Retried           uint64 // finished jobs made pending again by Router.Retry (EventRetried)
 	CallbackPanics    uint64 // panics recovered from Backoff, OnEvent and the Logger's handler
+
+	Paused bool // no lease is granted until Resume (Router.Pause)
 }
 
 // ByState yields every State, in the order of the constants, with the
@@ -47,6 +50,7 @@ func (r *Router[T]) Stats() Stats {
 	r.mu.Lock()
 	r.settleNow()
 	s := r.stats
+	s.Paused = r.paused
 	c := r.counts
 	r.unlockAndDeliver()
 	s.Pending, s.Scheduled, s.Leased = c[StatePending], c[StateScheduled], c[StateLeased]

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"slices"
 	"time"
+
+	"github.com/leaserouter/leaserouter/internal/order"
 )
 
 // The job state machine: every change of a job's state, in one place.
@@ -32,7 +34,7 @@ import (
 // non-nil was gets how the job was ready before (Run keeps it for
 // handBack). The caller holds r.mu and has settled.
 func (r *Router[T]) grant(workerID string, now int64, l *Lease[T], was *readyAt) (*Lease[T], error) {
-	if r.ready.Len() == 0 {
+	if r.grantable() == 0 {
 		return nil, ErrNoJob
 	}
 	if r.lastToken >= maxToken {
@@ -275,16 +277,40 @@ func (r *Router[T]) purge(j *job[T]) {
 		}
 		j.next = nil
 	}
+	if j.hidx == hidxDetached { // Retry or Delete took it out already
+		return
+	}
+	r.drop(j, j.at)
+}
+
+// drop removes j from the router at instant at (its purge, or Delete):
+// from the ID index, the enqueue order and the counts, with an
+// EventPurged. The caller has taken it out of its heap, if any.
+func (r *Router[T]) drop(j *job[T], at int64) {
 	r.jobs.Delete(j, j.hash)
+	r.order.Remove(j.ord, j.seq, uint8(j.state))
 	r.counts[j.state]--
 	r.stats.Purged++
-	r.emit(EventPurged, j.at, j, nil, j.token, nil)
-	// A stale Lease still points at j (to be refused), and a batch's
-	// block of records lives while any of them does: neither may keep
-	// what the job carried.
+	r.emit(EventPurged, at, j, nil, j.token, nil)
+	r.forget(j)
+}
+
+// forget clears what a record no longer in the router carried: a stale
+// Lease still points at it (to be refused), and a batch's block of
+// records lives while any of them does, so neither may keep it.
+func (r *Router[T]) forget(j *job[T]) {
 	var zero T
 	j.id, j.payload, j.progress, j.lastErr = "", zero, nil, ""
+	j.ord = nil
 }
+
+// hidxDetached is the heap position of a record that Retry replaced or
+// Delete removed while it was in the retention queue: the queue drops it
+// when it comes to it, without a count or an event.
+const hidxDetached = -2
+
+// setOrder records j's chunk of the enqueue order.
+func setOrder[T any](j *job[T], c *order.Chunk[job[T]]) { j.ord = c }
 
 // endLease ends j's current lease: it leaves the lease heap and, when the
 // holder did not end it itself (notify), every context watching the lease
@@ -310,6 +336,7 @@ func (r *Router[T]) endLease(j *job[T], why endReason, notify bool) {
 func (r *Router[T]) setState(j *job[T], s State) {
 	r.counts[j.state]--
 	r.counts[s]++
+	j.ord.Move(uint8(j.state), uint8(s))
 	if j.state == StateLeased && r.drained != nil && r.counts[StateLeased] == 0 {
 		close(r.drained)
 		r.drained = nil
@@ -341,6 +368,7 @@ func (r *Router[T]) insert(id string, payload T, s *enqueueSpec, pos int, now in
 	j.hash, j.seq, j.created, j.updated, j.hidx = s.hash, r.seq, now, now, -1
 	j.state = stateNew
 	r.jobs.Insert(j, s.hash, pos)
+	r.order.Append(j, j.seq, uint8(stateNew))
 	r.stats.Enqueued++
 	r.emit(EventEnqueued, now, j, nil, 0, nil)
 	r.schedule(j, at, now)

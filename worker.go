@@ -226,7 +226,7 @@ const shortYields = 64
 // least one, within the room left in the
 // event backlog (roomFor). The caller holds r.mu.
 func (r *Router[T]) share(want int) int {
-	return r.roomFor(max(1, min(want, r.ready.Len()/(1+len(r.waiters)+r.woken))))
+	return r.roomFor(max(1, min(want, r.grantable()/(1+len(r.waiters)+r.woken))))
 }
 
 // run runs a batch: each lease's handler in turn, until the batch ends or

@@ -1,0 +1,257 @@
+package leaserouter
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+
+	listcursor "github.com/leaserouter/leaserouter/internal/cursor"
+)
+
+// The operator's side (DESIGN-operate.md): List, Retry, Delete, Pause and
+// Resume, what a console or a CLI needs beyond Get, Cancel and Stats.
+// pgrouter offers the same calls on PostgreSQL.
+
+// ListParams selects the jobs of a List page.
+type ListParams struct {
+	// States keeps the jobs in one of these states; empty: every state.
+	// A value outside the State constants is an error.
+	States []State
+	// IDPrefix keeps the jobs whose ID starts with it; empty: every ID.
+	IDPrefix string
+	// Cursor is "" for the first page, else the NextCursor of the page
+	// before, made with the same States and IDPrefix (Limit may change).
+	Cursor string
+	// Limit is the most jobs a page holds: 0 means DefaultListLimit, at
+	// most MaxListLimit; more, or negative, is an error.
+	Limit int
+}
+
+// The bounds of ListParams.Limit.
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 1000
+)
+
+// JobPage is one page of List.
+type JobPage[T any] struct {
+	Jobs       []Job[T] // newest first (enqueue order, which Retry keeps), copies as Get returns them
+	NextCursor string   // the cursor of the next page; "" on the last page
+}
+
+// listBudget bounds the slots of the enqueue order List looks at in one
+// hold of the router's lock: a page whose filter matches few jobs is
+// gathered over several holds, so no caller waits for a whole walk.
+const listBudget = 4096
+
+// List returns a page of the jobs p selects, newest first (by enqueue
+// order), after settling what is due (a lease past its expiry is listed as
+// the expiry left it; a finished job past its Retention is gone). Paging
+// is keyset, not by offset: a cursor names the last job of its page, so
+// following NextCursor never skips or repeats a job that stays selected
+// meanwhile, however many jobs are enqueued, leased or dropped. A bad
+// state, a Limit below 0 or above MaxListLimit, or a cursor that is
+// malformed or was made under other States or IDPrefix is an error
+// wrapping ErrInvalidOptions, naming it. List works after Close, on the
+// state Close left. It holds the router's lock for at most listBudget
+// jobs looked at at a time; a page whose filter matches few of many jobs
+// takes several holds (chunks of the order with no job of a selected
+// state are skipped whole, so a filter by state costs little even then).
+// The copies share nothing with the router except payloads of reference
+// type.
+func (r *Router[T]) List(p ListParams) (JobPage[T], error) {
+	var page JobPage[T]
+	mask, limit, err := listFilter(p)
+	if err != nil {
+		return page, err
+	}
+	var before uint64
+	if p.Cursor != "" {
+		if before, err = listcursor.Decode(p.Cursor, mask, p.IDPrefix); err != nil {
+			return page, fmt.Errorf("%w: ListParams.Cursor: %w", ErrInvalidOptions, err)
+		}
+	}
+	var last uint64 // the seq of the page's last job
+	r.mu.Lock()
+	r.settleNow()
+	for {
+		full := false
+		resume, more := r.order.Walk(before, mask, listBudget, func(j *job[T]) bool {
+			if mask&(1<<j.state) == 0 || !strings.HasPrefix(j.id, p.IDPrefix) {
+				return true
+			}
+			if len(page.Jobs) == limit { // one more than the page: there is a next one
+				full = true
+				return false
+			}
+			page.Jobs = append(page.Jobs, r.snapshot(j))
+			last = j.seq
+			return true
+		})
+		if full {
+			page.NextCursor = listcursor.Encode(last, mask, p.IDPrefix)
+		}
+		if full || !more {
+			break
+		}
+		before = resume
+		r.unlockAndDeliver()
+		runtime.Gosched()
+		r.mu.Lock()
+		r.settleNow()
+	}
+	r.unlockAndDeliver()
+	return page, nil
+}
+
+// listFilter checks p and returns its states as a mask (bit s: State s;
+// every state if none) and its page size.
+func listFilter(p ListParams) (mask uint8, limit int, err error) {
+	for _, s := range p.States {
+		if s >= numStates {
+			return 0, 0, fmt.Errorf("%w: ListParams.States: %v is not a state", ErrInvalidOptions, s)
+		}
+		mask |= 1 << s
+	}
+	if mask == 0 {
+		mask = 1<<numStates - 1
+	}
+	switch {
+	case p.Limit < 0 || p.Limit > MaxListLimit:
+		return 0, 0, fmt.Errorf("%w: ListParams.Limit is %d, must be between 0 and %d", ErrInvalidOptions, p.Limit, MaxListLimit)
+	case p.Limit == 0:
+		return mask, DefaultListLimit, nil
+	}
+	return mask, p.Limit, nil
+}
+
+// Retry makes a finished job (succeeded, dead or canceled) pending again
+// at once, in its place in the enqueue order, with a fresh attempt budget:
+// its next lease is attempt 1 of its MaxAttempts, with a token above every
+// one issued before. Its LastError and last checkpoint (Progress) stay.
+// It emits EventRetried, counted in Stats.Retried, and wakes one blocked
+// Acquire. It returns an error wrapping ErrNotFinished for a pending,
+// scheduled or leased job, ErrNotFound for an unknown id (one
+// ValidateID refuses wraps ErrInvalidJob too) or a finished job past its
+// Retention, ErrFull when Options.Capacity unfinished jobs are already
+// there, and ErrClosed after Close; in each case nothing changes.
+func (r *Router[T]) Retry(id string) error {
+	if err := ValidateID(id); err != nil {
+		return fmt.Errorf("%w: %w", err, ErrNotFound)
+	}
+	fresh := new(job[T]) // before the lock
+	now, err := r.lockOpen(false, nil)
+	if err != nil {
+		return err
+	}
+	defer r.unlockAndDeliver()
+	j := r.jobs.Get(id)
+	switch {
+	case j == nil:
+		return fmt.Errorf("%w: %q", ErrNotFound, id)
+	case !j.state.Terminal():
+		return fmt.Errorf("%w: %q is %v", ErrNotFinished, id, j.state)
+	case r.opts.Capacity > 0 && r.unfinished() >= r.opts.Capacity:
+		return fmt.Errorf("%w: %d unfinished jobs", ErrFull, r.opts.Capacity)
+	}
+	// j stays in the retention queue (a FIFO of single links: taking it
+	// out of the middle would walk it), detached; fresh takes its place
+	// in the ID index and the enqueue order.
+	*fresh = job[T]{id: j.id, payload: j.payload, progress: j.progress, lastErr: j.lastErr,
+		hash: j.hash, token: j.token, seq: j.seq, priority: j.priority, created: j.created,
+		updated: now, maxAtt: j.maxAtt, hidx: -1, state: j.state}
+	r.jobs.Delete(j, j.hash)
+	_, pos := r.jobs.Find(id, j.hash)
+	r.jobs.Insert(fresh, j.hash, pos)
+	r.order.Replace(j.ord, j.seq, fresh)
+	r.detach(j)
+	r.stats.Retried++
+	r.emit(EventRetried, now, fresh, nil, fresh.token, nil)
+	r.makeReady(fresh, now)
+	return nil
+}
+
+// detach marks j, a record Retry replaced or Delete removed, for the
+// retention queue to drop without a trace, and clears what it carried.
+func (r *Router[T]) detach(j *job[T]) {
+	j.hidx = hidxDetached
+	r.forget(j)
+}
+
+// Delete removes a job that is not leased — pending, scheduled or
+// finished — with its dedup record: its ID may be enqueued again at once.
+// It emits EventPurged (Event.Time: now), counted in Stats.Purged. It
+// returns an error wrapping ErrLeased for a leased job (Cancel it first),
+// ErrNotFound for an unknown id (one ValidateID refuses wraps
+// ErrInvalidJob too) or a finished job past its Retention, and ErrClosed
+// after Close; in each case nothing changes.
+func (r *Router[T]) Delete(id string) error {
+	if err := ValidateID(id); err != nil {
+		return fmt.Errorf("%w: %w", err, ErrNotFound)
+	}
+	now, err := r.lockOpen(false, nil)
+	if err != nil {
+		return err
+	}
+	defer r.unlockAndDeliver()
+	j := r.jobs.Get(id)
+	if j == nil {
+		return fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
+	switch j.state {
+	case StateLeased:
+		return fmt.Errorf("%w: %q (token %d, held by %q)", ErrLeased, id, j.token, j.owner())
+	case StatePending:
+		r.ready.Remove(int(j.hidx))
+	case StateScheduled:
+		r.sched.Remove(int(j.hidx))
+	}
+	finished := j.state.Terminal() && r.opts.Retention >= 0
+	r.drop(j, now)
+	if finished { // in the retention queue: it drops the record there
+		j.hidx = hidxDetached
+	}
+	return nil
+}
+
+// Pause stops the granting of leases until Resume: Acquire and
+// AcquireMany wait, TryAcquire and TryAcquireMany return ErrNoJob, Run's
+// workers idle. Everything else goes on: enqueues, heartbeats,
+// completions, failures, expiries and the reaper. Stats.Paused says so.
+// Pausing a paused Router changes nothing. It returns ErrClosed after
+// Close (the Router grants nothing then anyway). It blocks only on the
+// router's lock. The core's Pause returns an error, unlike the first
+// draft of DESIGN-operate, so that "after Close: ErrClosed" holds on
+// both backends.
+func (r *Router[T]) Pause() error { return r.setPaused(true) }
+
+// Resume undoes Pause: leases are granted again, and as many blocked
+// Acquire calls as there are ready jobs are woken at once. Resuming a
+// Router that is not paused changes nothing. It returns ErrClosed after
+// Close.
+func (r *Router[T]) Resume() error { return r.setPaused(false) }
+
+func (r *Router[T]) setPaused(paused bool) error {
+	r.mu.Lock()
+	defer r.unlockAndDeliver()
+	if r.phase != phaseOpen {
+		return ErrClosed
+	}
+	was := r.paused
+	r.paused = paused
+	if was && !paused {
+		for range min(r.ready.Len(), len(r.waiters)) {
+			r.wakeOne()
+		}
+	}
+	return nil
+}
+
+// grantable is how many jobs could be leased now: the ready ones, or none
+// while paused. The caller holds r.mu.
+func (r *Router[T]) grantable() int {
+	if r.paused {
+		return 0
+	}
+	return r.ready.Len()
+}

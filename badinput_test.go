@@ -249,6 +249,7 @@ func badRows() []badRow {
 	rows = append(rows, badFenceRows()...)
 	rows = append(rows, badValueRows()...)
 	rows = append(rows, badNameRows()...)
+	rows = append(rows, badAdminRows()...)
 	return rows
 }
 

@@ -225,6 +225,7 @@ func (r *Router[T]) holding(l *Lease[T], now int64) (*job[T], error) {
 		return nil, err // after Close nothing changes, not even the counts
 	}
 	r.stats.StaleRejections++
+	r.tally(tallyStale, now)
 	if !r.hooked || (l.lost == refused{} && r.backlogFull()) {
 		// Coalesced: with the backlog full, a lease refused before adds
 		// no event (its stale_rejected already said it), so a stale

@@ -39,13 +39,14 @@ const (
 // memory follows the live jobs: after a burst drains they shrink (with
 // hysteresis, so a steady load never resizes them back and forth).
 type Router[T any] struct {
-	opts    Options
-	epoch   time.Time     // monotonic origin of the int64 times in job
-	hooked  bool          // OnEvent or Logger set: record events
-	kick    chan struct{} // re-arms the reaper for an earlier deadline; cap 1
-	closing chan struct{} // closed when Close starts
-	done    chan struct{} // closed when Close has finished
-	reaper  sync.WaitGroup
+	opts      Options
+	epoch     time.Time     // monotonic origin of the int64 times in job
+	epochUnix int64         // epoch in Unix nanoseconds (History's minutes)
+	hooked    bool          // OnEvent or Logger set: record events
+	kick      chan struct{} // re-arms the reaper for an earlier deadline; cap 1
+	closing   chan struct{} // closed when Close starts
+	done      chan struct{} // closed when Close has finished
+	reaper    sync.WaitGroup
 
 	mu        sync.Mutex
 	jobs      *table.Table[job[T]] // by ID
@@ -54,10 +55,11 @@ type Router[T any] struct {
 	leases    *heap.Queue[*job[T]] // leased jobs by lease expiry: granted and extended in expiry order, so mostly its ring
 	retHead   *job[T]              // finished jobs by purge time (a FIFO: finish times never decrease)
 	retTail   *job[T]
-	order     *order.Log[job[T]] // every job, in enqueue order (List)
-	paused    bool               // Pause: no grants until Resume
-	counts    [numStates + 1]int // by State; the last slot is stateNew's, never read
-	stats     Stats              // totals; counts fill the per-state fields on read
+	order     *order.Log[job[T]]       // every job, in enqueue order (List)
+	paused    bool                     // Pause: no grants until Resume
+	counts    [numStates + 1]int       // by State; the last slot is stateNew's, never read
+	hist      [HistoryMinutes]histSlot // History's ring
+	stats     Stats                    // totals; counts fill the per-state fields on read
 	lastToken Token
 	seq       uint64
 	armed     int64 // the reaper's next wake-up; math.MaxInt64 if none
@@ -103,6 +105,7 @@ func New[T any](opts Options) (*Router[T], error) {
 		order:   order.New(setOrder[T]),
 		armed:   math.MaxInt64,
 	}
+	r.epochUnix = r.epoch.UnixNano()
 	// Seed above the wall clock so a downstream that persisted yesterday's
 	// tokens still admits today's (see Token).
 	r.lastToken = max(opts.TokenFloor, Token(max(r.epoch.UnixNano(), 0)))

@@ -77,6 +77,7 @@ func (r *Router[T]) grant(workerID string, now int64, l *Lease[T], was *readyAt)
 // that l is valid.
 func (r *Router[T]) complete(j *job[T], l *Lease[T], now int64) {
 	r.endLease(j, endCompleted, false)
+	r.tally(tallyCompleted, now)
 	setHeld(r.emit(EventCompleted, now, j, l, l.Token, nil), l.granted, now)
 	r.finish(j, StateSucceeded, now)
 }
@@ -89,6 +90,7 @@ func (r *Router[T]) complete(j *job[T], l *Lease[T], now int64) {
 func (r *Router[T]) fail(j *job[T], l *Lease[T], now int64, text string, cause error, permanent bool, delay time.Duration) {
 	j.lastErr = text
 	r.endLease(j, endFailed, false)
+	r.tally(tallyFailed, now)
 	setHeld(r.emit(EventFailed, now, j, l, l.Token, cause), l.granted, now)
 	if permanent || j.attempt >= j.maxAtt {
 		r.kill(j, now)
@@ -113,6 +115,7 @@ func (r *Router[T]) release(j *job[T], l *Lease[T], now int64) {
 func (r *Router[T]) expire(j *job[T]) {
 	at, l := j.at, j.lease
 	r.stats.Expirations++
+	r.tally(tallyExpired, at)
 	j.lastErr = "lease expired"
 	r.endLease(j, endExpired, true)
 	setHeld(r.emit(EventLeaseExpired, at, j, l, l.Token, nil), l.granted, at)
@@ -209,6 +212,7 @@ func (r *Router[T]) kill(j *job[T], at int64) {
 		j.lastErr = "attempts exhausted"
 	}
 	r.stats.Dead++
+	r.tally(tallyDead, at)
 	var err error
 	if r.hooked {
 		err = errors.New(j.lastErr)

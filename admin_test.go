@@ -1,0 +1,145 @@
+package leaserouter_test
+
+import (
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/leaserouter/leaserouter"
+)
+
+// The admin calls' bad input (rows of TestBadInput): every refusal
+// changes nothing.
+func badAdminRows() []badRow {
+	list := func(name string, p leaserouter.ListParams) badRow {
+		return badRow{name: "List/" + name, run: func(t *testing.T, fx *badFx) {
+			page, err := fx.r.List(p)
+			require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+			require.Empty(t, page.Jobs)
+			require.Empty(t, page.NextCursor)
+		}}
+	}
+	notFinished := func(id string) badRow {
+		return badRow{name: "Retry/unfinished " + id, run: func(t *testing.T, fx *badFx) {
+			require.ErrorIs(t, fx.r.Retry(id), leaserouter.ErrNotFinished)
+		}}
+	}
+	rows := []badRow{
+		list("unknown state", leaserouter.ListParams{States: []leaserouter.State{leaserouter.StateFailed, 6}}),
+		list("state 255", leaserouter.ListParams{States: []leaserouter.State{255}}),
+		list("negative limit", leaserouter.ListParams{Limit: -1}),
+		list("limit past MaxListLimit", leaserouter.ListParams{Limit: leaserouter.MaxListLimit + 1}),
+		list("malformed cursor", leaserouter.ListParams{Cursor: "%%%"}),
+		list("truncated cursor", leaserouter.ListParams{Cursor: "AQAAAAAAAAAB"}),
+		{name: "List/cursor under other filters", run: func(t *testing.T, fx *badFx) {
+			page, err := fx.r.List(leaserouter.ListParams{Limit: 1})
+			require.NoError(t, err)
+			require.NotEmpty(t, page.NextCursor)
+			_, err = fx.r.List(leaserouter.ListParams{Limit: 1, Cursor: page.NextCursor, IDPrefix: "d"})
+			require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+			require.ErrorContains(t, err, "other filters")
+		}},
+		{name: "List/prefix matching nothing, invalid UTF-8", run: func(t *testing.T, fx *badFx) {
+			page, err := fx.r.List(leaserouter.ListParams{IDPrefix: "\xff"})
+			require.NoError(t, err)
+			require.Empty(t, page.Jobs)
+			require.Empty(t, page.NextCursor)
+		}},
+		{name: "Retry/\"\"", run: func(t *testing.T, fx *badFx) {
+			err := fx.r.Retry("")
+			require.ErrorIs(t, err, leaserouter.ErrInvalidJob)
+			require.ErrorIs(t, err, leaserouter.ErrNotFound)
+		}},
+		{name: "Retry/unknown", run: func(t *testing.T, fx *badFx) {
+			require.ErrorIs(t, fx.r.Retry("unknown"), leaserouter.ErrNotFound)
+		}},
+		notFinished("pending"), notFinished("sched"), notFinished("leased"), notFinished("stale"),
+		{name: "Delete/\"\"", run: func(t *testing.T, fx *badFx) {
+			err := fx.r.Delete("")
+			require.ErrorIs(t, err, leaserouter.ErrInvalidJob)
+			require.ErrorIs(t, err, leaserouter.ErrNotFound)
+		}},
+		{name: "Delete/unknown", run: func(t *testing.T, fx *badFx) {
+			require.ErrorIs(t, fx.r.Delete("unknown"), leaserouter.ErrNotFound)
+		}},
+		{name: "Delete/leased", run: func(t *testing.T, fx *badFx) {
+			err := fx.r.Delete("leased")
+			require.ErrorIs(t, err, leaserouter.ErrLeased)
+			require.ErrorContains(t, err, "w-l", "the error names the holder")
+			require.NoError(t, fx.l.Heartbeat(nil), "the lease is still valid")
+		}, stats: func(s *leaserouter.Stats) { s.Heartbeats++ }, events: []string{"lease_extended:leased"}},
+		{name: "Resume/not paused changes nothing", run: func(t *testing.T, fx *badFx) {
+			require.NoError(t, fx.r.Resume())
+			require.False(t, fx.r.Stats().Paused)
+		}},
+		{name: "History/has no side effect", run: func(t *testing.T, fx *badFx) {
+			require.Equal(t, fx.r.History(), fx.r.History())
+		}},
+		badAfterClose("List answers", func(t *testing.T, fx *badFx) {
+			page, err := fx.r.List(leaserouter.ListParams{States: []leaserouter.State{leaserouter.StateSucceeded}})
+			require.NoError(t, err)
+			require.Len(t, page.Jobs, 1)
+			require.Equal(t, "done", page.Jobs[0].ID)
+		}),
+	}
+	for name, call := range map[string]func(r *router) error{
+		"Retry":  func(r *router) error { return r.Retry("done") },
+		"Delete": func(r *router) error { return r.Delete("pending") },
+		"Pause":  func(r *router) error { return r.Pause() },
+		"Resume": func(r *router) error { return r.Resume() },
+	} {
+		rows = append(rows, badAfterClose(name+" returns ErrClosed", func(t *testing.T, fx *badFx) {
+			require.ErrorIs(t, call(fx.r), leaserouter.ErrClosed)
+			require.False(t, fx.r.Stats().Paused)
+		}))
+	}
+	return rows
+}
+
+// TestHistoryCountsPerMinute: History counts completions, failed
+// attempts, deaths, expiries and stale refusals in the minute they
+// happened, oldest minute first, and forgets a minute once an hour has
+// passed.
+func TestHistoryCountsPerMinute(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := setup(t, leaserouter.Options{LeaseDuration: time.Minute, MaxAttempts: 1})
+		for _, id := range []string{"a", "b", "c", "d"} {
+			require.NoError(t, r.Enqueue(id, ""))
+		}
+		require.NoError(t, acquire(t, r, "w").Complete())
+		require.NoError(t, acquire(t, r, "w").Complete())
+		fl := acquire(t, r, "w")
+		require.NoError(t, fl.Fail(nil)) // one attempt: failed, then dead
+		sleep(2 * time.Minute)
+		exp := acquire(t, r, "w")
+		sleep(time.Minute + time.Second) // expires, dead
+		require.ErrorIs(t, exp.Complete(), leaserouter.ErrLeaseLost)
+
+		h := r.History()
+		require.Len(t, h, leaserouter.HistoryMinutes)
+		for i := 1; i < len(h); i++ {
+			require.Equal(t, time.Minute, h[i].Start.Sub(h[i-1].Start), "consecutive minutes")
+		}
+		require.Equal(t, time.Now().UTC().Truncate(time.Minute), h[len(h)-1].Start, "the last is the current minute")
+		first := h[len(h)-4] // the minute of the completions (3 minutes and a second ago)
+		require.Equal(t, leaserouter.Minute{Start: first.Start, Completed: 2, Failed: 1, Dead: 1}, first)
+		exp1 := h[len(h)-1]
+		if exp1.Expired == 0 { // the expiry instant fell in the minute before
+			exp1 = h[len(h)-2]
+		}
+		require.Equal(t, 1, exp1.Expired)
+		require.Equal(t, 1, exp1.Dead)
+		var stale int
+		for _, m := range h {
+			stale += m.StaleRejected
+		}
+		require.Equal(t, 1, stale)
+
+		sleep(time.Hour)
+		for _, m := range r.History() {
+			require.Zero(t, m.Completed+m.Failed+m.Dead+m.Expired+m.StaleRejected, "an hour later: %+v", m)
+		}
+	})
+}

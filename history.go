@@ -1,0 +1,75 @@
+package leaserouter
+
+import "time"
+
+// History: what a Router did in each of the last HistoryMinutes minutes,
+// for a throughput chart without a metrics system (DESIGN-operate.md,
+// "History"). The counts are kept in a ring of one slot per minute, in
+// constant memory, by the transitions themselves, under the lock they
+// already hold.
+
+// HistoryMinutes is how many minutes Router.History covers.
+const HistoryMinutes = 60
+
+// Minute is what a Router did in one minute of wall-clock time.
+type Minute struct {
+	Start         time.Time // the minute's first instant (UTC, a whole minute)
+	Completed     int       // jobs completed (EventCompleted)
+	Failed        int       // failed attempts (EventFailed), retried or not
+	Dead          int       // jobs that became dead (EventDead)
+	Expired       int       // leases that expired (EventLeaseExpired)
+	StaleRejected int       // lease operations refused because the lease was lost (EventStaleRejected)
+}
+
+// The counters of a minute.
+const (
+	tallyCompleted = iota
+	tallyFailed
+	tallyDead
+	tallyExpired
+	tallyStale
+	numTallies
+)
+
+// histSlot is one minute of the ring: the minute's number (wall-clock
+// minutes since the Unix epoch) and its counts; a slot holding an older
+// minute counts nothing for the current one.
+type histSlot struct {
+	minute int64
+	n      [numTallies]uint32
+}
+
+// tally counts one transition of kind k at instant now (the router's
+// clock). The caller holds r.mu.
+func (r *Router[T]) tally(k int, now int64) {
+	m := (r.epochUnix + now) / int64(time.Minute)
+	s := &r.hist[m%HistoryMinutes]
+	if s.minute != m {
+		*s = histSlot{minute: m}
+	}
+	s.n[k]++
+}
+
+// History returns the last HistoryMinutes minutes, oldest first, the last
+// being the current minute (so far), after settling what is due. A minute
+// with nothing in it has zero counts. It works after Close (the minutes
+// since Close count nothing) and never blocks but on the router's lock.
+// Counts are per Router: on PostgreSQL, pgrouter's History counts every
+// process's.
+func (r *Router[T]) History() []Minute {
+	r.mu.Lock()
+	now := r.settleNow()
+	ring := r.hist
+	r.unlockAndDeliver()
+	cur := (r.epochUnix + now) / int64(time.Minute)
+	out := make([]Minute, HistoryMinutes)
+	for i := range out {
+		m := cur - HistoryMinutes + 1 + int64(i)
+		out[i].Start = time.Unix(0, m*int64(time.Minute)).UTC()
+		if s := ring[m%HistoryMinutes]; s.minute == m {
+			out[i].Completed, out[i].Failed, out[i].Dead = int(s.n[tallyCompleted]), int(s.n[tallyFailed]), int(s.n[tallyDead])
+			out[i].Expired, out[i].StaleRejected = int(s.n[tallyExpired]), int(s.n[tallyStale])
+		}
+	}
+	return out
+}

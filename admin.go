@@ -255,3 +255,29 @@ func (r *Router[T]) grantable() int {
 	}
 	return r.ready.Len()
 }
+
+// Leases returns up to limit leased jobs, the lease expiring soonest
+// first (the console's leases page), after settling what is due: holder
+// (Owner), fencing token, LeaseExpiry, and UpdatedAt, the instant of the
+// lease's grant or last accepted heartbeat. limit 0 means
+// DefaultListLimit; below 0 or above MaxListLimit is an error wrapping
+// ErrInvalidOptions. It costs O(limit log limit) under the router's
+// lock, however many leases there are, and works after Close (no lease
+// survives Close: it returns none).
+func (r *Router[T]) Leases(limit int) ([]Job[T], error) {
+	if limit < 0 || limit > MaxListLimit {
+		return nil, fmt.Errorf("%w: Leases limit is %d, must be between 0 and %d", ErrInvalidOptions, limit, MaxListLimit)
+	}
+	if limit == 0 {
+		limit = DefaultListLimit
+	}
+	r.mu.Lock()
+	r.settleNow()
+	out := make([]Job[T], 0, min(limit, r.leases.Len()))
+	r.leases.Smallest(limit, func(j *job[T]) bool {
+		out = append(out, r.snapshot(j))
+		return true
+	})
+	r.unlockAndDeliver()
+	return out, nil
+}

@@ -143,3 +143,42 @@ func TestHistoryCountsPerMinute(t *testing.T) {
 		}
 	})
 }
+
+// TestLeasesExpiringSoonestFirst: Leases lists the leased jobs by lease
+// expiry, soonest first (a heartbeat moves a lease back), at most limit,
+// with holder, token and expiry; a bad limit is refused.
+func TestLeasesExpiringSoonestFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := setup(t, leaserouter.Options{LeaseDuration: time.Minute})
+		for _, id := range []string{"a", "b", "c", "d"} {
+			require.NoError(t, r.Enqueue(id, ""))
+		}
+		var ls []*lease
+		for range 3 {
+			ls = append(ls, acquire(t, r, "w"))
+			sleep(time.Second)
+		}
+		require.NoError(t, ls[0].Heartbeat(nil)) // a: now the latest expiry
+		got, err := r.Leases(0)
+		require.NoError(t, err)
+		require.Equal(t, []string{"b", "c", "a"}, jobIDs(got))
+		require.Equal(t, ls[1].Token, got[0].Token)
+		require.Equal(t, "w", got[0].Owner)
+		require.Equal(t, ls[1].Expiry(), got[0].LeaseExpiry)
+		got, err = r.Leases(2)
+		require.NoError(t, err)
+		require.Equal(t, []string{"b", "c"}, jobIDs(got))
+		for _, bad := range []int{-1, leaserouter.MaxListLimit + 1} {
+			_, err = r.Leases(bad)
+			require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+		}
+	})
+}
+
+func jobIDs(jobs []job) []string {
+	out := make([]string, len(jobs))
+	for i, j := range jobs {
+		out[i] = j.ID
+	}
+	return out
+}

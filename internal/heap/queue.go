@@ -443,3 +443,84 @@ func (q *Queue[E]) Upcoming(i int) E {
 	var zero E
 	return zero
 }
+
+// Smallest calls yield with the queue's elements in order, smallest
+// first, until yield returns false or k elements have been yielded,
+// without changing the queue: the ring's in order from its front, merged
+// with the heap's smallest, found by a walk of the heap's tree from its
+// root (a candidate's children join the candidates when it is taken), so
+// it costs O(k log k) however long the queue.
+func (q *Queue[E]) Smallest(k int, yield func(E) bool) {
+	var zero E
+	c, s := q.head, 0
+	if c != nil {
+		s = c.lo
+	}
+	// ringNext returns the ring's next element, or false.
+	ringNext := func() (E, bool) {
+		for c != nil {
+			for ; s < c.hi; s++ {
+				if e := c.slots[s]; e != zero {
+					return e, true
+				}
+			}
+			if c = c.next; c != nil {
+				s = c.lo
+			}
+		}
+		return zero, false
+	}
+	// cand is a min-heap of heap positions, by their elements.
+	var cand []int
+	lessAt := func(i, j int) bool { return q.less(q.heap.At(cand[i]), q.heap.At(cand[j])) }
+	push := func(i int) {
+		if i >= q.heap.Len() {
+			return
+		}
+		cand = append(cand, i)
+		for j := len(cand) - 1; j > 0 && lessAt(j, (j-1)/2); j = (j - 1) / 2 {
+			cand[j], cand[(j-1)/2] = cand[(j-1)/2], cand[j]
+		}
+	}
+	pop := func() int {
+		top := cand[0]
+		last := len(cand) - 1
+		cand[0] = cand[last]
+		cand = cand[:last]
+		for i := 0; ; {
+			m := i
+			for _, ch := range []int{2*i + 1, 2*i + 2} {
+				if ch < len(cand) && lessAt(ch, m) {
+					m = ch
+				}
+			}
+			if m == i {
+				break
+			}
+			cand[i], cand[m] = cand[m], cand[i]
+			i = m
+		}
+		return top
+	}
+	push(0)
+	re, rok := ringNext()
+	for n := 0; n < k; n++ {
+		switch {
+		case rok && (len(cand) == 0 || !q.less(q.heap.At(cand[0]), re)):
+			if !yield(re) {
+				return
+			}
+			s++
+			re, rok = ringNext()
+		case len(cand) > 0:
+			i := pop()
+			push(2*i + 1)
+			push(2*i + 2)
+			if !yield(q.heap.At(i)) {
+				return
+			}
+		default:
+			return
+		}
+	}
+}

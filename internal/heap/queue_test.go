@@ -147,3 +147,29 @@ func TestQueueAndHeapShrinkAfterBurst(t *testing.T) {
 		require.Equal(t, size, q.Cap(), "step %d resized", i)
 	}
 }
+
+// TestSmallestInOrder: Smallest yields a queue's k smallest in order,
+// whether they sit in the ring or in the heap, and changes nothing.
+func TestSmallestInOrder(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for round := range 50 {
+		q := NewQueue(func(a, b *int) bool { return *a < *b }, func(*int, int) {})
+		var all []int
+		n := rng.IntN(3000)
+		for i := range n {
+			v := i * 2 // mostly in order: the ring
+			if rng.IntN(4) == 0 {
+				v = rng.IntN(2 * n) // out of order: the heap
+			}
+			q.Push(&v)
+			all = append(all, v)
+		}
+		slices.Sort(all)
+		k := rng.IntN(n + 2)
+		var got []int
+		q.Smallest(k, func(e *int) bool { got = append(got, *e); return true })
+		want := all[:min(k, len(all))]
+		require.Equal(t, want, got, "round %d: %d of %d", round, k, n)
+		require.Equal(t, n, q.Len(), "unchanged")
+	}
+}

@@ -1,6 +1,9 @@
 package leaserouter_test
 
 import (
+	"errors"
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -181,4 +184,140 @@ func jobIDs(jobs []job) []string {
 		out[i] = j.ID
 	}
 	return out
+}
+
+// TestAdminAgainstModel drives a Router with random enqueues, leases,
+// completions, failures, cancels, retries, deletes and clock steps past
+// the retention, and after each step checks List (every page, newest
+// first, every filter) against a model of each job's state and enqueue
+// order, and Audit (the enqueue order, the retention queue with the
+// records Retry and Delete detached, the counts).
+func TestAdminAgainstModel(t *testing.T) {
+	for seed := range uint64(20) {
+		synctest.Test(t, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 7))
+			r := setup(t, leaserouter.Options{LeaseDuration: time.Hour, Retention: time.Minute, MaxAttempts: 2})
+			type mjob struct {
+				state leaserouter.State
+				seq   int
+				done  time.Time // when it finished
+			}
+			model := map[string]*mjob{}
+			held := map[string]*lease{}
+			seq := 0
+			ids := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+			for step := range 300 {
+				id := ids[rng.IntN(len(ids))]
+				m := model[id]
+				switch op := rng.IntN(9); op {
+				case 0, 1: // enqueue
+					err := r.Enqueue(id, id)
+					if m != nil {
+						require.ErrorIs(t, err, leaserouter.ErrDuplicate)
+						break
+					}
+					require.NoError(t, err)
+					seq++
+					model[id] = &mjob{state: leaserouter.StatePending, seq: seq}
+				case 2: // lease
+					l, err := r.TryAcquire("w")
+					if err != nil {
+						require.ErrorIs(t, err, leaserouter.ErrNoJob)
+						break
+					}
+					model[l.JobID].state = leaserouter.StateLeased
+					held[l.JobID] = l
+				case 3, 4: // complete or fail a held lease
+					l := held[id]
+					if l == nil {
+						break
+					}
+					delete(held, id)
+					if op == 3 {
+						require.NoError(t, l.Complete())
+						m.state, m.done = leaserouter.StateSucceeded, time.Now()
+					} else {
+						require.NoError(t, l.Fail(leaserouter.Permanent(errors.New("boom"))))
+						m.state, m.done = leaserouter.StateFailed, time.Now()
+					}
+				case 5: // cancel
+					err := r.Cancel(id)
+					if m == nil {
+						require.ErrorIs(t, err, leaserouter.ErrNotFound)
+						break
+					}
+					require.NoError(t, err)
+					if !m.state.Terminal() {
+						m.state, m.done = leaserouter.StateCanceled, time.Now()
+						delete(held, id)
+					}
+				case 6: // retry
+					err := r.Retry(id)
+					switch {
+					case m == nil:
+						require.ErrorIs(t, err, leaserouter.ErrNotFound)
+					case !m.state.Terminal():
+						require.ErrorIs(t, err, leaserouter.ErrNotFinished)
+					default:
+						require.NoError(t, err)
+						m.state = leaserouter.StatePending
+					}
+				case 7: // delete
+					err := r.Delete(id)
+					switch {
+					case m == nil:
+						require.ErrorIs(t, err, leaserouter.ErrNotFound)
+					case m.state == leaserouter.StateLeased:
+						require.ErrorIs(t, err, leaserouter.ErrLeased)
+					default:
+						require.NoError(t, err)
+						delete(model, id)
+					}
+				case 8: // time passes: finished jobs past their retention go
+					sleep(time.Duration(rng.IntN(40)) * time.Second)
+					for id, m := range model {
+						if m.state.Terminal() && !time.Now().Before(m.done.Add(time.Minute)) {
+							delete(model, id)
+						}
+					}
+				}
+				require.NoError(t, r.Audit(), "step %d", step)
+				// List, every page of 3, for a random filter.
+				var states []leaserouter.State
+				for s := range leaserouter.State(6) {
+					if rng.IntN(3) == 0 {
+						states = append(states, s)
+					}
+				}
+				var want []string
+				for id, m := range model {
+					if len(states) == 0 || slices.Contains(states, m.state) {
+						want = append(want, id)
+					}
+				}
+				slices.SortFunc(want, func(a, b string) int { return model[b].seq - model[a].seq })
+				var got []string
+				p := leaserouter.ListParams{States: states, Limit: 3}
+				for {
+					page, err := r.List(p)
+					require.NoError(t, err)
+					for _, j := range page.Jobs {
+						got = append(got, j.ID)
+						require.Equal(t, model[j.ID].state, j.State, "step %d: %s", step, j.ID)
+					}
+					if page.NextCursor == "" {
+						break
+					}
+					p.Cursor = page.NextCursor
+				}
+				if want == nil {
+					want = []string{}
+				}
+				if got == nil {
+					got = []string{}
+				}
+				require.Equal(t, want, got, "step %d, states %v", step, states)
+			}
+		})
+	}
 }

@@ -65,6 +65,18 @@
 // this costs more than a branch. A panic in a hook (or in Options.Backoff)
 // is recovered, counted in Stats.CallbackPanics and logged.
 //
+// # Operating it
+//
+// The operator's calls (DESIGN-operate.md): Router.List pages through the
+// jobs newest first by a keyset cursor, filtered by state and ID prefix;
+// Router.Leases lists the live leases, expiring soonest first; Router.Retry
+// runs a finished job again with a fresh attempt budget; Router.Delete
+// removes a job that is not leased, with its dedup record; Router.Pause and
+// Router.Resume stop and restart the granting of leases (everything else
+// goes on); Router.History counts what happened in each of the last 60
+// minutes. The console module (github.com/leaserouter/leaserouter/console)
+// serves them as web pages mounted in your own server.
+//
 // Adapters live in modules of their own, so this one needs only the
 // standard library: github.com/leaserouter/leaserouter/prometheus (a
 // prometheus.Collector) and github.com/leaserouter/leaserouter/otel

@@ -151,3 +151,15 @@ func state(t *testing.T, r *leaserouter.Router[item], id string) leaserouter.Sta
 	require.True(t, ok, "job %s is gone", id)
 	return j.State
 }
+
+func httptestPost(target string, form url.Values) *http.Request {
+	req := httptest.NewRequest(http.MethodPost, target, strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	return req
+}
+
+func serve(h http.Handler, req *http.Request) *httptest.ResponseRecorder {
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, req)
+	return w
+}

@@ -3,6 +3,7 @@ package console_test
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
@@ -14,7 +15,8 @@ import (
 )
 
 func TestRetryMakesDeadJobPending(t *testing.T) {
-	r, h := setup(t, console.Options{})
+	var logged strings.Builder
+	r, h := setup(t, console.Options{Logger: slog.New(slog.NewTextHandler(&logged, nil))})
 	kill(t, r, "a")
 	body := requireOK(t, post(t, h, "/action", url.Values{"action": {"retry"}, "queue": {"files"}, "id": {"a"}, "back": {"job?queue=files&id=a"}}))
 	require.Contains(t, body, `data-testid="result-done">1<`)
@@ -23,6 +25,7 @@ func TestRetryMakesDeadJobPending(t *testing.T) {
 	require.Equal(t, leaserouter.StatePending, j.State)
 	require.Zero(t, j.Attempt, "a fresh attempt budget")
 	require.Contains(t, requireOK(t, get(t, h, "/job?queue=files&id=a")), "state-pending")
+	require.Contains(t, logged.String(), `msg="console: retry" queue=files id=a`)
 }
 
 func TestRefusedActionIs409AndChangesNothing(t *testing.T) {

@@ -163,3 +163,11 @@ func serve(h http.Handler, req *http.Request) *httptest.ResponseRecorder {
 	h.ServeHTTP(w, req)
 	return w
 }
+
+func serveGet(h http.Handler, target string) *httptest.ResponseRecorder {
+	return serve(h, httptest.NewRequest(http.MethodGet, target, nil))
+}
+
+func httptestRequest(method, target string) *http.Request {
+	return httptest.NewRequest(method, target, nil)
+}

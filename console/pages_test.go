@@ -60,6 +60,14 @@ func TestOverviewShowsCountsTroubleAndChart(t *testing.T) {
 	require.Contains(t, body, `data-testid="pause-button"`)
 }
 
+func TestHeadOfPageHasNoBody(t *testing.T) {
+	_, h := setup(t, console.Options{})
+	w := serve(h, httptestRequest(http.MethodHead, "/jobs"))
+	require.Equal(t, http.StatusOK, w.Code)
+	require.Empty(t, w.Body.String())
+	require.Contains(t, w.Header().Get("Content-Type"), "text/html")
+}
+
 func TestPagesSayNoindex(t *testing.T) {
 	r, h := setup(t, console.Options{})
 	enqueue(t, r, "a")
@@ -296,11 +304,18 @@ func TestUnmarshalablePayloadIsShownNotFailed(t *testing.T) {
 	h, err := console.New(console.Options{}, console.Router("odd", r))
 	require.NoError(t, err)
 	require.NoError(t, r.Enqueue("chan", make(chan int)))
-	require.NoError(t, r.Enqueue("nan", map[string]float64{"x": 0}))
+	require.NoError(t, r.Enqueue("panics", panicky{}))
 	body := requireOK(t, get(t, h, "/job?queue=odd&id=chan"))
 	require.Contains(t, body, "the payload cannot be shown as JSON")
+	body = requireOK(t, get(t, h, "/job?queue=odd&id=panics"))
+	require.Contains(t, body, "the payload cannot be shown as JSON: panic: no JSON today")
 	requireOK(t, get(t, h, "/jobs?queue=odd"))
 }
+
+// panicky is a payload whose MarshalJSON panics.
+type panicky struct{}
+
+func (panicky) MarshalJSON() ([]byte, error) { panic("no JSON today") }
 
 // failing is a Source whose reads fail.
 type failing struct{ console.Source }

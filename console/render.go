@@ -168,11 +168,19 @@ func human(d time.Duration) string {
 	case d < time.Minute:
 		return d.Round(100 * time.Millisecond).String()
 	case d < time.Hour:
-		return strings.TrimSuffix(d.Round(time.Second).String(), "0s")
+		return trimZeroSeconds(d.Round(time.Second).String())
 	case d < 48*time.Hour:
-		return strings.TrimSuffix(d.Round(time.Minute).String(), "0s")
+		return trimZeroSeconds(d.Round(time.Minute).String())
 	}
 	return fmt.Sprintf("%dd%dh", d/(24*time.Hour), d%(24*time.Hour)/time.Hour)
+}
+
+// trimZeroSeconds drops the "0s" of "4m0s", not that of "4m10s".
+func trimZeroSeconds(s string) string {
+	if strings.HasSuffix(s, "m0s") {
+		return s[:len(s)-2]
+	}
+	return s
 }
 
 // link is a relative URL: page with the query of the key, value pairs

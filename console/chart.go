@@ -20,8 +20,8 @@ const (
 	chartLeft  = 0
 	topBase    = 76 // the upper band's baseline
 	topHeight  = 62
-	lowBase    = 110 // the lower band's baseline
-	lowHeight  = 28
+	lowBase    = 114 // the lower band's baseline
+	lowHeight  = 26
 	minuteStep = chartW / leaserouter.HistoryMinutes
 )
 

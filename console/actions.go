@@ -1,0 +1,186 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+
+	"github.com/leaserouter/leaserouter"
+)
+
+// The actions, all POSTs to "action" with the form fields
+//
+//	action  retry, cancel, delete, pause or resume
+//	queue   the queue's name (required)
+//	id      a job's ID, repeated for several (retry, cancel, delete)
+//	all     "1": every job the filter below matches instead of the ids
+//	        (at most MaxBulk), with state (repeated) and prefix as on the
+//	        jobs page
+//	back    where the result page links back to (a relative console URL)
+//
+// A single job's refusal is its status (404 unknown, 409 not finished or
+// leased) with the message; several jobs are done one by one and the
+// result page counts those done and refused, with the reasons.
+
+// maxForm bounds an action's form: a page of MaxListLimit IDs fits.
+const maxForm = 4 << 20
+
+// resultPage is what an action did.
+type resultPage struct {
+	Action    Action
+	Queue     string
+	Message   string
+	Done      int
+	Refused   int
+	Reasons   []reason
+	Truncated bool // "all matching" matched more than MaxBulk jobs
+	Max       int
+	JobLink   string // the job's page, for one job
+	Back      string
+}
+
+type reason struct {
+	Msg string
+	N   int
+}
+
+var jobActions = []Action{ActionRetry, ActionCancel, ActionDelete}
+
+func (h *handler) action(w http.ResponseWriter, r *http.Request) error {
+	r.Body = http.MaxBytesReader(w, r.Body, maxForm)
+	if err := r.ParseForm(); err != nil {
+		return errorf(http.StatusBadRequest, "cannot read the form: %v", err)
+	}
+	f := r.PostForm
+	a := Action(f.Get("action"))
+	if !slices.Contains(jobActions, a) && a != ActionPause && a != ActionResume {
+		return errorf(http.StatusBadRequest, "unknown action %q (the actions: retry, cancel, delete, pause, resume)", f.Get("action"))
+	}
+	if err := h.authorize(r, a); err != nil {
+		return err
+	}
+	if f.Get("queue") == "" {
+		return errorf(http.StatusBadRequest, "which queue? the queue field is missing")
+	}
+	s, err := h.source(f.Get("queue"))
+	if err != nil {
+		return err
+	}
+	res := resultPage{Action: a, Queue: s.Queue(), Max: MaxBulk, Back: safeBack(f.Get("back"), "./")}
+	if a == ActionPause || a == ActionResume {
+		op, verb := s.Pause, "paused"
+		if a == ActionResume {
+			op, verb = s.Resume, "resumed"
+		}
+		if err := op(r.Context()); err != nil {
+			return err
+		}
+		h.log.Info("console: "+string(a), "queue", res.Queue)
+		res.Done, res.Message = 1, fmt.Sprintf("Queue %s %s.", res.Queue, verb)
+		h.render(w, r, http.StatusOK, "result", "Done", "", res)
+		return nil
+	}
+	ids := f["id"]
+	if f.Get("all") == "1" {
+		lq, err := h.parseListQuery(url.Values{"queue": {res.Queue}, "state": f["state"], "prefix": {f.Get("prefix")}})
+		if err != nil {
+			return err
+		}
+		if ids, res.Truncated, err = collect(r.Context(), lq); err != nil {
+			return err
+		}
+	} else if len(ids) == 0 {
+		return errorf(http.StatusBadRequest, "no job selected: tick some jobs, or \"all matching the filter\"")
+	}
+	op := map[Action]func(context.Context, string) error{ActionRetry: s.Retry, ActionCancel: s.Cancel, ActionDelete: s.Delete}[a]
+	if len(ids) == 1 && f.Get("all") != "1" {
+		if err := op(r.Context(), ids[0]); err != nil {
+			return err
+		}
+		res.Done = 1
+		res.JobLink = link("job", "queue", res.Queue, "id", ids[0])
+		res.Back = safeBack(f.Get("back"), res.JobLink)
+		res.Message = fmt.Sprintf("Job %s: %s done.", ids[0], a)
+		h.log.Info("console: "+string(a), "queue", res.Queue, "id", ids[0])
+		h.render(w, r, http.StatusOK, "result", "Done", "", res)
+		return nil
+	}
+	refusals := map[string]int{}
+	for _, id := range ids {
+		if err := r.Context().Err(); err != nil {
+			return err
+		}
+		if err := op(r.Context(), id); err != nil {
+			res.Refused++
+			refusals[refusalReason(err)]++
+			continue
+		}
+		res.Done++
+	}
+	for msg, n := range refusals {
+		res.Reasons = append(res.Reasons, reason{msg, n})
+	}
+	slices.SortFunc(res.Reasons, func(a, b reason) int { return b.N - a.N })
+	res.Message = fmt.Sprintf("%s: %s done, %s refused.", a, num(res.Done), num(res.Refused))
+	h.log.Info("console: "+string(a), "queue", res.Queue, "done", res.Done, "refused", res.Refused, "truncated", res.Truncated)
+	h.render(w, r, http.StatusOK, "result", "Done", "", res)
+	return nil
+}
+
+// collect pages through the jobs lq selects, up to MaxBulk; truncated
+// says more matched.
+func collect(ctx context.Context, lq listQuery) (ids []string, truncated bool, err error) {
+	p := lq.params
+	p.Limit = leaserouter.MaxListLimit
+	for {
+		page, err := lq.source.List(ctx, p)
+		if err != nil {
+			return nil, false, err
+		}
+		for _, j := range page.Jobs {
+			if len(ids) == MaxBulk {
+				return ids, true, nil
+			}
+			ids = append(ids, j.ID)
+		}
+		if page.NextCursor == "" {
+			return ids, false, nil
+		}
+		p.Cursor = page.NextCursor
+	}
+}
+
+// refusalReason groups refusals by kind, for the result page's counts.
+func refusalReason(err error) string {
+	switch {
+	case errors.Is(err, leaserouter.ErrNotFinished):
+		return "not finished (only succeeded, dead or canceled jobs can be retried)"
+	case errors.Is(err, leaserouter.ErrLeased):
+		return "leased (cancel it first)"
+	case errors.Is(err, leaserouter.ErrNotFound):
+		return "not found (gone meanwhile)"
+	}
+	return err.Error()
+}
+
+// safeBack is back when it is a relative link to one of the console's
+// pages (never another site's, never an absolute path), else def.
+func safeBack(back, def string) string {
+	u, err := url.Parse(back)
+	if back == "" || err != nil || u.Scheme != "" || u.Host != "" || u.User != nil ||
+		strings.HasPrefix(back, "/") || strings.HasPrefix(back, "\\") || strings.Contains(back, "\\") {
+		return def
+	}
+	switch u.Path {
+	case "", "./", "jobs", "job", "dead", "leases":
+		if u.Path == "" && u.RawQuery != "" {
+			return def
+		}
+		return back
+	}
+	return def
+}

@@ -1,0 +1,46 @@
+// Package console is the operator's web console of leaserouter: an
+// http.Handler to mount in a service, under any path prefix, that shows
+// what is in its queues and acts on it (DESIGN-operate.md, "The console").
+//
+//	h, err := console.New(console.Options{ReadOnly: false}, console.Router("mail", router))
+//	mux.Handle("/ops/jobs/", http.StripPrefix("/ops/jobs", h))
+//
+// # Pages
+//
+// The overview shows each queue's counts by state, whether it is paused
+// (with Pause and Resume buttons), and the last hour per minute as an SVG
+// chart drawn on the server: completions and failed attempts, expirations
+// and stale rejections. The jobs page filters by queue, state and ID
+// prefix and pages by keyset (the NextCursor of List); jobs ticked, or
+// every job matching the filter (up to MaxBulk), can be retried, canceled
+// or deleted. A job's page shows its fields, its checkpoint, its payload
+// through Options.Redact and, while it is leased, the lease: holder,
+// fencing token, expiry and last heartbeat. The leases page lists the
+// live leases expiring soonest first; the dead page, the failed jobs with
+// their errors.
+//
+// Pages are rendered on the server (html/template) and read fine with
+// JavaScript off. A small embedded script refreshes the page's content at
+// an interval the operator picks (off, 2s, 5s, 15s; kept in
+// localStorage; paused while the tab is hidden or jobs are ticked) and
+// counts lease expiries down. Every asset is embedded: no request leaves
+// the page's origin.
+//
+// # Safety
+//
+// Actions are POSTs, refused from other origins by
+// net/http.CrossOriginProtection. Options.ReadOnly refuses every action
+// and hides its buttons; Options.Authorize decides each page view and
+// action (Action). Responses say noindex and may not be framed. Bad input
+// (an unknown queue or job, a malformed cursor, an unknown state or
+// action, a bad limit, a wrong method) gets an HTML page with its status
+// and a message, never a 500; refusals of the backend (a job not
+// finished, a leased job) are 409. GET healthz answers 200 "ok" when every
+// source's Stats answers, else 503 with the error.
+//
+// # Sources
+//
+// A Source is one queue. Router adapts an in-process
+// leaserouter.Router; pgrouter's Router has the same method set. One
+// console shows several sources, by their Queue names.
+package console

@@ -1,0 +1,292 @@
+package console
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/leaserouter/leaserouter"
+)
+
+// The pages: overview, jobs (and dead, the jobs page of failed jobs), job,
+// leases. Each reads its query, asks the sources, and renders; an error
+// returned becomes the error page (ServeHTTP).
+
+// stateCount is one state's count, linking to its jobs.
+type stateCount struct {
+	State string
+	N     int
+	Link  string
+}
+
+func stateCounts(queue string, s leaserouter.Stats) []stateCount {
+	var out []stateCount
+	for st, n := range s.ByState() {
+		out = append(out, stateCount{st.String(), n, link("jobs", "queue", queue, "state", st.String())})
+	}
+	return out
+}
+
+// queueCard is one queue on the overview.
+type queueCard struct {
+	Name     string
+	Err      string // the source's failure, if any
+	Stats    leaserouter.Stats
+	Counts   []stateCount
+	Chart    chart
+	Hour     Totals // the last hour's History, summed
+	Trouble  bool   // dead jobs, expirations or stale rejections in the last hour, or paused
+	JobsLink string
+	DeadLink string
+}
+
+func (h *handler) overview(w http.ResponseWriter, r *http.Request) error {
+	if err := h.authorize(r, ViewOverview); err != nil {
+		return err
+	}
+	cards := make([]queueCard, len(h.sources))
+	for i, s := range h.sources {
+		c := &cards[i]
+		c.Name = s.Queue()
+		c.JobsLink = link("jobs", "queue", c.Name)
+		c.DeadLink = link("dead", "queue", c.Name)
+		st, err := s.Stats(r.Context())
+		if err != nil {
+			c.Err, c.Trouble = err.Error(), true
+			h.log.Error("console: Stats", "queue", c.Name, "err", err)
+			continue
+		}
+		c.Stats, c.Counts = st, stateCounts(c.Name, st)
+		hist, err := s.History(r.Context())
+		if err != nil {
+			c.Err = "history: " + err.Error()
+			h.log.Error("console: History", "queue", c.Name, "err", err)
+		}
+		c.Chart, c.Hour = makeChart(hist)
+		c.Trouble = st.Paused || st.Failed > 0 || c.Hour.Expired > 0 || c.Hour.StaleRejected > 0
+	}
+	h.render(w, r, http.StatusOK, "overview", "Overview", "overview", cards)
+	return nil
+}
+
+// jobsPage is the jobs page (and the dead page).
+type jobsPage struct {
+	Dead      bool // the dead page: failed jobs only, errors first
+	Queue     string
+	States    []string // the filter's states (none: every state)
+	State     string   // the one state the form's select shows ("" if none or several)
+	Prefix    string
+	Limit     int // 0: default
+	Cursor    string
+	Jobs      []jobRow
+	NextLink  string
+	FirstLink string // when not on the first page
+	Counts    []stateCount
+	Action    string // where the filter form goes: jobs or dead
+	Self      string // this page's link, where its actions return
+	MaxBulk   int
+}
+
+type jobRow struct {
+	leaserouter.Job[json.RawMessage]
+	Link string
+}
+
+// listQuery is the filter and page of a jobs or dead URL.
+type listQuery struct {
+	queue  string
+	source Source
+	states []string
+	params leaserouter.ListParams
+}
+
+// parseListQuery reads queue, state (repeated), prefix, cursor and limit.
+func (h *handler) parseListQuery(q url.Values) (listQuery, error) {
+	var lq listQuery
+	var err error
+	if lq.source, err = h.source(q.Get("queue")); err != nil {
+		return lq, err
+	}
+	lq.queue = lq.source.Queue()
+	for _, s := range q["state"] {
+		if s == "" { // the form's "any state"
+			continue
+		}
+		st, ok := parseState(s)
+		if !ok {
+			return lq, errorf(http.StatusBadRequest, "unknown state %q (the states: pending, scheduled, leased, succeeded, failed, canceled)", s)
+		}
+		lq.states = append(lq.states, s)
+		lq.params.States = append(lq.params.States, st)
+	}
+	lq.params.IDPrefix = q.Get("prefix")
+	lq.params.Cursor = q.Get("cursor")
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > leaserouter.MaxListLimit {
+			return lq, errorf(http.StatusBadRequest, "bad limit %q: a number of jobs per page from 1 to %d", s, leaserouter.MaxListLimit)
+		}
+		lq.params.Limit = n
+	}
+	return lq, nil
+}
+
+func (h *handler) jobs(w http.ResponseWriter, r *http.Request) error {
+	if err := h.authorize(r, ViewJobs); err != nil {
+		return err
+	}
+	lq, err := h.parseListQuery(r.URL.Query())
+	if err != nil {
+		return err
+	}
+	return h.listJobs(w, r, lq, false)
+}
+
+func (h *handler) dead(w http.ResponseWriter, r *http.Request) error {
+	if err := h.authorize(r, ViewDead); err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	q.Del("state")
+	lq, err := h.parseListQuery(q)
+	if err != nil {
+		return err
+	}
+	lq.states, lq.params.States = []string{"failed"}, []leaserouter.State{leaserouter.StateFailed}
+	return h.listJobs(w, r, lq, true)
+}
+
+func (h *handler) listJobs(w http.ResponseWriter, r *http.Request, lq listQuery, dead bool) error {
+	page, err := lq.source.List(r.Context(), lq.params)
+	if err != nil {
+		if statusOf(err) == http.StatusBadRequest {
+			return errorf(http.StatusBadRequest, "bad page request for queue %q: %v", lq.queue, err)
+		}
+		return err
+	}
+	p := jobsPage{Dead: dead, Queue: lq.queue, States: lq.states, Prefix: lq.params.IDPrefix,
+		Limit: lq.params.Limit, Cursor: lq.params.Cursor, Action: "jobs", MaxBulk: MaxBulk}
+	if dead {
+		p.Action = "dead"
+	}
+	if len(lq.states) == 1 {
+		p.State = lq.states[0]
+	}
+	states := lq.states
+	if dead {
+		states = nil // implied by the page
+	}
+	limit := ""
+	if p.Limit > 0 {
+		limit = strconv.Itoa(p.Limit)
+	}
+	for _, j := range page.Jobs {
+		p.Jobs = append(p.Jobs, jobRow{j, link("job", "queue", lq.queue, "id", j.ID)})
+	}
+	if page.NextCursor != "" {
+		p.NextLink = link(p.Action, "queue", lq.queue, "state", states, "prefix", p.Prefix, "limit", limit, "cursor", page.NextCursor)
+	}
+	p.Self = link(p.Action, "queue", lq.queue, "state", states, "prefix", p.Prefix, "limit", limit, "cursor", p.Cursor)
+	if p.Cursor != "" {
+		p.FirstLink = link(p.Action, "queue", lq.queue, "state", states, "prefix", p.Prefix, "limit", limit)
+	}
+	if st, err := lq.source.Stats(r.Context()); err == nil {
+		p.Counts = stateCounts(lq.queue, st)
+	}
+	heading, nav := "Jobs", "jobs"
+	if dead {
+		heading, nav = "Dead jobs", "dead"
+	}
+	h.render(w, r, http.StatusOK, "jobs", heading+" · "+lq.queue, nav, p)
+	return nil
+}
+
+// jobPage is one job's page.
+type jobPage struct {
+	Queue   string
+	Job     leaserouter.Job[json.RawMessage]
+	Payload string // pretty JSON, through Redact
+	Back    string // this page's own link, where actions return
+}
+
+func (h *handler) job(w http.ResponseWriter, r *http.Request) error {
+	if err := h.authorize(r, ViewJob); err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	s, err := h.source(q.Get("queue"))
+	if err != nil {
+		return err
+	}
+	id := q.Get("id")
+	if id == "" {
+		return errorf(http.StatusBadRequest, "which job? the id parameter is missing")
+	}
+	j, ok, err := s.Get(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errorf(http.StatusNotFound, "no job %q in queue %q (never enqueued, deleted, or finished longer ago than the retention)", id, s.Queue())
+	}
+	payload := j.Payload
+	if h.opts.Redact != nil {
+		payload = h.opts.Redact(s.Queue(), id, payload)
+	}
+	p := jobPage{Queue: s.Queue(), Job: j, Payload: prettyJSON(payload), Back: link("job", "queue", s.Queue(), "id", id)}
+	p.Job.Payload = nil // shown only as Payload, redacted
+	h.render(w, r, http.StatusOK, "job", "Job "+shorten(60, id), "jobs", p)
+	return nil
+}
+
+// leasesPage is the leases of every queue shown (or of the one asked).
+type leasesPage struct {
+	Queues []leaseQueue
+	Limit  int
+}
+
+type leaseQueue struct {
+	Name   string
+	Err    string
+	Leases []jobRow
+	More   bool // the limit cut the list
+}
+
+func (h *handler) leases(w http.ResponseWriter, r *http.Request) error {
+	if err := h.authorize(r, ViewLeases); err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	sources := h.sources
+	if name := q.Get("queue"); name != "" {
+		s, err := h.source(name)
+		if err != nil {
+			return err
+		}
+		sources = []Source{s}
+	}
+	p := leasesPage{Limit: leaserouter.DefaultListLimit}
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > leaserouter.MaxListLimit {
+			return errorf(http.StatusBadRequest, "bad limit %q: a number of leases from 1 to %d", s, leaserouter.MaxListLimit)
+		}
+		p.Limit = n
+	}
+	for _, s := range sources {
+		lq := leaseQueue{Name: s.Queue()}
+		jobs, err := s.Leases(r.Context(), p.Limit)
+		if err != nil {
+			lq.Err = err.Error()
+			h.log.Error("console: Leases", "queue", lq.Name, "err", err)
+		}
+		for _, j := range jobs {
+			lq.Leases = append(lq.Leases, jobRow{j, link("job", "queue", lq.Name, "id", j.ID)})
+		}
+		lq.More = len(jobs) == p.Limit
+		p.Queues = append(p.Queues, lq)
+	}
+	h.render(w, r, http.StatusOK, "leases", "Leases", "leases", p)
+	return nil
+}

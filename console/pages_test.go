@@ -1,0 +1,367 @@
+package console_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/console"
+	"github.com/stretchr/testify/require"
+)
+
+func TestNewRefusesBadSources(t *testing.T) {
+	r := newRouter(t, leaserouter.Options{})
+	for name, sources := range map[string][]console.Source{
+		"none":       nil,
+		"nil":        {console.Router("a", r), nil},
+		"empty name": {console.Router("", r)},
+		"same name":  {console.Router("a", r), console.Router("b", r), console.Router("a", r)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h, err := console.New(console.Options{}, sources...)
+			require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+			require.Nil(t, h)
+		})
+	}
+}
+
+func TestOverviewShowsCountsTroubleAndChart(t *testing.T) {
+	r, h := setup(t, console.Options{Title: "Acme jobs"})
+	enqueue(t, r, "p1", "p2", "p3")
+	for i := range 1234 {
+		enqueue(t, r, fmt.Sprintf("bulk-%d", i))
+	}
+	kill(t, r, "dead-1")
+	l := leaseID(t, r, "p1")
+	require.NoError(t, l.Complete())
+
+	body := requireOK(t, get(t, h, "/"))
+	require.Contains(t, body, "Acme jobs")
+	require.Contains(t, body, `data-queue="files"`)
+	counts := testIDs(body, "state-count", "data-state")
+	require.Equal(t, []string{"pending", "scheduled", "leased", "succeeded", "failed", "canceled"}, counts)
+	require.Regexp(t, `data-testid="state-count" data-state="pending">1,236<`, body, "thousands separators")
+	require.Regexp(t, `data-testid="state-count" data-state="failed">1<`, body)
+	require.Contains(t, testIDs(body, "state-link", "href"), "jobs?queue=files&state=failed")
+	require.Contains(t, body, `class="card trouble"`, "a dead job is trouble")
+	require.Contains(t, body, "<svg", "the chart")
+	require.Contains(t, body, `class="bar-completed"`, "a completion in the last hour is drawn")
+	require.Contains(t, body, `class="bar-failed"`)
+	require.Contains(t, body, "1 completed")
+	require.NotContains(t, body, `data-testid="paused-badge"`)
+	require.Contains(t, body, `data-testid="pause-button"`)
+}
+
+func TestHeadOfPageHasNoBody(t *testing.T) {
+	_, h := setup(t, console.Options{})
+	w := serve(h, httptestRequest(http.MethodHead, "/jobs"))
+	require.Equal(t, http.StatusOK, w.Code)
+	require.Empty(t, w.Body.String())
+	require.Contains(t, w.Header().Get("Content-Type"), "text/html")
+}
+
+func TestPagesSayNoindex(t *testing.T) {
+	r, h := setup(t, console.Options{})
+	enqueue(t, r, "a")
+	for _, target := range []string{"/", "/jobs", "/job?queue=files&id=a", "/leases", "/dead", "/nowhere", "/healthz"} {
+		w := get(t, h, target)
+		require.Contains(t, w.Header().Get("X-Robots-Tag"), "noindex", target)
+		if w.Header().Get("Content-Type") == "text/html; charset=utf-8" {
+			require.Contains(t, w.Body.String(), `<meta name="robots" content="noindex, nofollow">`, target)
+		}
+	}
+}
+
+// TestMountedUnderAnyPrefix follows every link of every page, served at
+// the root and under /ops/jobs/ behind http.StripPrefix: each resolves,
+// relative to the page, to a page of the console that answers 200.
+func TestMountedUnderAnyPrefix(t *testing.T) {
+	for _, prefix := range []string{"/", "/ops/jobs/"} {
+		t.Run(prefix, func(t *testing.T) {
+			r, h := setup(t, console.Options{})
+			enqueue(t, r, "a/b c", "d")
+			kill(t, r, "dead?x=1&y")
+			leaseID(t, r, "d")
+			mux := http.NewServeMux()
+			mux.Handle(prefix, http.StripPrefix(strings.TrimSuffix(prefix, "/"), h))
+			base, _ := url.Parse("http://console.test" + prefix)
+			seen := map[string]bool{}
+			queue := []string{base.String()}
+			for len(queue) > 0 {
+				page := queue[0]
+				queue = queue[1:]
+				if seen[page] {
+					continue
+				}
+				seen[page] = true
+				w := get(t, mux, page)
+				require.Equal(t, http.StatusOK, w.Code, "%s: %s", page, w.Body)
+				if !strings.Contains(w.Header().Get("Content-Type"), "text/html") {
+					continue
+				}
+				pu, _ := url.Parse(page)
+				for _, l := range links(w.Body.String()) {
+					require.False(t, strings.HasPrefix(l, "/"), "%s links to absolute %q", page, l)
+					require.NotContains(t, l, "//", "%s links elsewhere: %q", page, l)
+					if l == "action" {
+						continue // the forms' target, POST only
+					}
+					u := pu.ResolveReference(must(url.Parse(l)))
+					require.True(t, strings.HasPrefix(u.Path, prefix), "%s: %q resolves to %s", page, l, u)
+					queue = append(queue, u.String())
+				}
+			}
+			for _, want := range []string{"", "jobs", "leases", "dead", "static/console.css", "static/console.js"} {
+				found := false
+				for p := range seen {
+					u := must(url.Parse(p))
+					found = found || strings.TrimPrefix(u.Path, prefix) == want
+				}
+				require.True(t, found, "no link to %q", want)
+			}
+			require.True(t, seen["http://console.test"+prefix+"job?id=dead%3Fx%3D1%26y&queue=files"], "the dead job's page, its ID escaped")
+
+			w := post(t, mux, prefix+"action", url.Values{"action": {"retry"}, "queue": {"files"}, "id": {"dead?x=1&y"}})
+			requireOK(t, w)
+			require.Equal(t, leaserouter.StatePending, state(t, r, "dead?x=1&y"))
+		})
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+func TestJobsFilterByStatePrefixAndQueue(t *testing.T) {
+	r := newRouter(t, leaserouter.Options{})
+	other := newRouter(t, leaserouter.Options{})
+	h, err := console.New(console.Options{}, console.Router("files", r), console.Router("mail", other))
+	require.NoError(t, err)
+	enqueue(t, r, "img-1", "img-2", "doc-1")
+	kill(t, r, "img-3")
+	enqueue(t, other, "mail-1")
+
+	ids := func(target string) []string { return testIDs(requireOK(t, get(t, h, target)), "job-row", "data-id") }
+	require.Equal(t, []string{"img-3", "doc-1", "img-2", "img-1"}, ids("/jobs"), "the first queue, newest first")
+	require.Equal(t, []string{"img-2", "img-1"}, ids("/jobs?queue=files&state=pending&prefix=img-"))
+	require.Equal(t, []string{"img-3", "img-2", "img-1"}, ids("/jobs?prefix=img-"))
+	require.Equal(t, []string{"img-3", "doc-1"}, ids("/jobs?state=failed&state=pending&prefix=&limit=2")[:2])
+	require.Equal(t, []string{"img-3"}, ids("/jobs?state=failed"))
+	require.Equal(t, []string{"mail-1"}, ids("/jobs?queue=mail"))
+	require.Empty(t, ids("/jobs?queue=mail&state=leased"))
+	require.Contains(t, requireOK(t, get(t, h, "/jobs?queue=mail&state=leased")), `data-testid="no-jobs"`)
+
+	body := requireOK(t, get(t, h, "/jobs?queue=files&state=pending"))
+	require.Contains(t, body, `<option value="pending" selected>`)
+	require.Contains(t, body, `<option value="files" selected>`)
+	require.Contains(t, body, `data-testid="filter-form"`)
+	require.Contains(t, testIDs(body, "state-filter", "href"), "jobs?queue=files&state=failed")
+}
+
+// TestJobsPagingFollowsNextCursor pages through 25 jobs 10 at a time by
+// the next-page links: every job once, newest first, then no link.
+func TestJobsPagingFollowsNextCursor(t *testing.T) {
+	r, h := setup(t, console.Options{})
+	var want []string
+	for i := range 25 {
+		id := fmt.Sprintf("job-%02d", i)
+		enqueue(t, r, id)
+		want = append([]string{id}, want...)
+	}
+	var got []string
+	target, pages := "/jobs?queue=files&limit=10", 0
+	for target != "" {
+		body := requireOK(t, get(t, h, target))
+		got = append(got, testIDs(body, "job-row", "data-id")...)
+		next := testIDs(body, "next-page", "href")
+		if pages > 0 {
+			require.Len(t, testIDs(body, "first-page", "href"), 1)
+		}
+		target = ""
+		if len(next) == 1 {
+			target = "/" + next[0]
+			require.Contains(t, next[0], "limit=10")
+			require.Contains(t, next[0], "cursor=")
+		}
+		pages++
+		if pages == 2 {
+			enqueue(t, r, "late") // newer than the cursor: not on later pages
+		}
+	}
+	require.Equal(t, 3, pages)
+	require.Equal(t, want, got)
+}
+
+func TestDeadPageShowsFailedJobsWithErrors(t *testing.T) {
+	r, h := setup(t, console.Options{})
+	enqueue(t, r, "ok-1")
+	kill(t, r, "bad-1")
+	kill(t, r, "bad-2")
+	body := requireOK(t, get(t, h, "/dead?state=pending"))
+	require.Equal(t, []string{"bad-2", "bad-1"}, testIDs(body, "job-row", "data-id"), "the state filter is the page's own")
+	require.Contains(t, body, "disk on fire: bad-1")
+	require.Contains(t, body, `aria-current="page" data-testid="nav-dead"`)
+}
+
+func TestJobPageShowsLeaseAndPayload(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r, err := leaserouter.New[item](leaserouter.Options{LeaseDuration: 30 * time.Second, MaxAttempts: 4})
+		require.NoError(t, err)
+		defer r.Close(context.Background())
+		h, err := console.New(console.Options{}, console.Router("files", r))
+		require.NoError(t, err)
+		require.NoError(t, r.Enqueue("a", item{Path: "/src/a.go"}, leaserouter.WithPriority(7)))
+		l, err := r.TryAcquire("indexer-3")
+		require.NoError(t, err)
+		time.Sleep(10 * time.Second)
+		require.NoError(t, l.Heartbeat([]byte("line 420")))
+		time.Sleep(12 * time.Second)
+
+		body := requireOK(t, get(t, h, "/job?queue=files&id=a"))
+		require.Contains(t, body, `<span class="state state-leased" data-state="leased">leased</span>`)
+		require.Regexp(t, `data-testid="lease-holder">indexer-3<`, body)
+		require.Regexp(t, `data-testid="lease-token">[1-9][0-9,]*<`, body)
+		require.Regexp(t, `data-testid="lease-expiry">in 18s<`, body, "30s from the heartbeat, 12s ago")
+		require.Contains(t, body, "(12s ago)", "the last heartbeat")
+		require.Contains(t, body, "1 of 4")
+		require.Contains(t, body, "line 420")
+		require.Contains(t, body, `&#34;path&#34;: &#34;/src/a.go&#34;`, "the payload, indented JSON")
+		require.Contains(t, body, `data-testid="cancel-button"`)
+		require.NotContains(t, body, `data-testid="delete-button"`, "a leased job cannot be deleted")
+		require.NotContains(t, body, `data-testid="retry-button"`)
+
+		time.Sleep(20 * time.Second)
+		body = requireOK(t, get(t, h, "/job?queue=files&id=a"))
+		require.Contains(t, body, "state-pending", "the lease expired: settled before it is shown")
+		require.NotContains(t, body, `data-testid="lease"`)
+		require.Contains(t, body, `data-testid="delete-button"`)
+	})
+}
+
+func TestLeasesPageExpiringSoonestFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r, err := leaserouter.New[item](leaserouter.Options{LeaseDuration: 30 * time.Second})
+		require.NoError(t, err)
+		defer r.Close(context.Background())
+		h, err := console.New(console.Options{}, console.Router("files", r))
+		require.NoError(t, err)
+		for _, id := range []string{"a", "b", "c"} {
+			require.NoError(t, r.Enqueue(id, item{}))
+		}
+		la, err := r.TryAcquire("w-a")
+		require.NoError(t, err)
+		time.Sleep(5 * time.Second)
+		lb, err := r.TryAcquire("w-b")
+		require.NoError(t, err)
+		time.Sleep(5 * time.Second)
+		require.NoError(t, la.Heartbeat(nil)) // a now expires last
+
+		body := requireOK(t, get(t, h, "/leases"))
+		require.Equal(t, []string{lb.JobID, la.JobID}, testIDs(body, "lease-row", "data-id"))
+		require.Regexp(t, `data-testid="lease-expiry"[^>]*>in 25s<`, body)
+		require.Regexp(t, `data-testid="lease-expiry"[^>]*>in 30s<`, body)
+		require.Contains(t, body, "w-b")
+
+		body = requireOK(t, get(t, h, "/leases?limit=1"))
+		require.Equal(t, []string{lb.JobID}, testIDs(body, "lease-row", "data-id"))
+	})
+}
+
+func TestRedactAppliesToPayload(t *testing.T) {
+	var asked []string
+	r, h := setup(t, console.Options{Redact: func(queue, id string, p json.RawMessage) json.RawMessage {
+		asked = append(asked, queue+"/"+id)
+		var it item
+		require.NoError(t, json.Unmarshal(p, &it))
+		it.Secret = "[redacted]"
+		return must(json.Marshal(it))
+	}})
+	require.NoError(t, r.Enqueue("a", item{Path: "/a", Secret: "hunter2"}))
+	body := requireOK(t, get(t, h, "/job?queue=files&id=a"))
+	require.NotContains(t, body, "hunter2")
+	require.Contains(t, body, "[redacted]")
+	require.Equal(t, []string{"files/a"}, asked)
+	for _, target := range []string{"/", "/jobs", "/leases", "/dead"} {
+		require.NotContains(t, requireOK(t, get(t, h, target)), "hunter2", target)
+	}
+}
+
+func TestUnmarshalablePayloadIsShownNotFailed(t *testing.T) {
+	r, err := leaserouter.New[any](leaserouter.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = r.Close(context.Background()) })
+	h, err := console.New(console.Options{}, console.Router("odd", r))
+	require.NoError(t, err)
+	require.NoError(t, r.Enqueue("chan", make(chan int)))
+	require.NoError(t, r.Enqueue("panics", panicky{}))
+	body := requireOK(t, get(t, h, "/job?queue=odd&id=chan"))
+	require.Contains(t, body, "the payload cannot be shown as JSON")
+	body = requireOK(t, get(t, h, "/job?queue=odd&id=panics"))
+	require.Contains(t, body, "the payload cannot be shown as JSON: panic: no JSON today")
+	requireOK(t, get(t, h, "/jobs?queue=odd"))
+}
+
+// panicky is a payload whose MarshalJSON panics.
+type panicky struct{}
+
+func (panicky) MarshalJSON() ([]byte, error) { panic("no JSON today") }
+
+// failing is a Source whose reads fail.
+type failing struct{ console.Source }
+
+var errDown = errors.New("database is down")
+
+func (failing) Stats(context.Context) (leaserouter.Stats, error) { return leaserouter.Stats{}, errDown }
+func (failing) List(context.Context, leaserouter.ListParams) (leaserouter.JobPage[json.RawMessage], error) {
+	return leaserouter.JobPage[json.RawMessage]{}, errDown
+}
+
+func TestHealthz(t *testing.T) {
+	r := newRouter(t, leaserouter.Options{})
+	h, err := console.New(console.Options{}, console.Router("files", r))
+	require.NoError(t, err)
+	w := get(t, h, "/healthz")
+	require.Equal(t, http.StatusOK, w.Code)
+	require.Equal(t, "ok\n", w.Body.String())
+
+	h, err = console.New(console.Options{}, console.Router("files", r), failing{console.Router("db", r)})
+	require.NoError(t, err)
+	w = get(t, h, "/healthz")
+	require.Equal(t, http.StatusServiceUnavailable, w.Code)
+	require.Contains(t, w.Body.String(), `queue "db": database is down`)
+
+	// A failing source is shown on the overview, not a failed page.
+	body := requireOK(t, get(t, h, "/"))
+	require.Contains(t, body, "database is down")
+	w = get(t, h, "/jobs?queue=db")
+	requireStatus(t, w, http.StatusInternalServerError, "database is down")
+}
+
+func TestStaticAssetsAreEmbeddedAndLocal(t *testing.T) {
+	r, h := setup(t, console.Options{})
+	enqueue(t, r, "a")
+	for _, a := range []struct{ path, ctype string }{{"/static/console.css", "text/css"}, {"/static/console.js", "javascript"}} {
+		w := get(t, h, a.path)
+		require.Equal(t, http.StatusOK, w.Code)
+		require.Contains(t, w.Header().Get("Content-Type"), a.ctype)
+		require.NotContains(t, w.Body.String(), "http://")
+		require.NotContains(t, w.Body.String(), "https://")
+	}
+	requireStatus(t, get(t, h, "/static/nope.js"), http.StatusNotFound, "no asset")
+	for _, target := range []string{"/", "/jobs", "/job?queue=files&id=a", "/leases", "/dead"} {
+		body := requireOK(t, get(t, h, target))
+		require.NotRegexp(t, `(src|href)="(https?:)?//`, body, target)
+		require.Contains(t, body, `id="refresh"`, target)
+	}
+}

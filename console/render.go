@@ -1,0 +1,244 @@
+package console
+
+import (
+	"bytes"
+	"embed"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/leaserouter/leaserouter"
+)
+
+//go:embed templates/*.html static/*
+var assets embed.FS
+
+// pageTemplate is the layout with one page's content.
+type pageTemplate struct{ t *template.Template }
+
+// pageNames are the templates in templates/, one per page.
+var pageNames = []string{"overview", "jobs", "job", "leases", "result", "error"}
+
+func parsePages() (map[string]*pageTemplate, error) {
+	out := map[string]*pageTemplate{}
+	for _, name := range pageNames {
+		t, err := template.New("layout.html").Funcs(funcs).ParseFS(assets,
+			"templates/layout.html", "templates/parts.html", "templates/"+name+".html")
+		if err != nil {
+			return nil, fmt.Errorf("console: template %s: %w", name, err)
+		}
+		out[name] = &pageTemplate{t}
+	}
+	return out, nil
+}
+
+// layout is what every page's template gets: the frame and the page's own
+// data in Body.
+type layout struct {
+	Title    string // the console's
+	Page     string // the page's heading and window title
+	Nav      string // which nav entry is current: overview, jobs, leases, dead
+	ReadOnly bool
+	Version  string    // of the static assets
+	Now      time.Time // the instant the page was rendered
+	Queues   []string
+	Body     any
+}
+
+// render writes page name with status: into a buffer first, so that a
+// template failure is an error page rather than half a page.
+func (h *handler) render(w http.ResponseWriter, r *http.Request, status int, name, heading, nav string, body any) {
+	queues := make([]string, len(h.sources))
+	for i, s := range h.sources {
+		queues[i] = s.Queue()
+	}
+	data := layout{Title: h.opts.Title, Page: heading, Nav: nav, ReadOnly: h.opts.ReadOnly,
+		Version: h.version, Now: time.Now(), Queues: queues, Body: body}
+	var buf bytes.Buffer
+	if err := h.pages[name].t.Execute(&buf, data); err != nil {
+		h.log.Error("console: rendering", "page", name, "err", err)
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(http.StatusInternalServerError)
+		fmt.Fprintln(w, "console: the page could not be rendered")
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	if r.Method != http.MethodHead {
+		_, _ = w.Write(buf.Bytes())
+	}
+}
+
+var funcs = template.FuncMap{
+	"num":      num,
+	"state":    func(s leaserouter.State) string { return s.String() },
+	"when":     when,
+	"until":    until,
+	"ago":      ago,
+	"rfc3339":  func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) },
+	"isoshort": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
+	"link":     link,
+	"terminal": func(s leaserouter.State) bool { return s.Terminal() },
+	"leased":   func(s leaserouter.State) bool { return s == leaserouter.StateLeased },
+	"states":   func() []leaserouter.State { return allStates },
+	"progress": progressText,
+	"short":    shorten,
+}
+
+// allStates are the states in the order of their constants.
+var allStates = []leaserouter.State{leaserouter.StatePending, leaserouter.StateScheduled, leaserouter.StateLeased,
+	leaserouter.StateSucceeded, leaserouter.StateFailed, leaserouter.StateCanceled}
+
+// parseState is the State named s ("pending", ...).
+func parseState(s string) (leaserouter.State, bool) {
+	for _, st := range allStates {
+		if st.String() == s {
+			return st, true
+		}
+	}
+	return 0, false
+}
+
+// num formats an integer with thousands separators: 1234567 -> "1,234,567".
+func num(v any) string {
+	var s string
+	switch n := v.(type) {
+	case int:
+		s = strconv.Itoa(n)
+	case int64:
+		s = strconv.FormatInt(n, 10)
+	case uint64:
+		s = strconv.FormatUint(n, 10)
+	case leaserouter.Token:
+		s = strconv.FormatInt(int64(n), 10)
+	default:
+		return fmt.Sprint(v)
+	}
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	if neg {
+		b.WriteByte('-')
+	}
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// when is t relative to now ("in 12s", "3m ago"), "" for the zero Time.
+func when(t, now time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	d := t.Sub(now)
+	if d >= 0 {
+		return "in " + human(d)
+	}
+	return human(-d) + " ago"
+}
+
+// until is the whole seconds left until t (0 once it has passed).
+func until(t, now time.Time) int64 {
+	return max(0, int64(math.Ceil(t.Sub(now).Seconds())))
+}
+
+func ago(t, now time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return human(max(0, now.Sub(t))) + " ago"
+}
+
+// human is d, rounded for reading: "850ms", "12s", "4m10s", "3h2m", "5d3h".
+func human(d time.Duration) string {
+	switch {
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	case d < time.Hour:
+		return trimZeroSeconds(d.Round(time.Second).String())
+	case d < 48*time.Hour:
+		return trimZeroSeconds(d.Round(time.Minute).String())
+	}
+	return fmt.Sprintf("%dd%dh", d/(24*time.Hour), d%(24*time.Hour)/time.Hour)
+}
+
+// trimZeroSeconds drops the "0s" of "4m0s", not that of "4m10s".
+func trimZeroSeconds(s string) string {
+	if strings.HasSuffix(s, "m0s") {
+		return s[:len(s)-2]
+	}
+	return s
+}
+
+// link is a relative URL: page with the query of the key, value pairs
+// (a []string value repeats its key; empty values are left out).
+func link(page string, kv ...any) string {
+	q := url.Values{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		k := fmt.Sprint(kv[i])
+		switch v := kv[i+1].(type) {
+		case []string:
+			for _, s := range v {
+				q.Add(k, s)
+			}
+		case string:
+			if v != "" {
+				q.Set(k, v)
+			}
+		default:
+			q.Set(k, fmt.Sprint(v))
+		}
+	}
+	if page == "" {
+		page = "./"
+	}
+	if len(q) == 0 {
+		return page
+	}
+	return page + "?" + q.Encode()
+}
+
+// progressText shows a checkpoint: as text when it is printable UTF-8,
+// else as its length and first bytes in hex.
+func progressText(p []byte) string {
+	if len(p) == 0 {
+		return ""
+	}
+	printable := strings.ToValidUTF8(string(p), "\uFFFD") == string(p) &&
+		!strings.ContainsFunc(string(p), func(r rune) bool { return r < ' ' && r != '\n' && r != '\t' })
+	if printable {
+		return string(p)
+	}
+	return fmt.Sprintf("%d bytes: %x", len(p), p[:min(len(p), 64)])
+}
+
+// shorten cuts s to n runes with an ellipsis.
+func shorten(n int, s string) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n]) + "…"
+}
+
+// prettyJSON indents raw, or returns it as text when it is not JSON.
+func prettyJSON(raw json.RawMessage) string {
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, raw, "", "  "); err != nil {
+		return string(raw)
+	}
+	return buf.String()
+}

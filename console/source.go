@@ -1,0 +1,188 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/leaserouter/leaserouter"
+)
+
+// Source is one queue the console shows and acts on. The in-process
+// adapter is Router; pgrouter's Router has this method set too (without
+// importing this package), and any other backend may implement it. Every
+// method may be called concurrently, from the goroutines of the HTTP
+// server; ctx is the request's. Payloads are JSON (json.RawMessage), so
+// that one console shows queues of any payload type.
+//
+// The console maps errors by errors.Is: leaserouter.ErrNotFound (404),
+// ErrNotFinished and ErrLeased (409), ErrInvalidOptions (400, as List
+// returns for a bad cursor); any other error is the backend's failure
+// (500, its message shown, never a stack).
+type Source interface {
+	// Queue is the queue's name as the console shows it and as the
+	// "queue" parameter of its URLs names it. It must be constant, unique
+	// among the sources of one console, and not empty.
+	Queue() string
+	// Stats is leaserouter.Router.Stats.
+	Stats(ctx context.Context) (leaserouter.Stats, error)
+	// History is leaserouter.Router.History: per minute, oldest first.
+	History(ctx context.Context) ([]leaserouter.Minute, error)
+	// List is leaserouter.Router.List.
+	List(ctx context.Context, p leaserouter.ListParams) (leaserouter.JobPage[json.RawMessage], error)
+	// Leases is leaserouter.Router.Leases: the lease expiring soonest first.
+	Leases(ctx context.Context, limit int) ([]leaserouter.Job[json.RawMessage], error)
+	// Get is leaserouter.Router.Get; ok is false for an unknown job.
+	Get(ctx context.Context, id string) (leaserouter.Job[json.RawMessage], bool, error)
+	// Retry is leaserouter.Router.Retry.
+	Retry(ctx context.Context, id string) error
+	// Cancel is leaserouter.Router.Cancel.
+	Cancel(ctx context.Context, id string) error
+	// Delete is leaserouter.Router.Delete.
+	Delete(ctx context.Context, id string) error
+	// Pause is leaserouter.Router.Pause.
+	Pause(ctx context.Context) error
+	// Resume is leaserouter.Router.Resume.
+	Resume(ctx context.Context) error
+}
+
+// Router returns the Source of an in-process Router, shown under the name
+// queue. Payloads are marshaled with encoding/json; a payload that fails
+// to marshal shows as a JSON string saying why, never as an error. The
+// calls do not block but on the router's lock (ctx is only checked
+// first); they work after Close as the Router's own calls do (reads
+// answer, actions return leaserouter.ErrClosed). A nil r makes every call
+// of the Source panic; New refuses an empty queue name.
+func Router[T any](queue string, r *leaserouter.Router[T]) Source {
+	return &routerSource[T]{queue: queue, r: r}
+}
+
+type routerSource[T any] struct {
+	queue string
+	r     *leaserouter.Router[T]
+}
+
+func (s *routerSource[T]) Queue() string { return s.queue }
+
+func (s *routerSource[T]) Stats(ctx context.Context) (leaserouter.Stats, error) {
+	if err := ctx.Err(); err != nil {
+		return leaserouter.Stats{}, err
+	}
+	return s.r.Stats(), nil
+}
+
+func (s *routerSource[T]) History(ctx context.Context) ([]leaserouter.Minute, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return s.r.History(), nil
+}
+
+func (s *routerSource[T]) List(ctx context.Context, p leaserouter.ListParams) (leaserouter.JobPage[json.RawMessage], error) {
+	var out leaserouter.JobPage[json.RawMessage]
+	if err := ctx.Err(); err != nil {
+		return out, err
+	}
+	page, err := s.r.List(p)
+	if err != nil {
+		return out, err
+	}
+	out.NextCursor = page.NextCursor
+	out.Jobs = make([]leaserouter.Job[json.RawMessage], len(page.Jobs))
+	for i, j := range page.Jobs {
+		out.Jobs[i] = rawJob(j)
+	}
+	return out, nil
+}
+
+func (s *routerSource[T]) Leases(ctx context.Context, limit int) ([]leaserouter.Job[json.RawMessage], error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	jobs, err := s.r.Leases(limit)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]leaserouter.Job[json.RawMessage], len(jobs))
+	for i, j := range jobs {
+		out[i] = rawJob(j)
+	}
+	return out, nil
+}
+
+func (s *routerSource[T]) Get(ctx context.Context, id string) (leaserouter.Job[json.RawMessage], bool, error) {
+	if err := ctx.Err(); err != nil {
+		return leaserouter.Job[json.RawMessage]{}, false, err
+	}
+	j, ok := s.r.Get(id)
+	if !ok {
+		return leaserouter.Job[json.RawMessage]{}, false, nil
+	}
+	return rawJob(j), true, nil
+}
+
+func (s *routerSource[T]) Retry(ctx context.Context, id string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return s.r.Retry(id)
+}
+
+func (s *routerSource[T]) Cancel(ctx context.Context, id string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return s.r.Cancel(id)
+}
+
+func (s *routerSource[T]) Delete(ctx context.Context, id string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return s.r.Delete(id)
+}
+
+func (s *routerSource[T]) Pause(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return s.r.Pause()
+}
+
+func (s *routerSource[T]) Resume(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return s.r.Resume()
+}
+
+// rawJob is j with its payload as JSON.
+func rawJob[T any](j leaserouter.Job[T]) leaserouter.Job[json.RawMessage] {
+	return leaserouter.Job[json.RawMessage]{
+		ID: j.ID, Payload: marshalPayload(j.Payload), State: j.State, Priority: j.Priority,
+		Attempt: j.Attempt, MaxAttempts: j.MaxAttempts, Token: j.Token, Owner: j.Owner,
+		LeaseExpiry: j.LeaseExpiry, RunAt: j.RunAt, Progress: j.Progress, LastError: j.LastError,
+		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt,
+	}
+}
+
+// marshalPayload is v as JSON or, when it cannot be marshaled (a channel,
+// a func, a cycle, a failing MarshalJSON, a panic in one), a JSON string
+// saying so.
+func marshalPayload(v any) (out json.RawMessage) {
+	defer func() {
+		if p := recover(); p != nil {
+			out = unmarshalable(fmt.Errorf("panic: %v", p))
+		}
+	}()
+	b, err := json.Marshal(v)
+	if err != nil {
+		return unmarshalable(err)
+	}
+	return b
+}
+
+func unmarshalable(err error) json.RawMessage {
+	b, _ := json.Marshal(fmt.Sprintf("(the payload cannot be shown as JSON: %v)", err))
+	return b
+}

@@ -1,6 +1,7 @@
 package leaserouter_test
 
 import (
+	"context"
 	"errors"
 	"math/rand/v2"
 	"slices"
@@ -320,4 +321,33 @@ func TestAdminAgainstModel(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestStaleLeaseAfterRetryIsSuperseded: once a retried job has a newer
+// lease, an operation on a lease of its run before Retry is refused with
+// LostSuperseded and the job's latest token (LeaseLostError: "superseded
+// whenever the job has a newer lease"), for a lease call and a KeepAlive
+// alike; before the new lease it keeps its own reason.
+func TestStaleLeaseAfterRetryIsSuperseded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := setup(t, leaserouter.Options{LeaseDuration: ld})
+		require.NoError(t, r.Enqueue("a", ""))
+		old := acquire(t, r, "w1")
+		require.NoError(t, old.Complete())
+		require.NoError(t, r.Retry("a"))
+		lle := requireLost(t, old.Heartbeat(nil), old.Token, old.Token)
+		require.Equal(t, leaserouter.LostCompleted, lle.Reason, "no newer lease yet")
+
+		cur := acquire(t, r, "w2")
+		require.Greater(t, cur.Token, old.Token)
+		lle = requireLost(t, old.Complete(), old.Token, cur.Token)
+		require.Equal(t, leaserouter.LostSuperseded, lle.Reason)
+		kctx, cancel := leaserouter.KeepAlive(t.Context(), old, 0)
+		defer cancel()
+		<-kctx.Done()
+		require.ErrorAs(t, context.Cause(kctx), &lle)
+		require.Equal(t, leaserouter.LostSuperseded, lle.Reason, "KeepAlive's cause")
+		require.Equal(t, cur.Token, lle.Current)
+		require.NoError(t, cur.Heartbeat(nil), "the new lease is untouched")
+	})
 }

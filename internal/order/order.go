@@ -60,6 +60,13 @@ func (l *Log[E]) Len() int { return l.live }
 // Append adds e, of class class, with sequence number seq, greater than
 // that of every element appended before.
 func (l *Log[E]) Append(e *E, seq uint64, class uint8) {
+	if n := len(l.chunks); n > 0 && len(l.chunks[n-1].items) == chunkLen && l.chunks[n-1].live <= chunkLen/8 {
+		// The last chunk is full but sparse: its elements were removed
+		// while it was the last, which Remove does not shrink. Shrink it
+		// now (merged with the one before or packed: either way the last
+		// chunk then has room), rather than leave it behind mostly empty.
+		l.shrink(n - 1)
+	}
 	var c *Chunk[E]
 	if n := len(l.chunks); n > 0 && len(l.chunks[n-1].items) < chunkLen {
 		c = l.chunks[n-1]

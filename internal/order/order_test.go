@@ -159,3 +159,31 @@ func TestMemoryFollowsLiveElements(t *testing.T) {
 	}
 	require.LessOrEqual(t, slots, 4*l.Len()+16*len(l.chunks), "slots kept for %d elements", l.Len())
 }
+
+// TestMemoryFollowsLiveElementsRemovedWhileLast: elements removed while
+// their chunk is the last one (the one appended to: jobs that end as
+// fast as they come, Retention < 0) leave no chunk of mostly empty slots
+// behind once the next chunk starts, even when one element of each
+// chunk stays (a job delayed for an hour among quick ones).
+func TestMemoryFollowsLiveElementsRemovedWhileLast(t *testing.T) {
+	l := newLog()
+	seq := uint64(0)
+	for range 200 {
+		for i := range chunkLen {
+			seq++
+			e := &elem{seq: seq}
+			l.Append(e, seq, 0)
+			if i != 0 { // the first of each run stays
+				require.True(t, l.Remove(e.c, e.seq, 0))
+			}
+		}
+	}
+	require.Equal(t, 200, l.Len())
+	slots := 0
+	for _, c := range l.chunks {
+		slots += cap(c.items)
+	}
+	require.LessOrEqual(t, slots, 4*l.Len()+2*chunkLen, "slots kept for %d elements in %d chunks", l.Len(), len(l.chunks))
+	require.LessOrEqual(t, len(l.chunks), 2)
+	require.Equal(t, 200, len(walkAll(l, 0, 1, 1000)))
+}

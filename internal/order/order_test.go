@@ -126,16 +126,26 @@ func TestWalkStopsWhereTold(t *testing.T) {
 }
 
 // TestSparseChunksSkipped: a walk for a class no chunk holds looks at no
-// slot, however many elements there are.
+// slot, however many elements there are, and a chunk skipped costs one
+// slot of the budget, so a walk over many chunks with none of the class
+// is still bounded, resuming where it stopped.
 func TestSparseChunksSkipped(t *testing.T) {
 	l := newLog()
 	for s := uint64(1); s <= 100*chunkLen; s++ {
 		l.Append(&elem{seq: s}, s, 0)
 	}
 	looked := 0
-	_, more := l.Walk(0, 1<<3, 1, func(*elem) bool { looked++; return true })
-	require.False(t, more, "a budget of one slot was enough: every chunk skipped")
+	_, more := l.Walk(0, 1<<3, 100, func(*elem) bool { looked++; return true })
+	require.False(t, more, "a budget of 100 was enough: every chunk skipped")
 	require.Zero(t, looked)
+	var before uint64
+	walks := 0
+	for more = true; more; walks++ {
+		before, more = l.Walk(before, 1<<3, 10, func(*elem) bool { looked++; return true })
+	}
+	require.Zero(t, looked)
+	require.Equal(t, 10, walks, "100 chunks, 10 a walk")
+	require.Len(t, walkAll(l, 0, 1, 10), 100*chunkLen, "resuming after skipped chunks loses nothing")
 }
 
 // TestMemoryFollowsLiveElements: after most elements are removed, the

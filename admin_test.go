@@ -351,3 +351,74 @@ func TestStaleLeaseAfterRetryIsSuperseded(t *testing.T) {
 		require.NoError(t, cur.Heartbeat(nil), "the new lease is untouched")
 	})
 }
+
+// TestAdminCallsConcurrentWithRun: Retry, Delete, Pause, Resume and List
+// racing Run's workers and a producer leave the counts and the events in
+// step (Stats.Purged and Stats.Retried against their events, each
+// detached record purged without a trace) and the router whole (Audit),
+// and a Resume after the last Pause lets Run finish every job.
+func TestAdminCallsConcurrentWithRun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var rec recorder
+		r := setup(t, leaserouter.Options{LeaseDuration: ld, Retention: time.Second, MaxAttempts: 2, OnEvent: rec.record})
+		ctx, stop := context.WithCancel(t.Context())
+		runDone := make(chan error, 1)
+		go func() {
+			runDone <- r.Run(ctx, leaserouter.WorkerOptions{Workers: 3}, func(_ context.Context, l *lease) error {
+				if l.Attempt == 1 && l.JobID[len(l.JobID)-1]%3 == 0 {
+					return errors.New("boom")
+				}
+				return nil
+			})
+		}()
+		rng := rand.New(rand.NewPCG(3, 4))
+		for i := range 600 {
+			id := string(rune('a'+i%26)) + string(rune('0'+i%7))
+			_ = r.Enqueue(id, "")
+			switch rng.IntN(6) {
+			case 0:
+				_ = r.Retry(id)
+			case 1:
+				_ = r.Delete(id)
+			case 2:
+				require.NoError(t, r.Pause())
+			case 3:
+				require.NoError(t, r.Resume())
+			case 4:
+				_, err := r.List(leaserouter.ListParams{Limit: 5})
+				require.NoError(t, err)
+			}
+			if i%50 == 0 {
+				sleep(time.Duration(rng.IntN(1500)) * time.Millisecond)
+			}
+			require.NoError(t, r.Audit())
+		}
+		// Paused, jobs wait however long; Resume alone wakes the workers.
+		require.NoError(t, r.Pause())
+		synctest.Wait()
+		before := r.Stats().Pending
+		for i := range 20 {
+			require.NoError(t, r.Enqueue("late"+string(rune('a'+i)), ""))
+		}
+		sleep(time.Minute)
+		st := r.Stats()
+		require.Equal(t, before+20, st.Pending, "nothing leased while paused: %+v", st)
+		require.NoError(t, r.Resume())
+		synctest.Wait()
+		st = r.Stats()
+		require.Zero(t, st.Pending+st.Leased, "Run finished every job after Resume: %+v", st)
+		stop()
+		require.NoError(t, <-runDone)
+		require.NoError(t, r.Close(t.Context()))
+		st = r.Stats()
+		count := map[leaserouter.EventKind]uint64{}
+		for _, e := range rec.all() {
+			count[e.Kind]++
+		}
+		require.Equal(t, count[leaserouter.EventPurged], st.Purged)
+		require.Equal(t, count[leaserouter.EventRetried], st.Retried)
+		require.NotZero(t, st.Retried)
+		require.NotZero(t, st.Purged)
+		require.NoError(t, r.Audit())
+	})
+}

@@ -1,6 +1,7 @@
 package leaserouter_test
 
 import (
+	"context"
 	"errors"
 	"math/rand/v2"
 	"slices"
@@ -320,4 +321,104 @@ func TestAdminAgainstModel(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestStaleLeaseAfterRetryIsSuperseded: once a retried job has a newer
+// lease, an operation on a lease of its run before Retry is refused with
+// LostSuperseded and the job's latest token (LeaseLostError: "superseded
+// whenever the job has a newer lease"), for a lease call and a KeepAlive
+// alike; before the new lease it keeps its own reason.
+func TestStaleLeaseAfterRetryIsSuperseded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := setup(t, leaserouter.Options{LeaseDuration: ld})
+		require.NoError(t, r.Enqueue("a", ""))
+		old := acquire(t, r, "w1")
+		require.NoError(t, old.Complete())
+		require.NoError(t, r.Retry("a"))
+		lle := requireLost(t, old.Heartbeat(nil), old.Token, old.Token)
+		require.Equal(t, leaserouter.LostCompleted, lle.Reason, "no newer lease yet")
+
+		cur := acquire(t, r, "w2")
+		require.Greater(t, cur.Token, old.Token)
+		lle = requireLost(t, old.Complete(), old.Token, cur.Token)
+		require.Equal(t, leaserouter.LostSuperseded, lle.Reason)
+		kctx, cancel := leaserouter.KeepAlive(t.Context(), old, 0)
+		defer cancel()
+		<-kctx.Done()
+		require.ErrorAs(t, context.Cause(kctx), &lle)
+		require.Equal(t, leaserouter.LostSuperseded, lle.Reason, "KeepAlive's cause")
+		require.Equal(t, cur.Token, lle.Current)
+		require.NoError(t, cur.Heartbeat(nil), "the new lease is untouched")
+	})
+}
+
+// TestAdminCallsConcurrentWithRun: Retry, Delete, Pause, Resume and List
+// racing Run's workers and a producer leave the counts and the events in
+// step (Stats.Purged and Stats.Retried against their events, each
+// detached record purged without a trace) and the router whole (Audit),
+// and a Resume after the last Pause lets Run finish every job.
+func TestAdminCallsConcurrentWithRun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var rec recorder
+		r := setup(t, leaserouter.Options{LeaseDuration: ld, Retention: time.Second, MaxAttempts: 2, OnEvent: rec.record})
+		ctx, stop := context.WithCancel(t.Context())
+		runDone := make(chan error, 1)
+		go func() {
+			runDone <- r.Run(ctx, leaserouter.WorkerOptions{Workers: 3}, func(_ context.Context, l *lease) error {
+				if l.Attempt == 1 && l.JobID[len(l.JobID)-1]%3 == 0 {
+					return errors.New("boom")
+				}
+				return nil
+			})
+		}()
+		rng := rand.New(rand.NewPCG(3, 4))
+		for i := range 600 {
+			id := string(rune('a'+i%26)) + string(rune('0'+i%7))
+			_ = r.Enqueue(id, "")
+			switch rng.IntN(6) {
+			case 0:
+				_ = r.Retry(id)
+			case 1:
+				_ = r.Delete(id)
+			case 2:
+				require.NoError(t, r.Pause())
+			case 3:
+				require.NoError(t, r.Resume())
+			case 4:
+				_, err := r.List(leaserouter.ListParams{Limit: 5})
+				require.NoError(t, err)
+			}
+			if i%50 == 0 {
+				sleep(time.Duration(rng.IntN(1500)) * time.Millisecond)
+			}
+			require.NoError(t, r.Audit())
+		}
+		// Paused, jobs wait however long; Resume alone wakes the workers.
+		require.NoError(t, r.Pause())
+		synctest.Wait()
+		before := r.Stats().Pending
+		for i := range 20 {
+			require.NoError(t, r.Enqueue("late"+string(rune('a'+i)), ""))
+		}
+		sleep(time.Minute)
+		st := r.Stats()
+		require.Equal(t, before+20, st.Pending, "nothing leased while paused: %+v", st)
+		require.NoError(t, r.Resume())
+		synctest.Wait()
+		st = r.Stats()
+		require.Zero(t, st.Pending+st.Leased, "Run finished every job after Resume: %+v", st)
+		stop()
+		require.NoError(t, <-runDone)
+		require.NoError(t, r.Close(t.Context()))
+		st = r.Stats()
+		count := map[leaserouter.EventKind]uint64{}
+		for _, e := range rec.all() {
+			count[e.Kind]++
+		}
+		require.Equal(t, count[leaserouter.EventPurged], st.Purged)
+		require.Equal(t, count[leaserouter.EventRetried], st.Retried)
+		require.NotZero(t, st.Retried)
+		require.NotZero(t, st.Purged)
+		require.NoError(t, r.Audit())
+	})
 }

@@ -42,12 +42,28 @@ type histSlot struct {
 // tally counts one transition of kind k at instant now (the router's
 // clock). The caller holds r.mu.
 func (r *Router[T]) tally(k int, now int64) {
-	m := (r.epochUnix + now) / int64(time.Minute)
-	s := &r.hist[m%HistoryMinutes]
+	m := r.minute(now)
+	s := &r.hist[histIndex(m)]
 	if s.minute != m {
 		*s = histSlot{minute: m}
 	}
 	s.n[k]++
+}
+
+// minute returns the wall-clock minute (since the Unix epoch, rounded
+// down: a clock before 1970 gives negative minutes) of instant now.
+func (r *Router[T]) minute(now int64) int64 {
+	ns := r.epochUnix + now
+	m := ns / int64(time.Minute)
+	if ns%int64(time.Minute) < 0 {
+		m--
+	}
+	return m
+}
+
+// histIndex is minute m's slot of the ring, never negative.
+func histIndex(m int64) int {
+	return int((m%HistoryMinutes + HistoryMinutes) % HistoryMinutes)
 }
 
 // History returns the last HistoryMinutes minutes, oldest first, the last
@@ -61,12 +77,12 @@ func (r *Router[T]) History() []Minute {
 	now := r.settleNow()
 	ring := r.hist
 	r.unlockAndDeliver()
-	cur := (r.epochUnix + now) / int64(time.Minute)
+	cur := r.minute(now)
 	out := make([]Minute, HistoryMinutes)
 	for i := range out {
 		m := cur - HistoryMinutes + 1 + int64(i)
 		out[i].Start = time.Unix(0, m*int64(time.Minute)).UTC()
-		if s := ring[m%HistoryMinutes]; s.minute == m {
+		if s := ring[histIndex(m)]; s.minute == m {
 			out[i].Completed, out[i].Failed, out[i].Dead = int(s.n[tallyCompleted]), int(s.n[tallyFailed]), int(s.n[tallyDead])
 			out[i].Expired, out[i].StaleRejected = int(s.n[tallyExpired]), int(s.n[tallyStale])
 		}

@@ -256,6 +256,12 @@ func (r *Router[T]) lostError(l *Lease[T]) *LeaseLostError {
 	}
 	if cur := r.jobs.Get(l.JobID); cur != nil {
 		e.Current = cur.token
+		// Retry replaces a finished job's record (same enqueue order,
+		// seq): a lease of the record before is superseded by the new
+		// record's leases.
+		if cur.seq == l.j.seq && cur.token != l.Token {
+			e.Reason = LostSuperseded
+		}
 	}
 	return e
 }

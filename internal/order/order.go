@@ -60,6 +60,13 @@ func (l *Log[E]) Len() int { return l.live }
 // Append adds e, of class class, with sequence number seq, greater than
 // that of every element appended before.
 func (l *Log[E]) Append(e *E, seq uint64, class uint8) {
+	if n := len(l.chunks); n > 0 && len(l.chunks[n-1].items) == chunkLen && l.chunks[n-1].live <= chunkLen/8 {
+		// The last chunk is full but sparse: its elements were removed
+		// while it was the last, which Remove does not shrink. Shrink it
+		// now (merged with the one before or packed: either way the last
+		// chunk then has room), rather than leave it behind mostly empty.
+		l.shrink(n - 1)
+	}
 	var c *Chunk[E]
 	if n := len(l.chunks); n > 0 && len(l.chunks[n-1].items) < chunkLen {
 		c = l.chunks[n-1]
@@ -217,7 +224,7 @@ func (l *Log[E]) pack(a, b *Chunk[E]) *Chunk[E] {
 // Walk calls f with the live elements whose sequence number is below
 // before (0: no bound), newest first, skipping the chunks with no element
 // of a class in mask (bit s: class s), until f returns false or budget
-// slots have been looked at. It returns the sequence number to resume
+// slots have been looked at (a chunk skipped counts as one slot). It returns the sequence number to resume
 // below, and whether any slot is left there: false once the walk has
 // reached the oldest element.
 func (l *Log[E]) Walk(before uint64, mask uint8, budget int, f func(e *E) bool) (resume uint64, more bool) {
@@ -229,6 +236,12 @@ func (l *Log[E]) Walk(before uint64, mask uint8, budget int, f func(e *E) bool) 
 	for ; k >= 0; k-- {
 		c := l.chunks[k]
 		if !c.has(mask) {
+			// A chunk skipped costs a slot of the budget: with many
+			// chunks and none of the classes, the walk is still bounded.
+			if budget <= 0 && before != 0 {
+				return before, true
+			}
+			budget--
 			before = c.seqs[0]
 			continue
 		}

@@ -126,16 +126,26 @@ func TestWalkStopsWhereTold(t *testing.T) {
 }
 
 // TestSparseChunksSkipped: a walk for a class no chunk holds looks at no
-// slot, however many elements there are.
+// slot, however many elements there are, and a chunk skipped costs one
+// slot of the budget, so a walk over many chunks with none of the class
+// is still bounded, resuming where it stopped.
 func TestSparseChunksSkipped(t *testing.T) {
 	l := newLog()
 	for s := uint64(1); s <= 100*chunkLen; s++ {
 		l.Append(&elem{seq: s}, s, 0)
 	}
 	looked := 0
-	_, more := l.Walk(0, 1<<3, 1, func(*elem) bool { looked++; return true })
-	require.False(t, more, "a budget of one slot was enough: every chunk skipped")
+	_, more := l.Walk(0, 1<<3, 100, func(*elem) bool { looked++; return true })
+	require.False(t, more, "a budget of 100 was enough: every chunk skipped")
 	require.Zero(t, looked)
+	var before uint64
+	walks := 0
+	for more = true; more; walks++ {
+		before, more = l.Walk(before, 1<<3, 10, func(*elem) bool { looked++; return true })
+	}
+	require.Zero(t, looked)
+	require.Equal(t, 10, walks, "100 chunks, 10 a walk")
+	require.Len(t, walkAll(l, 0, 1, 10), 100*chunkLen, "resuming after skipped chunks loses nothing")
 }
 
 // TestMemoryFollowsLiveElements: after most elements are removed, the
@@ -158,4 +168,32 @@ func TestMemoryFollowsLiveElements(t *testing.T) {
 		slots += cap(c.items)
 	}
 	require.LessOrEqual(t, slots, 4*l.Len()+16*len(l.chunks), "slots kept for %d elements", l.Len())
+}
+
+// TestMemoryFollowsLiveElementsRemovedWhileLast: elements removed while
+// their chunk is the last one (the one appended to: jobs that end as
+// fast as they come, Retention < 0) leave no chunk of mostly empty slots
+// behind once the next chunk starts, even when one element of each
+// chunk stays (a job delayed for an hour among quick ones).
+func TestMemoryFollowsLiveElementsRemovedWhileLast(t *testing.T) {
+	l := newLog()
+	seq := uint64(0)
+	for range 200 {
+		for i := range chunkLen {
+			seq++
+			e := &elem{seq: seq}
+			l.Append(e, seq, 0)
+			if i != 0 { // the first of each run stays
+				require.True(t, l.Remove(e.c, e.seq, 0))
+			}
+		}
+	}
+	require.Equal(t, 200, l.Len())
+	slots := 0
+	for _, c := range l.chunks {
+		slots += cap(c.items)
+	}
+	require.LessOrEqual(t, slots, 4*l.Len()+2*chunkLen, "slots kept for %d elements in %d chunks", l.Len(), len(l.chunks))
+	require.LessOrEqual(t, len(l.chunks), 2)
+	require.Equal(t, 200, len(walkAll(l, 0, 1, 1000)))
 }

@@ -1,0 +1,30 @@
+package leaserouter
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestHistoryBeforeTheEpoch: with a wall clock before 1970 (minutes since
+// the Unix epoch negative) a transition is counted in its minute and
+// History lists whole minutes, instead of indexing the ring with a
+// negative remainder (a panic under the router's lock).
+func TestHistoryBeforeTheEpoch(t *testing.T) {
+	r, err := New[int](Options{})
+	require.NoError(t, err)
+	defer r.Close(context.Background())
+	func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()                                                 // a panic must not leave it held: Close would wait
+		r.epochUnix = -90*int64(time.Minute) - r.now() - int64(time.Second) // now: 1969-12-31 22:29:59 UTC or so
+		r.tally(tallyCompleted, r.now())
+	}()
+	h := r.History()
+	last := h[len(h)-1]
+	require.Equal(t, 1, last.Completed, "counted in the current minute")
+	require.Equal(t, time.Date(1969, 12, 31, 22, 29, 0, 0, time.UTC), last.Start)
+	require.Equal(t, last.Start, last.Start.Truncate(time.Minute))
+}

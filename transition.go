@@ -227,7 +227,9 @@ func (r *Router[T]) makeReady(j *job[T], at int64) {
 	j.at = at
 	j.updated = max(j.updated, at)
 	r.ready.Push(j)
-	r.wakeOne()
+	if !r.paused { // else Resume wakes them
+		r.wakeOne()
+	}
 }
 
 // schedule makes j scheduled until runAt, or pending at once (ready time

@@ -67,6 +67,16 @@ const (
 	ActionResume Action = "resume" // Source.Resume
 )
 
+// Mutates reports whether a changes a queue or a job (an action, not a
+// view): what a read-only role is refused.
+func (a Action) Mutates() bool {
+	switch a {
+	case ActionRetry, ActionCancel, ActionDelete, ActionPause, ActionResume:
+		return true
+	}
+	return false
+}
+
 // MaxBulk is the most jobs one "all matching the filter" action handles;
 // the result page says when more matched (submit it again for the rest).
 const MaxBulk = 10000

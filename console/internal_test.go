@@ -47,3 +47,13 @@ func TestChartScalesEachBand(t *testing.T) {
 	require.Equal(t, float64((leaserouter.HistoryMinutes-1)*minuteStep), last.X, "now is the last slot")
 	require.Zero(t, c.Minutes[0].CH)
 }
+
+// TestActionMutates: the actions mutate, the views do not.
+func TestActionMutates(t *testing.T) {
+	for _, a := range []Action{ActionRetry, ActionCancel, ActionDelete, ActionPause, ActionResume} {
+		require.True(t, a.Mutates(), a)
+	}
+	for _, a := range []Action{ViewOverview, ViewJobs, ViewJob, ViewLeases, ViewDead, Action("other")} {
+		require.False(t, a.Mutates(), a)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -32,16 +33,19 @@ const firstPage = math.MaxInt64
 // that stays selected meanwhile, whatever is enqueued, leased or deleted,
 // in this process or another (a cursor is valid in every process). Limit
 // 0 means leaserouter.DefaultListLimit (100); empty States, every state;
-// empty IDPrefix, every ID (the prefix is compared byte by byte: no
-// pattern characters). A State outside the constants, a Limit below 0 or
-// above leaserouter.MaxListLimit (1000), or a Cursor that is malformed or
-// was made under other States or IDPrefix (Limit may change) is an error
-// wrapping ErrInvalidOptions, without a round trip. One round trip: the
-// page is a merge of index walks that stop at its end (the index
-// leaserouter_jobs_order), never a sort of the queue; a prefix few
-// selected jobs have walks past the others. A payload that does not
-// decode into T fails the page with the error Get would return. List
-// works after Close. Errors wrap the driver's. Safe for concurrent use.
+// empty IDPrefix, every ID (compared byte by byte: no pattern
+// characters; one holding a NUL, which no ID holds, selects nothing).
+// A State outside the constants, a Limit below 0 or above
+// leaserouter.MaxListLimit (1000), an IDPrefix that is not valid UTF-8
+// (the database's text cannot hold it: the core's List would match IDs
+// it is a byte prefix of), or a Cursor that is malformed or was made
+// under other States or IDPrefix (Limit may change) is an error wrapping
+// ErrInvalidOptions, without a round trip. One round trip: each selected
+// state is a walk of the index leaserouter_jobs_order that stops after a
+// page, never a scan or sort of the queue; a prefix few of a state's jobs
+// have may walk past the others. A payload that does not decode into T
+// fails the page with the error Get would return. List works after
+// Close. Errors wrap the driver's. Safe for concurrent use.
 func (r *Router[T]) List(ctx context.Context, p leaserouter.ListParams) (leaserouter.JobPage[T], error) {
 	ctx = orBackground(ctx)
 	var page leaserouter.JobPage[T]
@@ -60,9 +64,15 @@ func (r *Router[T]) List(ctx context.Context, p leaserouter.ListParams) (leasero
 		}
 		before = int64(seq)
 	}
+	if !utf8.ValidString(p.IDPrefix) {
+		return page, fmt.Errorf("%w: ListParams.IDPrefix is not valid UTF-8", leaserouter.ErrInvalidOptions)
+	}
+	if strings.IndexByte(p.IDPrefix, 0) >= 0 {
+		return page, nil // no ID holds a NUL (ValidateID)
+	}
 	b := &pgx.Batch{}
 	r.queueSettle(b)
-	b.Queue(listJobs, args{"queue": r.opts.Queue, "before": before, "prefix": p.IDPrefix, "mask": int32(mask),
+	b.Queue(listJobs, args{"queue": r.opts.Queue, "before": before, "prefix": p.IDPrefix, "states": stateNames(mask),
 		"limit": limit + 1}) // one more than the page: there is a next one
 	res := r.db.SendBatch(ctx, b)
 	settled, err := readSettle(res)
@@ -82,6 +92,17 @@ func (r *Router[T]) List(ctx context.Context, p leaserouter.ListParams) (leasero
 		page.NextCursor = listcursor.Encode(uint64(last), mask, p.IDPrefix)
 	}
 	return page, nil
+}
+
+// stateNames are the names of the states of mask (bit s: State s).
+func stateNames(mask uint8) []string {
+	var names []string
+	for s := leaserouter.StatePending; s <= leaserouter.StateCanceled; s++ {
+		if mask&(1<<s) != 0 {
+			names = append(names, s.String())
+		}
+	}
+	return names
 }
 
 // readPage reads up to limit+1 jobs of jobs_list into page, and returns

@@ -1,46 +1,28 @@
 -- A page of List: up to @limit jobs of @queue whose enqueue order (seq)
 -- is below @before (the cursor's; the largest bigint for a first page),
--- newest first, in the states of @mask (bit s: leaserouter.State s) and
--- with IDs starting with @prefix ('' for all), finished ones while
--- retained. One branch per state, each an index walk backward on
--- leaserouter_jobs_order (queue, state, seq) that the merge stops at the
--- page's end (a branch whose bit is clear is cut by its one-time filter):
--- no sort of the queue, one plan for every filter. The prefix is tested
--- on the rows walked (starts_with: no LIKE metacharacters, any
--- collation), so a prefix that few of the selected jobs have walks past
--- the others.
-SELECT id, payload, state::text, priority, attempt, max_attempts, token, owner, lease_expires_at, ready_at,
-	progress, last_error, created_at, updated_at, seq
-FROM (
-	SELECT id, payload, state, priority, attempt, max_attempts, token, owner, lease_expires_at, ready_at,
-		progress, last_error, created_at, updated_at, seq FROM leaserouter_jobs
-	WHERE queue = @queue AND state = 'pending' AND seq < @before AND starts_with(id, @prefix)
-		AND @mask::integer & 1 <> 0
-	UNION ALL
-	SELECT id, payload, state, priority, attempt, max_attempts, token, owner, lease_expires_at, ready_at,
-		progress, last_error, created_at, updated_at, seq FROM leaserouter_jobs
-	WHERE queue = @queue AND state = 'scheduled' AND seq < @before AND starts_with(id, @prefix)
-		AND @mask::integer & 2 <> 0
-	UNION ALL
-	SELECT id, payload, state, priority, attempt, max_attempts, token, owner, lease_expires_at, ready_at,
-		progress, last_error, created_at, updated_at, seq FROM leaserouter_jobs
-	WHERE queue = @queue AND state = 'leased' AND seq < @before AND starts_with(id, @prefix)
-		AND @mask::integer & 4 <> 0
-	UNION ALL
-	SELECT id, payload, state, priority, attempt, max_attempts, token, owner, lease_expires_at, ready_at,
-		progress, last_error, created_at, updated_at, seq FROM leaserouter_jobs
-	WHERE queue = @queue AND state = 'succeeded' AND seq < @before AND starts_with(id, @prefix)
-		AND @mask::integer & 8 <> 0 AND NOT leaserouter_past_retention(state, purge_at)
-	UNION ALL
-	SELECT id, payload, state, priority, attempt, max_attempts, token, owner, lease_expires_at, ready_at,
-		progress, last_error, created_at, updated_at, seq FROM leaserouter_jobs
-	WHERE queue = @queue AND state = 'failed' AND seq < @before AND starts_with(id, @prefix)
-		AND @mask::integer & 16 <> 0 AND NOT leaserouter_past_retention(state, purge_at)
-	UNION ALL
-	SELECT id, payload, state, priority, attempt, max_attempts, token, owner, lease_expires_at, ready_at,
-		progress, last_error, created_at, updated_at, seq FROM leaserouter_jobs
-	WHERE queue = @queue AND state = 'canceled' AND seq < @before AND starts_with(id, @prefix)
-		AND @mask::integer & 32 <> 0 AND NOT leaserouter_past_retention(state, purge_at)
-) j
-ORDER BY seq DESC
+-- newest first, in the states @states (their names) and with IDs
+-- starting with @prefix ('' for all), finished ones while retained.
+--
+-- Each state is a walk backward of leaserouter_jobs_order (queue, state,
+-- seq) that stops after @limit rows (the state a parameter of the
+-- lateral subquery: its index order is seq's), and the page is the
+-- newest @limit of those: a sort of at most six times @limit rows, never
+-- of the queue. (A UNION ALL of one branch per state is planned as a
+-- sort of every selected row: a branch's own state equality does not
+-- make the index's order seq's to the merge above it.) The prefix is
+-- starts_with (no pattern characters, any collation): tested on the rows
+-- walked, so a prefix that few of a state's jobs have walks past the
+-- others, unless the planner, knowing the prefix (a custom plan) and the
+-- collation C, finds the few by the primary key and sorts them.
+SELECT j.* FROM unnest(@states::text[]::leaserouter_job_state[]) AS s(state),
+LATERAL (
+	SELECT id, payload, state::text, priority, attempt, max_attempts, token, owner, lease_expires_at, ready_at,
+		progress, last_error, created_at, updated_at, seq
+	FROM leaserouter_jobs
+	WHERE queue = @queue AND state = s.state AND seq < @before
+		AND starts_with(id, @prefix)
+		AND NOT leaserouter_past_retention(state, purge_at)
+	ORDER BY seq DESC
+	LIMIT @limit) AS j
+ORDER BY j.seq DESC
 LIMIT @limit

@@ -303,9 +303,12 @@ func (r *Router[T]) setPaused(ctx context.Context, call string, paused bool) err
 // counted by state (finished ones while retained) and whether it is
 // paused (Router.Pause).
 type QueueInfo struct {
-	Name                                                    string
+	Name string // Options.Queue of the Routers on it
+
+	// Jobs by state, as Stats counts them (Failed: dead).
 	Pending, Scheduled, Leased, Succeeded, Failed, Canceled int
-	Paused                                                  bool
+
+	Paused bool // no lease is granted until Resume
 }
 
 // Queues returns the database's queues, by name: every queue with jobs

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaserouter/leaserouter"
+	listcursor "github.com/leaserouter/leaserouter/internal/cursor"
 	"github.com/leaserouter/leaserouter/pgrouter"
 	"github.com/leaserouter/leaserouter/pgrouter/pgtest"
 )
@@ -121,6 +122,49 @@ func TestBadInput(t *testing.T) {
 			require.ErrorIs(t, pgrouter.Fence(ctx, tx, "", 1), leaserouter.ErrInvalidOptions)
 			require.ErrorIs(t, pgrouter.Fence(ctx, tx, "k", math.MaxUint64), leaserouter.ErrInvalidOptions)
 		}},
+		row{"List bad state, limit, cursor or prefix", func(t *testing.T) {
+			require.NoError(t, r.Enqueue(ctx, "listed", 1))
+			require.NoError(t, r.Enqueue(ctx, "listed too", 1))
+			good, err := r.List(ctx, leaserouter.ListParams{Limit: 1})
+			require.NoError(t, err)
+			require.NotEmpty(t, good.NextCursor, "the queue holds more than one job")
+			for _, p := range []leaserouter.ListParams{
+				{States: []leaserouter.State{leaserouter.StateCanceled + 1}},
+				{States: []leaserouter.State{255}},
+				{Limit: -1}, {Limit: math.MinInt}, {Limit: leaserouter.MaxListLimit + 1}, {Limit: math.MaxInt},
+				{Cursor: "not a cursor"}, {Cursor: "AAAAAAAAAAAAAAAAAAAAAAA"}, {Cursor: good.NextCursor + "A"},
+				{Cursor: good.NextCursor[:len(good.NextCursor)-1]},
+				{Cursor: good.NextCursor, IDPrefix: "l"}, // made under no prefix
+				{Cursor: good.NextCursor, States: []leaserouter.State{leaserouter.StatePending}},
+				{Cursor: maxSeqCursor()}, // a seq above bigint
+				{IDPrefix: "ab\xffc"},
+			} {
+				res, err := r.List(ctx, p)
+				require.ErrorIs(t, err, leaserouter.ErrInvalidOptions, "%+v", p)
+				require.Empty(t, res.Jobs)
+			}
+			res, err := r.List(ctx, leaserouter.ListParams{IDPrefix: "a\x00"})
+			require.NoError(t, err, "a prefix holding a NUL selects nothing")
+			require.Empty(t, res.Jobs)
+			//lint:ignore SA1012 a nil ctx is documented to mean context.Background()
+			res, err = r.List(nil, leaserouter.ListParams{IDPrefix: "listed"})
+			require.NoError(t, err)
+			require.Len(t, res.Jobs, 2)
+		}},
+		row{"Retry and Delete empty or unknown id", func(t *testing.T) {
+			for _, f := range []func(context.Context, string) error{r.Retry, r.Delete} {
+				require.ErrorIs(t, f(ctx, ""), leaserouter.ErrInvalidJob)
+				require.ErrorIs(t, f(ctx, ""), leaserouter.ErrNotFound)
+				require.ErrorIs(t, f(ctx, "a\x00b"), leaserouter.ErrNotFound)
+				require.ErrorIs(t, f(ctx, "never enqueued"), leaserouter.ErrNotFound)
+			}
+		}},
+		row{"Pause and Resume nil ctx", func(t *testing.T) {
+			//lint:ignore SA1012 a nil ctx is documented to mean context.Background()
+			require.NoError(t, r.Pause(nil))
+			//lint:ignore SA1012 a nil ctx is documented to mean context.Background()
+			require.NoError(t, r.Resume(nil))
+		}},
 		row{"KeepAlive interval >= LeaseDuration", func(t *testing.T) {
 			require.NoError(t, r.Enqueue(ctx, "keep", 1))
 			l, err := r.TryAcquire(ctx, "w")
@@ -169,6 +213,21 @@ func TestBadInput(t *testing.T) {
 		}},
 		{"after Close: Stats", func(t *testing.T) {
 			_, err := rc.Stats(ctx)
+			require.NoError(t, err)
+		}},
+		{"after Close: List", func(t *testing.T) {
+			res, err := rc.List(ctx, leaserouter.ListParams{})
+			require.NoError(t, err)
+			require.Len(t, res.Jobs, 1)
+		}},
+		{"after Close: Retry, Delete, Pause, Resume", func(t *testing.T) {
+			require.ErrorIs(t, rc.Retry(ctx, "a"), leaserouter.ErrClosed)
+			require.ErrorIs(t, rc.Delete(ctx, "a"), leaserouter.ErrClosed)
+			require.ErrorIs(t, rc.Pause(ctx), leaserouter.ErrClosed)
+			require.ErrorIs(t, rc.Resume(ctx), leaserouter.ErrClosed)
+		}},
+		{"after Close: Queues", func(t *testing.T) {
+			_, err := rc.Queues(ctx)
 			require.NoError(t, err)
 		}},
 		{"after Close: the revoked lease", func(t *testing.T) { require.ErrorIs(t, l.Complete(ctx), leaserouter.ErrLeaseLost) }},
@@ -381,4 +440,10 @@ func TestBadNamesGetTheCoresErrors(t *testing.T) {
 			require.Nil(t, r, q.name)
 		}
 	})
+}
+
+// maxSeqCursor is a well-formed List cursor of no filter whose enqueue
+// order is above the largest bigint: no job has it.
+func maxSeqCursor() string {
+	return listcursor.Encode(math.MaxUint64, 1<<(leaserouter.StateCanceled+1)-1, "")
 }

@@ -183,6 +183,15 @@ func (b pgBackend) KeepAlive(ctx context.Context, l routertest.Lease, interval t
 
 func (b pgBackend) Close(ctx context.Context) error { return b.r.Close(ctx) }
 
+func (b pgBackend) List(ctx context.Context, p leaserouter.ListParams) (leaserouter.JobPage[string], error) {
+	return b.r.List(ctx, p)
+}
+
+func (b pgBackend) Retry(ctx context.Context, id string) error  { return b.r.Retry(ctx, id) }
+func (b pgBackend) Delete(ctx context.Context, id string) error { return b.r.Delete(ctx, id) }
+func (b pgBackend) Pause(ctx context.Context) error             { return b.r.Pause(ctx) }
+func (b pgBackend) Resume(ctx context.Context) error            { return b.r.Resume(ctx) }
+
 func pgLease1(l *pgrouter.Lease[string], err error) (routertest.Lease, error) {
 	if err != nil {
 		return nil, err

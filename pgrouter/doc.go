@@ -35,8 +35,9 @@
 //   - Order is exact within one claim; concurrent claimers skip rows
 //     locked by each other (FOR UPDATE SKIP LOCKED), so two claims may
 //     interleave.
-//   - Wake-ups: LISTEN/NOTIFY on enqueue, release, retry and expiry
-//     settling, plus a timer at the earliest due instant, plus a poll every
+//   - Wake-ups: LISTEN/NOTIFY on enqueue, release, retry (a failed
+//     attempt's, and Router.Retry), Resume and expiry settling, plus a
+//     timer at the earliest due instant, plus a poll every
 //     Options.PollInterval: a missed notification delays a job by at most
 //     that.
 //   - Stats: counts by state come from the table; totals are this
@@ -128,18 +129,41 @@
 //   - Close waits for an abandoned lease only until its expiry as proven
 //     by its last accepted heartbeat, then revokes what is still valid.
 //
+// # Operating a queue
+//
+// Beside Get, Cancel and Stats, the operator's calls (DESIGN-operate.md,
+// the core's with a ctx first and an error):
+//
+//   - List: a page of the queue's jobs, newest first by enqueue order,
+//     filtered by states and ID prefix, paged by an opaque keyset cursor
+//     valid in every process (one walk of the index leaserouter_jobs_order
+//     per selected state, stopping after a page). It works after Close.
+//   - Retry: a finished job pending again at once, attempt 0, in its
+//     place in the order; emits retried (Stats.Retried: this Router's).
+//   - Delete: a job not leased removed, its row deleted (its ID may be
+//     enqueued again); emits purged (Stats.Purged).
+//   - Pause and Resume: the queue's, stored in the table
+//     leaserouter_queues, so every process sharing it stops granting (the
+//     claim statement reads it, in the same statement) and is woken by a
+//     Resume at once (a notification). Stats.Paused reads it.
+//   - Queues: the database's queues, with counts by state and whether
+//     each is paused.
+//
+// Retry, Delete, Pause and Resume return ErrClosed after Close.
+//
 // # Schema
 //
 // Migrate creates the tables leaserouter_jobs (its claim column holds
 // the id of the claim that granted a job's latest lease, its leased_at
 // column that lease's grant instant, for Event.Held),
-// leaserouter_fences and leaserouter_abandoned_claims (claims and lease
-// operations resolved by their client, kept a day: see Faults), the
-// sequences leaserouter_token
+// leaserouter_fences, leaserouter_abandoned_claims (claims and lease
+// operations resolved by their client, kept a day: see Faults) and
+// leaserouter_queues (paused queues), the sequences leaserouter_token
 // (fencing tokens: cache 1, raised by New above TokenFloor and the Unix
 // time in nanoseconds, never lowered) and leaserouter_job_seq (enqueue
-// order), and partial indexes for the ready
-// order, scheduled run-ats, lease expiries and purge times. Payloads are
+// order), partial indexes for the ready order, scheduled run-ats, lease
+// expiries and purge times, and the index leaserouter_jobs_order (queue,
+// state, seq) for List. Payloads are
 // JSON (encoding/json) in a jsonb column, readable in SQL. The jobs table
 // is created with aggressive autovacuum settings (every job is updated
 // several times and deleted), and the Router vacuums and analyzes it

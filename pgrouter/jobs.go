@@ -32,21 +32,8 @@ func (r *Router[T]) Get(ctx context.Context, id string) (leaserouter.Job[T], boo
 		res.Close()
 		return j, false, errWrap("Get", err)
 	}
-	var (
-		payload      []byte
-		state        string
-		prio         int64
-		att, maxAtt  int32
-		token        int64
-		expiry       *time.Time
-		readyAt      time.Time
-		lastErr      string
-		progress     []byte
-		owner        string
-		created, upd time.Time
-	)
-	err = res.QueryRow().Scan(&j.ID, &payload, &state, &prio, &att, &maxAtt, &token, &owner, &expiry, &readyAt,
-		&progress, &lastErr, &created, &upd)
+	var jr jobRow
+	err = res.QueryRow().Scan(jr.fields()...)
 	// The batch's connection back to the pool (and its implicit
 	// transaction committed) before settled's notify asks for another.
 	if cerr := res.Close(); err == nil || errors.Is(err, pgx.ErrNoRows) {
@@ -61,20 +48,44 @@ func (r *Router[T]) Get(ctx context.Context, id string) (leaserouter.Job[T], boo
 	if err != nil {
 		return j, false, errWrap("Get", err)
 	}
-	if j.Payload, err = decode[T](id, payload); err != nil {
-		return j, false, err
+	j, err = jobOf[T](&jr)
+	return j, err == nil, err
+}
+
+// jobRow is a job's row as job_get and jobs_list read it.
+type jobRow struct {
+	id, state, owner, lastErr string
+	payload, progress         []byte
+	prio, token               int64
+	att, maxAtt               int32
+	expiry                    *time.Time
+	readyAt, created, upd     time.Time
+}
+
+// fields are the scan targets of jr, in the statements' column order.
+func (jr *jobRow) fields() []any {
+	return []any{&jr.id, &jr.payload, &jr.state, &jr.prio, &jr.att, &jr.maxAtt, &jr.token, &jr.owner, &jr.expiry,
+		&jr.readyAt, &jr.progress, &jr.lastErr, &jr.created, &jr.upd}
+}
+
+// jobOf is the snapshot of jr, its payload decoded.
+func jobOf[T any](jr *jobRow) (leaserouter.Job[T], error) {
+	j := leaserouter.Job[T]{ID: jr.id}
+	var err error
+	if j.Payload, err = decode[T](jr.id, jr.payload); err != nil {
+		return j, err
 	}
-	j.State, _ = stateNamed(state)
-	j.Priority, j.Attempt, j.MaxAttempts = int(prio), int(att), int(maxAtt)
-	j.Token, j.Owner, j.Progress, j.LastError = leaserouter.Token(token), owner, progress, lastErr
-	j.CreatedAt, j.UpdatedAt = created, upd
+	j.State, _ = stateNamed(jr.state)
+	j.Priority, j.Attempt, j.MaxAttempts = int(jr.prio), int(jr.att), int(jr.maxAtt)
+	j.Token, j.Owner, j.Progress, j.LastError = leaserouter.Token(jr.token), jr.owner, jr.progress, jr.lastErr
+	j.CreatedAt, j.UpdatedAt = jr.created, jr.upd
 	switch j.State {
 	case leaserouter.StateLeased:
-		j.LeaseExpiry = *expiry
+		j.LeaseExpiry = *jr.expiry
 	case leaserouter.StateScheduled:
-		j.RunAt = readyAt
+		j.RunAt = jr.readyAt
 	}
-	return j, true, nil
+	return j, nil
 }
 
 // Cancel makes a pending, scheduled or leased job StateCanceled, in one
@@ -132,33 +143,52 @@ func (r *Router[T]) Cancel(ctx context.Context, id string) error {
 }
 
 // Stats returns the queue's jobs by state, counted in the table (finished
-// ones while retained), and this Router's totals since New (other
-// processes' calls are not in them). It works after Close. Errors wrap
-// the driver's.
+// ones while retained), whether the queue is paused (in any process:
+// Pause), and this Router's totals since New (other processes' calls are
+// not in them). One round trip. It works after Close. Errors wrap the
+// driver's.
 func (r *Router[T]) Stats(ctx context.Context) (leaserouter.Stats, error) {
 	ctx = orBackground(ctx)
-	rows, err := r.db.Query(ctx, statsByState, args{"queue": r.opts.Queue})
+	b := &pgx.Batch{}
+	b.Queue(statsByState, args{"queue": r.opts.Queue})
+	b.Queue(queuePaused, args{"queue": r.opts.Queue})
+	res := r.db.SendBatch(ctx, b)
+	by, paused, err := readStats(res)
+	if cerr := res.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
-		return leaserouter.Stats{}, errWrap("Stats", err)
-	}
-	var by [6]int
-	for rows.Next() {
-		var name string
-		var n int64
-		if err := rows.Scan(&name, &n); err != nil {
-			rows.Close()
-			return leaserouter.Stats{}, errWrap("Stats", err)
-		}
-		if st, ok := stateNamed(name); ok && int(st) < len(by) {
-			by[st] = int(n)
-		}
-	}
-	if err := rows.Err(); err != nil {
 		return leaserouter.Stats{}, errWrap("Stats", err)
 	}
 	r.mu.Lock()
 	s := r.stats
 	r.mu.Unlock()
 	s.Pending, s.Scheduled, s.Leased, s.Succeeded, s.Failed, s.Canceled = by[0], by[1], by[2], by[3], by[4], by[5]
+	s.Paused = paused
 	return s, nil
+}
+
+// readStats reads the results of Stats' batch: the counts by state and
+// whether the queue is paused.
+func readStats(res pgx.BatchResults) (by [6]int, paused bool, err error) {
+	rows, err := res.Query()
+	if err != nil {
+		return by, false, err
+	}
+	for rows.Next() {
+		var name string
+		var n int64
+		if err := rows.Scan(&name, &n); err != nil {
+			rows.Close()
+			return by, false, err
+		}
+		if st, ok := stateNamed(name); ok && int(st) < len(by) {
+			by[st] = int(n)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return by, false, err
+	}
+	err = res.QueryRow().Scan(&paused)
+	return by, paused, err
 }

@@ -140,4 +140,13 @@ var (
 	lockTokens   = statement("tokens_lock")
 	raiseToken   = statement("tokens_raise")
 	notifyQueue  = statement("notify")
+
+	// The operator's side (admin.go).
+	listJobs     = statement("jobs_list")
+	retryJob     = statement("job_retry")
+	deleteJob    = statement("job_delete")
+	pauseQueue   = statement("queue_pause")
+	queuePaused  = statement("queue_paused")
+	queuesStats  = statement("queues_stats")
+	queuesPaused = statement("queues_paused")
 )

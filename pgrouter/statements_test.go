@@ -267,6 +267,7 @@ type planNode struct {
 	Type     string     `json:"Node Type"`
 	Function string     `json:"Function Name"`
 	Relation string     `json:"Relation Name"`
+	Index    string     `json:"Index Name"`
 	Rows     float64    `json:"Actual Rows"`
 	Loops    float64    `json:"Actual Loops"`
 	Removed  float64    `json:"Rows Removed by Filter"`

@@ -2,18 +2,22 @@
 -- @worker for @lease_us microseconds, in the ready order (priority, ready
 -- time, enqueue order), skipping rows other claimers hold, and writes the
 -- claim id @claim on them (nothing, if the claim was abandoned: see
--- outcome.go). Tokens are taken after the rows are ordered, so they
--- increase in the ready order. The walk's bound is a constant (rows are
--- locked as the outer LIMIT pulls them), @n an unknown: one plan for
--- every claim, made once per connection (a plan knowing @n was made
--- again at each claim of one: ~170 us). The rows reach the update as
--- arrays (t), estimated at a few rows (n.token > 0, always true, lowers
--- the estimate: on a young table, with no statistics, 10 rows made a
--- bitmap scan of the whole queue look cheaper): it finds each by key.
+-- outcome.go, nor while the queue is paused: its row in
+-- leaserouter_queues, one probe of its primary key, a one-time filter
+-- evaluated before the walk). Tokens are taken after the rows are
+-- ordered, so they increase in the ready order. The walk's bound is a
+-- constant (rows are locked as the outer LIMIT pulls them), @n an
+-- unknown: one plan for every claim, made once per connection (a plan
+-- knowing @n was made again at each claim of one: ~170 us). The rows
+-- reach the update as arrays (t), estimated at a few rows (n.token > 0,
+-- always true, lowers the estimate: on a young table, with no
+-- statistics, 10 rows made a bitmap scan of the whole queue look
+-- cheaper): it finds each by key.
 WITH picked AS (
 	SELECT * FROM (SELECT queue, id, priority, ready_at, seq FROM leaserouter_jobs
 		WHERE queue = @queue AND state = 'pending'
 			AND NOT EXISTS (SELECT FROM leaserouter_abandoned_claims WHERE id = @claim)
+			AND NOT EXISTS (SELECT FROM leaserouter_queues WHERE queue = @queue AND paused)
 		ORDER BY priority DESC, ready_at, seq
 		LIMIT 1024 FOR UPDATE SKIP LOCKED) w
 	LIMIT (SELECT @n::bigint)),

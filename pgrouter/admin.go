@@ -1,0 +1,390 @@
+package pgrouter
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leaserouter/leaserouter"
+	listcursor "github.com/leaserouter/leaserouter/internal/cursor"
+)
+
+// The operator's side (DESIGN-operate.md, "Admin API"): List, Retry,
+// Delete, Pause and Resume, as the core's with a ctx and an error, and
+// Queues. Pause and Resume act on the queue in the database, for every
+// process sharing it.
+
+// firstPage is the enqueue order a first page of List starts below: every
+// seq the sequence hands out is smaller.
+const firstPage = math.MaxInt64
+
+// List returns a page of the jobs of the Router's queue that p selects,
+// newest first by enqueue order (which Retry keeps), after settling what
+// is due (a lease past its expiry is listed as the expiry left it; a
+// finished job past its Retention is not listed). Paging is keyset, never
+// by offset: a cursor names the enqueue order of its page's last job, so
+// following NextCursor ("" on the last page) never skips or repeats a job
+// that stays selected meanwhile, whatever is enqueued, leased or deleted,
+// in this process or another (a cursor is valid in every process). Limit
+// 0 means leaserouter.DefaultListLimit (100); empty States, every state;
+// empty IDPrefix, every ID (compared byte by byte: no pattern
+// characters; one holding a NUL, which no ID holds, selects nothing).
+// A State outside the constants, a Limit below 0 or above
+// leaserouter.MaxListLimit (1000), an IDPrefix that is not valid UTF-8
+// (the database's text cannot hold it: the core's List would match IDs
+// it is a byte prefix of), or a Cursor that is malformed or was made
+// under other States or IDPrefix (Limit may change) is an error wrapping
+// ErrInvalidOptions, without a round trip. One round trip: each selected
+// state is a walk of the index leaserouter_jobs_order that stops after a
+// page, never a scan or sort of the queue; a prefix few of a state's jobs
+// have may walk past the others. A payload that does not decode into T
+// fails the page with the error Get would return. List works after
+// Close. Errors wrap the driver's. Safe for concurrent use.
+func (r *Router[T]) List(ctx context.Context, p leaserouter.ListParams) (leaserouter.JobPage[T], error) {
+	ctx = orBackground(ctx)
+	var page leaserouter.JobPage[T]
+	mask, limit, err := listFilter(p)
+	if err != nil {
+		return page, err
+	}
+	before := int64(firstPage)
+	if p.Cursor != "" {
+		seq, err := listcursor.Decode(p.Cursor, mask, p.IDPrefix)
+		if err == nil && seq > math.MaxInt64 {
+			err = listcursor.ErrMalformed
+		}
+		if err != nil {
+			return page, fmt.Errorf("%w: ListParams.Cursor: %w", leaserouter.ErrInvalidOptions, err)
+		}
+		before = int64(seq)
+	}
+	if !utf8.ValidString(p.IDPrefix) {
+		return page, fmt.Errorf("%w: ListParams.IDPrefix is not valid UTF-8", leaserouter.ErrInvalidOptions)
+	}
+	if strings.IndexByte(p.IDPrefix, 0) >= 0 {
+		return page, nil // no ID holds a NUL (ValidateID)
+	}
+	b := &pgx.Batch{}
+	r.queueSettle(b)
+	b.Queue(listJobs, args{"queue": r.opts.Queue, "before": before, "prefix": p.IDPrefix, "states": stateNames(mask),
+		"limit": limit + 1}) // one more than the page: there is a next one
+	res := r.db.SendBatch(ctx, b)
+	settled, err := readSettle(res)
+	var last int64 // the seq of the page's last job
+	if err == nil {
+		last, err = readPage(res, limit, &page)
+	}
+	if cerr := res.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return leaserouter.JobPage[T]{}, errWrap("List", err)
+	}
+	r.settled(ctx, settled)
+	if len(page.Jobs) > limit {
+		page.Jobs = page.Jobs[:limit]
+		page.NextCursor = listcursor.Encode(uint64(last), mask, p.IDPrefix)
+	}
+	return page, nil
+}
+
+// stateNames are the names of the states of mask (bit s: State s).
+func stateNames(mask uint8) []string {
+	var names []string
+	for s := leaserouter.StatePending; s <= leaserouter.StateCanceled; s++ {
+		if mask&(1<<s) != 0 {
+			names = append(names, s.String())
+		}
+	}
+	return names
+}
+
+// readPage reads up to limit+1 jobs of jobs_list into page, and returns
+// the seq of the limit-th (the page's last, when there is a next one).
+func readPage[T any](res pgx.BatchResults, limit int, page *leaserouter.JobPage[T]) (int64, error) {
+	rows, err := res.Query()
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	var last int64
+	for rows.Next() {
+		var jr jobRow
+		var seq int64
+		if err := rows.Scan(append(jr.fields(), &seq)...); err != nil {
+			return 0, err
+		}
+		j, err := jobOf[T](&jr)
+		if err != nil {
+			return 0, err
+		}
+		page.Jobs = append(page.Jobs, j)
+		if len(page.Jobs) == limit {
+			last = seq
+		}
+	}
+	return last, rows.Err()
+}
+
+// listFilter checks p, as the core's List does, and returns its states as
+// a mask (bit s: State s; every state if none) and its page size.
+func listFilter(p leaserouter.ListParams) (mask uint8, limit int, err error) {
+	for _, s := range p.States {
+		if s > leaserouter.StateCanceled {
+			return 0, 0, fmt.Errorf("%w: ListParams.States: %v is not a state", leaserouter.ErrInvalidOptions, s)
+		}
+		mask |= 1 << s
+	}
+	if mask == 0 {
+		mask = 1<<(leaserouter.StateCanceled+1) - 1
+	}
+	switch {
+	case p.Limit < 0 || p.Limit > leaserouter.MaxListLimit:
+		return 0, 0, fmt.Errorf("%w: ListParams.Limit is %d, must be between 0 and %d",
+			leaserouter.ErrInvalidOptions, p.Limit, leaserouter.MaxListLimit)
+	case p.Limit == 0:
+		return mask, leaserouter.DefaultListLimit, nil
+	}
+	return mask, p.Limit, nil
+}
+
+// Retry makes a finished job (succeeded, dead or canceled) pending again
+// at once, in its place in the enqueue order, with a fresh attempt
+// budget: its next lease is attempt 1 of its MaxAttempts, with a token
+// above every one issued before (the token sequence). Its LastError and
+// last checkpoint (Progress) stay. It settles what is due first, as Get
+// does, and wakes the queue's waiting Acquires in every process (a
+// notification, sent if the change commits). It emits
+// leaserouter.EventRetried (Attempt 0, Token: the job's latest lease's),
+// counted in this Router's Stats.Retried. It returns an error wrapping
+// ErrNotFinished for a pending, scheduled or leased job, ErrNotFound for
+// an unknown id or a finished job past its Retention (for an id
+// leaserouter.ValidateID refuses, "" included, one wrapping both
+// ErrInvalidJob and ErrNotFound, without a round trip), ErrClosed after
+// Close, or one wrapping the driver's; in each case nothing changed. One
+// round trip; it waits for the job's row while another transaction holds
+// it. Safe for concurrent use.
+func (r *Router[T]) Retry(ctx context.Context, id string) error {
+	ctx = orBackground(ctx)
+	if err := leaserouter.ValidateID(id); err != nil {
+		return fmt.Errorf("%w: %w", err, leaserouter.ErrNotFound)
+	}
+	if err := r.open(); err != nil {
+		return err
+	}
+	var (
+		was   *string
+		token *int64
+		at    *time.Time
+		sent  int64
+	)
+	b := &pgx.Batch{}
+	r.queueSettle(b)
+	b.Queue(retryJob, args{"queue": r.opts.Queue, "id": id, "channel": channel})
+	res := r.db.SendBatch(ctx, b)
+	settled, err := readSettle(res)
+	if err == nil {
+		err = res.QueryRow().Scan(&was, &token, &at, &sent)
+	}
+	if cerr := res.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return errWrap("Retry", err)
+	}
+	r.settled(ctx, settled)
+	switch {
+	case was == nil:
+		return fmt.Errorf("%w: %q", leaserouter.ErrNotFound, id)
+	case at == nil:
+		return fmt.Errorf("%w: %q is %s", leaserouter.ErrNotFinished, id, *was)
+	}
+	r.mu.Lock()
+	r.stats.Retried++
+	r.mu.Unlock()
+	r.ev.add(leaserouter.Event{Kind: leaserouter.EventRetried, Time: *at, JobID: id, Token: leaserouter.Token(*token)})
+	return nil
+}
+
+// Delete removes a job that is not leased (pending, scheduled or
+// finished): its row is deleted, so its ID may be enqueued again at once.
+// It settles what is due first, as Get does (a lease past its expiry is
+// no longer leased). It emits leaserouter.EventPurged (Time: the
+// database's clock at the delete), counted in this Router's
+// Stats.Purged. It returns an error wrapping ErrLeased for a leased job
+// (Cancel it first), ErrNotFound for an unknown id or a finished job past
+// its Retention (for an id leaserouter.ValidateID refuses, "" included,
+// one wrapping both ErrInvalidJob and ErrNotFound, without a round trip),
+// ErrClosed after Close, or one wrapping the driver's; in each case
+// nothing changed. One round trip; it waits for the job's row while
+// another transaction holds it. Safe for concurrent use.
+func (r *Router[T]) Delete(ctx context.Context, id string) error {
+	ctx = orBackground(ctx)
+	if err := leaserouter.ValidateID(id); err != nil {
+		return fmt.Errorf("%w: %w", err, leaserouter.ErrNotFound)
+	}
+	if err := r.open(); err != nil {
+		return err
+	}
+	var (
+		was     *string
+		token   *int64
+		attempt *int32
+		at      time.Time
+	)
+	b := &pgx.Batch{}
+	r.queueSettle(b)
+	b.Queue(deleteJob, args{"queue": r.opts.Queue, "id": id})
+	res := r.db.SendBatch(ctx, b)
+	settled, err := readSettle(res)
+	if err == nil {
+		err = res.QueryRow().Scan(&was, &token, &attempt, &at)
+	}
+	if cerr := res.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return errWrap("Delete", err)
+	}
+	r.settled(ctx, settled)
+	switch {
+	case was == nil:
+		return fmt.Errorf("%w: %q", leaserouter.ErrNotFound, id)
+	case token == nil:
+		return fmt.Errorf("%w: %q", leaserouter.ErrLeased, id)
+	}
+	r.mu.Lock()
+	r.stats.Purged++
+	r.mu.Unlock()
+	r.ev.add(leaserouter.Event{Kind: leaserouter.EventPurged, Time: at, JobID: id,
+		Token: leaserouter.Token(*token), Attempt: int(*attempt)})
+	return nil
+}
+
+// Pause stops the granting of leases of the Router's queue, in every
+// process sharing it, until Resume (from any process): the pause is a row
+// of the table leaserouter_queues, which the claim statement reads.
+// Acquire and AcquireMany wait, TryAcquire and TryAcquireMany return
+// ErrNoJob, Run's workers idle; a claim already running when Pause
+// commits may still grant. Everything else goes on: enqueues, heartbeats,
+// completions, failures, expiries, settling and purges. Stats.Paused and
+// Queues say so. Pausing a paused queue changes nothing. It returns
+// ErrClosed after Close, or an error wrapping the driver's. One round
+// trip. Safe for concurrent use.
+func (r *Router[T]) Pause(ctx context.Context) error {
+	return r.setPaused(orBackground(ctx), "Pause", true)
+}
+
+// Resume undoes Pause, for every process sharing the queue: leases are
+// granted again, and waiting Acquires in every process are woken at once
+// (a notification, sent if the change commits), not at their next poll.
+// Resuming a queue that is not paused changes nothing (waiters are woken
+// all the same). It returns ErrClosed after Close, or an error wrapping
+// the driver's. One round trip. Safe for concurrent use.
+func (r *Router[T]) Resume(ctx context.Context) error {
+	return r.setPaused(orBackground(ctx), "Resume", false)
+}
+
+func (r *Router[T]) setPaused(ctx context.Context, call string, paused bool) error {
+	if err := r.open(); err != nil {
+		return err
+	}
+	_, err := r.db.Exec(ctx, pauseQueue, args{"queue": r.opts.Queue, "paused": paused, "channel": channel})
+	return errWrap(call, err)
+}
+
+// QueueInfo is one queue of the database, as Queues returns it: its jobs
+// counted by state (finished ones while retained) and whether it is
+// paused (Router.Pause).
+type QueueInfo struct {
+	Name string // Options.Queue of the Routers on it
+
+	// Jobs by state, as Stats counts them (Failed: dead).
+	Pending, Scheduled, Leased, Succeeded, Failed, Canceled int
+
+	Paused bool // no lease is granted until Resume
+}
+
+// Queues returns the database's queues, by name: every queue with jobs
+// in the jobs table (finished ones while retained) or paused or resumed
+// once, whatever Router made them, each with its counts by state and
+// whether it is paused. It counts what it reads at that moment, without
+// settling (a lease past its expiry still counts as leased until some
+// process settles it): it reads the whole jobs table (one round trip,
+// its time growing with the table's rows). It works after Close. Errors
+// wrap the driver's. Safe for concurrent use.
+func (r *Router[T]) Queues(ctx context.Context) ([]QueueInfo, error) {
+	ctx = orBackground(ctx)
+	b := &pgx.Batch{}
+	b.Queue(queuesStats, args{})
+	b.Queue(queuesPaused, args{})
+	res := r.db.SendBatch(ctx, b)
+	qs, err := readQueues(res)
+	if cerr := res.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, errWrap("Queues", err)
+	}
+	return qs, nil
+}
+
+// readQueues reads the results of Queues' batch, sorted by name.
+func readQueues(res pgx.BatchResults) ([]QueueInfo, error) {
+	byName := map[string]*QueueInfo{}
+	info := func(name string) *QueueInfo {
+		q := byName[name]
+		if q == nil {
+			q = &QueueInfo{Name: name}
+			byName[name] = q
+		}
+		return q
+	}
+	rows, err := res.Query()
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var name, state string
+		var n int64
+		if err := rows.Scan(&name, &state, &n); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		q := info(name)
+		if st, ok := stateNamed(state); ok {
+			*[...]*int{&q.Pending, &q.Scheduled, &q.Leased, &q.Succeeded, &q.Failed, &q.Canceled}[st] = int(n)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	rows, err = res.Query()
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var name string
+		var paused bool
+		if err := rows.Scan(&name, &paused); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		info(name).Paused = paused
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]QueueInfo, 0, len(byName))
+	for _, q := range byName {
+		out = append(out, *q)
+	}
+	slices.SortFunc(out, func(a, b QueueInfo) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}

@@ -1,0 +1,2 @@
+-- Whether @queue is paused (no row: not paused).
+SELECT coalesce((SELECT paused FROM leaserouter_queues WHERE queue = @queue), false)

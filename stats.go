@@ -29,6 +29,10 @@ type Stats struct {
 	CallbackPanics    uint64 // panics recovered from Backoff, OnEvent and the Logger's handler
 
 	Paused bool // no lease is granted until Resume (Router.Pause)
+	// Estimated: the per-state counts are estimates, not exact counts
+	// (never on the in-process Router; pgrouter's for a large queue, see
+	// its Stats), so that they come back fast at millions of jobs.
+	Estimated bool
 }
 
 // ByState yields every State, in the order of the constants, with the

@@ -208,7 +208,7 @@ func (r *Router[T]) Retry(ctx context.Context, id string) error {
 	r.mu.Lock()
 	r.stats.Retried++
 	r.mu.Unlock()
-	r.ev.add(leaserouter.Event{Kind: leaserouter.EventRetried, Time: *at, JobID: id, Token: leaserouter.Token(*token)})
+	r.emit(leaserouter.Event{Kind: leaserouter.EventRetried, Time: *at, JobID: id, Token: leaserouter.Token(*token)})
 	return nil
 }
 
@@ -262,7 +262,7 @@ func (r *Router[T]) Delete(ctx context.Context, id string) error {
 	r.mu.Lock()
 	r.stats.Purged++
 	r.mu.Unlock()
-	r.ev.add(leaserouter.Event{Kind: leaserouter.EventPurged, Time: at, JobID: id,
+	r.emit(leaserouter.Event{Kind: leaserouter.EventPurged, Time: at, JobID: id,
 		Token: leaserouter.Token(*token), Attempt: int(*attempt)})
 	return nil
 }

@@ -246,7 +246,7 @@ func (r *Router[T]) granted(ctx context.Context, c claimed[T], run bool) (closed
 			evs = append(evs, e)
 		}
 		slices.SortFunc(evs, func(a, b leaserouter.Event) int { return cmp.Compare(a.Token, b.Token) })
-		r.ev.add(evs...)
+		r.emit(evs...)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -94,7 +94,7 @@ func (r *Router[T]) replacedPurged(purged []leaserouter.Event) {
 	r.mu.Lock()
 	r.stats.Purged += uint64(len(purged))
 	r.mu.Unlock()
-	r.ev.add(purged...)
+	r.emit(purged...)
 }
 
 // enqueued reports the events of an enqueue of ids, in order: enqueued
@@ -113,7 +113,7 @@ func (r *Router[T]) enqueued(ids []string, inserted map[string]time.Time) {
 			evs[i] = leaserouter.Event{Kind: leaserouter.EventDuplicate, Time: now, JobID: id, Err: leaserouter.ErrDuplicate}
 		}
 	}
-	r.ev.add(evs...)
+	r.emit(evs...)
 }
 
 // Enqueue adds a job, pending at once or scheduled by WithDelay/WithRunAt

@@ -3,14 +3,15 @@ module github.com/leaserouter/leaserouter/pgrouter
 go 1.26.0
 
 require (
-	github.com/anishathalye/porcupine v1.3.1
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/leaserouter/leaserouter v0.1.0
+	github.com/leaserouter/leaserouter/console v0.1.0
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
 )
 
 require (
+	github.com/anishathalye/porcupine v1.3.1 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
@@ -20,3 +21,5 @@ require (
 )
 
 replace github.com/leaserouter/leaserouter => ../
+
+replace github.com/leaserouter/leaserouter/console => ../console

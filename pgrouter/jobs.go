@@ -137,7 +137,7 @@ func (r *Router[T]) Cancel(ctx context.Context, id string) error {
 			e.WorkerID, e.Token, e.Held = *owner, leaserouter.Token(*token), heldUntil(granted, *at)
 			r.releaseJob(id, e.Token) // a lease of this Router's: Close no longer waits for it
 		}
-		r.ev.add(e)
+		r.emit(e)
 	}
 	return nil
 }

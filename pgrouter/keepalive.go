@@ -367,7 +367,7 @@ func (r *Router[T]) heartbeatAll(ctx context.Context, q querier, ls []*Lease[T],
 	r.mu.Lock()
 	r.stats.Heartbeats += uint64(len(res.alive))
 	r.mu.Unlock()
-	r.ev.add(evs...)
+	r.emit(evs...)
 	var unseen, held []*Lease[T]
 	for _, l := range ls {
 		switch {
@@ -405,7 +405,7 @@ func (r *Router[T]) heartbeatAll(ctx context.Context, q querier, ls []*Lease[T],
 		res.lost[l] = e
 		stale := l.event(leaserouter.EventStaleRejected, now)
 		stale.Held, stale.Err = 0, e
-		r.ev.add(stale)
+		r.emit(stale)
 		r.release(l)
 	}
 	r.mu.Lock()

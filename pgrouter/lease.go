@@ -137,7 +137,7 @@ func (l *Lease[T]) Heartbeat(ctx context.Context, progress []byte) error {
 	l.accepted(sent, *res.expiry)
 	e := l.event(leaserouter.EventLeaseExtended, *res.at)
 	e.Held = 0
-	r.ev.add(e)
+	r.emit(e)
 	r.mu.Lock()
 	r.stats.Heartbeats++
 	r.mu.Unlock()
@@ -166,7 +166,7 @@ func (l *Lease[T]) Complete(ctx context.Context) error {
 	case errors.As(err, new(*leaserouter.LeaseLostError)) || !l.resolved(ctx, leaserouter.LostCompleted):
 		return err
 	}
-	l.r.ev.add(l.event(leaserouter.EventCompleted, at))
+	l.r.emit(l.event(leaserouter.EventCompleted, at))
 	l.r.release(l)
 	return nil
 }
@@ -223,7 +223,7 @@ func (l *Lease[T]) Fail(ctx context.Context, cause error) error {
 		r.stats.Retries++
 	}
 	r.mu.Unlock()
-	r.ev.add(failed, next)
+	r.emit(failed, next)
 	if !isState(res.state, leaserouter.StateFailed) {
 		r.notify(ctx) // ready, or a new due instant for the waiters' timers
 	}
@@ -265,11 +265,11 @@ func (l *Lease[T]) Release(ctx context.Context) error {
 	}
 	r := l.r
 	defer r.release(l) // after the events
-	r.ev.add(l.event(leaserouter.EventReleased, *res.at))
+	r.emit(l.event(leaserouter.EventReleased, *res.at))
 	if isState(res.state, leaserouter.StateFailed) {
 		dead := l.event(leaserouter.EventDead, *res.at)
 		dead.Held, dead.Err = 0, errExhausted
-		r.ev.add(dead)
+		r.emit(dead)
 		r.mu.Lock()
 		r.stats.Dead++
 		r.mu.Unlock()
@@ -313,7 +313,7 @@ func (r *Router[T]) revokeHeld(ctx context.Context) error {
 		e.Err = errRevoked
 		evs = append(evs, e)
 	}
-	r.ev.add(evs...)
+	r.emit(evs...)
 	r.mu.Lock()
 	for _, l := range ls { // committed: revoked, or ended already
 		delete(r.held, l)
@@ -353,7 +353,7 @@ func (r *Router[T]) handBackErr(ctx context.Context, q querier, ls []*Lease[T]) 
 	back, err := readInstants(q.Query(ctx, handBackMany, args{"queue": r.opts.Queue, "ids": ids, "tokens": tokens}))
 	for _, l := range ls {
 		if at, ok := back[keyOf(l)]; ok && r.ev != nil {
-			r.ev.add(l.event(leaserouter.EventReleased, at))
+			r.emit(l.event(leaserouter.EventReleased, at))
 		}
 		r.release(l)
 	}

@@ -35,8 +35,9 @@ type Router[T any] struct {
 	drained     chan struct{}          // closed when held empties while closing
 	stats       leaserouter.Stats      // totals since New (state counts come from the table)
 
-	ev      *events // nil unless OnEvent or Logger is set
-	tasks   *tasks  // background work: unknown outcomes resolved, a stopping Run's last round trips
+	ev      *events  // nil unless OnEvent or Logger is set
+	hist    *history // History's counts not yet in the table
+	tasks   *tasks   // background work: unknown outcomes resolved, a stopping Run's last round trips
 	keepers *keepers[T]
 	wake    *waker
 	stop    context.CancelFunc // stops the listener
@@ -88,6 +89,7 @@ func New[T any](ctx context.Context, db *pgxpool.Pool, opts Options) (*Router[T]
 		done:  make(chan struct{}),
 		wake:  newWaker(),
 		tasks: newTasks(),
+		hist:  newHistory(),
 	}
 	r.ev = newEvents(opts.OnEvent, opts.Logger, func() {
 		r.mu.Lock()

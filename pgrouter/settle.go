@@ -91,7 +91,7 @@ func (r *Router[T]) settledOn(ctx context.Context, q querier, s settling) {
 	r.stats.Expirations += uint64(len(s.expired) - s.dead)
 	r.stats.Dead += uint64(s.dead)
 	r.mu.Unlock()
-	r.ev.add(s.expired...)
+	r.emit(s.expired...)
 	if len(s.expired) > s.dead || s.ready > 0 {
 		r.notifyOn(ctx, q)
 	}
@@ -126,6 +126,7 @@ func (r *Router[T]) maintain(ctx context.Context) {
 				break
 			}
 		}
+		_ = r.flushHistory(ctx) // what could not be added waits for the next round
 		if time.Since(marksPurged) >= time.Minute {
 			if _, err := r.db.Exec(ctx, purgeAbandoned, args{"keep_us": abandonedKeep.Microseconds()}); err == nil {
 				marksPurged = time.Now()
@@ -162,7 +163,7 @@ func (r *Router[T]) purge(ctx context.Context) (int, error) {
 	r.mu.Lock()
 	r.stats.Purged += uint64(n)
 	r.mu.Unlock()
-	r.ev.add(evs...)
+	r.emit(evs...)
 	return n, nil
 }
 

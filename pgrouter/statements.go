@@ -149,4 +149,7 @@ var (
 	queuePaused  = statement("queue_paused")
 	queuesStats  = statement("queues_stats")
 	queuesPaused = statement("queues_paused")
+	listLeases   = statement("leases_list")
+	historyAdd   = statement("history_add")
+	historyRead  = statement("history_read")
 )

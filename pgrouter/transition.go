@@ -174,8 +174,8 @@ func (l *Lease[T]) op(ctx context.Context, q querier, inTx bool, id int64, call,
 	e := l.lost(res)
 	stale := l.event(leaserouter.EventStaleRejected, time.Now())
 	stale.Held, stale.Err = 0, e
-	r.ev.add(stale) // before the release: Close delivers every event of a lease it waited for
-	r.release(l)    // refused: the lease is lost, nothing left to hold
+	r.emit(stale) // before the release: Close delivers every event of a lease it waited for
+	r.release(l)  // refused: the lease is lost, nothing left to hold
 	if e.Reason == leaserouter.LostExpired && !inTx {
 		r.settle(ctx) // found expired: settle it now, as the core's refusal does
 	}
@@ -272,11 +272,13 @@ func (r *Router[T]) completedMany(ls []*Lease[T], done map[leaseKey]ended) {
 				evs = append(evs, e)
 			}
 		}
+	} else { // no events to build: History's counts alone
+		tallyEnded(r.hist, ls, done, now)
 	}
 	r.mu.Lock()
 	r.stats.StaleRejections += uint64(len(ls) - len(done))
 	r.mu.Unlock()
-	r.ev.add(evs...)
+	r.emit(evs...)
 	for _, l := range ls {
 		r.release(l)
 	}

@@ -184,7 +184,7 @@ func (w *worker[T]) run(l *Lease[T], h *held, hctx context.Context) {
 		return // lost while h ran: its new state was decided by whoever ended it
 	}
 	if l.completedTx(ctx) { // completed by h in a transaction that committed
-		u.r.ev.add(l.event(leaserouter.EventCompleted, l.txCompletedAt())) // the database's instant, as every event's
+		u.r.emit(l.event(leaserouter.EventCompleted, l.txCompletedAt())) // the database's instant, as every event's
 		return
 	}
 	if !l.txTried() && !u.r.holds(l) {

@@ -1,0 +1,274 @@
+package pgrouter
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leaserouter/leaserouter"
+)
+
+// What the console needs beyond the admin calls (admin.go): the queue's
+// name, its live leases and its history. With T = json.RawMessage a
+// Router has the method set of console.Source (module
+// github.com/leaserouter/leaserouter/console), without this module
+// importing it.
+
+// Queue returns the name of the Router's queue (Options.Queue).
+func (r *Router[T]) Queue() string { return r.opts.Queue }
+
+// Leases returns up to limit leased jobs of the Router's queue, the lease
+// expiring soonest first (the console's leases page), after settling what
+// is due: holder (Owner), fencing token, LeaseExpiry (the database's
+// clock) and UpdatedAt, the instant of the lease's grant or last accepted
+// heartbeat. limit 0 means leaserouter.DefaultListLimit; below 0 or above
+// leaserouter.MaxListLimit is an error wrapping ErrInvalidOptions,
+// without a round trip. One round trip, a walk of the index of leased
+// jobs by expiry. A payload that does not decode into T fails the call
+// with the error Get would return. It works after Close. Errors wrap the
+// driver's. Safe for concurrent use.
+func (r *Router[T]) Leases(ctx context.Context, limit int) ([]leaserouter.Job[T], error) {
+	ctx = orBackground(ctx)
+	if limit < 0 || limit > leaserouter.MaxListLimit {
+		return nil, fmt.Errorf("%w: Leases limit is %d, must be between 0 and %d", leaserouter.ErrInvalidOptions, limit, leaserouter.MaxListLimit)
+	}
+	if limit == 0 {
+		limit = leaserouter.DefaultListLimit
+	}
+	b := &pgx.Batch{}
+	r.queueSettle(b)
+	b.Queue(listLeases, args{"queue": r.opts.Queue, "limit": limit})
+	res := r.db.SendBatch(ctx, b)
+	settled, err := readSettle(res)
+	var out []leaserouter.Job[T]
+	if err == nil {
+		out, err = readJobs[T](res)
+	}
+	if cerr := res.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, errWrap("Leases", err)
+	}
+	r.settled(ctx, settled)
+	return out, nil
+}
+
+// readJobs reads rows of a job's columns (as job_get has them).
+func readJobs[T any](res pgx.BatchResults) ([]leaserouter.Job[T], error) {
+	rows, err := res.Query()
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []leaserouter.Job[T]
+	for rows.Next() {
+		var jr jobRow
+		if err := rows.Scan(jr.fields()...); err != nil {
+			return nil, err
+		}
+		j, err := jobOf[T](&jr)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, j)
+	}
+	return out, rows.Err()
+}
+
+// The counters of History, in the order of history_add's arrays.
+const (
+	tallyCompleted = iota
+	tallyFailed
+	tallyDead
+	tallyExpired
+	tallyStale
+	numTallies
+)
+
+// history is what this process counted per minute and has not yet added
+// to leaserouter_history (the maintenance loop adds it every
+// PollInterval, and History before it reads).
+type history struct {
+	process string // this Router's name in the table: random
+	mu      sync.Mutex
+	pending map[int64]*[numTallies]int64 // by minute of the database's clock, as Unix minutes
+}
+
+func newHistory() *history {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return &history{process: hex.EncodeToString(b[:]), pending: map[int64]*[numTallies]int64{}}
+}
+
+// tally counts the events History counts, each in the minute of its time
+// (the database's instant of the transition).
+func (h *history) tally(evs []leaserouter.Event) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, e := range evs {
+		k := -1
+		switch e.Kind {
+		case leaserouter.EventCompleted:
+			k = tallyCompleted
+		case leaserouter.EventFailed:
+			k = tallyFailed
+		case leaserouter.EventDead:
+			k = tallyDead
+		case leaserouter.EventLeaseExpired:
+			k = tallyExpired
+		case leaserouter.EventStaleRejected:
+			k = tallyStale
+		}
+		if k >= 0 {
+			h.count(k, e.Time)
+		}
+	}
+}
+
+// tallyEnded counts, with no events built (no hook is set), what
+// completedMany reports: the leases of ls in done completed at their
+// instant, the others refused at now.
+func tallyEnded[T any](h *history, ls []*Lease[T], done map[leaseKey]ended, now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, l := range ls {
+		if e, ok := done[keyOf(l)]; ok {
+			h.count(tallyCompleted, e.at)
+		} else {
+			h.count(tallyStale, now)
+		}
+	}
+}
+
+// count adds one to counter k of t's minute. The caller holds h.mu.
+func (h *history) count(k int, t time.Time) {
+	m := minuteOf(t)
+	c := h.pending[m]
+	if c == nil {
+		c = new([numTallies]int64)
+		h.pending[m] = c
+	}
+	c[k]++
+}
+
+// minuteOf is t's minute as Unix minutes (rounded down).
+func minuteOf(t time.Time) int64 {
+	s := t.Unix()
+	m := s / 60
+	if s%60 < 0 {
+		m--
+	}
+	return m
+}
+
+// take empties the pending counts into history_add's arrays.
+func (h *history) take() (minutes []int64, counts [numTallies][]int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for m, c := range h.pending {
+		minutes = append(minutes, m)
+		for k := range counts {
+			counts[k] = append(counts[k], c[k])
+		}
+	}
+	clear(h.pending)
+	return minutes, counts
+}
+
+// giveBack returns counts take emptied that could not be added.
+func (h *history) giveBack(minutes []int64, counts [numTallies][]int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i, m := range minutes {
+		c := h.pending[m]
+		if c == nil {
+			c = new([numTallies]int64)
+			h.pending[m] = c
+		}
+		for k := range counts {
+			c[k] += counts[k][i]
+		}
+	}
+}
+
+// flushHistory adds this process's pending counts to leaserouter_history
+// (and deletes the queue's rows older than two hours); counts it could
+// not add wait for the next call.
+func (r *Router[T]) flushHistory(ctx context.Context) error {
+	minutes, counts := r.hist.take()
+	if len(minutes) == 0 {
+		return nil
+	}
+	_, err := r.db.Exec(ctx, historyAdd, args{"queue": r.opts.Queue, "process": r.hist.process, "minutes": minutes,
+		"completed": counts[tallyCompleted], "failed": counts[tallyFailed], "dead": counts[tallyDead],
+		"expired": counts[tallyExpired], "stale": counts[tallyStale]})
+	if err != nil {
+		r.hist.giveBack(minutes, counts)
+	}
+	return err
+}
+
+// History returns the last leaserouter.HistoryMinutes minutes of the
+// Router's queue, oldest first, the last being the database's current
+// minute (so far): what every process on the queue counted (completions,
+// failed attempts, jobs that became dead, leases that expired, lease
+// operations refused), each in the minute of the database's clock it
+// happened. Each process adds what it counted every PollInterval, and
+// this one adds its own first, so another process's last PollInterval
+// may not show yet; what a process counted and had not added when it
+// died is lost. Two round trips. It works after Close. Errors wrap the
+// driver's. Safe for concurrent use.
+func (r *Router[T]) History(ctx context.Context) ([]leaserouter.Minute, error) {
+	ctx = orBackground(ctx)
+	if err := r.flushHistory(ctx); err != nil {
+		return nil, errWrap("History", err)
+	}
+	rows, err := r.db.Query(ctx, historyRead, args{"queue": r.opts.Queue})
+	if err != nil {
+		return nil, errWrap("History", err)
+	}
+	defer rows.Close()
+	var now int64
+	got := map[int64][numTallies]int64{}
+	for rows.Next() {
+		var m *int64
+		var c [numTallies]*int64
+		if err := rows.Scan(&now, &m, &c[0], &c[1], &c[2], &c[3], &c[4]); err != nil {
+			return nil, errWrap("History", err)
+		}
+		if m == nil {
+			continue
+		}
+		var n [numTallies]int64
+		for k := range c {
+			if c[k] != nil {
+				n[k] = *c[k]
+			}
+		}
+		got[*m] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, errWrap("History", err)
+	}
+	out := make([]leaserouter.Minute, leaserouter.HistoryMinutes)
+	for i := range out {
+		m := now - leaserouter.HistoryMinutes + 1 + int64(i)
+		n := got[m]
+		out[i] = leaserouter.Minute{Start: time.Unix(m*60, 0).UTC(), Completed: int(n[tallyCompleted]),
+			Failed: int(n[tallyFailed]), Dead: int(n[tallyDead]), Expired: int(n[tallyExpired]), StaleRejected: int(n[tallyStale])}
+	}
+	return out, nil
+}
+
+// emit records evs: counted for History, and delivered to the hooks (if
+// any).
+func (r *Router[T]) emit(evs ...leaserouter.Event) {
+	r.hist.tally(evs)
+	r.ev.add(evs...)
+}

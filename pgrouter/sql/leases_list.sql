@@ -1,0 +1,9 @@
+-- Up to @limit leased jobs of @queue, the lease expiring soonest first
+-- (the index of leased jobs by expiry, leaserouter_jobs_leased), with
+-- the columns of a job as Get reads them.
+SELECT id, payload, state::text, priority, attempt, max_attempts, token, owner, lease_expires_at, ready_at,
+	progress, last_error, created_at, updated_at
+FROM leaserouter_jobs
+WHERE queue = @queue AND state = 'leased'
+ORDER BY lease_expires_at
+LIMIT @limit

@@ -160,6 +160,14 @@ func (b coreBackend) Delete(_ context.Context, id string) error { return b.r.Del
 func (b coreBackend) Pause(context.Context) error               { return b.r.Pause() }
 func (b coreBackend) Resume(context.Context) error              { return b.r.Resume() }
 
+func (b coreBackend) Leases(_ context.Context, limit int) ([]leaserouter.Job[string], error) {
+	return b.r.Leases(limit)
+}
+
+func (b coreBackend) History(context.Context) ([]leaserouter.Minute, error) {
+	return b.r.History(), nil
+}
+
 func (b coreBackend) Run(ctx context.Context, opts leaserouter.WorkerOptions, h routertest.Handler) error {
 	if h == nil {
 		return b.r.Run(ctx, opts, nil)

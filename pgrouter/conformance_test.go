@@ -192,6 +192,14 @@ func (b pgBackend) Delete(ctx context.Context, id string) error { return b.r.Del
 func (b pgBackend) Pause(ctx context.Context) error             { return b.r.Pause(ctx) }
 func (b pgBackend) Resume(ctx context.Context) error            { return b.r.Resume(ctx) }
 
+func (b pgBackend) Leases(ctx context.Context, limit int) ([]leaserouter.Job[string], error) {
+	return b.r.Leases(ctx, limit)
+}
+
+func (b pgBackend) History(ctx context.Context) ([]leaserouter.Minute, error) {
+	return b.r.History(ctx)
+}
+
 func pgLease1(l *pgrouter.Lease[string], err error) (routertest.Lease, error) {
 	if err != nil {
 		return nil, err

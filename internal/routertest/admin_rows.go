@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -23,10 +24,13 @@ type Admin interface {
 	Delete(ctx context.Context, id string) error
 	Pause(ctx context.Context) error
 	Resume(ctx context.Context) error
+	Leases(ctx context.Context, limit int) ([]leaserouter.Job[string], error)
+	History(ctx context.Context) ([]leaserouter.Minute, error)
 }
 
 func adminRows() []Row {
-	return []Row{rowListPages, rowListBadInput, rowRetry, rowDelete, rowPause, rowAdminAfterClose, rowAdminSettles}
+	return []Row{rowListPages, rowListBadInput, rowRetry, rowDelete, rowPause, rowAdminAfterClose, rowAdminSettles,
+		rowLeasesOrder, rowHistory}
 }
 
 // admin returns b's Admin, failing t if it has none.
@@ -384,4 +388,67 @@ var rowAdminSettles = Row{Name: "admin/calls settle first: an expired lease list
 		require.True(t, errors.Is(err, leaserouter.ErrNotFound), "%v", err)
 	}
 	require.Equal(t, leaserouter.StateFailed, get(t, b, "held").State)
+}}
+
+// rowLeasesOrder: Leases lists the leased jobs, the lease expiring
+// soonest first (a heartbeat moves one back), at most limit, with holder,
+// token and expiry; a bad limit is refused.
+var rowLeasesOrder = Row{Name: "admin/Leases expiring soonest first", Test: func(t T, h Harness) {
+	b := open(t, h, Config{})
+	a := admin(t, b)
+	ctx := ctxOf(t)
+	for _, id := range []string{"a", "b", "c", "d"} {
+		require.NoError(t, b.Enqueue(ctx, id, ""))
+	}
+	var ls []Lease
+	for range 3 {
+		ls = append(ls, tryAcquire(t, b, "w"))
+		h.Advance(h.Lease() / 100)
+	}
+	require.NoError(t, ls[0].Heartbeat(ctx, nil)) // now the latest expiry
+	got, err := a.Leases(ctx, 0)
+	require.NoError(t, err)
+	require.Equal(t, []string{ls[1].JobID(), ls[2].JobID(), ls[0].JobID()}, ids(got))
+	require.Equal(t, ls[1].Token(), got[0].Token)
+	require.Equal(t, "w", got[0].Owner)
+	require.Equal(t, leaserouter.StateLeased, got[0].State)
+	got, err = a.Leases(ctx, 2)
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	for _, bad := range []int{-1, leaserouter.MaxListLimit + 1} {
+		_, err = a.Leases(ctx, bad)
+		require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+	}
+}}
+
+// rowHistory: History has HistoryMinutes consecutive minutes, the last
+// the current one, and counts completions, failed attempts, deaths and
+// stale refusals in the minute they happened.
+var rowHistory = Row{Name: "admin/History counts per minute", Test: func(t T, h Harness) {
+	b := open(t, h, Config{MaxAttempts: 1})
+	a := admin(t, b)
+	ctx := ctxOf(t)
+	for _, id := range []string{"a", "b", "c"} {
+		require.NoError(t, b.Enqueue(ctx, id, ""))
+	}
+	require.NoError(t, tryAcquire(t, b, "w").Complete(ctx))
+	require.NoError(t, tryAcquire(t, b, "w").Fail(ctx, errBoom)) // one attempt: failed, dead
+	l := tryAcquire(t, b, "w")
+	require.NoError(t, b.Cancel(ctx, l.JobID()))
+	require.ErrorIs(t, l.Complete(ctx), leaserouter.ErrLeaseLost)
+	hist, err := a.History(ctx)
+	require.NoError(t, err)
+	require.Len(t, hist, leaserouter.HistoryMinutes)
+	var sum leaserouter.Minute
+	for i, m := range hist {
+		if i > 0 {
+			require.Equal(t, time.Minute, m.Start.Sub(hist[i-1].Start), "consecutive minutes")
+		}
+		sum.Completed += m.Completed
+		sum.Failed += m.Failed
+		sum.Dead += m.Dead
+		sum.Expired += m.Expired
+		sum.StaleRejected += m.StaleRejected
+	}
+	require.Equal(t, leaserouter.Minute{Completed: 1, Failed: 1, Dead: 1, StaleRejected: 1}, sum)
 }}

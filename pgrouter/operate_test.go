@@ -105,43 +105,133 @@ func TestHistoryCountsEveryProcess(t *testing.T) {
 	require.Equal(t, time.Minute, last.Sub(h[len(h)-2].Start))
 }
 
-// TestConsoleOverPostgres: the console serves a pgrouter queue: the
-// overview, the jobs page, a job's page, and a retry from it.
+// TestConsoleOverPostgres: the console serves a pgrouter queue: every
+// page, every action (each seen in the database), and the refusals (an
+// unknown job or queue, a bad cursor or state, Retry of an unfinished
+// job, Delete of a leased one, a cross-origin POST, read-only), each with
+// its status and nothing changed.
 func TestConsoleOverPostgres(t *testing.T) {
 	r, _ := newRouter[json.RawMessage](t, pgrouter.Options{MaxAttempts: 1})
 	ctx := t.Context()
-	require.NoError(t, r.Enqueue(ctx, "img-1.png", json.RawMessage(`{"path":"/img/1"}`)))
+	for _, id := range []string{"dead.png", "held.png", "wait.png", "gone.png"} {
+		require.NoError(t, r.Enqueue(ctx, id, json.RawMessage(`{"path":"/img/`+id+`"}`)))
+	}
 	l, err := r.TryAcquire(ctx, "w")
 	require.NoError(t, err)
+	require.Equal(t, "dead.png", l.JobID)
 	require.NoError(t, l.Fail(ctx, leaserouter.Permanent(io.ErrUnexpectedEOF)))
-	h, err := console.New(console.Options{}, r)
+	held, err := r.TryAcquire(ctx, "holder-9")
 	require.NoError(t, err)
-	srv := httptest.NewServer(http.StripPrefix("/ops", h))
-	t.Cleanup(srv.Close)
-	get := func(path string) string {
-		res, err := http.Get(srv.URL + "/ops/" + path)
+	require.Equal(t, "held.png", held.JobID)
+
+	serve := func(opts console.Options) string {
+		h, err := console.New(opts, r)
+		require.NoError(t, err)
+		srv := httptest.NewServer(http.StripPrefix("/ops", h))
+		t.Cleanup(srv.Close)
+		return srv.URL + "/ops/"
+	}
+	base, readOnly := serve(console.Options{}), serve(console.Options{ReadOnly: true})
+	do := func(req *http.Request) (int, string) {
+		res, err := http.DefaultClient.Do(req)
 		require.NoError(t, err)
 		defer res.Body.Close()
 		b, err := io.ReadAll(res.Body)
 		require.NoError(t, err)
-		require.Equal(t, http.StatusOK, res.StatusCode, "%s: %s", path, b)
-		return string(b)
+		return res.StatusCode, string(b)
 	}
-	require.Contains(t, get(""), pgrouter.DefaultQueue)
-	require.Contains(t, get("dead"), "img-1.png")
-	page := get("jobs?state=failed")
-	require.Contains(t, page, "img-1.png")
-	require.Contains(t, get("job?queue="+pgrouter.DefaultQueue+"&id=img-1.png"), "/img/1")
-	form := strings.NewReader("queue=" + pgrouter.DefaultQueue + "&id=img-1.png&action=retry")
-	req, err := http.NewRequest(http.MethodPost, srv.URL+"/ops/action", form)
+	get := func(url string) (int, string) {
+		req, err := http.NewRequest(http.MethodGet, url, nil)
+		require.NoError(t, err)
+		return do(req)
+	}
+	post := func(url, form string, header ...string) (int, string) {
+		req, err := http.NewRequest(http.MethodPost, url+"action", strings.NewReader(form))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
+		return do(req)
+	}
+	q := "queue=" + pgrouter.DefaultQueue
+	state := func(id string) leaserouter.State {
+		j, ok, err := r.Get(ctx, id)
+		require.NoError(t, err)
+		if !ok {
+			return 255
+		}
+		return j.State
+	}
+
+	for _, p := range []struct{ path, want string }{
+		{"", pgrouter.DefaultQueue},
+		{"jobs?" + q, "wait.png"},
+		{"jobs?" + q + "&state=failed", "dead.png"},
+		{"dead?" + q, "dead.png"},
+		{"leases", "holder-9"},
+		{"job?" + q + "&id=held.png", "holder-9"},
+		{"job?" + q + "&id=dead.png", "/img/dead.png"},
+		{"healthz", "ok"},
+	} {
+		code, body := get(base + p.path)
+		require.Equal(t, http.StatusOK, code, "%s: %s", p.path, body)
+		require.Contains(t, body, p.want, p.path)
+	}
+	for _, p := range []struct {
+		path string
+		code int
+	}{
+		{"job?" + q + "&id=nobody", http.StatusNotFound},
+		{"jobs?queue=nowhere", http.StatusNotFound},
+		{"jobs?" + q + "&cursor=garbage", http.StatusBadRequest},
+		{"jobs?" + q + "&state=sleeping", http.StatusBadRequest},
+	} {
+		code, body := get(base + p.path)
+		require.Equal(t, p.code, code, "%s: %s", p.path, body)
+	}
+
+	// Refusals: nothing changes.
+	for _, c := range []struct {
+		name, url, form string
+		header          []string
+		code            int
+	}{
+		{"retry of a pending job", base, q + "&id=wait.png&action=retry", nil, http.StatusConflict},
+		{"delete of a leased job", base, q + "&id=held.png&action=delete", nil, http.StatusConflict},
+		{"cross-origin", base, q + "&id=dead.png&action=retry", []string{"Sec-Fetch-Site", "cross-site", "Origin", "https://evil.example"}, http.StatusForbidden},
+		{"read-only", readOnly, q + "&id=dead.png&action=retry", nil, http.StatusForbidden},
+		{"unknown job", base, q + "&id=nobody&action=retry", nil, http.StatusNotFound},
+	} {
+		code, body := post(c.url, c.form, c.header...)
+		require.Equal(t, c.code, code, "%s: %s", c.name, body)
+	}
+	require.Equal(t, leaserouter.StateFailed, state("dead.png"))
+	require.Equal(t, leaserouter.StateLeased, state("held.png"))
+	require.Equal(t, leaserouter.StatePending, state("wait.png"))
+
+	// The actions, each seen in the database.
+	for _, c := range []struct{ form string }{
+		{q + "&id=dead.png&action=retry"},
+		{q + "&id=held.png&action=cancel"},
+		{q + "&id=gone.png&action=delete"},
+		{q + "&action=pause"},
+	} {
+		code, body := post(base, c.form)
+		require.Equal(t, http.StatusOK, code, "%s: %s", c.form, body)
+	}
+	require.Equal(t, leaserouter.StatePending, state("dead.png"), "retried")
+	require.Equal(t, leaserouter.StateCanceled, state("held.png"), "canceled")
+	require.ErrorIs(t, held.Heartbeat(ctx, nil), leaserouter.ErrLeaseLost, "the holder's next heartbeat refused")
+	require.Equal(t, leaserouter.State(255), state("gone.png"), "deleted")
+	st, err := r.Stats(ctx)
 	require.NoError(t, err)
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	res, err := http.DefaultClient.Do(req)
+	require.True(t, st.Paused)
+	_, err = r.TryAcquire(ctx, "w")
+	require.ErrorIs(t, err, leaserouter.ErrNoJob, "paused from the console")
+	code, body := post(base, q+"&action=resume")
+	require.Equal(t, http.StatusOK, code, body)
+	st, err = r.Stats(ctx)
 	require.NoError(t, err)
-	res.Body.Close()
-	require.Equal(t, http.StatusOK, res.StatusCode)
-	j, ok, err := r.Get(ctx, "img-1.png")
-	require.NoError(t, err)
-	require.True(t, ok)
-	require.Equal(t, leaserouter.StatePending, j.State, "retried from the console")
+	require.False(t, st.Paused)
 }

@@ -21,15 +21,16 @@ import (
 func TestMigrateBringsAnEmptyDatabaseToTheSchema(t *testing.T) {
 	d := newDB(t)
 	ctx := t.Context()
-	_, err := d.pool.Exec(ctx, "CREATE DATABASE cli_empty")
+	name := d.pool.Config().ConnConfig.Database + "_empty" // unique: pgtest's name is
+	_, err := d.pool.Exec(ctx, "CREATE DATABASE "+name)
 	require.NoError(t, err)
 	cfg := d.pool.Config().Copy()
-	cfg.ConnConfig.Database = "cli_empty"
+	cfg.ConnConfig.Database = name
 	empty, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		empty.Close()
-		_, _ = d.pool.Exec(context.Background(), "DROP DATABASE IF EXISTS cli_empty WITH (FORCE)")
+		_, _ = d.pool.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
 	})
 	url := urlOf(empty)
 

@@ -6,8 +6,11 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"os/exec"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -137,4 +140,30 @@ func TestConsoleAddressInUse(t *testing.T) {
 	code := run(ctx, []string{"console", "--addr", addr, "--database-url", d.url}, func(string) string { return "" }, &out, &errOut)
 	require.Equal(t, exitError, code)
 	require.Contains(t, errOut.String(), "address already in use")
+}
+
+// TestConsoleStopsOnSIGINT: the command, as a process, shuts the console
+// down on SIGINT and exits with status 0.
+func TestConsoleStopsOnSIGINT(t *testing.T) {
+	d := newDB(t)
+	cmd := exec.Command(os.Args[0], "console", "--addr", "127.0.0.1:0")
+	cmd.Env = append(os.Environ(), envMain+"=1", envURL+"="+d.url)
+	var errOut strings.Builder
+	cmd.Stderr = &errOut
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err, errOut.String())
+	m := regexp.MustCompile(`^console: (http://127\.0\.0\.1:\d+/) `).FindStringSubmatch(line)
+	require.NotNil(t, m, line)
+	c := &consoleRun{url: m[1], client: &http.Client{Transport: &http.Transport{}}}
+	defer c.client.CloseIdleConnections()
+	code, body := c.get(t, "healthz")
+	require.Equal(t, http.StatusOK, code, body)
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+	require.NoError(t, cmd.Wait(), "exit status 0 after SIGINT: %s", errOut.String())
+	require.Empty(t, errOut.String())
 }

@@ -17,7 +17,14 @@ import (
 	"github.com/leaserouter/leaserouter/pgrouter/pgtest"
 )
 
+// envMain: "1" makes the test binary the command (main), for tests that
+// signal it.
+const envMain = "LEASEROUTER_CLI_MAIN"
+
 func TestMain(m *testing.M) {
+	if os.Getenv(envMain) == "1" {
+		main()
+	}
 	code := pgtest.Main(m)
 	if code == 0 {
 		if err := goleak.Find(); err != nil { // every Router the CLI opened was closed

@@ -175,7 +175,7 @@ func TestActionsChangeJobs(t *testing.T) {
 	r := d.router(t, pgrouter.DefaultQueue)
 	kill(t, r, "d1", "boom")
 	kill(t, r, "d2", "boom")
-	enqueue(t, r, "p1", "p2")
+	enqueue(t, r, "p1", "p2", "p3")
 
 	require.Equal(t, "retried d1\nretried d2\n", d.ok(t, "retry", "d1", "d2"))
 	require.Equal(t, leaserouter.StatePending, job(t, r, "d1").State)
@@ -187,10 +187,17 @@ func TestActionsChangeJobs(t *testing.T) {
 	require.Equal(t, leaserouter.StateCanceled, job(t, r, "p1").State)
 	require.Equal(t, leaserouter.StateCanceled, job(t, r, "d1").State)
 
+	require.Equal(t, "canceled p2\n", d.ok(t, "cancel", "p2"))
+	require.Equal(t, leaserouter.StateCanceled, job(t, r, "p2").State)
+
 	require.Equal(t, "deleted p1\n", d.ok(t, "delete", "p1"))
-	_, ok, err := r.Get(t.Context(), "p1")
-	require.NoError(t, err)
-	require.False(t, ok, "deleted")
+	d.jsonOf(t, &act, "delete", "p2", "p3")
+	require.Equal(t, actionJSON{Queue: "default", Action: "delete", Results: []resultJSON{{ID: "p2", OK: true}, {ID: "p3", OK: true}}}, act)
+	for _, id := range []string{"p1", "p2", "p3"} {
+		_, ok, err := r.Get(t.Context(), id)
+		require.NoError(t, err)
+		require.False(t, ok, "deleted %s", id)
+	}
 
 	require.Equal(t, "queue \"default\" paused\n", d.ok(t, "pause"))
 	st, err := r.Stats(t.Context())
@@ -198,7 +205,16 @@ func TestActionsChangeJobs(t *testing.T) {
 	require.True(t, st.Paused)
 	_, err = r.TryAcquire(t.Context(), "w")
 	require.ErrorIs(t, err, leaserouter.ErrNoJob, "paused: no grant")
+	require.Equal(t, "queue \"default\" resumed\n", d.ok(t, "resume"))
+	st, err = r.Stats(t.Context())
+	require.NoError(t, err)
+	require.False(t, st.Paused)
 	var paused map[string]any
+	d.jsonOf(t, &paused, "pause")
+	require.Equal(t, map[string]any{"queue": "default", "paused": true}, paused)
+	st, err = r.Stats(t.Context())
+	require.NoError(t, err)
+	require.True(t, st.Paused)
 	d.jsonOf(t, &paused, "resume")
 	require.Equal(t, map[string]any{"queue": "default", "paused": false}, paused)
 	st, err = r.Stats(t.Context())

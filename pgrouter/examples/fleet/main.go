@@ -3,7 +3,7 @@
 // PostgreSQL job set through pgrouter, kills some of them with SIGKILL at
 // random and starts them again, and verifies the result.
 //
-//	fleet [-procs n] [-kill d] [-pause d] [-lease d] [-restart=false] [dir]
+//	fleet [-procs n] [-kill d] [-pause d] [-lease d] [-restart=false] [-console-addr a] [dir]
 //
 // With no dir it indexes the Go source tree. Each worker process runs
 // pgrouter's Run; a handler reads its file, computes its SHA-256 and line
@@ -12,7 +12,10 @@
 // stale worker's write is refused by the database. Every -pause, a random
 // worker process is stopped (SIGSTOP, as a long GC pause or a frozen VM
 // would) for one and a half leases, and then goes on writing what it was
-// writing: the database refuses those stale writes.
+// writing: the database refuses those stale writes. While it runs, the
+// parent process serves the web console of the fleet's queue (module
+// github.com/leaserouter/leaserouter/console) on -console-addr, a free
+// port of 127.0.0.1 by default, and prints its URL ("" disables it).
 // The database is LEASEROUTER_DATABASE_URL, or a throwaway cluster started
 // from the system's PostgreSQL binaries. Progress goes to stderr, a summary
 // to stdout; the exit status is 1 if a file is lost or its record wrong,
@@ -24,12 +27,15 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"io/fs"
 	"math/rand/v2"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -43,6 +49,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/console"
 	"github.com/leaserouter/leaserouter/internal/gosource"
 	"github.com/leaserouter/leaserouter/pgrouter"
 	"github.com/leaserouter/leaserouter/pgrouter/pgtest"
@@ -83,6 +90,7 @@ type config struct {
 	pause   time.Duration
 	lease   time.Duration
 	restart bool
+	console string // the console's address; "" for none
 }
 
 func parseArgs(args []string, stderr io.Writer) (config, error) {
@@ -94,6 +102,7 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fl.DurationVar(&cfg.pause, "pause", 500*time.Millisecond, "SIGSTOP a random worker process for 1.5 leases this often (0: never)")
 	fl.DurationVar(&cfg.lease, "lease", time.Second, "lease duration")
 	fl.BoolVar(&cfg.restart, "restart", true, "crash and restart the throwaway server when half the files are done")
+	fl.StringVar(&cfg.console, "console-addr", "127.0.0.1:0", "serve the web console of the fleet's queue on this address while it runs (\"\": none)")
 	if err := fl.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -175,6 +184,13 @@ func coordinate(cfg config, stderr io.Writer) (summary, error) {
 		return s, err
 	}
 	defer r.Close(context.Background())
+	if cfg.console != "" {
+		stop, err := serveConsole(ctx, db, cfg.console, stderr)
+		if err != nil {
+			return s, err
+		}
+		defer stop()
+	}
 	start := time.Now()
 	specs := make([]leaserouter.JobSpec[string], len(paths))
 	for i, p := range paths {
@@ -295,6 +311,32 @@ func coordinate(cfg config, stderr io.Writer) (summary, error) {
 	}
 	s.lost, s.mismatches, err = verify(ctx, db, paths)
 	return s, err
+}
+
+// serveConsole serves the console of the fleet's queue on addr, through a
+// Router of its own, and prints its URL to stderr; stop shuts it down.
+func serveConsole(ctx context.Context, db *pgxpool.Pool, addr string, stderr io.Writer) (stop func(), err error) {
+	// The workers' Retention: finished jobs this Router settles stay as
+	// long as theirs; the workers' Routers vacuum.
+	r, err := pgrouter.New[json.RawMessage](ctx, db, pgrouter.Options{Queue: queue, Retention: retention, NoVacuum: true})
+	if err != nil {
+		return nil, err
+	}
+	h, err := console.New(console.Options{Title: "fleet"}, r)
+	if err == nil {
+		var ln net.Listener
+		if ln, err = net.Listen("tcp", addr); err == nil {
+			srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+			go func() { _ = srv.Serve(ln) }()
+			fmt.Fprintf(stderr, "console: http://%s/\n", ln.Addr())
+			return func() {
+				_ = srv.Close()
+				_ = r.Close(context.Background())
+			}, nil
+		}
+	}
+	_ = r.Close(context.Background())
+	return nil, err
 }
 
 // setup migrates the database and makes the fleet's own tables.

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"errors"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -72,10 +74,11 @@ func TestFleet(t *testing.T) {
 	require.Positive(t, refused, "no stale write was refused in six runs")
 }
 
-// TestFleetCommand: the command's summary line and exit status, and bad
-// usage.
+// TestFleetCommand: the command's summary line and exit status, the
+// console it serves while it runs, and bad usage.
 func TestFleetCommand(t *testing.T) {
-	var out, errOut bytes.Buffer
+	var out bytes.Buffer
+	var errOut consoleProbe
 	code := run([]string{"-procs", "2", "-kill", "0", "-pause", "0", "-lease", "1s", "-restart=false",
 		filepath.Join(goSrc(t), "unicode", "utf8")}, &out, &errOut)
 	if code != 0 && bytes.Contains(errOut.Bytes(), []byte(pgtest.ErrNoPostgres.Error())) && os.Getenv(pgtest.EnvRequire) != "1" {
@@ -86,8 +89,42 @@ func TestFleetCommand(t *testing.T) {
 	require.NotNil(t, m, out.String())
 	n, _ := strconv.Atoi(string(m[1]))
 	require.Positive(t, n)
+	require.True(t, errOut.fetched, "the fleet printed its console's URL: %s", errOut.String())
+	require.NoError(t, errOut.err, "the console's URL answers while the fleet runs")
+	require.Equal(t, http.StatusOK, errOut.status, errOut.page)
+	require.Contains(t, errOut.page, `<title>`)
+	require.Contains(t, errOut.page, queue, "the overview shows the fleet's queue")
 
 	for _, bad := range [][]string{{"-procs", "0"}, {"-pause", "-1s"}, {"-lease", "1ms"}, {"a", "b"}} {
 		require.Equal(t, 2, run(bad, &out, &errOut), bad)
 	}
+}
+
+// consoleProbe is the fleet's stderr: when the fleet prints its console's
+// URL, it fetches the overview there and then (the fleet, running, waits
+// for the write), and keeps what it got.
+type consoleProbe struct {
+	bytes.Buffer
+	fetched bool
+	status  int
+	page    string
+	err     error
+}
+
+var consoleLine = regexp.MustCompile(`console: (http://127\.0\.0\.1:\d+/)\n`)
+
+func (p *consoleProbe) Write(b []byte) (int, error) {
+	if m := consoleLine.FindSubmatch(b); m != nil && !p.fetched {
+		p.fetched = true
+		client := &http.Client{Transport: &http.Transport{}, Timeout: 30 * time.Second}
+		defer client.CloseIdleConnections()
+		res, err := client.Get(string(m[1]))
+		p.err = err
+		if err == nil {
+			body, err := io.ReadAll(res.Body)
+			res.Body.Close()
+			p.status, p.page, p.err = res.StatusCode, string(body), err
+		}
+	}
+	return p.Buffer.Write(b)
 }

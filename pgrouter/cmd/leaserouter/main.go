@@ -1,0 +1,34 @@
+// Command leaserouter operates the queues pgrouter keeps in a PostgreSQL
+// database: it migrates the schema, shows the queues and their jobs,
+// retries, cancels and deletes jobs, pauses and resumes queues, and serves
+// the web console of every queue.
+//
+//	go install github.com/leaserouter/leaserouter/pgrouter/cmd/leaserouter@latest
+//	leaserouter SUBCOMMAND [flags] [args]
+//
+// The database is $DATABASE_URL, or the --database-url flag of every
+// subcommand (a URL or a key=value connection string, as pgx takes them).
+// Output is a human-readable table, or with --json one JSON document on
+// stdout. The exit status is 0 on success, 1 when an operation failed (the
+// database is unreachable, a job is unknown or refuses the action) and 2 on
+// bad usage (an unknown subcommand or flag, no database URL, an unknown
+// state, a malformed cursor); the error goes to stderr. Run
+// "leaserouter help" for the subcommands and "leaserouter help SUBCOMMAND"
+// for one's flags.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	// SIGINT and SIGTERM cancel ctx: a running statement is abandoned, the
+	// console shuts down gracefully.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}

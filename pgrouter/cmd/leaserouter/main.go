@@ -3,7 +3,7 @@
 // retries, cancels and deletes jobs, pauses and resumes queues, and serves
 // the web console of every queue.
 //
-//	go install github.com/leaserouter/leaserouter/pgrouter/cmd/leaserouter@latest
+//	cd pgrouter && go install ./cmd/leaserouter    # from a checkout of the repository
 //	leaserouter SUBCOMMAND [flags] [args]
 //
 // The database is $DATABASE_URL, or the --database-url flag of every

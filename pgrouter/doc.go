@@ -148,8 +148,17 @@
 //     Resume at once (a notification). Stats.Paused reads it.
 //   - Queues: the database's queues, with counts by state and whether
 //     each is paused.
+//   - Leases: the queue's live leases, expiring soonest first.
+//   - History: per minute of the database's clock for the last hour, what
+//     every process on the queue counted (completions, failed attempts,
+//     deaths, expiries, stale refusals): each process adds its counts to
+//     the table leaserouter_history every PollInterval, off the hot path.
 //
-// Retry, Delete, Pause and Resume return ErrClosed after Close.
+// Retry, Delete, Pause and Resume return ErrClosed after Close. With T =
+// json.RawMessage a Router is a console.Source (module
+// github.com/leaserouter/leaserouter/console) as it is; the command
+// pgrouter/cmd/leaserouter serves the console of every queue of a
+// database, and does the same from a shell.
 //
 // # Schema
 //

@@ -129,6 +129,15 @@ func (b *browser) do(t *testing.T, actions ...chromedp.Action[chromedp.Void]) {
 	require.NoError(t, chromedp.Do(b.ctx, actions...))
 }
 
+// navigate runs a that makes the page navigate (a click on a link or a
+// form's button), and returns once the new page has loaded: not before,
+// when what the next step looks for might still be the old page's.
+func (b *browser) navigate(t *testing.T, a chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	_, err := chromedp.RunResponse(b.ctx, a)
+	require.NoError(t, err)
+}
+
 // sel is a data-testid selector.
 func sel(id string) chromedp.CSS { return chromedp.CSS(fmt.Sprintf(`[data-testid=%q]`, id)) }
 
@@ -172,21 +181,21 @@ func TestBrowserOverviewFilterDeadAndRetry(t *testing.T) {
 	}
 
 	// The dead jobs, by the state filter of the jobs page.
-	b.do(t, chromedp.Click(sel("nav-jobs")), chromedp.WaitVisible(sel("filter-form")),
-		chromedp.SetValue(sel("filter-state"), "failed"),
-		chromedp.Click(sel("filter-submit")),
-		chromedp.WaitVisible(sel("jobs-table")))
+	b.navigate(t, chromedp.Click(sel("nav-jobs")))
+	b.do(t, chromedp.WaitVisible(sel("filter-form")), chromedp.SetValue(sel("filter-state"), "failed"))
+	b.navigate(t, chromedp.Click(sel("filter-submit")))
+	b.do(t, chromedp.WaitVisible(sel("jobs-table")))
 	require.Equal(t, 2, b.count(t, sel("job-row")))
 	require.Equal(t, 2, b.count(t, sel("job-row")+`[data-state="failed"]`))
 
 	// Retry one from its page.
-	b.do(t, chromedp.Click(sel("job-row")+`[data-id="img-001.png"] `+sel("job-link")),
-		chromedp.WaitVisible(sel("job-id")))
+	b.navigate(t, chromedp.Click(sel("job-row")+`[data-id="img-001.png"] `+sel("job-link")))
+	b.do(t, chromedp.WaitVisible(sel("job-id")))
 	require.Equal(t, "img-001.png", b.text(t, sel("job-id")))
-	b.do(t, chromedp.Click(sel("job-actions")+" "+sel("retry-button")),
-		chromedp.WaitVisible(sel("result-message")),
-		chromedp.Click(sel("back-link")),
-		chromedp.WaitVisible(sel("job-state")))
+	b.navigate(t, chromedp.Click(sel("job-actions")+" "+sel("retry-button")))
+	b.do(t, chromedp.WaitVisible(sel("result-message")))
+	b.navigate(t, chromedp.Click(sel("back-link")))
+	b.do(t, chromedp.WaitVisible(sel("job-state")))
 	require.Contains(t, b.text(t, sel("job-state")), "pending")
 	j, ok := r.Get("img-001.png")
 	require.True(t, ok)
@@ -207,8 +216,8 @@ func TestBrowserCancelLeasedJob(t *testing.T) {
 	row := sel("lease-row") + `[data-id="video-1.mp4"]`
 	require.Equal(t, "transcoder-3", b.text(t, row+" "+sel("lease-holder")))
 	require.Contains(t, strings.ReplaceAll(b.text(t, row+" "+sel("lease-token")), ",", ""), fmt.Sprint(l.Token))
-	b.do(t, chromedp.Click(row+" "+sel("cancel-button")),
-		chromedp.WaitVisible(sel("result-message")))
+	b.navigate(t, chromedp.Click(row+" "+sel("cancel-button"))) // its confirm() accepted
+	b.do(t, chromedp.WaitVisible(sel("result-message")))
 	require.ErrorIs(t, l.Heartbeat(nil), leaserouter.ErrLeaseLost, "the holder's next heartbeat is refused")
 	j, _ := r.Get("video-1.mp4")
 	require.Equal(t, leaserouter.StateCanceled, j.State)
@@ -232,7 +241,8 @@ func TestBrowserPagesThroughAThousandJobs(t *testing.T) {
 		if b.count(t, sel("next-page")) == 0 {
 			break
 		}
-		b.do(t, chromedp.Click(sel("next-page")), chromedp.WaitVisible(sel("jobs-table")))
+		b.navigate(t, chromedp.Click(sel("next-page")))
+		b.do(t, chromedp.WaitVisible(sel("jobs-table")))
 	}
 	require.Len(t, seen, 1000)
 	for i, id := range seen {

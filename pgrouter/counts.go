@@ -58,6 +58,7 @@ func (r *Router[T]) ExactStats(ctx context.Context) (leaserouter.Stats, error) {
 // countStats is Stats (limit: the cap) or ExactStats (nil).
 func (r *Router[T]) countStats(ctx context.Context, call string, limit *int64) (leaserouter.Stats, error) {
 	b := &pgx.Batch{}
+	b.Queue(jitOff, args{})
 	b.Queue(statsByState, args{"queue": r.opts.Queue, "cap": limit})
 	b.Queue(queuePaused, args{"queue": r.opts.Queue})
 	res := r.db.SendBatch(ctx, b)
@@ -79,6 +80,9 @@ func (r *Router[T]) countStats(ctx context.Context, call string, limit *int64) (
 // readStats reads the results of Stats' batch: the counts by state,
 // whether any is estimated, and whether the queue is paused.
 func readStats(res pgx.BatchResults) (by [6]int, estimated, paused bool, err error) {
+	if _, err := res.Exec(); err != nil { // jit_off
+		return by, false, false, err
+	}
 	rows, err := res.Query()
 	if err != nil {
 		return by, false, false, err
@@ -115,10 +119,15 @@ func (r *Router[T]) ExactQueues(ctx context.Context) ([]QueueInfo, error) {
 // queues is Queues (limit: the cap) or ExactQueues (nil).
 func (r *Router[T]) queues(ctx context.Context, call string, limit *int64) ([]QueueInfo, error) {
 	b := &pgx.Batch{}
+	b.Queue(jitOff, args{})
 	b.Queue(queuesStats, args{"cap": limit})
 	b.Queue(queuesPaused, args{})
 	res := r.db.SendBatch(ctx, b)
-	qs, err := readQueues(res)
+	_, err := res.Exec() // jit_off
+	var qs []QueueInfo
+	if err == nil {
+		qs, err = readQueues(res)
+	}
 	if cerr := res.Close(); err == nil {
 		err = cerr
 	}

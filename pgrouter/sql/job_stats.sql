@@ -10,7 +10,8 @@
 --
 -- Finished jobs past their retention (leaserouter_past_retention, the
 -- instant read once) are found apart, through leaserouter_jobs_purge in
--- purge_at order, up to @cap + 1 of them (the maintenance loop purges
+-- purge_at order (a walk that stops
+-- after @cap + 1: without ORDER BY, a bitmap scan of them all), up to @cap + 1 of them (the maintenance loop purges
 -- them: normally few), and taken off their state's count; more than @cap
 -- of them and the finished states' counts are estimated too (those found
 -- taken off). The order index holds no purge_at: testing the rule in
@@ -19,7 +20,7 @@ WITH past AS MATERIALIZED (
 	SELECT state FROM leaserouter_jobs
 	WHERE queue = @queue AND leaserouter_past_retention(state, purge_at)
 		AND purge_at <= (SELECT clock_timestamp())
-	LIMIT @cap + 1),
+	ORDER BY purge_at LIMIT @cap + 1),
 past_all AS (SELECT count(*) AS n FROM past)
 SELECT s.state::text,
 	CASE WHEN n.n > @cap THEN greatest(leaserouter_count_estimate(@queue, s.state), n.n) ELSE n.n END - p.n,

@@ -17,7 +17,7 @@ past AS MATERIALIZED (
 		LATERAL (SELECT j.state FROM leaserouter_jobs j
 			WHERE j.queue = q.queue AND leaserouter_past_retention(j.state, j.purge_at)
 				AND j.purge_at <= (SELECT clock_timestamp())
-			LIMIT @cap + 1) l),
+			ORDER BY j.purge_at LIMIT @cap + 1) l),
 past_state AS (SELECT queue, state, count(*) AS n FROM past GROUP BY queue, state),
 past_all AS (SELECT queue, count(*) AS n FROM past GROUP BY queue)
 SELECT * FROM (

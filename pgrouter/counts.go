@@ -15,27 +15,30 @@ import (
 // millions of jobs; ExactStats and ExactQueues count every job.
 
 // countCap is the most jobs of a queue in one state that Stats and Queues
-// count one by one (a walk of the index leaserouter_jobs_order): six
-// walks of this many entries, plus the estimates of the states above it,
-// stay a few milliseconds on a 2-core machine with the table out of
-// shared_buffers (BenchmarkStatsAt10M). A state with more is estimated.
-const countCap = 10000
+// count one by one: a walk of the index leaserouter_jobs_order from the
+// state's oldest job, index only where the visibility map covers the
+// rows (a vacuumed table: ~0.5ms per state at 10M rows), else a read of
+// each row (~4ms per state from the OS's cache: jobs changed since the
+// last vacuum). A state with more is estimated (a plan: ~1ms). So a Stats
+// stays within ~10ms on a vacuumed table of 10M rows and ~30ms on one
+// never vacuumed, on a busy 2-core machine (BenchmarkStatsAt10M).
+const countCap = 5000
 
 // Stats returns the queue's jobs by state (finished ones while retained),
 // whether the queue is paused (in any process: Pause), and this Router's
 // totals since New (other processes' calls are not in them).
 //
-// A state with at most 10,000 jobs is counted exactly; a state with more
+// A state with at most 5,000 jobs is counted exactly; a state with more
 // is an estimate from the planner's statistics of the jobs table (its
 // rows scaled to the table's current size, times the frequency of the
-// queue and state pair as the last ANALYZE sampled it: the Router's
-// maintenance loop and autovacuum keep them; never below the 10,000 jobs
-// found), and Stats.Estimated is then true. So Stats takes milliseconds
-// whatever the queue's size; ExactStats counts every job. Finished jobs
-// past their Retention not yet purged are not counted (more than 10,000
-// of them, and the finished states are estimated too). Counts are what
-// the table holds at that moment, without settling: a lease past its
-// expiry still counts as leased until some process settles it.
+// queue and state pair in the last ANALYZE's sample: the Router's
+// maintenance loop and autovacuum keep them), never below 5,001, and
+// Stats.Estimated is then true. So Stats takes milliseconds whatever the
+// queue's size; ExactStats counts every job. Finished jobs past their
+// Retention not yet purged are not counted (with more than 5,000 of
+// them, the finished states are estimated too). Counts are what the
+// table holds at that moment, without settling: a lease past its expiry
+// still counts as leased until some process settles it.
 //
 // One round trip. It works after Close. Errors wrap the driver's. Safe
 // for concurrent use.

@@ -110,7 +110,6 @@ func fillJobs(b testing.TB, db *pgxpool.Pool, n int) {
 	}
 }
 
-
 // measureCounts logs p50/p99 of 50 calls of Stats, Queues and List's
 // first pages, and one ExactStats and ExactQueues, with their figures.
 func measureCounts(b *testing.B, r *pgrouter.Router[int], phase string) {

@@ -2,15 +2,18 @@ package pgrouter_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaserouter/leaserouter"
 	"github.com/leaserouter/leaserouter/pgrouter"
+	"github.com/leaserouter/leaserouter/pgrouter/pgtest"
 )
 
 // countOpts: a Router whose maintenance loop never runs during a test
@@ -194,4 +197,72 @@ func TestCountsEstimatedWhenManyPastRetention(t *testing.T) {
 	qs, err = r.ExactQueues(ctx)
 	require.NoError(t, err)
 	require.Equal(t, counts{10, 0, 0, 60, 0, 0}, queueCounts(queueNamed(t, qs, "q")))
+}
+
+// TestCountsWalkTheOrderIndex: Stats' and Queues' statements count a
+// state by a walk of leaserouter_jobs_order that stops after the cap, in
+// the plan a connection keeps (generic) and in the first ones (custom),
+// on a table analyzed but never vacuumed (a walk reads rows then): never
+// a scan of the table, which stops early only where the state's jobs lie
+// early in it (a queue enqueued last, at the table's end, was read whole
+// for each state: seconds at 10M rows).
+func TestCountsWalkTheOrderIndex(t *testing.T) {
+	db := pgtest.New(t)
+	addJobs(t, db, "a", "as", leaserouter.StateSucceeded, 20000, false)
+	addJobs(t, db, "a", "ap", leaserouter.StatePending, 5000, false)
+	addJobs(t, db, "z", "zp", leaserouter.StatePending, 300, false) // at the table's end
+	addJobs(t, db, "z", "zf", leaserouter.StateFailed, 300, false)
+	_, err := db.Exec(t.Context(), "ANALYZE leaserouter_jobs")
+	require.NoError(t, err)
+	const limit = 100
+	for _, c := range []struct {
+		stmt, queue string
+		queues      int
+	}{{"job_stats", "a", 1}, {"job_stats", "z", 1}, {"queues_stats", "", 2}} {
+		for _, generic := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/%s/generic=%v", c.stmt, c.queue, generic), func(t *testing.T) {
+				values := map[string]any{"queue": c.queue, "cap": int64(limit)}
+				plan := explainStatement(t, db, c.stmt, generic, values)
+				var out []struct{ Plan planNode }
+				require.NoError(t, json.Unmarshal(plan, &out))
+				for _, typ := range []string{"Seq Scan", "Bitmap Heap Scan"} {
+					require.Empty(t, out[0].Plan.nodes(typ), "%s", plan)
+				}
+				var read float64
+				for _, typ := range []string{"Index Only Scan", "Index Scan"} {
+					for _, s := range out[0].Plan.nodes(typ) {
+						read += (s.Rows + s.Removed) * s.Loops
+					}
+				}
+				require.LessOrEqual(t, int(read), c.queues*6*(limit+1)+10, "rows read:\n%s", plan)
+			})
+		}
+	}
+}
+
+// explainStatement is EXPLAIN (ANALYZE, FORMAT JSON) of sql/name.sql with
+// values: its custom plan, or with generic its generic plan.
+func explainStatement(t *testing.T, db *pgxpool.Pool, name string, generic bool, values map[string]any) []byte {
+	t.Helper()
+	sql, names := pgrouter.Statement(name)
+	tx, err := db.Begin(t.Context())
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	bound := append([]any{pgx.QueryExecModeSimpleProtocol}, bindPositional(names, values)...)
+	_, err = tx.Exec(t.Context(), "SET LOCAL jit = off")
+	require.NoError(t, err)
+	if generic {
+		_, err = tx.Exec(t.Context(), "SET LOCAL plan_cache_mode = force_generic_plan")
+		require.NoError(t, err)
+	}
+	_, err = tx.Prepare(t.Context(), "counts_"+name, sql)
+	require.NoError(t, err)
+	params := ""
+	for i := range names {
+		params += fmt.Sprintf(", $%d", i+1)
+	}
+	var plan []byte
+	require.NoError(t, tx.QueryRow(t.Context(),
+		"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE counts_"+name+"("+params[2:]+")", bound...).Scan(&plan))
+	return plan
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -265,4 +267,70 @@ func explainStatement(t *testing.T, db *pgxpool.Pool, name string, generic bool,
 	require.NoError(t, tx.QueryRow(t.Context(),
 		"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE counts_"+name+"("+params[2:]+")", bound...).Scan(&plan))
 	return plan
+}
+
+// batchTracer records the statements of the batches sent through a pool.
+type batchTracer struct {
+	mu   sync.Mutex
+	sqls []string
+}
+
+func (b *batchTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+func (b *batchTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (b *batchTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+func (b *batchTracer) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	b.mu.Lock()
+	b.sqls = append(b.sqls, d.SQL)
+	b.mu.Unlock()
+}
+func (b *batchTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// TestCountsTurnJITOffForTheirBatchOnly: Stats' and Queues' batches turn
+// JIT compilation off before their counts (compiling a count's plan, whose
+// estimated cost can pass jit_above_cost, takes hundreds of
+// milliseconds), for the batch's transaction only: the pool's connection
+// has JIT as it was after.
+func TestCountsTurnJITOffForTheirBatchOnly(t *testing.T) {
+	base := pgtest.New(t)
+	cfg := base.Config()
+	var tr batchTracer
+	cfg.ConnConfig.Tracer = &tr
+	cfg.MaxConns = 1 // the connection that ran the batch is the one read after
+	db, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(db.Close) // after the Router's Close
+	r := routerOn[int](t, db, countOpts("q"))
+	ctx := t.Context()
+	jitOff, _ := pgrouter.Statement("jit_off")
+	stats, _ := pgrouter.Statement("job_stats")
+	queues, _ := pgrouter.Statement("queues_stats")
+	var before string
+	require.NoError(t, db.QueryRow(ctx, "SELECT current_setting('jit')").Scan(&before))
+	for _, c := range []struct {
+		count string
+		call  func() error
+	}{
+		{stats, func() error { _, err := r.Stats(ctx); return err }},
+		{stats, func() error { _, err := r.ExactStats(ctx); return err }},
+		{queues, func() error { _, err := r.Queues(ctx); return err }},
+		{queues, func() error { _, err := r.ExactQueues(ctx); return err }},
+	} {
+		tr.mu.Lock()
+		tr.sqls = nil
+		tr.mu.Unlock()
+		require.NoError(t, c.call())
+		tr.mu.Lock()
+		sqls := tr.sqls
+		tr.mu.Unlock()
+		i := slices.Index(sqls, c.count) // among the maintenance loop's batches, if one ran meanwhile
+		require.Positive(t, i, "the count, not first in its batch")
+		require.Equal(t, jitOff, sqls[i-1])
+		var after string
+		require.NoError(t, db.QueryRow(ctx, "SELECT current_setting('jit')").Scan(&after))
+		require.Equal(t, before, after)
+	}
 }

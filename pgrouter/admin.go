@@ -309,30 +309,26 @@ type QueueInfo struct {
 	Pending, Scheduled, Leased, Succeeded, Failed, Canceled int
 
 	Paused bool // no lease is granted until Resume
+
+	// Estimated: some of the counts are estimates, as in Stats (a state
+	// with more than 5,000 jobs); never from ExactQueues.
+	Estimated bool
 }
 
 // Queues returns the database's queues, by name: every queue with jobs
 // in the jobs table (finished ones while retained) or paused or resumed
 // once, whatever Router made them, each with its counts by state and
-// whether it is paused. It counts what it reads at that moment, without
+// whether it is paused. Each queue is counted as Stats counts one: a
+// state with at most 5,000 jobs exactly, a larger one estimated from
+// the planner's statistics, with QueueInfo.Estimated true (ExactQueues
+// counts every job). It counts what it reads at that moment, without
 // settling (a lease past its expiry still counts as leased until some
-// process settles it): it reads the whole jobs table (one round trip,
-// its time growing with the table's rows). It works after Close. Errors
-// wrap the driver's. Safe for concurrent use.
+// process settles it). One round trip; its time grows with the number of
+// queues (about a Stats each: a probe of the primary key finds the next
+// queue), not with their jobs. It works after Close. Errors wrap the
+// driver's. Safe for concurrent use.
 func (r *Router[T]) Queues(ctx context.Context) ([]QueueInfo, error) {
-	ctx = orBackground(ctx)
-	b := &pgx.Batch{}
-	b.Queue(queuesStats, args{})
-	b.Queue(queuesPaused, args{})
-	res := r.db.SendBatch(ctx, b)
-	qs, err := readQueues(res)
-	if cerr := res.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return nil, errWrap("Queues", err)
-	}
-	return qs, nil
+	return r.queues(orBackground(ctx), "Queues", &r.cap)
 }
 
 // readQueues reads the results of Queues' batch, sorted by name.
@@ -353,14 +349,16 @@ func readQueues(res pgx.BatchResults) ([]QueueInfo, error) {
 	for rows.Next() {
 		var name, state string
 		var n int64
-		if err := rows.Scan(&name, &state, &n); err != nil {
+		var est bool
+		if err := rows.Scan(&name, &state, &n, &est); err != nil {
 			rows.Close()
 			return nil, err
 		}
 		q := info(name)
 		if st, ok := stateNamed(state); ok {
-			*[...]*int{&q.Pending, &q.Scheduled, &q.Leased, &q.Succeeded, &q.Failed, &q.Canceled}[st] = int(n)
+			*[...]*int{&q.Pending, &q.Scheduled, &q.Leased, &q.Succeeded, &q.Failed, &q.Canceled}[st] = int(max(n, 0))
 		}
+		q.Estimated = q.Estimated || est
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

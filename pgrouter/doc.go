@@ -40,7 +40,10 @@
 //     timer at the earliest due instant, plus a poll every
 //     Options.PollInterval: a missed notification delays a job by at most
 //     that.
-//   - Stats: counts by state come from the table; totals are this
+//   - Stats: counts by state come from the table, exactly for a state
+//     with at most 5,000 jobs, estimated from the planner's statistics
+//     for a larger one (Stats.Estimated; ExactStats counts every job), so
+//     that Stats takes milliseconds at millions of jobs; totals are this
 //     Router's own since New (other processes' calls are not in them).
 //     Purged counts the rows of finished jobs this Router deleted (its
 //     maintenance loop, at most a PollInterval after their retention
@@ -146,8 +149,9 @@
 //     leaserouter_queues, so every process sharing it stops granting (the
 //     claim statement reads it, in the same statement) and is woken by a
 //     Resume at once (a notification). Stats.Paused reads it.
-//   - Queues: the database's queues, with counts by state and whether
-//     each is paused.
+//   - Queues: the database's queues, with counts by state (as Stats
+//     counts them: QueueInfo.Estimated; ExactQueues counts every job) and
+//     whether each is paused.
 //   - Leases: the queue's live leases, expiring soonest first.
 //   - History: per minute of the database's clock for the last hour, what
 //     every process on the queue counted (completions, failed attempts,
@@ -167,12 +171,15 @@
 // column that lease's grant instant, for Event.Held),
 // leaserouter_fences, leaserouter_abandoned_claims (claims and lease
 // operations resolved by their client, kept a day: see Faults) and
-// leaserouter_queues (paused queues), the sequences leaserouter_token
+// leaserouter_queues (paused queues), leaserouter_history (History's
+// per-minute counts of each process), the sequences leaserouter_token
 // (fencing tokens: cache 1, raised by New above TokenFloor and the Unix
 // time in nanoseconds, never lowered) and leaserouter_job_seq (enqueue
 // order), partial indexes for the ready order, scheduled run-ats, lease
 // expiries and purge times, and the index leaserouter_jobs_order (queue,
-// state, seq) for List. Payloads are
+// state, seq) for List and the counts, joint statistics of queue and
+// state (leaserouter_jobs_queue_state) for the estimated counts.
+// Payloads are
 // JSON (encoding/json) in a jsonb column, readable in SQL. The jobs table
 // is created with aggressive autovacuum settings (every job is updated
 // several times and deleted), and the Router vacuums and analyzes it

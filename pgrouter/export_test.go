@@ -31,3 +31,8 @@ func Statement(name string) (sql string, names []string) {
 	p := compiled[string(text)] // read only: compiled is written at load alone
 	return p.sql, p.names
 }
+
+// SetCountCap sets the most jobs of a state r's Stats and Queues count
+// one by one (countCap by default), so tests reach it with few jobs. Not
+// safe while r counts.
+func SetCountCap[T any](r *Router[T], n int64) { r.cap = n }

@@ -24,6 +24,7 @@ type Router[T any] struct {
 	opts  Options
 	lease int64 // LeaseDuration in microseconds
 	keep  int64 // Retention in microseconds, 0 if negative (purge at once)
+	cap   int64 // the most jobs of a state Stats and Queues count one by one (countCap; tests lower it)
 
 	closing    context.Context    // done when Close starts
 	startClose context.CancelFunc // ends closing
@@ -85,6 +86,7 @@ func New[T any](ctx context.Context, db *pgxpool.Pool, opts Options) (*Router[T]
 		db: db, opts: opts,
 		lease: opts.LeaseDuration.Microseconds(),
 		keep:  max(0, opts.Retention.Microseconds()),
+		cap:   countCap,
 		held:  make(map[*Lease[T]]struct{}),
 		done:  make(chan struct{}),
 		wake:  newWaker(),

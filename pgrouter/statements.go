@@ -135,6 +135,7 @@ var (
 	getJob       = statement("job_get")
 	cancelJob    = statement("job_cancel")
 	statsByState = statement("job_stats")
+	jitOff       = statement("jit_off")
 	fenceAdmit   = statement("fence")
 	fenceHighest = statement("fence_highest")
 	lockTokens   = statement("tokens_lock")

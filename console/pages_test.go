@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -364,4 +365,29 @@ func TestStaticAssetsAreEmbeddedAndLocal(t *testing.T) {
 		require.NotRegexp(t, `(src|href)="(https?:)?//`, body, target)
 		require.Contains(t, body, `id="refresh"`, target)
 	}
+}
+
+// estimatedSource is a Source whose counts are estimates (as pgrouter's
+// of a large queue).
+type estimatedSource struct{ console.Source }
+
+func (s estimatedSource) Stats(ctx context.Context) (leaserouter.Stats, error) {
+	st, err := s.Source.Stats(ctx)
+	st.Estimated = true
+	return st, err
+}
+
+// TestOverviewMarksEstimatedCounts: a queue whose Stats are estimates has
+// its counts marked "≈" and a note saying so; exact ones have neither.
+func TestOverviewMarksEstimatedCounts(t *testing.T) {
+	r := newRouter(t, leaserouter.Options{})
+	enqueue(t, r, "a")
+	exact := console.Router("exact", r)
+	h, err := console.New(console.Options{}, exact, estimatedSource{console.Router("big", r)})
+	require.NoError(t, err)
+	body := requireOK(t, get(t, h, "/"))
+	require.Contains(t, body, `data-testid="estimated"`)
+	require.Equal(t, 1, strings.Count(body, `data-testid="estimated"`), "only the estimated queue")
+	marked := regexp.MustCompile(`data-testid="state-count" data-state="[a-z]+">≈ `).FindAllString(body, -1)
+	require.Len(t, marked, 6, "its six counts marked, not the exact queue's")
 }

@@ -172,10 +172,7 @@ func listFilter(p leaserouter.ListParams) (mask uint8, limit int, err error) {
 // it. Safe for concurrent use.
 func (r *Router[T]) Retry(ctx context.Context, id string) error {
 	ctx = orBackground(ctx)
-	if err := leaserouter.ValidateID(id); err != nil {
-		return fmt.Errorf("%w: %w", err, leaserouter.ErrNotFound)
-	}
-	if err := r.open(); err != nil {
+	if err := r.checkJobCall(id); err != nil {
 		return err
 	}
 	var (
@@ -184,21 +181,10 @@ func (r *Router[T]) Retry(ctx context.Context, id string) error {
 		at    *time.Time
 		sent  int64
 	)
-	b := &pgx.Batch{}
-	r.queueSettle(b)
-	b.Queue(retryJob, args{"queue": r.opts.Queue, "id": id, "channel": channel})
-	res := r.db.SendBatch(ctx, b)
-	settled, err := readSettle(res)
-	if err == nil {
-		err = res.QueryRow().Scan(&was, &token, &at, &sent)
+	if err := r.jobStatement(ctx, "Retry", retryJob, args{"queue": r.opts.Queue, "id": id, "channel": channel},
+		&was, &token, &at, &sent); err != nil {
+		return err
 	}
-	if cerr := res.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return errWrap("Retry", err)
-	}
-	r.settled(ctx, settled)
 	switch {
 	case was == nil:
 		return fmt.Errorf("%w: %q", leaserouter.ErrNotFound, id)
@@ -226,10 +212,7 @@ func (r *Router[T]) Retry(ctx context.Context, id string) error {
 // another transaction holds it. Safe for concurrent use.
 func (r *Router[T]) Delete(ctx context.Context, id string) error {
 	ctx = orBackground(ctx)
-	if err := leaserouter.ValidateID(id); err != nil {
-		return fmt.Errorf("%w: %w", err, leaserouter.ErrNotFound)
-	}
-	if err := r.open(); err != nil {
+	if err := r.checkJobCall(id); err != nil {
 		return err
 	}
 	var (
@@ -238,21 +221,10 @@ func (r *Router[T]) Delete(ctx context.Context, id string) error {
 		attempt *int32
 		at      time.Time
 	)
-	b := &pgx.Batch{}
-	r.queueSettle(b)
-	b.Queue(deleteJob, args{"queue": r.opts.Queue, "id": id})
-	res := r.db.SendBatch(ctx, b)
-	settled, err := readSettle(res)
-	if err == nil {
-		err = res.QueryRow().Scan(&was, &token, &attempt, &at)
+	if err := r.jobStatement(ctx, "Delete", deleteJob, args{"queue": r.opts.Queue, "id": id},
+		&was, &token, &attempt, &at); err != nil {
+		return err
 	}
-	if cerr := res.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return errWrap("Delete", err)
-	}
-	r.settled(ctx, settled)
 	switch {
 	case was == nil:
 		return fmt.Errorf("%w: %q", leaserouter.ErrNotFound, id)
@@ -385,4 +357,36 @@ func readQueues(res pgx.BatchResults) ([]QueueInfo, error) {
 	}
 	slices.SortFunc(out, func(a, b QueueInfo) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
+}
+
+// checkJobCall is the first step of an operation on job id (Retry,
+// Delete): the core's error for an ID leaserouter.ValidateID refuses (one
+// wrapping both ErrInvalidJob and ErrNotFound), ErrClosed after Close.
+func (r *Router[T]) checkJobCall(id string) error {
+	if err := leaserouter.ValidateID(id); err != nil {
+		return fmt.Errorf("%w: %w", err, leaserouter.ErrNotFound)
+	}
+	return r.open()
+}
+
+// jobStatement runs statement sql with a, after a settling round, in one
+// round trip, and scans its one row into dest; errors are wrapped for
+// call. What the settling round did is reported.
+func (r *Router[T]) jobStatement(ctx context.Context, call, sql string, a args, dest ...any) error {
+	b := &pgx.Batch{}
+	r.queueSettle(b)
+	b.Queue(sql, a)
+	res := r.db.SendBatch(ctx, b)
+	settled, err := readSettle(res)
+	if err == nil {
+		err = res.QueryRow().Scan(dest...)
+	}
+	if cerr := res.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return errWrap(call, err)
+	}
+	r.settled(ctx, settled)
+	return nil
 }

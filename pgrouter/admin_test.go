@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -168,27 +167,7 @@ func TestListWalksTheOrderIndex(t *testing.T) {
 // its custom plan, or with generic its generic plan.
 func explainList(t *testing.T, db *pgxpool.Pool, generic bool, values map[string]any) []byte {
 	t.Helper()
-	sql, names := pgrouter.Statement("jobs_list")
-	tx, err := db.Begin(t.Context())
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	explain := append([]any{pgx.QueryExecModeSimpleProtocol}, bindPositional(names, values)...)
-	var plan []byte
-	if !generic {
-		require.NoError(t, tx.QueryRow(t.Context(), "EXPLAIN (ANALYZE, FORMAT JSON) "+sql, explain...).Scan(&plan))
-		return plan
-	}
-	_, err = tx.Exec(t.Context(), "SET LOCAL plan_cache_mode = force_generic_plan")
-	require.NoError(t, err)
-	_, err = tx.Prepare(t.Context(), "list", sql)
-	require.NoError(t, err)
-	params := ""
-	for i := range names {
-		params += fmt.Sprintf(", $%d", i+1)
-	}
-	require.NoError(t, tx.QueryRow(t.Context(),
-		"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE list("+params[2:]+")", explain...).Scan(&plan))
-	return plan
+	return explainStatement(t, db, "jobs_list", generic, values)
 }
 
 // nodes lists the nodes of n (itself included) of type typ.

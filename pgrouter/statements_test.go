@@ -237,29 +237,7 @@ func explainPicking(t *testing.T, db *pgxpool.Pool, name string, generic bool, k
 	t.Helper()
 	values := map[string]any{"queue": "default", "n": int64(k), "limit": int64(k), "worker": "w",
 		"lease_us": int64(60e6), "claim": int64(1), "retention_us": int64(60e6)}
-	sql, names := pgrouter.Statement(name)
-	tx, err := db.Begin(t.Context())
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	explain := append([]any{pgx.QueryExecModeSimpleProtocol}, bindPositional(names, values)...)
-	var plan []byte
-	if !generic {
-		require.NoError(t, tx.QueryRow(t.Context(), "EXPLAIN (ANALYZE, FORMAT JSON) "+sql, explain...).Scan(&plan))
-		return plan
-	}
-	_, err = tx.Exec(t.Context(), "SET LOCAL plan_cache_mode = force_generic_plan")
-	require.NoError(t, err)
-	_, err = tx.Prepare(t.Context(), "picking", sql)
-	require.NoError(t, err)
-	params := ""
-	for i := range names {
-		params += fmt.Sprintf(", $%d", i+1)
-	}
-	require.NoError(t, tx.QueryRow(t.Context(),
-		"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE picking("+params[2:]+")", explain...).Scan(&plan))
-	_, err = tx.Exec(t.Context(), "DEALLOCATE picking")
-	require.NoError(t, err)
-	return plan
+	return explainStatement(t, db, name, generic, values)
 }
 
 // planNode is a node of EXPLAIN (ANALYZE, FORMAT JSON).

@@ -75,7 +75,7 @@ func histIndex(m int64) int {
 func (r *Router[T]) History() []Minute {
 	r.mu.Lock()
 	now := r.settleNow()
-	ring := r.hist
+	ring := *r.hist
 	r.unlockAndDeliver()
 	cur := r.minute(now)
 	out := make([]Minute, HistoryMinutes)

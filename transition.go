@@ -374,7 +374,7 @@ func (r *Router[T]) insert(id string, payload T, s *enqueueSpec, pos int, now in
 	j.hash, j.seq, j.created, j.updated, j.hidx = s.hash, r.seq, now, now, -1
 	j.state = stateNew
 	r.jobs.Insert(j, s.hash, pos)
-	r.order.Append(j, j.seq, uint8(stateNew))
+	j.ord = r.order.Append(j, j.seq, uint8(stateNew))
 	r.stats.Enqueued++
 	r.emit(EventEnqueued, now, j, nil, 0, nil)
 	r.schedule(j, at, now)

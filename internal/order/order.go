@@ -58,8 +58,10 @@ func New[E any](setChunk func(e *E, c *Chunk[E])) *Log[E] {
 func (l *Log[E]) Len() int { return l.live }
 
 // Append adds e, of class class, with sequence number seq, greater than
-// that of every element appended before.
-func (l *Log[E]) Append(e *E, seq uint64, class uint8) {
+// that of every element appended before, and returns its chunk, which
+// the caller records in e (Append does not call setChunk: the hot path
+// of every enqueue saves an indirect call).
+func (l *Log[E]) Append(e *E, seq uint64, class uint8) *Chunk[E] {
 	if n := len(l.chunks); n > 0 && len(l.chunks[n-1].items) == chunkLen && l.chunks[n-1].live <= chunkLen/8 {
 		// The last chunk is full but sparse: its elements were removed
 		// while it was the last, which Remove does not shrink. Shrink it
@@ -83,7 +85,7 @@ func (l *Log[E]) Append(e *E, seq uint64, class uint8) {
 	c.live++
 	c.counts[class]++
 	l.live++
-	l.setChunk(e, c)
+	return c
 }
 
 // Move moves one element of c from class from to class to.

@@ -49,7 +49,7 @@ func TestLogAgainstModel(t *testing.T) {
 			for range 1 + rng.IntN(50) {
 				seq++
 				e := &elem{seq: seq, class: uint8(rng.IntN(6))}
-				l.Append(e, e.seq, e.class)
+				e.c = l.Append(e, e.seq, e.class)
 				model = append(model, e)
 			}
 		case op < 7: // move one
@@ -112,7 +112,7 @@ func TestWalkStopsWhereTold(t *testing.T) {
 	l := newLog()
 	for s := uint64(1); s <= 10; s++ {
 		e := &elem{seq: s}
-		l.Append(e, s, 0)
+		e.c = l.Append(e, s, 0)
 	}
 	n := 0
 	resume, more := l.Walk(0, 1, 100, func(e *elem) bool { n++; return n < 3 })
@@ -155,7 +155,7 @@ func TestMemoryFollowsLiveElements(t *testing.T) {
 	var all []*elem
 	for s := uint64(1); s <= 100*chunkLen; s++ {
 		e := &elem{seq: s}
-		l.Append(e, s, 0)
+		e.c = l.Append(e, s, 0)
 		all = append(all, e)
 	}
 	for i, e := range all {
@@ -182,7 +182,7 @@ func TestMemoryFollowsLiveElementsRemovedWhileLast(t *testing.T) {
 		for i := range chunkLen {
 			seq++
 			e := &elem{seq: seq}
-			l.Append(e, seq, 0)
+			e.c = l.Append(e, seq, 0)
 			if i != 0 { // the first of each run stays
 				require.True(t, l.Remove(e.c, e.seq, 0))
 			}

@@ -55,11 +55,11 @@ type Router[T any] struct {
 	leases    *heap.Queue[*job[T]] // leased jobs by lease expiry: granted and extended in expiry order, so mostly its ring
 	retHead   *job[T]              // finished jobs by purge time (a FIFO: finish times never decrease)
 	retTail   *job[T]
-	order     *order.Log[job[T]]       // every job, in enqueue order (List)
-	paused    bool                     // Pause: no grants until Resume
-	counts    [numStates + 1]int       // by State; the last slot is stateNew's, never read
+	order     *order.Log[job[T]]        // every job, in enqueue order (List)
+	paused    bool                      // Pause: no grants until Resume
+	counts    [numStates + 1]int        // by State; the last slot is stateNew's, never read
 	hist      *[HistoryMinutes]histSlot // History's ring (apart: 2 KB the hot fields need not share lines with)
-	stats     Stats                    // totals; counts fill the per-state fields on read
+	stats     Stats                     // totals; counts fill the per-state fields on read
 	lastToken Token
 	seq       uint64
 	armed     int64 // the reaper's next wake-up; math.MaxInt64 if none

@@ -216,13 +216,12 @@ func (r *Router[T]) Delete(id string) error {
 
 // Pause stops the granting of leases until Resume: Acquire and
 // AcquireMany wait, TryAcquire and TryAcquireMany return ErrNoJob, Run's
-// workers idle. Everything else goes on: enqueues, heartbeats,
+// workers lease nothing more (the jobs they had leased before go on, as
+// every lease held does). Everything else goes on: enqueues, heartbeats,
 // completions, failures, expiries and the reaper. Stats.Paused says so.
 // Pausing a paused Router changes nothing. It returns ErrClosed after
 // Close (the Router grants nothing then anyway). It blocks only on the
-// router's lock. The core's Pause returns an error, unlike the first
-// draft of DESIGN-operate, so that "after Close: ErrClosed" holds on
-// both backends.
+// router's lock.
 func (r *Router[T]) Pause() error { return r.setPaused(true) }
 
 // Resume undoes Pause: leases are granted again, and as many blocked

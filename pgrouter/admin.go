@@ -359,8 +359,8 @@ func readQueues(res pgx.BatchResults) ([]QueueInfo, error) {
 	return out, nil
 }
 
-// checkJobCall is the first step of an operation on job id (Retry,
-// Delete): the core's error for an ID leaserouter.ValidateID refuses (one
+// checkJobCall is the first step of an operation on job id (Cancel,
+// Retry, Delete): the core's error for an ID leaserouter.ValidateID refuses (one
 // wrapping both ErrInvalidJob and ErrNotFound), ErrClosed after Close.
 func (r *Router[T]) checkJobCall(id string) error {
 	if err := leaserouter.ValidateID(id); err != nil {

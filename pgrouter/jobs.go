@@ -98,10 +98,7 @@ func jobOf[T any](jr *jobRow) (leaserouter.Job[T], error) {
 // trip), ErrClosed after Close, or one wrapping the driver's.
 func (r *Router[T]) Cancel(ctx context.Context, id string) error {
 	ctx = orBackground(ctx)
-	if err := leaserouter.ValidateID(id); err != nil {
-		return fmt.Errorf("%w: %w", err, leaserouter.ErrNotFound)
-	}
-	if err := r.open(); err != nil {
+	if err := r.checkJobCall(id); err != nil {
 		return err
 	}
 	var (
@@ -113,21 +110,11 @@ func (r *Router[T]) Cancel(ctx context.Context, id string) error {
 		leased  *bool
 		granted *time.Time
 	)
-	b := &pgx.Batch{}
-	r.queueSettle(b) // a lease past its expiry is settled first, as the core does
-	b.Queue(cancelJob, args{"queue": r.opts.Queue, "id": id, "retention_us": r.keep})
-	res := r.db.SendBatch(ctx, b)
-	settled, err := readSettle(res)
-	if err == nil {
-		err = res.QueryRow().Scan(&found, &token, &attempt, &at, &owner, &leased, &granted)
+	// A lease past its expiry is settled first, as the core does.
+	if err := r.jobStatement(ctx, "Cancel", cancelJob, args{"queue": r.opts.Queue, "id": id, "retention_us": r.keep},
+		&found, &token, &attempt, &at, &owner, &leased, &granted); err != nil {
+		return err
 	}
-	if cerr := res.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return errWrap("Cancel", err)
-	}
-	r.settled(ctx, settled)
 	if !found {
 		return fmt.Errorf("%w: %q", leaserouter.ErrNotFound, id)
 	}

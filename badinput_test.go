@@ -1245,7 +1245,7 @@ func badValueRows() []badRow {
 			}
 		}),
 		value("EventKind/out of range", func(t *testing.T) {
-			for _, k := range []leaserouter.EventKind{0, 15, 255} {
+			for _, k := range []leaserouter.EventKind{0, 16, 255} {
 				require.Equal(t, fmt.Sprintf("EventKind(%d)", k), k.String())
 			}
 		}),

@@ -1,8 +1,10 @@
 package leaserouter
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // The errors of the package: the Err* values for errors.Is, and the typed
@@ -70,6 +72,7 @@ const (
 	LostCompleted  LostReason = "completed"  // its holder completed the job
 	LostCanceled   LostReason = "canceled"   // Router.Cancel canceled the job
 	LostRevoked    LostReason = "revoked"    // Close revoked it
+	LostSnoozed    LostReason = "snoozed"    // its holder snoozed the job (Lease.Snooze)
 	LostNilLease   LostReason = "nil lease"  // the operation was on a nil *Lease
 )
 
@@ -122,3 +125,22 @@ func (e *StaleTokenError) As(target any) bool {
 }
 
 var errUnknown = errors.New("unknown error")
+
+// TimeoutError is the cause of a Run handler's ctx canceled at its
+// attempt's timeout (WorkerOptions.Timeout, WithTimeout): context.Cause
+// gives it, errors.Is(err, context.DeadlineExceeded) is true of it, and
+// ctx.Err() is context.DeadlineExceeded. The lease is not lost by a
+// timeout.
+type TimeoutError struct {
+	JobID   string
+	Token   Token         // the attempt's lease
+	Timeout time.Duration // the limit that passed
+}
+
+// Error names the job, the token and the limit.
+func (e *TimeoutError) Error() string {
+	return fmt.Sprintf("leaserouter: attempt of job %q (token %d) timed out after %v", e.JobID, e.Token, e.Timeout)
+}
+
+// Unwrap returns context.DeadlineExceeded.
+func (e *TimeoutError) Unwrap() error { return context.DeadlineExceeded }

@@ -27,13 +27,14 @@ const (
 	EventCanceled                            // the job was canceled
 	EventPurged                              // a job was dropped: finished and its retention over, or removed by Router.Delete
 	EventRetried                             // a finished job was made pending again by Router.Retry, with a fresh attempt budget
+	EventSnoozed                             // the holder snoozed the job (Lease.Snooze, or a Run handler's Snooze error): scheduled again, the attempt not counted
 	numEventKinds
 )
 
 var eventNames = [numEventKinds]string{
 	"", "enqueued", "duplicate", "lease_acquired", "lease_extended", "lease_expired",
 	"completed", "failed", "retry_scheduled", "dead", "stale_rejected", "released",
-	"canceled", "purged", "retried",
+	"canceled", "purged", "retried", "snoozed",
 }
 
 // String returns the kind's log message, such as "lease_acquired", or

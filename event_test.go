@@ -24,12 +24,12 @@ import (
 func TestEventKindStrings(t *testing.T) {
 	want := []string{"enqueued", "duplicate", "lease_acquired", "lease_extended",
 		"lease_expired", "completed", "failed", "retry_scheduled", "dead",
-		"stale_rejected", "released", "canceled", "purged", "retried"}
+		"stale_rejected", "released", "canceled", "purged", "retried", "snoozed"}
 	kinds := []leaserouter.EventKind{leaserouter.EventEnqueued, leaserouter.EventDuplicate,
 		leaserouter.EventLeaseAcquired, leaserouter.EventLeaseExtended, leaserouter.EventLeaseExpired,
 		leaserouter.EventCompleted, leaserouter.EventFailed, leaserouter.EventRetryScheduled,
 		leaserouter.EventDead, leaserouter.EventStaleRejected, leaserouter.EventReleased,
-		leaserouter.EventCanceled, leaserouter.EventPurged, leaserouter.EventRetried}
+		leaserouter.EventCanceled, leaserouter.EventPurged, leaserouter.EventRetried, leaserouter.EventSnoozed}
 	for i, k := range kinds {
 		require.Equal(t, leaserouter.EventKind(i+1), k, "EventKind values start at 1")
 		require.Equal(t, want[i], k.String())

@@ -56,10 +56,11 @@ type Job[T any] struct {
 	MaxAttempts int   // attempts the job may have before it is dead
 	Token       Token // fencing token of the latest lease; 0 if never leased
 	Owner       string
-	LeaseExpiry time.Time // zero unless StateLeased
-	RunAt       time.Time // when a scheduled job becomes ready; zero otherwise
-	Progress    []byte    // last checkpoint reported by Lease.Heartbeat (a copy)
-	LastError   string    // most recent failure (error, panic, expiry); kept after a later success
+	LeaseExpiry time.Time     // zero unless StateLeased
+	RunAt       time.Time     // when a scheduled job becomes ready; zero otherwise
+	Progress    []byte        // last checkpoint reported by Lease.Heartbeat (a copy)
+	LastError   string        // most recent failure (error, panic, expiry); kept after a later success
+	Timeout     time.Duration // each attempt's limit set by WithTimeout; 0 if none (WorkerOptions.Timeout applies)
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
 }
@@ -82,6 +83,7 @@ const (
 	optDelay
 	optRunAt
 	optMaxAttempts
+	optTimeout
 )
 
 // WithPriority sets the job's priority: a higher priority is leased first.
@@ -102,6 +104,16 @@ func WithRunAt(t time.Time) EnqueueOption { return EnqueueOption{kind: optRunAt,
 // leases it may be granted. n < 1 or n > math.MaxInt32 makes Enqueue
 // return ErrInvalidJob.
 func WithMaxAttempts(n int) EnqueueOption { return EnqueueOption{kind: optMaxAttempts, n: n} }
+
+// WithTimeout limits each attempt of the job to d: Run cancels the
+// handler's ctx d after the handler starts, with a cause wrapping
+// context.DeadlineExceeded (a *TimeoutError), and the handler's error then
+// fails the attempt as any error does (retried after Backoff). The lease
+// is heartbeated until the handler returns: a timeout is not a lost lease.
+// It overrides WorkerOptions.Timeout; 0 (the default) leaves that in
+// force; a negative d makes Enqueue return ErrInvalidJob. Acquire's
+// callers read it from Job.Timeout and apply it themselves.
+func WithTimeout(d time.Duration) EnqueueOption { return EnqueueOption{kind: optTimeout, d: d} }
 
 // job is the router's record of one job. Every field is guarded by the
 // router's mu. Times are nanoseconds since the router's epoch (a monotonic
@@ -142,9 +154,10 @@ const (
 	endCompleted
 	endCanceled
 	endRevoked
+	endSnoozed
 )
 
-var endReasonNames = [...]LostReason{"unknown", LostExpired, LostReleased, LostFailed, LostCompleted, LostCanceled, LostRevoked}
+var endReasonNames = [...]LostReason{"unknown", LostExpired, LostReleased, LostFailed, LostCompleted, LostCanceled, LostRevoked, LostSnoozed}
 
 // reason is the reason as LeaseLostError.Reason gives it.
 func (e endReason) reason() LostReason { return endReasonNames[e] }
@@ -209,12 +222,13 @@ func addSat(t int64, d time.Duration) int64 {
 // enqueueSpec is one job's Enqueue options, checked, and its ID's hash:
 // what Enqueue and EnqueueMany work out before taking the lock.
 type enqueueSpec struct {
-	prio   int
-	maxAtt int
-	timing optKind
-	delay  time.Duration
-	runAt  time.Time
-	hash   uint64
+	prio    int
+	maxAtt  int
+	timeout time.Duration
+	timing  optKind
+	delay   time.Duration
+	runAt   time.Time
+	hash    uint64
 }
 
 // parseJob checks id and opts and fills s with what insert needs, or
@@ -250,6 +264,11 @@ func readOptions(s *enqueueSpec, id string, opts []EnqueueOption) error {
 			s.timing, s.delay = optDelay, o.d
 		case optRunAt:
 			s.timing, s.runAt = optRunAt, o.runAt
+		case optTimeout:
+			if o.d < 0 {
+				return fmt.Errorf("%w: WithTimeout(%v) for job %q, must be >= 0 (0 = WorkerOptions.Timeout)", ErrInvalidJob, o.d, id)
+			}
+			s.timeout = o.d
 		}
 	}
 	return nil
@@ -264,6 +283,7 @@ type EnqueueSettings struct {
 	MaxAttempts int           // WithMaxAttempts; 0 when not given (the router's default applies)
 	Delay       time.Duration // WithDelay: ready at enqueue time + Delay; 0 when not given
 	RunAt       time.Time     // WithRunAt: ready at RunAt (at once if not after the enqueue time); zero when not given
+	Timeout     time.Duration // WithTimeout: each attempt's limit; 0 when not given (WorkerOptions.Timeout applies)
 }
 
 // ReadEnqueueOptions checks id and opts as Enqueue does and returns what
@@ -275,7 +295,7 @@ func ReadEnqueueOptions(id string, opts []EnqueueOption) (EnqueueSettings, error
 	if err := readOptions(&s, id, opts); err != nil {
 		return EnqueueSettings{}, err
 	}
-	e := EnqueueSettings{Priority: s.prio, MaxAttempts: s.maxAtt}
+	e := EnqueueSettings{Priority: s.prio, MaxAttempts: s.maxAtt, Timeout: s.timeout}
 	switch s.timing {
 	case optDelay:
 		e.Delay = s.delay

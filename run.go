@@ -69,6 +69,15 @@ type WorkerOptions struct {
 	// its jobs prove short, so the default is safe for long jobs (see
 	// Run).
 	Batch int
+	// Timeout limits each attempt: the handler's ctx is canceled Timeout
+	// after the handler starts, with a cause wrapping
+	// context.DeadlineExceeded (a *TimeoutError); the handler's error then
+	// fails the attempt as any error does (retried after Backoff), and its
+	// nil completes the job. The lease is heartbeated until the handler
+	// returns: a timeout is not a lost lease. A job's WithTimeout overrides
+	// it. Default 0: no limit; negative is invalid. Per-attempt timeouts as
+	// in River (JobTimeout) and asynq (Timeout).
+	Timeout time.Duration
 }
 
 // WithDefaults returns o checked and with its zero fields set to their
@@ -81,6 +90,8 @@ func (o WorkerOptions) WithDefaults(lease time.Duration) (WorkerOptions, error) 
 		return o, fmt.Errorf("%w: WorkerOptions.Workers is %d, must be in [0, %d] (0 = GOMAXPROCS)", ErrInvalidOptions, o.Workers, MaxWorkers)
 	case o.HeartbeatInterval < 0:
 		return o, fmt.Errorf("%w: WorkerOptions.HeartbeatInterval is %v, must be >= 0 (0 = LeaseDuration/3)", ErrInvalidOptions, o.HeartbeatInterval)
+	case o.Timeout < 0:
+		return o, fmt.Errorf("%w: WorkerOptions.Timeout is %v, must be >= 0 (0 = no limit)", ErrInvalidOptions, o.Timeout)
 	case o.Batch < 0 || o.Batch > MaxBatch:
 		return o, fmt.Errorf("%w: WorkerOptions.Batch is %d, must be in [0, %d] (0 = %d)", ErrInvalidOptions, o.Batch, MaxBatch, DefaultBatch)
 	}

@@ -26,6 +26,7 @@ type Stats struct {
 	StaleRejections   uint64 // lease operations refused because the lease was lost
 	Purged            uint64 // jobs dropped: finished ones at once or after Retention, and those Router.Delete removed
 	Retried           uint64 // finished jobs made pending again by Router.Retry (EventRetried)
+	Snoozed           uint64 // leases ended by Lease.Snooze or a Run handler's Snooze error (EventSnoozed)
 	CallbackPanics    uint64 // panics recovered from Backoff, OnEvent and the Logger's handler
 
 	Paused bool // no lease is granted until Resume (Router.Pause)

@@ -1,0 +1,129 @@
+package leaserouter
+
+import (
+	"fmt"
+	"math/bits"
+	"time"
+
+	"github.com/leaserouter/leaserouter/internal/contract"
+)
+
+// Periodic jobs: what a schedule is and how a tick becomes a job, the
+// same on every backend. The core's scheduler is in periodic.go.
+
+// Schedule gives the instants a periodic job is due at (its ticks). Next
+// returns the first tick strictly after t, or the zero Time for no more
+// ticks. It is called outside every lock, from the scheduler's goroutine
+// (a panic is recovered and ends that periodic job's schedule, reported
+// at level Error), and must not block. robfig/cron/v3's parsed schedules
+// satisfy it as they are (cron.ParseStandard("*/5 * * * *"), with
+// "CRON_TZ=Europe/Paris ..." for a time zone), so the core needs no cron
+// parser of its own.
+type Schedule interface {
+	Next(t time.Time) time.Time
+}
+
+// Every returns the Schedule of a fixed interval d aligned to the Unix
+// epoch: its ticks are the instants that are whole multiples of d since
+// 1970-01-01T00:00:00Z (Every(time.Hour) ticks on the hour in UTC, and
+// processes started at different moments agree on every tick). A d <= 0
+// gives a schedule with no ticks, which AddPeriodic refuses with
+// ErrInvalidOptions.
+func Every(d time.Duration) Schedule { return every(d) }
+
+// every is Every's Schedule.
+type every time.Duration
+
+// Next returns the first multiple of the interval since the Unix epoch
+// after t, or the zero Time for an interval <= 0 or past year 292277026596.
+func (e every) Next(t time.Time) time.Time {
+	d := int64(e)
+	if d <= 0 {
+		return time.Time{}
+	}
+	// t = s*1e9 + ns nanoseconds since the epoch, in whole seconds and
+	// nanoseconds so that any instant a time.Time holds is exact; its
+	// remainder mod d is ((s mod d)*1e9 + ns) mod d, taken in 128 bits.
+	s, ns := t.Unix(), int64(t.Nanosecond())
+	sm := uint64((s%d + d) % d) // s may be negative (before 1970)
+	hi, lo := bits.Mul64(sm, 1e9)
+	lo, carry := bits.Add64(lo, uint64(ns), 0)
+	r := int64(bits.Rem64(hi+carry, lo, uint64(d)))
+	next := t.Add(time.Duration(d - r))
+	if !next.After(t) { // past the range of time.Time
+		return time.Time{}
+	}
+	return next.Round(0) // a wall instant, with no monotonic reading
+}
+
+// Interval returns the interval of a Schedule made by Every, and false for
+// any other Schedule.
+func Interval(s Schedule) (time.Duration, bool) {
+	e, ok := s.(every)
+	return time.Duration(e), ok
+}
+
+// Periodic is a job enqueued on a Schedule: one job per tick, whatever
+// the number of schedulers (processes, Routers on one job set) that run it.
+type Periodic[T any] struct {
+	// Name identifies the periodic job on its Router (pgrouter: its
+	// queue) and starts the ID of every job it makes (see TickID). It
+	// follows the rule for IDs (see MaxIDBytes) with room for the tick
+	// ("@" and a time stamp, up to 36 bytes).
+	Name string
+	// Schedule gives the ticks. Required.
+	Schedule Schedule
+	// Payload gives the payload of the job of a tick; nil gives the zero
+	// T. It is called outside every lock, on the scheduler's goroutine; a
+	// panic is recovered and skips that tick (reported at level Error).
+	Payload func(tick time.Time) T
+	// Options apply to every job it makes (WithPriority, WithMaxAttempts,
+	// WithTimeout); WithRunAt and WithDelay are refused: the tick is the
+	// run-at.
+	Options []EnqueueOption
+}
+
+// TickID returns the job ID of the tick of the periodic job named name:
+// name + "@" + tick.UTC().Format(time.RFC3339Nano), such as
+// "report@2026-11-25T09:00:00Z". Every scheduler computes the same ID for
+// a tick, whatever its clock or time zone, so the dedup of IDs makes one
+// job per tick.
+func TickID(name string, tick time.Time) string {
+	return name + "@" + tick.UTC().Format(time.RFC3339Nano)
+}
+
+// maxTickSuffix is the longest "@" + RFC3339Nano time stamp in UTC
+// ("@2006-01-02T15:04:05.999999999Z"), the room a periodic job's Name
+// leaves for it: 31 bytes for years 0-9999; 36 leaves room for the years
+// time.Time can hold beyond.
+const maxTickSuffix = 36
+
+// CheckPeriodic checks a Periodic's fields as AddPeriodic does on every
+// backend, returning nil or an error wrapping ErrInvalidOptions that names
+// the problem: an empty Name or one that breaks the rule for IDs with the
+// tick's room taken, a nil Schedule, an Every(d) with d <= 0, an option
+// Enqueue would refuse, or WithRunAt or WithDelay among Options. Exported
+// for routers built on this package's contract (pgrouter). Safe for
+// concurrent use.
+func CheckPeriodic(name string, s Schedule, opts []EnqueueOption) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: Periodic.Name is empty", ErrInvalidOptions)
+	case s == nil:
+		return fmt.Errorf("%w: Periodic %s has a nil Schedule", ErrInvalidOptions, contract.Quote(name))
+	}
+	if p := contract.NameProblem(name, MaxIDBytes-maxTickSuffix, "MaxIDBytes less the tick's room"); p != "" {
+		return fmt.Errorf("%w: Periodic.Name %s", ErrInvalidOptions, p)
+	}
+	if d, ok := Interval(s); ok && d <= 0 {
+		return fmt.Errorf("%w: Periodic %s has Schedule Every(%v), the interval must be > 0", ErrInvalidOptions, contract.Quote(name), d)
+	}
+	var spec enqueueSpec
+	if err := readOptions(&spec, TickID(name, time.Unix(0, 0)), opts); err != nil {
+		return fmt.Errorf("%w: Periodic %s: %w", ErrInvalidOptions, contract.Quote(name), err)
+	}
+	if spec.timing != optNone {
+		return fmt.Errorf("%w: Periodic %s has WithRunAt or WithDelay among its Options: the tick is the run-at", ErrInvalidOptions, contract.Quote(name))
+	}
+	return nil
+}

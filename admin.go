@@ -159,7 +159,7 @@ func (r *Router[T]) Retry(id string) error {
 	// in the ID index and the enqueue order.
 	*fresh = job[T]{id: j.id, payload: j.payload, progress: j.progress, lastErr: j.lastErr,
 		hash: j.hash, token: j.token, seq: j.seq, priority: j.priority, created: j.created,
-		updated: now, maxAtt: j.maxAtt, hidx: -1, state: j.state}
+		updated: now, maxAtt: j.maxAtt, hidx: -1, state: j.state, tmo: j.tmo}
 	r.jobs.Delete(j, j.hash)
 	_, pos := r.jobs.Find(id, j.hash)
 	r.jobs.Insert(fresh, j.hash, pos)

@@ -226,6 +226,8 @@ var badLeaseOps = []struct {
 	{"Fail(err)", func(l *lease) error { return l.Fail(errors.New("x")) }, false},
 	{"Fail(nil)", func(l *lease) error { return l.Fail(nil) }, false},
 	{"Release", func(l *lease) error { return l.Release() }, false},
+	{"Snooze(0)", func(l *lease) error { return l.Snooze(0) }, false},
+	{"Snooze(1s)", func(l *lease) error { return l.Snooze(time.Second) }, false},
 }
 
 // staleStats is the change in Stats of a refused lease operation.
@@ -487,6 +489,8 @@ func badEnqueueRows() []badRow {
 		badEnqueueInvalid("WithMaxAttempts(MaxInt)", "WithMaxAttempts", "new", leaserouter.WithMaxAttempts(math.MaxInt)),
 		badEnqueueInvalid("WithDelay(-1ns)", "WithDelay", "new", leaserouter.WithDelay(-1)),
 		badEnqueueInvalid("WithDelay(MinInt64)", "WithDelay", "new", leaserouter.WithDelay(math.MinInt64)),
+		badEnqueueInvalid("WithTimeout(-1ns)", "WithTimeout", "new", leaserouter.WithTimeout(-1)),
+		badEnqueueInvalid("WithTimeout(MinInt64)", "WithTimeout", "new", leaserouter.WithTimeout(math.MinInt64)),
 		badEnqueueInvalid("WithDelay(-1ns) then WithRunAt", "WithDelay", "new", leaserouter.WithDelay(-1), leaserouter.WithRunAt(time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC))),
 		{name: "Enqueue/invalid option on a known ID is ErrInvalidJob, not a duplicate", run: func(t *testing.T, fx *badFx) {
 			err := fx.r.Enqueue("pending", "p", leaserouter.WithMaxAttempts(0))
@@ -1021,6 +1025,8 @@ func badRunRows() []badRow {
 		badRunInvalid("Batch MinInt", leaserouter.WorkerOptions{Batch: math.MinInt}, badNop, "Batch"),
 		badRunInvalid("Batch MaxBatch+1", leaserouter.WorkerOptions{Batch: leaserouter.MaxBatch + 1}, badNop, "Batch"),
 		badRunInvalid("Batch MaxInt", leaserouter.WorkerOptions{Batch: math.MaxInt}, badNop, "Batch"),
+		badRunInvalid("Timeout -1ns", leaserouter.WorkerOptions{Timeout: -1}, badNop, "Timeout"),
+		badRunInvalid("Timeout MinInt64", leaserouter.WorkerOptions{Timeout: math.MinInt64}, badNop, "Timeout"),
 		badRunInvalid("HeartbeatInterval -1ns", leaserouter.WorkerOptions{HeartbeatInterval: -1}, badNop, "HeartbeatInterval"),
 		badRunInvalid("HeartbeatInterval MinInt64", leaserouter.WorkerOptions{HeartbeatInterval: math.MinInt64}, badNop, "HeartbeatInterval"),
 		badRunInvalid("HeartbeatInterval == LeaseDuration", leaserouter.WorkerOptions{HeartbeatInterval: ld}, badNop, "HeartbeatInterval"),

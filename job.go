@@ -140,6 +140,7 @@ type job[T any] struct {
 	hidx     int32 // position in the index of its state (ready queue, scheduled or lease heap); -1 if none, hidxDetached once Retry or Delete took it out
 	state    State
 	ended    endReason // why the latest lease ended
+	tmo      uint16    // its WithTimeout, an index into the router's interned durations (timeout.go); 0 if none
 }
 
 // endReason says why a job's latest lease ended; it becomes
@@ -200,7 +201,7 @@ func (r *Router[T]) snapshot(x *job[T]) Job[T] {
 		ID: x.id, Payload: x.payload, State: x.state, Priority: x.priority,
 		Attempt: int(x.attempt), MaxAttempts: int(x.maxAtt), Token: x.token,
 		Owner: x.owner(), Progress: slices.Clone(x.progress), LastError: x.lastErr,
-		CreatedAt: r.timeAt(x.created), UpdatedAt: r.timeAt(x.updated),
+		CreatedAt: r.timeAt(x.created), UpdatedAt: r.timeAt(x.updated), Timeout: r.tmo.of(x.tmo),
 	}
 	switch x.state {
 	case StateLeased:
@@ -225,6 +226,7 @@ type enqueueSpec struct {
 	prio    int
 	maxAtt  int
 	timeout time.Duration
+	tmo     uint16 // timeout's index (parseJob)
 	timing  optKind
 	delay   time.Duration
 	runAt   time.Time
@@ -240,6 +242,13 @@ func (r *Router[T]) parseJob(s *enqueueSpec, id string, opts []EnqueueOption) er
 		return err
 	}
 	s.hash = r.jobs.Hash(id) // the seed never changes: no lock needed
+	if s.timeout != 0 {
+		i, err := r.tmo.index(s.timeout, id)
+		if err != nil {
+			return err
+		}
+		s.tmo = i
+	}
 	return nil
 }
 
@@ -288,7 +297,8 @@ type EnqueueSettings struct {
 
 // ReadEnqueueOptions checks id and opts as Enqueue does and returns what
 // they ask for, or an error wrapping ErrInvalidJob (an id ValidateID
-// refuses, WithDelay < 0, WithMaxAttempts out of [1, math.MaxInt32]). Nil
+// refuses, WithDelay < 0, WithTimeout < 0, WithMaxAttempts out of [1,
+// math.MaxInt32]). Nil
 // or empty opts give the zero EnqueueSettings.
 func ReadEnqueueOptions(id string, opts []EnqueueOption) (EnqueueSettings, error) {
 	var s enqueueSpec

@@ -81,6 +81,7 @@ type Router[T any] struct {
 	flushAt uint64
 	dl      *delivery // nil without hooks
 	grow    growHint  // what the ID index and the ready queue want for their next growth step (reserve.go)
+	tmo     timeouts  // the distinct WithTimeout durations (timeout.go)
 }
 
 // New returns a running Router. Zero Options fields get their defaults; a

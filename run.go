@@ -20,14 +20,19 @@ import (
 
 // Handler processes one leased job. Its ctx is canceled as soon as the lease
 // is lost (expired, canceled, revoked by Close) or Run's ctx is done; then
-// context.Cause(ctx) wraps ErrLeaseLost (or is Run's cause). A handler should
-// stop work when ctx is done and write downstream only through a Fence with
-// l.Token. It may call l.Heartbeat(progress) to record a checkpoint; Run
-// heartbeats in the background anyway. Returning nil completes the job, an
-// error fails the attempt (wrap it with Permanent to fail the job for good),
-// and a panic is recovered and fails the attempt with the panic value and
-// stack in Job.LastError. Run calls Complete or Fail itself: the handler
-// must not.
+// context.Cause(ctx) wraps ErrLeaseLost (or is Run's cause). It is also
+// canceled at the attempt's timeout, if it has one (WorkerOptions.Timeout,
+// WithTimeout): then ctx.Err() is context.DeadlineExceeded, the cause a
+// *TimeoutError, and the lease is still valid (Run heartbeats it until the
+// handler returns). A handler should stop work when ctx is done and write
+// downstream only through a Fence with l.Token. It may call
+// l.Heartbeat(progress) to record a checkpoint; Run heartbeats in the
+// background anyway. Returning nil completes the job, an error fails the
+// attempt (wrap it with Permanent to fail the job for good), Snooze(d)
+// (even wrapped) snoozes the job without counting the attempt (see
+// Lease.Snooze), and a panic is recovered and fails the attempt with the
+// panic value and stack in Job.LastError. Run calls Complete, Fail or
+// Snooze itself: the handler must not.
 type Handler[T any] func(ctx context.Context, l *Lease[T]) error
 
 // MaxWorkers is the most worker goroutines one Run starts
@@ -191,7 +196,7 @@ func (r *Router[T]) Run(ctx context.Context, opts WorkerOptions, h Handler[T]) e
 	default:
 	}
 	u := &runner[T]{
-		r: r, h: h, interval: opts.HeartbeatInterval, batch: opts.Batch,
+		r: r, h: h, interval: opts.HeartbeatInterval, batch: opts.Batch, timeout: opts.Timeout,
 		slots: make([]slot[T], opts.Workers), kick: make(chan struct{}, 1),
 	}
 	// A worker that can get no more leases ends its loop; the error is
@@ -224,8 +229,9 @@ type runner[T any] struct {
 	r        *Router[T]
 	h        Handler[T]
 	interval time.Duration
-	batch    int       // WorkerOptions.Batch
-	slots    []slot[T] // one per worker
+	batch    int           // WorkerOptions.Batch
+	timeout  time.Duration // WorkerOptions.Timeout
+	slots    []slot[T]     // one per worker
 	// wake is when the heartbeat goroutine next scans the slots
 	// (math.MaxInt64: only when kicked). A worker whose heartbeat is due
 	// earlier kicks it.

@@ -371,7 +371,7 @@ func (r *Router[T]) insert(id string, payload T, s *enqueueSpec, pos int, now in
 	// Field by field: the record is zero (new, or a fresh batch's), and a
 	// composite literal here would cost a copy.
 	j.id, j.payload, j.priority, j.maxAtt = id, payload, s.prio, int32(s.maxAtt)
-	j.hash, j.seq, j.created, j.updated, j.hidx = s.hash, r.seq, now, now, -1
+	j.hash, j.seq, j.created, j.updated, j.hidx, j.tmo = s.hash, r.seq, now, now, -1, s.tmo
 	j.state = stateNew
 	r.jobs.Insert(j, s.hash, pos)
 	j.ord = r.order.Append(j, j.seq, uint8(stateNew))

@@ -290,11 +290,20 @@ func (w *worker[T]) process(rl *runLease[T]) {
 		w.finished(nil)
 		return
 	}
-	err := call(&rl.hc, l, w.u.h)
+	err := w.call(rl)
 	if errors.Is(rl.hc.stop(context.Canceled), ErrLeaseLost) {
 		// The lease was lost while h ran (and an event said so): acting
 		// on it now could only be refused.
 		w.finished(nil)
+		return
+	}
+	if d, ok := SnoozeDelay(err); ok {
+		// The handler asked for it: snoozed even while Run stops (a
+		// release would count the attempt).
+		w.finished(nil)
+		if err := l.Snooze(d); errors.Is(err, ErrInvalidOptions) {
+			_ = l.Fail(err) // a negative delay: the handler's mistake
+		}
 		return
 	}
 	switch contract.AfterHandler(err, w.ctx.Err() != nil) { // the same rule on every backend
@@ -307,6 +316,19 @@ func (w *worker[T]) process(rl *runLease[T]) {
 		w.finished(nil)
 		_ = l.Fail(err)
 	}
+}
+
+// call runs the handler on rl, under the attempt's timeout if it has
+// one (see WorkerOptions.Timeout).
+func (w *worker[T]) call(rl *runLease[T]) error {
+	l := &rl.Lease
+	d := w.u.r.limit(l.j, w.u.timeout)
+	if d == 0 {
+		return call(&rl.hc, l, w.u.h)
+	}
+	ctx, cancel := withTimeout(rl.hc.ctx(), l, d)
+	defer cancel()
+	return call(ctx, l, w.u.h)
 }
 
 // finished records that the running handler returned, and adds l, if not

@@ -435,6 +435,11 @@ func (l *fakeLease) Release(context.Context) error {
 	return l.op(func(j *fakeJob, now time.Time) { l.f.end(j, leaserouter.LostReleased, now, false) })
 }
 
+// Snooze is not in the fake: the rows that prove the suite use none.
+func (l *fakeLease) Snooze(context.Context, time.Duration) error {
+	return errors.New("the fake has no Snooze")
+}
+
 // fakeHarness runs the suite on fakes with bug planted, in synctest.
 type fakeHarness struct{ bug string }
 

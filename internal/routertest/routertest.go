@@ -180,4 +180,5 @@ type Lease interface {
 	Complete(ctx context.Context) error
 	Fail(ctx context.Context, cause error) error
 	Release(ctx context.Context) error
+	Snooze(ctx context.Context, d time.Duration) error
 }

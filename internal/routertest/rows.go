@@ -22,7 +22,7 @@ func Rows() []Row {
 		rowRetention, rowOrder, rowSerialClaims, rowAcquireBlocks, rowCapacity, rowCancel, rowCloseDrains,
 		rowCloseRevokes, rowCloseRevokesLastAttempt, rowEvents, rowEventsExpiry, rowRun, rowRunLeaseLost,
 		rowRunEndsOnlyValid, rowKeepAlive, rowBadInput, rowBadOptions,
-	}, append(contractRows(), adminRows()...)...)
+	}, append(append(contractRows(), adminRows()...), attemptRows()...)...)
 }
 
 var rowExpiredRefused = Row{Name: "one valid lease/expired lease refused, job leased again", Test: func(t T, h Harness) {

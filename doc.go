@@ -49,6 +49,18 @@
 // itself. Choose LeaseDuration above the longest pause a healthy worker can
 // have (GC, a slow call) and the heartbeat interval at a third of it or less.
 //
+// # Periodic jobs, timeouts and snooze
+//
+// Router.AddPeriodic enqueues a job at every tick of a Schedule (Every, or
+// any parsed robfig/cron/v3 schedule) with the ID TickID(name, tick), so
+// that the dedup of IDs makes one job per tick however many schedulers run
+// it, with no leader election (pgrouter: across processes; see
+// AddPeriodic for which ticks a scheduler enqueues after a pause).
+// WorkerOptions.Timeout and WithTimeout limit each attempt: the handler's
+// ctx is canceled at the limit with a *TimeoutError cause while the lease
+// stays heartbeated. Lease.Snooze, or a Run handler's Snooze(d), ends the
+// lease and has the job run again after d without counting the attempt.
+//
 // # Observability
 //
 // Options.OnEvent receives every transition in order, from a delivery

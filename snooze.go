@@ -61,8 +61,11 @@ func (e *SnoozeError) Error() string { return fmt.Sprintf("leaserouter: job snoo
 // err gives false, as does one whose Unwrap or As panics on the way (the
 // panic is recovered).
 func SnoozeDelay(err error) (time.Duration, bool) {
+	if err == nil {
+		return 0, false // before s is declared: it escapes (As takes any), and Run's nil results must not pay for it
+	}
 	var s *SnoozeError
-	if err == nil || !usercode.As(err, &s) {
+	if !usercode.As(err, &s) {
 		return 0, false
 	}
 	return s.Delay, true

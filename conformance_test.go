@@ -228,3 +228,5 @@ func (c coreLease) Heartbeat(_ context.Context, p []byte) error { return c.l.Hea
 func (c coreLease) Complete(context.Context) error              { return c.l.Complete() }
 func (c coreLease) Fail(_ context.Context, cause error) error   { return c.l.Fail(cause) }
 func (c coreLease) Release(context.Context) error               { return c.l.Release() }
+
+func (c coreLease) Snooze(_ context.Context, d time.Duration) error { return c.l.Snooze(d) }

@@ -489,3 +489,5 @@ func (zeroLease) Heartbeat(context.Context, []byte) error { return leaserouter.E
 func (zeroLease) Complete(context.Context) error          { return leaserouter.ErrLeaseLost }
 func (zeroLease) Fail(context.Context, error) error       { return leaserouter.ErrLeaseLost }
 func (zeroLease) Release(context.Context) error           { return leaserouter.ErrLeaseLost }
+
+func (zeroLease) Snooze(context.Context, time.Duration) error { return leaserouter.ErrLeaseLost }

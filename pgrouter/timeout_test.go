@@ -142,8 +142,11 @@ func TestWithTimeoutOverridesWorkerTimeout(t *testing.T) {
 				start = time.Now()
 				deadline, has = hctx.Deadline()
 				if c.want > 0 && c.want < time.Second {
-					<-hctx.Done()
-					cause = context.Cause(hctx)
+					select {
+					case <-hctx.Done():
+						cause = context.Cause(hctx)
+					case <-time.After(10 * time.Second):
+					}
 				}
 				return nil
 			})

@@ -2,7 +2,6 @@ package pgrouter_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -199,17 +198,21 @@ func TestJobTimeoutFromGetAndList(t *testing.T) {
 	for _, j := range page.Jobs {
 		require.Equal(t, want[j.ID], j.Timeout, "List %s", j.ID)
 	}
+	ls, err := r.TryAcquireMany(ctx, "w", len(want))
+	require.NoError(t, err)
+	require.Len(t, ls, len(want))
+	leased, err := r.Leases(ctx, len(want))
+	require.NoError(t, err)
+	require.Len(t, leased, len(want))
+	for _, j := range leased {
+		require.Equal(t, want[j.ID], j.Timeout, "Leases %s", j.ID)
+	}
+	for _, l := range ls {
+		require.NoError(t, l.Complete(ctx))
+	}
 
 	// Finished and dropped at once (Retention -1): an Enqueue of the same
 	// ID takes its row, with its own timeout.
-	for {
-		l, err := r.TryAcquire(ctx, "w")
-		if errors.Is(err, leaserouter.ErrNoJob) {
-			break
-		}
-		require.NoError(t, err)
-		require.NoError(t, l.Complete(ctx))
-	}
 	require.NoError(t, r.Enqueue(ctx, "one", 1))
 	j, ok, err := r.Get(ctx, "one")
 	require.NoError(t, err)

@@ -11,7 +11,7 @@ import (
 
 // Handler processes one leased job, as the core's Handler does: its ctx
 // is canceled as soon as the lease is lost or can no longer be proven
-// valid (see Run).
+// valid, or at its attempt's timeout (see Run).
 type Handler[T any] func(ctx context.Context, l *Lease[T]) error
 
 // Run processes jobs with opts.Workers worker goroutines until ctx is done

@@ -217,15 +217,16 @@ func coreLeases(ls []*leaserouter.Lease[string], err error) ([]routertest.Lease,
 // coreLease adapts *leaserouter.Lease[string].
 type coreLease struct{ l *leaserouter.Lease[string] }
 
-func (c coreLease) JobID() string                                   { return c.l.JobID }
-func (c coreLease) Payload() string                                 { return c.l.Payload }
-func (c coreLease) Attempt() int                                    { return c.l.Attempt }
-func (c coreLease) Token() leaserouter.Token                        { return c.l.Token }
-func (c coreLease) WorkerID() string                                { return c.l.WorkerID }
-func (c coreLease) Progress() []byte                                { return c.l.Progress }
-func (c coreLease) Expiry() time.Time                               { return c.l.Expiry() }
-func (c coreLease) Heartbeat(_ context.Context, p []byte) error     { return c.l.Heartbeat(p) }
-func (c coreLease) Complete(context.Context) error                  { return c.l.Complete() }
-func (c coreLease) Fail(_ context.Context, cause error) error       { return c.l.Fail(cause) }
-func (c coreLease) Release(context.Context) error                   { return c.l.Release() }
+func (c coreLease) JobID() string                               { return c.l.JobID }
+func (c coreLease) Payload() string                             { return c.l.Payload }
+func (c coreLease) Attempt() int                                { return c.l.Attempt }
+func (c coreLease) Token() leaserouter.Token                    { return c.l.Token }
+func (c coreLease) WorkerID() string                            { return c.l.WorkerID }
+func (c coreLease) Progress() []byte                            { return c.l.Progress }
+func (c coreLease) Expiry() time.Time                           { return c.l.Expiry() }
+func (c coreLease) Heartbeat(_ context.Context, p []byte) error { return c.l.Heartbeat(p) }
+func (c coreLease) Complete(context.Context) error              { return c.l.Complete() }
+func (c coreLease) Fail(_ context.Context, cause error) error   { return c.l.Fail(cause) }
+func (c coreLease) Release(context.Context) error               { return c.l.Release() }
+
 func (c coreLease) Snooze(_ context.Context, d time.Duration) error { return c.l.Snooze(d) }

@@ -367,6 +367,27 @@ func TestStaticAssetsAreEmbeddedAndLocal(t *testing.T) {
 	}
 }
 
+// timeoutSource is a Source whose jobs have an attempt limit of 90s
+// (WithTimeout), as Get reports it.
+type timeoutSource struct{ console.Source }
+
+func (s timeoutSource) Get(ctx context.Context, id string) (leaserouter.Job[json.RawMessage], bool, error) {
+	j, ok, err := s.Source.Get(ctx, id)
+	j.Timeout = 90 * time.Second
+	return j, ok, err
+}
+
+// TestJobPageShowsTimeout: the job page shows the job's attempt limit
+// (Job.Timeout), or that the worker's applies when it has none.
+func TestJobPageShowsTimeout(t *testing.T) {
+	r := newRouter(t, leaserouter.Options{})
+	enqueue(t, r, "a")
+	h, err := console.New(console.Options{}, console.Router("plain", r), timeoutSource{console.Router("timed", r)})
+	require.NoError(t, err)
+	require.Contains(t, requireOK(t, get(t, h, "/job?queue=plain&id=a")), `data-testid="job-timeout">the worker's<`)
+	require.Contains(t, requireOK(t, get(t, h, "/job?queue=timed&id=a")), `data-testid="job-timeout">1m30s an attempt<`)
+}
+
 // estimatedSource is a Source whose counts are estimates (as pgrouter's
 // of a large queue).
 type estimatedSource struct{ console.Source }

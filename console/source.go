@@ -161,7 +161,7 @@ func rawJob[T any](j leaserouter.Job[T]) leaserouter.Job[json.RawMessage] {
 	return leaserouter.Job[json.RawMessage]{
 		ID: j.ID, Payload: marshalPayload(j.Payload), State: j.State, Priority: j.Priority,
 		Attempt: j.Attempt, MaxAttempts: j.MaxAttempts, Token: j.Token, Owner: j.Owner,
-		LeaseExpiry: j.LeaseExpiry, RunAt: j.RunAt, Progress: j.Progress, LastError: j.LastError,
+		LeaseExpiry: j.LeaseExpiry, RunAt: j.RunAt, Progress: j.Progress, LastError: j.LastError, Timeout: j.Timeout,
 		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt,
 	}
 }

@@ -54,6 +54,31 @@ func TestBadInput(t *testing.T) {
 		row{"Enqueue negative delay", func(t *testing.T) {
 			require.ErrorIs(t, r.Enqueue(ctx, "a", 1, leaserouter.WithDelay(-time.Second)), leaserouter.ErrInvalidJob)
 		}},
+		row{"Enqueue negative timeout", func(t *testing.T) {
+			require.ErrorIs(t, r.Enqueue(ctx, "a", 1, leaserouter.WithTimeout(-time.Nanosecond)), leaserouter.ErrInvalidJob)
+			_, err := r.EnqueueMany(ctx, []leaserouter.JobSpec[any]{{ID: "a", Options: []leaserouter.EnqueueOption{leaserouter.WithTimeout(-time.Second)}}})
+			require.ErrorIs(t, err, leaserouter.ErrInvalidJob)
+			_, ok, err := r.Get(ctx, "a")
+			require.NoError(t, err)
+			require.False(t, ok, "nothing enqueued")
+		}},
+		row{"Run negative WorkerOptions.Timeout", func(t *testing.T) {
+			err := r.Run(ctx, leaserouter.WorkerOptions{Timeout: -time.Second}, func(context.Context, *pgrouter.Lease[any]) error { return nil })
+			require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+		}},
+		row{"Snooze negative delay or nil ctx", func(t *testing.T) {
+			require.NoError(t, r.Enqueue(ctx, "snooze", 1))
+			l, err := r.TryAcquire(ctx, "w")
+			require.NoError(t, err)
+			require.ErrorIs(t, l.Snooze(ctx, -1), leaserouter.ErrInvalidOptions)
+			j, _, err := r.Get(ctx, "snooze")
+			require.NoError(t, err)
+			require.Equal(t, leaserouter.StateLeased, j.State, "a refused Snooze changes nothing")
+			require.Equal(t, 1, j.Attempt)
+			//lint:ignore SA1012 a nil ctx is documented to mean context.Background()
+			require.NoError(t, l.Snooze(nil, 0))
+			require.NoError(t, r.Delete(ctx, "snooze"))
+		}},
 		row{"Enqueue zero max attempts", func(t *testing.T) {
 			require.ErrorIs(t, r.Enqueue(ctx, "a", 1, leaserouter.WithMaxAttempts(0)), leaserouter.ErrInvalidJob)
 		}},
@@ -97,6 +122,9 @@ func TestBadInput(t *testing.T) {
 			require.ErrorAs(t, l.Complete(ctx), &lost)
 			require.ErrorAs(t, l.Fail(ctx, nil), &lost)
 			require.ErrorAs(t, l.Release(ctx), &lost)
+			require.ErrorAs(t, l.Snooze(ctx, 0), &lost)
+			require.Equal(t, leaserouter.LostNilLease, lost.Reason)
+			require.ErrorIs(t, l.Snooze(ctx, -1), leaserouter.ErrInvalidOptions, "the delay is checked first")
 			require.ErrorIs(t, l.CompleteTx(ctx, nil), leaserouter.ErrInvalidOptions)
 			require.True(t, l.Expiry().IsZero())
 			kctx, cancel := pgrouter.KeepAlive(ctx, l, 0)
@@ -231,6 +259,11 @@ func TestBadInput(t *testing.T) {
 			require.NoError(t, err)
 		}},
 		{"after Close: the revoked lease", func(t *testing.T) { require.ErrorIs(t, l.Complete(ctx), leaserouter.ErrLeaseLost) }},
+		{"after Close: Snooze of the revoked lease", func(t *testing.T) {
+			var lost *leaserouter.LeaseLostError
+			require.ErrorAs(t, l.Snooze(ctx, 0), &lost)
+			require.Equal(t, leaserouter.LostRevoked, lost.Reason)
+		}},
 		{"after Close: a second Close", func(t *testing.T) { require.NoError(t, rc.Close(ctx)) }},
 	} {
 		t.Run(c.name, c.check)

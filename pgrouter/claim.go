@@ -334,14 +334,16 @@ func (r *Router[T]) readClaim(res pgx.BatchResults, workerID string, sent time.T
 			granted  time.Time
 			readyAt  time.Time
 			requeued bool
+			timeout  int64
 		)
-		if err := rows.Scan(&id, &payload, &attempt, &token, &progress, &expiry, &granted, &readyAt, &requeued); err != nil {
+		if err := rows.Scan(&id, &payload, &attempt, &token, &progress, &expiry, &granted, &readyAt, &requeued, &timeout); err != nil {
 			rows.Close()
 			return c, err
 		}
 		l := &Lease[T]{JobID: id, Attempt: int(attempt), Token: leaserouter.Token(token), WorkerID: workerID,
 			Progress: progress, r: r, expiry: expiry, proven: sent.Add(r.opts.LeaseDuration),
-			granted: granted, wait: max(0, granted.Sub(readyAt)), requeued: requeued}
+			granted: granted, wait: max(0, granted.Sub(readyAt)), requeued: requeued,
+			timeout: time.Duration(timeout) * time.Microsecond}
 		if l.Payload, err = decode[T](id, payload); err != nil {
 			c.bad, c.badPayload[l] = append(c.bad, l), err
 			continue

@@ -234,3 +234,6 @@ func (p pgLease) Heartbeat(ctx context.Context, progress []byte) error {
 func (p pgLease) Complete(ctx context.Context) error          { return p.l.Complete(ctx) }
 func (p pgLease) Fail(ctx context.Context, cause error) error { return p.l.Fail(ctx, cause) }
 func (p pgLease) Release(ctx context.Context) error           { return p.l.Release(ctx) }
+func (p pgLease) Snooze(ctx context.Context, d time.Duration) error {
+	return p.l.Snooze(ctx, d)
+}

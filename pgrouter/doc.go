@@ -63,6 +63,12 @@
 //     core takes any positive LeaseDuration. Every other option shared
 //     with the core is checked as the core checks it, with the same
 //     messages.
+//   - A job's WithTimeout is stored in microseconds, and Lease.Snooze's
+//     delay is sent in microseconds, each rounded up (a positive one
+//     below a microsecond becomes one): Job.Timeout reads back 1µs for
+//     WithTimeout(1ns). Run applies the limit as the core does, from the
+//     handler's start on the client's clock; a snooze's run-at is the
+//     database's clock + the delay.
 //   - Events are emitted by the process that made the transition, ordered
 //     within that process (see Options.OnEvent); lease_expired, dead on
 //     expiry and purged come from whichever process settles or purges.
@@ -168,7 +174,8 @@
 //
 // Migrate creates the tables leaserouter_jobs (its claim column holds
 // the id of the claim that granted a job's latest lease, its leased_at
-// column that lease's grant instant, for Event.Held),
+// column that lease's grant instant, for Event.Held, its timeout_us
+// column the job's WithTimeout),
 // leaserouter_fences, leaserouter_abandoned_claims (claims and lease
 // operations resolved by their client, kept a day: see Faults) and
 // leaserouter_queues (paused queues), leaserouter_history (History's
@@ -193,7 +200,7 @@
 // 'succeeded', 'failed' for dead, 'canceled'). The rules every lease
 // statement shares are SQL functions: leaserouter_lease_valid (the one
 // invariant) and leaserouter_end_lease (how a lease ends and where its job
-// goes). Every statement pgrouter runs is a file of the module's sql/
+// goes, a snooze included). Every statement pgrouter runs is a file of the module's sql/
 // directory, whole, with named parameters.
 //
 // Package pgtest gives tests a fresh migrated database in one call.

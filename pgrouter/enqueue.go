@@ -19,7 +19,8 @@ type batch struct {
 	payload  []string
 	runAt    []*time.Time
 	delay    []int64
-	index    []int // the caller's index of each row
+	timeout  []int64 // each attempt's limit (WithTimeout), microseconds; 0 for none
+	index    []int   // the caller's index of each row
 }
 
 // add checks one job and appends it, or returns an error wrapping
@@ -46,6 +47,7 @@ func addJob[T any](b *batch, r *Router[T], i int, id string, payload T, opts []l
 	b.payload = append(b.payload, p)
 	b.runAt = append(b.runAt, at)
 	b.delay = append(b.delay, s.Delay.Microseconds())
+	b.timeout = append(b.timeout, ceilMicros(s.Timeout))
 	b.index = append(b.index, i)
 	return nil
 }
@@ -58,7 +60,8 @@ func (r *Router[T]) insert(ctx context.Context, q querier, b *batch) (map[string
 		return nil, nil, err
 	}
 	rows, err := q.Query(ctx, insertJobs, args{"queue": r.opts.Queue, "channel": channel, "ids": b.ids,
-		"priorities": b.priority, "max_attempts": b.maxAtt, "payloads": b.payload, "run_at": b.runAt, "delay_us": b.delay})
+		"priorities": b.priority, "max_attempts": b.maxAtt, "payloads": b.payload, "run_at": b.runAt, "delay_us": b.delay,
+		"timeout_us": b.timeout})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -209,6 +212,7 @@ func (r *Router[T]) EnqueueMany(ctx context.Context, jobs []leaserouter.JobSpec[
 		first.payload = append(first.payload, b.payload[k])
 		first.runAt = append(first.runAt, b.runAt[k])
 		first.delay = append(first.delay, b.delay[k])
+		first.timeout = append(first.timeout, b.timeout[k])
 		first.index = append(first.index, b.index[k])
 	}
 	inserted, purged, err := r.insert(ctx, r.db, &first)

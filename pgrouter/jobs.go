@@ -56,7 +56,7 @@ func (r *Router[T]) Get(ctx context.Context, id string) (leaserouter.Job[T], boo
 type jobRow struct {
 	id, state, owner, lastErr string
 	payload, progress         []byte
-	prio, token               int64
+	prio, token, timeoutUS    int64
 	att, maxAtt               int32
 	expiry                    *time.Time
 	readyAt, created, upd     time.Time
@@ -65,7 +65,7 @@ type jobRow struct {
 // fields are the scan targets of jr, in the statements' column order.
 func (jr *jobRow) fields() []any {
 	return []any{&jr.id, &jr.payload, &jr.state, &jr.prio, &jr.att, &jr.maxAtt, &jr.token, &jr.owner, &jr.expiry,
-		&jr.readyAt, &jr.progress, &jr.lastErr, &jr.created, &jr.upd}
+		&jr.readyAt, &jr.progress, &jr.lastErr, &jr.created, &jr.upd, &jr.timeoutUS}
 }
 
 // jobOf is the snapshot of jr, its payload decoded.
@@ -79,6 +79,7 @@ func jobOf[T any](jr *jobRow) (leaserouter.Job[T], error) {
 	j.Priority, j.Attempt, j.MaxAttempts = int(jr.prio), int(jr.att), int(jr.maxAtt)
 	j.Token, j.Owner, j.Progress, j.LastError = leaserouter.Token(jr.token), jr.owner, jr.progress, jr.lastErr
 	j.CreatedAt, j.UpdatedAt = jr.created, jr.upd
+	j.Timeout = time.Duration(jr.timeoutUS) * time.Microsecond
 	switch j.State {
 	case leaserouter.StateLeased:
 		j.LeaseExpiry = *jr.expiry

@@ -51,6 +51,7 @@ type Lease[T any] struct {
 	granted  time.Time     // the database's instant of the grant
 	wait     time.Duration // how long the job was ready before this lease (Event.Wait)
 	requeued bool          // ready again because a lease expired (Event.Requeued)
+	timeout  time.Duration // the job's WithTimeout, 0 if none: Run's limit for this attempt (see limit)
 
 	idle atomic.Bool // a Run's, not running: leased ahead, or finished (Close leaves it to the Run: see revokeHeld)
 }

@@ -11,7 +11,7 @@ import (
 
 // Handler processes one leased job, as the core's Handler does: its ctx
 // is canceled as soon as the lease is lost or can no longer be proven
-// valid (see Run).
+// valid, or at its attempt's timeout (see Run).
 type Handler[T any] func(ctx context.Context, l *Lease[T]) error
 
 // Run processes jobs with opts.Workers worker goroutines until ctx is done
@@ -21,6 +21,16 @@ type Handler[T any] func(ctx context.Context, l *Lease[T]) error
 // returned nil), fails it (h returned an error or panicked), or, when ctx
 // was done meanwhile, completes it if h returned nil and releases it
 // otherwise. If the lease was lost while h ran, Run leaves the job alone.
+// Each attempt is limited as in the core: h's ctx is canceled after the
+// job's WithTimeout (Job.Timeout) if set, else opts.Timeout (0: no
+// limit), counted from h's start, with a *leaserouter.TimeoutError as its
+// cause (ctx.Err() is context.DeadlineExceeded); the lease is still
+// heartbeated until h returns (a timeout is not a lost lease), and h's
+// error then fails the attempt (retried after Backoff), its nil completes
+// the job. An h whose error is, or wraps, one made by leaserouter.Snooze(d)
+// has its lease snoozed (Lease.Snooze) instead, even while Run is
+// stopping (h asked for it); a negative d fails the attempt with
+// Snooze's error (wrapping ErrInvalidOptions).
 // A handler may complete its own lease with CompleteTx, writing its
 // result in the same transaction; when that committed, Run does nothing
 // more for the job, otherwise it goes on as above. Work in that

@@ -15,8 +15,8 @@ import (
 // extra name is an error, not a NULL). The rules the lease statements
 // share are SQL functions, written once: leaserouter_lease_valid (the one
 // invariant) and leaserouter_end_lease (how a lease ends and where its
-// job goes: requeued, scheduled after a backoff, or dead), of migration
-// 0003, and leaserouter_hand_back (a lease handed back unstarted, as if
+// job goes: requeued, scheduled after a backoff or a snooze, or dead),
+// of migrations 0003 and 0009, and leaserouter_hand_back (a lease handed back unstarted, as if
 // never granted), of 0005; and leaserouter_past_retention (0003: a
 // finished job past its retention, as good as purged), for the job
 // statements.

@@ -14,7 +14,8 @@ import (
 // How a lease's operations change its job's row, on the Go side. The
 // rules are SQL, written once (migration 0003): leaserouter_lease_valid
 // is the one invariant, leaserouter_end_lease says how a lease ends and
-// where its job goes (completed, failed, released, revoked, expired).
+// where its job goes (completed, failed, released, revoked, expired, and
+// snoozed since migration 0009).
 // Every end of a single lease by its holder goes through
 // sql/lease_end.sql, of many (Run's completions, Close's revocation)
 // through sql/leases_end.sql, both calling those two functions; a

@@ -165,11 +165,14 @@ func (w *worker[T]) runWaiting() {
 	w.size = contract.NextBatch(w.size, u.opts.Batch, cut, took, interval)
 }
 
-// run runs the handler on l with hctx (set up by runWaiting), then ends
-// the lease as Run's rules say.
-func (w *worker[T]) run(l *Lease[T], h *held, hctx context.Context) {
+// run runs the handler on l with lctx (the lease's ctx, set up by
+// runWaiting) bounded by the attempt's timeout, then ends the lease as
+// Run's rules say.
+func (w *worker[T]) run(l *Lease[T], h *held, lctx context.Context) {
 	u := w.u
+	hctx, stop := u.timed(lctx, l)
 	err := u.call(hctx, l)
+	stop()
 	u.mu.Lock()
 	h.timer.Stop()
 	delete(u.held, l)
@@ -178,7 +181,7 @@ func (w *worker[T]) run(l *Lease[T], h *held, hctx context.Context) {
 	u.mu.Unlock()
 	ctx, done := u.dbCtx()
 	defer done()
-	cause := context.Cause(hctx)
+	cause := context.Cause(lctx) // the lease's: a timeout is not a lost lease
 	var lost *leaserouter.LeaseLostError
 	if errors.As(cause, &lost) {
 		return // lost while h ran: its new state was decided by whoever ended it
@@ -189,6 +192,12 @@ func (w *worker[T]) run(l *Lease[T], h *held, hctx context.Context) {
 	}
 	if !l.txTried() && !u.r.holds(l) {
 		return // ended meanwhile: by h itself (Complete, Fail, Release), or found lost by a heartbeat
+	}
+	if d, ok := leaserouter.SnoozeDelay(err); ok { // the handler asked for it: even while stopping
+		if err = checkSnooze(d); err == nil {
+			u.r.endOrLater(ctx, l, leaserouter.LostSnoozed, func(ctx context.Context) error { return l.Snooze(ctx, d) })
+			return
+		} // a negative delay fails the attempt with Snooze's error
 	}
 	// Stopping, or the lease could not be proven: an error hands the job
 	// back rather than count a failure the handler may not have had.

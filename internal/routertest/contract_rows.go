@@ -478,15 +478,16 @@ var ZeroLease Lease = zeroLease{}
 
 type zeroLease struct{}
 
-func (zeroLease) JobID() string                               { return "" }
-func (zeroLease) Payload() string                             { return "" }
-func (zeroLease) Attempt() int                                { return 0 }
-func (zeroLease) Token() leaserouter.Token                    { return 0 }
-func (zeroLease) WorkerID() string                            { return "" }
-func (zeroLease) Progress() []byte                            { return nil }
-func (zeroLease) Expiry() time.Time                           { return time.Time{} }
-func (zeroLease) Heartbeat(context.Context, []byte) error     { return leaserouter.ErrLeaseLost }
-func (zeroLease) Complete(context.Context) error              { return leaserouter.ErrLeaseLost }
-func (zeroLease) Fail(context.Context, error) error           { return leaserouter.ErrLeaseLost }
-func (zeroLease) Release(context.Context) error               { return leaserouter.ErrLeaseLost }
+func (zeroLease) JobID() string                           { return "" }
+func (zeroLease) Payload() string                         { return "" }
+func (zeroLease) Attempt() int                            { return 0 }
+func (zeroLease) Token() leaserouter.Token                { return 0 }
+func (zeroLease) WorkerID() string                        { return "" }
+func (zeroLease) Progress() []byte                        { return nil }
+func (zeroLease) Expiry() time.Time                       { return time.Time{} }
+func (zeroLease) Heartbeat(context.Context, []byte) error { return leaserouter.ErrLeaseLost }
+func (zeroLease) Complete(context.Context) error          { return leaserouter.ErrLeaseLost }
+func (zeroLease) Fail(context.Context, error) error       { return leaserouter.ErrLeaseLost }
+func (zeroLease) Release(context.Context) error           { return leaserouter.ErrLeaseLost }
+
 func (zeroLease) Snooze(context.Context, time.Duration) error { return leaserouter.ErrLeaseLost }

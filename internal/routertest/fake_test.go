@@ -435,9 +435,17 @@ func (l *fakeLease) Release(context.Context) error {
 	return l.op(func(j *fakeJob, now time.Time) { l.f.end(j, leaserouter.LostReleased, now, false) })
 }
 
-// Snooze is not in the fake: the rows that prove the suite use none.
-func (l *fakeLease) Snooze(context.Context, time.Duration) error {
-	return errors.New("the fake has no Snooze")
+// Snooze: pending again after d (the fake has no scheduled state), the
+// attempt not counted.
+func (l *fakeLease) Snooze(_ context.Context, d time.Duration) error {
+	if d < 0 {
+		return fmt.Errorf("%w: Snooze(%v)", leaserouter.ErrInvalidOptions, d)
+	}
+	return l.op(func(j *fakeJob, now time.Time) {
+		j.State, j.ended, j.Owner, j.LeaseExpiry, j.ready = leaserouter.StatePending, leaserouter.LostSnoozed, "", time.Time{}, now.Add(d)
+		j.Attempt--
+		l.f.st.Snoozed++
+	})
 }
 
 // fakeHarness runs the suite on fakes with bug planted, in synctest.

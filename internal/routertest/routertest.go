@@ -180,5 +180,7 @@ type Lease interface {
 	Complete(ctx context.Context) error
 	Fail(ctx context.Context, cause error) error
 	Release(ctx context.Context) error
+	// Snooze ends the lease and has the job run again after d, the
+	// attempt not counted (the core's Lease.Snooze).
 	Snooze(ctx context.Context, d time.Duration) error
 }

@@ -1,8 +1,10 @@
 -- Ends lease @token of job @id of @queue, if valid, for @reason:
--- 'completed', 'failed' or 'released' (leaserouter_end_lease, migration
--- 0003, says where the job goes), with @error as the job's last error
--- (NULL keeps the job's), and for a failure @permanent and the backoff
--- @delay_us. Complete, Fail, Release and CompleteTx run it after locking
+-- 'completed', 'failed', 'released' or 'snoozed' (leaserouter_end_lease,
+-- migrations 0003 and 0009, says where the job goes), with @error as the
+-- job's last error (NULL keeps the job's), for a failure @permanent and
+-- the backoff @delay_us, for a snooze the delay @delay_us. A snooze also
+-- takes the attempt back: the snoozed lease is not counted, as a lease
+-- handed back unstarted is not (leaserouter_hand_back). Complete, Fail, Release and CompleteTx run it after locking
 -- the row (lease_lock.sql or lease_lock_of_token.sql) in the same
 -- transaction, so its clock readings come after the lock. A resolvable
 -- operation (@op, not 0: see outcome.go) acts only if it was not marked
@@ -22,7 +24,8 @@ WITH upd AS (
 	UPDATE leaserouter_jobs j SET
 		(state, ready_at, purge_at, owner, lease_expires_at, ended, requeued, updated_at, last_error) =
 			(SELECT * FROM leaserouter_end_lease(@reason, j.attempt, j.max_attempts, @permanent, @delay_us,
-				c.now, coalesce(@error, j.last_error), @retention_us))
+				c.now, coalesce(@error, j.last_error), @retention_us)),
+		attempt = j.attempt - (@reason = 'snoozed')::integer
 	FROM (SELECT clock_timestamp() AS now) c
 	WHERE j.queue = @queue AND j.id = @id AND leaserouter_lease_valid(j.state, j.token, j.lease_expires_at, @token)
 		AND NOT EXISTS (SELECT FROM leaserouter_abandoned_claims WHERE id = @op)

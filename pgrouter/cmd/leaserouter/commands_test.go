@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -166,6 +167,20 @@ func TestGetShowsTheJobAndItsLease(t *testing.T) {
 	require.Equal(t, uint64(l.Token), j.Token)
 	require.Equal(t, []byte("page 3"), j.Progress)
 	require.False(t, j.LeaseExpiry.IsZero())
+	require.Regexp(t, `(?m)^timeout\s+-$`, out, "none set")
+	require.Empty(t, j.Timeout)
+}
+
+// TestGetShowsTheJobsTimeout: get prints the limit WithTimeout set on
+// each attempt, as Go writes a duration; --json the same.
+func TestGetShowsTheJobsTimeout(t *testing.T) {
+	d := newDB(t)
+	r := d.router(t, "files")
+	require.NoError(t, r.Enqueue(t.Context(), "slow", json.RawMessage(`{}`), leaserouter.WithTimeout(90*time.Second)))
+	require.Regexp(t, `(?m)^timeout\s+1m30s$`, d.ok(t, "get", "slow", "--queue", "files"))
+	var j jobJSON
+	d.jsonOf(t, &j, "get", "--queue=files", "slow")
+	require.Equal(t, "1m30s", j.Timeout)
 }
 
 // TestActionsChangeJobs: retry, cancel and delete act on every ID given,

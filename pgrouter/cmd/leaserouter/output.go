@@ -41,6 +41,7 @@ type jobJSON struct {
 	Attempt     int             `json:"attempt"`
 	MaxAttempts int             `json:"max_attempts"`
 	Priority    int             `json:"priority"`
+	Timeout     string          `json:"timeout,omitempty"` // each attempt's limit set by WithTimeout, as Go writes a duration ("1m30s"); omitted if none
 	Token       uint64          `json:"token"`
 	Owner       string          `json:"owner,omitempty"`
 	LeaseExpiry time.Time       `json:"lease_expiry,omitzero"`
@@ -52,6 +53,14 @@ type jobJSON struct {
 	Payload     json.RawMessage `json:"payload"`
 }
 
+// durationText is d as Go writes it, "" for 0.
+func durationText(d time.Duration) string {
+	if d == 0 {
+		return ""
+	}
+	return d.String()
+}
+
 func utc(t time.Time) time.Time {
 	if t.IsZero() {
 		return t
@@ -61,7 +70,7 @@ func utc(t time.Time) time.Time {
 
 func jobOf(queue string, j leaserouter.Job[json.RawMessage]) jobJSON {
 	return jobJSON{ID: j.ID, Queue: queue, State: j.State.String(), Attempt: j.Attempt, MaxAttempts: j.MaxAttempts,
-		Priority: j.Priority, Token: uint64(j.Token), Owner: j.Owner, LeaseExpiry: utc(j.LeaseExpiry), RunAt: utc(j.RunAt),
+		Priority: j.Priority, Timeout: durationText(j.Timeout), Token: uint64(j.Token), Owner: j.Owner, LeaseExpiry: utc(j.LeaseExpiry), RunAt: utc(j.RunAt),
 		LastError: j.LastError, Progress: j.Progress, CreatedAt: utc(j.CreatedAt), UpdatedAt: utc(j.UpdatedAt), Payload: j.Payload}
 }
 
@@ -174,6 +183,7 @@ func jobTable(w io.Writer, j jobJSON) error {
 	row(tw, "state", j.State)
 	row(tw, "attempt", fmt.Sprintf("%d of %d", j.Attempt, j.MaxAttempts))
 	row(tw, "priority", strconv.Itoa(j.Priority))
+	row(tw, "timeout", j.Timeout)
 	row(tw, "token", strconv.FormatUint(j.Token, 10))
 	row(tw, "owner", j.Owner)
 	row(tw, "lease expiry", when(j.LeaseExpiry))

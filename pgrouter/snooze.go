@@ -1,0 +1,98 @@
+package pgrouter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/leaserouter/leaserouter"
+)
+
+// Snooze: a holder ends its lease and has the job run again later,
+// without spending an attempt (the core's snooze.go); and the per-attempt
+// timeouts Run applies (WithTimeout, WorkerOptions.Timeout).
+
+// Snooze ends the lease and has the job run again after d, as the core's
+// Lease.Snooze does: scheduled until the database's clock + d, or
+// pending at once for d == 0 (ready since now, behind the jobs ready
+// before it). The attempt is not counted: the job's attempt goes back to
+// what it was before this lease (as for a lease handed back unstarted),
+// so a job may snooze any number of times without coming closer to dead
+// (MaxAttempts). Its LastError and checkpoint are kept. It emits
+// EventSnoozed, counted in Stats.Snoozed (this Router's), and wakes the
+// queue's waiters; a later operation on the lease is refused with Reason
+// leaserouter.LostSnoozed. d is sent in microseconds, rounded up (a
+// positive d below a microsecond schedules the job for one).
+//
+// A negative d returns an error wrapping leaserouter.ErrInvalidOptions
+// at once, with no round trip, changing nothing; a lease no longer valid
+// (including after Close's revocation) returns a *LeaseLostError,
+// changing nothing. One statement, in one round trip, as Release: an
+// unknown outcome is resolved as Complete's is (nil if the row shows this
+// lease snoozed; its event is then not emitted). From a Run handler,
+// return leaserouter.Snooze(d) instead. A nil ctx means
+// context.Background().
+func (l *Lease[T]) Snooze(ctx context.Context, d time.Duration) error {
+	if err := checkSnooze(d); err != nil {
+		return err
+	}
+	ctx = orBackground(ctx)
+	res, err := l.end(ctx, "Snooze", leaserouter.LostSnoozed, args{"delay_us": ceilMicros(d)})
+	if err != nil {
+		if !errors.As(err, new(*leaserouter.LeaseLostError)) && l.resolved(ctx, leaserouter.LostSnoozed) {
+			l.r.release(l) // snoozed, as the row shows; its event is unknown here
+			return nil
+		}
+		return err
+	}
+	r := l.r
+	defer r.release(l) // after the event
+	r.mu.Lock()
+	r.stats.Snoozed++
+	r.mu.Unlock()
+	r.emit(l.event(leaserouter.EventSnoozed, *res.at))
+	r.notify(ctx) // ready, or a new due instant for the waiters' timers
+	return nil
+}
+
+// checkSnooze is Snooze's check of its delay: the error of a negative
+// one, which a Run handler's Snooze error also fails its attempt with.
+func checkSnooze(d time.Duration) error {
+	if d < 0 {
+		return fmt.Errorf("%w: Snooze(%v), must be >= 0", leaserouter.ErrInvalidOptions, d)
+	}
+	return nil
+}
+
+// ceilMicros is d in microseconds (the database's unit), rounded up, so
+// that a positive duration stays positive (a timeout of 0 means none).
+func ceilMicros(d time.Duration) int64 {
+	us := d.Microseconds()
+	if time.Duration(us)*time.Microsecond < d {
+		us++
+	}
+	return us
+}
+
+// limit is the timeout of l's attempt in Run: the job's WithTimeout if
+// set, else opts.Timeout; 0 for none.
+func (u *runner[T]) limit(l *Lease[T]) time.Duration {
+	if l.timeout > 0 {
+		return l.timeout
+	}
+	return u.opts.Timeout
+}
+
+// timed derives the ctx of l's handler from lctx (the lease's ctx,
+// canceled when the lease is lost), canceled after l's timeout (see
+// limit), from now, with a *leaserouter.TimeoutError as its cause. The
+// lease's ctx is left alone: the heartbeat rounds keep the lease until
+// the handler returns. The caller calls stop once the handler returned.
+func (u *runner[T]) timed(lctx context.Context, l *Lease[T]) (hctx context.Context, stop context.CancelFunc) {
+	d := u.limit(l)
+	if d <= 0 {
+		return lctx, func() {}
+	}
+	return context.WithTimeoutCause(lctx, d, &leaserouter.TimeoutError{JobID: l.JobID, Token: l.Token, Timeout: d})
+}

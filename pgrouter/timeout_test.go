@@ -1,0 +1,225 @@
+package pgrouter_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/pgrouter"
+)
+
+// timedOut is what a handler saw of its ctx at its attempt's timeout.
+type timedOut struct {
+	start, done time.Time
+	deadline    time.Time
+	hasDeadline bool
+	err, cause  error
+}
+
+// TestRunTimeoutCancelsHandlerCtx: with WorkerOptions.Timeout, a
+// handler's ctx is canceled that long after the handler starts, its
+// Deadline says so, its Err is context.DeadlineExceeded and its cause a
+// *leaserouter.TimeoutError naming the job, the lease's token and the
+// limit; the handler's error then fails the attempt as any error does
+// (scheduled again after Backoff, its last error the handler's).
+func TestRunTimeoutCancelsHandlerCtx(t *testing.T) {
+	const limit, backoff = 200 * time.Millisecond, time.Minute
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	r, _ := newRouter[int](t, pgrouter.Options{Backoff: func(int) time.Duration { return backoff },
+		OnEvent: func(e leaserouter.Event) {
+			if e.Kind == leaserouter.EventRetryScheduled {
+				cancel()
+			}
+		}})
+	require.NoError(t, r.Enqueue(ctx, "a", 1))
+	var saw timedOut
+	var token leaserouter.Token
+	err := r.Run(ctx, leaserouter.WorkerOptions{Workers: 1, Timeout: limit}, func(hctx context.Context, l *pgrouter.Lease[int]) error {
+		saw.start, token = time.Now(), l.Token
+		saw.deadline, saw.hasDeadline = hctx.Deadline()
+		<-hctx.Done()
+		saw.done, saw.err, saw.cause = time.Now(), hctx.Err(), context.Cause(hctx)
+		return hctx.Err()
+	})
+	require.NoError(t, err)
+	require.True(t, saw.hasDeadline, "the handler's ctx has a deadline")
+	require.WithinDuration(t, saw.start.Add(limit), saw.deadline, 50*time.Millisecond, "the deadline is the handler's start + the limit")
+	require.GreaterOrEqual(t, saw.done.Sub(saw.start), limit-50*time.Millisecond, "not canceled before the limit")
+	require.ErrorIs(t, saw.err, context.DeadlineExceeded)
+	var te *leaserouter.TimeoutError
+	require.ErrorAs(t, saw.cause, &te)
+	require.Equal(t, leaserouter.TimeoutError{JobID: "a", Token: token, Timeout: limit}, *te)
+	require.ErrorIs(t, saw.cause, context.DeadlineExceeded)
+
+	j, _, err := r.Get(t.Context(), "a")
+	require.NoError(t, err)
+	require.Equal(t, leaserouter.StateScheduled, j.State, "failed: retried after Backoff")
+	require.Equal(t, 1, j.Attempt)
+	require.Contains(t, j.LastError, context.DeadlineExceeded.Error())
+	require.WithinDuration(t, j.UpdatedAt.Add(backoff), j.RunAt, time.Millisecond)
+}
+
+// TestTimeoutIsNotALostLease: past its timeout, a handler that goes on
+// keeps its lease: Run heartbeats it until the handler returns (for
+// longer than LeaseDuration past the timeout here), and the handler's nil
+// then completes the job.
+func TestTimeoutIsNotALostLease(t *testing.T) {
+	const lease = 300 * time.Millisecond
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	r, db := newRouter[int](t, pgrouter.Options{LeaseDuration: lease, OnEvent: func(e leaserouter.Event) {
+		if e.Kind == leaserouter.EventCompleted {
+			cancel()
+		}
+	}})
+	require.NoError(t, r.Enqueue(ctx, "a", 1))
+	var readErr, afterErr error
+	var expiryAfter, grantExpiry time.Time
+	err := r.Run(ctx, leaserouter.WorkerOptions{Workers: 1, Timeout: 100 * time.Millisecond},
+		func(hctx context.Context, l *pgrouter.Lease[int]) error {
+			grantExpiry = l.Expiry()
+			<-hctx.Done()
+			// Two lease durations past the grant's expiry, on the
+			// database's clock: valid only if Run went on heartbeating.
+			for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+				var past bool
+				if readErr = db.QueryRow(context.Background(), "SELECT clock_timestamp() > $1", grantExpiry.Add(2*lease)).Scan(&past); readErr != nil || past {
+					break
+				}
+			}
+			if readErr == nil {
+				readErr = db.QueryRow(context.Background(),
+					"SELECT lease_expires_at FROM leaserouter_jobs WHERE id = 'a' AND token = $1 AND state = 'leased'", int64(l.Token)).
+					Scan(&expiryAfter)
+			}
+			afterErr = l.Heartbeat(context.Background(), nil)
+			return nil
+		})
+	require.NoError(t, err)
+	require.NoError(t, readErr, "the job's row still leased with the lease's token")
+	require.True(t, expiryAfter.After(grantExpiry.Add(lease)), "heartbeated past the timeout: expiry %v, grant's %v", expiryAfter, grantExpiry)
+	require.NoError(t, afterErr, "the lease is still valid after the timeout")
+	j, _, err := r.Get(t.Context(), "a")
+	require.NoError(t, err)
+	require.Equal(t, leaserouter.StateSucceeded, j.State, "nil after the timeout completes")
+	s, err := r.Stats(t.Context())
+	require.NoError(t, err)
+	require.Zero(t, s.StaleRejections, "nothing refused: the lease was never lost")
+}
+
+// TestWithTimeoutOverridesWorkerTimeout: a job's WithTimeout limits its
+// attempts whatever WorkerOptions.Timeout is (longer, or none); a job
+// without one gets WorkerOptions.Timeout, and no deadline when that is 0.
+func TestWithTimeoutOverridesWorkerTimeout(t *testing.T) {
+	r, _ := newRouter[int](t, pgrouter.Options{})
+	for _, c := range []struct {
+		name    string
+		opts    []leaserouter.EnqueueOption
+		workers time.Duration
+		want    time.Duration // 0: no deadline
+	}{
+		{"WithTimeout under a longer worker timeout", []leaserouter.EnqueueOption{leaserouter.WithTimeout(150 * time.Millisecond)}, time.Hour, 150 * time.Millisecond},
+		{"WithTimeout with no worker timeout", []leaserouter.EnqueueOption{leaserouter.WithTimeout(time.Hour)}, 0, time.Hour},
+		{"worker timeout alone", nil, 2 * time.Hour, 2 * time.Hour},
+		{"WithTimeout(0): the worker timeout", []leaserouter.EnqueueOption{leaserouter.WithTimeout(0)}, 3 * time.Hour, 3 * time.Hour},
+		{"neither", nil, 0, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(t.Context()) // no deadline of its own: the handler's would be at most that
+			defer cancel()
+			require.NoError(t, r.Enqueue(ctx, c.name, 1, c.opts...))
+			var start, deadline time.Time
+			var has bool
+			var cause error
+			err := r.Run(ctx, leaserouter.WorkerOptions{Workers: 1, Timeout: c.workers}, func(hctx context.Context, l *pgrouter.Lease[int]) error {
+				defer cancel()
+				start = time.Now()
+				deadline, has = hctx.Deadline()
+				if c.want > 0 && c.want < time.Second {
+					select {
+					case <-hctx.Done():
+						cause = context.Cause(hctx)
+					case <-time.After(10 * time.Second):
+					}
+				}
+				return nil
+			})
+			require.NoError(t, err)
+			if c.want == 0 {
+				require.False(t, has, "no deadline")
+				return
+			}
+			require.True(t, has)
+			require.WithinDuration(t, start.Add(c.want), deadline, 50*time.Millisecond)
+			if cause != nil {
+				var te *leaserouter.TimeoutError
+				require.ErrorAs(t, cause, &te)
+				require.Equal(t, c.want, te.Timeout)
+			}
+		})
+	}
+}
+
+// TestJobTimeoutFromGetAndList: a job's WithTimeout is stored (in
+// microseconds, a positive one rounded up so it stays positive) and read
+// back as Job.Timeout by Get and List, for every way of enqueueing; 0 when
+// not given; a job that replaces a purged one of the same ID has its own.
+func TestJobTimeoutFromGetAndList(t *testing.T) {
+	r, db := newRouter[int](t, pgrouter.Options{Retention: -1})
+	ctx := t.Context()
+	require.NoError(t, r.Enqueue(ctx, "one", 1, leaserouter.WithTimeout(1500*time.Millisecond)))
+	require.NoError(t, r.Enqueue(ctx, "none", 1))
+	require.NoError(t, r.Enqueue(ctx, "tiny", 1, leaserouter.WithTimeout(time.Nanosecond)))
+	_, err := r.EnqueueMany(ctx, []leaserouter.JobSpec[int]{
+		{ID: "many1", Options: []leaserouter.EnqueueOption{leaserouter.WithTimeout(2 * time.Second)}},
+		{ID: "many2"},
+		{ID: "many3", Options: []leaserouter.EnqueueOption{leaserouter.WithTimeout(3 * time.Minute)}},
+	})
+	require.NoError(t, err)
+	require.NoError(t, pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		return r.EnqueueTx(ctx, tx, "tx", 1, leaserouter.WithTimeout(4*time.Second))
+	}))
+	want := map[string]time.Duration{"one": 1500 * time.Millisecond, "none": 0, "tiny": time.Microsecond,
+		"many1": 2 * time.Second, "many2": 0, "many3": 3 * time.Minute, "tx": 4 * time.Second}
+	for id, d := range want {
+		j, ok, err := r.Get(ctx, id)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, d, j.Timeout, "Get %s", id)
+	}
+	page, err := r.List(ctx, leaserouter.ListParams{})
+	require.NoError(t, err)
+	require.Len(t, page.Jobs, len(want))
+	for _, j := range page.Jobs {
+		require.Equal(t, want[j.ID], j.Timeout, "List %s", j.ID)
+	}
+	ls, err := r.TryAcquireMany(ctx, "w", len(want))
+	require.NoError(t, err)
+	require.Len(t, ls, len(want))
+	leased, err := r.Leases(ctx, len(want))
+	require.NoError(t, err)
+	require.Len(t, leased, len(want))
+	for _, j := range leased {
+		require.Equal(t, want[j.ID], j.Timeout, "Leases %s", j.ID)
+	}
+	for _, l := range ls {
+		require.NoError(t, l.Complete(ctx))
+	}
+
+	// Finished and dropped at once (Retention -1): an Enqueue of the same
+	// ID takes its row, with its own timeout.
+	require.NoError(t, r.Enqueue(ctx, "one", 1))
+	j, ok, err := r.Get(ctx, "one")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Zero(t, j.Timeout, "the new job's, not the purged one's")
+	require.NoError(t, r.Enqueue(ctx, "none", 1, leaserouter.WithTimeout(time.Second)))
+	j, _, err = r.Get(ctx, "none")
+	require.NoError(t, err)
+	require.Equal(t, time.Second, j.Timeout)
+}

@@ -560,7 +560,7 @@ func badPeriodicRows() []badRow {
 			require.NoError(t, fx.r.AddPeriodic(hourly(name)))
 			require.NoError(t, fx.r.RemovePeriodic(name))
 		}},
-				add("Name with NUL is ErrInvalidOptions", hourly("a\x00b"), inv, "NUL at byte 1"),
+		add("Name with NUL is ErrInvalidOptions", hourly("a\x00b"), inv, "NUL at byte 1"),
 		add("Name of invalid UTF-8 is ErrInvalidOptions", hourly("ab\xffc"), inv, "not valid UTF-8 at byte 2"),
 		add("Name of 1 MiB is ErrInvalidOptions", hourly(strings.Repeat("x", 1<<20)), inv, "is 1048576 bytes"),
 		add("nil Schedule is ErrInvalidOptions", leaserouter.Periodic[string]{Name: "p"}, inv, `Periodic "p" has a nil Schedule`),

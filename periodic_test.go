@@ -465,21 +465,41 @@ func TestPeriodicEnqueueErrors(t *testing.T) {
 	})
 }
 
-// TestPeriodicUserCodeOutsideLock: Next and Payload run with no lock held:
-// they may call the Router (under its lock they would deadlock).
+// TestPeriodicUserCodeOutsideLock: Next and Payload run with the router's
+// lock free (checked with TryLock: a goroutine blocked on a mutex is not
+// durably blocked for synctest, so a deadlock would hang, not fail), and
+// may call the Router.
 func TestPeriodicUserCodeOutsideLock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := setup(t, leaserouter.Options{})
+		var mu sync.Mutex
+		var locked []string
+		check := func(what string) bool {
+			if leaserouter.LockFree(r) {
+				return true
+			}
+			mu.Lock()
+			locked = append(locked, what)
+			mu.Unlock()
+			return false
+		}
 		s := nextFunc(func(t time.Time) time.Time {
-			_ = r.Stats()
-			_ = r.RemovePeriodic("nothing")
+			check("Next")
 			return leaserouter.Every(time.Second).Next(t)
 		})
 		require.NoError(t, r.AddPeriodic(leaserouter.Periodic[string]{Name: "p", Schedule: s, Payload: func(tick time.Time) string {
+			if !check("Payload") {
+				return "" // calling the Router would deadlock
+			}
+			_ = r.RemovePeriodic("nothing")
 			return fmt.Sprint(r.Stats().Enqueued)
 		}}))
 		sleep(3 * time.Second)
 		require.EqualValues(t, 4, r.Stats().Enqueued, "the ticks at 0s (AddPeriodic's instant) to 3s")
+		require.Equal(t, "3", get(t, r, leaserouter.TickID("p", time.Now())).Payload)
+		mu.Lock()
+		defer mu.Unlock()
+		require.Empty(t, locked, "user code called under the router's lock")
 	})
 }
 

@@ -508,9 +508,10 @@ type nextFunc func(time.Time) time.Time
 func (f nextFunc) Next(t time.Time) time.Time { return f(t) }
 
 // TestPeriodicCloseStopsScheduler: Close stops the scheduler and waits for
-// it; with a Payload in progress, it waits until its ctx is done and the
-// goroutine ends once Payload returns, enqueuing nothing more; Close from
-// Payload does not wait for itself.
+// it; with a Payload in progress, it waits until its ctx is done (with a
+// ctx never done, until Payload returns) and the goroutine ends once
+// Payload returns, enqueuing nothing more; Close from Payload does not
+// wait for itself.
 func TestPeriodicCloseStopsScheduler(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := setup(t, leaserouter.Options{})
@@ -533,6 +534,25 @@ func TestPeriodicCloseStopsScheduler(t *testing.T) {
 		close(release)
 		synctest.Wait()
 		require.EqualValues(t, 0, r.Stats().Enqueued, "the tick of a Payload that returned after Close")
+
+		// With a ctx never done, Close waits for the Payload in progress.
+		r3 := setup(t, leaserouter.Options{})
+		entered3, release3 := make(chan struct{}), make(chan struct{})
+		require.NoError(t, r3.AddPeriodic(leaserouter.Periodic[string]{Name: "p", Schedule: leaserouter.Every(time.Second),
+			Payload: func(time.Time) string {
+				close(entered3)
+				<-release3
+				return ""
+			}}))
+		time.Sleep(time.Second)
+		<-entered3
+		done3 := goClose(context.Background(), r3)
+		sleep(time.Hour)
+		requireBlocked(t, done3)
+		close(release3)
+		synctest.Wait()
+		require.NoError(t, receive(t, done3))
+		require.EqualValues(t, 0, r3.Stats().Enqueued)
 
 		r2 := setup(t, leaserouter.Options{})
 		closed := make(chan error, 1)

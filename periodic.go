@@ -25,7 +25,8 @@ import (
 //
 // The job of the tick t has ID TickID(p.Name, t), payload p.Payload(t)
 // (the zero T if Payload is nil) and options p.Options plus WithRunAt(t):
-// it is ready at t. The rule, the same on every backend
+// the tick is the run-at (enqueued at t or later, the job is ready at
+// once, with no Job.RunAt). The rule, the same on every backend
 // (internal/periodic.Due), is at each wake-up: enqueue the latest due tick
 // not handled yet, never a backlog of older ones, and only while it is
 // younger than Options.Retention. So:
@@ -55,10 +56,12 @@ import (
 // p.Schedule.Next and p.Payload are user code: called on the scheduler's
 // goroutine, never under a lock. A panic in either is recovered, counted
 // in Stats.CallbackPanics and reported at level Error (as a panic of
-// Options.Backoff is); a Next that panics or does not move forward
-// (returns an instant not after its argument) ends that periodic job's
-// schedule, a Payload that panics skips that tick. A Next returning the
-// zero Time ends the schedule quietly. Neither should block: while one
+// Options.Backoff is). A Payload that panics skips that tick. A Next that
+// panics or does not move forward (returns an instant not after its
+// argument; reported, not counted) ends that periodic job's schedule, the
+// other periodic jobs going on; the wake-up it failed in enqueues nothing
+// (a wake-up is planned whole: it asks Next for the tick after the due
+// one too). A Next returning the zero Time ends the schedule quietly. Neither should block: while one
 // does, the other periodic jobs of the Router wait, and Close waits for
 // it until its ctx is done (the goroutine then ends when the call
 // returns). An ended periodic job keeps its Name until RemovePeriodic.

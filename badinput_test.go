@@ -252,6 +252,7 @@ func badRows() []badRow {
 	rows = append(rows, badValueRows()...)
 	rows = append(rows, badNameRows()...)
 	rows = append(rows, badAdminRows()...)
+	rows = append(rows, badPeriodicRows()...)
 	return rows
 }
 

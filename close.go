@@ -11,7 +11,8 @@ import (
 )
 
 // Close stops the Router. It refuses new work at once (Enqueue, Acquire,
-// TryAcquire and Cancel return ErrClosed; blocked Acquires return
+// TryAcquire, Cancel, AddPeriodic and RemovePeriodic return ErrClosed; periodic jobs
+// enqueue no more ticks; blocked Acquires return
 // ErrClosed), then waits, until ctx is done, for the leases already granted
 // to end (holders may still Heartbeat, Complete, Fail and Release). Leases
 // still held then are revoked: their jobs go back to StatePending with the
@@ -19,7 +20,9 @@ import (
 // their holders' operations are refused with ErrLeaseLost. (So with a
 // context that is never done, Close waits for every held lease to end,
 // which for an abandoned lease means its expiry.) It then stops the
-// reaper, waits until the delivery goroutine has delivered every remaining
+// reaper and the scheduler of periodic jobs (which calls no Payload or
+// Schedule.Next once Close has begun, and is waited for: at once, or, if
+// such a call is in progress, until ctx is done), waits until the delivery goroutine has delivered every remaining
 // event and ended, and returns: nil, or ctx.Err() if ctx was done first
 // (draining or delivery cut short). After a Close cut short returns, the
 // delivery goroutine delivers the events made before it returned — the
@@ -58,6 +61,10 @@ func (r *Router[T]) Close(ctx context.Context) error {
 	r.phase = phaseDraining
 	close(r.closing)
 	r.waiters = nil // each waiter sees r.closing
+	per, inUser := r.per, false
+	if per != nil {
+		inUser = per.halt() // no user code of periodic jobs from now on
+	}
 	var err error
 	r.settleNow() // a lease past its expiry is not one to drain
 	if r.counts[StateLeased] > 0 {
@@ -83,6 +90,9 @@ func (r *Router[T]) Close(ctx context.Context) error {
 	select {
 	case r.kick <- struct{}{}:
 	default:
+	}
+	if per != nil {
+		per.wait(ctx, inUser)
 	}
 	r.reaper.Wait()
 	close(r.done)

@@ -413,3 +413,44 @@ func ExampleOptions_onEvent() {
 	// Output:
 	// [enqueued lease_acquired completed] 1
 }
+
+func ExampleRouter_AddPeriodic() {
+	r, err := leaserouter.New[time.Time](leaserouter.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer r.Close(context.Background())
+
+	// One job per tick, every 20ms on the epoch's grid, its payload the
+	// tick. Its ID is TickID("report", tick): any other scheduler of the
+	// same job set computes the same one, so a tick never gets two jobs.
+	report := leaserouter.Periodic[time.Time]{
+		Name:     "report",
+		Schedule: leaserouter.Every(20 * time.Millisecond),
+		Payload:  func(tick time.Time) time.Time { return tick },
+	}
+	fmt.Println(r.AddPeriodic(report))
+	// A name is added once per Router.
+	fmt.Println(errors.Is(r.AddPeriodic(report), leaserouter.ErrInvalidOptions))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := r.Acquire(ctx, "worker-1")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(l.JobID == leaserouter.TickID("report", l.Payload), !l.Payload.After(time.Now()))
+	fmt.Println(l.Complete())
+
+	fmt.Println(r.RemovePeriodic("report"))
+	fmt.Println(errors.Is(r.RemovePeriodic("report"), leaserouter.ErrNotFound))
+	fmt.Println(leaserouter.TickID("report", time.Date(2026, 11, 25, 9, 0, 0, 0, time.UTC)))
+	// Output:
+	// <nil>
+	// true
+	// true true
+	// <nil>
+	// <nil>
+	// true
+	// report@2026-11-25T09:00:00Z
+}

@@ -75,3 +75,15 @@ func KeptIntervals[T any](l *Lease[T]) []time.Duration {
 	}
 	return out
 }
+
+// LockFree reports whether r's lock is free now (TryLock): called from
+// user code the Router runs, it tells whether that code runs under the
+// lock. Meaningful only when no other goroutine may hold the lock at that
+// instant (in a synctest bubble where every other goroutine is asleep).
+func LockFree[T any](r *Router[T]) bool {
+	if !r.mu.TryLock() {
+		return false
+	}
+	r.mu.Unlock()
+	return true
+}

@@ -33,7 +33,8 @@ const (
 // reaper, makes expiries and scheduled jobs visible at their instant;
 // correctness never depends on it, because every call first settles what
 // is due. A second, started only when Options.OnEvent or Options.Logger
-// is set, delivers events. The ID
+// is set, delivers events; a third, started by the first AddPeriodic,
+// enqueues periodic jobs (periodic.go). The ID
 // index and the queues grow and shrink in steps of at most a few thousand
 // elements, so no call holds the lock for a resize of everything, and
 // memory follows the live jobs: after a burst drains they shrink (with
@@ -82,6 +83,8 @@ type Router[T any] struct {
 	dl      *delivery // nil without hooks
 	grow    growHint  // what the ID index and the ready queue want for their next growth step (reserve.go)
 	tmo     timeouts  // the distinct WithTimeout durations (timeout.go)
+
+	per *periodics[T] // the scheduler of periodic jobs (periodic.go); nil until the first AddPeriodic; guarded by mu
 }
 
 // New returns a running Router. Zero Options fields get their defaults; a

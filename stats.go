@@ -27,7 +27,7 @@ type Stats struct {
 	Purged            uint64 // jobs dropped: finished ones at once or after Retention, and those Router.Delete removed
 	Retried           uint64 // finished jobs made pending again by Router.Retry (EventRetried)
 	Snoozed           uint64 // leases ended by Lease.Snooze or a Run handler's Snooze error (EventSnoozed)
-	CallbackPanics    uint64 // panics recovered from Backoff, OnEvent and the Logger's handler
+	CallbackPanics    uint64 // panics recovered from Backoff, OnEvent, the Logger's handler, and a periodic job's Schedule.Next and Payload
 
 	Paused bool // no lease is granted until Resume (Router.Pause)
 	// Estimated: the per-state counts are estimates, not exact counts

@@ -1,0 +1,386 @@
+package leaserouter
+
+// The in-process scheduler of periodic jobs: one goroutine per Router,
+// one timer, a min-heap of the periodic jobs' next wake-ups.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/leaserouter/leaserouter/internal/contract"
+	"github.com/leaserouter/leaserouter/internal/goid"
+	"github.com/leaserouter/leaserouter/internal/heap"
+	"github.com/leaserouter/leaserouter/internal/periodic"
+)
+
+// AddPeriodic starts enqueuing p's job at each tick of p.Schedule, from
+// now on, on the Router's own scheduler goroutine (started by the first
+// AddPeriodic, stopped and waited for by Close).
+//
+// The job of the tick t has ID TickID(p.Name, t), payload p.Payload(t)
+// (the zero T if Payload is nil) and options p.Options plus WithRunAt(t):
+// the tick is the run-at (enqueued at t or later, the job is ready at
+// once, with no Job.RunAt). The rule, the same on every backend
+// (internal/periodic.Due), is at each wake-up: enqueue the latest due tick
+// not handled yet, never a backlog of older ones, and only while it is
+// younger than Options.Retention. So:
+//
+//   - a tick at or after the instant of AddPeriodic is enqueued; the
+//     latest tick before it is not (a first start does not catch up);
+//   - after the process was paused (the scheduler woke late, or Payload
+//     took long), only the latest missed tick is enqueued, and only while
+//     younger than Retention: no flood of catch-up jobs;
+//   - an Enqueue refused with ErrDuplicate is not an error (an earlier
+//     wake-up, or another scheduler on the same job set, enqueued that
+//     tick); ErrFull or any other error is reported at level Error
+//     through Options.Logger (slog.Default() if nil) and the tick is
+//     skipped; ErrClosed ends the scheduler.
+//
+// Exactly one job per tick comes from the dedup of job IDs, not from
+// electing a leader: every scheduler computes the same ID for a tick, and
+// the job's record (kept Retention after it finishes) refuses the same
+// tick again for as long as any scheduler could still enqueue it. (The
+// idea answers known failures of leader-based schedulers: River's
+// periodic jobs enqueued twice around a change of leader,
+// riverqueue/river#283, fixed with leadership terms in #1213; asynq's
+// schedulers duplicating tasks when more than one runs, hibiken/asynq#1013,
+// #371, #554, #395.) The in-process job set does not survive Close: a new
+// Router starts afresh, and ticks while no Router runs get no job.
+//
+// p.Schedule.Next and p.Payload are user code: called on the scheduler's
+// goroutine, never under a lock. A panic in either is recovered, counted
+// in Stats.CallbackPanics and reported at level Error (as a panic of
+// Options.Backoff is). A Payload that panics skips that tick. A Next that
+// panics or does not move forward (returns an instant not after its
+// argument; reported, not counted) ends that periodic job's schedule, the
+// other periodic jobs going on; the wake-up it failed in enqueues nothing
+// (a wake-up is planned whole: it asks Next for the tick after the due
+// one too). A Next returning the zero Time ends the schedule quietly. Neither should block: while one
+// does, the other periodic jobs of the Router wait, and Close waits for
+// it until its ctx is done (the goroutine then ends when the call
+// returns). An ended periodic job keeps its Name until RemovePeriodic.
+//
+// It returns an error wrapping ErrInvalidOptions that names the problem
+// for a p that CheckPeriodic refuses, for a Name already added on this
+// Router (and not removed), and for a negative Options.Retention (exactly
+// one job per tick needs each tick's dedup record); ErrClosed for a nil
+// *Router and after Close (or once Close has begun). It does not block
+// beyond short locks. Safe for concurrent use; p.Options is copied.
+func (r *Router[T]) AddPeriodic(p Periodic[T]) error {
+	if r == nil {
+		return ErrClosed
+	}
+	if err := CheckPeriodic(p.Name, p.Schedule, p.Options); err != nil {
+		return err
+	}
+	if r.opts.Retention < 0 {
+		return fmt.Errorf("%w: Periodic %s needs Options.Retention >= 0 (is %v): exactly one job per tick needs each tick's dedup record",
+			ErrInvalidOptions, contract.Quote(p.Name), r.opts.Retention)
+	}
+	// The options of every tick: p.Options, then WithRunAt(tick) in the
+	// last slot, set by the scheduler (which owns the slice).
+	opts := append(slices.Clone(p.Options), WithRunAt(time.Time{}))
+	p.Options = nil
+	r.mu.Lock()
+	if r.phase != phaseOpen {
+		r.unlockAndDeliver()
+		return ErrClosed
+	}
+	now := r.now()
+	per := r.per
+	if per == nil {
+		per = newPeriodics[T]()
+		r.per = per
+		go r.schedulePeriodics(per) // owned by Close, which waits on per.done
+	}
+	r.unlockAndDeliver()
+
+	per.mu.Lock()
+	defer per.mu.Unlock()
+	switch {
+	case per.stopped:
+		return ErrClosed
+	case per.names[p.Name] != nil:
+		return fmt.Errorf("%w: Periodic %s is already added on this Router", ErrInvalidOptions, contract.Quote(p.Name))
+	}
+	per.seq++
+	e := &periodicJob[T]{p: p, opts: opts, since: r.timeAt(now).Round(0), wake: now, seq: per.seq, idx: -1}
+	per.names[p.Name] = e
+	per.wakes.Push(e)
+	per.kickLocked()
+	return nil
+}
+
+// RemovePeriodic stops the periodic job named name: no tick after the
+// call gets a job from this Router (a tick the scheduler was handling as
+// it was called may still get its job), and the name may be added again.
+// Jobs already enqueued stay. It returns an error wrapping ErrNotFound for
+// a name not added (or removed already), and ErrClosed for a nil *Router
+// and after Close. It does not block beyond short locks and does not wait
+// for a Payload or Schedule.Next in progress. Safe for concurrent use.
+func (r *Router[T]) RemovePeriodic(name string) error {
+	if r == nil {
+		return ErrClosed
+	}
+	r.mu.Lock()
+	open, per := r.phase == phaseOpen, r.per
+	r.unlockAndDeliver()
+	if !open {
+		return ErrClosed
+	}
+	if per == nil {
+		return fmt.Errorf("%w: periodic job %s", ErrNotFound, contract.Quote(name))
+	}
+	per.mu.Lock()
+	defer per.mu.Unlock()
+	e := per.names[name]
+	switch {
+	case per.stopped:
+		return ErrClosed
+	case e == nil:
+		return fmt.Errorf("%w: periodic job %s", ErrNotFound, contract.Quote(name))
+	}
+	delete(per.names, name)
+	e.removed = true
+	if e.idx >= 0 {
+		per.wakes.Remove(e.idx)
+	}
+	per.kickLocked()
+	return nil
+}
+
+// periodics is a Router's scheduler of periodic jobs. Its goroutine owns
+// each periodicJob's since, last and opts; mu guards the rest. mu is a
+// leaf: held for heap operations only, never with user code running, and
+// no other lock is taken under it.
+type periodics[T any] struct {
+	kick chan struct{} // cap 1: the heap changed, re-arm the timer
+	done chan struct{} // closed when the goroutine has ended
+	goid atomic.Uint64 // the goroutine's ID (Close from Payload must not wait for itself)
+
+	mu      sync.Mutex
+	names   map[string]*periodicJob[T]
+	wakes   *heap.Heap[*periodicJob[T]] // by wake, then seq; a job being handled is out of it
+	seq     uint64
+	stopped bool // Close has begun: no more user code
+	inUser  bool // the goroutine is calling Schedule.Next or Payload
+}
+
+// periodicJob is one added Periodic.
+type periodicJob[T any] struct {
+	p       Periodic[T]
+	opts    []EnqueueOption // p.Options + WithRunAt(tick)
+	since   time.Time       // the router's clock at AddPeriodic (wall only)
+	last    time.Time       // the latest tick handled; zero for none
+	wake    int64           // when to run Due next, on the router's clock
+	seq     uint64          // AddPeriodic order, for ties
+	idx     int             // position in wakes, -1 when out of it
+	removed bool            // RemovePeriodic
+	ended   bool            // the schedule has no more ticks, or failed
+}
+
+func newPeriodics[T any]() *periodics[T] {
+	return &periodics[T]{
+		kick:  make(chan struct{}, 1),
+		done:  make(chan struct{}),
+		names: make(map[string]*periodicJob[T]),
+		wakes: heap.New(func(a, b *periodicJob[T]) bool {
+			return a.wake < b.wake || a.wake == b.wake && a.seq < b.seq
+		}, func(e *periodicJob[T], i int) { e.idx = i }),
+	}
+}
+
+// kickLocked wakes the goroutine to re-read the heap. The caller holds
+// per.mu.
+func (per *periodics[T]) kickLocked() {
+	select {
+	case per.kick <- struct{}{}:
+	default: // a kick is pending already
+	}
+}
+
+// halt marks the scheduler stopped, so that its goroutine calls no more
+// user code and ends, and reports whether it is in user code now. Close
+// calls it with r.mu held, as the Router leaves phaseOpen (per.mu is a
+// leaf under r.mu).
+func (per *periodics[T]) halt() (inUser bool) {
+	per.mu.Lock()
+	defer per.mu.Unlock()
+	per.stopped = true
+	return per.inUser
+}
+
+// wait waits for the goroutine to end once halted: always when it was not
+// in user code as halt was called (it ends at once: its Enqueue returns
+// ErrClosed and its sleep sees r.closing), else until ctx is done; never
+// when called from that user code (Close from Payload), which would wait
+// for itself.
+func (per *periodics[T]) wait(ctx context.Context, inUser bool) {
+	if !inUser {
+		<-per.done
+		return
+	}
+	if goid.Current() == per.goid.Load() {
+		return
+	}
+	waitFor(ctx, per.done)
+}
+
+// enter marks the goroutine as calling user code, unless Close has begun;
+// it reports whether it may.
+func (per *periodics[T]) enter() bool {
+	per.mu.Lock()
+	defer per.mu.Unlock()
+	per.inUser = !per.stopped
+	return per.inUser
+}
+
+func (per *periodics[T]) leave() {
+	per.mu.Lock()
+	per.inUser = false
+	per.mu.Unlock()
+}
+
+// schedulePeriodics is the scheduler's goroutine: it sleeps on one timer
+// until the earliest wake-up of the heap, handles the periodic jobs due,
+// and ends when Close begins or Enqueue returns ErrClosed.
+func (r *Router[T]) schedulePeriodics(per *periodics[T]) {
+	defer close(per.done)
+	per.goid.Store(goid.Current())
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		per.mu.Lock()
+		if per.stopped {
+			per.mu.Unlock()
+			return
+		}
+		now := r.now()
+		e, ok := per.wakes.Peek()
+		if ok && e.wake <= now {
+			per.wakes.Pop() // out while handled: RemovePeriodic only marks it
+			per.mu.Unlock()
+			closed := r.handlePeriodic(per, e, now)
+			per.mu.Lock()
+			if !e.removed && !e.ended {
+				per.wakes.Push(e)
+			}
+			per.mu.Unlock()
+			if closed {
+				return
+			}
+			continue
+		}
+		per.mu.Unlock()
+		if ok {
+			timer.Reset(time.Duration(e.wake - now))
+		} else {
+			timer.Stop()
+		}
+		select {
+		case <-timer.C:
+		case <-per.kick:
+		case <-r.closing:
+			return
+		}
+	}
+}
+
+// handlePeriodic runs e's wake-up at now: plans it (periodic.Due),
+// enqueues the tick due, if any, and sets e's next wake-up or ends it. It
+// reports whether Enqueue found the Router closed.
+func (r *Router[T]) handlePeriodic(per *periodics[T], e *periodicJob[T], now int64) (closed bool) {
+	if !per.enter() {
+		return true
+	}
+	plan, err := periodic.Due(e.p.Schedule, periodicInterval, e.since, e.last, r.timeAt(now).Round(0), r.opts.Retention)
+	per.leave()
+	if err != nil {
+		e.ended = true
+		r.reportPeriodic(fmt.Sprintf("leaserouter: periodic job %s: %v; its schedule ended", contract.Quote(e.p.Name), err),
+			e.p.Name, !errors.Is(err, periodic.ErrStuck))
+		return false
+	}
+	e.last = plan.Handled
+	if !plan.Tick.IsZero() && r.enqueueTick(per, e, plan.Tick) {
+		return true
+	}
+	if plan.Next.IsZero() {
+		e.ended = true // no more ticks
+		return false
+	}
+	// Next has no monotonic reading: Sub uses the wall clock of the
+	// epoch, the clock r.timeAt(now).Round(0) reads too.
+	e.wake = int64(plan.Next.Sub(r.epoch))
+	return false
+}
+
+// periodicInterval is Interval for periodic.Due.
+func periodicInterval(s periodic.Schedule) (time.Duration, bool) { return Interval(s) }
+
+// enqueueTick enqueues e's job of tick, and reports whether Enqueue found
+// the Router closed.
+func (r *Router[T]) enqueueTick(per *periodics[T], e *periodicJob[T], tick time.Time) (closed bool) {
+	id := TickID(e.p.Name, tick)
+	var payload T
+	if e.p.Payload != nil {
+		if !per.enter() {
+			return true
+		}
+		p := contract.Recovered(func() { payload = e.p.Payload(tick) })
+		per.leave()
+		if p != nil {
+			r.reportPeriodic(fmt.Sprintf("leaserouter: Payload of periodic job %s panicked: %v; tick skipped", contract.Quote(e.p.Name), p), id, true)
+			return false
+		}
+	}
+	per.mu.Lock()
+	removed := e.removed
+	per.mu.Unlock()
+	// Payload may have taken long: a tick as old as the retention may have
+	// had its job, finished and purged already, so it is not enqueued.
+	if removed || r.now() >= addSat(int64(tick.Sub(r.epoch)), r.opts.Retention) {
+		return false
+	}
+	e.opts[len(e.opts)-1] = WithRunAt(tick)
+	err := r.Enqueue(id, payload, e.opts...)
+	switch {
+	case err == nil, errors.Is(err, ErrDuplicate):
+	case errors.Is(err, ErrClosed):
+		return true
+	default:
+		r.reportPeriodic(fmt.Sprintf("leaserouter: periodic job %s: %v; tick skipped", contract.Quote(e.p.Name), err), id, false)
+	}
+	return false
+}
+
+// reportPeriodic reports msg at level Error, as a recovered panic of
+// Backoff is (panicked: counted in Stats.CallbackPanics): queued for the
+// delivery goroutine, which logs it through Options.Logger, or logged to
+// slog.Default() here when the Router has no delivery goroutine (no
+// Logger) or is closed.
+func (r *Router[T]) reportPeriodic(msg, jobID string, panicked bool) {
+	r.mu.Lock()
+	queued := false
+	if r.phase != phaseClosed {
+		if panicked {
+			r.stats.CallbackPanics++
+		}
+		if r.hooked {
+			rec := r.push()
+			rec.kind, rec.jobID, rec.err = kindReport, jobID, errors.New(msg)
+			queued = true
+		}
+	}
+	r.unlockAndDeliver()
+	if !queued {
+		contract.ReportTo(slog.Default(), msg, jobID)
+	}
+}

@@ -164,6 +164,12 @@ func (b coreBackend) Leases(_ context.Context, limit int) ([]leaserouter.Job[str
 	return b.r.Leases(limit)
 }
 
+func (b coreBackend) AddPeriodic(_ context.Context, p leaserouter.Periodic[string]) error {
+	return b.r.AddPeriodic(p)
+}
+
+func (b coreBackend) RemovePeriodic(name string) error { return b.r.RemovePeriodic(name) }
+
 func (b coreBackend) History(context.Context) ([]leaserouter.Minute, error) {
 	return b.r.History(), nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -22,7 +23,7 @@ func Rows() []Row {
 		rowRetention, rowOrder, rowSerialClaims, rowAcquireBlocks, rowCapacity, rowCancel, rowCloseDrains,
 		rowCloseRevokes, rowCloseRevokesLastAttempt, rowEvents, rowEventsExpiry, rowRun, rowRunLeaseLost,
 		rowRunEndsOnlyValid, rowKeepAlive, rowBadInput, rowBadOptions,
-	}, append(append(contractRows(), adminRows()...), attemptRows()...)...)
+	}, slices.Concat(contractRows(), adminRows(), attemptRows(), periodicRows())...)
 }
 
 var rowExpiredRefused = Row{Name: "one valid lease/expired lease refused, job leased again", Test: func(t T, h Harness) {

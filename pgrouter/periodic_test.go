@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -227,6 +228,81 @@ func TestPeriodicCatchUpAfterRestart(t *testing.T) {
 		awaitWakes(t, r, 1)
 		require.Empty(t, tickJobs(t, db, "old", p.Name), "the missed tick is 30 minutes old, Retention 20")
 	})
+}
+
+// The statement that takes a tick decides on its own, on the database's
+// clock, whatever the scheduler planned: it refuses a tick before the
+// first registration, one not yet due, one older than the retention, and
+// one at or before the last tick taken; of two transactions taking the
+// same tick, the second waits for the first and finds it taken, or takes
+// it if the first rolled back (its process died).
+func TestPeriodicTickTakenOnceByTheDatabase(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := t.Context()
+	var since time.Time
+	require.NoError(t, db.QueryRow(ctx, `INSERT INTO leaserouter_periodic (queue, name, since)
+		VALUES ('q', 'p', clock_timestamp() - interval '2 minutes') RETURNING since`).Scan(&since))
+	sql, names := pgrouter.Statement("periodic_tick")
+	// tryTake runs the statement on q (off the test's goroutine too).
+	tryTake := func(q interface {
+		Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+	}, tick time.Time, retention time.Duration) (bool, error) {
+		tag, err := q.Exec(ctx, sql, bindPositional(names, map[string]any{"queue": "q", "name": "p", "tick": tick,
+			"retention_us": retention.Microseconds()})...)
+		return tag.RowsAffected() == 1, err
+	}
+	take := func(q interface {
+		Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+	}, tick time.Time) bool {
+		ok, err := tryTake(q, tick, 10*time.Minute)
+		require.NoError(t, err)
+		return ok
+	}
+	waiting := func() bool {
+		var n int
+		require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%UPDATE leaserouter_periodic%'`).Scan(&n))
+		return n > 0
+	}
+	now := dbNow(t, db)
+	require.False(t, take(db, since.Add(-time.Second)), "a tick before since")
+	require.False(t, take(db, now.Add(time.Minute)), "a tick not yet due")
+	old, err := tryTake(db, now.Add(-time.Minute), 30*time.Second)
+	require.NoError(t, err)
+	require.False(t, old, "a tick older than the retention")
+	require.True(t, take(db, now.Add(-90*time.Second)))
+	require.False(t, take(db, now.Add(-90*time.Second)), "the same tick again")
+	require.False(t, take(db, now.Add(-100*time.Second)), "a tick before the last taken")
+
+	tick := now.Add(-time.Minute)
+	first, err := db.Begin(ctx)
+	require.NoError(t, err)
+	require.True(t, take(first, tick))
+	type result struct {
+		taken bool
+		err   error
+	}
+	second := make(chan result, 1)
+	go func() {
+		ok, err := tryTake(db, tick, 10*time.Minute)
+		second <- result{ok, err}
+	}()
+	eventually(t, 10*time.Second, "the second taker waiting for the first's row", waiting)
+	require.NoError(t, first.Rollback(ctx), "the first taker dies before its commit")
+	require.Equal(t, result{taken: true}, <-second, "the second takes the tick the first never committed")
+
+	tick = dbNow(t, db).Add(-time.Second)
+	first, err = db.Begin(ctx)
+	require.NoError(t, err)
+	require.True(t, take(first, tick))
+	go func() {
+		ok, err := tryTake(db, tick, 10*time.Minute)
+		second <- result{ok, err}
+	}()
+	eventually(t, 10*time.Second, "the second taker waiting for the first's row", waiting)
+	require.NoError(t, first.Commit(ctx))
+	require.Equal(t, result{}, <-second, "the tick the first committed")
 }
 
 // The database's clock decides, never the process's: a Router whose

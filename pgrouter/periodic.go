@@ -66,8 +66,9 @@ type Periodic[T any] = leaserouter.Periodic[T]
 // tick, the latest, and only if it is younger than Retention. Ticks are
 // compared in the database in microseconds.
 //
-// Payload is called on the scheduler's goroutine, outside every lock; a
-// panic in it is recovered, counted in Stats.CallbackPanics, reported at
+// Payload is called on the scheduler's goroutine, outside every lock; it
+// should not block (Close waits for a call in progress). A panic in it is
+// recovered, counted in Stats.CallbackPanics, reported at
 // level Error through Options.Logger (slog.Default() if nil), and skips
 // the tick in this process, as a payload that does not encode as JSON
 // does; a panic in the Schedule's Next ends p's schedule here, reported

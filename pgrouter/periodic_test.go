@@ -474,3 +474,40 @@ func TestPeriodicPayloadPanicSkipsTheTick(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
+
+// Close stops the scheduler and waits for it: a Payload call in progress
+// has returned when Close returns (and no goroutine is left: TestMain's
+// goleak check).
+func TestPeriodicCloseWaitsForTheScheduler(t *testing.T) {
+	t.Parallel()
+	r, _ := newRouter[int](t, pgrouter.Options{})
+	ctx := t.Context()
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	var returned atomic.Bool
+	require.NoError(t, r.AddPeriodic(ctx, pgrouter.Periodic[int]{Name: "slow", Schedule: leaserouter.Every(time.Second),
+		Payload: func(time.Time) int {
+			once.Do(func() { close(entered) })
+			<-release
+			returned.Store(true)
+			return 1
+		}}))
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no Payload call within 10s of Every(1s)")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- r.Close(ctx) }()
+	eventually(t, 10*time.Second, "Close begun", func() bool {
+		return errors.Is(r.RemovePeriodic("slow"), leaserouter.ErrClosed)
+	})
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) while Payload ran", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	require.NoError(t, <-closed)
+	require.True(t, returned.Load(), "Payload had returned when Close returned")
+}

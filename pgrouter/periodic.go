@@ -30,8 +30,9 @@ type Periodic[T any] = leaserouter.Periodic[T]
 //
 // Exactly one job per tick, whatever the number of processes and Routers
 // that schedule p on the queue, as long as at least one of them runs at
-// the tick: every scheduler of the tick tries it, and the database lets
-// one through. Each process wakes at the tick (a timer, not a poll) and
+// the tick (and gets to it before the next tick is due: a scheduler
+// woken later enqueues the latest due tick, skipping older ones): every
+// scheduler of the tick tries it, and the database lets one through. Each process wakes at the tick (a timer, not a poll) and
 // takes the tick in a transaction that also inserts its job: it raises
 // the job's last tick in the table leaserouter_periodic, whose row lock
 // makes the other schedulers of the tick wait for that transaction, then
@@ -39,7 +40,9 @@ type Periodic[T any] = leaserouter.Periodic[T]
 // scheduler that dies before its commit leaves the tick to the others.
 // Behind that, the queue's primary key (queue, id) refuses a second job
 // of the same ID. A tick is never taken twice, even after its job
-// finished and was purged (the table keeps the last tick). There is no
+// finished and was purged or deleted (the table keeps the last tick).
+// The processes of a queue should give a name the same Schedule: the
+// ticks of another would be other jobs, each taken once too. There is no
 // leader to elect: River's periodic jobs could be enqueued twice around a
 // change of leader (riverqueue/river#283, fixed with leadership terms in
 // #1213), and asynq's scheduler enqueues a tick once per running
@@ -72,7 +75,7 @@ type Periodic[T any] = leaserouter.Periodic[T]
 // level Error through Options.Logger (slog.Default() if nil), and skips
 // the tick in this process, as a payload that does not encode as JSON
 // does; a panic in the Schedule's Next ends p's schedule here, reported
-// so. A database error makes the scheduler try again after a backoff
+// so (the name stays added until RemovePeriodic). A database error makes the scheduler try again after a backoff
 // (100ms, doubling up to 5s), each reported at level Warn through
 // Options.Logger (slog.Default() if nil). An enqueued tick's job emits
 // EventEnqueued and counts in Stats.Enqueued, as Enqueue's do.

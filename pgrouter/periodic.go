@@ -42,7 +42,8 @@ type Periodic[T any] = leaserouter.Periodic[T]
 // of the same ID. A tick is never taken twice, even after its job
 // finished and was purged or deleted (the table keeps the last tick).
 // The processes of a queue should give a name the same Schedule: the
-// ticks of another would be other jobs, each taken once too. There is no
+// last tick taken is the name's, whichever schedule made it, and a tick
+// not after it is refused. There is no
 // leader to elect: River's periodic jobs could be enqueued twice around a
 // change of leader (riverqueue/river#283, fixed with leadership terms in
 // #1213), and asynq's scheduler enqueues a tick once per running

@@ -511,3 +511,51 @@ func TestPeriodicCloseWaitsForTheScheduler(t *testing.T) {
 	require.NoError(t, <-closed)
 	require.True(t, returned.Load(), "Payload had returned when Close returned")
 }
+
+// logRecords is a slog.Handler's output, safe for concurrent use.
+type logRecords struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logRecords) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(b)
+}
+
+func (l *logRecords) count(s string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Count(l.buf.String(), s)
+}
+
+// A database error does not end the scheduler: it tries again after a
+// backoff (100ms doubling, a few tries a second, not a spin), reporting
+// each failure at level Warn through the Logger, and enqueues the ticks
+// again once the database answers.
+func TestPeriodicRetriesAfterDatabaseErrors(t *testing.T) {
+	t.Parallel()
+	var logs logRecords
+	r, db := newRouter[int](t, pgrouter.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	ctx := t.Context()
+	require.NoError(t, r.AddPeriodic(ctx, pgrouter.Periodic[int]{Name: "beat", Schedule: leaserouter.Every(time.Second)}))
+	eventually(t, 10*time.Second, "a first tick's job", func() bool { return len(tickJobs(t, db, "default", "beat")) > 0 })
+
+	_, err := db.Exec(ctx, "ALTER TABLE leaserouter_periodic RENAME TO leaserouter_periodic_away")
+	require.NoError(t, err)
+	const failed = `level=WARN msg="pgrouter: periodic jobs: ERROR: relation \"leaserouter_periodic\" does not exist`
+	eventually(t, 10*time.Second, "a failed tick reported", func() bool { return logs.count(failed) > 0 })
+	from := dbNow(t, db)
+	awaitDBTime(t, db, from.Add(2*time.Second))
+	n := logs.count(failed)
+	require.LessOrEqual(t, n, 12, "failures reported in ~2s: a backoff, not a spin")
+	_, err = db.Exec(ctx, "ALTER TABLE leaserouter_periodic_away RENAME TO leaserouter_periodic")
+	require.NoError(t, err)
+	back := dbNow(t, db)
+	eventually(t, 10*time.Second, "a tick's job once the table is back", func() bool {
+		var k int
+		require.NoError(t, db.QueryRow(ctx, "SELECT count(*) FROM leaserouter_jobs WHERE starts_with(id, 'beat@') AND created_at > $1", back).Scan(&k))
+		return k > 0
+	})
+}

@@ -559,3 +559,20 @@ func TestPeriodicRetriesAfterDatabaseErrors(t *testing.T) {
 		return k > 0
 	})
 }
+
+// RemovePeriodic stops this Router's scheduling of the name: after it
+// returns, at most the tick being enqueued then gets a job from it.
+func TestPeriodicRemoveStopsItsTicks(t *testing.T) {
+	t.Parallel()
+	r, db := newRouter[int](t, pgrouter.Options{})
+	ctx := t.Context()
+	require.NoError(t, r.AddPeriodic(ctx, pgrouter.Periodic[int]{Name: "beat", Schedule: leaserouter.Every(time.Second)}))
+	eventually(t, 10*time.Second, "a first tick's job", func() bool { return len(tickJobs(t, db, "default", "beat")) > 0 })
+	require.NoError(t, r.RemovePeriodic("beat"))
+	removed := dbNow(t, db)
+	awaitDBTime(t, db, removed.Add(3*time.Second))
+	var after int
+	require.NoError(t, db.QueryRow(ctx, "SELECT count(*) FROM leaserouter_jobs WHERE starts_with(id, 'beat@') AND created_at > $1",
+		removed).Scan(&after))
+	require.LessOrEqual(t, after, 1, "jobs enqueued in the 3s after RemovePeriodic")
+}

@@ -1,7 +1,5 @@
 -- pgrouter schema, version 10: periodic jobs (Router.AddPeriodic,
--- periodic.go). Version 9 is another change's; Migrate applies the
--- versions above the database's in order, whatever gaps lie between them.
--- Safe to apply again (IF NOT EXISTS).
+-- periodic.go). Safe to apply again (IF NOT EXISTS).
 
 -- One row per queue and periodic job name, shared by every process that
 -- schedules the job: since is the database's clock at the first

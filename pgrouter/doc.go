@@ -170,6 +170,18 @@
 // pgrouter/cmd/leaserouter serves the console of every queue of a
 // database, and does the same from a shell.
 //
+// # Periodic jobs
+//
+// AddPeriodic enqueues a job at each tick of a leaserouter.Schedule, one
+// job per tick whatever the number of processes that schedule it, with
+// no leader: each process's scheduler sleeps until the tick (a timer),
+// and the database lets one of them take it (the periodic job's row in
+// leaserouter_periodic, locked by the transaction that inserts the tick's
+// job). The database's clock decides which tick is due; none before the
+// periodic job's first registration on the queue ever; after every
+// scheduler was down, the first back enqueues the latest missed tick
+// only, if younger than Options.Retention. See AddPeriodic.
+//
 // # Schema
 //
 // Migrate creates the tables leaserouter_jobs (its claim column holds
@@ -179,7 +191,8 @@
 // leaserouter_fences, leaserouter_abandoned_claims (claims and lease
 // operations resolved by their client, kept a day: see Faults) and
 // leaserouter_queues (paused queues), leaserouter_history (History's
-// per-minute counts of each process), the sequences leaserouter_token
+// per-minute counts of each process), leaserouter_periodic (each periodic
+// job's first registration and last tick taken), the sequences leaserouter_token
 // (fencing tokens: cache 1, raised by New above TokenFloor and the Unix
 // time in nanoseconds, never lowered) and leaserouter_job_seq (enqueue
 // order), partial indexes for the ready order, scheduled run-ats, lease

@@ -1,6 +1,9 @@
 package pgrouter
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // ClaimStatements are a claim's first statement (its advisory lock on the
 // claim id, $1) and the claim itself ($1 queue, $2 how many, $3 worker,
@@ -36,3 +39,13 @@ func Statement(name string) (sql string, names []string) {
 // one by one (countCap by default), so tests reach it with few jobs. Not
 // safe while r counts.
 func SetCountCap[T any](r *Router[T], n int64) { r.cap = n }
+
+// SetClockSkew makes r's periodic scheduler read its local clock d ahead
+// of the real one (behind, for a negative d), as a process whose clock
+// is off would. Set it before AddPeriodic.
+func SetClockSkew[T any](r *Router[T], d time.Duration) { r.periodic.skew.Store(int64(d)) }
+
+// PeriodicWakes is how many wake-ups r's periodic scheduler has done
+// (each ends after the ticks it planned were enqueued or skipped): a
+// signal for tests, which read the table after it moved.
+func PeriodicWakes[T any](r *Router[T]) uint64 { return r.periodic.wakes.Load() }

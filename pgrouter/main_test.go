@@ -17,6 +17,9 @@ func TestMain(m *testing.M) {
 	if dsn := os.Getenv(envProcsChild); dsn != "" { // a worker process of BenchmarkProcesses
 		os.Exit(procsChild(dsn))
 	}
+	if dsn := os.Getenv(envPeriodicChild); dsn != "" { // a scheduler process of TestPeriodicOneJobPerTickAcrossKilledProcesses
+		os.Exit(periodicChild(dsn))
+	}
 	code := pgtest.Main(m)
 	if code == 0 {
 		if err := goleak.Find(); err != nil {

@@ -35,6 +35,7 @@ type Router[T any] struct {
 	held        map[*Lease[T]]struct{} // leases granted here and not ended by their holder
 	drained     chan struct{}          // closed when held empties while closing
 	stats       leaserouter.Stats      // totals since New (state counts come from the table)
+	periodic    periodics[T]           // AddPeriodic's jobs and their scheduler (periodic.go)
 
 	ev      *events  // nil unless OnEvent or Logger is set
 	hist    *history // History's counts not yet in the table

@@ -153,4 +153,9 @@ var (
 	listLeases   = statement("leases_list")
 	historyAdd   = statement("history_add")
 	historyRead  = statement("history_read")
+
+	// Periodic jobs (periodic.go).
+	addPeriodic = statement("periodic_add")
+	takeTick    = statement("periodic_tick")
+	readClock   = statement("periodic_clock")
 )

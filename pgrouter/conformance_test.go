@@ -196,6 +196,12 @@ func (b pgBackend) Leases(ctx context.Context, limit int) ([]leaserouter.Job[str
 	return b.r.Leases(ctx, limit)
 }
 
+func (b pgBackend) AddPeriodic(ctx context.Context, p leaserouter.Periodic[string]) error {
+	return b.r.AddPeriodic(ctx, p)
+}
+
+func (b pgBackend) RemovePeriodic(name string) error { return b.r.RemovePeriodic(name) }
+
 func (b pgBackend) History(ctx context.Context) ([]leaserouter.Minute, error) {
 	return b.r.History(ctx)
 }

@@ -22,14 +22,6 @@ import (
 	"github.com/leaserouter/leaserouter/pgrouter/pgtest"
 )
 
-// dbNow is the database's clock.
-func dbNow(t *testing.T, db *pgxpool.Pool) time.Time {
-	t.Helper()
-	var now time.Time
-	require.NoError(t, db.QueryRow(context.Background(), "SELECT clock_timestamp()").Scan(&now))
-	return now
-}
-
 // shifted is a Schedule not aligned to the epoch: its ticks are base + k
 // period for every integer k.
 type shifted struct {

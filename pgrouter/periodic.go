@@ -26,7 +26,8 @@ type Periodic[T any] = leaserouter.Periodic[T]
 // the payload p.Payload(tick) (the zero T if Payload is nil), p.Options
 // and the tick as its run-at. It returns once p is registered (one round
 // trip); the ticks are enqueued by the Router's scheduler goroutine,
-// started by the first AddPeriodic and stopped (and waited for) by Close.
+// started by the first AddPeriodic and stopped (and waited for, until its
+// ctx is done) by Close.
 //
 // Exactly one job per tick, whatever the number of processes and Routers
 // that schedule p on the queue, as long as at least one of them runs at
@@ -71,7 +72,8 @@ type Periodic[T any] = leaserouter.Periodic[T]
 // compared in the database in microseconds.
 //
 // Payload is called on the scheduler's goroutine, outside every lock; it
-// should not block (Close waits for a call in progress). A panic in it is
+// should not block (Close waits for a call in progress until its ctx is
+// done; the goroutine then ends when the call returns). A panic in it is
 // recovered, counted in Stats.CallbackPanics, reported at
 // level Error through Options.Logger (slog.Default() if nil), and skips
 // the tick in this process, as a payload that does not encode as JSON
@@ -143,7 +145,14 @@ func (r *Router[T]) AddPeriodic(ctx context.Context, p Periodic[T]) error {
 		// Under mu with closed false: Close has not begun, so its wait for
 		// r.stopped comes after this Go.
 		r.periodic.running = true
-		r.stopped.Go(r.schedule)
+		done := make(chan struct{})
+		r.periodic.done = done
+		// Not in r.stopped: Close waits for it only until its ctx is done
+		// (see stopped), as a Payload call in progress is user code.
+		go func() {
+			defer close(done)
+			r.schedule()
+		}()
 	}
 	r.periodic.wake()
 	return nil
@@ -182,9 +191,30 @@ type periodics[T any] struct {
 	due     tickHeap[T]                  // the scheduled entries, soonest next first
 	kick    chan struct{}                // cap 1: the set changed, the scheduler plans again
 	running bool                         // the scheduler goroutine was started
+	done    chan struct{}                // closed when the scheduler goroutine ends; nil until it starts
 	offset  time.Duration                // the database's clock less the local one, last measured
 	skew    atomic.Int64                 // nanoseconds added to the local clock: tests only (export_test.go); not under mu
 	wakes   atomic.Uint64                // wake-ups done, a test signal (export_test.go); not under mu
+}
+
+// stopped waits, after Close began, for the scheduler goroutine to end
+// (it ends at its next look at r.closing), or for ctx to be done: a
+// Payload call in progress is user code, waited for only as long as
+// Close's ctx allows (the goroutine ends when the call returns). It
+// returns ctx.Err() if ctx was done first.
+func (r *Router[T]) periodicStopped(ctx context.Context) error {
+	r.mu.Lock()
+	done := r.periodic.done
+	r.mu.Unlock()
+	if done == nil {
+		return nil
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // wake tells the scheduler the set changed. The caller holds mu.

@@ -504,6 +504,40 @@ func TestPeriodicCloseWaitsForTheScheduler(t *testing.T) {
 	require.True(t, returned.Load(), "Payload had returned when Close returned")
 }
 
+// TestPeriodicCloseBoundedByItsCtx: Close waits for a Payload call in
+// progress only until its ctx is done (then it returns ctx's error, as
+// the core's does); the scheduler goroutine ends when the call returns.
+func TestPeriodicCloseBoundedByItsCtx(t *testing.T) {
+	t.Parallel()
+	r, _ := newRouter[int](t, pgrouter.Options{})
+	ctx := t.Context()
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	require.NoError(t, r.AddPeriodic(ctx, pgrouter.Periodic[int]{Name: "stuck", Schedule: leaserouter.Every(time.Second),
+		Payload: func(time.Time) int {
+			once.Do(func() { close(entered) })
+			<-release
+			return 1
+		}}))
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no Payload call within 10s of Every(1s)")
+	}
+	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	closed := make(chan error, 1)
+	go func() { closed <- r.Close(cctx) }()
+	select {
+	case err := <-closed:
+		require.ErrorIs(t, err, context.DeadlineExceeded, "Close's ctx ended while Payload ran")
+	case <-time.After(10 * time.Second):
+		close(release)
+		t.Fatal("Close waited past its ctx for a Payload call")
+	}
+	close(release)
+}
+
 // logRecords is a slog.Handler's output, safe for concurrent use.
 type logRecords struct {
 	mu  sync.Mutex

@@ -85,6 +85,9 @@ var statsCounters = []struct {
 	{"leaserouter.jobs.dead", "{job}", "Jobs that reached the dead state (attempts exhausted or permanent failure).", func(s *leaserouter.Stats) uint64 { return s.Dead }},
 	{"leaserouter.stale_rejections", "{operation}", "Lease operations refused because the lease was lost (fencing at the router).", func(s *leaserouter.Stats) uint64 { return s.StaleRejections }},
 	{"leaserouter.jobs.purged", "{job}", "Finished jobs dropped, at once or after retention.", func(s *leaserouter.Stats) uint64 { return s.Purged }},
+	{"leaserouter.jobs.manual_retries", "{job}", "Finished jobs made pending again by Router.Retry.", func(s *leaserouter.Stats) uint64 { return s.Retried }},
+	{"leaserouter.leases.snoozed", "{lease}", "Leases ended by a snooze (the job ready again later, the attempt not counted).", func(s *leaserouter.Stats) uint64 { return s.Snoozed }},
+	{"leaserouter.callback_panics", "{panic}", "Panics recovered from user callbacks (Backoff, OnEvent, the Logger, periodic jobs' Schedule and Payload).", func(s *leaserouter.Stats) uint64 { return s.CallbackPanics }},
 }
 
 // StateKey is the attribute of leaserouter.jobs giving the jobs' state.

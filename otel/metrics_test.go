@@ -3,6 +3,7 @@ package otel_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -190,4 +191,35 @@ func TestNewAndObserveEdges(t *testing.T) {
 	require.Equal(t, 1, chained)
 	require.NoError(t, m.Close())
 	require.NoError(t, m.Close(), "Close twice")
+}
+
+// fixedStats is a StatsSource giving the same Stats at every collection.
+type fixedStats leaserouter.Stats
+
+func (f fixedStats) Stats() leaserouter.Stats { return leaserouter.Stats(f) }
+
+// TestEveryStatsTotalExported: each uint64 total of Stats is an
+// observable counter, with its own value (a total added to Stats and not
+// exported fails here).
+func TestEveryStatsTotalExported(t *testing.T) {
+	var st leaserouter.Stats
+	v := reflect.ValueOf(&st).Elem()
+	want := map[int64]string{}
+	for i := range v.NumField() {
+		if f := v.Field(i); f.Kind() == reflect.Uint64 {
+			f.SetUint(uint64(1000 + i))
+			want[int64(1000+i)] = v.Type().Field(i).Name
+		}
+	}
+	reader := sdkmetric.NewManualReader()
+	m, err := lrotel.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), lrotel.Options{})
+	require.NoError(t, err)
+	defer m.Close()
+	m.Observe(fixedStats(st))
+	for _, got := range collect(t, reader) {
+		if s, ok := got.Data.(metricdata.Sum[int64]); ok && s.IsMonotonic && len(s.DataPoints) == 1 {
+			delete(want, s.DataPoints[0].Value)
+		}
+	}
+	require.Empty(t, want, "Stats totals with no counter")
 }

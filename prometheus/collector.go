@@ -99,6 +99,9 @@ func NewCollector(opts Options) *Collector {
 		{"dead_total", "Jobs that reached the dead state (attempts exhausted or permanent failure).", func(s *leaserouter.Stats) uint64 { return s.Dead }},
 		{"stale_rejections_total", "Lease operations refused because the lease was lost (fencing at the router).", func(s *leaserouter.Stats) uint64 { return s.StaleRejections }},
 		{"purged_total", "Finished jobs dropped, at once or after retention.", func(s *leaserouter.Stats) uint64 { return s.Purged }},
+		{"manual_retries_total", "Finished jobs made pending again by Router.Retry.", func(s *leaserouter.Stats) uint64 { return s.Retried }},
+		{"snoozed_total", "Leases ended by a snooze (the job ready again later, the attempt not counted).", func(s *leaserouter.Stats) uint64 { return s.Snoozed }},
+		{"callback_panics_total", "Panics recovered from user callbacks (Backoff, OnEvent, the Logger, periodic jobs' Schedule and Payload).", func(s *leaserouter.Stats) uint64 { return s.CallbackPanics }},
 	} {
 		c.counters = append(c.counters, counter{
 			desc:  prom.NewDesc(prom.BuildFQName(ns, "", k.name), k.help, nil, opts.ConstLabels),

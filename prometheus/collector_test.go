@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	prom "github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
@@ -268,4 +270,37 @@ func TestCollectorBeforeObserve(t *testing.T) {
 	c.Observe(nil)
 	require.Zero(t, testutil.CollectAndCount(c, "jobs_jobs"))
 	require.NotNil(t, c.Chain(nil), "Chain(nil) is OnEvent alone")
+}
+
+// fixedStats is a StatsSource giving the same Stats at every scrape.
+type fixedStats leaserouter.Stats
+
+func (f fixedStats) Stats() leaserouter.Stats { return leaserouter.Stats(f) }
+
+// TestEveryStatsTotalExported: each uint64 total of Stats is a counter,
+// with its own value (a total added to Stats and not exported fails
+// here).
+func TestEveryStatsTotalExported(t *testing.T) {
+	var st leaserouter.Stats
+	v := reflect.ValueOf(&st).Elem()
+	want := map[float64]string{}
+	for i := range v.NumField() {
+		if f := v.Field(i); f.Kind() == reflect.Uint64 {
+			f.SetUint(uint64(1000 + i))
+			want[float64(1000+i)] = v.Type().Field(i).Name
+		}
+	}
+	c := lrprom.NewCollector(lrprom.Options{})
+	c.Observe(fixedStats(st))
+	ch := make(chan prom.Metric, 64)
+	c.Collect(ch)
+	close(ch)
+	for m := range ch {
+		var pb dto.Metric
+		require.NoError(t, m.Write(&pb))
+		if pb.Counter != nil {
+			delete(want, pb.Counter.GetValue())
+		}
+	}
+	require.Empty(t, want, "Stats totals with no counter")
 }

@@ -38,7 +38,8 @@ import (
 // end, and returns nil: Close with a done ctx revokes at once, and a later
 // Close(ctx) waits for the last events. Called from OnEvent, Close does all
 // of this except wait for the delivery it is part of (or, if Close was
-// called before, returns nil at once). A nil ctx means
+// called before, returns nil at once); called from a periodic job's
+// Payload or Schedule.Next, likewise for that call. A nil ctx means
 // context.Background().
 func (r *Router[T]) Close(ctx context.Context) error {
 	if ctx == nil {
@@ -47,10 +48,14 @@ func (r *Router[T]) Close(ctx context.Context) error {
 	r.mu.Lock()
 	// Close from an OnEvent hook must not wait for the delivery it is part
 	// of: the delivery goroutine goes on once the hook returns.
-	fromHook := r.hooked && goid.Current() == r.dl.goid.Load()
+	g := goid.Current()
+	fromHook := r.hooked && g == r.dl.goid.Load()
+	// Nor from a periodic job's Payload or Schedule.Next once Close has
+	// begun: the first Close waits for that very call to return.
+	fromPeriodic := r.per != nil && g == r.per.goid.Load()
 	if r.phase != phaseOpen {
 		r.unlockAndDeliver()
-		if !fromHook {
+		if !fromHook && !fromPeriodic {
 			// Wait for the first call, and for delivery even if the first
 			// call's ctx cut it short: Close(done ctx) to revoke at once,
 			// then Close(ctx) to wait for the last events.

@@ -49,3 +49,22 @@ func TestTimeoutsInterned(t *testing.T) {
 	require.Equal(t, time.Duration(1), get(t, r, "0").Timeout)
 	require.EqualValues(t, held+1, r.Stats().Enqueued)
 }
+
+// TestWithTimeoutNotExhaustedByPurgedJobs: WithTimeout's doc refuses only
+// a negative d, so a Router that has held many jobs with distinct
+// timeouts, all of them gone (deleted) or refused, still accepts a new
+// job's WithTimeout: the record of a duration no job has any more is not
+// kept for ever.
+func TestWithTimeoutNotExhaustedByPurgedJobs(t *testing.T) {
+	r := setup(t, leaserouter.Options{})
+	const held = 1<<16 - 1
+	for i := range held {
+		id := fmt.Sprint(i)
+		require.NoError(t, r.Enqueue(id, "", leaserouter.WithTimeout(time.Duration(i+1))))
+		require.NoError(t, r.Delete(id))
+	}
+	require.Zero(t, r.Stats().Pending, "no job left")
+	// A deadline-derived timeout, as a caller computing it from time.Until would pass.
+	require.NoError(t, r.Enqueue("next", "", leaserouter.WithTimeout(held+1)),
+		"no job holds any of the earlier durations: a new one must be accepted")
+}

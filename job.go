@@ -111,7 +111,9 @@ func WithMaxAttempts(n int) EnqueueOption { return EnqueueOption{kind: optMaxAtt
 // fails the attempt as any error does (retried after Backoff). The lease
 // is heartbeated until the handler returns: a timeout is not a lost lease.
 // It overrides WorkerOptions.Timeout; 0 (the default) leaves that in
-// force; a negative d makes Enqueue return ErrInvalidJob. Acquire's
+// force; a negative d makes Enqueue return ErrInvalidJob, as does a d
+// that would be the 65,536th distinct duration the Router's jobs hold at
+// one time (a job's duration is held until the job is dropped). Acquire's
 // callers read it from Job.Timeout and apply it themselves.
 func WithTimeout(d time.Duration) EnqueueOption { return EnqueueOption{kind: optTimeout, d: d} }
 

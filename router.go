@@ -198,16 +198,19 @@ func (r *Router[T]) Enqueue(id string, payload T, opts ...EnqueueOption) error {
 	j, grow := new(job[T]), r.prealloc() // before the lock (reserve.go)
 	now, err := r.lockOpen(true, nil)
 	if err != nil {
+		r.tmo.release(spec.tmo)
 		return err
 	}
 	r.stock(grow)
 	known, pos := r.jobs.Find(id, spec.hash)
 	if known != nil {
 		r.duplicate(id, known, now)
+		r.tmo.release(spec.tmo)
 		r.unlockAndDeliver()
 		return fmt.Errorf("%w: %q", ErrDuplicate, id)
 	}
 	if c := r.opts.Capacity; c > 0 && r.unfinished() >= c {
+		r.tmo.release(spec.tmo)
 		r.unlockAndDeliver()
 		return fmt.Errorf("%w: %d unfinished jobs", ErrFull, c)
 	}

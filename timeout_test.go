@@ -68,3 +68,45 @@ func TestWithTimeoutNotExhaustedByPurgedJobs(t *testing.T) {
 	require.NoError(t, r.Enqueue("next", "", leaserouter.WithTimeout(held+1)),
 		"no job holds any of the earlier durations: a new one must be accepted")
 }
+
+// TestWithTimeoutGivenBackWhenRefused: a duration parsed for a job that is
+// then refused (a duplicate, ErrFull, ErrClosed, a batch with an invalid
+// job or refused whole, a batch's duplicates) is given back, as it is when
+// its job is dropped; Retry's fresh record keeps its job's.
+func TestWithTimeoutGivenBackWhenRefused(t *testing.T) {
+	r := setup(t, leaserouter.Options{Capacity: 3})
+	held := func() int { return leaserouter.TimeoutsHeld(r) }
+	tmo := func(d time.Duration) []leaserouter.EnqueueOption {
+		return []leaserouter.EnqueueOption{leaserouter.WithTimeout(d)}
+	}
+	require.NoError(t, r.Enqueue("a", "", tmo(time.Second)...))
+	require.Equal(t, 1, held())
+	require.ErrorIs(t, r.Enqueue("a", "", tmo(2*time.Second)...), leaserouter.ErrDuplicate)
+	require.Equal(t, 1, held(), "a duplicate gives its duration back")
+	_, err := r.EnqueueMany([]leaserouter.JobSpec[string]{{ID: "b", Options: tmo(3 * time.Second)},
+		{ID: "c", Options: tmo(4 * time.Second)}, {ID: "", Options: tmo(5 * time.Second)}})
+	require.ErrorIs(t, err, leaserouter.ErrInvalidJob)
+	require.Equal(t, 1, held(), "a batch with an invalid job gives back what it parsed")
+	dups, err := r.EnqueueMany([]leaserouter.JobSpec[string]{{ID: "a", Options: tmo(6 * time.Second)},
+		{ID: "b", Options: tmo(time.Second)}, {ID: "b", Options: tmo(7 * time.Second)}})
+	require.NoError(t, err)
+	require.Equal(t, []int{0, 2}, dups)
+	require.Equal(t, 1, held(), "a batch's duplicates give theirs back; b shares a's")
+	require.NoError(t, r.Enqueue("c", "", tmo(8*time.Second)...))
+	require.ErrorIs(t, r.Enqueue("d", "", tmo(9*time.Second)...), leaserouter.ErrFull)
+	_, err = r.EnqueueMany([]leaserouter.JobSpec[string]{{ID: "d", Options: tmo(10 * time.Second)}})
+	require.ErrorIs(t, err, leaserouter.ErrFull)
+	require.Equal(t, 2, held(), "refused for Capacity: given back")
+	l := acquire(t, r, "w")
+	require.NoError(t, l.Complete())
+	require.NoError(t, r.Retry(l.JobID))
+	require.Equal(t, 2, held(), "Retry's fresh record holds its job's")
+	require.NoError(t, r.Delete("c"))
+	require.Equal(t, 1, held(), "a dropped job gives its duration back")
+	require.NoError(t, r.Audit())
+	require.NoError(t, r.Close(t.Context()))
+	require.ErrorIs(t, r.Enqueue("e", "", tmo(11*time.Second)...), leaserouter.ErrClosed)
+	_, err = r.EnqueueMany([]leaserouter.JobSpec[string]{{ID: "e", Options: tmo(12 * time.Second)}})
+	require.ErrorIs(t, err, leaserouter.ErrClosed)
+	require.Equal(t, 1, held(), "refused after Close: given back")
+}

@@ -298,6 +298,7 @@ func (r *Router[T]) drop(j *job[T], at int64) {
 	r.counts[j.state]--
 	r.stats.Purged++
 	r.emit(EventPurged, at, j, nil, j.token, nil)
+	r.tmo.release(j.tmo)
 	r.forget(j)
 }
 

@@ -68,8 +68,8 @@ type Event struct {
 	// previous lease expired, so Wait is the time from that expiry to this
 	// lease (how long a crashed worker's job waited).
 	Requeued bool
-	// Held, on completed, failed, released, lease_expired and canceled (of
-	// a leased job): how long the lease was held, from its grant to the
+	// Held, on completed, failed, released, snoozed, lease_expired and
+	// canceled (of a leased job): how long the lease was held, from its grant to the
 	// transition (for lease_expired, to the expiry instant). On completed
 	// and failed it is the job's run time.
 	Held time.Duration

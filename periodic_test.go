@@ -590,7 +590,7 @@ func badPeriodicRows() []badRow {
 		return p
 	}
 	inv := leaserouter.ErrInvalidOptions
-	room := leaserouter.MaxIDBytes - 36 // the tick's room: "@" and up to 35 bytes of time stamp
+	room := leaserouter.MaxIDBytes - 40 // the tick's room: "@" and up to 39 bytes of time stamp
 	rows := []badRow{
 		add("empty Name is ErrInvalidOptions", hourly(""), inv, "Periodic.Name is empty"),
 		add("Name of MaxIDBytes less the tick's room + 1 is ErrInvalidOptions", hourly(strings.Repeat("x", room+1)), inv,

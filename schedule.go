@@ -69,7 +69,7 @@ type Periodic[T any] struct {
 	// Name identifies the periodic job on its Router (pgrouter: its
 	// queue) and starts the ID of every job it makes (see TickID). It
 	// follows the rule for IDs (see MaxIDBytes) with room for the tick
-	// ("@" and a time stamp, up to 36 bytes).
+	// ("@" and a time stamp, up to 40 bytes).
 	Name string
 	// Schedule gives the ticks. Required.
 	Schedule Schedule
@@ -92,11 +92,11 @@ func TickID(name string, tick time.Time) string {
 	return name + "@" + tick.UTC().Format(time.RFC3339Nano)
 }
 
-// maxTickSuffix is the longest "@" + RFC3339Nano time stamp in UTC
-// ("@2006-01-02T15:04:05.999999999Z"), the room a periodic job's Name
-// leaves for it: 31 bytes for years 0-9999; 36 leaves room for the years
-// time.Time can hold beyond.
-const maxTickSuffix = 36
+// maxTickSuffix is the longest "@" + RFC3339Nano time stamp in UTC a
+// time.Time can give: 31 bytes for years 0-9999
+// ("@2006-01-02T15:04:05.999999999Z"), 40 for the signed 12-digit years
+// at the ends of its range. A periodic job's Name leaves room for it.
+const maxTickSuffix = 40
 
 // CheckPeriodic checks a Periodic's fields as AddPeriodic does on every
 // backend, returning nil or an error wrapping ErrInvalidOptions that names

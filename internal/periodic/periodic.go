@@ -40,8 +40,9 @@ type Plan struct {
 type Interval func(s Schedule) (d time.Duration, ok bool)
 
 // maxSteps bounds the calls of Next at one wake-up: a schedule with more
-// ticks than that in the window of the retention is stepped through its
-// last maxSteps ticks' worth of time only (see Due).
+// ticks than that in the window of the retention is stepped through it
+// maxSteps ticks per wake-up (Due returns a Next not after now: the
+// caller wakes again at once and goes on from Handled).
 const maxSteps = 1 << 16
 
 // ErrStuck: the schedule's Next did not move forward (returned an instant

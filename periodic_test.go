@@ -146,7 +146,7 @@ func (d *tickDriver) run(dur time.Duration) {
 func (d *tickDriver) pause(stall time.Duration) (p, latest time.Time) {
 	p = d.s.Next(time.Now())
 	release := d.p.set(p)
-	time.Sleep(p.Add(stall).Sub(time.Now()))
+	time.Sleep(time.Until(p.Add(stall)))
 	synctest.Wait()
 	now := time.Now()
 	close(release)
@@ -219,7 +219,7 @@ func TestPeriodicOneJobPerTick(t *testing.T) {
 		d.close()
 
 		sleep(100 * time.Second) // no Router: no job, and the next Router does not catch up
-		sleep(d.s.Next(time.Now()).Sub(time.Now()))
+		sleep(time.Until(d.s.Next(time.Now())))
 		d.open() // at a tick's instant: that tick gets its job
 		d.run(time.Second)
 		require.Equal(t, d.handled.Add(-time.Second), d.want[0].tick)

@@ -121,6 +121,7 @@ func TestPeriodicCallsRefuseBadInput(t *testing.T) {
 	require.Zero(t, rows, "nothing registered by a refused AddPeriodic")
 
 	p := pgrouter.Periodic[int]{Name: "report", Schedule: every}
+	//lint:ignore SA1012 a nil ctx is documented to mean context.Background()
 	require.NoError(t, r.AddPeriodic(nil, p), "a nil ctx is context.Background()")
 	err := r.AddPeriodic(ctx, p)
 	require.ErrorIs(t, err, leaserouter.ErrInvalidOptions, "a name added already")

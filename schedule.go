@@ -76,6 +76,10 @@ type Periodic[T any] struct {
 	// Payload gives the payload of the job of a tick; nil gives the zero
 	// T. It is called outside every lock, on the scheduler's goroutine; a
 	// panic is recovered and skips that tick (reported at level Error).
+	// The tick is an instant; its Location is the one Schedule.Next
+	// returns for the scheduler's clock reading (a robfig/cron schedule
+	// keeps its argument's: UTC on pgrouter, time.Local in the core), so
+	// format a calendar date with tick.In(loc) for the schedule's zone.
 	Payload func(tick time.Time) T
 	// Options apply to every job it makes (WithPriority, WithMaxAttempts,
 	// WithTimeout); WithRunAt and WithDelay are refused: the tick is the

@@ -229,10 +229,10 @@ func TestSnoozeRacingHeartbeatIsNoRefusal(t *testing.T) {
 	})
 	close(g.open)
 	require.NoError(t, <-done)
-	require.NoError(t, r.Close(ctx))
-
 	var lost *leaserouter.LeaseLostError
 	require.False(t, errors.As(context.Cause(kctx), &lost), "KeepAlive's ctx ended as lost: %v", context.Cause(kctx))
+	stop()
+	require.NoError(t, r.Close(ctx)) // every event delivered
 	require.Empty(t, log.of(leaserouter.EventStaleRejected), "a refusal reported for the holder's own snooze")
 	s, err := r.Stats(t.Context())
 	require.NoError(t, err)

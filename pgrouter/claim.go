@@ -343,7 +343,7 @@ func (r *Router[T]) readClaim(res pgx.BatchResults, workerID string, sent time.T
 		l := &Lease[T]{JobID: id, Attempt: int(attempt), Token: leaserouter.Token(token), WorkerID: workerID,
 			Progress: progress, r: r, expiry: expiry, proven: sent.Add(r.opts.LeaseDuration),
 			granted: granted, wait: max(0, granted.Sub(readyAt)), requeued: requeued,
-			timeout: time.Duration(timeout) * time.Microsecond}
+			timeout: microsDuration(timeout)}
 		if l.Payload, err = decode[T](id, payload); err != nil {
 			c.bad, c.badPayload[l] = append(c.bad, l), err
 			continue

@@ -187,7 +187,8 @@
 // Migrate creates the tables leaserouter_jobs (its claim column holds
 // the id of the claim that granted a job's latest lease, its leased_at
 // column that lease's grant instant, for Event.Held, its timeout_us
-// column the job's WithTimeout),
+// column the job's WithTimeout, read only where timeout_of, set with it,
+// is the row's created_at),
 // leaserouter_fences, leaserouter_abandoned_claims (claims and lease
 // operations resolved by their client, kept a day: see Faults) and
 // leaserouter_queues (paused queues), leaserouter_history (History's

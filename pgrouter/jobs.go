@@ -79,7 +79,7 @@ func jobOf[T any](jr *jobRow) (leaserouter.Job[T], error) {
 	j.Priority, j.Attempt, j.MaxAttempts = int(jr.prio), int(jr.att), int(jr.maxAtt)
 	j.Token, j.Owner, j.Progress, j.LastError = leaserouter.Token(jr.token), jr.owner, jr.progress, jr.lastErr
 	j.CreatedAt, j.UpdatedAt = jr.created, jr.upd
-	j.Timeout = time.Duration(jr.timeoutUS) * time.Microsecond
+	j.Timeout = microsDuration(jr.timeoutUS)
 	switch j.State {
 	case leaserouter.StateLeased:
 		j.LeaseExpiry = *jr.expiry

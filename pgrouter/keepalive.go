@@ -416,14 +416,14 @@ func (r *Router[T]) heartbeatAll(ctx context.Context, q querier, ls []*Lease[T],
 }
 
 // endedByHolder reports whether row (found) shows l ended by its own
-// holder — completed, failed or released with l's token — rather than
+// holder — completed, failed, released or snoozed with l's token — rather than
 // lost: a heartbeat round that raced the holder's own operation.
 func endedByHolder[T any](l *Lease[T], row opResult, found bool) bool {
 	if !found || row.token == nil || leaserouter.Token(*row.token) != l.Token || row.ended == nil {
 		return false
 	}
 	switch leaserouter.LostReason(*row.ended) {
-	case leaserouter.LostCompleted, leaserouter.LostFailed, leaserouter.LostReleased:
+	case leaserouter.LostCompleted, leaserouter.LostFailed, leaserouter.LostReleased, leaserouter.LostSnoozed:
 		return !isState(row.was, leaserouter.StateLeased)
 	}
 	return false

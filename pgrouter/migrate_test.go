@@ -26,6 +26,7 @@ func toSchemaV2(t *testing.T, db *pgxpool.Pool) {
 	_, err := db.Exec(t.Context(), `DROP STATISTICS leaserouter_jobs_queue_state; DROP FUNCTION leaserouter_count_estimate;
 		DROP TABLE leaserouter_queues; DROP TABLE leaserouter_history; DROP INDEX leaserouter_jobs_order;
 		ALTER TABLE leaserouter_jobs DROP COLUMN leased_at; ALTER TABLE leaserouter_jobs DROP COLUMN timeout_us;
+		ALTER TABLE leaserouter_jobs DROP COLUMN timeout_of;
 		DROP FUNCTION leaserouter_end_lease; DROP FUNCTION leaserouter_lease_valid;
 		DROP FUNCTION leaserouter_past_retention; DROP FUNCTION leaserouter_hand_back;
 		DROP INDEX leaserouter_jobs_ready; DROP INDEX leaserouter_jobs_scheduled;

@@ -79,7 +79,8 @@ type Periodic[T any] = leaserouter.Periodic[T]
 // the tick in this process, as a payload that does not encode as JSON
 // does; a panic in the Schedule's Next ends p's schedule here, reported
 // so (the name stays added until RemovePeriodic). A database error makes the scheduler try again after a backoff
-// (100ms, doubling up to 5s), each reported at level Warn through
+// (100ms, doubling up to 5s; a tick's error delays only its own periodic
+// job, the others go on at their ticks), each reported at level Warn through
 // Options.Logger (slog.Default() if nil). An enqueued tick's job emits
 // EventEnqueued and counts in Stats.Enqueued, as Enqueue's do.
 //
@@ -230,11 +231,12 @@ func (p *periodics[T]) wake() {
 // scheduler, while it is out of due (popped under mu).
 type periodicEntry[T any] struct {
 	p     Periodic[T]
-	since time.Time // the first registration of (queue, name) ever, database clock
-	last  time.Time // the latest tick handled here, or taken by anyone as AddPeriodic read it; zero: none
-	next  time.Time // when to plan it again, database clock
-	index int       // in due; -1 when out of it
-	ready bool      // AddPeriodic's round trip succeeded
+	since time.Time     // the first registration of (queue, name) ever, database clock
+	last  time.Time     // the latest tick handled here, or taken by anyone as AddPeriodic read it; zero: none
+	next  time.Time     // when to plan it again, database clock
+	index int           // in due; -1 when out of it
+	ready bool          // AddPeriodic's round trip succeeded
+	retry time.Duration // the backoff after a database error of its tick; 0: none (written by the scheduler only)
 }
 
 // tickHeap orders entries by next (container/heap).
@@ -320,7 +322,10 @@ func (r *Router[T]) schedule() {
 
 // wakeUp reads the database's clock (measuring the offset of the local
 // clock), then plans and enqueues each periodic job whose next is due on
-// it. On a database error the entries not done stay due, for the retry.
+// it. It returns only the clock's error (the caller retries after a
+// backoff). A database error of one periodic job's tick leaves that job
+// due again after its own backoff (e.retry), reported: the others go on
+// at their ticks, whatever one of them keeps failing on.
 func (r *Router[T]) wakeUp(ctx context.Context) error {
 	var now time.Time
 	offset, err := r.dbClockOffset(func() error { return r.db.QueryRow(ctx, readClock).Scan(&now) }, &now)
@@ -334,25 +339,32 @@ func (r *Router[T]) wakeUp(ctx context.Context) error {
 		due = append(due, heap.Pop(&r.periodic.due).(*periodicEntry[T]))
 	}
 	r.mu.Unlock()
-	var failed error
-	done := 0
 	for _, e := range due {
-		if failed = r.planTick(ctx, e, now); failed != nil {
+		if ctx.Err() != nil {
+			break // Close began: the rest stay as they are
+		}
+		err := r.planTick(ctx, e, now)
+		if err == nil {
+			e.retry = 0
+			continue
+		}
+		if ctx.Err() != nil {
 			break
 		}
-		done++
+		e.retry = min(max(2*e.retry, periodicRetryMin), periodicRetryMax)
+		e.next = now.Add(e.retry) // e.last unchanged: the tick is planned again then
+		r.logPeriodic(slog.LevelWarn, fmt.Sprintf("pgrouter: periodic jobs: %v; trying again in %v", err, e.retry), "")
 	}
 	defer r.periodic.wakes.Add(1)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for i, e := range due {
-		// Back in due unless removed meanwhile or its schedule ended; those
-		// not done keep their next, due now: the retry takes them.
-		if r.periodic.byName[e.p.Name] == e && (i >= done || !e.next.IsZero()) {
+	for _, e := range due {
+		// Back in due unless removed meanwhile or its schedule ended.
+		if r.periodic.byName[e.p.Name] == e && !e.next.IsZero() {
 			heap.Push(&r.periodic.due, e)
 		}
 	}
-	return failed
+	return nil
 }
 
 // planTick plans e at now on the shared rule (periodic.Due) and enqueues

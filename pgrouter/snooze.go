@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/leaserouter/leaserouter"
@@ -73,6 +74,16 @@ func ceilMicros(d time.Duration) int64 {
 		us++
 	}
 	return us
+}
+
+// microsDuration is us microseconds (a timeout_us column) as a Duration,
+// saturated at the largest one: ceilMicros rounds a WithTimeout near
+// math.MaxInt64 up past what a Duration holds.
+func microsDuration(us int64) time.Duration {
+	if us > math.MaxInt64/int64(time.Microsecond) {
+		return math.MaxInt64
+	}
+	return time.Duration(us) * time.Microsecond
 }
 
 // limit is the timeout of l's attempt in Run: the job's WithTimeout if

@@ -197,7 +197,12 @@ func (w *worker[T]) run(l *Lease[T], h *held, lctx context.Context) {
 		if err = checkSnooze(d); err == nil {
 			u.r.endOrLater(ctx, l, leaserouter.LostSnoozed, func(ctx context.Context) error { return l.Snooze(ctx, d) })
 			return
-		} // a negative delay fails the attempt with Snooze's error
+		}
+		// A negative delay fails the attempt with Snooze's error, even
+		// while stopping, as in the core: the handler's mistake, not one
+		// it may not have had.
+		u.r.endOrLater(ctx, l, leaserouter.LostFailed, func(ctx context.Context) error { return l.Fail(ctx, err) })
+		return
 	}
 	// Stopping, or the lease could not be proven: an error hands the job
 	// back rather than count a failure the handler may not have had.

@@ -7,6 +7,13 @@
 -- A constant default: adding the column changes the catalog only (no
 -- rewrite of the table, PostgreSQL 11 and later).
 ALTER TABLE leaserouter_jobs ADD COLUMN IF NOT EXISTS timeout_us bigint NOT NULL DEFAULT 0;
+-- The created_at of the job whose WithTimeout timeout_us is: the
+-- statements read timeout_us only where timeout_of = created_at, else 0.
+-- A process of an earlier version that replaces a purged job's row sets
+-- neither column but a new created_at, so the purged job's timeout does
+-- not pass to its job. NULL (no default: a catalog change only) in rows
+-- written before this version.
+ALTER TABLE leaserouter_jobs ADD COLUMN IF NOT EXISTS timeout_of timestamptz;
 
 -- leaserouter_end_lease of version 3, with one more reason: 'snoozed'
 -- (Lease.Snooze) never makes a job dead, whatever its attempts: it is

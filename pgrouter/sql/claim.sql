@@ -31,4 +31,5 @@ UPDATE leaserouter_jobs j SET
 	lease_expires_at = c.now + @lease_us * interval '1 microsecond', updated_at = c.now, leased_at = c.now
 FROM t, unnest(t.ids, t.tokens) AS n(id, token), c
 WHERE j.queue = @queue AND j.id = n.id AND n.token > 0
-RETURNING j.id, j.payload, j.attempt, j.token, j.progress, j.lease_expires_at, j.updated_at, j.ready_at, j.requeued, j.timeout_us
+RETURNING j.id, j.payload, j.attempt, j.token, j.progress, j.lease_expires_at, j.updated_at, j.ready_at, j.requeued,
+	CASE WHEN j.timeout_of = j.created_at THEN j.timeout_us ELSE 0 END

@@ -1,6 +1,7 @@
 -- Inserts the jobs of the arrays @ids, @priorities, @max_attempts,
 -- @payloads, @run_at, @delay_us, @timeout_us (each attempt's limit, 0 for
--- none) into @queue at the database's clock:
+-- none; timeout_of marks it the job's: migration 0009) into @queue at
+-- the database's clock:
 -- pending at once, or scheduled until their run-at (a given run_at, or
 -- now + delay_us). Their enqueue order (seq) is taken in array order; the
 -- rows are then inserted in ID order, the order in which every batch
@@ -27,14 +28,15 @@ v AS (
 		ORDER BY r.ord) x),
 ins AS (
 	INSERT INTO leaserouter_jobs AS j (queue, id, seq, state, priority, ready_at, max_attempts, payload, timeout_us,
-		created_at, updated_at)
+		timeout_of, created_at, updated_at)
 	SELECT @queue, id, seq, CASE WHEN ready > now THEN 'scheduled'::leaserouter_job_state ELSE 'pending'::leaserouter_job_state END,
-		priority, ready, max_attempts, payload::jsonb, timeout_us, now, now
+		priority, ready, max_attempts, payload::jsonb, timeout_us, now, now, now
 	FROM v ORDER BY id
 	ON CONFLICT (queue, id) DO UPDATE SET
 		seq = excluded.seq, state = excluded.state, priority = excluded.priority, ready_at = excluded.ready_at,
 		requeued = false, attempt = 0, max_attempts = excluded.max_attempts, token = 0, owner = '',
 		lease_expires_at = NULL, ended = '', payload = excluded.payload, timeout_us = excluded.timeout_us,
+		timeout_of = excluded.timeout_of,
 		progress = NULL, last_error = '',
 		created_at = excluded.created_at, updated_at = excluded.updated_at, purge_at = NULL
 	WHERE leaserouter_past_retention(j.state, j.purge_at)

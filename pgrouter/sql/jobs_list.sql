@@ -17,7 +17,8 @@
 SELECT j.* FROM unnest(@states::text[]::leaserouter_job_state[]) AS s(state),
 LATERAL (
 	SELECT id, payload, state::text, priority, attempt, max_attempts, token, owner, lease_expires_at, ready_at,
-		progress, last_error, created_at, updated_at, timeout_us, seq
+		progress, last_error, created_at, updated_at,
+		CASE WHEN timeout_of = created_at THEN timeout_us ELSE 0 END AS timeout_us, seq
 	FROM leaserouter_jobs
 	WHERE queue = @queue AND state = s.state AND seq < @before
 		AND starts_with(id, @prefix)

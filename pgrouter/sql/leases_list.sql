@@ -2,7 +2,7 @@
 -- (the index of leased jobs by expiry, leaserouter_jobs_leased), with
 -- the columns of a job as Get reads them.
 SELECT id, payload, state::text, priority, attempt, max_attempts, token, owner, lease_expires_at, ready_at,
-	progress, last_error, created_at, updated_at, timeout_us
+	progress, last_error, created_at, updated_at, CASE WHEN timeout_of = created_at THEN timeout_us ELSE 0 END
 FROM leaserouter_jobs
 WHERE queue = @queue AND state = 'leased'
 ORDER BY lease_expires_at

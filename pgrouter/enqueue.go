@@ -54,11 +54,19 @@ func addJob[T any](b *batch, r *Router[T], i int, id string, payload T, opts []l
 
 // insert runs insertJobs for b on q and returns the IDs inserted, with
 // the instant each was, and an EventPurged for each finished job past its
-// retention whose row an inserted job took.
+// retention whose row an inserted job took. It first waits for room in
+// the event backlog (see insertRoomed).
 func (r *Router[T]) insert(ctx context.Context, q querier, b *batch) (map[string]time.Time, []leaserouter.Event, error) {
 	if err := r.ev.awaitRoom(ctx); err != nil {
 		return nil, nil, err
 	}
+	return r.insertRoomed(ctx, q, b)
+}
+
+// insertRoomed is insert without the wait for room, for a caller that
+// waited before it took locks a wait must not hold (a periodic job's
+// row: a slow hook here would stall that job's ticks in every process).
+func (r *Router[T]) insertRoomed(ctx context.Context, q querier, b *batch) (map[string]time.Time, []leaserouter.Event, error) {
 	rows, err := q.Query(ctx, insertJobs, args{"queue": r.opts.Queue, "channel": channel, "ids": b.ids,
 		"priorities": b.priority, "max_attempts": b.maxAtt, "payloads": b.payload, "run_at": b.runAt, "delay_us": b.delay,
 		"timeout_us": b.timeout})

@@ -223,23 +223,27 @@ func await(t *testing.T, ch <-chan struct{}, what string) {
 // marker from its statement (one for all: every end of a lease goes
 // through leases_end.sql, whose call of leaserouter_end_lease takes its
 // reason as a parameter; settle_expired.sql's passes a literal), the job state it leaves (a first attempt of
-// MaxAttempts 3, with the default backoff) and the reason a later
-// operation is refused with.
+// MaxAttempts 3, with the default backoff), the attempt count it leaves
+// (a snooze's is not counted) and the reason a later operation is refused
+// with.
 const endMarker = "leaserouter_end_lease($"
 
 var endingOps = []struct {
-	name   string
-	marker string
-	state  leaserouter.State
-	reason leaserouter.LostReason
-	call   func(context.Context, *pgrouter.Lease[int]) error
+	name    string
+	marker  string
+	state   leaserouter.State
+	attempt int
+	reason  leaserouter.LostReason
+	call    func(context.Context, *pgrouter.Lease[int]) error
 }{
-	{"Complete", endMarker, leaserouter.StateSucceeded, leaserouter.LostCompleted,
+	{"Complete", endMarker, leaserouter.StateSucceeded, 1, leaserouter.LostCompleted,
 		func(ctx context.Context, l *pgrouter.Lease[int]) error { return l.Complete(ctx) }},
-	{"Fail", endMarker, leaserouter.StateScheduled, leaserouter.LostFailed,
+	{"Fail", endMarker, leaserouter.StateScheduled, 1, leaserouter.LostFailed,
 		func(ctx context.Context, l *pgrouter.Lease[int]) error { return l.Fail(ctx, errors.New("boom")) }},
-	{"Release", endMarker, leaserouter.StatePending, leaserouter.LostReleased,
+	{"Release", endMarker, leaserouter.StatePending, 1, leaserouter.LostReleased,
 		func(ctx context.Context, l *pgrouter.Lease[int]) error { return l.Release(ctx) }},
+	{"Snooze", endMarker, leaserouter.StateScheduled, 0, leaserouter.LostSnoozed,
+		func(ctx context.Context, l *pgrouter.Lease[int]) error { return l.Snooze(ctx, time.Hour) }},
 }
 
 // waitingFor reports whether a backend of db's server waits for a lock
@@ -312,7 +316,7 @@ func TestUnknownCommitOutcome(t *testing.T) {
 			t.Logf("%s returned nil after its statement committed (cancel requests dropped: %d)", op.name, p.cancels.Load())
 			st, attempt := jobState(t, base, "a")
 			require.Equal(t, op.state, st)
-			require.Equal(t, 1, attempt)
+			require.Equal(t, op.attempt, attempt)
 			var lost *leaserouter.LeaseLostError
 			require.ErrorAs(t, l.Complete(ctx), &lost, "ended once: a second operation is refused")
 			require.Equal(t, op.reason, lost.Reason)

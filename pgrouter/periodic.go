@@ -432,7 +432,8 @@ func (r *Router[T]) enqueueTick(ctx context.Context, p Periodic[T], tick time.Ti
 		return err
 	}
 	// Wait for room for the events before the transaction, not while it
-	// holds the periodic job's row (insert's own wait then finds room).
+	// holds the periodic job's row (a slow hook would stall the job's
+	// ticks in every process).
 	if err := r.ev.awaitRoom(ctx); err != nil {
 		return err
 	}
@@ -447,7 +448,7 @@ func (r *Router[T]) enqueueTick(ctx context.Context, p Periodic[T], tick time.Ti
 		if tag.RowsAffected() == 0 {
 			return errTickTaken
 		}
-		inserted, purged, err = r.insert(ctx, tx, &b)
+		inserted, purged, err = r.insertRoomed(ctx, tx, &b) // room awaited above: no wait holding the periodic job's row
 		return err
 	})
 	if errors.Is(err, errTickTaken) {

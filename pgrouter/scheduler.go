@@ -1,0 +1,264 @@
+package pgrouter
+
+// The scheduler goroutine of periodic jobs (periodic.go): its wake-ups,
+// the planning of each periodic job's tick by the shared rule, the tick's
+// transaction, and the database clock's offset it sleeps by.
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/contract"
+	"github.com/leaserouter/leaserouter/internal/periodic"
+)
+
+// schedule is the scheduler goroutine: it sleeps until the soonest next
+// tick (on the local clock, corrected by the offset to the database's),
+// or until AddPeriodic or RemovePeriodic changes the set, plans and
+// enqueues what is due, and ends when Close begins.
+func (r *Router[T]) schedule() {
+	ctx := r.closing
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	var retry time.Duration // the backoff after a database error; 0: none
+	for {
+		r.mu.Lock()
+		var wait <-chan time.Time
+		d, armed := retry, retry > 0
+		if !armed && len(r.periodic.due) > 0 {
+			d = min(r.periodic.due[0].next.Add(-r.periodic.offset).Sub(r.localNow()), periodicMaxSleep)
+			armed = true
+		}
+		kick := r.periodic.kick
+		r.mu.Unlock()
+		if armed {
+			timer.Reset(max(d, 0))
+			wait = timer.C
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-kick:
+		case <-wait:
+		}
+		timer.Stop()
+		select {
+		case <-kick: // woken by the timer with a change pending: this wake-up sees it
+		default:
+		}
+		err := r.wakeUp(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			retry = min(max(2*retry, periodicRetryMin), periodicRetryMax)
+			r.logPeriodic(slog.LevelWarn, fmt.Sprintf("pgrouter: periodic jobs: %v; trying again in %v", err, retry), "")
+		default:
+			retry = 0
+		}
+	}
+}
+
+// wakeUp reads the database's clock (measuring the offset of the local
+// clock), then plans and enqueues each periodic job whose next is due on
+// it. It returns only the clock's error (the caller retries after a
+// backoff). A database error of one periodic job's tick leaves that job
+// due again after its own backoff (e.retry), reported: the others go on
+// at their ticks, whatever one of them keeps failing on.
+func (r *Router[T]) wakeUp(ctx context.Context) error {
+	var now time.Time
+	offset, err := r.dbClockOffset(func() error { return r.db.QueryRow(ctx, readClock).Scan(&now) }, &now)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.periodic.offset = offset
+	var due []*periodicEntry[T]
+	for len(r.periodic.due) > 0 && !r.periodic.due[0].next.After(now) {
+		due = append(due, heap.Pop(&r.periodic.due).(*periodicEntry[T]))
+	}
+	r.mu.Unlock()
+	for _, e := range due {
+		if ctx.Err() != nil {
+			break // Close began: the rest stay as they are
+		}
+		err := r.planTick(ctx, e, now)
+		if err == nil {
+			e.retry = 0
+			continue
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		e.retry = min(max(2*e.retry, periodicRetryMin), periodicRetryMax)
+		e.next = now.Add(e.retry) // e.last unchanged: the tick is planned again then
+		r.logPeriodic(slog.LevelWarn, fmt.Sprintf("pgrouter: periodic jobs: %v; trying again in %v", err, e.retry), "")
+	}
+	defer r.periodic.wakes.Add(1)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range due {
+		// Back in due unless removed meanwhile or its schedule ended.
+		if r.periodic.byName[e.p.Name] == e && !e.next.IsZero() {
+			heap.Push(&r.periodic.due, e)
+		}
+	}
+	return nil
+}
+
+// planTick plans e at now on the shared rule (periodic.Due) and enqueues
+// the tick it gives, if any. It returns only database errors, e then
+// unchanged; a panic of the schedule ends e's schedule (next zero), a
+// panic of Payload or a payload that does not encode skips the tick, each
+// reported.
+func (r *Router[T]) planTick(ctx context.Context, e *periodicEntry[T], now time.Time) error {
+	plan, err := periodic.Due(e.p.Schedule, interval, e.since, e.last, now, r.opts.Retention)
+	if err != nil {
+		msg := fmt.Sprintf("pgrouter: periodic job %s: %v; its schedule ends in this process", contract.Quote(e.p.Name), err)
+		if errors.Is(err, periodic.ErrStuck) {
+			r.logPeriodic(slog.LevelError, msg, "")
+		} else {
+			r.callbackPanicked(msg, "") // Next panicked
+		}
+		e.next = time.Time{}
+		return nil
+	}
+	if !plan.Tick.IsZero() {
+		id := leaserouter.TickID(e.p.Name, plan.Tick)
+		payload, p := tickPayload(e.p, plan.Tick)
+		switch {
+		case p != nil:
+			r.callbackPanicked(fmt.Sprintf("pgrouter: periodic job %s: Payload panicked: %v; tick %s skipped",
+				contract.Quote(e.p.Name), p, plan.Tick.UTC().Format(time.RFC3339Nano)), id)
+		default:
+			err := r.enqueueTick(ctx, e.p, plan.Tick, id, payload)
+			if errors.Is(err, leaserouter.ErrInvalidJob) {
+				r.logPeriodic(slog.LevelError, fmt.Sprintf("pgrouter: periodic job %s: %v; tick skipped", contract.Quote(e.p.Name), err), id)
+			} else if err != nil {
+				return err
+			}
+		}
+	}
+	e.last, e.next = plan.Handled, plan.Next
+	return nil
+}
+
+// interval is leaserouter.Interval for periodic.Due.
+func interval(s periodic.Schedule) (time.Duration, bool) { return leaserouter.Interval(s) }
+
+// tickPayload is p.Payload(tick), the zero T for a nil Payload, with a
+// panic recovered.
+func tickPayload[T any](p Periodic[T], tick time.Time) (payload T, panicked any) {
+	if p.Payload == nil {
+		return payload, nil
+	}
+	panicked = contract.Recovered(func() { payload = p.Payload(tick) })
+	return payload, panicked
+}
+
+// errTickTaken rolls back the transaction of a tick taken already (or not
+// to be taken: see takeTick).
+var errTickTaken = errors.New("pgrouter: tick taken")
+
+// enqueueTick takes tick of p and inserts its job id in one transaction
+// (takeTick, then jobs_insert as Enqueue runs it): nil also when the tick
+// was not taken (another scheduler took it; out of its window on the
+// database's clock). An error wraps ErrInvalidJob (the payload does not
+// encode: nothing sent) or the driver's.
+func (r *Router[T]) enqueueTick(ctx context.Context, p Periodic[T], tick time.Time, id string, payload T) error {
+	var b batch
+	if err := addJob(&b, r, 0, id, payload, append(slices.Clip(p.Options), leaserouter.WithRunAt(tick))); err != nil {
+		return err
+	}
+	// Wait for room for the events before the transaction, not while it
+	// holds the periodic job's row (a slow hook would stall the job's
+	// ticks in every process).
+	if err := r.ev.awaitRoom(ctx); err != nil {
+		return err
+	}
+	var inserted map[string]time.Time
+	var purged []leaserouter.Event
+	err := pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, takeTick, args{"queue": r.opts.Queue, "name": p.Name, "tick": tick,
+			"retention_us": r.opts.Retention.Microseconds()})
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return errTickTaken
+		}
+		inserted, purged, err = r.insertRoomed(ctx, tx, &b) // room awaited above: no wait holding the periodic job's row
+		return err
+	})
+	if errors.Is(err, errTickTaken) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	r.replacedPurged(purged)
+	_, ok := inserted[id]
+	r.enqueued(b.ids, inserted)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ok {
+		r.stats.Enqueued++
+	} else {
+		r.stats.Duplicates++ // the ID enqueued otherwise (by Enqueue, say): the tick is taken all the same
+	}
+	return nil
+}
+
+// dbClockOffset runs query, a round trip that scans the database's clock
+// into now, and returns the offset of the database's clock to the local
+// one: now less the local instant halfway through the round trip.
+func (r *Router[T]) dbClockOffset(query func() error, now *time.Time) (time.Duration, error) {
+	sent := r.localNow()
+	if err := query(); err != nil {
+		return 0, err
+	}
+	got := r.localNow()
+	return now.Sub(sent.Add(got.Sub(sent) / 2)), nil
+}
+
+// localNow is the local clock (skewed by tests: SetClockSkew).
+func (r *Router[T]) localNow() time.Time {
+	return time.Now().Add(time.Duration(r.periodic.skew.Load()))
+}
+
+// callbackPanicked counts a recovered panic of user code (Payload, a
+// Schedule's Next) and reports msg at level Error as the core does:
+// through the delivery goroutine to the Logger, or at once to
+// slog.Default() when no hook is set.
+func (r *Router[T]) callbackPanicked(msg, jobID string) {
+	r.mu.Lock()
+	r.stats.CallbackPanics++
+	r.mu.Unlock()
+	if !r.ev.report(msg, jobID) {
+		contract.ReportTo(slog.Default(), msg, jobID)
+	}
+}
+
+// logPeriodic logs msg at level through Options.Logger, or slog.Default()
+// if nil, a panic of its handler recovered.
+func (r *Router[T]) logPeriodic(level slog.Level, msg, jobID string) {
+	l := r.opts.Logger
+	if l == nil {
+		l = slog.Default()
+	}
+	_ = contract.Recovered(func() {
+		if jobID == "" {
+			l.Log(context.Background(), level, msg)
+			return
+		}
+		l.Log(context.Background(), level, msg, "job_id", jobID)
+	})
+}

@@ -300,7 +300,7 @@ func (r *Router[T]) handlePeriodic(per *periodics[T], e *periodicJob[T], now int
 	if !per.enter() {
 		return true
 	}
-	plan, err := periodic.Due(e.p.Schedule, periodicInterval, e.since, e.last, r.timeAt(now).Round(0), r.opts.Retention)
+	plan, err := periodic.Due(e.p.Schedule, e.since, e.last, r.timeAt(now).Round(0), r.opts.Retention)
 	per.leave()
 	if err != nil {
 		e.ended = true
@@ -321,9 +321,6 @@ func (r *Router[T]) handlePeriodic(per *periodics[T], e *periodicJob[T], now int
 	e.wake = int64(plan.Next.Sub(r.epoch))
 	return false
 }
-
-// periodicInterval is Interval for periodic.Due.
-func periodicInterval(s periodic.Schedule) (time.Duration, bool) { return Interval(s) }
 
 // enqueueTick enqueues e's job of tick, and reports whether Enqueue found
 // the Router closed.

@@ -2,10 +2,10 @@ package leaserouter
 
 import (
 	"fmt"
-	"math/bits"
 	"time"
 
 	"github.com/leaserouter/leaserouter/internal/contract"
+	"github.com/leaserouter/leaserouter/internal/periodic"
 )
 
 // Periodic jobs: what a schedule is and how a tick becomes a job, the
@@ -29,39 +29,7 @@ type Schedule interface {
 // processes started at different moments agree on every tick). A d <= 0
 // gives a schedule with no ticks, which AddPeriodic refuses with
 // ErrInvalidOptions.
-func Every(d time.Duration) Schedule { return every(d) }
-
-// every is Every's Schedule.
-type every time.Duration
-
-// Next returns the first multiple of the interval since the Unix epoch
-// after t, or the zero Time for an interval <= 0 or past year 292277026596.
-func (e every) Next(t time.Time) time.Time {
-	d := int64(e)
-	if d <= 0 {
-		return time.Time{}
-	}
-	// t = s*1e9 + ns nanoseconds since the epoch, in whole seconds and
-	// nanoseconds so that any instant a time.Time holds is exact; its
-	// remainder mod d is ((s mod d)*1e9 + ns) mod d, taken in 128 bits.
-	s, ns := t.Unix(), int64(t.Nanosecond())
-	sm := uint64((s%d + d) % d) // s may be negative (before 1970)
-	hi, lo := bits.Mul64(sm, 1e9)
-	lo, carry := bits.Add64(lo, uint64(ns), 0)
-	r := int64(bits.Rem64(hi+carry, lo, uint64(d)))
-	next := t.Add(time.Duration(d - r))
-	if !next.After(t) { // past the range of time.Time
-		return time.Time{}
-	}
-	return next.Round(0) // a wall instant, with no monotonic reading
-}
-
-// Interval returns the interval of a Schedule made by Every, and false for
-// any other Schedule.
-func Interval(s Schedule) (time.Duration, bool) {
-	e, ok := s.(every)
-	return time.Duration(e), ok
-}
+func Every(d time.Duration) Schedule { return periodic.Every(d) }
 
 // Periodic is a job enqueued on a Schedule: one job per tick, whatever
 // the number of schedulers (processes, Routers on one job set) that run it.
@@ -119,8 +87,8 @@ func CheckPeriodic(name string, s Schedule, opts []EnqueueOption) error {
 	if p := contract.NameProblem(name, MaxIDBytes-maxTickSuffix, "MaxIDBytes less the tick's room"); p != "" {
 		return fmt.Errorf("%w: Periodic.Name %s", ErrInvalidOptions, p)
 	}
-	if d, ok := Interval(s); ok && d <= 0 {
-		return fmt.Errorf("%w: Periodic %s has Schedule Every(%v), the interval must be > 0", ErrInvalidOptions, contract.Quote(name), d)
+	if d, ok := s.(periodic.Every); ok && d <= 0 {
+		return fmt.Errorf("%w: Periodic %s has Schedule Every(%v), the interval must be > 0", ErrInvalidOptions, contract.Quote(name), time.Duration(d))
 	}
 	var spec enqueueSpec
 	if err := readOptions(&spec, TickID(name, time.Unix(0, 0)), opts); err != nil {

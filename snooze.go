@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/leaserouter/leaserouter/internal/contract"
 	"github.com/leaserouter/leaserouter/internal/usercode"
 )
 
@@ -23,8 +24,8 @@ import (
 // the router's lock, accepted or refused. From a Run handler, return
 // Snooze(d) instead. Snoozing as in River (JobSnooze) and Sidekiq.
 func (l *Lease[T]) Snooze(d time.Duration) error {
-	if d < 0 {
-		return fmt.Errorf("%w: Snooze(%v), must be >= 0", ErrInvalidOptions, d)
+	if err := contract.SnoozeDelay(ErrInvalidOptions, d); err != nil { // the same on every backend
+		return err
 	}
 	return l.end(func(r *Router[T], j *job[T], now int64) { r.snooze(j, l, now, d) })
 }

@@ -120,7 +120,7 @@ func (r *Router[T]) wakeUp(ctx context.Context) error {
 // panic of Payload or a payload that does not encode skips the tick, each
 // reported.
 func (r *Router[T]) planTick(ctx context.Context, e *periodicEntry[T], now time.Time) error {
-	plan, err := periodic.Due(e.p.Schedule, interval, e.since, e.last, now, r.opts.Retention)
+	plan, err := periodic.Due(e.p.Schedule, e.since, e.last, now, r.opts.Retention)
 	if err != nil {
 		msg := fmt.Sprintf("pgrouter: periodic job %s: %v; its schedule ends in this process", contract.Quote(e.p.Name), err)
 		if errors.Is(err, periodic.ErrStuck) {
@@ -150,9 +150,6 @@ func (r *Router[T]) planTick(ctx context.Context, e *periodicEntry[T], now time.
 	e.last, e.next = plan.Handled, plan.Next
 	return nil
 }
-
-// interval is leaserouter.Interval for periodic.Due.
-func interval(s periodic.Schedule) (time.Duration, bool) { return leaserouter.Interval(s) }
 
 // tickPayload is p.Payload(tick), the zero T for a nil Payload, with a
 // panic recovered.

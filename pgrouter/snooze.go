@@ -3,11 +3,11 @@ package pgrouter
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"time"
 
 	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/contract"
 )
 
 // Snooze: a holder ends its lease and has the job run again later,
@@ -60,10 +60,7 @@ func (l *Lease[T]) Snooze(ctx context.Context, d time.Duration) error {
 // checkSnooze is Snooze's check of its delay: the error of a negative
 // one, which a Run handler's Snooze error also fails its attempt with.
 func checkSnooze(d time.Duration) error {
-	if d < 0 {
-		return fmt.Errorf("%w: Snooze(%v), must be >= 0", leaserouter.ErrInvalidOptions, d)
-	}
-	return nil
+	return contract.SnoozeDelay(leaserouter.ErrInvalidOptions, d)
 }
 
 // ceilMicros is d in microseconds (the database's unit), rounded up, so

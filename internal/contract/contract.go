@@ -127,6 +127,16 @@ func KeepAliveInterval(errInvalid error, interval, lease time.Duration) error {
 	return fmt.Errorf("%w: KeepAlive interval %v must be < LeaseDuration %v", errInvalid, interval, lease)
 }
 
+// SnoozeDelay is the error of Lease.Snooze for a negative delay d (nil
+// for d >= 0), which a Run handler's Snooze(d) also fails its attempt
+// with.
+func SnoozeDelay(errInvalid error, d time.Duration) error {
+	if d < 0 {
+		return fmt.Errorf("%w: Snooze(%v), must be >= 0", errInvalid, d)
+	}
+	return nil
+}
+
 // The hooks whose panics and Goexits delivery reports.
 const (
 	HookOnEvent = "OnEvent"

@@ -10,6 +10,7 @@ package periodic
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"time"
 )
 
@@ -34,11 +35,6 @@ type Plan struct {
 	Next time.Time
 }
 
-// Interval is the interval of an epoch-aligned fixed schedule
-// (leaserouter.Every), so that its due tick is computed at once, not by
-// stepping; ok false for any other schedule.
-type Interval func(s Schedule) (d time.Duration, ok bool)
-
 // maxSteps bounds the calls of Next at one wake-up: a schedule with more
 // ticks than that in the window of the retention is stepped through it
 // maxSteps ticks per wake-up (Due returns a Next not after now: the
@@ -55,7 +51,7 @@ var ErrStuck = errors.New("schedule's Next did not move forward")
 // enqueued if now < t + retention, the rest skipped. retention must be >
 // 0. An error (ErrStuck, or a panic of Next, recovered) ends the
 // schedule: the caller reports it and stops.
-func Due(s Schedule, every Interval, since, last, now time.Time, retention time.Duration) (p Plan, err error) {
+func Due(s Schedule, since, last, now time.Time, retention time.Duration) (p Plan, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			p, err = Plan{}, fmt.Errorf("schedule's Next panicked: %v", v)
@@ -80,7 +76,8 @@ func Due(s Schedule, every Interval, since, last, now time.Time, retention time.
 	}
 	// first is due; find the latest due tick.
 	tick := first
-	if d, ok := every(s); ok && d > 0 {
+	if e, ok := s.(Every); ok && e > 0 {
+		d := time.Duration(e)
 		// The latest multiple of d not after now: now's next, less d,
 		// is exact (ticks are a fixed d apart).
 		n, err := next(s, now)
@@ -131,4 +128,32 @@ func next(s Schedule, t time.Time) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("%w: Next(%s) = %s", ErrStuck, t.Format(time.RFC3339Nano), n.Format(time.RFC3339Nano))
 	}
 	return n, nil
+}
+
+// Every is leaserouter.Every's Schedule: the instants that are whole
+// multiples of the interval since the Unix epoch. Due computes its due
+// tick at once rather than by stepping.
+type Every time.Duration
+
+// Next returns the first multiple of the interval since the Unix epoch
+// after t, or the zero Time for an interval <= 0 or past the range of
+// time.Time.
+func (e Every) Next(t time.Time) time.Time {
+	d := int64(e)
+	if d <= 0 {
+		return time.Time{}
+	}
+	// t = s*1e9 + ns nanoseconds since the epoch, in whole seconds and
+	// nanoseconds so that any instant a time.Time holds is exact; its
+	// remainder mod d is ((s mod d)*1e9 + ns) mod d, taken in 128 bits.
+	s, ns := t.Unix(), int64(t.Nanosecond())
+	sm := uint64((s%d + d) % d) // s may be negative (before 1970)
+	hi, lo := bits.Mul64(sm, 1e9)
+	lo, carry := bits.Add64(lo, uint64(ns), 0)
+	r := int64(bits.Rem64(hi+carry, lo, uint64(d)))
+	next := t.Add(time.Duration(d - r))
+	if !next.After(t) { // past the range of time.Time
+		return time.Time{}
+	}
+	return next.Round(0) // a wall instant, with no monotonic reading
 }

@@ -2,22 +2,13 @@ package periodic
 
 import (
 	"errors"
+	"math/big"
 	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 )
-
-// every is an epoch-aligned fixed schedule, as leaserouter.Every (which
-// this package cannot import).
-type every time.Duration
-
-func (e every) Next(t time.Time) time.Time {
-	d := time.Duration(e)
-	n := t.Truncate(d).Add(d) // Truncate is epoch-aligned for instants after year 1
-	return n
-}
 
 // stepped hides the interval: Due must step through Next.
 type stepped struct {
@@ -28,11 +19,6 @@ type stepped struct {
 func (s *stepped) Next(t time.Time) time.Time {
 	s.calls++
 	return s.s.Next(t)
-}
-
-func interval(s Schedule) (time.Duration, bool) {
-	e, ok := s.(every)
-	return time.Duration(e), ok
 }
 
 var base = time.Date(2026, 11, 25, 9, 0, 0, 0, time.UTC)
@@ -51,13 +37,13 @@ func TestDueFastPathMatchesStepping(t *testing.T) {
 		ret := time.Duration(1 + rng.Int64N(int64(50*d)))
 		var last time.Time
 		if rng.IntN(2) == 0 {
-			if l := every(d).Next(since.Add(time.Duration(rng.Int64N(int64(now.Sub(since)) + 1)))); !l.After(now) {
+			if l := Every(d).Next(since.Add(time.Duration(rng.Int64N(int64(now.Sub(since)) + 1)))); !l.After(now) {
 				last = l.Add(-d)
 			}
 		}
-		fast, err := Due(every(d), interval, since, last, now, ret)
+		fast, err := Due(Every(d), since, last, now, ret)
 		require.NoError(t, err)
-		slow, err := Due(&stepped{s: every(d)}, interval, since, last, now, ret)
+		slow, err := Due(&stepped{s: Every(d)}, since, last, now, ret)
 		require.NoError(t, err)
 		require.Equal(t, slow, fast, "d=%v since=%v last=%v now=%v ret=%v", d, since, last, now, ret)
 		if !fast.Tick.IsZero() {
@@ -70,16 +56,16 @@ func TestDueFastPathMatchesStepping(t *testing.T) {
 // TestDueRetentionBoundary: the latest due tick is enqueued while now <
 // tick+retention; at now == tick+retention it is not.
 func TestDueRetentionBoundary(t *testing.T) {
-	s, since, ret := every(time.Minute), base.Add(-time.Hour), 10*time.Second
+	s, since, ret := Every(time.Minute), base.Add(-time.Hour), 10*time.Second
 	tick := base
 	for _, sch := range []Schedule{s, &stepped{s: s}} {
-		p, err := Due(sch, interval, since, tick.Add(-time.Minute), tick.Add(ret-1), ret)
+		p, err := Due(sch, since, tick.Add(-time.Minute), tick.Add(ret-1), ret)
 		require.NoError(t, err)
 		require.Equal(t, tick, p.Tick)
 		require.Equal(t, tick, p.Handled)
 		require.Equal(t, tick.Add(time.Minute), p.Next)
 
-		p, err = Due(sch, interval, since, tick.Add(-time.Minute), tick.Add(ret), ret)
+		p, err = Due(sch, since, tick.Add(-time.Minute), tick.Add(ret), ret)
 		require.NoError(t, err)
 		require.True(t, p.Tick.IsZero(), "a tick exactly the retention old: %v", p.Tick)
 		require.Equal(t, tick.Add(time.Minute), p.Next)
@@ -89,13 +75,13 @@ func TestDueRetentionBoundary(t *testing.T) {
 // TestDueSinceIsTick: a scheduler started at a tick's instant enqueues
 // that tick; one started just after it does not, and waits for the next.
 func TestDueSinceIsTick(t *testing.T) {
-	s := every(time.Minute)
+	s := Every(time.Minute)
 	for _, sch := range []Schedule{s, &stepped{s: s}} {
-		p, err := Due(sch, interval, base, time.Time{}, base, time.Hour)
+		p, err := Due(sch, base, time.Time{}, base, time.Hour)
 		require.NoError(t, err)
 		require.Equal(t, Plan{Tick: base, Handled: base, Next: base.Add(time.Minute)}, p)
 
-		p, err = Due(sch, interval, base.Add(1), time.Time{}, base.Add(time.Second), time.Hour)
+		p, err = Due(sch, base.Add(1), time.Time{}, base.Add(time.Second), time.Hour)
 		require.NoError(t, err)
 		require.Equal(t, Plan{Next: base.Add(time.Minute)}, p, "the tick before since is not enqueued")
 	}
@@ -105,13 +91,13 @@ func TestDueSinceIsTick(t *testing.T) {
 // older ones are counted skipped, never enqueued; the last one handled is
 // not enqueued again.
 func TestDueLatestOnly(t *testing.T) {
-	s := every(time.Second)
+	s := Every(time.Second)
 	for _, sch := range []Schedule{s, &stepped{s: s}} {
-		p, err := Due(sch, interval, base, base, base.Add(10*time.Second+time.Millisecond), time.Hour)
+		p, err := Due(sch, base, base, base.Add(10*time.Second+time.Millisecond), time.Hour)
 		require.NoError(t, err)
 		require.Equal(t, Plan{Tick: base.Add(10 * time.Second), Skipped: 9, Handled: base.Add(10 * time.Second), Next: base.Add(11 * time.Second)}, p)
 
-		p, err = Due(sch, interval, base, p.Handled, base.Add(10*time.Second+2*time.Millisecond), time.Hour)
+		p, err = Due(sch, base, p.Handled, base.Add(10*time.Second+2*time.Millisecond), time.Hour)
 		require.NoError(t, err)
 		require.Equal(t, Plan{Handled: base.Add(10 * time.Second), Next: base.Add(11 * time.Second)}, p)
 	}
@@ -123,7 +109,7 @@ func TestDueLatestOnly(t *testing.T) {
 // last, which enqueues the latest tick, and only it.
 func TestDueMaxStepsSplits(t *testing.T) {
 	const n = 3*maxSteps + 5
-	sch := &stepped{s: every(time.Microsecond)}
+	sch := &stepped{s: Every(time.Microsecond)}
 	since := base
 	now := since.Add(n * time.Microsecond)
 	var last time.Time
@@ -131,7 +117,7 @@ func TestDueMaxStepsSplits(t *testing.T) {
 	wakes, skipped := 0, 0
 	for {
 		sch.calls = 0
-		p, err := Due(sch, noInterval, since, last, now, time.Hour)
+		p, err := Due(sch, since, last, now, time.Hour)
 		require.NoError(t, err)
 		require.LessOrEqual(t, sch.calls, maxSteps+2)
 		wakes++
@@ -160,10 +146,10 @@ func TestDueScheduleEnds(t *testing.T) {
 		}
 		return time.Time{}
 	})
-	p, err := Due(once, interval, base.Add(-time.Hour), time.Time{}, base.Add(time.Second), time.Hour)
+	p, err := Due(once, base.Add(-time.Hour), time.Time{}, base.Add(time.Second), time.Hour)
 	require.NoError(t, err)
 	require.Equal(t, Plan{Tick: base, Handled: base}, p)
-	p, err = Due(once, interval, base.Add(-time.Hour), base, base.Add(2*time.Second), time.Hour)
+	p, err = Due(once, base.Add(-time.Hour), base, base.Add(2*time.Second), time.Hour)
 	require.NoError(t, err)
 	require.Equal(t, Plan{Handled: base}, p)
 }
@@ -176,16 +162,16 @@ func (f nextFunc) Next(t time.Time) time.Time { return f(t) }
 // ErrStuck, one that panics an error saying so; the plan is zero.
 func TestDueStuckOrPanickingNext(t *testing.T) {
 	stuck := nextFunc(func(t time.Time) time.Time { return t })
-	p, err := Due(stuck, interval, base, time.Time{}, base.Add(time.Second), time.Hour)
+	p, err := Due(stuck, base, time.Time{}, base.Add(time.Second), time.Hour)
 	require.ErrorIs(t, err, ErrStuck)
 	require.Equal(t, Plan{}, p)
 
 	back := nextFunc(func(t time.Time) time.Time { return t.Add(-time.Second) })
-	_, err = Due(back, interval, base, time.Time{}, base.Add(time.Second), time.Hour)
+	_, err = Due(back, base, time.Time{}, base.Add(time.Second), time.Hour)
 	require.ErrorIs(t, err, ErrStuck)
 
 	boom := nextFunc(func(time.Time) time.Time { panic("boom") })
-	p, err = Due(boom, interval, base, time.Time{}, base.Add(time.Second), time.Hour)
+	p, err = Due(boom, base, time.Time{}, base.Add(time.Second), time.Hour)
 	require.Error(t, err)
 	require.False(t, errors.Is(err, ErrStuck))
 	require.EqualError(t, err, "schedule's Next panicked: boom")
@@ -198,8 +184,31 @@ func TestDueStuckOrPanickingNext(t *testing.T) {
 		}
 		return t
 	})
-	_, err = Due(late, interval, base.Add(-time.Hour), time.Time{}, base.Add(time.Second), time.Hour)
+	_, err = Due(late, base.Add(-time.Hour), time.Time{}, base.Add(time.Second), time.Hour)
 	require.ErrorIs(t, err, ErrStuck)
 }
 
-func noInterval(Schedule) (time.Duration, bool) { return 0, false }
+// TestEveryAlignedToTheEpoch: Every's next tick after t is the first
+// whole multiple of the interval since the Unix epoch after t, exactly,
+// for intervals that do not divide a second or a day, before 1970 and far
+// from it (checked in big integers), and has no monotonic reading.
+func TestEveryAlignedToTheEpoch(t *testing.T) {
+	nanos := func(x time.Time) *big.Int {
+		n := new(big.Int).Mul(big.NewInt(x.Unix()), big.NewInt(1e9))
+		return n.Add(n, big.NewInt(int64(x.Nanosecond())))
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, d := range []time.Duration{13, 7 * time.Second, time.Hour, 36 * time.Hour, 1e18} {
+		for range 1000 {
+			at := time.Unix(rng.Int64N(1<<40)-1<<39, rng.Int64N(1e9)).Add(time.Second) // about +-17,000 years around 1970
+			n := Every(d).Next(at)
+			require.True(t, n.After(at), "Every(%v).Next(%v) = %v", d, at, n)
+			require.LessOrEqual(t, n.Sub(at), d)
+			rem := new(big.Int).Mod(nanos(n), big.NewInt(int64(d)))
+			require.Zero(t, rem.Sign(), "Every(%v).Next(%v) = %v is not a multiple since the epoch", d, at, n)
+			require.Equal(t, n, n.Round(0), "no monotonic reading")
+		}
+	}
+	require.True(t, Every(0).Next(time.Now()).IsZero(), "no ticks for an interval <= 0")
+	require.True(t, Every(-time.Second).Next(time.Now()).IsZero())
+}

@@ -506,8 +506,9 @@ func TestPeriodicCloseWaitsForTheScheduler(t *testing.T) {
 }
 
 // TestPeriodicCloseBoundedByItsCtx: Close waits for a Payload call in
-// progress only until its ctx is done (then it returns ctx's error, as
-// the core's does); the scheduler goroutine ends when the call returns.
+// progress only until its ctx is done; with no lease to drain it then
+// returns nil, as the core's does (draining makes the result); the
+// scheduler goroutine ends when the call returns.
 func TestPeriodicCloseBoundedByItsCtx(t *testing.T) {
 	t.Parallel()
 	r, _ := newRouter[int](t, pgrouter.Options{})
@@ -531,7 +532,7 @@ func TestPeriodicCloseBoundedByItsCtx(t *testing.T) {
 	go func() { closed <- r.Close(cctx) }()
 	select {
 	case err := <-closed:
-		require.ErrorIs(t, err, context.DeadlineExceeded, "Close's ctx ended while Payload ran")
+		require.NoError(t, err, "no lease to drain: ctx cut short only the wait for Payload")
 	case <-time.After(10 * time.Second):
 		close(release)
 		t.Fatal("Close waited past its ctx for a Payload call")

@@ -25,6 +25,12 @@ type ListParams struct {
 	// Limit is the most jobs a page holds: 0 means DefaultListLimit, at
 	// most MaxListLimit; more, or negative, is an error.
 	Limit int
+	// OmitPayload leaves out what a list that shows neither does not
+	// need: the page's jobs carry a zero Payload and a nil Progress, and
+	// neither is read, so a page costs the same whatever the size of
+	// payloads and checkpoints. Get returns a job whole. A cursor stays
+	// valid whether or not OmitPayload changes between pages.
+	OmitPayload bool
 }
 
 // The bounds of ListParams.Limit.
@@ -84,7 +90,11 @@ func (r *Router[T]) List(p ListParams) (JobPage[T], error) {
 				full = true
 				return false
 			}
-			page.Jobs = append(page.Jobs, r.snapshot(j))
+			if p.OmitPayload {
+				page.Jobs = append(page.Jobs, r.summary(j))
+			} else {
+				page.Jobs = append(page.Jobs, r.snapshot(j))
+			}
 			last = j.seq
 			return true
 		})
@@ -258,7 +268,8 @@ func (r *Router[T]) grantable() int {
 // Leases returns up to limit leased jobs, the lease expiring soonest
 // first (the console's leases page), after settling what is due: holder
 // (Owner), fencing token, LeaseExpiry, and UpdatedAt, the instant of the
-// lease's grant or last accepted heartbeat. limit 0 means
+// lease's grant or last accepted heartbeat. The jobs carry a zero Payload
+// and a nil Progress, as List with OmitPayload: Get returns a job whole. limit 0 means
 // DefaultListLimit; below 0 or above MaxListLimit is an error wrapping
 // ErrInvalidOptions. It costs O(limit log limit) under the router's
 // lock, however many leases there are, and works after Close (no lease
@@ -274,7 +285,7 @@ func (r *Router[T]) Leases(limit int) ([]Job[T], error) {
 	r.settleNow()
 	out := make([]Job[T], 0, min(limit, r.leases.Len()))
 	r.leases.Smallest(limit, func(j *job[T]) bool {
-		out = append(out, r.snapshot(j))
+		out = append(out, r.summary(j))
 		return true
 	})
 	r.unlockAndDeliver()

@@ -198,11 +198,22 @@ func (j *job[T]) owner() string {
 	return j.lease.WorkerID
 }
 
+// snapshot is the job x as Get returns it: a copy sharing nothing with
+// the router but a payload of reference type. The caller holds r.mu.
 func (r *Router[T]) snapshot(x *job[T]) Job[T] {
+	j := r.summary(x)
+	j.Payload, j.Progress = x.payload, slices.Clone(x.progress)
+	return j
+}
+
+// summary is snapshot without Payload and Progress: what List with
+// OmitPayload and Leases return, at a cost that does not grow with them.
+// The caller holds r.mu.
+func (r *Router[T]) summary(x *job[T]) Job[T] {
 	j := Job[T]{
-		ID: x.id, Payload: x.payload, State: x.state, Priority: x.priority,
+		ID: x.id, State: x.state, Priority: x.priority,
 		Attempt: int(x.attempt), MaxAttempts: int(x.maxAtt), Token: x.token,
-		Owner: x.owner(), Progress: slices.Clone(x.progress), LastError: x.lastErr,
+		Owner: x.owner(), LastError: x.lastErr,
 		CreatedAt: r.timeAt(x.created), UpdatedAt: r.timeAt(x.updated), Timeout: r.tmo.of(x.tmo),
 	}
 	switch x.state {

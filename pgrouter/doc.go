@@ -177,7 +177,9 @@
 // no leader: each process's scheduler sleeps until the tick (a timer),
 // and the database lets one of them take it (the periodic job's row in
 // leaserouter_periodic, locked by the transaction that inserts the tick's
-// job). The database's clock decides which tick is due; none before the
+// job). No scheduler waits for another's lock: a process stalled inside a
+// tick delays that periodic job only, and the tick it held is taken by
+// another if its transaction rolls back. The database's clock decides which tick is due; none before the
 // periodic job's first registration on the queue ever; after every
 // scheduler was down, the first back enqueues the latest missed tick
 // only, if younger than Options.Retention. See AddPeriodic.

@@ -3,10 +3,13 @@ package pgrouter
 import (
 	"container/heap"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/leaserouter/leaserouter"
 	"github.com/leaserouter/leaserouter/internal/contract"
@@ -20,7 +23,8 @@ type Periodic[T any] = leaserouter.Periodic[T]
 // p.Schedule it enqueues the job leaserouter.TickID(p.Name, tick), with
 // the payload p.Payload(tick) (the zero T if Payload is nil), p.Options
 // and the tick as its run-at. It returns once p is registered (one round
-// trip); the ticks are enqueued by the Router's scheduler goroutine,
+// trip; a second when another process registers the name at the same
+// instant); the ticks are enqueued by the Router's scheduler goroutine,
 // started by the first AddPeriodic and stopped (and waited for, until its
 // ctx is done) by Close.
 //
@@ -28,23 +32,38 @@ type Periodic[T any] = leaserouter.Periodic[T]
 // that schedule p on the queue, as long as at least one of them runs at
 // the tick (and gets to it before the next tick is due: a scheduler
 // woken later enqueues the latest due tick, skipping older ones): every
-// scheduler of the tick tries it, and the database lets one through. Each process wakes at the tick (a timer, not a poll) and
-// takes the tick in a transaction that also inserts its job: it raises
-// the job's last tick in the table leaserouter_periodic, whose row lock
-// makes the other schedulers of the tick wait for that transaction, then
-// find the tick taken (their attempt is a no-op, not an error); a
-// scheduler that dies before its commit leaves the tick to the others.
-// Behind that, the queue's primary key (queue, id) refuses a second job
-// of the same ID. A tick is never taken twice, even after its job
-// finished and was purged or deleted (the table keeps the last tick).
-// The processes of a queue should give a name the same Schedule: the
-// last tick taken is the name's, whichever schedule made it, and a tick
-// not after it is refused. There is no
-// leader to elect: River's periodic jobs could be enqueued twice around a
-// change of leader (riverqueue/river#283, fixed with leadership terms in
-// #1213), and asynq's scheduler enqueues a tick once per running
-// scheduler (hibiken/asynq#1013, #371, #554, #395); here every process
-// schedules and the database orders them.
+// scheduler of the tick tries it, and the database lets one through.
+// Each process wakes at the tick (a timer, not a poll) and takes the tick
+// in a transaction that also inserts its job: it raises the job's last
+// tick in the table leaserouter_periodic, whose row stays locked until
+// that transaction ends. Behind that, the queue's primary key (queue, id)
+// refuses a second job of the same ID. A tick is never taken twice, even
+// after its job finished and was purged or deleted (the table keeps the
+// last tick). The processes of a queue should give a name the same
+// Schedule: the last tick taken is the name's, whichever schedule made
+// it, and a tick not after it is refused. There is no leader to elect:
+// River's periodic jobs could be enqueued twice around a change of
+// leader (riverqueue/river#283, fixed with leadership terms in #1213),
+// and asynq's scheduler enqueues a tick once per running scheduler
+// (hibiken/asynq#1013, #371, #554, #395); here every process schedules
+// and the database orders them.
+//
+// No scheduler waits for another, so a process stalled inside a tick
+// (stopped, or cut off from the database while its session lives on)
+// delays that periodic job only, and AddPeriodic never waits for it. A
+// scheduler that finds the job's row locked by another's tick does not
+// wait (FOR UPDATE SKIP LOCKED): it goes on with its other periodic jobs
+// and tries the held tick again after 100ms, doubling up to 1s, oldest
+// first, until it is taken (the holder rolled back: its process died),
+// found taken (the holder committed), or older than Options.Retention.
+// The ticks of the job that come due meanwhile wait behind it (the row is
+// the job's), up to 8 of them; past that the latest replaces the
+// youngest kept, as for a scheduler woken late. The tick's transaction
+// bounds how long a stalled process holds the row: the server ends the
+// session of a scheduler idle for 5s inside it
+// (idle_in_transaction_session_timeout, set for that transaction only),
+// which rolls its tick back for the others, and a lock wait inside it
+// ends after 1s (lock_timeout), an error tried again after a backoff.
 //
 // The database's clock decides, never a process's: the scheduler reads
 // clock_timestamp() at each wake-up, and the statement that takes a tick
@@ -66,7 +85,8 @@ type Periodic[T any] = leaserouter.Periodic[T]
 // tick, the latest, and only if it is younger than Retention. Ticks are
 // compared in the database in microseconds.
 //
-// Payload is called on the scheduler's goroutine, outside every lock; it
+// Payload is called on the scheduler's goroutine, outside every lock, at
+// each try of a tick (again for a tick held or failed in the database); it
 // should not block (Close waits for a call in progress until its ctx is
 // done; the goroutine then ends when the call returns). A panic in it is
 // recovered, counted in Stats.CallbackPanics, reported at
@@ -118,9 +138,16 @@ func (r *Router[T]) AddPeriodic(ctx context.Context, p Periodic[T]) error {
 
 	var since, now time.Time
 	var last *time.Time
-	offset, err := r.dbClockOffset(func() error {
-		return r.db.QueryRow(ctx, addPeriodic, args{"queue": r.opts.Queue, "name": p.Name}).Scan(&since, &last, &now)
-	}, &now)
+	var offset time.Duration
+	var err error
+	for range 2 { // a second time when a concurrent first registration committed after the first's snapshot
+		offset, err = r.dbClockOffset(func() error {
+			return r.db.QueryRow(ctx, addPeriodic, args{"queue": r.opts.Queue, "name": p.Name}).Scan(&since, &last, &now)
+		}, &now)
+		if !errors.Is(err, pgx.ErrNoRows) {
+			break
+		}
+	}
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -230,6 +257,8 @@ type periodicEntry[T any] struct {
 	index int           // in due; -1 when out of it
 	ready bool          // AddPeriodic's round trip succeeded
 	retry time.Duration // the backoff after a database error of its tick; 0: none (written by the scheduler only)
+	held  []time.Time   // ticks found held by another transaction, oldest first (periodic_held.go; scheduler only)
+	wait  time.Duration // the backoff of the held ticks' next try; 0: none (scheduler only)
 }
 
 // tickHeap orders entries by next (container/heap).

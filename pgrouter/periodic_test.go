@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -227,8 +226,9 @@ func TestPeriodicCatchUpAfterRestart(t *testing.T) {
 // clock, whatever the scheduler planned: it refuses a tick before the
 // first registration, one not yet due, one older than the retention, and
 // one at or before the last tick taken; of two transactions taking the
-// same tick, the second waits for the first and finds it taken, or takes
-// it if the first rolled back (its process died).
+// same tick, the second never waits for the first: it finds the tick
+// held, and tried again takes it if the first rolled back (its process
+// died), or finds it taken if the first committed.
 func TestPeriodicTickTakenOnceByTheDatabase(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
@@ -237,65 +237,51 @@ func TestPeriodicTickTakenOnceByTheDatabase(t *testing.T) {
 	require.NoError(t, db.QueryRow(ctx, `INSERT INTO leaserouter_periodic (queue, name, since)
 		VALUES ('q', 'p', clock_timestamp() - interval '2 minutes') RETURNING since`).Scan(&since))
 	sql, names := pgrouter.Statement("periodic_tick")
-	// tryTake runs the statement on q (off the test's goroutine too).
+	type result struct{ taken, held bool }
 	tryTake := func(q interface {
-		Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
-	}, tick time.Time, retention time.Duration) (bool, error) {
-		tag, err := q.Exec(ctx, sql, bindPositional(names, map[string]any{"queue": "q", "name": "p", "tick": tick,
-			"retention_us": retention.Microseconds()})...)
-		return tag.RowsAffected() == 1, err
+		QueryRow(context.Context, string, ...any) pgx.Row
+	}, tick time.Time, retention time.Duration) (result, error) {
+		var res result
+		err := q.QueryRow(ctx, sql, bindPositional(names, map[string]any{"queue": "q", "name": "p", "tick": tick,
+			"retention_us": retention.Microseconds(), "lock_timeout_ms": 1000, "idle_timeout_ms": 60000})...).Scan(&res.taken, &res.held)
+		return res, err
 	}
 	take := func(q interface {
-		Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
-	}, tick time.Time) bool {
-		ok, err := tryTake(q, tick, 10*time.Minute)
+		QueryRow(context.Context, string, ...any) pgx.Row
+	}, tick time.Time) result {
+		res, err := tryTake(q, tick, 10*time.Minute)
 		require.NoError(t, err)
-		return ok
+		return res
 	}
-	waiting := func() bool {
-		var n int
-		require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%UPDATE leaserouter_periodic%'`).Scan(&n))
-		return n > 0
-	}
+	taken, none, held := result{taken: true}, result{}, result{held: true}
 	now := dbNow(t, db)
-	require.False(t, take(db, since.Add(-time.Second)), "a tick before since")
-	require.False(t, take(db, now.Add(time.Minute)), "a tick not yet due")
+	require.Equal(t, none, take(db, since.Add(-time.Second)), "a tick before since")
+	require.Equal(t, none, take(db, now.Add(time.Minute)), "a tick not yet due")
 	old, err := tryTake(db, now.Add(-time.Minute), 30*time.Second)
 	require.NoError(t, err)
-	require.False(t, old, "a tick older than the retention")
-	require.True(t, take(db, now.Add(-90*time.Second)))
-	require.False(t, take(db, now.Add(-90*time.Second)), "the same tick again")
-	require.False(t, take(db, now.Add(-100*time.Second)), "a tick before the last taken")
+	require.Equal(t, none, old, "a tick older than the retention")
+	require.Equal(t, taken, take(db, now.Add(-90*time.Second)))
+	require.Equal(t, none, take(db, now.Add(-90*time.Second)), "the same tick again")
+	require.Equal(t, none, take(db, now.Add(-100*time.Second)), "a tick before the last taken")
 
 	tick := now.Add(-time.Minute)
 	first, err := db.Begin(ctx)
 	require.NoError(t, err)
-	require.True(t, take(first, tick))
-	type result struct {
-		taken bool
-		err   error
-	}
-	second := make(chan result, 1)
-	go func() {
-		ok, err := tryTake(db, tick, 10*time.Minute)
-		second <- result{ok, err}
-	}()
-	eventually(t, 10*time.Second, "the second taker waiting for the first's row", waiting)
+	require.Equal(t, taken, take(first, tick))
+	require.Equal(t, held, take(db, tick), "the second taker, while the first holds the row")
 	require.NoError(t, first.Rollback(ctx), "the first taker dies before its commit")
-	require.Equal(t, result{taken: true}, <-second, "the second takes the tick the first never committed")
+	require.Equal(t, taken, take(db, tick), "the second takes the tick the first never committed")
 
 	tick = dbNow(t, db).Add(-time.Second)
 	first, err = db.Begin(ctx)
 	require.NoError(t, err)
-	require.True(t, take(first, tick))
-	go func() {
-		ok, err := tryTake(db, tick, 10*time.Minute)
-		second <- result{ok, err}
-	}()
-	eventually(t, 10*time.Second, "the second taker waiting for the first's row", waiting)
+	require.Equal(t, taken, take(first, tick))
+	require.Equal(t, held, take(db, tick), "the second taker, while the first holds the row")
 	require.NoError(t, first.Commit(ctx))
-	require.Equal(t, result{}, <-second, "the tick the first committed")
+	require.Equal(t, none, take(db, tick), "the tick the first committed")
+	_, err = db.Exec(ctx, "DELETE FROM leaserouter_periodic")
+	require.NoError(t, err)
+	require.Equal(t, none, take(db, dbNow(t, db).Add(-time.Second)), "a job with no row: none to hold")
 }
 
 // The database's clock decides, never the process's: a Router whose

@@ -115,11 +115,15 @@ func (r *Router[T]) wakeUp(ctx context.Context) error {
 }
 
 // planTick plans e at now on the shared rule (periodic.Due) and enqueues
-// the tick it gives, if any. It returns only database errors, e then
-// unchanged; a panic of the schedule ends e's schedule (next zero), a
-// panic of Payload or a payload that does not encode skips the tick, each
-// reported.
+// the tick it gives, if any, after the ticks of e held by another
+// transaction (retryHeld). It returns only database errors, e then
+// unchanged but for the held ticks settled; a panic of the schedule ends
+// e's schedule (next zero), a panic of Payload or a payload that does not
+// encode skips the tick, each reported.
 func (r *Router[T]) planTick(ctx context.Context, e *periodicEntry[T], now time.Time) error {
+	if err := r.retryHeld(ctx, e, now); err != nil {
+		return err
+	}
 	plan, err := periodic.Due(e.p.Schedule, e.since, e.last, now, r.opts.Retention)
 	if err != nil {
 		msg := fmt.Sprintf("pgrouter: periodic job %s: %v; its schedule ends in this process", contract.Quote(e.p.Name), err)
@@ -132,23 +136,41 @@ func (r *Router[T]) planTick(ctx context.Context, e *periodicEntry[T], now time.
 		return nil
 	}
 	if !plan.Tick.IsZero() {
-		id := leaserouter.TickID(e.p.Name, plan.Tick)
-		payload, p := tickPayload(e.p, plan.Tick)
-		switch {
-		case p != nil:
-			r.callbackPanicked(fmt.Sprintf("pgrouter: periodic job %s: Payload panicked: %v; tick %s skipped",
-				contract.Quote(e.p.Name), p, plan.Tick.UTC().Format(time.RFC3339Nano)), id)
-		default:
-			err := r.enqueueTick(ctx, e.p, plan.Tick, id, payload)
-			if errors.Is(err, leaserouter.ErrInvalidJob) {
-				r.logPeriodic(slog.LevelError, fmt.Sprintf("pgrouter: periodic job %s: %v; tick skipped", contract.Quote(e.p.Name), err), id)
-			} else if err != nil {
+		// Ticks still held (retryHeld stopped at one): the row is, this
+		// one waits behind them, untried.
+		held := len(e.held) > 0
+		if !held {
+			if held, err = r.tryTick(ctx, e, plan.Tick); err != nil {
 				return err
 			}
 		}
+		if held {
+			e.hold(plan.Tick)
+		}
 	}
 	e.last, e.next = plan.Handled, plan.Next
+	e.armHeld(now)
 	return nil
+}
+
+// tryTick enqueues tick of e (enqueueTick, with its Payload); held: not
+// taken, another transaction holds e's row. It returns only database
+// errors; a panic of Payload or a payload that does not encode skips the
+// tick, reported.
+func (r *Router[T]) tryTick(ctx context.Context, e *periodicEntry[T], tick time.Time) (held bool, err error) {
+	id := leaserouter.TickID(e.p.Name, tick)
+	payload, p := tickPayload(e.p, tick)
+	if p != nil {
+		r.callbackPanicked(fmt.Sprintf("pgrouter: periodic job %s: Payload panicked: %v; tick %s skipped",
+			contract.Quote(e.p.Name), p, tick.UTC().Format(time.RFC3339Nano)), id)
+		return false, nil
+	}
+	held, err = r.enqueueTick(ctx, e.p, tick, id, payload)
+	if errors.Is(err, leaserouter.ErrInvalidJob) {
+		r.logPeriodic(slog.LevelError, fmt.Sprintf("pgrouter: periodic job %s: %v; tick skipped", contract.Quote(e.p.Name), err), id)
+		return false, nil
+	}
+	return held, err
 }
 
 // tickPayload is p.Payload(tick), the zero T for a nil Payload, with a
@@ -161,45 +183,50 @@ func tickPayload[T any](p Periodic[T], tick time.Time) (payload T, panicked any)
 	return payload, panicked
 }
 
-// errTickTaken rolls back the transaction of a tick taken already (or not
-// to be taken: see takeTick).
-var errTickTaken = errors.New("pgrouter: tick taken")
+// errTickNotTaken rolls back the transaction of a tick not taken (see
+// enqueueTick).
+var errTickNotTaken = errors.New("pgrouter: tick not taken")
 
 // enqueueTick takes tick of p and inserts its job id in one transaction
-// (takeTick, then jobs_insert as Enqueue runs it): nil also when the tick
-// was not taken (another scheduler took it; out of its window on the
-// database's clock). An error wraps ErrInvalidJob (the payload does not
-// encode: nothing sent) or the driver's.
-func (r *Router[T]) enqueueTick(ctx context.Context, p Periodic[T], tick time.Time, id string, payload T) error {
+// (periodic_tick, then jobs_insert as Enqueue runs it). held reports a
+// tick whose row another transaction holds (another scheduler inside its
+// tick, maybe stalled there): not taken, its outcome unknown, to be tried
+// again (see retryHeld). Otherwise nil also when the tick was not taken
+// (another scheduler took it; out of its window on the database's
+// clock). An error wraps ErrInvalidJob (the payload does not encode:
+// nothing sent) or the driver's.
+func (r *Router[T]) enqueueTick(ctx context.Context, p Periodic[T], tick time.Time, id string, payload T) (held bool, err error) {
 	var b batch
 	if err := addJob(&b, r, 0, id, payload, append(slices.Clip(p.Options), leaserouter.WithRunAt(tick))); err != nil {
-		return err
+		return false, err
 	}
 	// Wait for room for the events before the transaction, not while it
 	// holds the periodic job's row (a slow hook would stall the job's
 	// ticks in every process).
 	if err := r.ev.awaitRoom(ctx); err != nil {
-		return err
+		return false, err
 	}
 	var inserted map[string]time.Time
 	var purged []leaserouter.Event
-	err := pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, takeTick, args{"queue": r.opts.Queue, "name": p.Name, "tick": tick,
-			"retention_us": r.opts.Retention.Microseconds()})
+	err = pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error {
+		var taken bool
+		err := tx.QueryRow(ctx, takeTick, args{"queue": r.opts.Queue, "name": p.Name, "tick": tick,
+			"retention_us": r.opts.Retention.Microseconds(), "lock_timeout_ms": periodicLockTimeout.Milliseconds(),
+			"idle_timeout_ms": periodicIdleTimeout.Milliseconds()}).Scan(&taken, &held)
 		if err != nil {
 			return err
 		}
-		if tag.RowsAffected() == 0 {
-			return errTickTaken
+		if !taken {
+			return errTickNotTaken
 		}
 		inserted, purged, err = r.insertRoomed(ctx, tx, &b) // room awaited above: no wait holding the periodic job's row
 		return err
 	})
-	if errors.Is(err, errTickTaken) {
-		return nil
+	if errors.Is(err, errTickNotTaken) {
+		return held, nil
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	r.replacedPurged(purged)
 	_, ok := inserted[id]
@@ -211,7 +238,7 @@ func (r *Router[T]) enqueueTick(ctx context.Context, p Periodic[T], tick time.Ti
 	} else {
 		r.stats.Duplicates++ // the ID enqueued otherwise (by Enqueue, say): the tick is taken all the same
 	}
-	return nil
+	return false, nil
 }
 
 // dbClockOffset runs query, a round trip that scans the database's clock

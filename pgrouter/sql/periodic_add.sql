@@ -1,9 +1,21 @@
 -- Registers the periodic job @name of @queue and returns its since (the
 -- database's clock at the first registration of the pair ever: later
--- ones keep it), its last_tick (the latest tick a scheduler took; NULL:
--- none) and the database's clock now. ON CONFLICT DO UPDATE rather than
--- DO NOTHING and a read: the row a concurrent first registration
--- committed after this statement's snapshot is returned all the same.
-INSERT INTO leaserouter_periodic AS p (queue, name) VALUES (@queue, @name)
-ON CONFLICT (queue, name) DO UPDATE SET since = p.since
-RETURNING p.since, p.last_tick, clock_timestamp()
+-- ones keep it), its last_tick (the latest tick a scheduler committed;
+-- NULL: none) and the database's clock now. It never waits for a
+-- scheduler's transaction holding the row (a stalled one may hold it for
+-- long): an existing row is only read, and the insert happens only when
+-- the row is missing, then skipped if a concurrent first registration
+-- inserted it meanwhile (ON CONFLICT DO NOTHING). No row returned: that
+-- registration committed after this statement's snapshot; the caller
+-- runs the statement again, whose new snapshot sees it.
+WITH found AS (
+	SELECT since, last_tick FROM leaserouter_periodic WHERE queue = @queue AND name = @name
+), added AS (
+	INSERT INTO leaserouter_periodic (queue, name)
+	SELECT @queue, @name WHERE NOT EXISTS (SELECT FROM found)
+	ON CONFLICT (queue, name) DO NOTHING
+	RETURNING since, last_tick
+)
+SELECT since, last_tick, clock_timestamp() FROM found
+UNION ALL
+SELECT since, last_tick, clock_timestamp() FROM added

@@ -2,6 +2,7 @@ package pgrouter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/contract"
 	listcursor "github.com/leaserouter/leaserouter/internal/cursor"
 )
 
@@ -38,8 +40,9 @@ const firstPage = math.MaxInt64
 // A State outside the constants, a Limit below 0 or above
 // leaserouter.MaxListLimit (1000), an IDPrefix that is not valid UTF-8
 // (the database's text cannot hold it: the core's List would match IDs
-// it is a byte prefix of), or a Cursor that is malformed or was made
-// under other States or IDPrefix (Limit may change) is an error wrapping
+// it is a byte prefix of), or a Cursor that is malformed, was made under
+// other States or IDPrefix (Limit may change) or by a Router of another
+// queue (a cursor holds its queue) is an error wrapping
 // ErrInvalidOptions, without a round trip. One round trip: each selected
 // state is a walk of the index leaserouter_jobs_order that stops after a
 // page, never a scan or sort of the queue; a prefix few of a state's jobs
@@ -55,9 +58,16 @@ func (r *Router[T]) List(ctx context.Context, p leaserouter.ListParams) (leasero
 	}
 	before := int64(firstPage)
 	if p.Cursor != "" {
-		seq, err := listcursor.Decode(p.Cursor, mask, p.IDPrefix)
+		// The queue is in the cursor's fingerprint: the queues share one
+		// sequence of enqueue orders, so another queue's cursor would read
+		// as a valid position here and select the wrong jobs (or none).
+		seq, err := listcursor.DecodeIn(r.opts.Queue, p.Cursor, mask, p.IDPrefix)
 		if err == nil && seq > math.MaxInt64 {
 			err = listcursor.ErrMalformed
+		}
+		if errors.Is(err, listcursor.ErrOtherFilters) {
+			return page, fmt.Errorf("%w: ListParams.Cursor: %w or on another queue than %s", leaserouter.ErrInvalidOptions, err,
+				contract.Quote(r.opts.Queue))
 		}
 		if err != nil {
 			return page, fmt.Errorf("%w: ListParams.Cursor: %w", leaserouter.ErrInvalidOptions, err)
@@ -89,7 +99,7 @@ func (r *Router[T]) List(ctx context.Context, p leaserouter.ListParams) (leasero
 	r.settled(ctx, settled)
 	if len(page.Jobs) > limit {
 		page.Jobs = page.Jobs[:limit]
-		page.NextCursor = listcursor.Encode(uint64(last), mask, p.IDPrefix)
+		page.NextCursor = listcursor.EncodeIn(r.opts.Queue, uint64(last), mask, p.IDPrefix)
 	}
 	return page, nil
 }

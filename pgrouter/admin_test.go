@@ -181,3 +181,35 @@ func (n planNode) nodes(typ string) []planNode {
 	}
 	return out
 }
+
+// A List cursor holds its queue: one made by a Router of queue A, used on
+// queue B's Router (where the enqueue orders of A's jobs are positions
+// too, as the queues share one sequence), is refused with
+// ErrInvalidOptions, as a cursor made under other filters is, rather than
+// read as a position among B's jobs; on queue A, in another process, it
+// goes on where its page ended.
+func TestListRefusesAnotherQueuesCursor(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := t.Context()
+	a := routerOn[int](t, db, pgrouter.Options{Queue: "a"})
+	b := routerOn[int](t, db, pgrouter.Options{Queue: "b"})
+	for i := range 3 {
+		require.NoError(t, b.Enqueue(ctx, fmt.Sprintf("b%d", i), i))
+		require.NoError(t, a.Enqueue(ctx, fmt.Sprintf("a%d", i), i))
+	}
+	page, err := a.List(ctx, leaserouter.ListParams{Limit: 1})
+	require.NoError(t, err)
+	require.Equal(t, "a2", page.Jobs[0].ID)
+	require.NotEmpty(t, page.NextCursor)
+
+	other, err := b.List(ctx, leaserouter.ListParams{Limit: 1, Cursor: page.NextCursor})
+	require.ErrorIs(t, err, leaserouter.ErrInvalidOptions, "queue a's cursor on queue b: %v", other.Jobs)
+	require.ErrorContains(t, err, "another queue")
+	require.Empty(t, other.Jobs)
+
+	again := routerOn[int](t, otherPool(t, db), pgrouter.Options{Queue: "a"})
+	next, err := again.List(ctx, leaserouter.ListParams{Limit: 1, Cursor: page.NextCursor})
+	require.NoError(t, err)
+	require.Equal(t, "a1", next.Jobs[0].ID)
+}

@@ -475,8 +475,8 @@ func TestBadNamesGetTheCoresErrors(t *testing.T) {
 	})
 }
 
-// maxSeqCursor is a well-formed List cursor of no filter whose enqueue
-// order is above the largest bigint: no job has it.
+// maxSeqCursor is a well-formed List cursor of no filter on the default
+// queue whose enqueue order is above the largest bigint: no job has it.
 func maxSeqCursor() string {
-	return listcursor.Encode(math.MaxUint64, 1<<(leaserouter.StateCanceled+1)-1, "")
+	return listcursor.EncodeIn(pgrouter.DefaultQueue, math.MaxUint64, 1<<(leaserouter.StateCanceled+1)-1, "")
 }

@@ -23,3 +23,24 @@ func TestRoundTrip(t *testing.T) {
 		require.ErrorIs(t, err, ErrMalformed, "%q", bad)
 	}
 }
+
+// TestScopedCursorOnlyInItsScope: a cursor made in a scope (a queue)
+// decodes in that scope alone, under the same filters; the unscoped
+// cursors are as before scopes existed.
+func TestScopedCursorOnlyInItsScope(t *testing.T) {
+	c := EncodeIn("emails", 42, 0b101, "img-")
+	seq, err := DecodeIn("emails", c, 0b101, "img-")
+	require.NoError(t, err)
+	require.Equal(t, uint64(42), seq)
+	for _, other := range []struct {
+		scope, prefix string
+	}{{"images", "img-"}, {"", "img-"}, {"emails", "img"}, {"s", "img-email"}, {"img-emails", ""}} {
+		_, err = DecodeIn(other.scope, c, 0b101, other.prefix)
+		require.ErrorIs(t, err, ErrOtherFilters, "%+v", other)
+	}
+	_, err = Decode(c, 0b101, "img-")
+	require.ErrorIs(t, err, ErrOtherFilters)
+	// An unscoped cursor is the one Encode made before scopes existed.
+	require.Equal(t, "AQAAAAAAAAAqB_MnLrHx6oY", Encode(42, 0b101, "img-"))
+	require.Equal(t, Encode(42, 0b101, "img-"), EncodeIn("", 42, 0b101, "img-"))
+}

@@ -136,8 +136,8 @@ func (r *Router[T]) planTick(ctx context.Context, e *periodicEntry[T], now time.
 		return nil
 	}
 	if !plan.Tick.IsZero() {
-		// Ticks still held (retryHeld stopped at one): the row is, this
-		// one waits behind them, untried.
+		// Ticks still held (retryHeld stopped at the oldest): the row is
+		// still locked, and this tick waits behind them, untried.
 		held := len(e.held) > 0
 		if !held {
 			if held, err = r.tryTick(ctx, e, plan.Tick); err != nil {

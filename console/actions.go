@@ -103,7 +103,10 @@ func (h *handler) action(w http.ResponseWriter, r *http.Request) error {
 	} else if len(ids) == 0 {
 		return errorf(http.StatusBadRequest, "no job selected: tick some jobs, or \"all matching the filter\"")
 	}
-	if len(ids) == 1 && f.Get("all") != "1" {
+	// One job named without a filter (a job's page, the leases page): the
+	// single call, its refusal a status. Under a filter (a job ticked on
+	// the jobs or dead page), the bulk call: it is left alone if it moved.
+	if len(ids) == 1 && f.Get("all") != "1" && len(lq.params.States) == 0 {
 		op := map[Action]func(context.Context, string) error{ActionRetry: s.Retry, ActionCancel: s.Cancel, ActionDelete: s.Delete}[a]
 		if err := op(r.Context(), ids[0]); err != nil {
 			return err

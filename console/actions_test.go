@@ -385,4 +385,11 @@ func TestBulkDeleteTickedDeadSparesJobRetriedMeanwhile(t *testing.T) {
 		_, ok := r.Get(id)
 		require.False(t, ok, id)
 	}
+
+	// One job ticked under the filter: the same rule.
+	body = requireOK(t, post(t, h, "/action", url.Values{"action": {"delete"}, "queue": {"files"},
+		"state": {"failed"}, "id": {"d2"}}))
+	require.Contains(t, body, `data-testid="result-done">0<`)
+	require.Contains(t, body, `data-testid="result-moved">1<`)
+	require.Equal(t, leaserouter.StatePending, state(t, r, "d2"), "the retried job survives")
 }

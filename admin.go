@@ -164,6 +164,14 @@ func (r *Router[T]) Retry(id string) error {
 	case r.opts.Capacity > 0 && r.unfinished() >= r.opts.Capacity:
 		return fmt.Errorf("%w: %d unfinished jobs", ErrFull, r.opts.Capacity)
 	}
+	r.retryLocked(j, fresh, now)
+	return nil
+}
+
+// retryLocked makes j, a finished job, pending again as Retry does, in
+// fresh, a record allocated before the lock. The caller holds r.mu and
+// has checked Capacity.
+func (r *Router[T]) retryLocked(j, fresh *job[T], now int64) {
 	// j stays in the retention queue (a FIFO of single links: taking it
 	// out of the middle would walk it), detached; fresh takes its place
 	// in the ID index and the enqueue order.
@@ -171,14 +179,13 @@ func (r *Router[T]) Retry(id string) error {
 		hash: j.hash, token: j.token, seq: j.seq, priority: j.priority, created: j.created,
 		updated: now, maxAtt: j.maxAtt, hidx: -1, state: j.state, tmo: j.tmo}
 	r.jobs.Delete(j, j.hash)
-	_, pos := r.jobs.Find(id, j.hash)
+	_, pos := r.jobs.Find(fresh.id, j.hash)
 	r.jobs.Insert(fresh, j.hash, pos)
 	r.order.Replace(j.ord, j.seq, fresh)
 	r.detach(j)
 	r.stats.Retried++
 	r.emit(EventRetried, now, fresh, nil, fresh.token, nil)
 	r.makeReady(fresh, now)
-	return nil
 }
 
 // detach marks j, a record Retry replaced or Delete removed, for the
@@ -208,9 +215,17 @@ func (r *Router[T]) Delete(id string) error {
 	if j == nil {
 		return fmt.Errorf("%w: %q", ErrNotFound, id)
 	}
-	switch j.state {
-	case StateLeased:
+	if j.state == StateLeased {
 		return fmt.Errorf("%w: %q (token %d, held by %q)", ErrLeased, id, j.token, j.owner())
+	}
+	r.deleteLocked(j, now)
+	return nil
+}
+
+// deleteLocked removes j, a job not leased, as Delete does. The caller
+// holds r.mu.
+func (r *Router[T]) deleteLocked(j *job[T], now int64) {
+	switch j.state {
 	case StatePending:
 		r.ready.Remove(int(j.hidx))
 	case StateScheduled:
@@ -221,7 +236,6 @@ func (r *Router[T]) Delete(id string) error {
 	if finished { // in the retention queue: it drops the record there
 		j.hidx = hidxDetached
 	}
-	return nil
 }
 
 // Pause stops the granting of leases until Resume: Acquire and

@@ -236,3 +236,15 @@ func (c coreLease) Fail(_ context.Context, cause error) error   { return c.l.Fai
 func (c coreLease) Release(context.Context) error               { return c.l.Release() }
 
 func (c coreLease) Snooze(_ context.Context, d time.Duration) error { return c.l.Snooze(d) }
+
+func (b coreBackend) RetryMany(_ context.Context, ids []string, states []leaserouter.State) (leaserouter.BulkResult, error) {
+	return b.r.RetryMany(ids, states)
+}
+
+func (b coreBackend) CancelMany(_ context.Context, ids []string, states []leaserouter.State) (leaserouter.BulkResult, error) {
+	return b.r.CancelMany(ids, states)
+}
+
+func (b coreBackend) DeleteMany(_ context.Context, ids []string, states []leaserouter.State) (leaserouter.BulkResult, error) {
+	return b.r.DeleteMany(ids, states)
+}

@@ -2,7 +2,6 @@ package console
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -23,8 +22,13 @@ import (
 //	back    where the result page links back to (a relative console URL)
 //
 // A single job's refusal is its status (404 unknown, 409 not finished or
-// leased) with the message; several jobs are done one by one and the
-// result page counts those done and refused, with the reasons.
+// leased) with the message. Several jobs are one bulk call of the Source
+// (RetryMany, CancelMany, DeleteMany) with the states of the filter they
+// were shown under (none: any state): a job that left those states since
+// (leased meanwhile, retried meanwhile) is left alone, and the result
+// page counts the jobs done, those skipped because they had moved, and
+// those refused (a state the action does not apply to, or gone), with
+// the reasons.
 
 // maxForm bounds an action's form: a page of MaxListLimit IDs fits.
 const maxForm = 4 << 20
@@ -35,7 +39,10 @@ type resultPage struct {
 	Queue     string
 	Message   string
 	Done      int
+	Bulk      bool // several jobs, one bulk call
+	Moved     int  // skipped: no longer in the filter's states
 	Refused   int
+	Error     string // the error that stopped a bulk action part way
 	Reasons   []reason
 	Truncated bool // "all matching" matched more than MaxBulk jobs
 	Max       int
@@ -85,19 +92,22 @@ func (h *handler) action(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	ids := f["id"]
+	lq, err := h.parseListQuery(url.Values{"queue": {res.Queue}, "state": f["state"], "prefix": {f.Get("prefix")}})
+	if err != nil {
+		return err
+	}
 	if f.Get("all") == "1" {
-		lq, err := h.parseListQuery(url.Values{"queue": {res.Queue}, "state": f["state"], "prefix": {f.Get("prefix")}})
-		if err != nil {
-			return err
-		}
 		if ids, res.Truncated, err = collect(r.Context(), lq); err != nil {
 			return err
 		}
 	} else if len(ids) == 0 {
 		return errorf(http.StatusBadRequest, "no job selected: tick some jobs, or \"all matching the filter\"")
 	}
-	op := map[Action]func(context.Context, string) error{ActionRetry: s.Retry, ActionCancel: s.Cancel, ActionDelete: s.Delete}[a]
-	if len(ids) == 1 && f.Get("all") != "1" {
+	// One job named without a filter (a job's page, the leases page): the
+	// single call, its refusal a status. Under a filter (a job ticked on
+	// the jobs or dead page), the bulk call: it is left alone if it moved.
+	if len(ids) == 1 && f.Get("all") != "1" && len(lq.params.States) == 0 {
+		op := map[Action]func(context.Context, string) error{ActionRetry: s.Retry, ActionCancel: s.Cancel, ActionDelete: s.Delete}[a]
 		if err := op(r.Context(), ids[0]); err != nil {
 			return err
 		}
@@ -109,26 +119,42 @@ func (h *handler) action(w http.ResponseWriter, r *http.Request) error {
 		h.render(w, r, http.StatusOK, "result", "Done", "", res)
 		return nil
 	}
-	refusals := map[string]int{}
-	for _, id := range ids {
-		if err := r.Context().Err(); err != nil {
-			return err
-		}
-		if err := op(r.Context(), id); err != nil {
-			res.Refused++
-			refusals[refusalReason(err)]++
-			continue
-		}
-		res.Done++
+	bulk := map[Action]func(context.Context, []string, []leaserouter.State) (leaserouter.BulkResult, error){
+		ActionRetry: s.RetryMany, ActionCancel: s.CancelMany, ActionDelete: s.DeleteMany}[a]
+	// Each job is acted on only if it is still in a state the filter
+	// selected: one that moved since it was shown is left alone.
+	br, err := bulk(r.Context(), ids, lq.params.States)
+	if err != nil && br == (leaserouter.BulkResult{}) {
+		return err
 	}
-	for msg, n := range refusals {
-		res.Reasons = append(res.Reasons, reason{msg, n})
+	status := http.StatusOK
+	if err != nil { // stopped part way (ErrFull): what was done, and why it stopped
+		status, res.Error = statusOf(err), err.Error()
 	}
-	slices.SortFunc(res.Reasons, func(a, b reason) int { return b.N - a.N })
-	res.Message = fmt.Sprintf("%s: %s done, %s refused.", a, num(res.Done), num(res.Refused))
-	h.log.Info("console: "+string(a), "queue", res.Queue, "done", res.Done, "refused", res.Refused, "truncated", res.Truncated)
-	h.render(w, r, http.StatusOK, "result", "Done", "", res)
+	res.Bulk = true
+	res.Done, res.Moved, res.Refused = br.Done, br.Moved, br.NotApplicable+br.NotFound
+	for _, rs := range []reason{
+		{"moved since shown (no longer in the filter's states): left alone", br.Moved},
+		{notApplicable[a], br.NotApplicable},
+		{"not found (gone meanwhile)", br.NotFound},
+	} {
+		if rs.N > 0 {
+			res.Reasons = append(res.Reasons, rs)
+		}
+	}
+	res.Message = fmt.Sprintf("%s: %s done, %s skipped because they had moved, %s refused.", a, num(res.Done), num(res.Moved), num(res.Refused))
+	h.log.Info("console: "+string(a), "queue", res.Queue, "done", res.Done, "moved", res.Moved, "refused", res.Refused,
+		"truncated", res.Truncated, "error", res.Error)
+	h.render(w, r, status, "result", "Done", "", res)
 	return nil
+}
+
+// notApplicable says, per action, why a job in a state the action does
+// not apply to was refused.
+var notApplicable = map[Action]string{
+	ActionRetry:  "not finished (only succeeded, dead or canceled jobs can be retried)",
+	ActionCancel: "already finished",
+	ActionDelete: "leased (cancel it first)",
 }
 
 // collect pages through the jobs lq selects, up to MaxBulk; truncated
@@ -152,19 +178,6 @@ func collect(ctx context.Context, lq listQuery) (ids []string, truncated bool, e
 		}
 		p.Cursor = page.NextCursor
 	}
-}
-
-// refusalReason groups refusals by kind, for the result page's counts.
-func refusalReason(err error) string {
-	switch {
-	case errors.Is(err, leaserouter.ErrNotFinished):
-		return "not finished (only succeeded, dead or canceled jobs can be retried)"
-	case errors.Is(err, leaserouter.ErrLeased):
-		return "leased (cancel it first)"
-	case errors.Is(err, leaserouter.ErrNotFound):
-		return "not found (gone meanwhile)"
-	}
-	return err.Error()
 }
 
 // safeBack is back when it is a relative link to one of the console's

@@ -1,6 +1,8 @@
 package console_test
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -324,4 +326,70 @@ func TestBackLinkStaysInTheConsole(t *testing.T) {
 		}
 		require.Equal(t, []string{want}, got, back)
 	}
+}
+
+// movingSource is a Source whose List runs meanwhile once, after the
+// page is read: what other workers and operators do between the moment
+// the console reads the jobs a filter matches and the moment it acts.
+type movingSource struct {
+	console.Source
+	meanwhile func()
+}
+
+func (s *movingSource) List(ctx context.Context, p leaserouter.ListParams) (leaserouter.JobPage[json.RawMessage], error) {
+	page, err := s.Source.List(ctx, p)
+	if f := s.meanwhile; f != nil {
+		s.meanwhile = nil
+		f()
+	}
+	return page, err
+}
+
+// "Cancel all pending" leaves alone the job a worker leased after the
+// console read the filter's jobs: its lease is held (its heartbeat
+// accepted), and the result page counts it as skipped because it moved.
+func TestBulkCancelAllPendingSparesJobLeasedMeanwhile(t *testing.T) {
+	r := newRouter(t, leaserouter.Options{MaxAttempts: 3})
+	enqueue(t, r, "a", "b", "c")
+	var l *leaserouter.Lease[item]
+	src := &movingSource{Source: console.Router("files", r), meanwhile: func() { l = leaseID(t, r, "b") }}
+	h, err := console.New(console.Options{}, src)
+	require.NoError(t, err)
+	body := requireOK(t, post(t, h, "/action", url.Values{"action": {"cancel"}, "queue": {"files"}, "all": {"1"},
+		"state": {"pending"}}))
+	require.NotNil(t, l)
+	require.Contains(t, body, `data-testid="result-done">2<`)
+	require.Contains(t, body, `data-testid="result-moved">1<`)
+	require.Contains(t, body, "moved since shown")
+	require.NoError(t, l.Heartbeat(nil), "the lease taken meanwhile is not canceled")
+	require.Equal(t, leaserouter.StateLeased, state(t, r, "b"))
+	require.Equal(t, leaserouter.StateCanceled, state(t, r, "a"))
+	require.Equal(t, leaserouter.StateCanceled, state(t, r, "c"))
+}
+
+// "Delete" of dead jobs ticked on the dead page leaves alone one retried
+// after the page was shown: it survives, counted as skipped because it
+// moved.
+func TestBulkDeleteTickedDeadSparesJobRetriedMeanwhile(t *testing.T) {
+	r, h := setup(t, console.Options{})
+	for _, id := range []string{"d1", "d2", "d3"} {
+		kill(t, r, id)
+	}
+	require.NoError(t, r.Retry("d2")) // meanwhile, another operator retries one
+	body := requireOK(t, post(t, h, "/action", url.Values{"action": {"delete"}, "queue": {"files"},
+		"state": {"failed"}, "id": {"d1", "d2", "d3"}}))
+	require.Contains(t, body, `data-testid="result-done">2<`)
+	require.Contains(t, body, `data-testid="result-moved">1<`)
+	require.Equal(t, leaserouter.StatePending, state(t, r, "d2"), "the retried job survives")
+	for _, id := range []string{"d1", "d3"} {
+		_, ok := r.Get(id)
+		require.False(t, ok, id)
+	}
+
+	// One job ticked under the filter: the same rule.
+	body = requireOK(t, post(t, h, "/action", url.Values{"action": {"delete"}, "queue": {"files"},
+		"state": {"failed"}, "id": {"d2"}}))
+	require.Contains(t, body, `data-testid="result-done">0<`)
+	require.Contains(t, body, `data-testid="result-moved">1<`)
+	require.Equal(t, leaserouter.StatePending, state(t, r, "d2"), "the retried job survives")
 }

@@ -77,9 +77,11 @@ func (a Action) Mutates() bool {
 	return false
 }
 
-// MaxBulk is the most jobs one "all matching the filter" action handles;
-// the result page says when more matched (submit it again for the rest).
-const MaxBulk = 10000
+// MaxBulk is the most jobs one "all matching the filter" action handles
+// (leaserouter.MaxBulkIDs, the most one RetryMany, CancelMany or
+// DeleteMany takes); the result page says when more matched (submit it
+// again for the rest).
+const MaxBulk = leaserouter.MaxBulkIDs
 
 // handler is the console: the http.Handler New returns.
 type handler struct {

@@ -40,6 +40,15 @@ type Source interface {
 	Cancel(ctx context.Context, id string) error
 	// Delete is leaserouter.Router.Delete.
 	Delete(ctx context.Context, id string) error
+	// RetryMany is leaserouter.Router.RetryMany: each job of ids retried
+	// only if it is still in one of states (empty: any), the counts in
+	// the result. The console's bulk retry calls it once, with at most
+	// MaxBulk IDs and the states of the filter the jobs were shown under.
+	RetryMany(ctx context.Context, ids []string, states []leaserouter.State) (leaserouter.BulkResult, error)
+	// CancelMany is leaserouter.Router.CancelMany, as RetryMany.
+	CancelMany(ctx context.Context, ids []string, states []leaserouter.State) (leaserouter.BulkResult, error)
+	// DeleteMany is leaserouter.Router.DeleteMany, as RetryMany.
+	DeleteMany(ctx context.Context, ids []string, states []leaserouter.State) (leaserouter.BulkResult, error)
 	// Pause is leaserouter.Router.Pause.
 	Pause(ctx context.Context) error
 	// Resume is leaserouter.Router.Resume.
@@ -50,7 +59,8 @@ type Source interface {
 // queue. Payloads are marshaled with encoding/json; a payload that fails
 // to marshal shows as a JSON string saying why, never as an error. The
 // calls do not block but on the router's lock (ctx is only checked
-// first); they work after Close as the Router's own calls do (reads
+// first; the bulk calls also wait while the router's event backlog is
+// full); they work after Close as the Router's own calls do (reads
 // answer, actions return leaserouter.ErrClosed). A nil r makes every call
 // of the Source panic; New refuses an empty queue name.
 func Router[T any](queue string, r *leaserouter.Router[T]) Source {
@@ -140,6 +150,27 @@ func (s *routerSource[T]) Delete(ctx context.Context, id string) error {
 		return err
 	}
 	return s.r.Delete(id)
+}
+
+func (s *routerSource[T]) RetryMany(ctx context.Context, ids []string, states []leaserouter.State) (leaserouter.BulkResult, error) {
+	if err := ctx.Err(); err != nil {
+		return leaserouter.BulkResult{}, err
+	}
+	return s.r.RetryMany(ids, states)
+}
+
+func (s *routerSource[T]) CancelMany(ctx context.Context, ids []string, states []leaserouter.State) (leaserouter.BulkResult, error) {
+	if err := ctx.Err(); err != nil {
+		return leaserouter.BulkResult{}, err
+	}
+	return s.r.CancelMany(ids, states)
+}
+
+func (s *routerSource[T]) DeleteMany(ctx context.Context, ids []string, states []leaserouter.State) (leaserouter.BulkResult, error) {
+	if err := ctx.Err(); err != nil {
+		return leaserouter.BulkResult{}, err
+	}
+	return s.r.DeleteMany(ids, states)
 }
 
 func (s *routerSource[T]) Pause(ctx context.Context) error {

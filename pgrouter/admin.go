@@ -7,7 +7,6 @@ import (
 	"math"
 	"slices"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -185,26 +184,15 @@ func (r *Router[T]) Retry(ctx context.Context, id string) error {
 	if err := r.checkJobCall(id); err != nil {
 		return err
 	}
-	var (
-		was   *string
-		token *int64
-		at    *time.Time
-		sent  int64
-	)
-	if err := r.jobStatement(ctx, "Retry", retryJob, args{"queue": r.opts.Queue, "id": id, "channel": channel},
-		&was, &token, &at, &sent); err != nil {
-		return err
-	}
+	jobs, err := r.retry(ctx, "Retry", []string{id}, everyState)
 	switch {
-	case was == nil:
+	case err != nil:
+		return err
+	case len(jobs) == 0:
 		return fmt.Errorf("%w: %q", leaserouter.ErrNotFound, id)
-	case at == nil:
-		return fmt.Errorf("%w: %q is %s", leaserouter.ErrNotFinished, id, *was)
+	case !jobs[0].done:
+		return fmt.Errorf("%w: %q is %s", leaserouter.ErrNotFinished, id, jobs[0].was)
 	}
-	r.mu.Lock()
-	r.stats.Retried++
-	r.mu.Unlock()
-	r.emit(leaserouter.Event{Kind: leaserouter.EventRetried, Time: *at, JobID: id, Token: leaserouter.Token(*token)})
 	return nil
 }
 
@@ -225,27 +213,15 @@ func (r *Router[T]) Delete(ctx context.Context, id string) error {
 	if err := r.checkJobCall(id); err != nil {
 		return err
 	}
-	var (
-		was     *string
-		token   *int64
-		attempt *int32
-		at      time.Time
-	)
-	if err := r.jobStatement(ctx, "Delete", deleteJob, args{"queue": r.opts.Queue, "id": id},
-		&was, &token, &attempt, &at); err != nil {
-		return err
-	}
+	jobs, err := r.delete(ctx, "Delete", []string{id}, everyState)
 	switch {
-	case was == nil:
+	case err != nil:
+		return err
+	case len(jobs) == 0:
 		return fmt.Errorf("%w: %q", leaserouter.ErrNotFound, id)
-	case token == nil:
+	case !jobs[0].done:
 		return fmt.Errorf("%w: %q", leaserouter.ErrLeased, id)
 	}
-	r.mu.Lock()
-	r.stats.Purged++
-	r.mu.Unlock()
-	r.emit(leaserouter.Event{Kind: leaserouter.EventPurged, Time: at, JobID: id,
-		Token: leaserouter.Token(*token), Attempt: int(*attempt)})
 	return nil
 }
 
@@ -377,26 +353,4 @@ func (r *Router[T]) checkJobCall(id string) error {
 		return fmt.Errorf("%w: %w", err, leaserouter.ErrNotFound)
 	}
 	return r.open()
-}
-
-// jobStatement runs statement sql with a, after a settling round, in one
-// round trip, and scans its one row into dest; errors are wrapped for
-// call. What the settling round did is reported.
-func (r *Router[T]) jobStatement(ctx context.Context, call, sql string, a args, dest ...any) error {
-	b := &pgx.Batch{}
-	r.queueSettle(b)
-	b.Queue(sql, a)
-	res := r.db.SendBatch(ctx, b)
-	settled, err := readSettle(res)
-	if err == nil {
-		err = res.QueryRow().Scan(dest...)
-	}
-	if cerr := res.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return errWrap(call, err)
-	}
-	r.settled(ctx, settled)
-	return nil
 }

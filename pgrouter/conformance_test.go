@@ -243,3 +243,15 @@ func (p pgLease) Release(ctx context.Context) error           { return p.l.Relea
 func (p pgLease) Snooze(ctx context.Context, d time.Duration) error {
 	return p.l.Snooze(ctx, d)
 }
+
+func (b pgBackend) RetryMany(ctx context.Context, ids []string, states []leaserouter.State) (leaserouter.BulkResult, error) {
+	return b.r.RetryMany(ctx, ids, states)
+}
+
+func (b pgBackend) CancelMany(ctx context.Context, ids []string, states []leaserouter.State) (leaserouter.BulkResult, error) {
+	return b.r.CancelMany(ctx, ids, states)
+}
+
+func (b pgBackend) DeleteMany(ctx context.Context, ids []string, states []leaserouter.State) (leaserouter.BulkResult, error) {
+	return b.r.DeleteMany(ctx, ids, states)
+}

@@ -159,12 +159,19 @@
 //     counts them: QueueInfo.Estimated; ExactQueues counts every job) and
 //     whether each is paused.
 //   - Leases: the queue's live leases, expiring soonest first.
+//   - RetryMany, CancelMany, DeleteMany: the action on up to
+//     leaserouter.MaxBulkIDs jobs in one statement, each job only if it
+//     is still in one of the states the caller names (a job that moved
+//     since the caller listed it is left alone and counted in
+//     leaserouter.BulkResult.Moved). Retry, Cancel and Delete are the
+//     same statements with one ID.
 //   - History: per minute of the database's clock for the last hour, what
 //     every process on the queue counted (completions, failed attempts,
 //     deaths, expiries, stale refusals): each process adds its counts to
 //     the table leaserouter_history every PollInterval, off the hot path.
 //
-// Retry, Delete, Pause and Resume return ErrClosed after Close. With T =
+// Retry, Delete, the bulk calls, Pause and Resume return ErrClosed after
+// Close. With T =
 // json.RawMessage a Router is a console.Source (module
 // github.com/leaserouter/leaserouter/console) as it is; the command
 // pgrouter/cmd/leaserouter serves the console of every queue of a

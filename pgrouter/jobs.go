@@ -102,30 +102,13 @@ func (r *Router[T]) Cancel(ctx context.Context, id string) error {
 	if err := r.checkJobCall(id); err != nil {
 		return err
 	}
-	var (
-		found   bool
-		token   *int64
-		attempt *int32
-		at      *time.Time
-		owner   *string
-		leased  *bool
-		granted *time.Time
-	)
 	// A lease past its expiry is settled first, as the core does.
-	if err := r.jobStatement(ctx, "Cancel", cancelJob, args{"queue": r.opts.Queue, "id": id, "retention_us": r.keep},
-		&found, &token, &attempt, &at, &owner, &leased, &granted); err != nil {
+	jobs, err := r.cancel(ctx, "Cancel", []string{id}, everyState)
+	if err != nil {
 		return err
 	}
-	if !found {
+	if len(jobs) == 0 {
 		return fmt.Errorf("%w: %q", leaserouter.ErrNotFound, id)
-	}
-	if at != nil { // canceled now, not finished before
-		e := leaserouter.Event{Kind: leaserouter.EventCanceled, Time: *at, JobID: id, Attempt: int(*attempt)}
-		if *leased {
-			e.WorkerID, e.Token, e.Held = *owner, leaserouter.Token(*token), heldUntil(granted, *at)
-			r.releaseJob(id, e.Token) // a lease of this Router's: Close no longer waits for it
-		}
-		r.emit(e)
 	}
 	return nil
 }

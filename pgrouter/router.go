@@ -292,17 +292,18 @@ func (r *Router[T]) holds(l *Lease[T]) bool {
 	return ok
 }
 
-// releaseJob forgets this Router's lease of job id with token t, if held.
-func (r *Router[T]) releaseJob(id string, t leaserouter.Token) {
+// releaseJobs forgets this Router's leases of the jobs of ended (ID:
+// the token of the lease that ended), if held: Close no longer waits for
+// them.
+func (r *Router[T]) releaseJobs(ended map[string]leaserouter.Token) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for l := range r.held {
-		if l.JobID == id && l.Token == t {
+		if t, ok := ended[l.JobID]; ok && t == l.Token {
 			delete(r.held, l)
-			r.checkDrained()
-			return
 		}
 	}
+	r.checkDrained()
 }
 
 // checkDrained closes drained, once, when Close has begun and no lease is

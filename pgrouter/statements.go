@@ -133,7 +133,7 @@ var (
 	// Jobs (enqueue.go, jobs.go), fences, tokens, wake-ups.
 	insertJobs   = statement("jobs_insert")
 	getJob       = statement("job_get")
-	cancelJob    = statement("job_cancel")
+	cancelJobs   = statement("jobs_cancel")
 	statsByState = statement("job_stats")
 	jitOff       = statement("jit_off")
 	fenceAdmit   = statement("fence")
@@ -144,8 +144,8 @@ var (
 
 	// The operator's side (admin.go).
 	listJobs     = statement("jobs_list")
-	retryJob     = statement("job_retry")
-	deleteJob    = statement("job_delete")
+	retryJobs    = statement("jobs_retry")
+	deleteJobs   = statement("jobs_delete")
 	pauseQueue   = statement("queue_pause")
 	queuePaused  = statement("queue_paused")
 	queuesStats  = statement("queues_stats")

@@ -26,11 +26,15 @@ type Admin interface {
 	Resume(ctx context.Context) error
 	Leases(ctx context.Context, limit int) ([]leaserouter.Job[string], error)
 	History(ctx context.Context) ([]leaserouter.Minute, error)
+	// The bulk actions (bulk_rows.go).
+	RetryMany(ctx context.Context, ids []string, states []leaserouter.State) (leaserouter.BulkResult, error)
+	CancelMany(ctx context.Context, ids []string, states []leaserouter.State) (leaserouter.BulkResult, error)
+	DeleteMany(ctx context.Context, ids []string, states []leaserouter.State) (leaserouter.BulkResult, error)
 }
 
 func adminRows() []Row {
-	return []Row{rowListPages, rowListBadInput, rowRetry, rowDelete, rowPause, rowAdminAfterClose, rowAdminSettles,
-		rowLeasesOrder, rowHistory}
+	return append([]Row{rowListPages, rowListBadInput, rowRetry, rowDelete, rowPause, rowAdminAfterClose, rowAdminSettles,
+		rowLeasesOrder, rowHistory}, bulkRows()...)
 }
 
 // admin returns b's Admin, failing t if it has none.

@@ -38,6 +38,7 @@ const (
 	flagRouter              // --retention: the subcommand opens a Router
 	flagList                // --state, --prefix, --limit, --cursor
 	flagConsole             // --addr, --read-only
+	flagCreate              // --create: the subcommand may make a queue
 )
 
 // command is a subcommand.
@@ -60,8 +61,8 @@ var commands = []command{
 	{name: "retry", args: "ID...", summary: "run finished jobs (dead, canceled, succeeded) again with a fresh attempt budget", flags: flagQueue | flagRouter, nargs: -1, do: doRetry},
 	{name: "cancel", args: "ID...", summary: "cancel jobs not finished (a leased job's lease is lost at once)", flags: flagQueue | flagRouter, nargs: -1, do: doCancel},
 	{name: "delete", args: "ID...", summary: "delete jobs not leased (their IDs may be enqueued again)", flags: flagQueue | flagRouter, nargs: -1, do: doDelete},
-	{name: "pause", summary: "stop granting leases of a queue, in every process, until resume", flags: flagQueue | flagRouter, do: doPause},
-	{name: "resume", summary: "grant leases of a paused queue again", flags: flagQueue | flagRouter, do: doResume},
+	{name: "pause", summary: "stop granting leases of a queue, in every process, until resume", flags: flagQueue | flagRouter | flagCreate, do: doPause},
+	{name: "resume", summary: "grant leases of a paused queue again", flags: flagQueue | flagRouter | flagCreate, do: doResume},
 	{name: "console", summary: "serve the web console of every queue of the database until SIGINT or SIGTERM", flags: flagRouter | flagConsole, do: doConsole},
 }
 
@@ -77,6 +78,7 @@ type opts struct {
 	cursor    string
 	addr      string
 	readOnly  bool
+	create    bool
 }
 
 // call is one run of a subcommand.
@@ -180,6 +182,10 @@ func (cmd *command) flagSet() (*flag.FlagSet, *opts) {
 		fs.StringVar(&o.prefix, "prefix", "", "only jobs whose ID starts with this")
 		fs.IntVar(&o.limit, "limit", leaserouter.DefaultListLimit, fmt.Sprintf("jobs per page, 1 to %d", leaserouter.MaxListLimit))
 		fs.StringVar(&o.cursor, "cursor", "", "the page after the one that printed this cursor (same --state and --prefix)")
+	}
+	if cmd.flags&flagCreate != 0 {
+		fs.BoolVar(&o.create, "create", false, "act on a queue the database does not know yet (no jobs, never paused or resumed);\n"+
+			"without it such a queue, a typo most likely, is refused")
 	}
 	if cmd.flags&flagConsole != 0 {
 		fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "the address to listen on (host:port; port 0 picks a free one);\nthe console has no login of its own: keep it on a trusted interface")

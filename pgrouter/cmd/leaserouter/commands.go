@@ -213,11 +213,20 @@ func doResume(ctx context.Context, c *call) error {
 	return c.setPaused(ctx, false)
 }
 
+// setPaused pauses or resumes the call's queue. A queue the database
+// does not know (no jobs, no row of a pause or resume) is refused unless
+// --create: pausing a misspelt name would otherwise make a paused queue
+// no worker uses, and report success.
 func (c *call) setPaused(ctx context.Context, paused bool) error {
 	return c.withRouter(ctx, func(r *router) error {
-		op, word := r.Resume, "resumed"
+		op, word, verb := r.Resume, "resumed", "resume"
 		if paused {
-			op, word = r.Pause, "paused"
+			op, word, verb = r.Pause, "paused", "pause"
+		}
+		if !c.opts.create {
+			if err := knownQueue(ctx, r, verb); err != nil {
+				return err
+			}
 		}
 		if err := op(ctx); err != nil {
 			return err
@@ -228,4 +237,21 @@ func (c *call) setPaused(ctx context.Context, paused bool) error {
 		_, err := fmt.Fprintf(c.stdout, "queue %q %s\n", r.Queue(), word)
 		return err
 	})
+}
+
+// knownQueue returns nil if the database knows r's queue (it has jobs,
+// or was paused or resumed once), else an error wrapping
+// leaserouter.ErrNotFound that says how to verb it all the same.
+func knownQueue(ctx context.Context, r *router, verb string) error {
+	qs, err := r.Queues(ctx)
+	if err != nil {
+		return err
+	}
+	for _, q := range qs {
+		if q.Name == r.Queue() {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: queue %q has no jobs and was never paused or resumed (a typo? --create to %s it all the same)",
+		leaserouter.ErrNotFound, r.Queue(), verb)
 }

@@ -369,3 +369,27 @@ func TestHelpExitsZero(t *testing.T) {
 	require.Equal(t, exitUsage, res.code)
 	require.Contains(t, res.stderr, "usage: leaserouter SUBCOMMAND")
 }
+
+// TestPauseRefusesAQueueThatDoesNotExist: pause and resume of a queue
+// with no jobs that was never paused (a typo) fail with the error on
+// stderr and create no queue; --create makes it all the same.
+func TestPauseRefusesAQueueThatDoesNotExist(t *testing.T) {
+	d := newDB(t)
+	enqueue(t, d.router(t, "mail"), "m")
+	for _, cmd := range []string{"pause", "resume"} {
+		res := cli(t, d.url, cmd, "--queue", "nosuchqueue")
+		require.Equal(t, exitError, res.code, "%s: %s", cmd, res.stdout)
+		require.Empty(t, res.stdout, cmd)
+		require.Contains(t, res.stderr, `"nosuchqueue"`, cmd)
+		require.Contains(t, res.stderr, "--create", cmd)
+	}
+	var qs []queueJSON
+	d.jsonOf(t, &qs, "queues")
+	require.Equal(t, []queueJSON{{Queue: "mail", counts: counts{Pending: 1}}}, qs, "no phantom queue")
+
+	require.Equal(t, "queue \"mail\" paused\n", d.ok(t, "pause", "--queue", "mail"), "a queue with jobs")
+	require.Equal(t, "queue \"soon\" paused\n", d.ok(t, "pause", "--queue", "soon", "--create"))
+	require.Equal(t, "queue \"soon\" resumed\n", d.ok(t, "resume", "--queue", "soon"), "a queue with a row")
+	d.jsonOf(t, &qs, "queues")
+	require.Equal(t, []queueJSON{{Queue: "mail", counts: counts{Pending: 1}, Paused: true}, {Queue: "soon"}}, qs)
+}

@@ -1,0 +1,267 @@
+package pgrouter
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/contract"
+)
+
+// Bulk actions: RetryMany, CancelMany and DeleteMany, each one statement
+// (jobs_retry, jobs_cancel, jobs_delete) that acts on a job only if it
+// is still in one of the states the caller saw it in. Retry, Cancel and
+// Delete are the same statements with one ID and every state, so each
+// action's rule is written once.
+
+// everyState is every state's name: a single Retry, Cancel or Delete
+// acts whatever the state the action applies to.
+var everyState = stateNames(1<<(leaserouter.StateCanceled+1) - 1)
+
+// RetryMany is Retry of each job of ids that is in one of states (empty:
+// any) when the statement locks its row: a finished job (succeeded, dead
+// or canceled) is made pending again at once with a fresh attempt budget,
+// in its place in the enqueue order, as Retry does (EventRetried,
+// Stats.Retried; one notification wakes the queue's waiters in every
+// process). A job in none of states is left alone and counted in
+// leaserouter.BulkResult.Moved (it moved since the caller saw it); an
+// unfinished one in NotApplicable; an unknown or invalid ID, or a
+// finished job past its Retention, in NotFound. An ID given twice counts
+// once.
+//
+// More than leaserouter.MaxBulkIDs (10,000) IDs, or a state outside the
+// State constants, is an error wrapping ErrInvalidOptions, without a
+// round trip. It returns ErrClosed after Close, or an error wrapping the
+// driver's; after an error nothing changed (the statement is one
+// transaction). It settles what is due first, as Get does. One round
+// trip, one statement for every ID; it waits for rows other transactions
+// hold (a lease operation's, briefly), locking in ID order so that two
+// bulk calls on the same jobs never deadlock. Safe for concurrent use.
+func (r *Router[T]) RetryMany(ctx context.Context, ids []string, states []leaserouter.State) (leaserouter.BulkResult, error) {
+	ctx = orBackground(ctx)
+	return r.bulk(ctx, "RetryMany", ids, states, r.retry)
+}
+
+// CancelMany is Cancel of each job of ids that is in one of states
+// (empty: any) when the statement locks its row: a pending, scheduled or
+// leased job is canceled as Cancel cancels it (a leased job's lease is
+// lost at once: its holder's next operation is refused). A job in none
+// of states is left alone and counted in leaserouter.BulkResult.Moved —
+// a pending job a worker leased meanwhile keeps its lease when states is
+// pending only —; a finished one in NotApplicable; an unknown or invalid
+// ID, or a finished job past its Retention, in NotFound. Errors, round
+// trips and locks are RetryMany's.
+func (r *Router[T]) CancelMany(ctx context.Context, ids []string, states []leaserouter.State) (leaserouter.BulkResult, error) {
+	ctx = orBackground(ctx)
+	return r.bulk(ctx, "CancelMany", ids, states, r.cancel)
+}
+
+// DeleteMany is Delete of each job of ids that is in one of states
+// (empty: any) when the statement locks its row: a job not leased is
+// deleted, its ID free to be enqueued again, as Delete does (EventPurged,
+// Stats.Purged). A job in none of states is left alone and counted in
+// leaserouter.BulkResult.Moved — a dead job someone retried meanwhile
+// survives when states is failed only —; a leased one in NotApplicable;
+// an unknown or invalid ID, or a finished job past its Retention, in
+// NotFound. Errors, round trips and locks are RetryMany's.
+func (r *Router[T]) DeleteMany(ctx context.Context, ids []string, states []leaserouter.State) (leaserouter.BulkResult, error) {
+	ctx = orBackground(ctx)
+	return r.bulk(ctx, "DeleteMany", ids, states, r.delete)
+}
+
+// acted is what a bulk statement did to one job the queue knows: its
+// state before, and whether the action changed it.
+type acted struct {
+	id, was string
+	done    bool
+}
+
+// bulk checks a bulk call's arguments and runs op (retry, cancel or
+// delete) on its distinct valid IDs with the states' names, counting what
+// it did.
+func (r *Router[T]) bulk(ctx context.Context, call string, ids []string, states []leaserouter.State,
+	op func(ctx context.Context, call string, ids, states []string) ([]acted, error)) (leaserouter.BulkResult, error) {
+	var res leaserouter.BulkResult
+	given, err := contract.BulkStates(leaserouter.ErrInvalidOptions, call, len(ids), states, leaserouter.StateCanceled+1)
+	if err != nil {
+		return res, err
+	}
+	ids, invalid := contract.BulkIDs(ids, leaserouter.ValidateID)
+	if err := r.open(); err != nil {
+		return res, err
+	}
+	if len(ids) == 0 {
+		res.NotFound = invalid
+		return res, nil
+	}
+	jobs, err := op(ctx, call, ids, stateNames(given))
+	if err != nil {
+		return res, err
+	}
+	res.NotFound = invalid + len(ids) - len(jobs)
+	for _, j := range jobs {
+		switch {
+		case j.done:
+			res.Done++
+		case given&(1<<stateOf(j.was)) == 0:
+			res.Moved++
+		default:
+			res.NotApplicable++
+		}
+	}
+	return res, nil
+}
+
+// stateOf is the State named name (a state column's text).
+func stateOf(name string) leaserouter.State {
+	for s := leaserouter.StatePending; s <= leaserouter.StateCanceled; s++ {
+		if s.String() == name {
+			return s
+		}
+	}
+	return leaserouter.StateCanceled + 1
+}
+
+// bulkStatement runs sql with a, after a settling round, in one round
+// trip, and scans each of its rows with scan; errors are wrapped for call.
+func (r *Router[T]) bulkStatement(ctx context.Context, call, sql string, a args, scan func(pgx.Rows) error) error {
+	b := &pgx.Batch{}
+	r.queueSettle(b)
+	b.Queue(sql, a)
+	res := r.db.SendBatch(ctx, b)
+	settled, err := readSettle(res)
+	if err == nil {
+		var rows pgx.Rows
+		if rows, err = res.Query(); err == nil {
+			for rows.Next() && err == nil {
+				err = scan(rows)
+			}
+			rows.Close()
+			if err == nil {
+				err = rows.Err()
+			}
+		}
+	}
+	if cerr := res.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return errWrap(call, err)
+	}
+	r.settled(ctx, settled)
+	return nil
+}
+
+// retry runs jobs_retry on ids and states, and counts and emits what it
+// retried.
+func (r *Router[T]) retry(ctx context.Context, call string, ids, states []string) ([]acted, error) {
+	var (
+		out    []acted
+		events []leaserouter.Event
+	)
+	err := r.bulkStatement(ctx, call, retryJobs, args{"queue": r.opts.Queue, "ids": ids, "states": states, "channel": channel},
+		func(rows pgx.Rows) error {
+			var (
+				j     acted
+				token *int64
+				at    *time.Time
+				sent  int64
+			)
+			if err := rows.Scan(&j.id, &j.was, &token, &at, &sent); err != nil {
+				return err
+			}
+			if j.done = at != nil; j.done {
+				events = append(events, leaserouter.Event{Kind: leaserouter.EventRetried, Time: *at, JobID: j.id,
+					Token: leaserouter.Token(*token)})
+			}
+			out = append(out, j)
+			return nil
+		})
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	r.stats.Retried += uint64(len(events))
+	r.mu.Unlock()
+	r.emit(events...)
+	return out, nil
+}
+
+// cancel runs jobs_cancel on ids and states, and emits what it canceled;
+// a canceled lease of this Router's no longer holds up Close.
+func (r *Router[T]) cancel(ctx context.Context, call string, ids, states []string) ([]acted, error) {
+	var (
+		out    []acted
+		events []leaserouter.Event
+		ended  = map[string]leaserouter.Token{}
+	)
+	err := r.bulkStatement(ctx, call, cancelJobs, args{"queue": r.opts.Queue, "ids": ids, "states": states, "retention_us": r.keep},
+		func(rows pgx.Rows) error {
+			var (
+				j       acted
+				owner   string
+				token   *int64
+				attempt *int32
+				at      *time.Time
+				granted *time.Time
+			)
+			if err := rows.Scan(&j.id, &j.was, &owner, &token, &attempt, &at, &granted); err != nil {
+				return err
+			}
+			if j.done = at != nil; j.done {
+				e := leaserouter.Event{Kind: leaserouter.EventCanceled, Time: *at, JobID: j.id, Attempt: int(*attempt)}
+				if j.was == leaserouter.StateLeased.String() {
+					e.WorkerID, e.Token, e.Held = owner, leaserouter.Token(*token), heldUntil(granted, *at)
+					ended[j.id] = e.Token
+				}
+				events = append(events, e)
+			}
+			out = append(out, j)
+			return nil
+		})
+	if err != nil {
+		return nil, err
+	}
+	if len(ended) > 0 {
+		r.releaseJobs(ended)
+	}
+	r.emit(events...)
+	return out, nil
+}
+
+// delete runs jobs_delete on ids and states, and counts and emits what
+// it deleted.
+func (r *Router[T]) delete(ctx context.Context, call string, ids, states []string) ([]acted, error) {
+	var (
+		out    []acted
+		events []leaserouter.Event
+	)
+	err := r.bulkStatement(ctx, call, deleteJobs, args{"queue": r.opts.Queue, "ids": ids, "states": states},
+		func(rows pgx.Rows) error {
+			var (
+				j       acted
+				token   *int64
+				attempt *int32
+				at      time.Time
+			)
+			if err := rows.Scan(&j.id, &j.was, &token, &attempt, &at); err != nil {
+				return err
+			}
+			if j.done = token != nil; j.done {
+				events = append(events, leaserouter.Event{Kind: leaserouter.EventPurged, Time: at, JobID: j.id,
+					Token: leaserouter.Token(*token), Attempt: int(*attempt)})
+			}
+			out = append(out, j)
+			return nil
+		})
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	r.stats.Purged += uint64(len(events))
+	r.mu.Unlock()
+	r.emit(events...)
+	return out, nil
+}

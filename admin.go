@@ -156,36 +156,40 @@ func (r *Router[T]) Retry(id string) error {
 	}
 	defer r.unlockAndDeliver()
 	j := r.jobs.Get(id)
-	switch {
-	case j == nil:
+	if j == nil {
 		return fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
+	return r.retryJob(j, now, fresh)
+}
+
+// retryJob is Retry of j, a job the router knows, at now: it checks that
+// j is finished and that Capacity has room, then makes it pending in
+// fresh (a zero record allocated before the lock), which takes its place
+// in the ID index and the enqueue order. j leaves the retention queue and
+// is forgotten: a stale Lease still points at it, to be refused. The
+// caller holds r.mu and has settled at now. On error nothing changes.
+func (r *Router[T]) retryJob(j *job[T], now int64, fresh *job[T]) error {
+	switch {
 	case !j.state.Terminal():
-		return fmt.Errorf("%w: %q is %v", ErrNotFinished, id, j.state)
+		return fmt.Errorf("%w: %q is %v", ErrNotFinished, j.id, j.state)
 	case r.opts.Capacity > 0 && r.unfinished() >= r.opts.Capacity:
 		return fmt.Errorf("%w: %d unfinished jobs", ErrFull, r.opts.Capacity)
 	}
-	// j stays in the retention queue (a FIFO of single links: taking it
-	// out of the middle would walk it), detached; fresh takes its place
-	// in the ID index and the enqueue order.
+	// A finished job known to the router is retained (with Retention < 0
+	// it would have been dropped when it finished).
+	r.retained.Remove(int(j.hidx))
 	*fresh = job[T]{id: j.id, payload: j.payload, progress: j.progress, lastErr: j.lastErr,
 		hash: j.hash, token: j.token, seq: j.seq, priority: j.priority, created: j.created,
 		updated: now, maxAtt: j.maxAtt, hidx: -1, state: j.state, tmo: j.tmo}
 	r.jobs.Delete(j, j.hash)
-	_, pos := r.jobs.Find(id, j.hash)
-	r.jobs.Insert(fresh, j.hash, pos)
+	_, pos := r.jobs.Find(fresh.id, fresh.hash)
+	r.jobs.Insert(fresh, fresh.hash, pos)
 	r.order.Replace(j.ord, j.seq, fresh)
-	r.detach(j)
+	r.forget(j)
 	r.stats.Retried++
 	r.emit(EventRetried, now, fresh, nil, fresh.token, nil)
 	r.makeReady(fresh, now)
 	return nil
-}
-
-// detach marks j, a record Retry replaced or Delete removed, for the
-// retention queue to drop without a trace, and clears what it carried.
-func (r *Router[T]) detach(j *job[T]) {
-	j.hidx = hidxDetached
-	r.forget(j)
 }
 
 // Delete removes a job that is not leased — pending, scheduled or
@@ -208,19 +212,25 @@ func (r *Router[T]) Delete(id string) error {
 	if j == nil {
 		return fmt.Errorf("%w: %q", ErrNotFound, id)
 	}
+	return r.deleteJob(j, now)
+}
+
+// deleteJob is Delete of j, a job the router knows, at now: it takes j out
+// of its state's queue (the retention queue for a finished job) and drops
+// it, or refuses a leased job. The caller holds r.mu and has settled at
+// now. On error nothing changes.
+func (r *Router[T]) deleteJob(j *job[T], now int64) error {
 	switch j.state {
 	case StateLeased:
-		return fmt.Errorf("%w: %q (token %d, held by %q)", ErrLeased, id, j.token, j.owner())
+		return fmt.Errorf("%w: %q (token %d, held by %q)", ErrLeased, j.id, j.token, j.owner())
 	case StatePending:
 		r.ready.Remove(int(j.hidx))
 	case StateScheduled:
 		r.sched.Remove(int(j.hidx))
+	default: // finished, so retained
+		r.retained.Remove(int(j.hidx))
 	}
-	finished := j.state.Terminal() && r.opts.Retention >= 0
 	r.drop(j, now)
-	if finished { // in the retention queue: it drops the record there
-		j.hidx = hidxDetached
-	}
 	return nil
 }
 

@@ -127,7 +127,6 @@ type job[T any] struct {
 	progress []byte
 	lastErr  string
 	lease    *Lease[T]            // the current lease; nil unless leased
-	next     *job[T]              // retention queue link
 	ord      *order.Chunk[job[T]] // its place in enqueue order (List)
 
 	hash     uint64 // of id, as the job index stores it
@@ -139,7 +138,7 @@ type job[T any] struct {
 	at       int64 // leased: lease expiry; scheduled: run-at; pending: ready time; finished: purge time
 	attempt  int32
 	maxAtt   int32
-	hidx     int32 // position in the index of its state (ready queue, scheduled or lease heap); -1 if none, hidxDetached once Retry or Delete took it out
+	hidx     int32 // position in the index of its state (ready queue, scheduled or lease heap, retention queue); -1 if none
 	state    State
 	ended    endReason // why the latest lease ended
 	tmo      uint16    // its WithTimeout, an index into the router's interned durations (timeout.go); 0 if none
@@ -185,6 +184,11 @@ func dueBefore[T any](a, b *job[T]) bool {
 	}
 	return a.seq < b.seq
 }
+
+// purgeBefore orders the retention queue by purge time alone: jobs that
+// finish at the same instant are purged in the order they finished, as
+// the ring keeps them.
+func purgeBefore[T any](a, b *job[T]) bool { return a.at < b.at }
 
 func setHeapIndex[T any](j *job[T], i int) { j.hidx = int32(i) }
 

@@ -50,12 +50,11 @@ type Router[T any] struct {
 	reaper    sync.WaitGroup
 
 	mu        sync.Mutex
-	jobs      *table.Table[job[T]] // by ID
-	ready     *heap.Queue[*job[T]] // pending jobs by priority, ready time, seq
-	sched     *heap.Heap[*job[T]]  // scheduled jobs by run-at
-	leases    *heap.Queue[*job[T]] // leased jobs by lease expiry: granted and extended in expiry order, so mostly its ring
-	retHead   *job[T]              // finished jobs by purge time (a FIFO: finish times never decrease)
-	retTail   *job[T]
+	jobs      *table.Table[job[T]]      // by ID
+	ready     *heap.Queue[*job[T]]      // pending jobs by priority, ready time, seq
+	sched     *heap.Heap[*job[T]]       // scheduled jobs by run-at
+	leases    *heap.Queue[*job[T]]      // leased jobs by lease expiry: granted and extended in expiry order, so mostly its ring
+	retained  *heap.Queue[*job[T]]      // finished jobs by purge time: finish times rarely decrease, so mostly its ring; Retry and Delete take one out
 	order     *order.Log[job[T]]        // every job, in enqueue order (List)
 	paused    bool                      // Pause: no grants until Resume
 	counts    [numStates + 1]int        // by State; the last slot is stateNew's, never read
@@ -96,19 +95,20 @@ func New[T any](opts Options) (*Router[T], error) {
 		return nil, err
 	}
 	r := &Router[T]{
-		opts:    opts,
-		epoch:   time.Now(),
-		hooked:  opts.OnEvent != nil || opts.Logger != nil,
-		kick:    make(chan struct{}, 1),
-		closing: make(chan struct{}),
-		done:    make(chan struct{}),
-		jobs:    table.New(jobID[T]),
-		ready:   heap.NewQueue(readyBefore[T], setHeapIndex[T]),
-		sched:   heap.New(dueBefore[T], setHeapIndex[T]),
-		leases:  heap.NewQueue(dueBefore[T], setHeapIndex[T]),
-		order:   order.New(setOrder[T]),
-		hist:    new([HistoryMinutes]histSlot),
-		armed:   math.MaxInt64,
+		opts:     opts,
+		epoch:    time.Now(),
+		hooked:   opts.OnEvent != nil || opts.Logger != nil,
+		kick:     make(chan struct{}, 1),
+		closing:  make(chan struct{}),
+		done:     make(chan struct{}),
+		jobs:     table.New(jobID[T]),
+		ready:    heap.NewQueue(readyBefore[T], setHeapIndex[T]),
+		sched:    heap.New(dueBefore[T], setHeapIndex[T]),
+		leases:   heap.NewQueue(dueBefore[T], setHeapIndex[T]),
+		retained: heap.NewQueue(purgeBefore[T], setHeapIndex[T]),
+		order:    order.New(setOrder[T]),
+		hist:     new([HistoryMinutes]histSlot),
+		armed:    math.MaxInt64,
 	}
 	r.epochUnix = r.epoch.UnixNano()
 	// Seed above the wall clock so a downstream that persisted yesterday's

@@ -25,6 +25,8 @@ import (
 //	cancel       pending, scheduled or leased -> canceled (Cancel)
 //	reachRunAt   scheduled -> pending (its run-at)
 //	purge        finished -> dropped (Retention)
+//	retryJob     finished -> pending, in a fresh record (Retry: admin.go)
+//	deleteJob    pending, scheduled or finished -> dropped (Delete: admin.go)
 //
 // requeue, kill, makeReady, schedule and finish are their common steps;
 // endLease ends a leased job's lease on its way out of StateLeased.
@@ -260,38 +262,24 @@ func (r *Router[T]) finish(j *job[T], s State, at int64) {
 	j.updated = max(j.updated, at)
 	j.at = at
 	if r.opts.Retention < 0 {
-		r.purge(j)
+		r.drop(j, at)
 		return
 	}
 	j.at = addSat(at, r.opts.Retention)
-	if r.retTail == nil {
-		r.retHead = j
-	} else {
-		r.retTail.next = j
-	}
-	r.retTail = j
+	r.retained.Push(j)
 	r.arm(j.at)
 }
 
-// purge drops a finished job at j.at (its purge instant). With Retention
-// >= 0 it is the retention queue's head.
+// purge drops j, the retention queue's head, at j.at (its purge instant).
 func (r *Router[T]) purge(j *job[T]) {
-	if r.retHead == j {
-		r.retHead = j.next
-		if r.retHead == nil {
-			r.retTail = nil
-		}
-		j.next = nil
-	}
-	if j.hidx == hidxDetached { // Retry or Delete took it out already
-		return
-	}
+	r.retained.Pop()
 	r.drop(j, j.at)
 }
 
 // drop removes j from the router at instant at (its purge, or Delete):
 // from the ID index, the enqueue order and the counts, with an
-// EventPurged. The caller has taken it out of its heap, if any.
+// EventPurged. The caller has taken it out of its heap or the retention
+// queue, if any.
 func (r *Router[T]) drop(j *job[T], at int64) {
 	r.jobs.Delete(j, j.hash)
 	r.order.Remove(j.ord, j.seq, uint8(j.state))
@@ -310,11 +298,6 @@ func (r *Router[T]) forget(j *job[T]) {
 	j.id, j.payload, j.progress, j.lastErr = "", zero, nil, ""
 	j.ord = nil
 }
-
-// hidxDetached is the heap position of a record that Retry replaced or
-// Delete removed while it was in the retention queue: the queue drops it
-// when it comes to it, without a count or an event.
-const hidxDetached = -2
 
 // setOrder records j's chunk of the enqueue order.
 func setOrder[T any](j *job[T], c *order.Chunk[job[T]]) { j.ord = c }

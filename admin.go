@@ -180,7 +180,7 @@ func (r *Router[T]) retryJob(j *job[T], now int64, fresh *job[T]) error {
 	r.retained.Remove(int(j.hidx))
 	*fresh = job[T]{id: j.id, payload: j.payload, progress: j.progress, lastErr: j.lastErr,
 		hash: j.hash, token: j.token, seq: j.seq, priority: j.priority, created: j.created,
-		updated: now, maxAtt: j.maxAtt, hidx: -1, state: j.state, tmo: j.tmo}
+		updated: now, maxAtt: j.maxAtt, hidx: -1, state: j.state, timeout: j.timeout}
 	r.jobs.Delete(j, j.hash)
 	_, pos := r.jobs.Find(fresh.id, fresh.hash)
 	r.jobs.Insert(fresh, fresh.hash, pos)

@@ -22,7 +22,6 @@ func (r *Router[T]) Audit() error {
 		errs = append(errs, fmt.Errorf("leaserouter: audit: "+format, args...))
 	}
 	var counts [numStates]int
-	holds := map[uint16]uint32{} // timeout index -> jobs holding it
 	if !r.jobs.Valid() {
 		bad("the job index is corrupt")
 	}
@@ -33,9 +32,6 @@ func (r *Router[T]) Audit() error {
 			continue
 		}
 		counts[j.state]++
-		if j.tmo != 0 {
-			holds[j.tmo]++
-		}
 		if j.ord == nil || !j.ord.Holds(j.seq, j) {
 			bad("job %q is not at its place in the enqueue order", id)
 		}
@@ -88,9 +84,6 @@ func (r *Router[T]) Audit() error {
 	}
 	if r.phase == phaseClosed && r.leases.Len() > 0 {
 		bad("%d leases survive Close", r.leases.Len())
-	}
-	if err := r.tmo.audit(holds); err != nil {
-		bad("%v", err)
 	}
 	return errors.Join(errs...)
 }

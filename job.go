@@ -111,10 +111,11 @@ func WithMaxAttempts(n int) EnqueueOption { return EnqueueOption{kind: optMaxAtt
 // fails the attempt as any error does (retried after Backoff). The lease
 // is heartbeated until the handler returns: a timeout is not a lost lease.
 // It overrides WorkerOptions.Timeout; 0 (the default) leaves that in
-// force; a negative d makes Enqueue return ErrInvalidJob, as does a d
-// that would be the 65,536th distinct duration the Router's jobs hold at
-// one time (a job's duration is held until the job is dropped). Acquire's
-// callers read it from Job.Timeout and apply it themselves.
+// force; a negative d makes Enqueue return ErrInvalidJob. Any number of
+// jobs may have distinct durations (one computed from a request's
+// deadline, say): each job keeps its own. Job.Timeout reports it for as
+// long as the router knows the job, finished or not, and Retry keeps it.
+// Acquire's callers read it from Job.Timeout and apply it themselves.
 func WithTimeout(d time.Duration) EnqueueOption { return EnqueueOption{kind: optTimeout, d: d} }
 
 // job is the router's record of one job. Every field is guarded by the
@@ -135,13 +136,13 @@ type job[T any] struct {
 	priority int
 	created  int64
 	updated  int64
-	at       int64 // leased: lease expiry; scheduled: run-at; pending: ready time; finished: purge time
+	at       int64         // leased: lease expiry; scheduled: run-at; pending: ready time; finished: purge time
+	timeout  time.Duration // its WithTimeout; 0 if none. Set before the record is published and never changed (Run reads it without the lock: timeout.go)
 	attempt  int32
 	maxAtt   int32
 	hidx     int32 // position in the index of its state (ready queue, scheduled or lease heap, retention queue); -1 if none
 	state    State
 	ended    endReason // why the latest lease ended
-	tmo      uint16    // its WithTimeout, an index into the router's interned durations (timeout.go); 0 if none
 }
 
 // endReason says why a job's latest lease ended; it becomes
@@ -218,7 +219,7 @@ func (r *Router[T]) summary(x *job[T]) Job[T] {
 		ID: x.id, State: x.state, Priority: x.priority,
 		Attempt: int(x.attempt), MaxAttempts: int(x.maxAtt), Token: x.token,
 		Owner: x.owner(), LastError: x.lastErr,
-		CreatedAt: r.timeAt(x.created), UpdatedAt: r.timeAt(x.updated), Timeout: r.tmo.of(x.tmo),
+		CreatedAt: r.timeAt(x.created), UpdatedAt: r.timeAt(x.updated), Timeout: x.timeout,
 	}
 	switch x.state {
 	case StateLeased:
@@ -243,7 +244,6 @@ type enqueueSpec struct {
 	prio    int
 	maxAtt  int
 	timeout time.Duration
-	tmo     uint16 // timeout's index (parseJob)
 	timing  optKind
 	delay   time.Duration
 	runAt   time.Time
@@ -259,13 +259,6 @@ func (r *Router[T]) parseJob(s *enqueueSpec, id string, opts []EnqueueOption) er
 		return err
 	}
 	s.hash = r.jobs.Hash(id) // the seed never changes: no lock needed
-	if s.timeout != 0 {
-		i, err := r.tmo.index(s.timeout, id)
-		if err != nil {
-			return err
-		}
-		s.tmo = i
-	}
 	return nil
 }
 

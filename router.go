@@ -81,7 +81,6 @@ type Router[T any] struct {
 	flushAt uint64
 	dl      *delivery // nil without hooks
 	grow    growHint  // what the ID index and the ready queue want for their next growth step (reserve.go)
-	tmo     timeouts  // the distinct WithTimeout durations (timeout.go)
 
 	per *periodics[T] // the scheduler of periodic jobs (periodic.go); nil until the first AddPeriodic; guarded by mu
 }
@@ -198,19 +197,16 @@ func (r *Router[T]) Enqueue(id string, payload T, opts ...EnqueueOption) error {
 	j, grow := new(job[T]), r.prealloc() // before the lock (reserve.go)
 	now, err := r.lockOpen(true, nil)
 	if err != nil {
-		r.tmo.release(spec.tmo)
 		return err
 	}
 	r.stock(grow)
 	known, pos := r.jobs.Find(id, spec.hash)
 	if known != nil {
 		r.duplicate(id, known, now)
-		r.tmo.release(spec.tmo)
 		r.unlockAndDeliver()
 		return fmt.Errorf("%w: %q", ErrDuplicate, id)
 	}
 	if c := r.opts.Capacity; c > 0 && r.unfinished() >= c {
-		r.tmo.release(spec.tmo)
 		r.unlockAndDeliver()
 		return fmt.Errorf("%w: %d unfinished jobs", ErrFull, c)
 	}

@@ -286,7 +286,6 @@ func (r *Router[T]) drop(j *job[T], at int64) {
 	r.counts[j.state]--
 	r.stats.Purged++
 	r.emit(EventPurged, at, j, nil, j.token, nil)
-	r.tmo.release(j.tmo)
 	r.forget(j)
 }
 
@@ -355,7 +354,7 @@ func (r *Router[T]) insert(id string, payload T, s *enqueueSpec, pos int, now in
 	// Field by field: the record is zero (new, or a fresh batch's), and a
 	// composite literal here would cost a copy.
 	j.id, j.payload, j.priority, j.maxAtt = id, payload, s.prio, int32(s.maxAtt)
-	j.hash, j.seq, j.created, j.updated, j.hidx, j.tmo = s.hash, r.seq, now, now, -1, s.tmo
+	j.hash, j.seq, j.created, j.updated, j.hidx, j.timeout = s.hash, r.seq, now, now, -1, s.timeout
 	j.state = stateNew
 	r.jobs.Insert(j, s.hash, pos)
 	j.ord = r.order.Append(j, j.seq, uint8(stateNew))

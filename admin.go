@@ -3,7 +3,9 @@ package leaserouter
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
+	"unsafe"
 
 	listcursor "github.com/leaserouter/leaserouter/internal/cursor"
 )
@@ -63,6 +65,10 @@ const listBudget = 4096
 // jobs looked at at a time; a page whose filter matches few of many jobs
 // takes several holds (chunks of the order with no job of a selected
 // state are skipped whole, so a filter by state costs little even then).
+// What a hold copies does not grow with the size of checkpoints, which
+// are copied with the lock released, nor with that of payloads: a page
+// of a payload type larger than 64 bytes (an array, a large struct) is
+// copied over several holds, about 64 KiB of payload values each.
 // The copies share nothing with the router except payloads of reference
 // type.
 func (r *Router[T]) List(p ListParams) (JobPage[T], error) {
@@ -78,26 +84,43 @@ func (r *Router[T]) List(p ListParams) (JobPage[T], error) {
 		}
 	}
 	var last uint64 // the seq of the page's last job
-	r.mu.Lock()
-	r.settleNow()
+	// What a hold of the lock copies does not grow with payloads or
+	// checkpoints: each job is copied as a row (no payload; its Progress
+	// the record's checkpoint itself, copied once the lock is released),
+	// and payload values, at most listCopyBytes of them per hold (but one
+	// at least: the copy Enqueue and a grant make of one payload too), so
+	// a large value type T takes more holds, not longer ones. The slices
+	// grow before each hold, never under it.
+	perHold := listPerHold[T]()
+	if p.OmitPayload {
+		perHold = MaxListLimit
+	}
+	var rows []jobRow
+	var payloads []T
 	for {
-		full := false
+		rows = slices.Grow(rows, min(limit, len(rows)+perHold)-len(rows))
+		if !p.OmitPayload {
+			payloads = slices.Grow(payloads, min(limit, len(payloads)+perHold)-len(payloads))
+		}
+		r.lockSettled()
+		full, copied := false, 0
 		resume, more := r.order.Walk(before, mask, listBudget, func(j *job[T]) bool {
 			if mask&(1<<j.state) == 0 || !strings.HasPrefix(j.id, p.IDPrefix) {
 				return true
 			}
-			if len(page.Jobs) == limit { // one more than the page: there is a next one
+			if len(rows) == limit { // one more than the page: there is a next one
 				full = true
 				return false
 			}
-			if p.OmitPayload {
-				page.Jobs = append(page.Jobs, r.summary(j))
-			} else {
-				page.Jobs = append(page.Jobs, r.snapshot(j))
+			rows = append(rows, r.row(j, !p.OmitPayload))
+			if !p.OmitPayload {
+				payloads = append(payloads, j.payload)
 			}
 			last = j.seq
-			return true
+			copied++
+			return copied < perHold // else resume below j in the next hold
 		})
+		r.unlockAndDeliver()
 		if full {
 			page.NextCursor = listcursor.Encode(last, mask, p.IDPrefix)
 		}
@@ -105,13 +128,30 @@ func (r *Router[T]) List(p ListParams) (JobPage[T], error) {
 			break
 		}
 		before = resume
-		r.unlockAndDeliver()
 		runtime.Gosched()
-		r.mu.Lock()
-		r.settleNow()
 	}
-	r.unlockAndDeliver()
+	page.Jobs = make([]Job[T], len(rows))
+	for i := range rows {
+		var p T
+		if payloads != nil {
+			p = payloads[i]
+		}
+		page.Jobs[i] = withPayload(&rows[i], p)
+	}
 	return page, nil
+}
+
+// listCopyBytes bounds the bytes of payload values List copies in one
+// hold of the router's lock.
+const listCopyBytes = 64 << 10
+
+// listPerHold is how many jobs List copies in one hold of the lock:
+// MaxListLimit for payloads of up to 64 bytes (a string, a slice, a
+// pointer or a small struct: one hold for a page), fewer for a larger
+// value type, one at least.
+func listPerHold[T any]() int {
+	var zero T
+	return min(MaxListLimit, max(1, listCopyBytes/max(1, int(unsafe.Sizeof(zero)))))
 }
 
 // listFilter checks p and returns its states as a mask (bit s: State s;
@@ -291,13 +331,19 @@ func (r *Router[T]) Leases(limit int) ([]Job[T], error) {
 	if limit == 0 {
 		limit = DefaultListLimit
 	}
-	r.mu.Lock()
-	r.settleNow()
-	out := make([]Job[T], 0, min(limit, r.leases.Len()))
+	// Rows (see List), grown before the lock, so what the hold copies
+	// does not depend on T.
+	rows := make([]jobRow, 0, limit)
+	r.lockSettled()
 	r.leases.Smallest(limit, func(j *job[T]) bool {
-		out = append(out, r.summary(j))
+		rows = append(rows, r.row(j, false))
 		return true
 	})
 	r.unlockAndDeliver()
+	out := make([]Job[T], len(rows))
+	var none T
+	for i := range rows {
+		out[i] = withPayload(&rows[i], none)
+	}
 	return out, nil
 }

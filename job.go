@@ -203,23 +203,28 @@ func (j *job[T]) owner() string {
 	return j.lease.WorkerID
 }
 
-// snapshot is the job x as Get returns it: a copy sharing nothing with
-// the router but a payload of reference type. The caller holds r.mu.
-func (r *Router[T]) snapshot(x *job[T]) Job[T] {
-	j := r.summary(x)
-	j.Payload, j.Progress = x.payload, slices.Clone(x.progress)
-	return j
-}
+// jobRow is what the admin reads copy of a job under the router's lock:
+// the Job without its payload, so its size does not depend on T (a zero
+// T of a large value type costs its size to write), with Progress the
+// record's checkpoint itself when asked for (see row).
+type jobRow = Job[struct{}]
 
-// summary is snapshot without Payload and Progress: what List with
-// OmitPayload and Leases return, at a cost that does not grow with them.
-// The caller holds r.mu.
-func (r *Router[T]) summary(x *job[T]) Job[T] {
-	j := Job[T]{
+// row is x as Get returns it, without its payload, and with Progress
+// x's checkpoint itself if progress is set, else nil. The caller copies
+// that checkpoint (slices.Clone) once it has released r.mu, so no hold of
+// the lock grows with checkpoint sizes: a stored checkpoint is never
+// written again (Heartbeat stores a fresh copy; forget and Retry only drop
+// or share the reference), so reading it outside the lock is safe. The
+// caller holds r.mu.
+func (r *Router[T]) row(x *job[T], progress bool) jobRow {
+	j := jobRow{
 		ID: x.id, State: x.state, Priority: x.priority,
 		Attempt: int(x.attempt), MaxAttempts: int(x.maxAtt), Token: x.token,
 		Owner: x.owner(), LastError: x.lastErr,
 		CreatedAt: r.timeAt(x.created), UpdatedAt: r.timeAt(x.updated), Timeout: x.timeout,
+	}
+	if progress {
+		j.Progress = x.progress
 	}
 	switch x.state {
 	case StateLeased:
@@ -228,6 +233,17 @@ func (r *Router[T]) summary(x *job[T]) Job[T] {
 		j.RunAt = r.timeAt(x.at)
 	}
 	return j
+}
+
+// withPayload is the Job of row w and payload p, its Progress a copy of
+// w's (shared with the record: see row). Called without r.mu.
+func withPayload[T any](w *jobRow, p T) Job[T] {
+	return Job[T]{
+		ID: w.ID, Payload: p, State: w.State, Priority: w.Priority,
+		Attempt: w.Attempt, MaxAttempts: w.MaxAttempts, Token: w.Token, Owner: w.Owner,
+		LeaseExpiry: w.LeaseExpiry, RunAt: w.RunAt, Progress: slices.Clone(w.Progress),
+		LastError: w.LastError, Timeout: w.Timeout, CreatedAt: w.CreatedAt, UpdatedAt: w.UpdatedAt,
+	}
 }
 
 // addSat adds without overflowing: a huge delay saturates to "never".

@@ -173,6 +173,16 @@ func (r *Router[T]) settleNow() int64 {
 	}
 }
 
+// lockSettled takes r.mu for a call that works after Close too (Get,
+// List, Leases) and settles what is due, as lockOpen does.
+func (r *Router[T]) lockSettled() {
+	r.mu.Lock()
+	if h := r.hooks; h != nil && h.Locked != nil {
+		h.Locked()
+	}
+	r.settleNow()
+}
+
 // now is the router's clock: nanoseconds since epoch on the monotonic
 // clock, so a wall-clock step can neither expire nor extend a lease.
 func (r *Router[T]) now() int64 { return int64(time.Since(r.epoch)) }
@@ -359,12 +369,16 @@ func (r *Router[T]) Get(id string) (j Job[T], ok bool) {
 	if ValidateID(id) != nil {
 		return j, false
 	}
-	r.mu.Lock()
-	r.settleNow()
+	var w jobRow
+	var p T
+	r.lockSettled()
 	if x := r.jobs.Get(id); x != nil {
-		j, ok = r.snapshot(x), true
+		w, p, ok = r.row(x, true), x.payload, true
 	}
 	r.unlockAndDeliver()
+	if ok {
+		j = withPayload(&w, p) // the checkpoint's copy, outside the lock
+	}
 	return j, ok
 }
 

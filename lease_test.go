@@ -1,6 +1,7 @@
 package leaserouter_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -468,4 +469,23 @@ func requireUnlocked(t *testing.T, r *router) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the router's lock is still held: Stats does not return")
 	}
+}
+
+// TestHeartbeatCopiesItsCheckpointOutsideTheLock: a heartbeat's
+// checkpoint is copied before the router's lock is taken, so the hold
+// does not grow with it (a heartbeat carrying 1 MiB does not make the
+// other leases' heartbeats wait for the copy), and the stored checkpoint
+// is still a copy of the caller's. (Before, it was copied under the lock.)
+func TestHeartbeatCopiesItsCheckpointOutsideTheLock(t *testing.T) {
+	const size = 1 << 20
+	r := setup(t, leaserouter.Options{})
+	require.NoError(t, r.Enqueue("a", ""))
+	l := acquire(t, r, "w")
+	t.Cleanup(func() { _ = l.Complete() }) // before Close, which would wait for it
+	checkpoint := bytes.Repeat([]byte{1}, size)
+	most := maxAllocatedPerHold(r)
+	require.NoError(t, l.Heartbeat(checkpoint))
+	require.Less(t, most(), uint64(size/4), "bytes allocated in one hold of the lock")
+	checkpoint[0] = 2
+	require.Equal(t, byte(1), get(t, r, "a").Progress[0], "the stored checkpoint is a copy")
 }

@@ -126,6 +126,9 @@ func (r *Router[T]) TryAcquireMany(workerID string, max int) ([]*Lease[T], error
 	}
 	ls, err := r.grantMany(workerID, now, max)
 	r.unlockAndDeliver()
+	for _, l := range ls {
+		l.ownProgress()
+	}
 	return ls, err
 }
 
@@ -147,6 +150,9 @@ func (r *Router[T]) AcquireMany(ctx context.Context, workerID string, max int) (
 		ls, err = r.grantMany(workerID, now, max)
 		return err
 	})
+	for _, l := range ls {
+		l.ownProgress()
+	}
 	return ls, err
 }
 

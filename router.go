@@ -259,6 +259,9 @@ func (r *Router[T]) TryAcquire(workerID string) (*Lease[T], error) {
 	}
 	l, err = r.grant(workerID, now, l, nil)
 	r.unlockAndDeliver()
+	if l != nil {
+		l.ownProgress()
+	}
 	return l, err
 }
 
@@ -284,6 +287,9 @@ func (r *Router[T]) Acquire(ctx context.Context, workerID string) (*Lease[T], er
 		l, err = r.grant(workerID, now, fresh, nil)
 		return err
 	})
+	if l != nil {
+		l.ownProgress()
+	}
 	return l, err
 }
 

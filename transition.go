@@ -64,15 +64,23 @@ func (r *Router[T]) grant(workerID string, now int64, l *Lease[T], was *readyAt)
 	}
 	l.JobID, l.Payload, l.Attempt, l.Token = j.id, j.payload, int(j.attempt), j.token
 	l.WorkerID, l.r, l.j, l.granted, l.expiry = workerID, r, j, now, j.at
-	if j.progress != nil {
-		l.Progress = slices.Clone(j.progress)
-	}
+	l.Progress = j.progress // shared until the caller has released r.mu: ownProgress
 	j.lease = l
 	r.stats.LeasesGranted++
 	if e := r.emit(EventLeaseAcquired, now, j, l, j.token, nil); e != nil {
 		e.dur, e.requeued = now-readyAt, requeued
 	}
 	return l, nil
+}
+
+// ownProgress gives l a copy of the checkpoint grant shared with its
+// job's record, so that no hold of the lock grows with checkpoints (a
+// stored checkpoint is never written again: see row). Every caller of
+// grant calls it once it has released r.mu, before l reaches anyone else.
+func (l *Lease[T]) ownProgress() {
+	if l.Progress != nil {
+		l.Progress = slices.Clone(l.Progress)
+	}
 }
 
 // complete makes l's job succeeded. The caller holds r.mu and has checked

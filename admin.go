@@ -3,7 +3,9 @@ package leaserouter
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
+	"unsafe"
 
 	listcursor "github.com/leaserouter/leaserouter/internal/cursor"
 )
@@ -63,6 +65,10 @@ const listBudget = 4096
 // jobs looked at at a time; a page whose filter matches few of many jobs
 // takes several holds (chunks of the order with no job of a selected
 // state are skipped whole, so a filter by state costs little even then).
+// What a hold copies does not grow with the size of checkpoints, which
+// are copied with the lock released, nor with that of payloads: a page
+// of a payload type larger than 64 bytes (an array, a large struct) is
+// copied over several holds, about 64 KiB of payload values each.
 // The copies share nothing with the router except payloads of reference
 // type.
 func (r *Router[T]) List(p ListParams) (JobPage[T], error) {
@@ -78,26 +84,43 @@ func (r *Router[T]) List(p ListParams) (JobPage[T], error) {
 		}
 	}
 	var last uint64 // the seq of the page's last job
-	r.mu.Lock()
-	r.settleNow()
+	// What a hold of the lock copies does not grow with payloads or
+	// checkpoints: each job is copied as a row (no payload; its Progress
+	// the record's checkpoint itself, copied once the lock is released),
+	// and payload values, at most listCopyBytes of them per hold (but one
+	// at least: the copy Enqueue and a grant make of one payload too), so
+	// a large value type T takes more holds, not longer ones. The slices
+	// grow before each hold, never under it.
+	perHold := listPerHold[T]()
+	if p.OmitPayload {
+		perHold = MaxListLimit
+	}
+	var rows []jobRow
+	var payloads []T
 	for {
-		full := false
+		rows = slices.Grow(rows, min(limit, len(rows)+perHold)-len(rows))
+		if !p.OmitPayload {
+			payloads = slices.Grow(payloads, min(limit, len(payloads)+perHold)-len(payloads))
+		}
+		r.lockSettled()
+		full, copied := false, 0
 		resume, more := r.order.Walk(before, mask, listBudget, func(j *job[T]) bool {
 			if mask&(1<<j.state) == 0 || !strings.HasPrefix(j.id, p.IDPrefix) {
 				return true
 			}
-			if len(page.Jobs) == limit { // one more than the page: there is a next one
+			if len(rows) == limit { // one more than the page: there is a next one
 				full = true
 				return false
 			}
-			if p.OmitPayload {
-				page.Jobs = append(page.Jobs, r.summary(j))
-			} else {
-				page.Jobs = append(page.Jobs, r.snapshot(j))
+			rows = append(rows, r.row(j, !p.OmitPayload))
+			if !p.OmitPayload {
+				payloads = append(payloads, j.payload)
 			}
 			last = j.seq
-			return true
+			copied++
+			return copied < perHold // else resume below j in the next hold
 		})
+		r.unlockAndDeliver()
 		if full {
 			page.NextCursor = listcursor.Encode(last, mask, p.IDPrefix)
 		}
@@ -105,13 +128,30 @@ func (r *Router[T]) List(p ListParams) (JobPage[T], error) {
 			break
 		}
 		before = resume
-		r.unlockAndDeliver()
 		runtime.Gosched()
-		r.mu.Lock()
-		r.settleNow()
 	}
-	r.unlockAndDeliver()
+	page.Jobs = make([]Job[T], len(rows))
+	for i := range rows {
+		var p T
+		if payloads != nil {
+			p = payloads[i]
+		}
+		page.Jobs[i] = withPayload(&rows[i], p)
+	}
 	return page, nil
+}
+
+// listCopyBytes bounds the bytes of payload values List copies in one
+// hold of the router's lock.
+const listCopyBytes = 64 << 10
+
+// listPerHold is how many jobs List copies in one hold of the lock:
+// MaxListLimit for payloads of up to 64 bytes (a string, a slice, a
+// pointer or a small struct: one hold for a page), fewer for a larger
+// value type, one at least.
+func listPerHold[T any]() int {
+	var zero T
+	return min(MaxListLimit, max(1, listCopyBytes/max(1, int(unsafe.Sizeof(zero)))))
 }
 
 // listFilter checks p and returns its states as a mask (bit s: State s;
@@ -156,11 +196,20 @@ func (r *Router[T]) Retry(id string) error {
 	}
 	defer r.unlockAndDeliver()
 	j := r.jobs.Get(id)
-	switch {
-	case j == nil:
+	if j == nil {
 		return fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
+	return r.retryJob(j, now, fresh)
+}
+
+// retryJob is Retry of j, a job the router knows, at now: it checks that
+// j is finished and that Capacity has room, then retries it in fresh as
+// retryLocked does. The caller holds r.mu and has settled at now. On
+// error nothing changes.
+func (r *Router[T]) retryJob(j *job[T], now int64, fresh *job[T]) error {
+	switch {
 	case !j.state.Terminal():
-		return fmt.Errorf("%w: %q is %v", ErrNotFinished, id, j.state)
+		return fmt.Errorf("%w: %q is %v", ErrNotFinished, j.id, j.state)
 	case r.opts.Capacity > 0 && r.unfinished() >= r.opts.Capacity:
 		return fmt.Errorf("%w: %d unfinished jobs", ErrFull, r.opts.Capacity)
 	}
@@ -169,30 +218,25 @@ func (r *Router[T]) Retry(id string) error {
 }
 
 // retryLocked makes j, a finished job, pending again as Retry does, in
-// fresh, a record allocated before the lock. The caller holds r.mu and
-// has checked Capacity.
+// fresh, a zero record allocated before the lock, which takes j's place in
+// the ID index and the enqueue order. j leaves the retention queue and is
+// forgotten: a stale Lease still points at it, to be refused. The caller
+// holds r.mu and has checked Capacity.
 func (r *Router[T]) retryLocked(j, fresh *job[T], now int64) {
-	// j stays in the retention queue (a FIFO of single links: taking it
-	// out of the middle would walk it), detached; fresh takes its place
-	// in the ID index and the enqueue order.
+	// A finished job known to the router is retained (with Retention < 0
+	// it would have been dropped when it finished).
+	r.retained.Remove(int(j.hidx))
 	*fresh = job[T]{id: j.id, payload: j.payload, progress: j.progress, lastErr: j.lastErr,
 		hash: j.hash, token: j.token, seq: j.seq, priority: j.priority, created: j.created,
-		updated: now, maxAtt: j.maxAtt, hidx: -1, state: j.state, tmo: j.tmo}
+		updated: now, maxAtt: j.maxAtt, hidx: -1, state: j.state, timeout: j.timeout}
 	r.jobs.Delete(j, j.hash)
-	_, pos := r.jobs.Find(fresh.id, j.hash)
-	r.jobs.Insert(fresh, j.hash, pos)
+	_, pos := r.jobs.Find(fresh.id, fresh.hash)
+	r.jobs.Insert(fresh, fresh.hash, pos)
 	r.order.Replace(j.ord, j.seq, fresh)
-	r.detach(j)
+	r.forget(j)
 	r.stats.Retried++
 	r.emit(EventRetried, now, fresh, nil, fresh.token, nil)
 	r.makeReady(fresh, now)
-}
-
-// detach marks j, a record Retry replaced or Delete removed, for the
-// retention queue to drop without a trace, and clears what it carried.
-func (r *Router[T]) detach(j *job[T]) {
-	j.hidx = hidxDetached
-	r.forget(j)
 }
 
 // Delete removes a job that is not leased — pending, scheduled or
@@ -215,27 +259,32 @@ func (r *Router[T]) Delete(id string) error {
 	if j == nil {
 		return fmt.Errorf("%w: %q", ErrNotFound, id)
 	}
+	return r.deleteJob(j, now)
+}
+
+// deleteJob is Delete of j, a job the router knows, at now: it refuses a
+// leased job, else removes j as deleteLocked does. The caller holds r.mu
+// and has settled at now. On error nothing changes.
+func (r *Router[T]) deleteJob(j *job[T], now int64) error {
 	if j.state == StateLeased {
-		return fmt.Errorf("%w: %q (token %d, held by %q)", ErrLeased, id, j.token, j.owner())
+		return fmt.Errorf("%w: %q (token %d, held by %q)", ErrLeased, j.id, j.token, j.owner())
 	}
 	r.deleteLocked(j, now)
 	return nil
 }
 
-// deleteLocked removes j, a job not leased, as Delete does. The caller
-// holds r.mu.
+// deleteLocked removes j, a job not leased, from its state's queue (the
+// retention queue for a finished job) and drops it. The caller holds r.mu.
 func (r *Router[T]) deleteLocked(j *job[T], now int64) {
 	switch j.state {
 	case StatePending:
 		r.ready.Remove(int(j.hidx))
 	case StateScheduled:
 		r.sched.Remove(int(j.hidx))
+	default: // finished, so retained
+		r.retained.Remove(int(j.hidx))
 	}
-	finished := j.state.Terminal() && r.opts.Retention >= 0
 	r.drop(j, now)
-	if finished { // in the retention queue: it drops the record there
-		j.hidx = hidxDetached
-	}
 }
 
 // Pause stops the granting of leases until Resume: Acquire and
@@ -295,13 +344,19 @@ func (r *Router[T]) Leases(limit int) ([]Job[T], error) {
 	if limit == 0 {
 		limit = DefaultListLimit
 	}
-	r.mu.Lock()
-	r.settleNow()
-	out := make([]Job[T], 0, min(limit, r.leases.Len()))
+	// Rows (see List), grown before the lock, so what the hold copies
+	// does not depend on T.
+	rows := make([]jobRow, 0, limit)
+	r.lockSettled()
 	r.leases.Smallest(limit, func(j *job[T]) bool {
-		out = append(out, r.summary(j))
+		rows = append(rows, r.row(j, false))
 		return true
 	})
 	r.unlockAndDeliver()
+	out := make([]Job[T], len(rows))
+	var none T
+	for i := range rows {
+		out[i] = withPayload(&rows[i], none)
+	}
 	return out, nil
 }

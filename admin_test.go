@@ -1,9 +1,12 @@
 package leaserouter_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"runtime/metrics"
 	"slices"
 	"testing"
 	"testing/synctest"
@@ -12,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/hook"
 )
 
 // The admin calls' bad input (rows of TestBadInput): every refusal
@@ -423,4 +427,97 @@ func TestAdminCallsConcurrentWithRun(t *testing.T) {
 		require.NotZero(t, st.Purged)
 		require.NoError(t, r.Audit())
 	})
+}
+
+// maxAllocatedPerHold installs hooks on r that measure the bytes
+// allocated in each hold of its lock taken by a call that reports it
+// (Locked: Get, List, Leases, lease operations...) and returns the most
+// seen so far. A copy of a checkpoint or a payload made under the lock
+// is an allocation of its size (large objects are counted at once).
+func maxAllocatedPerHold[T any](r *leaserouter.Router[T]) func() uint64 {
+	sample := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	allocated := func() uint64 {
+		metrics.Read(sample)
+		return sample[0].Value.Uint64()
+	}
+	// The hooks run under r's lock, which orders them.
+	var at, most uint64
+	leaserouter.SetHooks(r, &hook.Hooks{
+		Locked: func() { at = allocated() },
+		Unlocking: func() {
+			if at != 0 {
+				most, at = max(most, allocated()-at), 0
+			}
+		},
+	})
+	return func() uint64 {
+		leaserouter.SetHooks(r, nil)
+		return most
+	}
+}
+
+// TestAdminReadsCopyNoCheckpointUnderTheLock: List, Get and Leases copy no
+// checkpoint under the router's lock (a console polling a page must not
+// make a healthy worker's heartbeat wait for it): each hold of the lock
+// allocates far less than one of the 1 MiB checkpoints of the 16 leased
+// jobs, and the page still carries a copy of each checkpoint. (Before,
+// List copied the page's checkpoints in one hold: 16 MiB.)
+func TestAdminReadsCopyNoCheckpointUnderTheLock(t *testing.T) {
+	const n, size = 16, 1 << 20
+	r := setup(t, leaserouter.Options{LeaseDuration: time.Hour})
+	var held []*lease
+	for i := range n {
+		require.NoError(t, r.Enqueue(fmt.Sprint(i), ""))
+		l := acquire(t, r, "w")
+		require.NoError(t, l.Heartbeat(bytes.Repeat([]byte{byte(i)}, size)))
+		held = append(held, l)
+	}
+	defer func() {
+		for _, l := range held {
+			require.NoError(t, l.Complete()) // Close would wait for them
+		}
+	}()
+	most := maxAllocatedPerHold(r)
+	page, err := r.List(leaserouter.ListParams{Limit: n})
+	require.NoError(t, err)
+	j := get(t, r, "0")
+	leased, err := r.Leases(n)
+	require.NoError(t, err)
+	require.Less(t, most(), uint64(size/4), "bytes allocated in one hold of the lock")
+	require.Len(t, page.Jobs, n)
+	for k, j := range page.Jobs {
+		require.True(t, bytes.Equal(bytes.Repeat([]byte{byte(n - 1 - k)}, size), j.Progress), "job %s's checkpoint", j.ID)
+	}
+	page.Jobs[0].Progress[0] = 0xff // a copy: the router's checkpoint stays
+	require.Equal(t, byte(n-1), get(t, r, fmt.Sprint(n-1)).Progress[0])
+	require.True(t, bytes.Equal(make([]byte, size), j.Progress), "Get's checkpoint")
+	require.Len(t, leased, n)
+}
+
+// TestListOfLargePayloadValuesCopiesThemOverSeveralHolds: with a payload
+// of a large value type (a 256 KiB array), List copies payload values
+// over several holds of the lock, about 64 KiB per hold, so no hold grows
+// with the page's payloads, and the page is whole and in order.
+// (Before, one hold copied them all, growing the page under the lock.)
+func TestListOfLargePayloadValuesCopiesThemOverSeveralHolds(t *testing.T) {
+	type big [256 << 10]byte
+	const n = 8
+	r, err := leaserouter.New[big](leaserouter.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, r.Close(context.Background())) })
+	p := new(big)
+	for i := range n {
+		p[0] = byte(i)
+		require.NoError(t, r.Enqueue(fmt.Sprint(i), *p))
+	}
+	most := maxAllocatedPerHold(r)
+	page, err := r.List(leaserouter.ListParams{Limit: n})
+	require.NoError(t, err)
+	held := most()
+	require.Less(t, held, uint64(len(p)), "bytes allocated in one hold of the lock")
+	require.Len(t, page.Jobs, n)
+	for k, j := range page.Jobs {
+		require.Equal(t, fmt.Sprint(n-1-k), j.ID)
+		require.Equal(t, byte(n-1-k), j.Payload[0])
+	}
 }

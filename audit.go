@@ -3,7 +3,6 @@ package leaserouter
 import (
 	"errors"
 	"fmt"
-	"math"
 )
 
 // Audit: every internal invariant of a Router, checked in O(n).
@@ -12,7 +11,7 @@ import (
 // describing each violation (errors.Join), or nil. It checks the one
 // invariant — a job has at most one lease and it is its current one — and
 // the bookkeeping behind it: per-state counts, each heap's order and
-// membership, lease and token fields, the retention queue's order. It is
+// membership, lease and token fields, the retention queue's order and membership. It is
 // O(n) under the lock: for tests and operators, not for hot paths. It does
 // not settle anything and works after Close.
 func (r *Router[T]) Audit() error {
@@ -23,7 +22,6 @@ func (r *Router[T]) Audit() error {
 		errs = append(errs, fmt.Errorf("leaserouter: audit: "+format, args...))
 	}
 	var counts [numStates]int
-	holds := map[uint16]uint32{} // timeout index -> jobs holding it
 	if !r.jobs.Valid() {
 		bad("the job index is corrupt")
 	}
@@ -34,9 +32,6 @@ func (r *Router[T]) Audit() error {
 			continue
 		}
 		counts[j.state]++
-		if j.tmo != 0 {
-			holds[j.tmo]++
-		}
 		if j.ord == nil || !j.ord.Holds(j.seq, j) {
 			bad("job %q is not at its place in the enqueue order", id)
 		}
@@ -62,13 +57,11 @@ func (r *Router[T]) Audit() error {
 			at = i >= 0 && i < r.sched.Len() && r.sched.At(i) == j
 		case StateLeased:
 			at = r.leases.Contains(i) && r.leases.At(i) == j
+		default: // finished: retained (Retention < 0 drops it when it finishes)
+			at = r.retained.Contains(i) && r.retained.At(i) == j
 		}
-		if !j.state.Terminal() {
-			if !at {
-				bad("job %q in state %v is not at its heap position %d", id, j.state, i)
-			}
-		} else if j.hidx != -1 {
-			bad("finished job %q still has heap position %d", id, j.hidx)
+		if !at {
+			bad("job %q in state %v is not at its position %d", id, j.state, i)
 		}
 	}
 	for s := range numStates {
@@ -77,43 +70,20 @@ func (r *Router[T]) Audit() error {
 		}
 	}
 	idx := func(j *job[T]) int { return int(j.hidx) }
-	if !r.ready.Valid(idx) || !r.sched.Valid(idx) || !r.leases.Valid(idx) {
-		bad("a heap is out of order or has stale positions")
+	if !r.ready.Valid(idx) || !r.sched.Valid(idx) || !r.leases.Valid(idx) || !r.retained.Valid(idx) {
+		bad("a heap or the retention queue is out of order or has stale positions")
 	}
 	if n := r.ready.Len() + r.sched.Len() + r.leases.Len(); n != r.unfinished() {
 		bad("heaps hold %d jobs, but %d are unfinished", n, r.unfinished())
 	}
-	finished, last := 0, int64(math.MinInt64)
-	for j := r.retHead; j != nil; j = j.next {
-		if j.at < last {
-			bad("retention queue out of order at job %q", j.id)
-		}
-		last = j.at
-		if j.next == nil && j != r.retTail {
-			bad("retention queue tail is not its last job")
-		}
-		if j.hidx == hidxDetached { // replaced by Retry or removed by Delete
-			if j.ord != nil || j.id != "" {
-				bad("a detached record in the retention queue still holds job %q", j.id)
-			}
-			continue
-		}
-		finished++
-		if !j.state.Terminal() || r.jobs.Get(j.id) != j {
-			bad("retention queue holds job %q in state %v", j.id, j.state)
-		}
-	}
 	if r.order.Len() != r.jobs.Len() {
 		bad("the enqueue order holds %d jobs, the ID index %d", r.order.Len(), r.jobs.Len())
 	}
-	if want := counts[StateSucceeded] + counts[StateFailed] + counts[StateCanceled]; finished != want {
-		bad("retention queue holds %d jobs, but %d are finished", finished, want)
+	if n, want := r.retained.Len(), counts[StateSucceeded]+counts[StateFailed]+counts[StateCanceled]; n != want {
+		bad("retention queue holds %d jobs, but %d are finished", n, want)
 	}
 	if r.phase == phaseClosed && r.leases.Len() > 0 {
 		bad("%d leases survive Close", r.leases.Len())
-	}
-	if err := r.tmo.audit(holds); err != nil {
-		bad("%v", err)
 	}
 	return errors.Join(errs...)
 }

@@ -36,7 +36,6 @@ func (r *Router[T]) EnqueueMany(jobs []JobSpec[T]) (duplicates []int, err error)
 	*sp = specs
 	for i := range jobs {
 		if err = r.parseJob(&specs[i], jobs[i].ID, jobs[i].Options); err != nil {
-			r.releaseTimeouts(specs[:i])
 			return nil, fmt.Errorf("%w (batch index %d)", err, i)
 		}
 	}
@@ -48,13 +47,11 @@ func (r *Router[T]) EnqueueMany(jobs []JobSpec[T]) (duplicates []int, err error)
 	grow := r.prealloc() // the same, for the index and the ready queue (reserve.go)
 	now, err := r.lockOpen(true, nil)
 	if err != nil {
-		r.releaseTimeouts(specs)
 		return nil, err
 	}
 	r.stock(grow)
 	if c := r.opts.Capacity; c > 0 {
 		if fresh := r.freshJobs(jobs, specs); r.unfinished()+fresh > c {
-			r.releaseTimeouts(specs)
 			r.unlockAndDeliver()
 			return nil, fmt.Errorf("%w: %d unfinished jobs, %d more in the batch", ErrFull, r.unfinished(), fresh)
 		}
@@ -67,7 +64,6 @@ func (r *Router[T]) EnqueueMany(jobs []JobSpec[T]) (duplicates []int, err error)
 		if known != nil { // known before the batch, or repeated within it
 			duplicates = append(duplicates, i)
 			r.duplicate(id, known, now)
-			r.tmo.release(specs[i].tmo)
 			continue
 		}
 		r.insert(id, jobs[i].Payload, &specs[i], pos, now, records.at(i))
@@ -75,14 +71,6 @@ func (r *Router[T]) EnqueueMany(jobs []JobSpec[T]) (duplicates []int, err error)
 	r.noteWants()
 	r.unlockAndDeliver()
 	return duplicates, nil
-}
-
-// releaseTimeouts gives back the timeouts parsed specs hold (see
-// timeouts), for a batch refused.
-func (r *Router[T]) releaseTimeouts(specs []enqueueSpec) {
-	for i := range specs {
-		r.tmo.release(specs[i].tmo)
-	}
 }
 
 // allocBlock is how many records or leases a batch allocates at once.
@@ -138,6 +126,9 @@ func (r *Router[T]) TryAcquireMany(workerID string, max int) ([]*Lease[T], error
 	}
 	ls, err := r.grantMany(workerID, now, max)
 	r.unlockAndDeliver()
+	for _, l := range ls {
+		l.ownProgress()
+	}
 	return ls, err
 }
 
@@ -159,6 +150,9 @@ func (r *Router[T]) AcquireMany(ctx context.Context, workerID string, max int) (
 		ls, err = r.grantMany(workerID, now, max)
 		return err
 	})
+	for _, l := range ls {
+		l.ownProgress()
+	}
 	return ls, err
 }
 

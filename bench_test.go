@@ -112,6 +112,18 @@ func BenchmarkLifecycle(b *testing.B) {
 	}
 }
 
+// BenchmarkLifecycleRetained: BenchmarkLifecycle with a Retention of
+// 10 ms, so every finished job enters the retention queue and leaves it
+// by purge (about 10 ms of jobs retained at any time).
+func BenchmarkLifecycleRetained(b *testing.B) {
+	r := benchRouter(b, Options{Retention: 10 * time.Millisecond})
+	id := ids("j", 1<<20)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		lifecycle(b, r, id[i&(len(id)-1)])
+	}
+}
+
 // BenchmarkLifecycleHooked: BenchmarkLifecycle with a no-op OnEvent, so
 // every transition records an event for the delivery goroutine. Target:
 // <= 1.5 x BenchmarkLifecycle.

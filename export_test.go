@@ -87,11 +87,3 @@ func LockFree[T any](r *Router[T]) bool {
 	r.mu.Unlock()
 	return true
 }
-
-// TimeoutsHeld returns how many distinct WithTimeout durations r's jobs
-// (and Enqueues in flight) hold.
-func TimeoutsHeld[T any](r *Router[T]) int {
-	r.tmo.mu.Lock()
-	defer r.tmo.mu.Unlock()
-	return len(r.tmo.idx)
-}

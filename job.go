@@ -111,10 +111,11 @@ func WithMaxAttempts(n int) EnqueueOption { return EnqueueOption{kind: optMaxAtt
 // fails the attempt as any error does (retried after Backoff). The lease
 // is heartbeated until the handler returns: a timeout is not a lost lease.
 // It overrides WorkerOptions.Timeout; 0 (the default) leaves that in
-// force; a negative d makes Enqueue return ErrInvalidJob, as does a d
-// that would be the 65,536th distinct duration the Router's jobs hold at
-// one time (a job's duration is held until the job is dropped). Acquire's
-// callers read it from Job.Timeout and apply it themselves.
+// force; a negative d makes Enqueue return ErrInvalidJob. Any number of
+// jobs may have distinct durations (one computed from a request's
+// deadline, say): each job keeps its own. Job.Timeout reports it for as
+// long as the router knows the job, finished or not, and Retry keeps it.
+// Acquire's callers read it from Job.Timeout and apply it themselves.
 func WithTimeout(d time.Duration) EnqueueOption { return EnqueueOption{kind: optTimeout, d: d} }
 
 // job is the router's record of one job. Every field is guarded by the
@@ -127,7 +128,6 @@ type job[T any] struct {
 	progress []byte
 	lastErr  string
 	lease    *Lease[T]            // the current lease; nil unless leased
-	next     *job[T]              // retention queue link
 	ord      *order.Chunk[job[T]] // its place in enqueue order (List)
 
 	hash     uint64 // of id, as the job index stores it
@@ -136,13 +136,13 @@ type job[T any] struct {
 	priority int
 	created  int64
 	updated  int64
-	at       int64 // leased: lease expiry; scheduled: run-at; pending: ready time; finished: purge time
+	at       int64         // leased: lease expiry; scheduled: run-at; pending: ready time; finished: purge time
+	timeout  time.Duration // its WithTimeout; 0 if none. Set before the record is published and never changed (Run reads it without the lock: timeout.go)
 	attempt  int32
 	maxAtt   int32
-	hidx     int32 // position in the index of its state (ready queue, scheduled or lease heap); -1 if none, hidxDetached once Retry or Delete took it out
+	hidx     int32 // position in the index of its state (ready queue, scheduled or lease heap, retention queue); -1 if none
 	state    State
 	ended    endReason // why the latest lease ended
-	tmo      uint16    // its WithTimeout, an index into the router's interned durations (timeout.go); 0 if none
 }
 
 // endReason says why a job's latest lease ended; it becomes
@@ -186,6 +186,11 @@ func dueBefore[T any](a, b *job[T]) bool {
 	return a.seq < b.seq
 }
 
+// purgeBefore orders the retention queue by purge time alone: jobs that
+// finish at the same instant are purged in the order they finished, as
+// the ring keeps them.
+func purgeBefore[T any](a, b *job[T]) bool { return a.at < b.at }
+
 func setHeapIndex[T any](j *job[T], i int) { j.hidx = int32(i) }
 
 func jobID[T any](j *job[T]) string { return j.id }
@@ -198,23 +203,28 @@ func (j *job[T]) owner() string {
 	return j.lease.WorkerID
 }
 
-// snapshot is the job x as Get returns it: a copy sharing nothing with
-// the router but a payload of reference type. The caller holds r.mu.
-func (r *Router[T]) snapshot(x *job[T]) Job[T] {
-	j := r.summary(x)
-	j.Payload, j.Progress = x.payload, slices.Clone(x.progress)
-	return j
-}
+// jobRow is what the admin reads copy of a job under the router's lock:
+// the Job without its payload, so its size does not depend on T (a zero
+// T of a large value type costs its size to write), with Progress the
+// record's checkpoint itself when asked for (see row).
+type jobRow = Job[struct{}]
 
-// summary is snapshot without Payload and Progress: what List with
-// OmitPayload and Leases return, at a cost that does not grow with them.
-// The caller holds r.mu.
-func (r *Router[T]) summary(x *job[T]) Job[T] {
-	j := Job[T]{
+// row is x as Get returns it, without its payload, and with Progress
+// x's checkpoint itself if progress is set, else nil. The caller copies
+// that checkpoint (slices.Clone) once it has released r.mu, so no hold of
+// the lock grows with checkpoint sizes: a stored checkpoint is never
+// written again (Heartbeat stores a fresh copy; forget and Retry only drop
+// or share the reference), so reading it outside the lock is safe. The
+// caller holds r.mu.
+func (r *Router[T]) row(x *job[T], progress bool) jobRow {
+	j := jobRow{
 		ID: x.id, State: x.state, Priority: x.priority,
 		Attempt: int(x.attempt), MaxAttempts: int(x.maxAtt), Token: x.token,
 		Owner: x.owner(), LastError: x.lastErr,
-		CreatedAt: r.timeAt(x.created), UpdatedAt: r.timeAt(x.updated), Timeout: r.tmo.of(x.tmo),
+		CreatedAt: r.timeAt(x.created), UpdatedAt: r.timeAt(x.updated), Timeout: x.timeout,
+	}
+	if progress {
+		j.Progress = x.progress
 	}
 	switch x.state {
 	case StateLeased:
@@ -223,6 +233,17 @@ func (r *Router[T]) summary(x *job[T]) Job[T] {
 		j.RunAt = r.timeAt(x.at)
 	}
 	return j
+}
+
+// withPayload is the Job of row w and payload p, its Progress a copy of
+// w's (shared with the record: see row). Called without r.mu.
+func withPayload[T any](w *jobRow, p T) Job[T] {
+	return Job[T]{
+		ID: w.ID, Payload: p, State: w.State, Priority: w.Priority,
+		Attempt: w.Attempt, MaxAttempts: w.MaxAttempts, Token: w.Token, Owner: w.Owner,
+		LeaseExpiry: w.LeaseExpiry, RunAt: w.RunAt, Progress: slices.Clone(w.Progress),
+		LastError: w.LastError, Timeout: w.Timeout, CreatedAt: w.CreatedAt, UpdatedAt: w.UpdatedAt,
+	}
 }
 
 // addSat adds without overflowing: a huge delay saturates to "never".
@@ -239,7 +260,6 @@ type enqueueSpec struct {
 	prio    int
 	maxAtt  int
 	timeout time.Duration
-	tmo     uint16 // timeout's index (parseJob)
 	timing  optKind
 	delay   time.Duration
 	runAt   time.Time
@@ -255,13 +275,6 @@ func (r *Router[T]) parseJob(s *enqueueSpec, id string, opts []EnqueueOption) er
 		return err
 	}
 	s.hash = r.jobs.Hash(id) // the seed never changes: no lock needed
-	if s.timeout != 0 {
-		i, err := r.tmo.index(s.timeout, id)
-		if err != nil {
-			return err
-		}
-		s.tmo = i
-	}
 	return nil
 }
 

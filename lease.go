@@ -61,6 +61,11 @@ func (l *Lease[T]) Heartbeat(progress []byte) error {
 		return errNilLease()
 	}
 	r := l.r
+	if progress != nil {
+		// Copied before the lock, so no hold of it grows with the
+		// checkpoint (wasted if the heartbeat is refused).
+		progress = slices.Clone(progress)
+	}
 	j, now, err := l.lock()
 	if err != nil {
 		if r.phase != phaseClosed {
@@ -79,7 +84,7 @@ func (l *Lease[T]) Heartbeat(progress []byte) error {
 	}
 	l.expiry = j.at
 	if progress != nil {
-		j.progress = slices.Clone(progress)
+		j.progress = progress // never written again: see row
 	}
 	j.updated = now
 	r.stats.Heartbeats++

@@ -1,6 +1,7 @@
 package leaserouter_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -467,5 +468,62 @@ func requireUnlocked(t *testing.T, r *router) {
 	case <-done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the router's lock is still held: Stats does not return")
+	}
+}
+
+// TestHeartbeatCopiesItsCheckpointOutsideTheLock: a heartbeat's
+// checkpoint is copied before the router's lock is taken, so the hold
+// does not grow with it (a heartbeat carrying 1 MiB does not make the
+// other leases' heartbeats wait for the copy), and the stored checkpoint
+// is still a copy of the caller's. (Before, it was copied under the lock.)
+func TestHeartbeatCopiesItsCheckpointOutsideTheLock(t *testing.T) {
+	const size = 1 << 20
+	r := setup(t, leaserouter.Options{})
+	require.NoError(t, r.Enqueue("a", ""))
+	l := acquire(t, r, "w")
+	t.Cleanup(func() { _ = l.Complete() }) // before Close, which would wait for it
+	checkpoint := bytes.Repeat([]byte{1}, size)
+	most := maxAllocatedPerHold(r)
+	require.NoError(t, l.Heartbeat(checkpoint))
+	require.Less(t, most(), uint64(size/4), "bytes allocated in one hold of the lock")
+	checkpoint[0] = 2
+	require.Equal(t, byte(1), get(t, r, "a").Progress[0], "the stored checkpoint is a copy")
+}
+
+// TestGrantCopiesTheCheckpointOutsideTheLock: a lease granted on a job
+// with a checkpoint gets its copy (Lease.Progress) after the router's lock
+// is released, by every way of acquiring, so the hold does not grow with
+// the checkpoint; the copy is the lease's own. (Before, the grant copied
+// it under the lock.)
+func TestGrantCopiesTheCheckpointOutsideTheLock(t *testing.T) {
+	const size = 1 << 20
+	ctx := t.Context()
+	one := func(ls []*lease, err error) (*lease, error) {
+		if len(ls) != 1 {
+			return nil, fmt.Errorf("%d leases, %w", len(ls), err)
+		}
+		return ls[0], err
+	}
+	for name, take := range map[string]func(r *router) (*lease, error){
+		"TryAcquire":     func(r *router) (*lease, error) { return r.TryAcquire("w") },
+		"Acquire":        func(r *router) (*lease, error) { return r.Acquire(ctx, "w") },
+		"TryAcquireMany": func(r *router) (*lease, error) { return one(r.TryAcquireMany("w", 4)) },
+		"AcquireMany":    func(r *router) (*lease, error) { return one(r.AcquireMany(ctx, "w", 4)) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := setup(t, leaserouter.Options{})
+			require.NoError(t, r.Enqueue("a", ""))
+			l := acquire(t, r, "w")
+			require.NoError(t, l.Heartbeat(bytes.Repeat([]byte{1}, size)))
+			require.NoError(t, l.Release())
+			most := maxAllocatedPerHold(r)
+			l, err := take(r)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = l.Complete() }) // before Close, which would wait for it
+			require.Less(t, most(), uint64(size/4), "bytes allocated in one hold of the lock")
+			require.True(t, bytes.Equal(bytes.Repeat([]byte{1}, size), l.Progress), "the lease carries the checkpoint")
+			l.Progress[0] = 2
+			require.Equal(t, byte(1), get(t, r, "a").Progress[0], "the lease's checkpoint is its own copy")
+		})
 	}
 }

@@ -108,8 +108,8 @@ func (r *Router[T]) nextDeadline() int64 {
 	if j, ok := r.sched.Peek(); ok {
 		next = min(next, j.at)
 	}
-	if r.retHead != nil {
-		next = min(next, r.retHead.at)
+	if j, ok := r.retained.Peek(); ok {
+		next = min(next, j.at)
 	}
 	return next
 }
@@ -123,7 +123,7 @@ func (r *Router[T]) settle(now int64, limit int) (more bool) {
 	for n := 0; ; n++ {
 		l, lok := r.leases.Peek()
 		s, sok := r.sched.Peek()
-		p := r.retHead
+		p, pok := r.retained.Peek()
 		// Pick the earliest due item so events come out in time order.
 		due := now
 		kind := dueNone
@@ -133,7 +133,7 @@ func (r *Router[T]) settle(now int64, limit int) (more bool) {
 		if sok && s.at <= due && (kind == dueNone || s.at < due) {
 			due, kind = s.at, dueRunAt
 		}
-		if p != nil && p.at <= due && (kind == dueNone || p.at < due) {
+		if pok && p.at <= due && (kind == dueNone || p.at < due) {
 			kind = duePurge
 		}
 		if kind == dueNone {

@@ -50,12 +50,11 @@ type Router[T any] struct {
 	reaper    sync.WaitGroup
 
 	mu        sync.Mutex
-	jobs      *table.Table[job[T]] // by ID
-	ready     *heap.Queue[*job[T]] // pending jobs by priority, ready time, seq
-	sched     *heap.Heap[*job[T]]  // scheduled jobs by run-at
-	leases    *heap.Queue[*job[T]] // leased jobs by lease expiry: granted and extended in expiry order, so mostly its ring
-	retHead   *job[T]              // finished jobs by purge time (a FIFO: finish times never decrease)
-	retTail   *job[T]
+	jobs      *table.Table[job[T]]      // by ID
+	ready     *heap.Queue[*job[T]]      // pending jobs by priority, ready time, seq
+	sched     *heap.Heap[*job[T]]       // scheduled jobs by run-at
+	leases    *heap.Queue[*job[T]]      // leased jobs by lease expiry: granted and extended in expiry order, so mostly its ring
+	retained  *heap.Queue[*job[T]]      // finished jobs by purge time: finish times rarely decrease, so mostly its ring; Retry and Delete take one out
 	order     *order.Log[job[T]]        // every job, in enqueue order (List)
 	paused    bool                      // Pause: no grants until Resume
 	counts    [numStates + 1]int        // by State; the last slot is stateNew's, never read
@@ -82,7 +81,6 @@ type Router[T any] struct {
 	flushAt uint64
 	dl      *delivery // nil without hooks
 	grow    growHint  // what the ID index and the ready queue want for their next growth step (reserve.go)
-	tmo     timeouts  // the distinct WithTimeout durations (timeout.go)
 
 	per *periodics[T] // the scheduler of periodic jobs (periodic.go); nil until the first AddPeriodic; guarded by mu
 }
@@ -96,19 +94,20 @@ func New[T any](opts Options) (*Router[T], error) {
 		return nil, err
 	}
 	r := &Router[T]{
-		opts:    opts,
-		epoch:   time.Now(),
-		hooked:  opts.OnEvent != nil || opts.Logger != nil,
-		kick:    make(chan struct{}, 1),
-		closing: make(chan struct{}),
-		done:    make(chan struct{}),
-		jobs:    table.New(jobID[T]),
-		ready:   heap.NewQueue(readyBefore[T], setHeapIndex[T]),
-		sched:   heap.New(dueBefore[T], setHeapIndex[T]),
-		leases:  heap.NewQueue(dueBefore[T], setHeapIndex[T]),
-		order:   order.New(setOrder[T]),
-		hist:    new([HistoryMinutes]histSlot),
-		armed:   math.MaxInt64,
+		opts:     opts,
+		epoch:    time.Now(),
+		hooked:   opts.OnEvent != nil || opts.Logger != nil,
+		kick:     make(chan struct{}, 1),
+		closing:  make(chan struct{}),
+		done:     make(chan struct{}),
+		jobs:     table.New(jobID[T]),
+		ready:    heap.NewQueue(readyBefore[T], setHeapIndex[T]),
+		sched:    heap.New(dueBefore[T], setHeapIndex[T]),
+		leases:   heap.NewQueue(dueBefore[T], setHeapIndex[T]),
+		retained: heap.NewQueue(purgeBefore[T], setHeapIndex[T]),
+		order:    order.New(setOrder[T]),
+		hist:     new([HistoryMinutes]histSlot),
+		armed:    math.MaxInt64,
 	}
 	r.epochUnix = r.epoch.UnixNano()
 	// Seed above the wall clock so a downstream that persisted yesterday's
@@ -174,6 +173,16 @@ func (r *Router[T]) settleNow() int64 {
 	}
 }
 
+// lockSettled takes r.mu for a call that works after Close too (Get,
+// List, Leases) and settles what is due, as lockOpen does.
+func (r *Router[T]) lockSettled() {
+	r.mu.Lock()
+	if h := r.hooks; h != nil && h.Locked != nil {
+		h.Locked()
+	}
+	r.settleNow()
+}
+
 // now is the router's clock: nanoseconds since epoch on the monotonic
 // clock, so a wall-clock step can neither expire nor extend a lease.
 func (r *Router[T]) now() int64 { return int64(time.Since(r.epoch)) }
@@ -198,19 +207,16 @@ func (r *Router[T]) Enqueue(id string, payload T, opts ...EnqueueOption) error {
 	j, grow := new(job[T]), r.prealloc() // before the lock (reserve.go)
 	now, err := r.lockOpen(true, nil)
 	if err != nil {
-		r.tmo.release(spec.tmo)
 		return err
 	}
 	r.stock(grow)
 	known, pos := r.jobs.Find(id, spec.hash)
 	if known != nil {
 		r.duplicate(id, known, now)
-		r.tmo.release(spec.tmo)
 		r.unlockAndDeliver()
 		return fmt.Errorf("%w: %q", ErrDuplicate, id)
 	}
 	if c := r.opts.Capacity; c > 0 && r.unfinished() >= c {
-		r.tmo.release(spec.tmo)
 		r.unlockAndDeliver()
 		return fmt.Errorf("%w: %d unfinished jobs", ErrFull, c)
 	}
@@ -253,6 +259,9 @@ func (r *Router[T]) TryAcquire(workerID string) (*Lease[T], error) {
 	}
 	l, err = r.grant(workerID, now, l, nil)
 	r.unlockAndDeliver()
+	if l != nil {
+		l.ownProgress()
+	}
 	return l, err
 }
 
@@ -278,6 +287,9 @@ func (r *Router[T]) Acquire(ctx context.Context, workerID string) (*Lease[T], er
 		l, err = r.grant(workerID, now, fresh, nil)
 		return err
 	})
+	if l != nil {
+		l.ownProgress()
+	}
 	return l, err
 }
 
@@ -363,12 +375,16 @@ func (r *Router[T]) Get(id string) (j Job[T], ok bool) {
 	if ValidateID(id) != nil {
 		return j, false
 	}
-	r.mu.Lock()
-	r.settleNow()
+	var w jobRow
+	var p T
+	r.lockSettled()
 	if x := r.jobs.Get(id); x != nil {
-		j, ok = r.snapshot(x), true
+		w, p, ok = r.row(x, true), x.payload, true
 	}
 	r.unlockAndDeliver()
+	if ok {
+		j = withPayload(&w, p) // the checkpoint's copy, outside the lock
+	}
 	return j, ok
 }
 

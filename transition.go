@@ -25,6 +25,8 @@ import (
 //	cancel       pending, scheduled or leased -> canceled (Cancel)
 //	reachRunAt   scheduled -> pending (its run-at)
 //	purge        finished -> dropped (Retention)
+//	retryJob     finished -> pending, in a fresh record (Retry: admin.go)
+//	deleteJob    pending, scheduled or finished -> dropped (Delete: admin.go)
 //
 // requeue, kill, makeReady, schedule and finish are their common steps;
 // endLease ends a leased job's lease on its way out of StateLeased.
@@ -62,15 +64,23 @@ func (r *Router[T]) grant(workerID string, now int64, l *Lease[T], was *readyAt)
 	}
 	l.JobID, l.Payload, l.Attempt, l.Token = j.id, j.payload, int(j.attempt), j.token
 	l.WorkerID, l.r, l.j, l.granted, l.expiry = workerID, r, j, now, j.at
-	if j.progress != nil {
-		l.Progress = slices.Clone(j.progress)
-	}
+	l.Progress = j.progress // shared until the caller has released r.mu: ownProgress
 	j.lease = l
 	r.stats.LeasesGranted++
 	if e := r.emit(EventLeaseAcquired, now, j, l, j.token, nil); e != nil {
 		e.dur, e.requeued = now-readyAt, requeued
 	}
 	return l, nil
+}
+
+// ownProgress gives l a copy of the checkpoint grant shared with its
+// job's record, so that no hold of the lock grows with checkpoints (a
+// stored checkpoint is never written again: see row). Every caller of
+// grant calls it once it has released r.mu, before l reaches anyone else.
+func (l *Lease[T]) ownProgress() {
+	if l.Progress != nil {
+		l.Progress = slices.Clone(l.Progress)
+	}
 }
 
 // complete makes l's job succeeded. The caller holds r.mu and has checked
@@ -260,45 +270,30 @@ func (r *Router[T]) finish(j *job[T], s State, at int64) {
 	j.updated = max(j.updated, at)
 	j.at = at
 	if r.opts.Retention < 0 {
-		r.purge(j)
+		r.drop(j, at)
 		return
 	}
 	j.at = addSat(at, r.opts.Retention)
-	if r.retTail == nil {
-		r.retHead = j
-	} else {
-		r.retTail.next = j
-	}
-	r.retTail = j
+	r.retained.Push(j)
 	r.arm(j.at)
 }
 
-// purge drops a finished job at j.at (its purge instant). With Retention
-// >= 0 it is the retention queue's head.
+// purge drops j, the retention queue's head, at j.at (its purge instant).
 func (r *Router[T]) purge(j *job[T]) {
-	if r.retHead == j {
-		r.retHead = j.next
-		if r.retHead == nil {
-			r.retTail = nil
-		}
-		j.next = nil
-	}
-	if j.hidx == hidxDetached { // Retry or Delete took it out already
-		return
-	}
+	r.retained.Pop()
 	r.drop(j, j.at)
 }
 
 // drop removes j from the router at instant at (its purge, or Delete):
 // from the ID index, the enqueue order and the counts, with an
-// EventPurged. The caller has taken it out of its heap, if any.
+// EventPurged. The caller has taken it out of its heap or the retention
+// queue, if any.
 func (r *Router[T]) drop(j *job[T], at int64) {
 	r.jobs.Delete(j, j.hash)
 	r.order.Remove(j.ord, j.seq, uint8(j.state))
 	r.counts[j.state]--
 	r.stats.Purged++
 	r.emit(EventPurged, at, j, nil, j.token, nil)
-	r.tmo.release(j.tmo)
 	r.forget(j)
 }
 
@@ -310,11 +305,6 @@ func (r *Router[T]) forget(j *job[T]) {
 	j.id, j.payload, j.progress, j.lastErr = "", zero, nil, ""
 	j.ord = nil
 }
-
-// hidxDetached is the heap position of a record that Retry replaced or
-// Delete removed while it was in the retention queue: the queue drops it
-// when it comes to it, without a count or an event.
-const hidxDetached = -2
 
 // setOrder records j's chunk of the enqueue order.
 func setOrder[T any](j *job[T], c *order.Chunk[job[T]]) { j.ord = c }
@@ -372,7 +362,7 @@ func (r *Router[T]) insert(id string, payload T, s *enqueueSpec, pos int, now in
 	// Field by field: the record is zero (new, or a fresh batch's), and a
 	// composite literal here would cost a copy.
 	j.id, j.payload, j.priority, j.maxAtt = id, payload, s.prio, int32(s.maxAtt)
-	j.hash, j.seq, j.created, j.updated, j.hidx, j.tmo = s.hash, r.seq, now, now, -1, s.tmo
+	j.hash, j.seq, j.created, j.updated, j.hidx, j.timeout = s.hash, r.seq, now, now, -1, s.timeout
 	j.state = stateNew
 	r.jobs.Insert(j, s.hash, pos)
 	j.ord = r.order.Append(j, j.seq, uint8(stateNew))

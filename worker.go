@@ -129,6 +129,9 @@ func (w *worker[T]) lease() ([]runLease[T], []readyAt, error) {
 		}
 	}
 	clear(w.into) // the router keeps no pointer into it; neither should the worker
+	for i := range n {
+		block[i].ownProgress()
+	}
 	w.got, w.short = n, n < len(block)/2
 	w.spare, w.used = w.spare[n:], w.used+n
 	return block[:n], w.ready[:n], nil

@@ -13,10 +13,11 @@ type Hooks struct {
 
 	// Locked and Unlocking, if set, are called with the router's lock
 	// held: Locked just after a call that needs the router open (Enqueue,
-	// TryAcquire, Acquire, Cancel and their batch forms) or a lease
-	// operation (Lease.lock) takes the lock, and Unlocking just before any
+	// TryAcquire, Acquire, Cancel and their batch forms), a lease
+	// operation (Lease.lock) or Get, List or Leases takes the lock (each
+	// hold of a List taking several), and Unlocking just before any
 	// call releases it through unlockAndDeliver, also after acquisitions
-	// Locked did not see (the reaper's, Get's). With them a test measures
+	// Locked did not see (the reaper's). With them a test measures
 	// how long the lock is held (without OnEvent: awaitRoom releases the
 	// lock without Unlocking). They must not call into the Router.
 	Locked, Unlocking func()

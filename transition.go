@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/leaserouter/leaserouter/internal/contract"
 	"github.com/leaserouter/leaserouter/internal/order"
 )
 
@@ -331,10 +332,13 @@ func (r *Router[T]) endLease(j *job[T], why endReason) {
 	j.ended = why
 	l := j.lease
 	j.lease = nil
-	if l.lost != nil {
+	if _, run := l.lost.(*leaseCtx); l.lost != nil && !(run && contract.EndedByHolder(string(why.reason()))) {
 		// Canceling a context runs no user code synchronously (AfterFunc
 		// callbacks get goroutines of their own), so it is safe under r.mu,
-		// and doing it here makes the end visible at once.
+		// and doing it here makes the end visible at once. Run's handler
+		// context alone is not told of its holder's end: Run ends the
+		// lease once the handler has returned, its context stopped
+		// already (and this saves an error per job).
 		l.lost.leaseLost(r.lostError(l))
 	}
 	l.lost = nil

@@ -28,8 +28,11 @@ import (
 // delivery goroutine delivers the events made before it returned — the
 // undelivered backlog (at most 16384, see Options.OnEvent) and one
 // released event per lease Close revoked — and no other, then ends: no
-// goroutine the Router started outlives the hook calls for those events.
-// A hook that never returns keeps that one goroutine. A ctx already done
+// goroutine the Router started outlives the hook calls for those events
+// (the reaper has ended when Close returns, cut short or not; the
+// scheduler of periodic jobs too, unless a Payload or Schedule.Next call
+// outlasted ctx: it ends as that call returns). A hook that never returns
+// keeps that one goroutine. A ctx already done
 // when delivery is reached does not wait for it and leaves the result to
 // draining alone, so Close(done ctx) of a router holding no lease returns
 // nil however far delivery got. Get, Stats and

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/contract"
 )
 
 // TestLostReasonValues: the reasons keep their string values, so code
@@ -28,5 +29,18 @@ func TestLostReasonValues(t *testing.T) {
 	case leaserouter.LostNilLease:
 	default:
 		t.Fatalf("reason %q", lle.Reason)
+	}
+}
+
+// TestEndedByHolderNamesTheHolderReasons: the shared rule of a holder's own
+// end (contract.EndedByHolder, by the reason's string) knows the core's
+// reasons: completed, failed, released and snoozed, and no other.
+func TestEndedByHolderNamesTheHolderReasons(t *testing.T) {
+	for r, want := range map[leaserouter.LostReason]bool{
+		leaserouter.LostCompleted: true, leaserouter.LostFailed: true, leaserouter.LostReleased: true, leaserouter.LostSnoozed: true,
+		leaserouter.LostExpired: false, leaserouter.LostSuperseded: false, leaserouter.LostCanceled: false,
+		leaserouter.LostRevoked: false, leaserouter.LostNilLease: false, "unknown": false,
+	} {
+		require.Equal(t, want, contract.EndedByHolder(string(r)), "%s", r)
 	}
 }

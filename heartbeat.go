@@ -106,7 +106,13 @@ func (u *runner[T]) beat(s *slot[T], now int64) {
 // returned cancel func is called or the returned context is done. The
 // context, derived from ctx, is canceled as soon as a heartbeat is refused
 // or the lease is lost otherwise (expiry, Cancel, Close), with a cause
-// wrapping ErrLeaseLost (context.Cause). An interval <= 0 means
+// wrapping ErrLeaseLost (context.Cause). When the holder itself ends the
+// lease (Complete, Fail, Release, Snooze), the context is canceled at
+// once, by that call, with a *LeaseLostError whose Reason is
+// LostCompleted, LostFailed, LostReleased or LostSnoozed; that end is no
+// refusal, even when a heartbeat races it (no EventStaleRejected, nothing
+// added to Stats.StaleRejections or HeartbeatsRefused), the same on every
+// backend. An interval <= 0 means
 // LeaseDuration/3; a positive interval below MinHeartbeatInterval is raised
 // to it, or to LeaseDuration/4 if that is shorter. An interval >=
 // LeaseDuration (it could never keep the
@@ -154,6 +160,8 @@ type keeper[T any] struct {
 	armed   bool // timer set and its beat not started
 	stopped bool
 	beats   sync.WaitGroup // one per armed timer, so stop can wait for a beat in flight
+
+	byHolder bool // told that the holder ended the lease; guarded by the router's mu (see leaseLost)
 }
 
 func keepAlive[T any](ctx context.Context, l *Lease[T], interval time.Duration) (context.Context, *keeper[T]) {
@@ -171,8 +179,18 @@ func keepAlive[T any](ctx context.Context, l *Lease[T], interval time.Duration) 
 	return kctx, k
 }
 
-// leaseLost cancels the context with the loss (lostWatcher).
-func (k *keeper[T]) leaseLost(cause error) { k.cancel(cause) }
+// leaseLost cancels the context with the lease's end (lostWatcher),
+// noting whether its holder ended it. Called under r.mu.
+func (k *keeper[T]) leaseLost(cause error) {
+	if e, ok := cause.(*LeaseLostError); ok && contract.EndedByHolder(string(e.Reason)) {
+		k.byHolder = true
+	}
+	k.cancel(cause)
+}
+
+// endedByHolder reports whether the holder ended the lease, as the keeper
+// was told. The caller holds r.mu.
+func (k *keeper[T]) endedByHolder() bool { return k.byHolder }
 
 func (k *keeper[T]) beat() {
 	defer k.beats.Done()
@@ -182,7 +200,7 @@ func (k *keeper[T]) beat() {
 	if k.stopped || k.ctx.Err() != nil {
 		return
 	}
-	if err := k.l.Heartbeat(nil); err != nil {
+	if err := k.l.heartbeat(nil, k.endedByHolder); err != nil {
 		k.stopped = true
 		k.cancel(err)
 		return

@@ -60,13 +60,32 @@ func (l *Lease[T]) Heartbeat(progress []byte) error {
 	if l == nil || l.r == nil {
 		return errNilLease()
 	}
+	return l.heartbeat(progress, nil)
+}
+
+// heartbeat is Heartbeat. For a KeepAlive's beat, byHolder (called under
+// r.mu) says whether the KeepAlive was told that the holder ended the
+// lease: a lease its holder ended is then no refusal (the beat raced the
+// holder's own Complete, Fail, Release or Snooze): the *LeaseLostError is
+// returned with nothing counted or emitted (see contract.EndedByHolder).
+func (l *Lease[T]) heartbeat(progress []byte, byHolder func() bool) error {
 	r := l.r
 	if progress != nil {
 		// Copied before the lock, so no hold of it grows with the
 		// checkpoint (wasted if the heartbeat is refused).
 		progress = slices.Clone(progress)
 	}
-	j, now, err := l.lock()
+	r.mu.Lock()
+	if h := r.hooks; h != nil && h.Locked != nil {
+		h.Locked()
+	}
+	now := r.settleNow()
+	if byHolder != nil && !r.valid(l) && byHolder() {
+		err := r.lostError(l)
+		r.unlockAndDeliver()
+		return err
+	}
+	j, err := r.holding(l, now)
 	if err != nil {
 		if r.phase != phaseClosed {
 			r.stats.HeartbeatsRefused++
@@ -271,10 +290,11 @@ func (r *Router[T]) lostError(l *Lease[T]) *LeaseLostError {
 	return e
 }
 
-// lostWatcher is told, once, when a lease is lost against its holder's
-// will (expiry, Cancel, Close), with a *LeaseLostError: Run's handler
-// context and KeepAlive's context. It is called under r.mu, so it must only
-// cancel a context.
+// lostWatcher is told, once, when a lease ends, with a *LeaseLostError
+// saying why: lost against its holder's will (expiry, Cancel, Close) or
+// ended by its holder (Complete, Fail, Release, Snooze). The watchers are
+// Run's handler context and KeepAlive's. It is called under r.mu, so it
+// must only cancel a context (and note what it was told).
 type lostWatcher interface{ leaseLost(cause error) }
 
 // lostWatchers is the watcher of a lease watched more than once (Run's
@@ -287,9 +307,8 @@ func (ws lostWatchers) leaseLost(cause error) {
 	}
 }
 
-// watch registers w to be told, with a cause wrapping ErrLeaseLost, when l
-// is lost against its holder's will (expiry, Cancel, Close). If l is not
-// valid now, w is told at once. It reports whether w was registered.
+// watch registers w to be told, with a *LeaseLostError, when l ends
+// (see lostWatcher). If l is not valid now, w is told at once. It reports whether w was registered.
 func (l *Lease[T]) watch(w lostWatcher) bool {
 	r := l.r
 	r.mu.Lock()

@@ -61,7 +61,10 @@ import (
 // argument; reported, not counted) ends that periodic job's schedule, the
 // other periodic jobs going on; the wake-up it failed in enqueues nothing
 // (a wake-up is planned whole: it asks Next for the tick after the due
-// one too). A Next returning the zero Time ends the schedule quietly. Neither should block: while one
+// one too). A Next returning the zero Time ends the schedule quietly. A
+// schedule with many ticks to step through takes turns with the other
+// periodic jobs (see Schedule): its cost delays their ticks by at most
+// one turn of 65,536 calls of its Next. Neither should block: while one
 // does, the other periodic jobs of the Router wait, and Close waits for
 // it until its ctx is done (the goroutine then ends when the call
 // returns). An ended periodic job keeps its Name until RemovePeriodic.
@@ -179,7 +182,7 @@ type periodicJob[T any] struct {
 	since   time.Time       // the router's clock at AddPeriodic (wall only)
 	last    time.Time       // the latest tick handled; zero for none
 	wake    int64           // when to run Due next, on the router's clock
-	seq     uint64          // AddPeriodic order, for ties
+	seq     uint64          // order of arrival in wakes (AddPeriodic, a split wake-up's turn), for ties
 	idx     int             // position in wakes, -1 when out of it
 	removed bool            // RemovePeriodic
 	ended   bool            // the schedule has no more ticks, or failed
@@ -270,6 +273,15 @@ func (r *Router[T]) schedulePeriodics(per *periodics[T]) {
 			closed := r.handlePeriodic(per, e, now)
 			per.mu.Lock()
 			if !e.removed && !e.ended {
+				if e.wake <= now {
+					// A wake-up Due split (a schedule with more ticks than
+					// it steps through at once): the rest waits behind every
+					// other job due by now, so a schedule denser than its
+					// Next can step through takes turns with the others
+					// instead of staying first for ever.
+					per.seq++
+					e.wake, e.seq = max(now, r.now()), per.seq
+				}
 				per.wakes.Push(e)
 			}
 			per.mu.Unlock()

@@ -19,6 +19,15 @@ import (
 // satisfy it as they are (cron.ParseStandard("*/5 * * * *"), with
 // "CRON_TZ=Europe/Paris ..." for a time zone), so the core needs no cron
 // parser of its own.
+//
+// A scheduler finds the latest due tick by stepping through Next (Every's
+// is computed at once), at most 65,536 calls per turn: a schedule with
+// more ticks than that since its last wake-up (ticks nanoseconds apart,
+// or after a long pause) is stepped through over several turns, and
+// between two turns every other periodic job due is handled. So one
+// schedule's cost delays another periodic job's tick by at most one turn,
+// on every backend. A schedule whose ticks come faster than its Next can
+// step through them never reaches the present and enqueues no tick.
 type Schedule interface {
 	Next(t time.Time) time.Time
 }

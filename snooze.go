@@ -35,7 +35,7 @@ func (l *Lease[T]) Snooze(d time.Duration) error {
 // at once for d == 0). The caller holds r.mu and has checked that l is
 // valid.
 func (r *Router[T]) snooze(j *job[T], l *Lease[T], now int64, d time.Duration) {
-	r.endLease(j, endSnoozed, false)
+	r.endLease(j, endSnoozed)
 	r.stats.Snoozed++
 	setHeld(r.emit(EventSnoozed, now, j, l, l.Token, nil), l.granted, now)
 	j.attempt--

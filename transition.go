@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/leaserouter/leaserouter/internal/contract"
 	"github.com/leaserouter/leaserouter/internal/order"
 )
 
@@ -86,7 +87,7 @@ func (l *Lease[T]) ownProgress() {
 // complete makes l's job succeeded. The caller holds r.mu and has checked
 // that l is valid.
 func (r *Router[T]) complete(j *job[T], l *Lease[T], now int64) {
-	r.endLease(j, endCompleted, false)
+	r.endLease(j, endCompleted)
 	r.tally(tallyCompleted, now)
 	setHeld(r.emit(EventCompleted, now, j, l, l.Token, nil), l.granted, now)
 	r.finish(j, StateSucceeded, now)
@@ -99,7 +100,7 @@ func (r *Router[T]) complete(j *job[T], l *Lease[T], now int64) {
 // that l is valid.
 func (r *Router[T]) fail(j *job[T], l *Lease[T], now int64, text string, cause error, permanent bool, delay time.Duration) {
 	j.lastErr = text
-	r.endLease(j, endFailed, false)
+	r.endLease(j, endFailed)
 	r.tally(tallyFailed, now)
 	setHeld(r.emit(EventFailed, now, j, l, l.Token, cause), l.granted, now)
 	if permanent || j.attempt >= j.maxAtt {
@@ -115,7 +116,7 @@ func (r *Router[T]) fail(j *job[T], l *Lease[T], now int64, text string, cause e
 // attempt counts, and the job is pending at once, or dead if it has used
 // all its attempts. The caller holds r.mu and has checked that l is valid.
 func (r *Router[T]) release(j *job[T], l *Lease[T], now int64) {
-	r.endLease(j, endReleased, false)
+	r.endLease(j, endReleased)
 	setHeld(r.emit(EventReleased, now, j, l, l.Token, nil), l.granted, now)
 	r.requeue(j, now, now)
 }
@@ -127,7 +128,7 @@ func (r *Router[T]) expire(j *job[T]) {
 	r.stats.Expirations++
 	r.tally(tallyExpired, at)
 	j.lastErr = "lease expired"
-	r.endLease(j, endExpired, true)
+	r.endLease(j, endExpired)
 	setHeld(r.emit(EventLeaseExpired, at, j, l, l.Token, nil), l.granted, at)
 	r.requeue(j, at, at)
 }
@@ -139,7 +140,7 @@ func (r *Router[T]) expire(j *job[T]) {
 // counted as an attempt. Its event is EventReleased. The caller holds r.mu
 // and has checked that l is valid.
 func (r *Router[T]) handBack(j *job[T], l *Lease[T], now int64, ready readyAt) {
-	r.endLease(j, endReleased, false)
+	r.endLease(j, endReleased)
 	setHeld(r.emit(EventReleased, now, j, l, l.Token, nil), l.granted, now)
 	j.attempt--
 	j.updated = now
@@ -156,7 +157,7 @@ func (r *Router[T]) handBack(j *job[T], l *Lease[T], now int64, ready readyAt) {
 // carrying ErrClosed. The caller holds r.mu and has settled at now.
 func (r *Router[T]) revokeLease(j *job[T], now int64) {
 	l := j.lease
-	r.endLease(j, endRevoked, true)
+	r.endLease(j, endRevoked)
 	setHeld(r.emit(EventReleased, now, j, l, l.Token, ErrClosed), l.granted, now)
 	r.makeReady(j, now)
 }
@@ -171,7 +172,7 @@ func (r *Router[T]) cancel(j *job[T], now int64) {
 	switch j.state {
 	case StateLeased:
 		l := j.lease
-		r.endLease(j, endCanceled, true)
+		r.endLease(j, endCanceled)
 		setHeld(r.emit(EventCanceled, now, j, l, l.Token, nil), l.granted, now)
 	case StatePending, StateScheduled:
 		if j.state == StatePending {
@@ -309,20 +310,25 @@ func (r *Router[T]) forget(j *job[T]) {
 // setOrder records j's chunk of the enqueue order.
 func setOrder[T any](j *job[T], c *order.Chunk[job[T]]) { j.ord = c }
 
-// endLease ends j's current lease: it leaves the lease heap and, when the
-// holder did not end it itself (notify), every context watching the lease
-// (Run's handler context, KeepAlive's) is canceled with a *LeaseLostError.
-// The caller holds r.mu and
-// moves j to its next state at once.
-func (r *Router[T]) endLease(j *job[T], why endReason, notify bool) {
+// endLease ends j's current lease: it leaves the lease heap, and every
+// context watching it (Run's handler context, KeepAlive's) is canceled at
+// once with a *LeaseLostError saying why, whoever ended it: lost (expiry,
+// Cancel, Close) or ended by its holder (Complete, Fail, Release, Snooze,
+// Run's hand-back; no refusal: see contract.EndedByHolder and
+// Lease.keep). The caller holds r.mu and moves j to its next state at
+// once.
+func (r *Router[T]) endLease(j *job[T], why endReason) {
 	r.leases.Remove(int(j.hidx))
 	j.ended = why
 	l := j.lease
 	j.lease = nil
-	if notify && l.lost != nil {
+	if _, run := l.lost.(*leaseCtx); l.lost != nil && !(run && contract.EndedByHolder(string(why.reason()))) {
 		// Canceling a context runs no user code synchronously (AfterFunc
 		// callbacks get goroutines of their own), so it is safe under r.mu,
-		// and doing it here makes the loss visible at once.
+		// and doing it here makes the end visible at once. Run's handler
+		// context alone is not told of its holder's end: Run ends the
+		// lease once the handler has returned, its context stopped
+		// already (and this saves an error per job).
 		l.lost.leaseLost(r.lostError(l))
 	}
 	l.lost = nil

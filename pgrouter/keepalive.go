@@ -19,7 +19,13 @@ import (
 // finds the lease lost, or with an error wrapping ErrLeaseLost when
 // LeaseDuration has passed on the client's clock since the send time of
 // the last accepted heartbeat (the database unreachable, or the Router
-// closed). The heartbeats of every lease kept alive by a Router that are
+// closed). When the holder itself ends the lease (Complete, Fail,
+// Release, Snooze return nil; a CompleteTx once its transaction commits,
+// at the next round), the context is canceled at once with a
+// *leaserouter.LeaseLostError whose Reason is LostCompleted, LostFailed,
+// LostReleased or LostSnoozed; that end is no refusal, even when a
+// heartbeat round races it (no EventStaleRejected, nothing added to
+// StaleRejections or HeartbeatsRefused), as in the core. The heartbeats of every lease kept alive by a Router that are
 // due together go in one statement, from one goroutine per Router (see
 // New), not one round trip per lease, on a connection of that
 // goroutine's own (made at the first heartbeat, again when it fails;
@@ -255,6 +261,31 @@ func (k *keepers[T]) beat(ctx context.Context, ls []*Lease[T]) {
 			e.cancel(lost)
 		}
 	}
+	for l, end := range res.ended {
+		for _, e := range slices.Clone(k.kept[l]) {
+			k.drop(l, e)
+			e.cancel(end)
+		}
+	}
+}
+
+// holderEnded ends l's KeepAlives as its holder's Complete, Fail, Release
+// or Snooze (reason) returns nil: no refusal (contract.EndedByHolder),
+// each context canceled at once with a *LeaseLostError whose Reason is
+// that end, as in the core. A round in flight with l finds it no longer
+// kept.
+func (k *keepers[T]) holderEnded(l *Lease[T], reason leaserouter.LostReason) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	es := slices.Clone(k.kept[l])
+	if len(es) == 0 {
+		return
+	}
+	end := &leaserouter.LeaseLostError{JobID: l.JobID, Token: l.Token, Current: l.Token, Reason: reason}
+	for _, e := range es {
+		k.drop(l, e)
+		e.cancel(end)
+	}
 }
 
 // ownConn is a connection of a heartbeat goroutine's own (Run's, and the
@@ -308,20 +339,23 @@ func (c *ownConn) close() {
 
 // beatResult is what one heartbeat round found: the leases extended
 // (with their new expiry, or the zero Time for a lease proven by its
-// completion pending in the caller's open transaction: see pending) and
-// those lost (with why); a lease in neither could not be looked at (its
-// row held by another transaction).
+// completion pending in the caller's open transaction: see pending),
+// those lost (with why) and those ended by their holder (with how: no
+// refusal); a lease in none could not be looked at (its row held by
+// another transaction).
 type beatResult[T any] struct {
 	alive map[*Lease[T]]time.Time
 	lost  map[*Lease[T]]error
+	ended map[*Lease[T]]error
 }
 
 // heartbeatAll extends ls on q in one statement. A lease whose row it
 // could not lock and whose row is gone or shows another lease is lost
 // too. Refusals of leases still (per still) held are counted, reported
-// and released; the others ended meanwhile by their holder.
+// and released, unless the row shows the lease ended by its holder
+// (res.ended); the others ended meanwhile by their holder.
 func (r *Router[T]) heartbeatAll(ctx context.Context, q querier, ls []*Lease[T], still func(*Lease[T]) bool) (beatResult[T], error) {
-	res := beatResult[T]{alive: map[*Lease[T]]time.Time{}, lost: map[*Lease[T]]error{}}
+	res := beatResult[T]{alive: map[*Lease[T]]time.Time{}, lost: map[*Lease[T]]error{}, ended: map[*Lease[T]]error{}}
 	if len(ls) == 0 {
 		return res, nil
 	}
@@ -398,8 +432,12 @@ func (r *Router[T]) heartbeatAll(ctx context.Context, q querier, ls []*Lease[T],
 		if !seen[l] && ok && row.token != nil && leaserouter.Token(*row.token) == l.Token && isState(row.was, leaserouter.StateLeased) {
 			continue // held by another transaction, still this lease's: unknown until the next round
 		}
-		if !still(l) || endedByHolder(l, row, ok) {
+		if !still(l) {
 			continue // ended by its holder during the round: not a refusal
+		}
+		if endedByHolder(l, row, ok) {
+			res.ended[l] = l.lost(row) // ended by its holder (CompleteTx committed, say): not a refusal
+			continue
 		}
 		e := l.lost(row)
 		res.lost[l] = e
@@ -422,9 +460,5 @@ func endedByHolder[T any](l *Lease[T], row opResult, found bool) bool {
 	if !found || row.token == nil || leaserouter.Token(*row.token) != l.Token || row.ended == nil {
 		return false
 	}
-	switch leaserouter.LostReason(*row.ended) {
-	case leaserouter.LostCompleted, leaserouter.LostFailed, leaserouter.LostReleased, leaserouter.LostSnoozed:
-		return !isState(row.was, leaserouter.StateLeased)
-	}
-	return false
+	return contract.EndedByHolder(*row.ended) && !isState(row.was, leaserouter.StateLeased)
 }

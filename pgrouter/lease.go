@@ -167,6 +167,7 @@ func (l *Lease[T]) Complete(ctx context.Context) error {
 	case errors.As(err, new(*leaserouter.LeaseLostError)) || !l.resolved(ctx, leaserouter.LostCompleted):
 		return err
 	}
+	l.r.keepers.holderEnded(l, leaserouter.LostCompleted)
 	l.r.emit(l.event(leaserouter.EventCompleted, at))
 	l.r.release(l)
 	return nil
@@ -206,11 +207,13 @@ func (l *Lease[T]) Fail(ctx context.Context, cause error) error {
 		args{"permanent": leaserouter.IsPermanent(cause), "delay_us": backoff.Microseconds(), "error": text})
 	if err != nil {
 		if !errors.As(err, new(*leaserouter.LeaseLostError)) && l.resolved(ctx, leaserouter.LostFailed) {
+			r.keepers.holderEnded(l, leaserouter.LostFailed)
 			r.release(l) // failed, as the row shows; its events are unknown here
 			return nil
 		}
 		return err
 	}
+	r.keepers.holderEnded(l, leaserouter.LostFailed)
 	defer r.release(l) // after the events
 	failed := l.event(leaserouter.EventFailed, *res.at)
 	failed.Err = cause
@@ -259,12 +262,14 @@ func (l *Lease[T]) Release(ctx context.Context) error {
 	res, err := l.end(ctx, "Release", leaserouter.LostReleased, nil)
 	if err != nil {
 		if !errors.As(err, new(*leaserouter.LeaseLostError)) && l.resolved(ctx, leaserouter.LostReleased) {
+			l.r.keepers.holderEnded(l, leaserouter.LostReleased)
 			l.r.release(l) // released, as the row shows; its events are unknown here
 			return nil
 		}
 		return err
 	}
 	r := l.r
+	r.keepers.holderEnded(l, leaserouter.LostReleased)
 	defer r.release(l) // after the events
 	r.emit(l.event(leaserouter.EventReleased, *res.at))
 	if isState(res.state, leaserouter.StateFailed) {

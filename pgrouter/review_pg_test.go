@@ -3,7 +3,6 @@ package pgrouter_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"math"
 	"os"
 	"sync"
@@ -191,7 +190,8 @@ func (g *notifyGate) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.Trace
 // that finds the lease ended by its holder's own Snooze, the Snooze not
 // yet returned, is no refusal, as for Complete, Fail and Release: no
 // EventStaleRejected, no StaleRejections or HeartbeatsRefused, and the
-// KeepAlive ctx is not ended as lost.
+// KeepAlive ctx ends with the holder's end as its cause (Reason
+// LostSnoozed), as contract.EndedByHolder says for every backend.
 func TestSnoozeRacingHeartbeatIsNoRefusal(t *testing.T) {
 	base := pgtest.New(t)
 	// The statements as the Router passes them to pgx: the files' text.
@@ -229,8 +229,10 @@ func TestSnoozeRacingHeartbeatIsNoRefusal(t *testing.T) {
 	})
 	close(g.open)
 	require.NoError(t, <-done)
+	require.Error(t, kctx.Err(), "the holder's Snooze has returned: its KeepAlive ctx has ended")
 	var lost *leaserouter.LeaseLostError
-	require.False(t, errors.As(context.Cause(kctx), &lost), "KeepAlive's ctx ended as lost: %v", context.Cause(kctx))
+	require.ErrorAs(t, context.Cause(kctx), &lost)
+	require.Equal(t, leaserouter.LostSnoozed, lost.Reason, "KeepAlive's ctx ends with the holder's end: %v", context.Cause(kctx))
 	stop()
 	require.NoError(t, r.Close(ctx)) // every event delivered
 	require.Empty(t, log.of(leaserouter.EventStaleRejected), "a refusal reported for the holder's own snooze")

@@ -42,12 +42,14 @@ func (l *Lease[T]) Snooze(ctx context.Context, d time.Duration) error {
 	res, err := l.end(ctx, "Snooze", leaserouter.LostSnoozed, args{"delay_us": ceilMicros(d)})
 	if err != nil {
 		if !errors.As(err, new(*leaserouter.LeaseLostError)) && l.resolved(ctx, leaserouter.LostSnoozed) {
+			l.r.keepers.holderEnded(l, leaserouter.LostSnoozed)
 			l.r.release(l) // snoozed, as the row shows; its event is unknown here
 			return nil
 		}
 		return err
 	}
 	r := l.r
+	r.keepers.holderEnded(l, leaserouter.LostSnoozed)
 	defer r.release(l) // after the event
 	r.mu.Lock()
 	r.stats.Snoozed++

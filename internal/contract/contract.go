@@ -204,3 +204,21 @@ func AfterHandler(err error, stopping bool) Outcome {
 	}
 	return Fail
 }
+
+// EndedByHolder reports whether a lease that ended for reason (a
+// leaserouter.LostReason) was ended by its own holder: completed,
+// failed, released (a Run's hand-back of a lease it never started
+// included) or snoozed, rather than lost (expired, canceled, revoked,
+// superseded). Such an end is no refusal, on every backend: a heartbeat
+// of the lease's KeepAlive that races it (lands after it, before the
+// KeepAlive is stopped) counts nothing (no StaleRejections, no
+// HeartbeatsRefused, no stale_rejected event), and the KeepAlive's
+// context is canceled at once, with a *LeaseLostError whose Reason is
+// that end as its cause.
+func EndedByHolder(reason string) bool {
+	switch reason {
+	case "completed", "failed", "released", "snoozed":
+		return true
+	}
+	return false
+}

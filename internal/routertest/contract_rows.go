@@ -27,6 +27,7 @@ func contractRows() []Row {
 		rowEventBacklog, rowEventHeld, rowPanickingBackoff, rowHookPanic, rowHookGoexit,
 		rowHandlerPanicLastError, rowBatchAfterCut, rowHandlerResultAfterStop, rowKeepAliveNilLease,
 		rowKeepAliveIntervalFloor, rowKeepAliveSecondCoexists, rowKeepAliveCancelWaits,
+		rowKeepAliveHolderEndIsNoRefusal,
 	}
 }
 
@@ -470,6 +471,51 @@ var rowKeepAliveCancelWaits = Row{Name: "workers/KeepAlive's cancel returns afte
 	require.ErrorIs(t, context.Cause(kctx), context.Canceled)
 	require.EqualValues(t, 1, stats(t, b).Heartbeats, "the heartbeat in flight had landed when cancel returned")
 	require.NoError(t, l.Complete(ctx))
+}}
+
+// rowKeepAliveHolderEndIsNoRefusal: the holder's own end of a lease kept
+// alive (Complete, Fail, Release, Snooze) ends the KeepAlive's context as
+// that call returns, with a *LeaseLostError whose Reason is that end, and
+// is no refusal: KeepAlive's heartbeats due after it (before its cancel
+// func is called) count no StaleRejections or HeartbeatsRefused and make
+// no stale_rejected event (contract.EndedByHolder).
+var rowKeepAliveHolderEndIsNoRefusal = Row{Name: "workers/the holder's own end of a kept lease is no refusal: KeepAlive's ctx ends at once with the reason", Test: func(t T, h Harness) {
+	ctx := ctxOf(t)
+	interval := max(h.Lease()/5, leaserouter.MinHeartbeatInterval)
+	for _, e := range []struct {
+		reason leaserouter.LostReason
+		end    func(Lease) error
+	}{
+		{leaserouter.LostCompleted, func(l Lease) error { return l.Complete(ctx) }},
+		{leaserouter.LostFailed, func(l Lease) error { return l.Fail(ctx, errBoom) }},
+		{leaserouter.LostReleased, func(l Lease) error { return l.Release(ctx) }},
+		{leaserouter.LostSnoozed, func(l Lease) error { return l.Snooze(ctx, 0) }},
+	} {
+		ev := newEvents()
+		b := open(t, h, Config{OnEvent: ev.record})
+		require.NoError(t, b.Enqueue(ctx, "a", ""))
+		l := tryAcquire(t, b, "w")
+		kctx, cancel := b.KeepAlive(ctx, l, interval)
+		h.Advance(interval + interval/2) // one heartbeat accepted
+		require.NoError(t, kctx.Err(), "%s: kept alive", e.reason)
+		require.NoError(t, e.end(l))
+		require.Error(t, kctx.Err(), "%s: the KeepAlive ctx ends as the holder's call returns", e.reason)
+		var lost *leaserouter.LeaseLostError
+		require.ErrorAs(t, context.Cause(kctx), &lost, "%s", e.reason)
+		require.ErrorIs(t, context.Cause(kctx), leaserouter.ErrLeaseLost)
+		require.Equal(t, leaserouter.LeaseLostError{JobID: "a", Token: l.Token(), Current: l.Token(), Reason: e.reason}, *lost)
+		h.Advance(2 * interval) // heartbeats were due: none is sent, none refused
+		cancel()
+		require.ErrorAs(t, context.Cause(kctx), &lost, "%s: cancel keeps the first cause", e.reason)
+		s := stats(t, b)
+		require.Zero(t, s.StaleRejections, "%s: the holder's own end is no refusal", e.reason)
+		require.Zero(t, s.HeartbeatsRefused, "%s: the holder's own end is no refusal", e.reason)
+		require.EqualValues(t, 1, s.Heartbeats, "%s: one accepted heartbeat, none after the end", e.reason)
+		require.NoError(t, b.Close(ctx))
+		for _, ev := range ev.drain() {
+			require.NotEqual(t, leaserouter.EventStaleRejected, ev.Kind, "%s: no stale_rejected event: %+v", e.reason, ev)
+		}
+	}
 }}
 
 // ZeroLease stands for a zero lease value (&Lease{} of the backend):

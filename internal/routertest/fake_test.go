@@ -47,6 +47,10 @@ const (
 	// bugExpireKeepsLease: ExpireNow reports a leased job's expiry but
 	// leaves the lease valid (its token still accepted).
 	bugExpireKeepsLease = "ExpireNow leaves the lease valid"
+	// bugHolderEndUntold: a KeepAlive is not told that its holder ended
+	// the lease: its context lives on, and its next heartbeat is refused
+	// and counted as a stale rejection.
+	bugHolderEndUntold = "KeepAlive not told of the holder's end"
 )
 
 // leaseFor is how long a lease granted or heartbeated now lasts.
@@ -285,6 +289,11 @@ func (f *fake) KeepAlive(ctx context.Context, l routertest.Lease, interval time.
 	if interval <= 0 {
 		interval = f.lease / 3
 	}
+	if fl, ok := l.(*fakeLease); ok {
+		f.mu.Lock()
+		fl.keepers = append(fl.keepers, cancel)
+		f.mu.Unlock()
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -356,6 +365,20 @@ type fakeLease struct {
 	progress []byte
 	mu       sync.Mutex
 	expiry   time.Time
+	keepers  []context.CancelCauseFunc // its KeepAlives' contexts; guarded by f.mu
+}
+
+// holderEnded ends l's KeepAlives as its holder ended it for reason: the
+// context canceled at once with that end, no refusal. f.mu is held.
+func (l *fakeLease) holderEnded(reason leaserouter.LostReason) {
+	if l.f.bug == bugHolderEndUntold {
+		return
+	}
+	end := &leaserouter.LeaseLostError{JobID: l.id, Token: l.token, Current: l.token, Reason: reason}
+	for _, cancel := range l.keepers {
+		cancel(end)
+	}
+	l.keepers = nil
 }
 
 func (l *fakeLease) JobID() string            { return l.id }
@@ -418,6 +441,7 @@ func (l *fakeLease) Heartbeat(_ context.Context, progress []byte) error {
 func (l *fakeLease) Complete(context.Context) error {
 	return l.op(func(j *fakeJob, now time.Time) {
 		j.State, j.ended, j.Owner, j.LeaseExpiry = leaserouter.StateSucceeded, leaserouter.LostCompleted, "", time.Time{}
+		l.holderEnded(leaserouter.LostCompleted)
 	})
 }
 
@@ -428,11 +452,15 @@ func (l *fakeLease) Fail(_ context.Context, cause error) error {
 			j.LastError = cause.Error()
 		}
 		l.f.end(j, leaserouter.LostFailed, now, leaserouter.IsPermanent(cause))
+		l.holderEnded(leaserouter.LostFailed)
 	})
 }
 
 func (l *fakeLease) Release(context.Context) error {
-	return l.op(func(j *fakeJob, now time.Time) { l.f.end(j, leaserouter.LostReleased, now, false) })
+	return l.op(func(j *fakeJob, now time.Time) {
+		l.f.end(j, leaserouter.LostReleased, now, false)
+		l.holderEnded(leaserouter.LostReleased)
+	})
 }
 
 // Snooze: pending again after d (the fake has no scheduled state), the
@@ -445,6 +473,7 @@ func (l *fakeLease) Snooze(_ context.Context, d time.Duration) error {
 		j.State, j.ended, j.Owner, j.LeaseExpiry, j.ready = leaserouter.StatePending, leaserouter.LostSnoozed, "", time.Time{}, now.Add(d)
 		j.Attempt--
 		l.f.st.Snoozed++
+		l.holderEnded(leaserouter.LostSnoozed)
 	})
 }
 

@@ -320,7 +320,7 @@ func Workload(t T, h Harness, cfg LinConfig, seed uint64) *History {
 	// Keepers: a lease under KeepAlive, used after a wait of up to twice
 	// the lease; a canceled KeepAlive ctx is recorded. The first lease
 	// a keeper gets is lost for sure: released under its KeepAlive, whose
-	// next heartbeat is refused (so every run records a loss).
+	// ctx ends with the release (so every run records a loss).
 	goroutine(func(c int, b Backend, rng *rand.Rand) {
 		forced := false
 		for take(rng) {

@@ -3,6 +3,7 @@ package routertest
 import (
 	"context"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -23,7 +24,7 @@ type Periodics interface {
 }
 
 func periodicRows() []Row {
-	return []Row{rowPeriodicTicks, rowPeriodicBadInput}
+	return []Row{rowPeriodicTicks, rowPeriodicBadInput, rowPeriodicDenseScheduleTakesTurns}
 }
 
 // periodics returns b's Periodics, failing t if it has none.
@@ -134,3 +135,53 @@ var rowPeriodicBadInput = Row{Name: "periodic/bad input refused with ErrInvalidO
 	require.ErrorIs(t, ps.AddPeriodic(ctx, leaserouter.Periodic[string]{Name: "q", Schedule: hourly}), leaserouter.ErrClosed)
 	require.ErrorIs(t, ps.RemovePeriodic("p"), leaserouter.ErrClosed)
 }}
+
+// rowPeriodicDenseScheduleTakesTurns: a legal Schedule whose ticks come
+// faster than its Next can step through them (10ns apart, each 1,024
+// calls costing 1/256 of the other job's interval on the backend's clock)
+// does not delay another periodic job's ticks: an Every beside it gets
+// (nearly) every tick of the window, not one or none.
+var rowPeriodicDenseScheduleTakesTurns = Row{Name: "periodic/a schedule too dense to keep up with takes turns: another periodic job gets its ticks", Test: func(t T, h Harness) {
+	b := open(t, h, Config{})
+	ctx := ctxOf(t)
+	ps := periodics(t, b)
+	every := h.Lease() / 2
+	dense := &costlySchedule{h: h, cost: every / 256}
+	require.NoError(t, ps.AddPeriodic(ctx, leaserouter.Periodic[string]{Name: "dense", Schedule: dense}))
+	start := time.Now()
+	require.NoError(t, ps.AddPeriodic(ctx, leaserouter.Periodic[string]{Name: "other", Schedule: leaserouter.Every(every)}))
+	h.Advance(6*every + every/2)
+	end := time.Now()
+	dense.stop.Store(true) // its schedule ends at the next call of Next
+	h.Advance(2 * dense.cost)
+	n := 0
+	for _, j := range tickJobs(t, b, "other") {
+		if !j.RunAt.After(end) {
+			n++
+		}
+	}
+	due := int(end.UnixNano()/int64(every) - (start.UnixNano()-1)/int64(every)) // the multiples of every in [start, end]
+	t.Logf("%s: %d of the %d ticks of the other job enqueued", h.Name(), n, due)
+	require.GreaterOrEqual(t, n, due/2, "the dense schedule held the other periodic job's ticks back")
+}}
+
+// costlySchedule ticks every 10ns, and every 1,024 calls of Next lets cost
+// pass on the backend's clock: a schedule that costs more time than the
+// ticks it steps through cover (in a bubble, its cost must be on the
+// backend's clock to be seen at all). Once stopped, it has no more ticks.
+type costlySchedule struct {
+	h     Harness
+	cost  time.Duration
+	calls atomic.Int64
+	stop  atomic.Bool
+}
+
+func (s *costlySchedule) Next(t time.Time) time.Time {
+	if s.stop.Load() {
+		return time.Time{}
+	}
+	if s.calls.Add(1)%1024 == 0 {
+		s.h.Advance(s.cost)
+	}
+	return t.Add(10 * time.Nanosecond)
+}

@@ -176,3 +176,17 @@ func TestSuiteCatchesExpiryLeavingLeaseValid(t *testing.T) {
 		require.Positive(t, c.Forced, "the broken fake reported forced expiries")
 	}
 }
+
+// TestSuiteCatchesHolderEndCountedAsRefusal: a backend whose KeepAlive is
+// not told of its holder's own end (its context lives on, its next
+// heartbeat refused and counted) fails the holder's-end row; without the
+// bug it passes.
+func TestSuiteCatchesHolderEndCountedAsRefusal(t *testing.T) {
+	const row = "workers/the holder's own end of a kept lease is no refusal: KeepAlive's ctx ends at once with the reason"
+	failed, log := runRow(t, "", row)
+	require.False(t, failed, "the honest fake passes:\n%s", log)
+	failed, log = runRow(t, bugHolderEndUntold, row)
+	require.True(t, failed, "the row missed the planted bug")
+	require.Contains(t, log, "the KeepAlive ctx ends as the holder's call returns")
+	t.Logf("on the broken fake:\n%s", log)
+}

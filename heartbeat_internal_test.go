@@ -1,0 +1,55 @@
+package leaserouter
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestKeepAliveBeatRacingHolderEndIsNoRefusal: a KeepAlive beat that
+// found its context live just before the holder's own Complete, Fail,
+// Release or Snooze took the lock (the beat then finds the lease ended)
+// is no refusal: no StaleRejections, no HeartbeatsRefused, no
+// stale_rejected event; it returns the end's *LeaseLostError.
+func TestKeepAliveBeatRacingHolderEndIsNoRefusal(t *testing.T) {
+	ends := map[LostReason]func(l *Lease[string]) error{
+		LostCompleted: func(l *Lease[string]) error { return l.Complete() },
+		LostFailed:    func(l *Lease[string]) error { return l.Fail(nil) },
+		LostReleased:  func(l *Lease[string]) error { return l.Release() },
+		LostSnoozed:   func(l *Lease[string]) error { return l.Snooze(0) },
+	}
+	for reason, end := range ends {
+		t.Run(string(reason), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var stale []Event
+				r, err := New[string](Options{OnEvent: func(e Event) {
+					if e.Kind == EventStaleRejected {
+						stale = append(stale, e)
+					}
+				}})
+				require.NoError(t, err)
+				require.NoError(t, r.Enqueue("a", ""))
+				l, err := r.TryAcquire("w")
+				require.NoError(t, err)
+				kctx, k := keepAlive(context.Background(), l, time.Second)
+				require.NoError(t, end(l))
+				require.Error(t, kctx.Err(), "told at the holder's end")
+				// The beat's own step after its check of the context: the
+				// holder's call came in between.
+				err = l.heartbeat(nil, k.endedByHolder)
+				var lost *LeaseLostError
+				require.ErrorAs(t, err, &lost)
+				require.Equal(t, reason, lost.Reason)
+				k.stop(context.Canceled)
+				require.NoError(t, r.Close(context.Background()))
+				st := r.Stats()
+				require.Zero(t, st.StaleRejections)
+				require.Zero(t, st.HeartbeatsRefused)
+				require.Empty(t, stale)
+			})
+		})
+	}
+}

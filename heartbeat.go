@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leaserouter/leaserouter/internal/contract"
+	"github.com/leaserouter/leaserouter/internal/hook"
 )
 
 // MinHeartbeatInterval is the floor of a heartbeat interval, for Run and
@@ -148,8 +149,10 @@ type keeper[T any] struct {
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
 	interval time.Duration
+	hooks    *hook.Hooks // test hooks, read when KeepAlive starts; nil outside tests
 
 	mu      sync.Mutex // serialises beats with stop
+	due     time.Time  // when the armed beat is due; kept only with hooks
 	timer   *time.Timer
 	armed   bool // timer set and its beat not started
 	stopped bool
@@ -164,11 +167,21 @@ func keepAlive[T any](ctx context.Context, l *Lease[T], interval time.Duration) 
 		return kctx, k
 	}
 	k.mu.Lock()
+	k.hooks = l.r.hooks // set before KeepAlive, ordered by watch's lock
 	k.beats.Add(1)
 	k.armed = true
+	k.setDue()
 	k.timer = time.AfterFunc(interval, k.beat)
 	k.mu.Unlock()
 	return kctx, k
+}
+
+// setDue notes when the beat being armed is due, for the Beat test hook.
+// The caller holds k.mu.
+func (k *keeper[T]) setDue() {
+	if k.hooks != nil && k.hooks.Beat != nil {
+		k.due = time.Now().Add(k.interval)
+	}
 }
 
 // leaseLost cancels the context with the loss (lostWatcher).
@@ -182,13 +195,22 @@ func (k *keeper[T]) beat() {
 	if k.stopped || k.ctx.Err() != nil {
 		return
 	}
-	if err := k.l.Heartbeat(nil); err != nil {
+	var done func(error)
+	if k.hooks != nil && k.hooks.Beat != nil {
+		done = k.hooks.Beat(k.due)
+	}
+	err := k.l.Heartbeat(nil)
+	if done != nil {
+		done(err)
+	}
+	if err != nil {
 		k.stopped = true
 		k.cancel(err)
 		return
 	}
 	k.beats.Add(1)
 	k.armed = true
+	k.setDue()
 	k.timer.Reset(k.interval)
 }
 

@@ -42,9 +42,16 @@ import (
 // waiting for the router's lock (lockwait-max-ms) and the time from the
 // lock to the return (incall-max-ms); the most due items the beat settled
 // itself (settled-max); the control ticker's lag (tick-max-ms,
-// tick-p9999-us); and the leases the KeepAlives lost to an expiry
-// (kept-lost) out of those they kept (kept). It logs the slowest beats
-// with what each waited behind.
+// tick-p9999-us); from the event stream, the gap between the instants a
+// kept lease was granted or extended (kept-gap-max-ms, kept-gap-p9999-us:
+// 40 ms or more loses it); and the leases the KeepAlives lost to an
+// expiry (kept-lost) out of those they kept (kept), and of those the ones
+// the ticker saw no lag over a millisecond for during the lease before
+// (kept-lost-quiet). The quiet- figures are the beats' whose window the
+// ticker saw no such lag in. It logs the slowest beats, and the slowest
+// quiet ones, with what each waited behind. Run with -trace, it logs each
+// beat more than 5 ms late (runtime/trace "late-beat") so that the trace
+// shows what ran on each P meanwhile.
 //
 //	LEASEROUTER_SOAK_LEASES=1000000 go test -run XXX -bench KeepAliveSoak -benchtime 1x .
 func BenchmarkKeepAliveSoak(b *testing.B) {
@@ -60,6 +67,8 @@ func BenchmarkKeepAliveSoak(b *testing.B) {
 	us := func(d time.Duration) float64 { return float64(d.Microseconds()) }
 	b.ReportMetric(ms(s.router.max), "call-max-ms")
 	b.ReportMetric(us(s.router.quantile(0.9999)), "call-p9999-us")
+	b.ReportMetric(ms(s.gap.max), "kept-gap-max-ms")
+	b.ReportMetric(us(s.gap.quantile(0.9999)), "kept-gap-p9999-us")
 	b.ReportMetric(ms(s.quiet.max), "quiet-beat-max-ms")
 	b.ReportMetric(us(s.quiet.quantile(0.9999)), "quiet-beat-p9999-us")
 	b.ReportMetric(us(s.quiet.quantile(0.99)), "quiet-beat-p99-us")
@@ -92,7 +101,7 @@ type soakBeat struct {
 	due, began, locked, returned time.Time
 	holds                        int           // holds of the lock the heartbeat took (settleNow releases it between batches)
 	ownHeld                      time.Duration // how long it held the lock in all
-	settled                      uint64 // due items it settled itself
+	settled                      uint64        // due items it settled itself
 	err                          error
 }
 
@@ -112,17 +121,20 @@ type soakStats struct {
 	settledMax                          uint64
 	kept, lost                          atomic.Int64
 
-	mu      sync.Mutex
-	all     []soakBeat // every beat
-	holds   []soakHold // every hold longer than soakLongHold (guarded by the router's lock)
-	lags    []soakHold // ticks of the control ticker later than a millisecond (at, d as lag)
-	lostAt  []time.Time
+	mu     sync.Mutex
+	all    []soakBeat // every beat
+	holds  []soakHold // every hold longer than soakLongHold (guarded by the router's lock)
+	lags   []soakHold // ticks of the control ticker later than a millisecond (at, d as lag)
+	lostAt []time.Time
+	// For the leases the KeepAlives keep: the instant each last took
+	// effect (granted or extended), by token, and the gaps between them.
+	kaLast    map[Token]time.Time
+	gap       latencies
 	lostQuiet int // lost leases the ticker saw no lag over a millisecond for during the lease before the loss
-	lastDue time.Time
 }
 
 // settledSoFar is the due items the router has settled since New (the
-// expiries, the run-ats reached and the purges). The caller holds r.mu.
+// expiries and the purges). The caller holds r.mu.
 func settledSoFar[T any](r *Router[T]) uint64 {
 	return r.stats.Expirations + r.stats.Purged
 }
@@ -137,8 +149,11 @@ func keepAliveSoak(b *testing.B, target int) *soakStats {
 		Retention:     time.Second,
 		Capacity:      50_000,
 		Backoff:       func(int) time.Duration { return time.Duration(rand.IntN(3)) * time.Millisecond },
-		OnEvent:       func(e Event) { events[e.Kind].Add(1) },
-		Logger:        slog.New(slog.NewJSONHandler(io.Discard, nil)),
+		OnEvent: func(e Event) {
+			events[e.Kind].Add(1)
+			s.kaEvent(e)
+		},
+		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
 	})
 
 	// The lock hooks: every hold's length, and the holds of the goroutines
@@ -372,12 +387,40 @@ func keepAliveSoak(b *testing.B, target int) *soakStats {
 		}
 	}
 	wg.Wait()
+	if err := r.Flush(context.Background()); err != nil {
+		b.Fatal(err)
+	}
 	SetHooks(r, nil)
 	st := r.Stats()
 	b.Logf("%d leases, %d expirations, %d heartbeats, %d stale rejections, %d events; %d kept by KeepAlive, %d of them lost to an expiry; %d beats",
 		st.LeasesGranted, st.Expirations, st.Heartbeats, st.StaleRejections, st.Enqueued, s.kept.Load(), s.lost.Load(), s.beat.n)
 	s.logSlowest(b)
 	return s
+}
+
+// kaEvent notes, from the event stream (in order), the gap between the
+// instants a kept lease was granted or extended: the lease lasts 40 ms
+// from each, so a gap of 40 ms or more lost it.
+func (s *soakStats) kaEvent(e Event) {
+	if len(e.WorkerID) < 2 || e.WorkerID[:2] != "ka" {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.kaLast == nil {
+		s.kaLast = map[Token]time.Time{}
+	}
+	switch e.Kind {
+	case EventLeaseAcquired:
+		s.kaLast[e.Token] = e.Time
+	case EventLeaseExtended:
+		if last, ok := s.kaLast[e.Token]; ok {
+			s.gap.add(e.Time.Sub(last))
+		}
+		s.kaLast[e.Token] = e.Time
+	case EventCompleted, EventLeaseExpired, EventReleased, EventCanceled, EventFailed:
+		delete(s.kaLast, e.Token)
+	}
 }
 
 func (s *soakStats) addBeat(bt *soakBeat) {

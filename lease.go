@@ -61,7 +61,7 @@ func (l *Lease[T]) Heartbeat(progress []byte) error {
 		return errNilLease()
 	}
 	r := l.r
-	j, now, err := l.lock()
+	_, now, err := l.lock()
 	if err != nil {
 		if r.phase != phaseClosed {
 			r.stats.HeartbeatsRefused++
@@ -69,10 +69,21 @@ func (l *Lease[T]) Heartbeat(progress []byte) error {
 		r.unlockAndDeliver()
 		return err
 	}
+	r.extend(l, now, progress)
+	r.unlockAndDeliver()
+	return nil
+}
+
+// extend is a heartbeat of l at now: l's lease lasts until
+// now+LeaseDuration, unless it lasts longer already, and a non-nil
+// progress becomes the job's checkpoint. The caller holds r.mu and has
+// checked that l is valid at now.
+func (r *Router[T]) extend(l *Lease[T], now int64, progress []byte) {
+	j := l.j
 	if exp := addSat(now, r.opts.LeaseDuration); exp > j.at {
-		// Out and in again: the new expiry is the latest yet (every lease
-		// lasts LeaseDuration from an earlier instant), so it goes to the
-		// back of the queue's ring.
+		// Out and in again: the new expiry is mostly the latest yet (every
+		// lease lasts LeaseDuration from an earlier instant), so it goes
+		// to the back of the queue's ring.
 		r.leases.Remove(int(j.hidx))
 		j.at = exp
 		r.leases.Push(j)
@@ -81,11 +92,9 @@ func (l *Lease[T]) Heartbeat(progress []byte) error {
 	if progress != nil {
 		j.progress = slices.Clone(progress)
 	}
-	j.updated = now
+	j.updated = max(j.updated, now)
 	r.stats.Heartbeats++
 	r.emit(EventLeaseExtended, now, j, l, l.Token, nil)
-	r.unlockAndDeliver()
-	return nil
 }
 
 // Complete marks the job succeeded and ends the lease. It returns a
@@ -282,14 +291,19 @@ func (ws lostWatchers) leaseLost(cause error) {
 	}
 }
 
-// watch registers w to be told, with a cause wrapping ErrLeaseLost, when l
-// is lost against its holder's will (expiry, Cancel, Close). If l is not
-// valid now, w is told at once. It reports whether w was registered.
-func (l *Lease[T]) watch(w lostWatcher) bool {
+// watch registers keeper k to be told, with a cause wrapping ErrLeaseLost,
+// when l is lost against its holder's will (expiry, Cancel, Close), and
+// with schedule puts its heartbeats on the router's schedule. If l is not
+// valid now, k is told at once. It reports whether k was registered.
+func (l *Lease[T]) watch(k *keeper[T], schedule bool) bool {
+	var w lostWatcher = k
 	r := l.r
 	r.mu.Lock()
-	r.settleNow()
+	now := r.settleNow()
 	ok := l.j.state == StateLeased && l.j.lease == l
+	if ok && schedule && r.phase != phaseClosed {
+		r.scheduleKept(k, now)
+	}
 	if ok {
 		// Run's handler context is told last, so a handler woken by the
 		// loss finds every other watcher's context canceled already.

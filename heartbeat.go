@@ -113,9 +113,10 @@ func (u *runner[T]) beat(s *slot[T], now int64) {
 // LeaseDuration (it could never keep the
 // lease) or a nil l gives a context already canceled with a cause wrapping
 // ErrInvalidOptions; a lease already lost gives one already canceled with
-// its *LeaseLostError. The heartbeats are on the router's clock: each
-// takes effect at the instant it is due, every interval from the call,
-// even when the goroutine that makes it runs late (a busy process, a
+// its *LeaseLostError. The heartbeats are on the router's clock: the first
+// is due an interval after the lease was granted or last extended (at
+// once if that has passed), each next one an interval later, and each
+// takes effect at the instant it is due, even when the goroutine that makes it runs late (a busy process, a
 // garbage collection) or waits for the router's lock, so the lease is not
 // lost to an expiry while KeepAlive keeps it; its events carry those
 // instants (after a late stretch, the heartbeats the lease outlived
@@ -188,7 +189,8 @@ func keepAlive[T any](ctx context.Context, l *Lease[T], interval time.Duration) 
 	// Set before the keeper is watched: leaseLost, under the router's
 	// lock, calls it.
 	k.unwatch = context.AfterFunc(kctx, k.unkeep)
-	if !l.watch(k, kctx.Err() == nil) {
+	first, ok := l.watch(k, kctx.Err() == nil)
+	if !ok {
 		k.unwatch()
 		k.stopped = true // cancel has been called with the loss
 		return kctx, k
@@ -197,8 +199,8 @@ func keepAlive[T any](ctx context.Context, l *Lease[T], interval time.Duration) 
 	k.hooks = l.r.hooks // set before KeepAlive, ordered by watch's lock
 	k.beats.Add(1)
 	k.armed = true
-	k.setDue(interval)
-	k.timer = time.AfterFunc(interval, k.beat)
+	k.setDue(first)
+	k.timer = time.AfterFunc(first, k.beat)
 	k.mu.Unlock()
 	return kctx, k
 }
@@ -294,11 +296,17 @@ func (r *Router[T]) keptBeat(k *keeper[T], now int64) {
 	r.kept.Fix(int(k.kidx))
 }
 
-// schedule puts k's first heartbeat on the router's schedule, an interval
-// after now. The caller holds r.mu and has settled at now.
-func (r *Router[T]) scheduleKept(k *keeper[T], now int64) {
-	k.next = addSat(now, k.interval)
+// scheduleKept puts k's first heartbeat on the router's schedule, at now
+// or later, and returns how long until it is due: an interval after the
+// lease was last granted or extended, as if k had kept it since, so a
+// KeepAlive its caller made late in the lease still keeps it, but never
+// more than an interval from now. The caller holds r.mu and has settled at
+// now; k's lease is valid.
+func (r *Router[T]) scheduleKept(k *keeper[T], now int64) time.Duration {
+	since := k.l.j.at - int64(r.opts.LeaseDuration) // the last grant or heartbeat
+	k.next = min(addSat(now, k.interval), max(now, since+int64(k.interval)))
 	r.kept.Push(k)
+	return time.Duration(k.next - now)
 }
 
 // unschedule takes k off the router's schedule of heartbeats, if it is on

@@ -275,6 +275,30 @@ func TestKeepAliveLeaseOutlivesItsLateBeat(t *testing.T) {
 	})
 }
 
+// TestKeepAliveLateInTheLeaseKeepsIt: a KeepAlive called late in a lease
+// (its caller ran late after Acquire) keeps the lease from the call on:
+// its first heartbeat is due an interval after the lease was granted or
+// last extended, at once if that has passed, not an interval after the
+// call, when the lease may be gone.
+func TestKeepAliveLateInTheLeaseKeepsIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const lease = 3 * time.Second
+		r := setup(t, leaserouter.Options{LeaseDuration: lease})
+		start := time.Now()
+		require.NoError(t, r.Enqueue("a", ""))
+		l := acquire(t, r, "w")
+		sleep(2500 * time.Millisecond)
+		kctx, stop := leaserouter.KeepAlive(context.Background(), l, time.Second)
+		sleep(time.Second) // past the lease's first expiry, 3s
+		j, lost := get(t, r, "a"), kctx.Err()
+		stop()
+		require.Equal(t, leaserouter.StateLeased, j.State, "lost before KeepAlive's first heartbeat")
+		require.NoError(t, lost)
+		require.Equal(t, start.Add(2500*time.Millisecond+time.Second+lease), j.LeaseExpiry, "heartbeated at once (2.5s), then a second later")
+		require.NoError(t, l.Complete())
+	})
+}
+
 func TestKeepAliveContextCanceledWhenLeaseLost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := setup(t, leaserouter.Options{LeaseDuration: ld})

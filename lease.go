@@ -293,16 +293,18 @@ func (ws lostWatchers) leaseLost(cause error) {
 
 // watch registers keeper k to be told, with a cause wrapping ErrLeaseLost,
 // when l is lost against its holder's will (expiry, Cancel, Close), and
-// with schedule puts its heartbeats on the router's schedule. If l is not
-// valid now, k is told at once. It reports whether k was registered.
-func (l *Lease[T]) watch(k *keeper[T], schedule bool) bool {
+// with schedule puts its heartbeats on the router's schedule, returning
+// how long until the first is due (else k's interval). If l is not valid
+// now, k is told at once. ok reports whether k was registered.
+func (l *Lease[T]) watch(k *keeper[T], schedule bool) (first time.Duration, ok bool) {
 	var w lostWatcher = k
 	r := l.r
 	r.mu.Lock()
 	now := r.settleNow()
-	ok := l.j.state == StateLeased && l.j.lease == l
+	first = k.interval
+	ok = l.j.state == StateLeased && l.j.lease == l
 	if ok && schedule && r.phase != phaseClosed {
-		r.scheduleKept(k, now)
+		first = r.scheduleKept(k, now)
 	}
 	if ok {
 		// Run's handler context is told last, so a handler woken by the
@@ -325,7 +327,7 @@ func (l *Lease[T]) watch(k *keeper[T], schedule bool) bool {
 		w.leaseLost(r.lostError(l))
 	}
 	r.unlockAndDeliver()
-	return ok
+	return first, ok
 }
 
 // Permanent marks err as not worth retrying: Lease.Fail(Permanent(err)) makes

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leaserouter/leaserouter/internal/contract"
+	"github.com/leaserouter/leaserouter/internal/hook"
 )
 
 // MinHeartbeatInterval is the floor of a heartbeat interval, for Run and
@@ -118,8 +119,15 @@ func (u *runner[T]) beat(s *slot[T], now int64) {
 // LeaseDuration (it could never keep the
 // lease) or a nil l gives a context already canceled with a cause wrapping
 // ErrInvalidOptions; a lease already lost gives one already canceled with
-// its *LeaseLostError. Heartbeats run on a timer, not a goroutine of their
-// own, until the first is due. cancel stops heartbeating, waits for a
+// its *LeaseLostError. The heartbeats are on the router's clock: the first
+// is due an interval after the lease was granted or last extended (at
+// once if that has passed), each next one an interval later, and each
+// takes effect at the instant it is due, even when the goroutine that makes it runs late (a busy process, a
+// garbage collection) or waits for the router's lock, so the lease is not
+// lost to an expiry while KeepAlive keeps it; its events carry those
+// instants (after a late stretch, the heartbeats the lease outlived
+// without are skipped). Heartbeats run on a timer, not a goroutine of
+// their own, until the first is due. cancel stops heartbeating, waits for a
 // heartbeat in flight, and cancels the context; it is idempotent and safe
 // to call from any goroutine. It does not end the lease: Complete, Fail or
 // Release it as usual. A nil ctx means context.Background().
@@ -147,15 +155,32 @@ func canceled(ctx context.Context, cause error) (context.Context, context.Cancel
 	return c, func() {}
 }
 
-// keeper heartbeats one lease on a timer. Between beats no goroutine
-// exists; a beat runs in the timer's goroutine.
+// keeper heartbeats one lease. Its heartbeats are part of the router's
+// schedule (r.kept, by the instant each is due): settle applies one at the
+// instant it is due, before anything due later, as it applies an expiry at
+// its instant, whichever call comes first. The keeper's timer only makes
+// sure one comes: its beat takes the router's lock and settles. So a beat
+// never lands later than it was due because the timer's goroutine ran
+// late (a timer on a P that a garbage collection's mark worker occupies
+// waits for the whole mark phase; golang/go#45632), or waited for the lock
+// or for a mass expiry to be settled first: the lease is extended at the
+// beat's instant, and a lease a KeepAlive keeps is never lost to an expiry
+// while its keeper runs. Between beats no goroutine exists; a beat runs in
+// the timer's goroutine.
 type keeper[T any] struct {
 	l        *Lease[T]
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
 	interval time.Duration
+	hooks    *hook.Hooks // test hooks, read when KeepAlive starts; nil outside tests
+	unwatch  func() bool // stops the watch on the parent ctx (context.AfterFunc)
+
+	// Guarded by the router's mu.
+	next int64 // the instant of the next heartbeat, on the router's clock
+	kidx int32 // position in r.kept; -1 when not scheduled
 
 	mu      sync.Mutex // serialises beats with stop
+	due     time.Time  // when the armed beat is due; kept only with hooks
 	timer   *time.Timer
 	armed   bool // timer set and its beat not started
 	stopped bool
@@ -166,31 +191,47 @@ type keeper[T any] struct {
 
 func keepAlive[T any](ctx context.Context, l *Lease[T], interval time.Duration) (context.Context, *keeper[T]) {
 	kctx, cancel := context.WithCancelCause(ctx)
-	k := &keeper[T]{l: l, ctx: kctx, cancel: cancel, interval: interval}
-	if !l.watch(k) {
+	k := &keeper[T]{l: l, ctx: kctx, cancel: cancel, interval: interval, kidx: -1}
+	// ctx is the caller's: consulted here, outside the router's lock. A
+	// ctx done already gets no heartbeat, one done later none after.
+	// Set before the keeper is watched: leaseLost, under the router's
+	// lock, calls it.
+	k.unwatch = context.AfterFunc(kctx, k.unkeep)
+	first, ok := l.watch(k, kctx.Err() == nil)
+	if !ok {
+		k.unwatch()
 		k.stopped = true // cancel has been called with the loss
 		return kctx, k
 	}
 	k.mu.Lock()
+	k.hooks = l.r.hooks // set before KeepAlive, ordered by watch's lock
 	k.beats.Add(1)
 	k.armed = true
-	k.timer = time.AfterFunc(interval, k.beat)
+	k.setDue(first)
+	k.timer = time.AfterFunc(first, k.beat)
 	k.mu.Unlock()
 	return kctx, k
 }
 
-// leaseLost cancels the context with the lease's end (lostWatcher),
-// noting whether its holder ended it. Called under r.mu.
+// setDue notes when the beat being armed, in wait, is due, for the Beat
+// test hook. The caller holds k.mu.
+func (k *keeper[T]) setDue(wait time.Duration) {
+	if k.hooks != nil && k.hooks.Beat != nil {
+		k.due = time.Now().Add(wait)
+	}
+}
+
+// leaseLost cancels the context with the lease's end (lostWatcher), noting
+// whether its holder ended it, and takes the keeper's heartbeats off the
+// router's schedule. The caller holds r.mu.
 func (k *keeper[T]) leaseLost(cause error) {
 	if e, ok := cause.(*LeaseLostError); ok && contract.EndedByHolder(string(e.Reason)) {
 		k.byHolder = true
 	}
+	k.l.r.unschedule(k)
+	k.unwatch() // unscheduled already
 	k.cancel(cause)
 }
-
-// endedByHolder reports whether the holder ended the lease, as the keeper
-// was told. The caller holds r.mu.
-func (k *keeper[T]) endedByHolder() bool { return k.byHolder }
 
 func (k *keeper[T]) beat() {
 	defer k.beats.Done()
@@ -200,15 +241,117 @@ func (k *keeper[T]) beat() {
 	if k.stopped || k.ctx.Err() != nil {
 		return
 	}
-	if err := k.l.heartbeat(nil, k.endedByHolder); err != nil {
+	var done func(error)
+	if k.hooks != nil && k.hooks.Beat != nil {
+		done = k.hooks.Beat(k.due)
+	}
+	wait, err := k.heartbeat()
+	if done != nil {
+		done(err)
+	}
+	if err != nil {
 		k.stopped = true
 		k.cancel(err)
 		return
 	}
 	k.beats.Add(1)
 	k.armed = true
-	k.timer.Reset(k.interval)
+	k.setDue(wait)
+	k.timer.Reset(wait)
 }
+
+// heartbeat is a beat of the keeper's timer: it settles what is due, the
+// heartbeat it is there for included (keptBeat), and checks the lease as
+// Heartbeat does, refused alike. It returns how long until the next
+// heartbeat is due.
+func (k *keeper[T]) heartbeat() (time.Duration, error) {
+	l, r := k.l, k.l.r
+	r.mu.Lock()
+	if h := r.hooks; h != nil && h.Locked != nil {
+		h.Locked()
+	}
+	now := r.settleNow()
+	if k.byHolder && !r.valid(l) {
+		// The beat raced the holder's own Complete, Fail, Release or
+		// Snooze, which told this keeper: no refusal (contract.EndedByHolder),
+		// nothing counted or emitted.
+		err := r.lostError(l)
+		r.unlockAndDeliver()
+		return 0, err
+	}
+	_, err := r.holding(l, now)
+	if err != nil {
+		if r.phase != phaseClosed {
+			r.stats.HeartbeatsRefused++
+		}
+		r.unlockAndDeliver()
+		return 0, err
+	}
+	wait := k.interval
+	if k.kidx >= 0 {
+		wait = time.Duration(k.next - now) // > 0: settled at now
+	}
+	r.unlockAndDeliver()
+	return wait, nil
+}
+
+// keptBeat is settle's step, at now, for a keeper whose heartbeat is due:
+// while k's lease is valid it is extended as Heartbeat extends it, at the
+// instant the heartbeat was due, and the next one is scheduled an interval
+// later; otherwise k leaves the schedule (its timer's beat will find the
+// lease lost). The caller holds r.mu and settles in time order, so the
+// lease's expiry, later than the heartbeat, is not settled before it.
+func (r *Router[T]) keptBeat(k *keeper[T], now int64) {
+	if !r.valid(k.l) {
+		r.unschedule(k)
+		return
+	}
+	at, every := k.next, int64(k.interval)
+	// Settled late (the lock was held, or no call came meanwhile): the
+	// heartbeats due before now that the lease outlives without are
+	// skipped, to the last one it lives to, so a late settle lands one or
+	// two, not one per interval.
+	if last := min(now, k.l.j.at-1); last-at >= every {
+		k.next = at + (last-at)/every*every
+		r.kept.Fix(int(k.kidx))
+		return
+	}
+	r.extend(k.l, at, nil)
+	k.next = addSat(at, k.interval)
+	r.kept.Fix(int(k.kidx))
+}
+
+// scheduleKept puts k's first heartbeat on the router's schedule, at now
+// or later, and returns how long until it is due: an interval after the
+// lease was last granted or extended, as if k had kept it since, so a
+// KeepAlive its caller made late in the lease still keeps it, but never
+// more than an interval from now. The caller holds r.mu and has settled at
+// now; k's lease is valid.
+func (r *Router[T]) scheduleKept(k *keeper[T], now int64) time.Duration {
+	since := k.l.j.at - int64(r.opts.LeaseDuration) // the last grant or heartbeat
+	k.next = min(addSat(now, k.interval), max(now, since+int64(k.interval)))
+	r.kept.Push(k)
+	return time.Duration(k.next - now)
+}
+
+// unschedule takes k off the router's schedule of heartbeats, if it is on
+// it. The caller holds r.mu.
+func (r *Router[T]) unschedule(k *keeper[T]) {
+	if k.kidx >= 0 {
+		r.kept.Remove(int(k.kidx))
+	}
+}
+
+// unkeep takes k off the router's schedule (its context is done).
+func (k *keeper[T]) unkeep() {
+	r := k.l.r
+	r.mu.Lock()
+	r.unschedule(k)
+	r.unlockAndDeliver()
+}
+
+func keptBefore[T any](a, b *keeper[T]) bool  { return a.next < b.next }
+func setKeptIndex[T any](k *keeper[T], i int) { k.kidx = int32(i) }
 
 // stop ends heartbeating, waits for a beat in flight and cancels the
 // context with cause (a no-op if it was already canceled).
@@ -221,5 +364,7 @@ func (k *keeper[T]) stop(cause error) {
 	}
 	k.mu.Unlock()
 	k.beats.Wait()
+	k.unwatch()
+	k.unkeep() // no heartbeat after stop returns
 	k.cancel(cause)
 }

@@ -39,7 +39,7 @@ func TestKeepAliveBeatRacingHolderEndIsNoRefusal(t *testing.T) {
 				require.Error(t, kctx.Err(), "told at the holder's end")
 				// The beat's own step after its check of the context: the
 				// holder's call came in between.
-				err = l.heartbeat(nil, k.endedByHolder)
+				_, err = k.heartbeat()
 				var lost *LeaseLostError
 				require.ErrorAs(t, err, &lost)
 				require.Equal(t, reason, lost.Reason)

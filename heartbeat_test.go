@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/hook"
 	"github.com/stretchr/testify/require"
 )
 
@@ -206,6 +209,93 @@ func TestKeepAliveKeepsLease(t *testing.T) {
 		sleep(ld)
 		require.Equal(t, leaserouter.StatePending, get(t, r, "a").State, "no heartbeats after stop")
 		require.Equal(t, uint64(1), r.Stats().Expirations)
+	})
+}
+
+// TestKeepAliveLeaseOutlivesItsLateBeat: a lease KeepAlive keeps is not
+// lost while the rest of the process runs on time, however late the
+// goroutine of its heartbeat runs (a timer on a P that a garbage
+// collection's mark worker occupies waits for the whole mark phase; a
+// heartbeat's call may wait for the lock or for a mass expiry to be
+// settled): the router applies each heartbeat at the instant it is due,
+// before the expiry it prevents. Here the first beat's goroutine is held
+// (by the Beat test hook) from its due instant, 1s, to 6s, past the
+// lease's 3s; another caller looks at 4s.
+func TestKeepAliveLeaseOutlivesItsLateBeat(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const lease = 3 * time.Second
+		var (
+			mu  sync.Mutex
+			evs []leaserouter.Event
+		)
+		r := setup(t, leaserouter.Options{LeaseDuration: lease, OnEvent: func(e leaserouter.Event) {
+			mu.Lock()
+			evs = append(evs, e)
+			mu.Unlock()
+		}})
+		var held atomic.Bool
+		leaserouter.SetHooks(r, &hook.Hooks{Beat: func(time.Time) func(error) {
+			if held.CompareAndSwap(false, true) {
+				time.Sleep(5 * time.Second) // the first beat runs 5s late
+			}
+			return nil
+		}})
+		start := time.Now()
+		require.NoError(t, r.Enqueue("a", ""))
+		l := acquire(t, r, "w")
+		kctx, stop := leaserouter.KeepAlive(context.Background(), l, time.Second)
+
+		sleep(4 * time.Second) // past the expiry the late beat was to prevent
+		j, lost := get(t, r, "a"), kctx.Err()
+		sleep(3 * time.Second) // the held beat has run (asserting before could wait for it in stop)
+		stop()
+		require.Equal(t, leaserouter.StateLeased, j.State, "the lease was lost at 4s while the process was on time")
+		require.Equal(t, l.Token, j.Token)
+		require.NoError(t, lost)
+		require.Equal(t, start.Add(4*time.Second+lease), j.LeaseExpiry, "heartbeated at 4s, the last instant of its schedule before the look")
+		require.NoError(t, l.Complete())
+		require.NoError(t, r.Flush(t.Context()))
+		require.Zero(t, r.Stats().Expirations)
+		// Each heartbeat at an instant of its schedule, a second apart
+		// (the ones a late settle skips included), none after the lease
+		// would have lapsed.
+		mu.Lock()
+		defer mu.Unlock()
+		last := start
+		for _, e := range evs {
+			require.NotEqual(t, leaserouter.EventLeaseExpired, e.Kind)
+			if e.Kind != leaserouter.EventLeaseExtended {
+				continue
+			}
+			require.Zero(t, e.Time.Sub(start)%time.Second, "heartbeat at %v", e.Time.Sub(start))
+			require.Less(t, e.Time.Sub(last), lease, "heartbeat at %v", e.Time.Sub(start))
+			last = e.Time
+		}
+		require.Greater(t, last.Sub(start), 5*time.Second)
+	})
+}
+
+// TestKeepAliveLateInTheLeaseKeepsIt: a KeepAlive called late in a lease
+// (its caller ran late after Acquire) keeps the lease from the call on:
+// its first heartbeat is due an interval after the lease was granted or
+// last extended, at once if that has passed, not an interval after the
+// call, when the lease may be gone.
+func TestKeepAliveLateInTheLeaseKeepsIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const lease = 3 * time.Second
+		r := setup(t, leaserouter.Options{LeaseDuration: lease})
+		start := time.Now()
+		require.NoError(t, r.Enqueue("a", ""))
+		l := acquire(t, r, "w")
+		sleep(2500 * time.Millisecond)
+		kctx, stop := leaserouter.KeepAlive(context.Background(), l, time.Second)
+		sleep(time.Second) // past the lease's first expiry, 3s
+		j, lost := get(t, r, "a"), kctx.Err()
+		stop()
+		require.Equal(t, leaserouter.StateLeased, j.State, "lost before KeepAlive's first heartbeat")
+		require.NoError(t, lost)
+		require.Equal(t, start.Add(2500*time.Millisecond+time.Second+lease), j.LeaseExpiry, "heartbeated at once (2.5s), then a second later")
+		require.NoError(t, l.Complete())
 	})
 }
 

@@ -60,32 +60,13 @@ func (l *Lease[T]) Heartbeat(progress []byte) error {
 	if l == nil || l.r == nil {
 		return errNilLease()
 	}
-	return l.heartbeat(progress, nil)
-}
-
-// heartbeat is Heartbeat. For a KeepAlive's beat, byHolder (called under
-// r.mu) says whether the KeepAlive was told that the holder ended the
-// lease: a lease its holder ended is then no refusal (the beat raced the
-// holder's own Complete, Fail, Release or Snooze): the *LeaseLostError is
-// returned with nothing counted or emitted (see contract.EndedByHolder).
-func (l *Lease[T]) heartbeat(progress []byte, byHolder func() bool) error {
 	r := l.r
 	if progress != nil {
 		// Copied before the lock, so no hold of it grows with the
 		// checkpoint (wasted if the heartbeat is refused).
 		progress = slices.Clone(progress)
 	}
-	r.mu.Lock()
-	if h := r.hooks; h != nil && h.Locked != nil {
-		h.Locked()
-	}
-	now := r.settleNow()
-	if byHolder != nil && !r.valid(l) && byHolder() {
-		err := r.lostError(l)
-		r.unlockAndDeliver()
-		return err
-	}
-	j, err := r.holding(l, now)
+	_, now, err := l.lock()
 	if err != nil {
 		if r.phase != phaseClosed {
 			r.stats.HeartbeatsRefused++
@@ -93,10 +74,21 @@ func (l *Lease[T]) heartbeat(progress []byte, byHolder func() bool) error {
 		r.unlockAndDeliver()
 		return err
 	}
+	r.extend(l, now, progress)
+	r.unlockAndDeliver()
+	return nil
+}
+
+// extend is a heartbeat of l at now: l's lease lasts until
+// now+LeaseDuration, unless it lasts longer already, and a non-nil
+// progress becomes the job's checkpoint. The caller holds r.mu and has
+// checked that l is valid at now.
+func (r *Router[T]) extend(l *Lease[T], now int64, progress []byte) {
+	j := l.j
 	if exp := addSat(now, r.opts.LeaseDuration); exp > j.at {
-		// Out and in again: the new expiry is the latest yet (every lease
-		// lasts LeaseDuration from an earlier instant), so it goes to the
-		// back of the queue's ring.
+		// Out and in again: the new expiry is mostly the latest yet (every
+		// lease lasts LeaseDuration from an earlier instant), so it goes
+		// to the back of the queue's ring.
 		r.leases.Remove(int(j.hidx))
 		j.at = exp
 		r.leases.Push(j)
@@ -105,11 +97,9 @@ func (l *Lease[T]) heartbeat(progress []byte, byHolder func() bool) error {
 	if progress != nil {
 		j.progress = progress // never written again: see row
 	}
-	j.updated = now
+	j.updated = max(j.updated, now)
 	r.stats.Heartbeats++
 	r.emit(EventLeaseExtended, now, j, l, l.Token, nil)
-	r.unlockAndDeliver()
-	return nil
 }
 
 // Complete marks the job succeeded and ends the lease. It returns a
@@ -307,13 +297,21 @@ func (ws lostWatchers) leaseLost(cause error) {
 	}
 }
 
-// watch registers w to be told, with a *LeaseLostError, when l ends
-// (see lostWatcher). If l is not valid now, w is told at once. It reports whether w was registered.
-func (l *Lease[T]) watch(w lostWatcher) bool {
+// watch registers keeper k to be told, with a cause wrapping ErrLeaseLost,
+// when l ends (see lostWatcher), and with schedule puts its heartbeats on
+// the router's schedule, returning how long until the first is due (else
+// k's interval). If l is not valid now, k is told at once. ok reports
+// whether k was registered.
+func (l *Lease[T]) watch(k *keeper[T], schedule bool) (first time.Duration, ok bool) {
+	var w lostWatcher = k
 	r := l.r
 	r.mu.Lock()
-	r.settleNow()
-	ok := l.j.state == StateLeased && l.j.lease == l
+	now := r.settleNow()
+	first = k.interval
+	ok = l.j.state == StateLeased && l.j.lease == l
+	if ok && schedule && r.phase != phaseClosed {
+		first = r.scheduleKept(k, now)
+	}
 	if ok {
 		// Run's handler context is told last, so a handler woken by the
 		// loss finds every other watcher's context canceled already.
@@ -335,7 +333,7 @@ func (l *Lease[T]) watch(w lostWatcher) bool {
 		w.leaseLost(r.lostError(l))
 	}
 	r.unlockAndDeliver()
-	return ok
+	return first, ok
 }
 
 // Permanent marks err as not worth retrying: Lease.Fail(Permanent(err)) makes

@@ -115,7 +115,8 @@ func (r *Router[T]) nextDeadline() int64 {
 }
 
 // settle applies every transition due at or before now, earliest first:
-// lease expiries, scheduled jobs reaching their run-at, retention ends.
+// KeepAlive's heartbeats, lease expiries, scheduled jobs reaching their
+// run-at, retention ends.
 // limit < 0 means no limit; otherwise settle stops after limit items and
 // reports whether more are due. Each item is settled once, so the cost is
 // amortised O(log n) per item. The caller holds r.mu.
@@ -133,6 +134,12 @@ func (r *Router[T]) settle(now int64, limit int) (more bool) {
 		if sok && s.at <= due && (kind == dueNone || s.at < due) {
 			due, kind = s.at, dueRunAt
 		}
+		// A heartbeat is due before its lease's expiry (keptBeat), so
+		// neither is settled out of turn.
+		k, kok := r.kept.Peek()
+		if kok && k.next <= due && (kind == dueNone || k.next < due) {
+			due, kind = k.next, dueBeat
+		}
 		if pok && p.at <= due && (kind == dueNone || p.at < due) {
 			kind = duePurge
 		}
@@ -149,6 +156,8 @@ func (r *Router[T]) settle(now int64, limit int) (more bool) {
 			r.reachRunAt(s)
 		case duePurge:
 			r.purge(p)
+		case dueBeat:
+			r.keptBeat(k, now)
 		}
 	}
 }
@@ -159,6 +168,7 @@ const (
 	dueExpiry // a lease's expiry
 	dueRunAt  // a scheduled job's run-at
 	duePurge  // a finished job's retention end
+	dueBeat   // a KeepAlive's heartbeat
 )
 
 // reapBatch bounds the due items one reaper pass settles under the lock

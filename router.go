@@ -83,6 +83,8 @@ type Router[T any] struct {
 	grow    growHint  // what the ID index and the ready queue want for their next growth step (reserve.go)
 
 	per *periodics[T] // the scheduler of periodic jobs (periodic.go); nil until the first AddPeriodic; guarded by mu
+
+	kept *heap.Heap[*keeper[T]] // KeepAlive's keepers by the instant of their next heartbeat (heartbeat.go); guarded by mu
 }
 
 // New returns a running Router. Zero Options fields get their defaults; a
@@ -105,6 +107,7 @@ func New[T any](opts Options) (*Router[T], error) {
 		sched:    heap.New(dueBefore[T], setHeapIndex[T]),
 		leases:   heap.NewQueue(dueBefore[T], setHeapIndex[T]),
 		retained: heap.NewQueue(purgeBefore[T], setHeapIndex[T]),
+		kept:     heap.New(keptBefore[T], setKeptIndex[T]),
 		order:    order.New(setOrder[T]),
 		hist:     new([HistoryMinutes]histSlot),
 		armed:    math.MaxInt64,

@@ -3,6 +3,8 @@
 // costs one nil check, and most sit off the hot path.
 package hook
 
+import "time"
+
 // Hooks are the points where a test can step into a Router.
 type Hooks struct {
 	// ReaperChose is called by the reaper when it has chosen an expired
@@ -21,4 +23,12 @@ type Hooks struct {
 	// how long the lock is held (without OnEvent: awaitRoom releases the
 	// lock without Unlocking). They must not call into the Router.
 	Locked, Unlocking func()
+
+	// Beat, if set, is called by each KeepAlive heartbeat in the goroutine
+	// that makes it, just before the heartbeat, with the instant it was due
+	// (time.Now when its timer was set, plus the interval); the function it
+	// returns, if not nil, is called with the heartbeat's result. It is read
+	// when KeepAlive starts: set it before. It must not call into the
+	// Router.
+	Beat func(due time.Time) (done func(err error))
 }

@@ -121,6 +121,7 @@ func (h *handler) parseListQuery(q url.Values) (listQuery, error) {
 		lq.params.States = append(lq.params.States, st)
 	}
 	lq.params.IDPrefix = q.Get("prefix")
+	lq.params.OmitPayload = true // the jobs and dead pages show neither payload nor checkpoint
 	lq.params.Cursor = q.Get("cursor")
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)

@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -411,4 +413,65 @@ func TestOverviewMarksEstimatedCounts(t *testing.T) {
 	require.Equal(t, 1, strings.Count(body, `data-testid="estimated"`), "only the estimated queue")
 	marked := regexp.MustCompile(`data-testid="state-count" data-state="[a-z]+">≈ `).FindAllString(body, -1)
 	require.Len(t, marked, 6, "its six counts marked, not the exact queue's")
+}
+
+// counted is a payload that counts its marshalings.
+type counted struct{ n *atomic.Int64 }
+
+func (c counted) MarshalJSON() ([]byte, error) {
+	c.n.Add(1)
+	return []byte(`"counted"`), nil
+}
+
+// listSpy is a Source recording the ListParams it is asked for.
+type listSpy struct {
+	console.Source
+	mu     sync.Mutex
+	params []leaserouter.ListParams
+}
+
+func (s *listSpy) List(ctx context.Context, p leaserouter.ListParams) (leaserouter.JobPage[json.RawMessage], error) {
+	s.mu.Lock()
+	s.params = append(s.params, p)
+	s.mu.Unlock()
+	return s.Source.List(ctx, p)
+}
+
+// TestListPagesReadNoPayload: the jobs, dead and leases pages ask their
+// Source for no payload (List with OmitPayload; Leases has none), show no
+// checkpoint, and the in-process adapter marshals no payload for them;
+// the job page shows both.
+func TestListPagesReadNoPayload(t *testing.T) {
+	r, err := leaserouter.New[counted](leaserouter.Options{MaxAttempts: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { closeNow(r) })
+	var marshaled atomic.Int64
+	for _, id := range []string{"dead", "leased", "pending"} {
+		require.NoError(t, r.Enqueue(id, counted{&marshaled}))
+	}
+	l, err := r.TryAcquire("w")
+	require.NoError(t, err)
+	require.NoError(t, l.Fail(errors.New("boom")))
+	l, err = r.TryAcquire("w")
+	require.NoError(t, err)
+	require.NoError(t, l.Heartbeat([]byte("checkpoint 42")))
+	spy := &listSpy{Source: console.Router("q", r)}
+	h, err := console.New(console.Options{}, spy)
+	require.NoError(t, err)
+
+	for _, target := range []string{"/jobs?queue=q", "/jobs?queue=q&state=leased&prefix=l", "/dead?queue=q", "/leases"} {
+		body := requireOK(t, get(t, h, target))
+		require.NotContains(t, body, "checkpoint 42", target)
+		require.NotContains(t, body, "counted", target)
+	}
+	require.Len(t, spy.params, 3)
+	for _, p := range spy.params {
+		require.True(t, p.OmitPayload, "%+v", p)
+	}
+	require.Zero(t, marshaled.Load(), "no payload marshaled for the list pages")
+
+	body := requireOK(t, get(t, h, "/job?queue=q&id=leased"))
+	require.Contains(t, body, "checkpoint 42", "the job page shows the checkpoint")
+	require.Contains(t, body, "counted", "and the payload")
+	require.EqualValues(t, 1, marshaled.Load())
 }

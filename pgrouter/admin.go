@@ -43,8 +43,10 @@ const firstPage = math.MaxInt64
 // ErrInvalidOptions, without a round trip. One round trip: each selected
 // state is a walk of the index leaserouter_jobs_order that stops after a
 // page, never a scan or sort of the queue; a prefix few of a state's jobs
-// have may walk past the others. A payload that does not decode into T
-// fails the page with the error Get would return. List works after
+// have may walk past the others. With OmitPayload the jobs carry a zero
+// Payload and a nil Progress and neither column is read, so a page costs
+// the same whatever their size; otherwise a payload that does not decode
+// into T fails the page with the error Get would return. List works after
 // Close. Errors wrap the driver's. Safe for concurrent use.
 func (r *Router[T]) List(ctx context.Context, p leaserouter.ListParams) (leaserouter.JobPage[T], error) {
 	ctx = orBackground(ctx)
@@ -73,7 +75,7 @@ func (r *Router[T]) List(ctx context.Context, p leaserouter.ListParams) (leasero
 	b := &pgx.Batch{}
 	r.queueSettle(b)
 	b.Queue(listJobs, args{"queue": r.opts.Queue, "before": before, "prefix": p.IDPrefix, "states": stateNames(mask),
-		"limit": limit + 1}) // one more than the page: there is a next one
+		"omit": p.OmitPayload, "limit": limit + 1}) // one more than the page: there is a next one
 	res := r.db.SendBatch(ctx, b)
 	settled, err := readSettle(res)
 	var last int64 // the seq of the page's last job

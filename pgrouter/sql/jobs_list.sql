@@ -14,10 +14,13 @@
 -- walked, so a prefix that few of a state's jobs have walks past the
 -- others, unless the planner, knowing the prefix (a custom plan) and the
 -- collation C, finds the few by the primary key and sorts them.
+--
+-- @omit (ListParams.OmitPayload): payload and progress read as NULL, the
+-- columns never read (a CASE whose branch is not taken fetches no TOAST).
 SELECT j.* FROM unnest(@states::text[]::leaserouter_job_state[]) AS s(state),
 LATERAL (
-	SELECT id, payload, state::text, priority, attempt, max_attempts, token, owner, lease_expires_at, ready_at,
-		progress, last_error, created_at, updated_at,
+	SELECT id, CASE WHEN NOT @omit THEN payload END, state::text, priority, attempt, max_attempts, token, owner,
+		lease_expires_at, ready_at, CASE WHEN NOT @omit THEN progress END, last_error, created_at, updated_at,
 		CASE WHEN timeout_of = created_at THEN timeout_us ELSE 0 END AS timeout_us, seq
 	FROM leaserouter_jobs
 	WHERE queue = @queue AND state = s.state AND seq < @before

@@ -143,16 +143,17 @@ var (
 	notifyQueue  = statement("notify")
 
 	// The operator's side (admin.go).
-	listJobs     = statement("jobs_list")
-	retryJob     = statement("job_retry")
-	deleteJob    = statement("job_delete")
-	pauseQueue   = statement("queue_pause")
-	queuePaused  = statement("queue_paused")
-	queuesStats  = statement("queues_stats")
-	queuesPaused = statement("queues_paused")
-	listLeases   = statement("leases_list")
-	historyAdd   = statement("history_add")
-	historyRead  = statement("history_read")
+	listJobs       = statement("jobs_list")
+	listJobsPrefix = statement("jobs_list_prefix")
+	retryJob       = statement("job_retry")
+	deleteJob      = statement("job_delete")
+	pauseQueue     = statement("queue_pause")
+	queuePaused    = statement("queue_paused")
+	queuesStats    = statement("queues_stats")
+	queuesPaused   = statement("queues_paused")
+	listLeases     = statement("leases_list")
+	historyAdd     = statement("history_add")
+	historyRead    = statement("history_read")
 
 	// Periodic jobs (periodic.go).
 	addPeriodic = statement("periodic_add")

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,7 +32,7 @@ type Admin interface {
 
 func adminRows() []Row {
 	return []Row{rowListPages, rowListBadInput, rowRetry, rowDelete, rowPause, rowAdminAfterClose, rowAdminSettles,
-		rowLeasesOrder, rowHistory, rowPagesOmitPayload}
+		rowLeasesOrder, rowHistory, rowPagesOmitPayload, rowListPrefixIsLiteral}
 }
 
 // admin returns b's Admin, failing t if it has none.
@@ -492,6 +493,57 @@ var rowPagesOmitPayload = Row{Name: "admin/List with OmitPayload and Leases carr
 	require.NoError(t, err)
 	require.Equal(t, []leaserouter.Job[string]{summary("released")}, res.Jobs)
 	require.Empty(t, res.NextCursor)
+}}
+
+// rowListPrefixIsLiteral: ListParams.IDPrefix selects the IDs that start
+// with it byte for byte, whatever it holds: no pattern characters (%, _,
+// \), code points above ASCII up to the highest (U+10FFFF, which has no
+// next one), around the surrogates no string holds; "" selects every
+// job; on every page, under every collation of the backend's.
+var rowListPrefixIsLiteral = Row{Name: "admin/List's IDPrefix is a literal byte prefix", Test: func(t T, h Harness) {
+	b := open(t, h, Config{})
+	a := admin(t, b)
+	ctx := ctxOf(t)
+	const top = "\U0010FFFF"
+	all := []string{"a", "a%", "a%b", "ab", "a_", "a_b", "aXb", "a\\", "a\\b", "a\\\\", "b", "B", "é", "éa", "e",
+		"\uD7FF", "\uD7FFx", "\uE000", top, top + "a", top + top, "a" + top, "a" + top + "z", "b" + top, "z", "~", "\u007F"}
+	// Newer than those, more jobs than a backend may look through before
+	// it looks a rare prefix up another way (pgrouter: an index by ID).
+	var fill []leaserouter.JobSpec[string]
+	for i := range 2100 {
+		fill = append(fill, leaserouter.JobSpec[string]{ID: fmt.Sprintf("y%04d", i)})
+	}
+	var newestFirst []string
+	for _, id := range all {
+		require.NoError(t, b.Enqueue(ctx, id, ""))
+		newestFirst = append([]string{id}, newestFirst...)
+	}
+	dup, err := b.EnqueueMany(ctx, fill)
+	require.NoError(t, err)
+	require.Empty(t, dup)
+	for _, j := range fill {
+		newestFirst = append([]string{j.ID}, newestFirst...)
+	}
+	for _, prefix := range []string{"", "y", "y1", "a", "a%", "a_", "a\\", "a\\\\", "%", "_", "\\", "A", "b", "é", "e", "\uD7FF",
+		"\uE000", top, top + top, top + top + top, "a" + top, "a" + top + top, "~", "\u007F", "\u0080", "zz"} {
+		var want []string
+		for _, id := range newestFirst {
+			if strings.HasPrefix(id, prefix) {
+				want = append(want, id)
+			}
+		}
+		limits := []int{0, 2}
+		if len(want) > 100 {
+			limits = []int{leaserouter.MaxListLimit}
+		}
+		for _, limit := range limits {
+			got := listAll(t, a, leaserouter.ListParams{IDPrefix: prefix, Limit: limit, OmitPayload: true}, nil)
+			require.Equal(t, want, got, "prefix %q (%+q), limit %d", prefix, prefix, limit)
+			got = listAll(t, a, leaserouter.ListParams{IDPrefix: prefix, Limit: limit,
+				States: []leaserouter.State{leaserouter.StatePending}}, nil)
+			require.Equal(t, want, got, "prefix %q (%+q), limit %d, pending", prefix, prefix, limit)
+		}
+	}
 }}
 
 // rowHistory: History has HistoryMinutes consecutive minutes, the last

@@ -2,6 +2,8 @@ package pgrouter
 
 import (
 	"context"
+	"errors"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -33,8 +35,10 @@ const countCap = 5000
 // rows scaled to the table's current size, times the frequency of the
 // queue and state pair in the last ANALYZE's sample: the Router's
 // maintenance loop and autovacuum keep them), never below 5,001, and
-// Stats.Estimated is then true. So Stats takes milliseconds whatever the
-// queue's size; ExactStats counts every job. Finished jobs past their
+// Stats.Estimated is then true, and Stats.EstimatedAsOf the instant of
+// those statistics (the table's last ANALYZE; zero if it never had one):
+// jobs enqueued or changed since are not in the estimate. So Stats takes
+// milliseconds whatever the queue's size; ExactStats counts every job. Finished jobs past their
 // Retention not yet purged are not counted (with more than 5,000 of
 // them, the finished states are estimated too). Counts are what the
 // table holds at that moment, without settling: a lease past its expiry
@@ -64,8 +68,16 @@ func (r *Router[T]) countStats(ctx context.Context, call string, limit *int64) (
 	b.Queue(jitOff, args{})
 	b.Queue(statsByState, args{"queue": r.opts.Queue, "cap": limit})
 	b.Queue(queuePaused, args{"queue": r.opts.Queue})
+	b.Queue(jobsAnalyzed, args{})
 	res := r.db.SendBatch(ctx, b)
 	by, estimated, paused, err := readStats(res)
+	var analyzed *time.Time
+	if err == nil {
+		err = res.QueryRow().Scan(&analyzed)
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = nil
+		}
+	}
 	if cerr := res.Close(); err == nil {
 		err = cerr
 	}
@@ -77,6 +89,9 @@ func (r *Router[T]) countStats(ctx context.Context, call string, limit *int64) (
 	r.mu.Unlock()
 	s.Pending, s.Scheduled, s.Leased, s.Succeeded, s.Failed, s.Canceled = by[0], by[1], by[2], by[3], by[4], by[5]
 	s.Paused, s.Estimated = paused, estimated
+	if estimated && analyzed != nil {
+		s.EstimatedAsOf = *analyzed
+	}
 	return s, nil
 }
 

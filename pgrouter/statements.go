@@ -135,6 +135,7 @@ var (
 	getJob       = statement("job_get")
 	cancelJob    = statement("job_cancel")
 	statsByState = statement("job_stats")
+	jobsAnalyzed = statement("jobs_analyzed")
 	jitOff       = statement("jit_off")
 	fenceAdmit   = statement("fence")
 	fenceHighest = statement("fence_highest")

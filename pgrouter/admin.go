@@ -324,7 +324,7 @@ type QueueInfo struct {
 	Paused bool // no lease is granted until Resume
 
 	// Estimated: some of the counts are estimates, as in Stats (a state
-	// with more than 5,000 jobs); never from ExactQueues.
+	// with more than 20,000 jobs); never from ExactQueues.
 	Estimated bool
 }
 
@@ -332,7 +332,7 @@ type QueueInfo struct {
 // in the jobs table (finished ones while retained) or paused or resumed
 // once, whatever Router made them, each with its counts by state and
 // whether it is paused. Each queue is counted as Stats counts one: a
-// state with at most 5,000 jobs exactly, a larger one estimated from
+// state with at most 20,000 jobs exactly, a larger one estimated from
 // the planner's statistics, with QueueInfo.Estimated true (ExactQueues
 // counts every job). It counts what it reads at that moment, without
 // settling (a lease past its expiry still counts as leased until some

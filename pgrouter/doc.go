@@ -41,7 +41,7 @@
 //     Options.PollInterval: a missed notification delays a job by at most
 //     that.
 //   - Stats: counts by state come from the table, exactly for a state
-//     with at most 5,000 jobs, estimated from the planner's statistics
+//     with at most 20,000 jobs, estimated from the planner's statistics
 //     for a larger one (Stats.Estimated; ExactStats counts every job), so
 //     that Stats takes milliseconds at millions of jobs; totals are this
 //     Router's own since New (other processes' calls are not in them).

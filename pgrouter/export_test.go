@@ -56,3 +56,6 @@ func PrefixEnd(prefix string) string { return prefixEnd(prefix) }
 // PrefixWalk is prefixWalk, how many of a state's newest jobs a page with
 // an ID prefix walks.
 func PrefixWalk(page int) int { return prefixWalk(page) }
+
+// CountCap is countCap, the most jobs of a state Stats counts one by one.
+const CountCap = countCap

@@ -146,7 +146,11 @@
 //   - List: a page of the queue's jobs, newest first by enqueue order,
 //     filtered by states and ID prefix, paged by an opaque keyset cursor
 //     valid in every process (one walk of the index leaserouter_jobs_order
-//     per selected state, stopping after a page). It works after Close.
+//     per selected state, stopping after a page; with an ID prefix few of
+//     a state's newest jobs have, a range of the index leaserouter_jobs_id,
+//     whatever the database's collation). With ListParams.OmitPayload
+//     (the console's list pages) neither payload nor checkpoint is read.
+//     It works after Close.
 //   - Retry: a finished job pending again at once, attempt 0, in its
 //     place in the order; emits retried (Stats.Retried: this Router's).
 //   - Delete: a job not leased removed, its row deleted (its ID may be
@@ -197,8 +201,12 @@
 // (fencing tokens: cache 1, raised by New above TokenFloor and the Unix
 // time in nanoseconds, never lowered) and leaserouter_job_seq (enqueue
 // order), partial indexes for the ready order, scheduled run-ats, lease
-// expiries and purge times, and the index leaserouter_jobs_order (queue,
-// state, seq) for List and the counts, joint statistics of queue and
+// expiries and purge times, the index leaserouter_jobs_order (queue,
+// state, seq) for List and the counts, the index leaserouter_jobs_id
+// (queue, state, id COLLATE "C", with seq and purge_at) for List's ID
+// prefix (migration 11: on a large table, create it CONCURRENTLY by hand
+// first, under that name, as the migration's comment says), joint
+// statistics of queue and
 // state (leaserouter_jobs_queue_state) for the estimated counts.
 // Payloads are
 // JSON (encoding/json) in a jsonb column, readable in SQL. The jobs table

@@ -204,9 +204,10 @@
 // expiries and purge times, the index leaserouter_jobs_order (queue,
 // state, seq) for List and the counts, the index leaserouter_jobs_id
 // (queue, state, id COLLATE "C", with seq and purge_at) for List's ID
-// prefix (migration 11: on a large table, create it CONCURRENTLY by hand
-// first, under that name, as the migration's comment says), joint
-// statistics of queue and
+// prefix (schema version 11, whose Migrate builds it holding off writes
+// to the jobs table; on a large table run first, by hand, CREATE INDEX
+// CONCURRENTLY leaserouter_jobs_id ON leaserouter_jobs (queue, state, id
+// COLLATE "C") INCLUDE (seq, purge_at)), joint statistics of queue and
 // state (leaserouter_jobs_queue_state) for the estimated counts.
 // Payloads are
 // JSON (encoding/json) in a jsonb column, readable in SQL. The jobs table

@@ -1,6 +1,9 @@
 package leaserouter
 
-import "iter"
+import (
+	"iter"
+	"time"
+)
 
 // Stats: counts by state and totals since New.
 
@@ -34,6 +37,11 @@ type Stats struct {
 	// (never on the in-process Router; pgrouter's for a large queue, see
 	// its Stats), so that they come back fast at millions of jobs.
 	Estimated bool
+	// EstimatedAsOf, when Estimated, is the instant of the statistics the
+	// estimates come from (pgrouter: the jobs table's last ANALYZE); zero
+	// when not Estimated or when that instant is unknown. Jobs that came,
+	// went or changed state since may be missing from the estimates.
+	EstimatedAsOf time.Time
 }
 
 // ByState yields every State, in the order of the constants, with the

@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -248,4 +249,26 @@ func TestBrowserPagesThroughAThousandJobs(t *testing.T) {
 	for i, id := range seen {
 		require.Equal(t, fmt.Sprintf("job-%04d", 999-i), id, "newest first, each once")
 	}
+}
+
+// TestBrowserLiveRefreshCountsExactlyOnce: the overview counted exactly
+// on demand (?exact=) is refreshed live without counting exactly again:
+// the refreshed page shows the estimates and the link again, and the
+// source's ExactStats ran once.
+func TestBrowserLiveRefreshCountsExactlyOnce(t *testing.T) {
+	r := newRouter(t, leaserouter.Options{})
+	enqueue(t, r, "a", "b")
+	var calls atomic.Int64
+	h, err := console.New(console.Options{}, exactCounter{estimatedSource{console.Router("big", r), time.Now()}, &calls})
+	require.NoError(t, err)
+	b := newBrowser(t, h)
+	b.do(t, chromedp.Navigate(b.base+"?exact=big"), chromedp.WaitVisible(sel("counted-exactly")))
+	require.EqualValues(t, 1, calls.Load())
+	require.Zero(t, b.count(t, sel("count-exactly")))
+	b.do(t, chromedp.WaitVisible(sel("refresh-select")), chromedp.SetValue(sel("refresh-select"), "2"))
+	_, err = chromedp.Run(b.ctx, chromedp.Evaluate[bool](`document.getElementById("refresh").dispatchEvent(new Event("change"))`))
+	require.NoError(t, err)
+	b.do(t, chromedp.WaitVisible(sel("count-exactly"))) // refreshed
+	require.EqualValues(t, 1, calls.Load(), "the refresh did not count exactly again")
+	require.Zero(t, b.count(t, sel("counted-exactly")))
 }

@@ -9,8 +9,14 @@
 //
 // The overview shows each queue's counts by state, whether it is paused
 // (with Pause and Resume buttons), and the last hour per minute as an SVG
-// chart drawn on the server: completions and failed attempts, expirations
-// and stale rejections. The jobs page filters by queue, state and ID
+// chart drawn on the server, with its totals: completions and failed
+// attempts, jobs that became dead, expirations and stale rejections. The
+// last hour comes from the source's History, so on a backend shared by
+// several processes (pgrouter) it is every process's, not the console
+// process's own. Counts that are estimates (leaserouter.Stats.Estimated)
+// are marked ≈, with the age of the statistics they come from
+// (Stats.EstimatedAsOf); a source that is an ExactCounter offers to count
+// exactly, once, on demand. The jobs page filters by queue, state and ID
 // prefix and pages by keyset (the NextCursor of List); jobs ticked, or
 // every job matching the filter (up to MaxBulk), can be retried, canceled
 // or deleted in one bulk call of the Source: each job only if it is still
@@ -20,7 +26,10 @@
 // through Options.Redact and, while it is leased, the lease: holder,
 // fencing token, expiry and last heartbeat. The leases page lists the
 // live leases expiring soonest first; the dead page, the failed jobs with
-// their errors.
+// their errors. The jobs, dead and leases pages show neither payload nor
+// checkpoint and ask their source for none (ListParams.OmitPayload; a
+// Source's Leases returns none), so they cost the same whatever their
+// size.
 //
 // Pages are rendered on the server (html/template) and read fine with
 // JavaScript off. A small embedded script refreshes the page's content at

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 
 	"github.com/leaserouter/leaserouter"
@@ -17,13 +18,14 @@ import (
 type stateCount struct {
 	State string
 	N     int
+	Est   bool // an estimate (Stats.Estimated)
 	Link  string
 }
 
 func stateCounts(queue string, s leaserouter.Stats) []stateCount {
 	var out []stateCount
 	for st, n := range s.ByState() {
-		out = append(out, stateCount{st.String(), n, link("jobs", "queue", queue, "state", st.String())})
+		out = append(out, stateCount{st.String(), n, s.Estimated, link("jobs", "queue", queue, "state", st.String())})
 	}
 	return out
 }
@@ -35,10 +37,15 @@ type queueCard struct {
 	Stats    leaserouter.Stats
 	Counts   []stateCount
 	Chart    chart
-	Hour     Totals // the last hour's History, summed
+	Hour     Totals // the last hour's History, summed: the queue's, every process's
 	Trouble  bool   // dead jobs, expirations or stale rejections in the last hour, or paused
 	JobsLink string
 	DeadLink string
+	// Counted: the counts are ExactStats', asked for by ExactLink, which
+	// is set when the counts are estimated and the source can count
+	// exactly (ExactCounter).
+	Counted   bool
+	ExactLink string
 }
 
 func (h *handler) overview(w http.ResponseWriter, r *http.Request) error {
@@ -51,13 +58,16 @@ func (h *handler) overview(w http.ResponseWriter, r *http.Request) error {
 		c.Name = s.Queue()
 		c.JobsLink = link("jobs", "queue", c.Name)
 		c.DeadLink = link("dead", "queue", c.Name)
-		st, err := s.Stats(r.Context())
+		st, counted, err := queueStats(r.Context(), s, slices.Contains(r.URL.Query()["exact"], c.Name))
 		if err != nil {
 			c.Err, c.Trouble = err.Error(), true
 			h.log.Error("console: Stats", "queue", c.Name, "err", err)
 			continue
 		}
-		c.Stats, c.Counts = st, stateCounts(c.Name, st)
+		c.Stats, c.Counts, c.Counted = st, stateCounts(c.Name, st), counted
+		if _, ok := s.(ExactCounter); ok && st.Estimated {
+			c.ExactLink = link("./", "exact", c.Name)
+		}
 		hist, err := s.History(r.Context())
 		if err != nil {
 			c.Err = "history: " + err.Error()
@@ -121,6 +131,7 @@ func (h *handler) parseListQuery(q url.Values) (listQuery, error) {
 		lq.params.States = append(lq.params.States, st)
 	}
 	lq.params.IDPrefix = q.Get("prefix")
+	lq.params.OmitPayload = true // the jobs and dead pages show neither payload nor checkpoint
 	lq.params.Cursor = q.Get("cursor")
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)

@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -390,25 +392,175 @@ func TestJobPageShowsTimeout(t *testing.T) {
 
 // estimatedSource is a Source whose counts are estimates (as pgrouter's
 // of a large queue).
-type estimatedSource struct{ console.Source }
+type estimatedSource struct {
+	console.Source
+	asOf time.Time
+}
 
 func (s estimatedSource) Stats(ctx context.Context) (leaserouter.Stats, error) {
 	st, err := s.Source.Stats(ctx)
-	st.Estimated = true
+	st.Estimated, st.EstimatedAsOf = true, s.asOf
 	return st, err
 }
 
 // TestOverviewMarksEstimatedCounts: a queue whose Stats are estimates has
-// its counts marked "≈" and a note saying so; exact ones have neither.
+// its counts marked "≈" (on the overview and the jobs page) and a note
+// saying so, with the age of the statistics they come from; exact ones
+// have neither.
 func TestOverviewMarksEstimatedCounts(t *testing.T) {
 	r := newRouter(t, leaserouter.Options{})
 	enqueue(t, r, "a")
 	exact := console.Router("exact", r)
-	h, err := console.New(console.Options{}, exact, estimatedSource{console.Router("big", r)})
+	asOf := time.Now().Add(-22 * time.Minute)
+	h, err := console.New(console.Options{}, exact, estimatedSource{console.Router("big", r), asOf})
 	require.NoError(t, err)
 	body := requireOK(t, get(t, h, "/"))
 	require.Contains(t, body, `data-testid="estimated"`)
 	require.Equal(t, 1, strings.Count(body, `data-testid="estimated"`), "only the estimated queue")
 	marked := regexp.MustCompile(`data-testid="state-count" data-state="[a-z]+">≈ `).FindAllString(body, -1)
 	require.Len(t, marked, 6, "its six counts marked, not the exact queue's")
+	require.Regexp(t, `data-testid="estimated-as-of">22m ago<`, body, "the statistics' age")
+	require.Contains(t, testIDs(body, "estimated-as-of", "datetime"), asOf.UTC().Format(time.RFC3339Nano))
+	require.NotContains(t, body, `data-testid="count-exactly"`, "a source that cannot count exactly offers no link")
+
+	body = requireOK(t, get(t, h, "/jobs?queue=big"))
+	require.Regexp(t, `data-state="pending">.*<span class="n">≈ 1</span>`, body, "the jobs page's counts marked too")
+	body = requireOK(t, get(t, h, "/jobs?queue=exact"))
+	require.Regexp(t, `data-state="pending">.*<span class="n">1</span>`, body)
+
+	h, err = console.New(console.Options{}, estimatedSource{console.Router("big", newRouter(t, leaserouter.Options{})), time.Time{}})
+	require.NoError(t, err)
+	body = requireOK(t, get(t, h, "/"))
+	require.Contains(t, body, "of unknown age", "statistics never gathered")
+}
+
+// exactCounter is an estimatedSource that can count exactly.
+type exactCounter struct {
+	estimatedSource
+	calls *atomic.Int64
+}
+
+func (s exactCounter) ExactStats(ctx context.Context) (leaserouter.Stats, error) {
+	s.calls.Add(1)
+	return s.Source.Stats(ctx)
+}
+
+// TestOverviewCountsExactlyOnDemand: a queue whose counts are estimated
+// and whose source can count exactly (console.ExactCounter) offers a
+// "count exactly" link; following it counts that queue exactly (its
+// ExactStats, not its Stats): its counts unmarked and said exact, the
+// other queues' as they were.
+func TestOverviewCountsExactlyOnDemand(t *testing.T) {
+	r := newRouter(t, leaserouter.Options{})
+	enqueue(t, r, "a", "b")
+	var calls atomic.Int64
+	big := exactCounter{estimatedSource{console.Router("big", r), time.Now().Add(-time.Hour)}, &calls}
+	other := exactCounter{estimatedSource{console.Router("other", r), time.Now()}, &calls}
+	h, err := console.New(console.Options{ReadOnly: true}, big, other)
+	require.NoError(t, err)
+	body := requireOK(t, get(t, h, "/"))
+	require.Zero(t, calls.Load(), "the overview estimates unless asked")
+	require.Equal(t, []string{"./?exact=big", "./?exact=other"}, testIDs(body, "count-exactly", "href"), "one link a queue, even read-only")
+
+	body = requireOK(t, get(t, h, "/?exact=big"))
+	require.EqualValues(t, 1, calls.Load(), "ExactStats, of the queue asked only")
+	require.Equal(t, 1, strings.Count(body, `data-testid="counted-exactly"`))
+	require.Equal(t, []string{"./?exact=other"}, testIDs(body, "count-exactly", "href"))
+	marked := regexp.MustCompile(`data-testid="state-count" data-state="[a-z]+">≈ `).FindAllString(body, -1)
+	require.Len(t, marked, 6, "the other queue's six still marked, not big's")
+	require.Regexp(t, `data-queue="big"(?s:.*)data-testid="state-count" data-state="pending">2<(?s:.*)data-queue="other"`, body)
+}
+
+// localTotals is a Source whose Stats totals are its own process's (as a
+// pgrouter Router's are), while History, shared by every process, has
+// the queue's.
+type localTotals struct{ console.Source }
+
+func (localTotals) Stats(context.Context) (leaserouter.Stats, error) {
+	return leaserouter.Stats{Pending: 3}, nil // no lease granted, expired or refused here
+}
+
+func (localTotals) History(context.Context) ([]leaserouter.Minute, error) {
+	now := time.Now().Truncate(time.Minute)
+	return []leaserouter.Minute{
+		{Start: now.Add(-2 * time.Minute), Completed: 5000, Failed: 12, Dead: 2, Expired: 1000, StaleRejected: 7},
+		{Start: now.Add(-time.Minute), Completed: 10, Expired: 384},
+		{Start: now},
+	}, nil
+}
+
+// TestOverviewTotalsAreTheQueues: the overview's totals are the queue's,
+// from History (which a backend shared by several processes keeps for
+// all of them), never the totals of the Source's Stats (on such a
+// backend, the console process's own).
+func TestOverviewTotalsAreTheQueues(t *testing.T) {
+	h, err := console.New(console.Options{}, localTotals{console.Router("q", newRouter(t, leaserouter.Options{}))})
+	require.NoError(t, err)
+	body := requireOK(t, get(t, h, "/"))
+	for id, want := range map[string]string{"total-completed": "5,010", "total-failed": "12", "total-dead": "2",
+		"total-expirations": "1,384", "total-stale": "7"} {
+		require.Regexp(t, `data-testid="`+id+`">`+want+`<`, body, id)
+	}
+	require.NotContains(t, body, "leases granted", "no figure of the console process's own")
+}
+
+// counted is a payload that counts its marshalings.
+type counted struct{ n *atomic.Int64 }
+
+func (c counted) MarshalJSON() ([]byte, error) {
+	c.n.Add(1)
+	return []byte(`"counted"`), nil
+}
+
+// listSpy is a Source recording the ListParams it is asked for.
+type listSpy struct {
+	console.Source
+	mu     sync.Mutex
+	params []leaserouter.ListParams
+}
+
+func (s *listSpy) List(ctx context.Context, p leaserouter.ListParams) (leaserouter.JobPage[json.RawMessage], error) {
+	s.mu.Lock()
+	s.params = append(s.params, p)
+	s.mu.Unlock()
+	return s.Source.List(ctx, p)
+}
+
+// TestListPagesReadNoPayload: the jobs, dead and leases pages ask their
+// Source for no payload (List with OmitPayload; Leases has none), show no
+// checkpoint, and the in-process adapter marshals no payload for them;
+// the job page shows both.
+func TestListPagesReadNoPayload(t *testing.T) {
+	r, err := leaserouter.New[counted](leaserouter.Options{MaxAttempts: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { closeNow(r) })
+	var marshaled atomic.Int64
+	for _, id := range []string{"dead", "leased", "pending"} {
+		require.NoError(t, r.Enqueue(id, counted{&marshaled}))
+	}
+	l, err := r.TryAcquire("w")
+	require.NoError(t, err)
+	require.NoError(t, l.Fail(errors.New("boom")))
+	l, err = r.TryAcquire("w")
+	require.NoError(t, err)
+	require.NoError(t, l.Heartbeat([]byte("checkpoint 42")))
+	spy := &listSpy{Source: console.Router("q", r)}
+	h, err := console.New(console.Options{}, spy)
+	require.NoError(t, err)
+
+	for _, target := range []string{"/jobs?queue=q", "/jobs?queue=q&state=leased&prefix=l", "/dead?queue=q", "/leases"} {
+		body := requireOK(t, get(t, h, target))
+		require.NotContains(t, body, "checkpoint 42", target)
+		require.NotContains(t, body, "counted", target)
+	}
+	require.Len(t, spy.params, 3)
+	for _, p := range spy.params {
+		require.True(t, p.OmitPayload, "%+v", p)
+	}
+	require.Zero(t, marshaled.Load(), "no payload marshaled for the list pages")
+
+	body := requireOK(t, get(t, h, "/job?queue=q&id=leased"))
+	require.Contains(t, body, "checkpoint 42", "the job page shows the checkpoint")
+	require.Contains(t, body, "counted", "and the payload")
+	require.EqualValues(t, 1, marshaled.Load())
 }

@@ -28,9 +28,13 @@ type Source interface {
 	Stats(ctx context.Context) (leaserouter.Stats, error)
 	// History is leaserouter.Router.History: per minute, oldest first.
 	History(ctx context.Context) ([]leaserouter.Minute, error)
-	// List is leaserouter.Router.List.
+	// List is leaserouter.Router.List. The console's list pages (jobs,
+	// dead) set ListParams.OmitPayload: they show neither payload nor
+	// checkpoint, and a Source should then read neither.
 	List(ctx context.Context, p leaserouter.ListParams) (leaserouter.JobPage[json.RawMessage], error)
-	// Leases is leaserouter.Router.Leases: the lease expiring soonest first.
+	// Leases is leaserouter.Router.Leases: the lease expiring soonest
+	// first, its jobs without payload or checkpoint (the page shows
+	// neither).
 	Leases(ctx context.Context, limit int) ([]leaserouter.Job[json.RawMessage], error)
 	// Get is leaserouter.Router.Get; ok is false for an unknown job.
 	Get(ctx context.Context, id string) (leaserouter.Job[json.RawMessage], bool, error)
@@ -100,7 +104,7 @@ func (s *routerSource[T]) List(ctx context.Context, p leaserouter.ListParams) (l
 	out.NextCursor = page.NextCursor
 	out.Jobs = make([]leaserouter.Job[json.RawMessage], len(page.Jobs))
 	for i, j := range page.Jobs {
-		out.Jobs[i] = rawJob(j)
+		out.Jobs[i] = rawJob(j, !p.OmitPayload)
 	}
 	return out, nil
 }
@@ -115,7 +119,7 @@ func (s *routerSource[T]) Leases(ctx context.Context, limit int) ([]leaserouter.
 	}
 	out := make([]leaserouter.Job[json.RawMessage], len(jobs))
 	for i, j := range jobs {
-		out[i] = rawJob(j)
+		out[i] = rawJob(j, false) // Leases carries no payload
 	}
 	return out, nil
 }
@@ -128,7 +132,7 @@ func (s *routerSource[T]) Get(ctx context.Context, id string) (leaserouter.Job[j
 	if !ok {
 		return leaserouter.Job[json.RawMessage]{}, false, nil
 	}
-	return rawJob(j), true, nil
+	return rawJob(j, true), true, nil
 }
 
 func (s *routerSource[T]) Retry(ctx context.Context, id string) error {
@@ -187,10 +191,16 @@ func (s *routerSource[T]) Resume(ctx context.Context) error {
 	return s.r.Resume()
 }
 
-// rawJob is j with its payload as JSON.
-func rawJob[T any](j leaserouter.Job[T]) leaserouter.Job[json.RawMessage] {
+// rawJob is j with its payload as JSON, when it has one (withPayload:
+// not from List with OmitPayload or Leases, whose zero Payload is none,
+// and is not marshaled: nil).
+func rawJob[T any](j leaserouter.Job[T], withPayload bool) leaserouter.Job[json.RawMessage] {
+	var payload json.RawMessage
+	if withPayload {
+		payload = marshalPayload(j.Payload)
+	}
 	return leaserouter.Job[json.RawMessage]{
-		ID: j.ID, Payload: marshalPayload(j.Payload), State: j.State, Priority: j.Priority,
+		ID: j.ID, Payload: payload, State: j.State, Priority: j.Priority,
 		Attempt: j.Attempt, MaxAttempts: j.MaxAttempts, Token: j.Token, Owner: j.Owner,
 		LeaseExpiry: j.LeaseExpiry, RunAt: j.RunAt, Progress: j.Progress, LastError: j.LastError, Timeout: j.Timeout,
 		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt,

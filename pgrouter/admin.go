@@ -44,9 +44,15 @@ const firstPage = math.MaxInt64
 // queue (a cursor holds its queue) is an error wrapping
 // ErrInvalidOptions, without a round trip. One round trip: each selected
 // state is a walk of the index leaserouter_jobs_order that stops after a
-// page, never a scan or sort of the queue; a prefix few of a state's jobs
-// have may walk past the others. A payload that does not decode into T
-// fails the page with the error Get would return. List works after
+// page, never a scan or sort of the queue. With an IDPrefix, whatever the
+// database's collation, a state's walk stops after its newest few
+// thousand jobs (20 pages' worth for a large Limit); when fewer than a
+// page of those have the prefix, its jobs with the prefix are read from
+// an index by ID instead, at a cost that grows with their number (not
+// with the state's). With OmitPayload the jobs carry a zero
+// Payload and a nil Progress and neither column is read, so a page costs
+// the same whatever their size; otherwise a payload that does not decode
+// into T fails the page with the error Get would return. List works after
 // Close. Errors wrap the driver's. Safe for concurrent use.
 func (r *Router[T]) List(ctx context.Context, p leaserouter.ListParams) (leaserouter.JobPage[T], error) {
 	ctx = orBackground(ctx)
@@ -81,8 +87,14 @@ func (r *Router[T]) List(ctx context.Context, p leaserouter.ListParams) (leasero
 	}
 	b := &pgx.Batch{}
 	r.queueSettle(b)
-	b.Queue(listJobs, args{"queue": r.opts.Queue, "before": before, "prefix": p.IDPrefix, "states": stateNames(mask),
-		"limit": limit + 1}) // one more than the page: there is a next one
+	a := args{"queue": r.opts.Queue, "before": before, "states": stateNames(mask), "omit": p.OmitPayload,
+		"limit": limit + 1} // one more than the page: there is a next one
+	if p.IDPrefix == "" {
+		b.Queue(listJobs, a)
+	} else {
+		a["prefix"], a["end"], a["walk"] = p.IDPrefix, prefixEnd(p.IDPrefix), prefixWalk(limit+1)
+		b.Queue(listJobsPrefix, a)
+	}
 	res := r.db.SendBatch(ctx, b)
 	settled, err := readSettle(res)
 	var last int64 // the seq of the page's last job
@@ -102,6 +114,35 @@ func (r *Router[T]) List(ctx context.Context, p leaserouter.ListParams) (leasero
 	}
 	return page, nil
 }
+
+// prefixEnd is the least string above every ID that starts with prefix
+// (valid UTF-8, not empty), in byte order, the order of collation "C":
+// prefix with its last code point that has a next one raised to it and
+// the maximal ones after it dropped (byte order is code point order in
+// UTF-8; the surrogates, which no text holds, skipped). A prefix of
+// maximal code points only has no such string: every string above it
+// starts with it, so the end is then one above every valid ID (a run of
+// maximal code points longer than leaserouter.MaxIDBytes).
+func prefixEnd(prefix string) string {
+	runes := []rune(prefix)
+	for i := len(runes) - 1; i >= 0; i-- {
+		if next := runes[i] + 1; next <= utf8.MaxRune {
+			if next == 0xD800 { // the surrogates: U+D800 to U+DFFF
+				next = 0xE000
+			}
+			return string(runes[:i]) + string(next)
+		}
+	}
+	return strings.Repeat(string(utf8.MaxRune), leaserouter.MaxIDBytes/utf8.UTFMax+1)
+}
+
+// prefixWalk is how many of a state's newest jobs a page of page jobs
+// with an ID prefix walks before it looks the prefix up in the index
+// leaserouter_jobs_id instead (jobs_list_prefix.sql): a prefix that more
+// than one job in twenty has among them is found by the walk (at most
+// about a page read per state when most have it), a rarer one by the
+// index (the state's jobs with the prefix read, index only).
+func prefixWalk(page int) int { return max(2000, 20*page) }
 
 // stateNames are the names of the states of mask (bit s: State s).
 func stateNames(mask uint8) []string {
@@ -269,7 +310,7 @@ type QueueInfo struct {
 	Paused bool // no lease is granted until Resume
 
 	// Estimated: some of the counts are estimates, as in Stats (a state
-	// with more than 5,000 jobs); never from ExactQueues.
+	// with more than 20,000 jobs); never from ExactQueues.
 	Estimated bool
 }
 
@@ -277,7 +318,7 @@ type QueueInfo struct {
 // in the jobs table (finished ones while retained) or paused or resumed
 // once, whatever Router made them, each with its counts by state and
 // whether it is paused. Each queue is counted as Stats counts one: a
-// state with at most 5,000 jobs exactly, a larger one estimated from
+// state with at most 20,000 jobs exactly, a larger one estimated from
 // the planner's statistics, with QueueInfo.Estimated true (ExactQueues
 // counts every job). It counts what it reads at that moment, without
 // settling (a lease past its expiry still counts as leased until some

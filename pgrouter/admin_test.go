@@ -109,9 +109,8 @@ func TestResumeWakesAcquireInEveryProcess(t *testing.T) {
 
 // A page of List walks the order index, a state at a time, and stops at
 // the page's end: no scan or sort of the queue, about a page of rows read
-// a state, with and without a filter by state or by ID prefix, in the
-// plan a connection keeps (generic) and in the first ones (custom), among
-// 20,000 jobs.
+// a state, with and without a filter by state, in the plan a connection
+// keeps (generic) and in the first ones (custom), among 20,000 jobs.
 func TestListWalksTheOrderIndex(t *testing.T) {
 	const n, limit = 20000, 101
 	db := youngQueue(t, n) // every other job leased, the rest pending
@@ -127,10 +126,7 @@ func TestListWalksTheOrderIndex(t *testing.T) {
 			for _, c := range []struct {
 				generic bool
 				prefix  string
-			}{{false, ""}, {true, ""}, {false, "j1"}, {true, "j1"}} {
-				if c.prefix != "" && before != math.MaxInt64 {
-					continue // below n/2, the IDs with the prefix are a tenth, and far from the start
-				}
+			}{{false, ""}, {true, ""}} {
 				t.Run(fmt.Sprintf("%s/before=%d/generic=%v/prefix=%q", name, before, c.generic, c.prefix), func(t *testing.T) {
 					plan := explainList(t, db, c.generic, map[string]any{"queue": "default", "before": before,
 						"prefix": c.prefix, "states": states, "limit": int64(limit)})
@@ -151,13 +147,70 @@ func TestListWalksTheOrderIndex(t *testing.T) {
 						require.Equal(t, "leaserouter_jobs_order", s.Index, "%s", plan)
 						read += (s.Rows + s.Removed) * s.Loops
 					}
-					// About half the IDs start with "j1": about twice as many read.
 					bound := len(states) * (limit + 1)
-					if c.prefix != "" {
-						bound *= 3
-					}
 					require.LessOrEqual(t, int(read), bound, "rows read for a page of %d among %d:\n%s", limit, n, plan)
 				})
+			}
+		}
+	}
+}
+
+// A page of List with an ID prefix reads about a page of rows a state
+// when most of the newest jobs have the prefix, and when few do, at most
+// the walk (prefixWalk) and the jobs with the prefix a state, from the
+// index by ID (index only), never the whole state: under the collation C
+// and under C.UTF-8 (Debian's default, where the primary key's order is
+// not byte order), in the plan a connection keeps (generic) and in the
+// first ones (custom), among 20,000 jobs.
+func TestListPrefixReadsLittleUnderAnyCollation(t *testing.T) {
+	const n, limit = 20000, 101
+	walk := pgrouter.PrefixWalk(limit)
+	for _, locale := range []string{"", "C.UTF-8"} {
+		db := pgtest.New(t)
+		if locale != "" {
+			db = pgtest.NewLocale(t, locale)
+		}
+		fillYoungQueue(t, db, n) // j1 to j20000, every other one leased, the rest pending
+		_, err := db.Exec(t.Context(), "ANALYZE leaserouter_jobs")
+		require.NoError(t, err)
+		every := []string{"pending", "scheduled", "leased", "succeeded", "failed", "canceled"}
+		for _, c := range []struct {
+			prefix         string
+			found, pending int // on the page: of every state, pending
+			bound          func(states int) int
+		}{
+			// j1, j10 to j19, ..., j10000 to j19999: more than half, the newest.
+			{"j1", limit, limit, func(states int) int { return states*(limit+1)*3 + limit }},
+			// j1234 (leased) and j12340 to j12349: the walk, then the index.
+			{"j1234", 11, 5, func(states int) int { return states*walk + 11 + 11 }},
+			// j5, ..., j5000 to j5999: a twentieth, none among the newest.
+			{"j5", limit, limit, func(states int) int { return states*walk + 1111 + limit }},
+		} {
+			for name, states := range map[string][]string{"every state": every, "pending": {"pending"}} {
+				for _, generic := range []bool{false, true} {
+					t.Run(fmt.Sprintf("locale=%q/%s/generic=%v/prefix=%q", locale, name, generic, c.prefix), func(t *testing.T) {
+						plan := explainStatement(t, db, "jobs_list_prefix", generic, map[string]any{"queue": "default",
+							"before": int64(math.MaxInt64), "prefix": c.prefix, "end": pgrouter.PrefixEnd(c.prefix),
+							"walk": walk, "omit": true, "states": states, "limit": int64(limit)})
+						var out []struct{ Plan planNode }
+						require.NoError(t, json.Unmarshal(plan, &out))
+						want := c.found
+						if len(states) == 1 {
+							want = c.pending
+						}
+						require.Equal(t, float64(want), out[0].Plan.Rows, "%s", plan)
+						for _, typ := range []string{"Seq Scan", "Bitmap Heap Scan"} {
+							require.Empty(t, out[0].Plan.nodes(typ), "%s", plan)
+						}
+						var read float64
+						for _, typ := range []string{"Index Scan", "Index Only Scan"} {
+							for _, s := range out[0].Plan.nodes(typ) {
+								read += (s.Rows + s.Removed) * s.Loops
+							}
+						}
+						require.LessOrEqual(t, int(read), c.bound(len(states)), "rows read for a page of %d among %d:\n%s", limit, n, plan)
+					})
+				}
 			}
 		}
 	}

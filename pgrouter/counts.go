@@ -2,6 +2,8 @@ package pgrouter
 
 import (
 	"context"
+	"errors"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -17,25 +19,31 @@ import (
 // countCap is the most jobs of a queue in one state that Stats and Queues
 // count one by one: a walk of the index leaserouter_jobs_order from the
 // state's oldest job, index only where the visibility map covers the
-// rows (a vacuumed table: ~0.5ms per state at 10M rows), else a read of
-// each row (~4ms per state from the OS's cache: jobs changed since the
-// last vacuum). A state with more is estimated (a plan: ~1ms). So a Stats
-// stays within ~10ms on a vacuumed table of 10M rows and ~30ms on one
-// never vacuumed, on a busy 2-core machine (BenchmarkStatsAt10M).
-const countCap = 5000
+// rows, else a read of each row (jobs changed since the last vacuum). A
+// state with more is estimated (a plan: ~1ms). Measured on a busy 2-core
+// machine at 10M rows, a Stats whose six states all have more than the
+// cap (each walks cap+1 entries), p50 vacuumed / analyzed only: 5,000:
+// 8 / 4ms; 10,000: 16 / 8ms; 20,000: 28 / 24ms; 50,000: 75 / 58ms;
+// 100,000: 100 / 80ms (BenchmarkConsolePagesAt10M). 20,000 keeps Stats
+// within ~30ms, a third of a console page's 100ms, while a state of up
+// to 20,000 jobs (a day's failures, a bulk cancel) reads as a fact, not
+// an estimate from statistics that may predate it.
+const countCap = 20000
 
 // Stats returns the queue's jobs by state (finished ones while retained),
 // whether the queue is paused (in any process: Pause), and this Router's
 // totals since New (other processes' calls are not in them).
 //
-// A state with at most 5,000 jobs is counted exactly; a state with more
+// A state with at most 20,000 jobs is counted exactly; a state with more
 // is an estimate from the planner's statistics of the jobs table (its
 // rows scaled to the table's current size, times the frequency of the
 // queue and state pair in the last ANALYZE's sample: the Router's
-// maintenance loop and autovacuum keep them), never below 5,001, and
-// Stats.Estimated is then true. So Stats takes milliseconds whatever the
-// queue's size; ExactStats counts every job. Finished jobs past their
-// Retention not yet purged are not counted (with more than 5,000 of
+// maintenance loop and autovacuum keep them), never below 20,001, and
+// Stats.Estimated is then true, and Stats.EstimatedAsOf the instant of
+// those statistics (the table's last ANALYZE; zero if it never had one):
+// jobs enqueued or changed since are not in the estimate. So Stats takes
+// milliseconds whatever the queue's size; ExactStats counts every job. Finished jobs past their
+// Retention not yet purged are not counted (with more than 20,000 of
 // them, the finished states are estimated too). Counts are what the
 // table holds at that moment, without settling: a lease past its expiry
 // still counts as leased until some process settles it.
@@ -64,8 +72,16 @@ func (r *Router[T]) countStats(ctx context.Context, call string, limit *int64) (
 	b.Queue(jitOff, args{})
 	b.Queue(statsByState, args{"queue": r.opts.Queue, "cap": limit})
 	b.Queue(queuePaused, args{"queue": r.opts.Queue})
+	b.Queue(jobsAnalyzed, args{})
 	res := r.db.SendBatch(ctx, b)
 	by, estimated, paused, err := readStats(res)
+	var analyzed *time.Time
+	if err == nil {
+		err = res.QueryRow().Scan(&analyzed)
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = nil
+		}
+	}
 	if cerr := res.Close(); err == nil {
 		err = cerr
 	}
@@ -77,6 +93,9 @@ func (r *Router[T]) countStats(ctx context.Context, call string, limit *int64) (
 	r.mu.Unlock()
 	s.Pending, s.Scheduled, s.Leased, s.Succeeded, s.Failed, s.Canceled = by[0], by[1], by[2], by[3], by[4], by[5]
 	s.Paused, s.Estimated = paused, estimated
+	if estimated && analyzed != nil {
+		s.EstimatedAsOf = *analyzed
+	}
 	return s, nil
 }
 

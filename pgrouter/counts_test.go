@@ -334,3 +334,40 @@ func TestCountsTurnJITOffForTheirBatchOnly(t *testing.T) {
 		require.Equal(t, before, after)
 	}
 }
+
+// TestEstimatedStatsSayHowOld: estimated counts carry the instant of the
+// statistics they come from (the jobs table's last ANALYZE, by hand or by
+// autovacuum), unknown (zero) before any; exact ones carry none.
+func TestEstimatedStatsSayHowOld(t *testing.T) {
+	r, db := newRouter[int](t, countOpts("q"))
+	_, err := db.Exec(t.Context(), "ALTER TABLE leaserouter_jobs SET (autovacuum_enabled = false)")
+	require.NoError(t, err)
+	pgrouter.SetCountCap(r, 20)
+	addJobs(t, db, "q", "p", leaserouter.StatePending, 10, false)
+	s, err := r.Stats(t.Context())
+	require.NoError(t, err)
+	require.False(t, s.Estimated)
+	require.True(t, s.EstimatedAsOf.IsZero(), "exact counts: no statistics' instant")
+
+	addJobs(t, db, "q", "c", leaserouter.StateCanceled, 50, false)
+	s, err = r.Stats(t.Context())
+	require.NoError(t, err)
+	require.True(t, s.Estimated)
+	require.True(t, s.EstimatedAsOf.IsZero(), "never analyzed: the statistics' instant is unknown")
+
+	var before, after time.Time
+	require.NoError(t, db.QueryRow(t.Context(), "SELECT clock_timestamp()").Scan(&before))
+	_, err = db.Exec(t.Context(), "ANALYZE leaserouter_jobs")
+	require.NoError(t, err)
+	require.NoError(t, db.QueryRow(t.Context(), "SELECT clock_timestamp()").Scan(&after))
+	s, err = r.Stats(t.Context())
+	require.NoError(t, err)
+	require.True(t, s.Estimated)
+	require.False(t, s.EstimatedAsOf.Before(before), "%v before the ANALYZE at %v", s.EstimatedAsOf, before)
+	require.False(t, s.EstimatedAsOf.After(after), "%v after the ANALYZE ended at %v", s.EstimatedAsOf, after)
+	e, err := r.ExactStats(t.Context())
+	require.NoError(t, err)
+	require.False(t, e.Estimated)
+	require.True(t, e.EstimatedAsOf.IsZero())
+	require.Equal(t, 50, e.Canceled)
+}

@@ -41,7 +41,7 @@
 //     Options.PollInterval: a missed notification delays a job by at most
 //     that.
 //   - Stats: counts by state come from the table, exactly for a state
-//     with at most 5,000 jobs, estimated from the planner's statistics
+//     with at most 20,000 jobs, estimated from the planner's statistics
 //     for a larger one (Stats.Estimated; ExactStats counts every job), so
 //     that Stats takes milliseconds at millions of jobs; totals are this
 //     Router's own since New (other processes' calls are not in them).
@@ -146,7 +146,11 @@
 //   - List: a page of the queue's jobs, newest first by enqueue order,
 //     filtered by states and ID prefix, paged by an opaque keyset cursor
 //     valid in every process (one walk of the index leaserouter_jobs_order
-//     per selected state, stopping after a page). It works after Close.
+//     per selected state, stopping after a page; with an ID prefix few of
+//     a state's newest jobs have, a range of the index leaserouter_jobs_id,
+//     whatever the database's collation). With ListParams.OmitPayload
+//     (the console's list pages) neither payload nor checkpoint is read.
+//     It works after Close.
 //   - Retry: a finished job pending again at once, attempt 0, in its
 //     place in the order; emits retried (Stats.Retried: this Router's).
 //   - Delete: a job not leased removed, its row deleted (its ID may be
@@ -206,8 +210,13 @@
 // (fencing tokens: cache 1, raised by New above TokenFloor and the Unix
 // time in nanoseconds, never lowered) and leaserouter_job_seq (enqueue
 // order), partial indexes for the ready order, scheduled run-ats, lease
-// expiries and purge times, and the index leaserouter_jobs_order (queue,
-// state, seq) for List and the counts, joint statistics of queue and
+// expiries and purge times, the index leaserouter_jobs_order (queue,
+// state, seq) for List and the counts, the index leaserouter_jobs_id
+// (queue, state, id COLLATE "C", with seq and purge_at) for List's ID
+// prefix (schema version 11, whose Migrate builds it holding off writes
+// to the jobs table; on a large table run first, by hand, CREATE INDEX
+// CONCURRENTLY leaserouter_jobs_id ON leaserouter_jobs (queue, state, id
+// COLLATE "C") INCLUDE (seq, purge_at)), joint statistics of queue and
 // state (leaserouter_jobs_queue_state) for the estimated counts.
 // Payloads are
 // JSON (encoding/json) in a jsonb column, readable in SQL. The jobs table

@@ -49,3 +49,13 @@ func SetClockSkew[T any](r *Router[T], d time.Duration) { r.periodic.skew.Store(
 // (each ends after the ticks it planned were enqueued or skipped): a
 // signal for tests, which read the table after it moved.
 func PeriodicWakes[T any](r *Router[T]) uint64 { return r.periodic.wakes.Load() }
+
+// PrefixEnd is prefixEnd, the end of an ID prefix's range in byte order.
+func PrefixEnd(prefix string) string { return prefixEnd(prefix) }
+
+// PrefixWalk is prefixWalk, how many of a state's newest jobs a page with
+// an ID prefix walks.
+func PrefixWalk(page int) int { return prefixWalk(page) }
+
+// CountCap is countCap, the most jobs of a state Stats counts one by one.
+const CountCap = countCap

@@ -68,12 +68,16 @@ func (jr *jobRow) fields() []any {
 		&jr.readyAt, &jr.progress, &jr.lastErr, &jr.created, &jr.upd, &jr.timeoutUS}
 }
 
-// jobOf is the snapshot of jr, its payload decoded.
+// jobOf is the snapshot of jr, its payload decoded; a NULL payload (a
+// statement that did not read it: List with OmitPayload, Leases; the
+// column itself is NOT NULL) leaves Payload zero.
 func jobOf[T any](jr *jobRow) (leaserouter.Job[T], error) {
 	j := leaserouter.Job[T]{ID: jr.id}
-	var err error
-	if j.Payload, err = decode[T](jr.id, jr.payload); err != nil {
-		return j, err
+	if jr.payload != nil {
+		var err error
+		if j.Payload, err = decode[T](jr.id, jr.payload); err != nil {
+			return j, err
+		}
 	}
 	j.State, _ = stateNamed(jr.state)
 	j.Priority, j.Attempt, j.MaxAttempts = int(jr.prio), int(jr.att), int(jr.maxAtt)

@@ -26,11 +26,12 @@ func (r *Router[T]) Queue() string { return r.opts.Queue }
 // expiring soonest first (the console's leases page), after settling what
 // is due: holder (Owner), fencing token, LeaseExpiry (the database's
 // clock) and UpdatedAt, the instant of the lease's grant or last accepted
-// heartbeat. limit 0 means leaserouter.DefaultListLimit; below 0 or above
-// leaserouter.MaxListLimit is an error wrapping ErrInvalidOptions,
-// without a round trip. One round trip, a walk of the index of leased
-// jobs by expiry. A payload that does not decode into T fails the call
-// with the error Get would return. It works after Close. Errors wrap the
+// heartbeat. The jobs carry a zero Payload and a nil Progress (neither
+// column is read, so the call costs the same whatever their size; Get
+// returns a job whole). limit 0 means leaserouter.DefaultListLimit; below
+// 0 or above leaserouter.MaxListLimit is an error wrapping
+// ErrInvalidOptions, without a round trip. One round trip, a walk of the
+// index of leased jobs by expiry. It works after Close. Errors wrap the
 // driver's. Safe for concurrent use.
 func (r *Router[T]) Leases(ctx context.Context, limit int) ([]leaserouter.Job[T], error) {
 	ctx = orBackground(ctx)

@@ -3,9 +3,11 @@ package pgrouter_test
 import (
 	"context"
 	"encoding/json"
+	"html"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -17,8 +19,89 @@ import (
 	"github.com/leaserouter/leaserouter/pgrouter"
 )
 
-// A Router of raw JSON payloads is a console.Source as it is.
-var _ console.Source = (*pgrouter.Router[json.RawMessage])(nil)
+// A Router of raw JSON payloads is a console.Source as it is, and one
+// that counts exactly on demand.
+var (
+	_ console.Source       = (*pgrouter.Router[json.RawMessage])(nil)
+	_ console.ExactCounter = (*pgrouter.Router[json.RawMessage])(nil)
+)
+
+// consoleBody is the body of GET target of a console over sources.
+func consoleBody(t *testing.T, target string, sources ...console.Source) string {
+	t.Helper()
+	h, err := console.New(console.Options{}, sources...)
+	require.NoError(t, err)
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, target, nil))
+	require.Equal(t, http.StatusOK, w.Code, "%s", w.Body)
+	return w.Body.String()
+}
+
+// TestConsoleOverviewHasEveryProcesssTotals: the overview of a console
+// in one process shows the queue's totals of the last hour, those of the
+// other processes' work included (History, from the table), not the
+// console process's own Stats totals.
+func TestConsoleOverviewHasEveryProcesssTotals(t *testing.T) {
+	worker, db := newRouter[json.RawMessage](t, pgrouter.Options{MaxAttempts: 1, PollInterval: 50 * time.Millisecond})
+	ctx := t.Context()
+	for _, id := range []string{"dead", "canceled"} {
+		require.NoError(t, worker.Enqueue(ctx, id, json.RawMessage(`1`)))
+	}
+	l, err := worker.TryAcquire(ctx, "w")
+	require.NoError(t, err)
+	require.NoError(t, l.Fail(ctx, io.ErrUnexpectedEOF)) // one attempt: dead
+	l, err = worker.TryAcquire(ctx, "w")
+	require.NoError(t, err)
+	require.NoError(t, worker.Cancel(ctx, l.JobID))
+	require.ErrorIs(t, l.Complete(ctx), leaserouter.ErrLeaseLost) // a stale rejection
+
+	// The worker adds what it counted to the history every PollInterval.
+	consoleProcess := routerOn[json.RawMessage](t, db, pgrouter.Options{})
+	var body string
+	eventually(t, 10*time.Second, "the worker's counts in the history", func() bool {
+		body = consoleBody(t, "/", consoleProcess)
+		return strings.Contains(body, `data-testid="total-stale">1<`)
+	})
+	for id, want := range map[string]string{"total-completed": "0", "total-failed": "1", "total-dead": "1",
+		"total-expirations": "0", "total-stale": "1"} {
+		require.Regexp(t, `data-testid="`+id+`">`+want+`<`, body, id)
+	}
+}
+
+// TestConsoleCountsExactlyOverPostgres: a queue counted from the
+// planner's statistics shows its counts as estimates with the age of the
+// last ANALYZE, and a link that counts them exactly (ExactStats).
+func TestConsoleCountsExactlyOverPostgres(t *testing.T) {
+	r, db := newRouter[json.RawMessage](t, countOpts(pgrouter.DefaultQueue))
+	pgrouter.SetCountCap(r, 10)
+	addJobs(t, db, pgrouter.DefaultQueue, "p", leaserouter.StatePending, 40, false)
+	_, err := db.Exec(t.Context(), "ANALYZE leaserouter_jobs")
+	require.NoError(t, err)
+	addJobs(t, db, pgrouter.DefaultQueue, "q", leaserouter.StatePending, 10, false) // since the ANALYZE
+
+	body := consoleBody(t, "/", r)
+	require.Regexp(t, `data-testid="state-count" data-state="pending">≈ [0-9,]+<`, body, "the estimate")
+	require.Regexp(t, `data-testid="estimated-as-of">[0-9.]+m?s ago<`, body, "their age")
+	require.Equal(t, []string{"./?exact=" + pgrouter.DefaultQueue}, testIDsOf(body, "count-exactly", "href"))
+
+	body = consoleBody(t, "/?exact="+pgrouter.DefaultQueue, r)
+	require.Regexp(t, `data-testid="state-count" data-state="pending">50<`, body, "counted exactly")
+	require.Contains(t, body, `data-testid="counted-exactly"`)
+	require.NotContains(t, body, `data-testid="estimated"`)
+}
+
+// testIDsOf returns the value of attr on each element of body with
+// data-testid=id.
+func testIDsOf(body, id, attr string) []string {
+	re := regexp.MustCompile(`<[^>]*data-testid="` + regexp.QuoteMeta(id) + `"[^>]*>`)
+	var out []string
+	for _, tag := range re.FindAllString(body, -1) {
+		if m := regexp.MustCompile(`\s` + regexp.QuoteMeta(attr) + `="([^"]*)"`).FindStringSubmatch(tag); m != nil {
+			out = append(out, html.UnescapeString(m[1]))
+		}
+	}
+	return out
+}
 
 // TestLeasesExpiringSoonestFirst: Leases lists the queue's leased jobs
 // by lease expiry, soonest first, at most limit, with holder and token,

@@ -38,6 +38,12 @@ func bindPositional(names []string, values map[string]any) []any {
 // as on a table created minutes ago.
 func youngQueue(t testing.TB, n int) *pgxpool.Pool {
 	db := pgtest.New(t)
+	fillYoungQueue(t, db, n)
+	return db
+}
+
+// fillYoungQueue is youngQueue's filling, of db.
+func fillYoungQueue(t testing.TB, db *pgxpool.Pool, n int) {
 	_, err := db.Exec(t.Context(), `ALTER TABLE leaserouter_jobs SET (autovacuum_enabled = false)`)
 	require.NoError(t, err)
 	_, err = db.Exec(t.Context(), `INSERT INTO leaserouter_jobs
@@ -46,7 +52,6 @@ func youngQueue(t testing.TB, n int) *pgxpool.Pool {
 			now(), 25, '1', now(), now(), i, now() + interval '1 hour', 1
 		FROM generate_series(1, $1) i`, n)
 	require.NoError(t, err)
-	return db
 }
 
 // The batch lease statements are planned once per connection, not at

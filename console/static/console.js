@@ -20,9 +20,18 @@
     return !!(a && main.contains(a) && /^(INPUT|SELECT|TEXTAREA)$/.test(a.tagName));
   }
 
+  // live is the page's URL without "exact": an exact count (seconds at
+  // millions of jobs) is made once, on demand, never again at every
+  // refresh; the refreshed page shows the estimates and the link again.
+  function live() {
+    var u = new URL(location.href);
+    u.searchParams.delete("exact");
+    return u.toString();
+  }
+
   function refresh() {
     if (document.hidden || busy()) return schedule();
-    fetch(location.href, { headers: { "Accept": "text/html" }, credentials: "same-origin", cache: "no-store" })
+    fetch(live(), { headers: { "Accept": "text/html" }, credentials: "same-origin", cache: "no-store" })
       .then(function (r) { return r.text(); })
       .then(function (html) {
         var doc = new DOMParser().parseFromString(html, "text/html");

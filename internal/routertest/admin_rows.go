@@ -1,9 +1,11 @@
 package routertest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,7 +36,7 @@ type Admin interface {
 
 func adminRows() []Row {
 	return append([]Row{rowListPages, rowListBadInput, rowRetry, rowDelete, rowPause, rowAdminAfterClose, rowAdminSettles,
-		rowLeasesOrder, rowHistory}, bulkRows()...)
+		rowLeasesOrder, rowHistory, rowPagesOmitPayload, rowListPrefixIsLiteral}, bulkRows()...)
 }
 
 // admin returns b's Admin, failing t if it has none.
@@ -422,6 +424,129 @@ var rowLeasesOrder = Row{Name: "admin/Leases expiring soonest first", Test: func
 	for _, bad := range []int{-1, leaserouter.MaxListLimit + 1} {
 		_, err = a.Leases(ctx, bad)
 		require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+	}
+}}
+
+// rowPagesOmitPayload: List with OmitPayload and Leases return jobs
+// with a zero Payload and a nil Progress (whatever their size: a page
+// reads neither), every other field as Get has it, while Get (and List
+// without OmitPayload) returns them whole; a cursor stays valid whether
+// or not OmitPayload changes between pages.
+var rowPagesOmitPayload = Row{Name: "admin/List with OmitPayload and Leases carry no payload or checkpoint; Get does", Test: func(t T, h Harness) {
+	b := open(t, h, Config{})
+	a := admin(t, b)
+	ctx := ctxOf(t)
+	big := func(c byte, n int) []byte { return bytes.Repeat([]byte{c}, n) }
+	payload := string(big('p', 256<<10))
+	for _, id := range []string{"released", "leased", "pending"} {
+		require.NoError(t, b.Enqueue(ctx, id, payload+id))
+	}
+	l := tryAcquire(t, b, "w")
+	require.Equal(t, "released", l.JobID())
+	held := tryAcquire(t, b, "w")
+	require.Equal(t, "leased", held.JobID())
+	require.NoError(t, l.Heartbeat(ctx, big('c', 256<<10)))
+	require.NoError(t, l.Release(ctx)) // pending again, its checkpoint kept
+	require.NoError(t, held.Heartbeat(ctx, big('k', 256<<10)))
+
+	whole := map[string]leaserouter.Job[string]{}
+	for _, id := range []string{"released", "leased", "pending"} {
+		j := get(t, b, id)
+		require.Equal(t, payload+id, j.Payload, "Get returns the payload")
+		whole[id] = j
+	}
+	require.Equal(t, big('c', 256<<10), whole["released"].Progress, "Get returns the checkpoint")
+	require.Equal(t, big('k', 256<<10), whole["leased"].Progress)
+	summary := func(id string) leaserouter.Job[string] {
+		j := whole[id]
+		j.Payload, j.Progress = "", nil
+		return j
+	}
+
+	res, err := a.List(ctx, leaserouter.ListParams{OmitPayload: true})
+	require.NoError(t, err)
+	require.Equal(t, []string{"pending", "leased", "released"}, ids(res.Jobs))
+	for _, j := range res.Jobs {
+		require.Zero(t, len(j.Payload), "%s: List with OmitPayload: no payload", j.ID)
+		require.Zero(t, len(j.Progress), "%s: List with OmitPayload: no checkpoint", j.ID)
+		require.Equal(t, summary(j.ID), j, "%s: List with OmitPayload: the rest as Get", j.ID)
+	}
+	res, err = a.List(ctx, leaserouter.ListParams{})
+	require.NoError(t, err)
+	for _, j := range res.Jobs {
+		require.Equal(t, whole[j.ID], j, "%s: List without OmitPayload: the job whole", j.ID)
+	}
+	leases, err := a.Leases(ctx, 0)
+	require.NoError(t, err)
+	require.Len(t, leases, 1)
+	require.Zero(t, len(leases[0].Payload), "Leases: no payload")
+	require.Zero(t, len(leases[0].Progress), "Leases: no checkpoint")
+	require.Equal(t, []leaserouter.Job[string]{summary("leased")}, leases, "Leases: no payload, no checkpoint")
+
+	// One cursor, whichever OmitPayload the pages have.
+	p := leaserouter.ListParams{Limit: 1, OmitPayload: true}
+	res, err = a.List(ctx, p)
+	require.NoError(t, err)
+	require.Equal(t, summary("pending"), res.Jobs[0])
+	p.Cursor, p.OmitPayload = res.NextCursor, false
+	res, err = a.List(ctx, p)
+	require.NoError(t, err)
+	require.Equal(t, whole["leased"], res.Jobs[0])
+	p.Cursor, p.OmitPayload = res.NextCursor, true
+	res, err = a.List(ctx, p)
+	require.NoError(t, err)
+	require.Equal(t, []leaserouter.Job[string]{summary("released")}, res.Jobs)
+	require.Empty(t, res.NextCursor)
+}}
+
+// rowListPrefixIsLiteral: ListParams.IDPrefix selects the IDs that start
+// with it byte for byte, whatever it holds: no pattern characters (%, _,
+// \), code points above ASCII up to the highest (U+10FFFF, which has no
+// next one), around the surrogates no string holds; "" selects every
+// job; on every page, under every collation of the backend's.
+var rowListPrefixIsLiteral = Row{Name: "admin/List's IDPrefix is a literal byte prefix", Test: func(t T, h Harness) {
+	b := open(t, h, Config{})
+	a := admin(t, b)
+	ctx := ctxOf(t)
+	const top = "\U0010FFFF"
+	all := []string{"a", "a%", "a%b", "ab", "a_", "a_b", "aXb", "a\\", "a\\b", "a\\\\", "b", "B", "é", "éa", "e",
+		"\uD7FF", "\uD7FFx", "\uE000", top, top + "a", top + top, "a" + top, "a" + top + "z", "b" + top, "z", "~", "\u007F"}
+	// Newer than those, more jobs than a backend may look through before
+	// it looks a rare prefix up another way (pgrouter: an index by ID).
+	var fill []leaserouter.JobSpec[string]
+	for i := range 2100 {
+		fill = append(fill, leaserouter.JobSpec[string]{ID: fmt.Sprintf("y%04d", i)})
+	}
+	var newestFirst []string
+	for _, id := range all {
+		require.NoError(t, b.Enqueue(ctx, id, ""))
+		newestFirst = append([]string{id}, newestFirst...)
+	}
+	dup, err := b.EnqueueMany(ctx, fill)
+	require.NoError(t, err)
+	require.Empty(t, dup)
+	for _, j := range fill {
+		newestFirst = append([]string{j.ID}, newestFirst...)
+	}
+	for _, prefix := range []string{"", "y", "y1", "a", "a%", "a_", "a\\", "a\\\\", "%", "_", "\\", "A", "b", "é", "e", "\uD7FF",
+		"\uE000", top, top + top, top + top + top, "a" + top, "a" + top + top, "~", "\u007F", "\u0080", "zz"} {
+		var want []string
+		for _, id := range newestFirst {
+			if strings.HasPrefix(id, prefix) {
+				want = append(want, id)
+			}
+		}
+		limits := []int{0, 2}
+		if len(want) > 100 {
+			limits = []int{leaserouter.MaxListLimit}
+		}
+		for _, limit := range limits {
+			got := listAll(t, a, leaserouter.ListParams{IDPrefix: prefix, Limit: limit, OmitPayload: true}, nil)
+			require.Equal(t, want, got, "prefix %q (%+q), limit %d", prefix, prefix, limit)
+			got = listAll(t, a, leaserouter.ListParams{IDPrefix: prefix, Limit: limit,
+				States: []leaserouter.State{leaserouter.StatePending}}, nil)
+			require.Equal(t, want, got, "prefix %q (%+q), limit %d, pending", prefix, prefix, limit)
+		}
 	}
 }}
 

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -56,6 +57,14 @@ func New(t testing.TB) *pgxpool.Pool {
 	if url := os.Getenv(EnvURL); url != "" {
 		return fresh(t, url, "")
 	}
+	return fresh(t, sharedCluster(t).URL("postgres"), template)
+}
+
+// sharedCluster is the shared cluster, started with its migrated template
+// at the first call; no server: t is skipped, or fails under
+// LEASEROUTER_REQUIRE_POSTGRES=1.
+func sharedCluster(t testing.TB) *Cluster {
+	t.Helper()
 	shared.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -67,7 +76,22 @@ func New(t testing.TB) *pgxpool.Pool {
 	if shared.err != nil {
 		need(t, shared.err)
 	}
-	return fresh(t, shared.cluster.URL("postgres"), template)
+	return shared.cluster
+}
+
+// NewLocale is New with a database whose collation and character
+// classification are locale (an operating system locale such as
+// "C.UTF-8", Debian's default, or "en_US.UTF-8"), whatever the
+// server's: to run a test under a collation other than the throwaway
+// cluster's "C". It is created from template0 and migrated (about as
+// long as Migrate takes, rather than New's clone). A locale the server
+// does not know fails t, as any other failure to create the database.
+func NewLocale(t testing.TB, locale string) *pgxpool.Pool {
+	t.Helper()
+	if url := os.Getenv(EnvURL); url != "" {
+		return freshLocale(t, url, "", locale)
+	}
+	return freshLocale(t, sharedCluster(t).URL("postgres"), "", locale)
 }
 
 // NewCluster starts a cluster of the test's own, with a migrated template
@@ -128,6 +152,13 @@ var dbSeq atomic.Int64
 // template, or migrated when template is "" — and returns a pool on it.
 func fresh(t testing.TB, adminURL, template string) *pgxpool.Pool {
 	t.Helper()
+	return freshLocale(t, adminURL, template, "")
+}
+
+// freshLocale is fresh with a database of locale (the server's default
+// when ""), created from template0 and migrated.
+func freshLocale(t testing.TB, adminURL, template, locale string) *pgxpool.Pool {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// Unique across processes and hosts sharing a server.
@@ -138,7 +169,10 @@ func fresh(t testing.TB, adminURL, template string) *pgxpool.Pool {
 	}
 	defer admin.Close(ctx)
 	create := "CREATE DATABASE " + name
-	if template != "" {
+	switch {
+	case locale != "":
+		create += " TEMPLATE template0 LOCALE '" + strings.ReplaceAll(locale, "'", "''") + "'"
+	case template != "":
 		create += " TEMPLATE " + template
 	}
 	if _, err := admin.Exec(ctx, create); err != nil {

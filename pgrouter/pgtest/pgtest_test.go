@@ -72,6 +72,21 @@ func TestNewGivesFreshMigratedDatabases(t *testing.T) {
 	require.NotEqual(t, na, nb)
 }
 
+// TestNewLocaleHasThatCollation: NewLocale's database collates as the
+// locale says, not as the cluster's C, and is migrated.
+func TestNewLocaleHasThatCollation(t *testing.T) {
+	db := NewLocale(t, "C.UTF-8")
+	ctx := context.Background()
+	var collate string
+	require.NoError(t, db.QueryRow(ctx, "SELECT datcollate FROM pg_database WHERE datname = current_database()").Scan(&collate))
+	require.Contains(t, []string{"C.UTF-8", "C.utf8"}, collate)
+	var n int
+	require.NoError(t, db.QueryRow(ctx, "SELECT count(*) FROM leaserouter_jobs").Scan(&n), "migrated")
+	var c bool
+	require.NoError(t, New(t).QueryRow(ctx, "SELECT datcollate = 'C' FROM pg_database WHERE datname = current_database()").Scan(&c))
+	require.True(t, c, "New's stays C")
+}
+
 // TestClusterStopStart: a cluster of the test's own stops (fast or as a
 // crash) and starts again with its data.
 func TestClusterStopStart(t *testing.T) {

@@ -310,3 +310,46 @@ func TestPeriodicFailedTickTriedAgain(t *testing.T) {
 	require.NoError(t, other.Rollback(ctx))
 	eventually(t, 20*time.Second, "the tick's job", func() bool { return slices.Contains(tickJobs(t, db, queue, name), id) })
 }
+
+// breakable is s until broken, then a Schedule whose Next panics.
+type breakable struct {
+	s      leaserouter.Schedule
+	broken *atomic.Bool
+}
+
+func (b breakable) Next(t time.Time) time.Time {
+	if b.broken.Load() {
+		panic("schedule broken")
+	}
+	return b.s.Next(t)
+}
+
+// A schedule that ends in this process (its Next panics) still settles
+// the ticks its scheduler kept: a tick held by a stalled transaction when
+// the schedule breaks is enqueued once that transaction ends.
+func TestPeriodicEndedScheduleSettlesItsHeldTicks(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := t.Context()
+	const queue, name = "endedheld", "p"
+	tick := stalledTick(t, db, queue, name)
+	holder, err := db.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback(context.Background()) }()
+	_, err = holder.Exec(ctx, "SELECT FROM leaserouter_periodic WHERE queue = $1 AND name = $2 FOR UPDATE", queue, name)
+	require.NoError(t, err)
+
+	var broken atomic.Bool
+	r := routerOn[int](t, db, pgrouter.Options{Queue: queue})
+	require.NoError(t, r.AddPeriodic(ctx, pgrouter.Periodic[int]{Name: name, Schedule: breakable{onceAt{tick}, &broken}}))
+	awaitWakes(t, r, 1) // the tick planned and found held
+	broken.Store(true)
+	eventually(t, 10*time.Second, "the schedule's end (Next panicked), reported", func() bool {
+		s, err := r.Stats(ctx)
+		require.NoError(t, err)
+		return s.CallbackPanics == 1
+	})
+	require.NoError(t, holder.Rollback(ctx), "the stalled transaction ends")
+	id := leaserouter.TickID(name, tick)
+	eventually(t, 10*time.Second, "the held tick's job", func() bool { return slices.Contains(tickJobs(t, db, queue, name), id) })
+}

@@ -164,13 +164,15 @@ func TestBadInput(t *testing.T) {
 				{Cursor: good.NextCursor[:len(good.NextCursor)-1]},
 				{Cursor: good.NextCursor, IDPrefix: "l"}, // made under no prefix
 				{Cursor: good.NextCursor, States: []leaserouter.State{leaserouter.StatePending}},
-				{Cursor: maxSeqCursor()}, // a seq above bigint
 				{IDPrefix: "ab\xffc"},
 			} {
 				res, err := r.List(ctx, p)
 				require.ErrorIs(t, err, leaserouter.ErrInvalidOptions, "%+v", p)
 				require.Empty(t, res.Jobs)
 			}
+			_, err = r.List(ctx, leaserouter.ListParams{Cursor: maxSeqCursor()})
+			require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+			require.ErrorIs(t, err, listcursor.ErrMalformed, "a cursor of this queue and filters whose enqueue order is above bigint")
 			res, err := r.List(ctx, leaserouter.ListParams{IDPrefix: "a\x00"})
 			require.NoError(t, err, "a prefix holding a NUL selects nothing")
 			require.Empty(t, res.Jobs)

@@ -186,11 +186,15 @@
 // AddPeriodic enqueues a job at each tick of a leaserouter.Schedule, one
 // job per tick whatever the number of processes that schedule it, with
 // no leader: each process's scheduler sleeps until the tick (a timer),
-// and the database lets one of them take it (the periodic job's row in
-// leaserouter_periodic, locked by the transaction that inserts the tick's
-// job). No scheduler waits for another's lock: a process stalled inside a
-// tick delays that periodic job only, and the tick it held is taken by
-// another if its transaction rolls back. The database's clock decides which tick is due; none before the
+// and the database lets one of them take it (the tick's record in
+// leaserouter_periodic_ticks, inserted by the transaction that inserts
+// the tick's job, which locks the periodic job's row in
+// leaserouter_periodic). No scheduler waits for another's lock: a process
+// stalled inside a tick's transaction delays that periodic job only; the
+// other schedulers keep the ticks that come due meanwhile and take them
+// once its transaction ends (the server ends it after 5s idle in it; see
+// AddPeriodic for a process stopped in the middle of a statement), the
+// tick it held too if it rolled back. The database's clock decides which tick is due; none before the
 // periodic job's first registration on the queue ever; after every
 // scheduler was down, the first back enqueues the latest missed tick
 // only, if younger than Options.Retention. See AddPeriodic.
@@ -206,7 +210,9 @@
 // operations resolved by their client, kept a day: see Faults) and
 // leaserouter_queues (paused queues), leaserouter_history (History's
 // per-minute counts of each process), leaserouter_periodic (each periodic
-// job's first registration and last tick taken), the sequences leaserouter_token
+// job's first registration and last tick taken) and
+// leaserouter_periodic_ticks (each tick taken, kept while Retention
+// lasts), the sequences leaserouter_token
 // (fencing tokens: cache 1, raised by New above TokenFloor and the Unix
 // time in nanoseconds, never lowered) and leaserouter_job_seq (enqueue
 // order), partial indexes for the ready order, scheduled run-ats, lease

@@ -31,17 +31,24 @@ type Periodic[T any] = leaserouter.Periodic[T]
 // Exactly one job per tick, whatever the number of processes and Routers
 // that schedule p on the queue, as long as at least one of them runs at
 // the tick (and gets to it before the next tick is due: a scheduler
-// woken later enqueues the latest due tick, skipping older ones): every
-// scheduler of the tick tries it, and the database lets one through.
-// Each process wakes at the tick (a timer, not a poll) and takes the tick
-// in a transaction that also inserts its job: it raises the job's last
-// tick in the table leaserouter_periodic, whose row stays locked until
-// that transaction ends. Behind that, the queue's primary key (queue, id)
-// refuses a second job of the same ID. A tick is never taken twice, even
-// after its job finished and was purged or deleted (the table keeps the
-// last tick). The processes of a queue should give a name the same
-// Schedule: the last tick taken is the name's, whichever schedule made
-// it, and a tick not after it is refused. There is no leader to elect:
+// woken later enqueues the latest due tick, skipping older ones) and
+// the tick is younger than Options.Retention: every scheduler of the
+// tick tries it, and the database lets one through. Each process wakes
+// at the tick (a timer, not a poll) and takes the tick in a transaction
+// that also inserts its job: it locks the job's row in the table
+// leaserouter_periodic and inserts the tick's record in
+// leaserouter_periodic_ticks, whose primary key (queue, name, tick)
+// refuses a second taker; behind that, the queue's primary key (queue,
+// id) refuses a second job of the same ID. A tick is never taken twice,
+// even after its job finished and was purged or deleted (its record is
+// kept while the taker's Retention lasts; past it no scheduler of that
+// Retention takes the tick, and its taker's later ticks delete the
+// record and refuse the tick for good: the processes of a queue should
+// give it the same Retention). Ticks may be taken in any order (a tick
+// held by a stalled scheduler, below, after a younger one). The
+// processes of a queue should give a name the same Schedule: a
+// scheduler that starts plans from the name's latest tick taken,
+// whichever schedule made it. There is no leader to elect:
 // River's periodic jobs could be enqueued twice around a change of
 // leader (riverqueue/river#283, fixed with leadership terms in #1213),
 // and asynq's scheduler enqueues a tick once per running scheduler
@@ -53,17 +60,28 @@ type Periodic[T any] = leaserouter.Periodic[T]
 // delays that periodic job only, and AddPeriodic never waits for it. A
 // scheduler that finds the job's row locked by another's tick does not
 // wait (FOR UPDATE SKIP LOCKED): it goes on with its other periodic jobs
-// and tries the held tick again after 100ms, doubling up to 1s, oldest
-// first, until it is taken (the holder rolled back: its process died),
-// found taken (the holder committed), or older than Options.Retention.
-// The ticks of the job that come due meanwhile wait behind it (the row is
-// the job's), up to 8 of them; past that the latest replaces the
-// youngest kept, as for a scheduler woken late. The tick's transaction
-// bounds how long a stalled process holds the row: the server ends the
-// session of a scheduler idle for 5s inside it
+// and keeps the held tick, trying it again after 100ms, doubling up to
+// 1s, oldest first, until it is taken (the holder rolled back: its
+// process died), found taken (the holder committed), or older than
+// Options.Retention. The ticks of the job that come due meanwhile are
+// kept with it (the row is the job's: they are held too), up to 8; past
+// that the latest replaces the youngest kept, as for a scheduler woken
+// late. A tick whose own transaction fails (a database error, a lost
+// connection, its outcome unknown) is kept the same way and tried again
+// after the backoff of errors below. The tick's transaction bounds how
+// long a stalled process holds the row: the server ends the session of a
+// scheduler idle for 5s between statements inside it
 // (idle_in_transaction_session_timeout, set for that transaction only),
-// which rolls its tick back for the others, and a lock wait inside it
-// ends after 1s (lock_timeout), an error tried again after a backoff.
+// which rolls its tick back for the others, and a lock wait of its
+// statements ends after 1s (lock_timeout), an error tried again after a
+// backoff; its COMMIT waits for the cluster's NOTIFY lock as an
+// Enqueue's does. A process stopped in the middle of a statement (its
+// messages partly sent: a large payload, say) is not idle to the server:
+// on PostgreSQL 17 and later its session ends 5s into the transaction
+// (transaction_timeout, set for it only); before 17 it ends only when
+// the server finds the connection dead (its tcp_keepalives_* and
+// tcp_user_timeout settings, for a process cut off; a process stopped on
+// a live host keeps it), and that periodic job's ticks wait until then.
 //
 // The database's clock decides, never a process's: the scheduler reads
 // clock_timestamp() at each wake-up, and the statement that takes a tick
@@ -79,7 +97,8 @@ type Periodic[T any] = leaserouter.Periodic[T]
 // leaserouter_periodic by the first AddPeriodic of the queue and name in
 // any process and kept by later ones): a first start does not enqueue
 // the latest past tick. At each wake-up the scheduler enqueues the latest
-// due tick not yet taken, if it is at or after since and younger than
+// due tick after the last it planned (at its start: after the name's
+// latest tick taken), if it is at or after since and younger than
 // Options.Retention, and skips older ones: after every scheduler was
 // down (a restart, say), the first one back enqueues at most one missed
 // tick, the latest, and only if it is younger than Retention. Ticks are
@@ -93,9 +112,11 @@ type Periodic[T any] = leaserouter.Periodic[T]
 // level Error through Options.Logger (slog.Default() if nil), and skips
 // the tick in this process, as a payload that does not encode as JSON
 // does; a panic in the Schedule's Next ends p's schedule here, reported
-// so (the name stays added until RemovePeriodic). A database error makes the scheduler try again after a backoff
-// (100ms, doubling up to 5s; a tick's error delays only its own periodic
-// job, the others go on at their ticks), each reported at level Warn through
+// so (the name stays added until RemovePeriodic; the ticks it keeps are
+// still tried until settled). A database error makes the scheduler try
+// again after a backoff (100ms, doubling up to 5s; a tick's error delays
+// only its own periodic job, the others go on at their ticks; the tick
+// is kept and tried again before any younger), each reported at level Warn through
 // Options.Logger (slog.Default() if nil). An enqueued tick's job emits
 // EventEnqueued and counts in Stats.Enqueued, as Enqueue's do.
 //
@@ -184,8 +205,9 @@ func (r *Router[T]) AddPeriodic(ctx context.Context, p Periodic[T]) error {
 // RemovePeriodic stops scheduling the periodic job name in this Router;
 // other processes that scheduled it go on, and its record in
 // leaserouter_periodic stays (a later AddPeriodic keeps its since and
-// last tick). A tick being enqueued as it is called may still be. It
-// returns an error wrapping leaserouter.ErrNotFound for a name not added
+// last tick). A tick whose try is in progress as it is called may still
+// be enqueued; no tick kept to try again (held, failed) is tried after it
+// returns. It returns an error wrapping leaserouter.ErrNotFound for a name not added
 // on this Router (or removed, or whose AddPeriodic has not returned), and
 // leaserouter.ErrClosed after Close. It does not talk to the database.
 // Safe for concurrent use.
@@ -257,7 +279,8 @@ type periodicEntry[T any] struct {
 	index int           // in due; -1 when out of it
 	ready bool          // AddPeriodic's round trip succeeded
 	retry time.Duration // the backoff after a database error of its tick; 0: none (written by the scheduler only)
-	held  []time.Time   // ticks found held by another transaction, oldest first (periodic_held.go; scheduler only)
+	held  []time.Time   // ticks planned and not settled, oldest first (periodic_held.go; scheduler only)
+	ended bool          // its schedule ended (Next panicked or stuck): only its held ticks are tried (scheduler only)
 	wait  time.Duration // the backoff of the held ticks' next try; 0: none (scheduler only)
 }
 

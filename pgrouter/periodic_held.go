@@ -1,12 +1,18 @@
 package pgrouter
 
-// Ticks held by another transaction: a scheduler that finds a periodic
-// job's row locked by another scheduler's tick transaction does not wait
-// for it (that one may be stalled inside its tick for as long as its
-// session lives, and waiting would stall every periodic job of this
-// process), and does not drop the tick either (that transaction may roll
-// back, its process killed): it keeps the tick and tries it again, oldest
-// first, until it is taken, found taken, or older than the retention.
+// Held ticks: a periodic job's ticks this scheduler planned and has not
+// settled. A tick joins them when planned (periodic.Due) and leaves once
+// taken here, found taken by another scheduler, skipped (its Payload
+// panicked, its payload does not encode) or older than the retention. It
+// stays while another scheduler's transaction holds the job's row (that
+// one may be stalled inside its tick for as long as its session lives:
+// waiting for it would stall every periodic job of this process, and
+// dropping the tick would lose it if that transaction rolls back, its
+// process killed) and while its own try fails (a database error: the
+// transaction's outcome is unknown, the tick's record in
+// leaserouter_periodic_ticks tells on the next try). Each tick is taken
+// at most once, in any order (periodic_tick.sql), so a held tick may be
+// taken after a younger one another scheduler took meanwhile.
 
 import (
 	"context"
@@ -16,41 +22,66 @@ import (
 
 // The tick transaction's bounds, set for it alone (periodic_tick.sql):
 // the server ends the session of a scheduler that stops talking for
-// periodicIdleTimeout inside its tick (stopped, cut off), which rolls
-// the tick back for the others; a lock wait of its job's insert ends
-// after periodicLockTimeout (an error, tried again after a backoff).
-// A held tick is tried again after periodicRetryMin, doubling up to
-// periodicHeldRetryMax; at most periodicHeldMax ticks of a job are kept.
+// periodicIdleTimeout between statements of its tick (stopped, cut off),
+// which rolls the tick back for the others; from PostgreSQL 17, it ends
+// one whose tick's transaction lasts periodicTxnTimeout (stopped in the
+// middle of a statement's messages, say); a lock wait of its statements
+// ends after periodicLockTimeout (an error: the tick is tried again after
+// a backoff), not its COMMIT's. A held tick is tried again after
+// periodicRetryMin, doubling up to periodicHeldRetryMax; at most
+// periodicHeldMax ticks of a job are kept.
 const (
 	periodicIdleTimeout  = 5 * time.Second
+	periodicTxnTimeout   = 5 * time.Second
 	periodicLockTimeout  = time.Second
 	periodicHeldRetryMax = time.Second
 	periodicHeldMax      = 8
 )
 
-// retryHeld tries the held ticks of e again, oldest first, and stops at
-// the first still held (the row is: the younger ones wait behind it).
-// The row's last tick only grows, so the oldest must be taken first: a
-// younger one taken before it would refuse it for good. A tick taken,
-// found taken, skipped (its Payload panicked) or older than the
-// retention on now leaves the list. It returns only database errors.
+// retryHeld tries the held ticks of e, oldest first. A tick taken, found
+// taken, skipped or older than the retention on now leaves the list; the
+// first found held stops the tries (the job's row is locked: the younger
+// ticks would be too). A tick whose try fails stays, and the tries go on
+// with the next (a failure may be the tick's own: its job's insert
+// waiting on a conflicting one); the first error is returned. It stops
+// without a try once e is removed (RemovePeriodic: a try in progress as
+// it is called may still enqueue its tick, no later one) or Close began.
 func (r *Router[T]) retryHeld(ctx context.Context, e *periodicEntry[T], now time.Time) error {
-	for len(e.held) > 0 {
-		if tick := e.held[0]; now.Before(tick.Add(r.opts.Retention)) {
-			held, err := r.tryTick(ctx, e, tick)
-			if err != nil {
-				return err
-			}
-			if held {
-				return nil
-			}
+	var first error
+	for i := 0; i < len(e.held); {
+		if ctx.Err() != nil || !r.periodicAdded(e) {
+			return first
 		}
-		e.held = slices.Delete(e.held, 0, 1)
+		tick := e.held[i]
+		if !now.Before(tick.Add(r.opts.Retention)) {
+			e.held = slices.Delete(e.held, i, i+1)
+			continue
+		}
+		held, err := r.tryTick(ctx, e, tick)
+		switch {
+		case err != nil:
+			if first == nil {
+				first = err
+			}
+			i++
+		case held:
+			return first
+		default:
+			e.held = slices.Delete(e.held, i, i+1)
+		}
 	}
-	return nil
+	return first
 }
 
-// hold keeps tick, younger than every tick held, to try it again. Past
+// periodicAdded reports whether e is still the Router's periodic job of
+// its name (not removed).
+func (r *Router[T]) periodicAdded(e *periodicEntry[T]) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.periodic.byName[e.p.Name] == e
+}
+
+// hold keeps tick, younger than every tick held, to try it. Past
 // periodicHeldMax ticks, tick takes the place of the youngest: a job
 // whose row stays held that long catches up the latest of its ticks, as
 // a scheduler woken late does, and the oldest, which the holder may have
@@ -64,8 +95,8 @@ func (e *periodicEntry[T]) hold(tick time.Time) {
 }
 
 // armHeld brings e's next forward to the next try of its held ticks, if
-// any, with a backoff (doubling up to periodicHeldRetryMax) while they
-// stay held; with none, the backoff starts again.
+// any, with a backoff (doubling up to periodicHeldRetryMax) while some
+// stay; with none, the backoff starts again.
 func (e *periodicEntry[T]) armHeld(now time.Time) {
 	if len(e.held) == 0 {
 		e.wait = 0

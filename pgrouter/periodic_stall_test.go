@@ -81,6 +81,8 @@ func TestPeriodicStalledTickDelaysOnlyItsOwnJob(t *testing.T) {
 		require.NoError(t, err)
 		return found
 	})
+	// The event is delivered after the commit, on the delivery goroutine.
+	eventually(t, 10*time.Second, "the tick's EventEnqueued", func() bool { return events.get()[id] > 0 })
 	require.Equal(t, 1, events.get()[id], "the held tick enqueued once")
 	var last time.Time
 	require.NoError(t, db.QueryRow(ctx, "SELECT last_tick FROM leaserouter_periodic WHERE queue = $1 AND name = 'held'", queue).Scan(&last))
@@ -119,6 +121,8 @@ func TestPeriodicStalledSchedulerLosesTheTick(t *testing.T) {
 		require.NoError(t, err)
 		return found
 	})
+	// The event is delivered after the commit, on the delivery goroutine.
+	eventually(t, 10*time.Second, "the tick's EventEnqueued", func() bool { return events.get()[id] > 0 })
 	require.Equal(t, 1, events.get()[id], "the tick enqueued once")
 	require.Error(t, holder.Commit(ctx), "the stalled scheduler's session was ended")
 	var n int

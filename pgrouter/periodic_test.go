@@ -225,10 +225,13 @@ func TestPeriodicCatchUpAfterRestart(t *testing.T) {
 // The statement that takes a tick decides on its own, on the database's
 // clock, whatever the scheduler planned: it refuses a tick before the
 // first registration, one not yet due, one older than the retention, and
-// one at or before the last tick taken; of two transactions taking the
-// same tick, the second never waits for the first: it finds the tick
-// held, and tried again takes it if the first rolled back (its process
-// died), or finds it taken if the first committed.
+// one taken before, but takes a tick never taken that is older than the
+// last taken (a scheduler held it while another took a younger one); of
+// two transactions taking the same tick, the second never waits for the
+// first: it finds the tick held, and tried again takes it if the first
+// rolled back (its process died), or finds it taken if the first
+// committed. A taker deletes the records of the ticks older than its
+// retention before its tick, and those ticks are refused for good.
 func TestPeriodicTickTakenOnceByTheDatabase(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
@@ -262,7 +265,8 @@ func TestPeriodicTickTakenOnceByTheDatabase(t *testing.T) {
 	require.Equal(t, none, old, "a tick older than the retention")
 	require.Equal(t, taken, take(db, now.Add(-90*time.Second)))
 	require.Equal(t, none, take(db, now.Add(-90*time.Second)), "the same tick again")
-	require.Equal(t, none, take(db, now.Add(-100*time.Second)), "a tick before the last taken")
+	require.Equal(t, taken, take(db, now.Add(-100*time.Second)), "a tick before the last taken, never taken")
+	require.Equal(t, none, take(db, now.Add(-100*time.Second)), "that tick again")
 
 	tick := now.Add(-time.Minute)
 	first, err := db.Begin(ctx)
@@ -279,6 +283,14 @@ func TestPeriodicTickTakenOnceByTheDatabase(t *testing.T) {
 	require.Equal(t, held, take(db, tick), "the second taker, while the first holds the row")
 	require.NoError(t, first.Commit(ctx))
 	require.Equal(t, none, take(db, tick), "the tick the first committed")
+
+	pruner, err := tryTake(db, tick.Add(time.Millisecond), 30*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, taken, pruner, "a tick whose taker's retention is 30s")
+	var kept int
+	require.NoError(t, db.QueryRow(ctx, "SELECT count(*) FROM leaserouter_periodic_ticks WHERE queue = 'q' AND name = 'p'").Scan(&kept))
+	require.Equal(t, 2, kept, "the records of the ticks older than 30s before it deleted")
+	require.Equal(t, none, take(db, now.Add(-95*time.Second)), "a tick never taken, older than a taker's retention before its tick")
 	_, err = db.Exec(ctx, "DELETE FROM leaserouter_periodic")
 	require.NoError(t, err)
 	require.Equal(t, none, take(db, dbNow(t, db).Add(-time.Second)), "a job with no row: none to hold")

@@ -99,7 +99,7 @@ func (r *Router[T]) wakeUp(ctx context.Context) error {
 			break
 		}
 		e.retry = min(max(2*e.retry, periodicRetryMin), periodicRetryMax)
-		e.next = now.Add(e.retry) // e.last unchanged: the tick is planned again then
+		e.next = now.Add(e.retry) // the tick that failed is held: tried again then, before any younger
 		r.logPeriodic(slog.LevelWarn, fmt.Sprintf("pgrouter: periodic jobs: %v; trying again in %v", err, e.retry), "")
 	}
 	defer r.periodic.wakes.Add(1)
@@ -114,43 +114,41 @@ func (r *Router[T]) wakeUp(ctx context.Context) error {
 	return nil
 }
 
-// planTick plans e at now on the shared rule (periodic.Due) and enqueues
-// the tick it gives, if any, after the ticks of e held by another
-// transaction (retryHeld). It returns only database errors, e then
-// unchanged but for the held ticks settled; a panic of the schedule ends
-// e's schedule (next zero), a panic of Payload or a payload that does not
-// encode skips the tick, each reported.
+// planTick plans e at now on the shared rule (periodic.Due): the tick
+// it gives, if any, joins e's held ticks, and e.last and e.next move on
+// at once, whatever becomes of that tick; then the held ticks are tried
+// (retryHeld). It returns the database errors of the tries, the ticks
+// that failed kept to try again. A panic of the schedule (or a Next that
+// does not move forward) ends e's schedule, reported: its held ticks are
+// still tried until none is left (next zero then). A panic of Payload or
+// a payload that does not encode skips the tick, reported.
 func (r *Router[T]) planTick(ctx context.Context, e *periodicEntry[T], now time.Time) error {
-	if err := r.retryHeld(ctx, e, now); err != nil {
-		return err
-	}
-	plan, err := periodic.Due(e.p.Schedule, e.since, e.last, now, r.opts.Retention)
-	if err != nil {
-		msg := fmt.Sprintf("pgrouter: periodic job %s: %v; its schedule ends in this process", contract.Quote(e.p.Name), err)
-		if errors.Is(err, periodic.ErrStuck) {
-			r.logPeriodic(slog.LevelError, msg, "")
-		} else {
-			r.callbackPanicked(msg, "") // Next panicked
-		}
-		e.next = time.Time{}
-		return nil
-	}
-	if !plan.Tick.IsZero() {
-		// Ticks still held (retryHeld stopped at the oldest): the row is
-		// still locked, and this tick waits behind them, untried.
-		held := len(e.held) > 0
-		if !held {
-			if held, err = r.tryTick(ctx, e, plan.Tick); err != nil {
-				return err
+	if !e.ended {
+		plan, err := periodic.Due(e.p.Schedule, e.since, e.last, now, r.opts.Retention)
+		if err == nil {
+			if !plan.Tick.IsZero() {
+				e.hold(plan.Tick)
 			}
-		}
-		if held {
-			e.hold(plan.Tick)
+			e.last, e.next = plan.Handled, plan.Next
+		} else {
+			msg := fmt.Sprintf("pgrouter: periodic job %s: %v; its schedule ends in this process", contract.Quote(e.p.Name), err)
+			if len(e.held) > 0 {
+				msg += fmt.Sprintf(" (once its %d held ticks are taken or given up)", len(e.held))
+			}
+			if errors.Is(err, periodic.ErrStuck) {
+				r.logPeriodic(slog.LevelError, msg, "")
+			} else {
+				r.callbackPanicked(msg, "") // Next panicked
+			}
+			e.ended = true
 		}
 	}
-	e.last, e.next = plan.Handled, plan.Next
+	if e.ended {
+		e.next = time.Time{}
+	}
+	err := r.retryHeld(ctx, e, now)
 	e.armHeld(now)
-	return nil
+	return err
 }
 
 // tryTick enqueues tick of e (enqueueTick, with its Payload); held: not
@@ -212,7 +210,7 @@ func (r *Router[T]) enqueueTick(ctx context.Context, p Periodic[T], tick time.Ti
 		var taken bool
 		err := tx.QueryRow(ctx, takeTick, args{"queue": r.opts.Queue, "name": p.Name, "tick": tick,
 			"retention_us": r.opts.Retention.Microseconds(), "lock_timeout_ms": periodicLockTimeout.Milliseconds(),
-			"idle_timeout_ms": periodicIdleTimeout.Milliseconds()}).Scan(&taken, &held)
+			"idle_timeout_ms": periodicIdleTimeout.Milliseconds(), "txn_timeout_ms": periodicTxnTimeout.Milliseconds()}).Scan(&taken, &held)
 		if err != nil {
 			return err
 		}
@@ -220,6 +218,10 @@ func (r *Router[T]) enqueueTick(ctx context.Context, p Periodic[T], tick time.Ti
 			return errTickNotTaken
 		}
 		inserted, purged, err = r.insertRoomed(ctx, tx, &b) // room awaited above: no wait holding the periodic job's row
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, tickCommit) // no lock_timeout on the COMMIT (periodic_tick_commit.sql)
 		return err
 	})
 	if errors.Is(err, errTickNotTaken) {

@@ -159,5 +159,6 @@ var (
 	// Periodic jobs (periodic.go).
 	addPeriodic = statement("periodic_add")
 	takeTick    = statement("periodic_tick")
+	tickCommit  = statement("periodic_tick_commit")
 	readClock   = statement("periodic_clock")
 )

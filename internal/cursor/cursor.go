@@ -70,8 +70,9 @@ func DecodeIn(scope, s string, mask uint8, prefix string) (uint64, error) {
 }
 
 // fingerprint hashes the filters and the scope (FNV-1a, 64 bits). With
-// no scope, the mask and the prefix as they are (the cursors made before
-// scopes existed stay valid); with one, the prefix's length comes before
+// no scope, the mask and the prefix as they are (so Encode's cursors made
+// before scopes existed stay valid for Decode; a caller that moved to a
+// scope refuses its own older cursors, as made under other filters); with one, the prefix's length comes before
 // it, so that no other prefix and scope hash the same bytes.
 func fingerprint(scope string, mask uint8, prefix string) uint64 {
 	h := fnv.New64a()

@@ -8,36 +8,58 @@
 -- transaction holding it may be a scheduler stalled inside its tick (a
 -- process stopped or cut off from the network keeps its session, and the
 -- lock, until the server ends it), and waiting would stall this
--- process's scheduler, every periodic job of it. The tick is taken only
--- if it is after every tick taken before (last_tick), not before the
--- job's first registration (since), and, on the database's clock as the
--- row is locked, due and younger than @retention_us; the row stays locked
--- until the transaction ends, so a tick is taken once.
+-- process's scheduler, every periodic job of it. The row lock orders the
+-- takers of the job's ticks; the tick's record in
+-- leaserouter_periodic_ticks (its primary key) makes it taken once: in
+-- any order (a tick held by a stalled transaction that rolled back may be
+-- taken after a younger one) and whenever its job is purged. The tick is
+-- taken only if it has no record, is after taken_to (ticks at or before
+-- it may have lost their record), not before the job's first
+-- registration (since), and, on the database's clock as the row is
+-- locked, due and younger than @retention_us. Its taker deletes the
+-- records of the job's ticks older than @retention_us before @tick (no
+-- scheduler of that retention takes them any more) and raises taken_to
+-- over them, and raises last_tick (the latest tick taken: a scheduler
+-- that starts plans from it).
 --
 -- The rest of the transaction is bounded, so that a scheduler stalled
--- inside it holds the row for a while only: lock_timeout (the job's
--- insert waiting for a conflicting one) and
--- idle_in_transaction_session_timeout (the server ends the session of a
--- process that stops talking before its commit, and the transaction rolls
--- back: the tick is free again for the others), set for this transaction
--- only.
+-- inside it holds the row for a while only, each bound set for this
+-- transaction only: lock_timeout (the job's insert waiting for a
+-- conflicting one; the caller resets it before its COMMIT, which may wait
+-- for the cluster's NOTIFY lock), idle_in_transaction_session_timeout
+-- (the server ends the session of a process that stops talking between
+-- statements, and the transaction rolls back: the tick is free again for
+-- the others) and, from PostgreSQL 17, transaction_timeout (the same for
+-- a process that stops in the middle of a statement's messages).
 WITH bounds AS (
 	SELECT set_config('lock_timeout', @lock_timeout_ms::bigint::text, true),
-		set_config('idle_in_transaction_session_timeout', @idle_timeout_ms::bigint::text, true)
+		set_config('idle_in_transaction_session_timeout', @idle_timeout_ms::bigint::text, true),
+		CASE WHEN current_setting('server_version_num')::int >= 170000
+			THEN set_config('transaction_timeout', @txn_timeout_ms::bigint::text, true) END
 ), locked AS (
-	SELECT queue, name FROM leaserouter_periodic
+	SELECT queue, name, since, taken_to FROM leaserouter_periodic
 	WHERE queue = @queue AND name = @name
 	FOR UPDATE SKIP LOCKED
 ), taken AS (
-	UPDATE leaserouter_periodic p
-	SET last_tick = @tick::timestamptz
-	FROM locked
-	WHERE p.queue = locked.queue AND p.name = locked.name
-		AND @tick::timestamptz >= p.since
-		AND (p.last_tick IS NULL OR p.last_tick < @tick::timestamptz)
+	INSERT INTO leaserouter_periodic_ticks (queue, name, tick)
+	SELECT queue, name, @tick::timestamptz FROM locked
+	WHERE @tick::timestamptz >= since
+		AND (taken_to IS NULL OR taken_to < @tick::timestamptz)
 		AND @tick::timestamptz <= clock_timestamp()
 		AND clock_timestamp() < @tick::timestamptz + @retention_us::bigint * interval '1 microsecond'
-	RETURNING 1
+	ON CONFLICT (queue, name, tick) DO NOTHING
+	RETURNING queue, name
+), pruned AS (
+	DELETE FROM leaserouter_periodic_ticks t
+	USING taken
+	WHERE t.queue = taken.queue AND t.name = taken.name
+		AND t.tick <= @tick::timestamptz - @retention_us::bigint * interval '1 microsecond'
+), raised AS (
+	UPDATE leaserouter_periodic p
+	SET last_tick = greatest(p.last_tick, @tick::timestamptz),
+		taken_to = greatest(p.taken_to, @tick::timestamptz - @retention_us::bigint * interval '1 microsecond')
+	FROM taken
+	WHERE p.queue = taken.queue AND p.name = taken.name
 )
 SELECT EXISTS (SELECT FROM taken) AS taken,
 	NOT EXISTS (SELECT FROM locked)

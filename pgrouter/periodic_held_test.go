@@ -1,0 +1,355 @@
+package pgrouter_test
+
+// Held periodic ticks (periodic_held.go): a tick a scheduler got to in
+// time is enqueued once, whoever takes a younger tick first, and a tick
+// whose transaction fails is tried again.
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/pgrouter"
+	"github.com/leaserouter/leaserouter/pgrouter/pgtest"
+)
+
+// tickTimes parses the ticks of name's jobs on queue, oldest first.
+func tickTimes(t *testing.T, ids []string, name string) []time.Time {
+	t.Helper()
+	var out []time.Time
+	for _, id := range ids {
+		tick, err := time.Parse(time.RFC3339Nano, strings.TrimPrefix(id, name+"@"))
+		require.NoError(t, err, id)
+		out = append(out, tick)
+	}
+	return out
+}
+
+// As long as one scheduler runs, each tick's job is enqueued, whoever
+// takes a younger tick first: a scheduler B that ran all along found
+// ticks T1..Tn held by a stalled scheduler's transaction and keeps them
+// to try again (up to 1s apart). The stalled transaction rolls back (its
+// session ended) and another scheduler C starts (the stalled process
+// restarted): it takes the latest due tick at once, before B's next try.
+// B's held T1..Tn-1 are still taken, by B, once each.
+func TestPeriodicHeldTickTakenAfterAYoungerOne(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := t.Context()
+	const queue, name = "heldlost", "p"
+	p := pgrouter.Periodic[int]{Name: name, Schedule: leaserouter.Every(time.Second)}
+
+	b := routerOn[int](t, db, pgrouter.Options{Queue: queue})
+	require.NoError(t, b.AddPeriodic(ctx, p))
+	eventually(t, 10*time.Second, "B's first tick", func() bool { return len(tickJobs(t, db, queue, name)) >= 1 })
+
+	// The stalled scheduler: its tick's transaction holds the job's row.
+	holder, err := db.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback(ctx) }()
+	_, err = holder.Exec(ctx, "SELECT FROM leaserouter_periodic WHERE queue = $1 AND name = $2 FOR UPDATE", queue, name)
+	require.NoError(t, err)
+	before := tickTimes(t, tickJobs(t, db, queue, name), name)
+	time.Sleep(3500 * time.Millisecond) // B holds 3 or 4 ticks, trying them again 1s apart
+
+	c := routerOn[int](t, otherPool(t, db), pgrouter.Options{Queue: queue}) // the stalled process, back
+	w := pgrouter.PeriodicWakes(b)
+	awaitWakes(t, b, w+1) // B just tried its held ticks: its next try is ~1s away
+	require.NoError(t, holder.Rollback(ctx), "the stalled scheduler's session ends: its transaction rolls back")
+	require.NoError(t, c.AddPeriodic(ctx, p))
+
+	time.Sleep(3 * time.Second)
+	ticks := tickTimes(t, tickJobs(t, db, queue, name), name)
+	var gaps []string
+	for i := 1; i < len(ticks); i++ {
+		if d := ticks[i].Sub(ticks[i-1]); d != time.Second {
+			gaps = append(gaps, ticks[i-1].Format("15:04:05")+" -> "+ticks[i].Format("15:04:05"))
+		}
+	}
+	t.Logf("before %v\nall %v", before, ticks)
+	require.Empty(t, gaps, "ticks lost while B ran and held them (before the stall: %d ticks; all: %d)", len(before), len(ticks))
+}
+
+// stallInsert is a pool's tracer that, once armed, stops the first job
+// insert sent through it (inside a periodic tick's transaction, the
+// tick taken: the process stalls holding the job's row) until released,
+// reporting the stalled session's pid.
+type stallInsert struct {
+	armed   atomic.Bool
+	pid     chan uint32
+	release chan struct{}
+}
+
+func (s *stallInsert) TraceQueryStart(ctx context.Context, conn *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if strings.Contains(d.SQL, "INSERT INTO leaserouter_jobs") && s.armed.CompareAndSwap(true, false) {
+		s.pid <- conn.PgConn().PID()
+		<-s.release
+	}
+	return ctx
+}
+func (s *stallInsert) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// The same with the stalled process itself: a scheduler A stopped inside
+// its tick's transaction (the tick taken, the row held) while B holds the
+// ticks that come due; the server ends A's session (as the idle bound
+// does, here just after one of B's tries), A resumes, its tick's
+// transaction fails (A keeps that tick to try again) and it plans the
+// latest due tick at once, before B's next try (1s apart). Every tick,
+// the one A had held and those B held, is enqueued, once.
+func TestPeriodicResumedHolderLeavesNoHeldTickUntaken(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := t.Context()
+	const queue, name = "resumed", "p"
+	p := pgrouter.Periodic[int]{Name: name, Schedule: leaserouter.Every(time.Second)}
+
+	stall := &stallInsert{pid: make(chan uint32, 1), release: make(chan struct{})}
+	cfg := db.Config().Copy()
+	cfg.ConnConfig.Tracer = stall
+	aPool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(aPool.Close)
+	released := false
+	defer func() {
+		if !released {
+			close(stall.release)
+		}
+	}()
+	a := routerOn[int](t, aPool, pgrouter.Options{Queue: queue})
+	b := routerOn[int](t, otherPool(t, db), pgrouter.Options{Queue: queue})
+	require.NoError(t, a.AddPeriodic(ctx, p))
+	require.NoError(t, b.AddPeriodic(ctx, p))
+	eventually(t, 10*time.Second, "a first tick", func() bool { return len(tickJobs(t, db, queue, name)) >= 1 })
+	stall.armed.Store(true)
+	var pid uint32
+	select {
+	case pid = <-stall.pid:
+	case <-time.After(20 * time.Second):
+		t.Fatal("A never took a tick")
+	}
+	before := tickTimes(t, tickJobs(t, db, queue, name), name)
+	time.Sleep(3500 * time.Millisecond) // B holds 3 or 4 ticks, trying them again 1s apart
+
+	w := pgrouter.PeriodicWakes(b)
+	awaitWakes(t, b, w+1) // B just tried its held ticks: its next try is ~1s away
+	var ok bool
+	require.NoError(t, db.QueryRow(ctx, "SELECT pg_terminate_backend($1)", int32(pid)).Scan(&ok))
+	require.True(t, ok, "A's session ended by the server")
+	close(stall.release)
+	released = true
+
+	time.Sleep(3 * time.Second)
+	ticks := tickTimes(t, tickJobs(t, db, queue, name), name)
+	var gaps []string
+	for i := 1; i < len(ticks); i++ {
+		if d := ticks[i].Sub(ticks[i-1]); d != time.Second {
+			gaps = append(gaps, ticks[i-1].Format("15:04:05")+" -> "+ticks[i].Format("15:04:05"))
+		}
+	}
+	t.Logf("before the stall %v\nall %v", before, ticks)
+	require.Empty(t, gaps, "ticks lost while B ran and held them")
+}
+
+// stallTick is a pool's tracer that, once armed, stops the first periodic
+// tick statement sent through it until released.
+type stallTick struct {
+	armed   atomic.Bool
+	stalled chan struct{}
+	release chan struct{}
+}
+
+func (s *stallTick) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if strings.Contains(d.SQL, "SKIP LOCKED") && strings.Contains(d.SQL, "leaserouter_periodic") && s.armed.CompareAndSwap(true, false) {
+		close(s.stalled)
+		<-s.release
+	}
+	return ctx
+}
+func (s *stallTick) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// RemovePeriodic stops the tries of the ticks the Router holds: at most
+// the one being tried as it is called is enqueued after it returns, not
+// every held tick (here 3, the row freed as RemovePeriodic is called,
+// while a wake-up is about to try them).
+func TestPeriodicRemoveStopsTheHeldTicks(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := t.Context()
+	const queue, name = "removeheld", "p"
+
+	stall := &stallTick{stalled: make(chan struct{}), release: make(chan struct{})}
+	cfg := db.Config().Copy()
+	cfg.ConnConfig.Tracer = stall
+	aPool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(aPool.Close)
+	released := false
+	defer func() {
+		if !released {
+			close(stall.release)
+		}
+	}()
+	a := routerOn[int](t, aPool, pgrouter.Options{Queue: queue})
+	require.NoError(t, a.AddPeriodic(ctx, pgrouter.Periodic[int]{Name: name, Schedule: leaserouter.Every(time.Second)}))
+	eventually(t, 10*time.Second, "a first tick", func() bool { return len(tickJobs(t, db, queue, name)) >= 1 })
+
+	holder, err := db.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback(ctx) }()
+	_, err = holder.Exec(ctx, "SELECT FROM leaserouter_periodic WHERE queue = $1 AND name = $2 FOR UPDATE", queue, name)
+	require.NoError(t, err)
+	time.Sleep(3200 * time.Millisecond) // A holds 3 ticks
+	stall.armed.Store(true)
+	<-stall.stalled // A's next try of its held ticks, about to be sent
+	require.NoError(t, holder.Rollback(ctx))
+	n := len(tickJobs(t, db, queue, name))
+	require.NoError(t, a.RemovePeriodic(name))
+	close(stall.release)
+	released = true
+	time.Sleep(1500 * time.Millisecond)
+	after := tickJobs(t, db, queue, name)
+	t.Logf("before RemovePeriodic %d, after %v", n, after)
+	require.LessOrEqual(t, len(after)-n, 1, "ticks enqueued after RemovePeriodic returned: %v", after[n:])
+}
+
+// A tick's COMMIT waits behind another transaction's notifying commit,
+// as an Enqueue's does, and the tick the scheduler got to in time is
+// enqueued: a transaction that notifies (the job's insert does) takes
+// the cluster's one NOTIFY lock at its commit and holds it until its
+// commit is durable, and the tick's lock_timeout (1s, for its
+// statements) must not bound that wait. Here another process's notifying
+// commit is slow to be durable (waiting for a synchronous standby; a
+// stalled fsync does the same) for 3s; the first tick due after it
+// began, tried by the only scheduler at once, is enqueued, and no tick's
+// transaction fails.
+func TestPeriodicTickCommitWaitsBehindASlowNotify(t *testing.T) {
+	t.Parallel()
+	c := pgtest.NewCluster(t) // its own cluster: the settings below are the cluster's
+	db := c.Pool(t)
+	ctx := t.Context()
+	const queue, name = "slownotify", "p"
+	for _, s := range []string{"ALTER SYSTEM SET synchronous_standby_names = 'nobody'",
+		"ALTER SYSTEM SET synchronous_commit = 'local'", "SELECT pg_reload_conf()"} {
+		_, err := db.Exec(ctx, s)
+		require.NoError(t, err)
+	}
+	time.Sleep(time.Second) // the reload reaches every process
+
+	var logs logRecords
+	r := routerOn[int](t, db, pgrouter.Options{Queue: queue, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	require.NoError(t, r.AddPeriodic(ctx, pgrouter.Periodic[int]{Name: name, Schedule: leaserouter.Every(time.Second)}))
+	eventually(t, 10*time.Second, "a first tick", func() bool { return len(tickJobs(t, db, queue, name)) >= 1 })
+
+	// Another process's notifying commit, slow to be durable.
+	slow, err := db.Acquire(ctx)
+	require.NoError(t, err)
+	defer slow.Release()
+	tx, err := slow.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "SELECT set_config('synchronous_commit', 'on', true), pg_notify('elsewhere', '')")
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "INSERT INTO leaserouter_periodic (queue, name) VALUES ('elsewhere', 'x')") // WAL to wait for
+	require.NoError(t, err)
+	committed := make(chan error, 1)
+	go func() { committed <- tx.Commit(context.Background()) }()
+	pid := slow.Conn().PgConn().PID()
+	eventually(t, 10*time.Second, "the slow commit waiting for the standby", func() bool {
+		var n int
+		require.NoError(t, db.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND wait_event = 'SyncRep'", pid).Scan(&n))
+		return n == 1
+	})
+	began := dbNow(t, db)
+	firstDue := leaserouter.Every(time.Second).Next(began)
+
+	enqueued := make(chan error, 1)
+	go func() { enqueued <- r.Enqueue(ctx, "plain", 1) }()
+	time.Sleep(3 * time.Second)
+	var cancelled bool
+	require.NoError(t, db.QueryRow(ctx, "SELECT pg_cancel_backend($1)", int32(pid)).Scan(&cancelled))
+	require.NoError(t, <-committed, "the slow commit, durable locally")
+	require.NoError(t, <-enqueued, "an Enqueue behind the slow commit waits and succeeds")
+	time.Sleep(2 * time.Second)
+
+	ids := tickJobs(t, db, queue, name)
+	require.Contains(t, ids, leaserouter.TickID(name, firstDue),
+		"the first tick due after the slow commit began (%v), tried at once by the only scheduler; ticks: %v", firstDue, ids)
+	require.Zero(t, logs.count("lock timeout"), "a tick's COMMIT failed behind the slow commit")
+}
+
+// A tick whose transaction fails is kept and tried again, before the
+// scheduler plans on, until taken (or older than the retention), not
+// planned again from the last tick as if woken late: here the tick's job
+// insert waits on another transaction's uncommitted insert of the same
+// ID past the tick's lock timeout (1s), for 3s, while younger ticks come
+// due; once that transaction rolls back, the tick's job is enqueued.
+func TestPeriodicFailedTickTriedAgain(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := t.Context()
+	const queue, name = "failedtick", "p"
+	r := routerOn[int](t, db, pgrouter.Options{Queue: queue})
+	require.NoError(t, r.AddPeriodic(ctx, pgrouter.Periodic[int]{Name: name, Schedule: leaserouter.Every(time.Second)}))
+	eventually(t, 10*time.Second, "a first tick", func() bool { return len(tickJobs(t, db, queue, name)) >= 1 })
+
+	tick := leaserouter.Every(time.Second).Next(dbNow(t, db).Add(time.Second))
+	id := leaserouter.TickID(name, tick)
+	other, err := db.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = other.Rollback(context.Background()) }()
+	require.NoError(t, r.EnqueueTx(ctx, other, id, 0, leaserouter.WithRunAt(tick)), "another transaction's insert of the tick's ID")
+	awaitDBTime(t, db, tick.Add(3*time.Second))
+	require.NoError(t, other.Rollback(ctx))
+	eventually(t, 20*time.Second, "the tick's job", func() bool { return slices.Contains(tickJobs(t, db, queue, name), id) })
+}
+
+// breakable is s until broken, then a Schedule whose Next panics.
+type breakable struct {
+	s      leaserouter.Schedule
+	broken *atomic.Bool
+}
+
+func (b breakable) Next(t time.Time) time.Time {
+	if b.broken.Load() {
+		panic("schedule broken")
+	}
+	return b.s.Next(t)
+}
+
+// A schedule that ends in this process (its Next panics) still settles
+// the ticks its scheduler kept: a tick held by a stalled transaction when
+// the schedule breaks is enqueued once that transaction ends.
+func TestPeriodicEndedScheduleSettlesItsHeldTicks(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := t.Context()
+	const queue, name = "endedheld", "p"
+	tick := stalledTick(t, db, queue, name)
+	holder, err := db.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback(context.Background()) }()
+	_, err = holder.Exec(ctx, "SELECT FROM leaserouter_periodic WHERE queue = $1 AND name = $2 FOR UPDATE", queue, name)
+	require.NoError(t, err)
+
+	var broken atomic.Bool
+	r := routerOn[int](t, db, pgrouter.Options{Queue: queue})
+	require.NoError(t, r.AddPeriodic(ctx, pgrouter.Periodic[int]{Name: name, Schedule: breakable{onceAt{tick}, &broken}}))
+	awaitWakes(t, r, 1) // the tick planned and found held
+	broken.Store(true)
+	eventually(t, 10*time.Second, "the schedule's end (Next panicked), reported", func() bool {
+		s, err := r.Stats(ctx)
+		require.NoError(t, err)
+		return s.CallbackPanics == 1
+	})
+	require.NoError(t, holder.Rollback(ctx), "the stalled transaction ends")
+	id := leaserouter.TickID(name, tick)
+	eventually(t, 10*time.Second, "the held tick's job", func() bool { return slices.Contains(tickJobs(t, db, queue, name), id) })
+}

@@ -144,6 +144,7 @@ var (
 
 	// The operator's side (admin.go).
 	listJobs     = statement("jobs_list")
+	settleJobs   = statement("jobs_settle")
 	retryJobs    = statement("jobs_retry")
 	deleteJobs   = statement("jobs_delete")
 	pauseQueue   = statement("queue_pause")

@@ -12,9 +12,10 @@ import (
 
 // Bulk actions: RetryMany, CancelMany and DeleteMany, each one statement
 // (jobs_retry, jobs_cancel, jobs_delete) that acts on a job only if it
-// is still in one of the states the caller saw it in. Retry, Cancel and
-// Delete are the same statements with one ID and every state, so each
-// action's rule is written once.
+// is still in one of the states the caller saw it in, run after
+// jobs_settle in the same transaction (see bulkStatement). Retry, Cancel
+// and Delete are the same statements with one ID and every state, so
+// each action's rule is written once.
 
 // everyState is every state's name: a single Retry, Cancel or Delete
 // acts whatever the state the action applies to.
@@ -34,11 +35,21 @@ var everyState = stateNames(1<<(leaserouter.StateCanceled+1) - 1)
 // More than leaserouter.MaxBulkIDs (10,000) IDs, or a state outside the
 // State constants, is an error wrapping ErrInvalidOptions, without a
 // round trip. It returns ErrClosed after Close, or an error wrapping the
-// driver's; after an error nothing changed (the statement is one
-// transaction). It settles what is due first, as Get does. One round
-// trip, one statement for every ID; it waits for rows other transactions
-// hold (a lease operation's, briefly), locking in ID order so that two
-// bulk calls on the same jobs never deadlock. Safe for concurrent use.
+// driver's, with a zero result; the call is one transaction, so after an
+// error nothing changed, unless the outcome is unknown: when the
+// connection fails after the commit was sent, the change may have been
+// made (read the jobs back with Get or List to know).
+//
+// It settles what is due first, as Get does: a lease of one of the jobs
+// found past its expiry when its row is locked is settled (expired,
+// EventLeaseExpired, counted in Stats.Expirations, or dead) before the
+// job is judged, even one the queue's settling round skipped because a
+// lease operation held it. One round trip, one transaction; it waits for
+// the rows other transactions hold: a lease operation's briefly, but a
+// CompleteTx's for the whole of its caller's transaction. It waits for
+// them only in ID order, the order every statement of pgrouter that
+// locks several jobs' rows takes them in, so a bulk call never deadlocks
+// with another or with Run's completions. Safe for concurrent use.
 func (r *Router[T]) RetryMany(ctx context.Context, ids []string, states []leaserouter.State) (leaserouter.BulkResult, error) {
 	ctx = orBackground(ctx)
 	return r.bulk(ctx, "RetryMany", ids, states, r.retry)

@@ -19,7 +19,9 @@ const MaxBulkIDs = contract.MaxBulk
 // distinct ID of the call is counted in exactly one field (an ID given
 // twice is acted on and counted once), so the four add up to the number
 // of distinct IDs when the call returns no error; after an error they
-// count what was done before it.
+// count only the jobs the call looked at before it (an invalid ID is
+// counted in NotFound only when the call returns no error), on every
+// backend.
 type BulkResult struct {
 	// Done counts the jobs the action changed.
 	Done int
@@ -106,7 +108,9 @@ func (r *Router[T]) bulk(call string, applies uint8, ids []string, states []Stat
 	if err != nil {
 		return res, err
 	}
-	ids, res.NotFound = contract.BulkIDs(ids, ValidateID)
+	// The invalid IDs are counted once the call has looked at every job:
+	// after an error, the result counts only what the call got to.
+	ids, invalid := contract.BulkIDs(ids, ValidateID)
 	var fresh []*job[T] // RetryMany's new records, allocated before each hold
 	for first := true; first || len(ids) > 0; first = false {
 		chunk := ids[:min(len(ids), bulkChunk)]
@@ -151,5 +155,6 @@ func (r *Router[T]) bulk(call string, applies uint8, ids []string, states []Stat
 		}
 		r.unlockAndDeliver()
 	}
+	res.NotFound += invalid
 	return res, nil
 }

@@ -15,20 +15,25 @@ import (
 //
 //	action  retry, cancel, delete, pause or resume
 //	queue   the queue's name (required)
-//	id      a job's ID, repeated for several (retry, cancel, delete)
-//	all     "1": every job the filter below matches instead of the ids
-//	        (at most MaxBulk), with state (repeated) and prefix as on the
-//	        jobs page
-//	back    where the result page links back to (a relative console URL)
+//	id        a job's ID, repeated for several (retry, cancel, delete)
+//	id.STATE  a job's ID ticked on a row shown in STATE (a State's name:
+//	          id.pending, id.failed, ...), repeated for several
+//	all       "1": every job the filter below matches instead of the ids
+//	          (at most MaxBulk), with state (repeated) and prefix as on
+//	          the jobs page
+//	back      where the result page links back to (a relative console URL)
 //
-// A single job's refusal is its status (404 unknown, 409 not finished or
-// leased) with the message. Several jobs are one bulk call of the Source
-// (RetryMany, CancelMany, DeleteMany) with the states of the filter they
-// were shown under (none: any state): a job that left those states since
-// (leased meanwhile, retried meanwhile) is left alone, and the result
-// page counts the jobs done, those skipped because they had moved, and
-// those refused (a state the action does not apply to, or gone), with
-// the reasons.
+// A single job named by id alone, with no filter (a job's page, the
+// leases page), is the single call: its refusal is its status (404
+// unknown, 409 not finished or leased) with the message. Otherwise the
+// jobs go through the bulk calls of the Source (RetryMany, CancelMany,
+// DeleteMany), each job with the state it was shown in — one call per
+// state: the state of its row (id.STATE), the state "all" read it in, or
+// for id the states of the filter (none: any) —, so a job that left that
+// state since (leased meanwhile, retried meanwhile) is left alone, on a
+// page with no filter too; and the result page counts the jobs done,
+// those skipped because they had moved, and those refused (a state the
+// action does not apply to, or gone), with the reasons.
 
 // maxForm bounds an action's form: a page of MaxListLimit IDs fits.
 const maxForm = 4 << 20
@@ -40,7 +45,7 @@ type resultPage struct {
 	Message   string
 	Done      int
 	Bulk      bool // several jobs, one bulk call
-	Moved     int  // skipped: no longer in the filter's states
+	Moved     int  // skipped: no longer in the state shown
 	Refused   int
 	Error     string // the error that stopped a bulk action part way
 	Reasons   []reason
@@ -91,39 +96,53 @@ func (h *handler) action(w http.ResponseWriter, r *http.Request) error {
 		h.render(w, r, http.StatusOK, "result", "Done", "", res)
 		return nil
 	}
-	ids := f["id"]
 	lq, err := h.parseListQuery(url.Values{"queue": {res.Queue}, "state": f["state"], "prefix": {f.Get("prefix")}})
 	if err != nil {
 		return err
 	}
+	var shown []shownJobs
 	if f.Get("all") == "1" {
-		if ids, res.Truncated, err = collect(r.Context(), lq); err != nil {
+		if shown, res.Truncated, err = collect(r.Context(), lq); err != nil {
 			return err
 		}
-	} else if len(ids) == 0 {
-		return errorf(http.StatusBadRequest, "no job selected: tick some jobs, or \"all matching the filter\"")
+	} else {
+		shown = ticked(f, lq.params.States)
+		if len(shown) == 0 {
+			return errorf(http.StatusBadRequest, "no job selected: tick some jobs, or \"all matching the filter\"")
+		}
 	}
-	// One job named without a filter (a job's page, the leases page): the
-	// single call, its refusal a status. Under a filter (a job ticked on
-	// the jobs or dead page), the bulk call: it is left alone if it moved.
-	if len(ids) == 1 && f.Get("all") != "1" && len(lq.params.States) == 0 {
+	// One job named without a filter and without the state it was shown
+	// in (a job's page, the leases page): the single call, its refusal a
+	// status. Otherwise the bulk calls: a job that moved is left alone.
+	if len(shown) == 1 && len(shown[0].ids) == 1 && shown[0].states == nil && f.Get("all") != "1" {
+		id := shown[0].ids[0]
 		op := map[Action]func(context.Context, string) error{ActionRetry: s.Retry, ActionCancel: s.Cancel, ActionDelete: s.Delete}[a]
-		if err := op(r.Context(), ids[0]); err != nil {
+		if err := op(r.Context(), id); err != nil {
 			return err
 		}
 		res.Done = 1
-		res.JobLink = link("job", "queue", res.Queue, "id", ids[0])
+		res.JobLink = link("job", "queue", res.Queue, "id", id)
 		res.Back = safeBack(f.Get("back"), res.JobLink)
-		res.Message = fmt.Sprintf("Job %s: %s done.", ids[0], a)
-		h.log.Info("console: "+string(a), "queue", res.Queue, "id", ids[0])
+		res.Message = fmt.Sprintf("Job %s: %s done.", id, a)
+		h.log.Info("console: "+string(a), "queue", res.Queue, "id", id)
 		h.render(w, r, http.StatusOK, "result", "Done", "", res)
 		return nil
 	}
 	bulk := map[Action]func(context.Context, []string, []leaserouter.State) (leaserouter.BulkResult, error){
 		ActionRetry: s.RetryMany, ActionCancel: s.CancelMany, ActionDelete: s.DeleteMany}[a]
-	// Each job is acted on only if it is still in a state the filter
-	// selected: one that moved since it was shown is left alone.
-	br, err := bulk(r.Context(), ids, lq.params.States)
+	// Each job is acted on only if it is still in the state it was shown
+	// in: one that moved since is left alone. A call that fails ends the
+	// action with what the calls before it and that one did.
+	var br leaserouter.BulkResult
+	for _, g := range shown {
+		var got leaserouter.BulkResult
+		got, err = bulk(r.Context(), g.ids, g.states)
+		br.Done, br.Moved = br.Done+got.Done, br.Moved+got.Moved
+		br.NotApplicable, br.NotFound = br.NotApplicable+got.NotApplicable, br.NotFound+got.NotFound
+		if err != nil {
+			break
+		}
+	}
 	if err != nil && br == (leaserouter.BulkResult{}) {
 		return err
 	}
@@ -134,7 +153,7 @@ func (h *handler) action(w http.ResponseWriter, r *http.Request) error {
 	res.Bulk = true
 	res.Done, res.Moved, res.Refused = br.Done, br.Moved, br.NotApplicable+br.NotFound
 	for _, rs := range []reason{
-		{"moved since shown (no longer in the filter's states): left alone", br.Moved},
+		{"moved since shown (no longer in the state shown): left alone", br.Moved},
 		{notApplicable[a], br.NotApplicable},
 		{"not found (gone meanwhile)", br.NotFound},
 	} {
@@ -149,6 +168,30 @@ func (h *handler) action(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// shownJobs are jobs an action names and the states they were shown in:
+// one bulk call acts on each of them only if it is still in one of
+// states (nil: any).
+type shownJobs struct {
+	states []leaserouter.State
+	ids    []string
+}
+
+// ticked is the jobs a form names: those of each id.STATE field with
+// that state, in the order of the states; then those of id, with the
+// states of the filter they were shown under (filter).
+func ticked(f url.Values, filter []leaserouter.State) []shownJobs {
+	var out []shownJobs
+	for _, st := range allStates {
+		if ids := f["id."+st.String()]; len(ids) > 0 {
+			out = append(out, shownJobs{states: []leaserouter.State{st}, ids: ids})
+		}
+	}
+	if ids := f["id"]; len(ids) > 0 {
+		out = append(out, shownJobs{states: filter, ids: ids})
+	}
+	return out
+}
+
 // notApplicable says, per action, why a job in a state the action does
 // not apply to was refused.
 var notApplicable = map[Action]string{
@@ -157,27 +200,38 @@ var notApplicable = map[Action]string{
 	ActionDelete: "leased (cancel it first)",
 }
 
-// collect pages through the jobs lq selects, up to MaxBulk; truncated
-// says more matched.
-func collect(ctx context.Context, lq listQuery) (ids []string, truncated bool, err error) {
+// collect pages through the jobs lq selects, up to MaxBulk, each with
+// the state it was read in, grouped by state in the order of the states;
+// truncated says more matched.
+func collect(ctx context.Context, lq listQuery) (shown []shownJobs, truncated bool, err error) {
 	p := lq.params
 	p.Limit = leaserouter.MaxListLimit
-	for {
+	byState := map[leaserouter.State][]string{}
+	n := 0
+	for !truncated {
 		page, err := lq.source.List(ctx, p)
 		if err != nil {
 			return nil, false, err
 		}
 		for _, j := range page.Jobs {
-			if len(ids) == MaxBulk {
-				return ids, true, nil
+			if n == MaxBulk {
+				truncated = true
+				break
 			}
-			ids = append(ids, j.ID)
+			n++
+			byState[j.State] = append(byState[j.State], j.ID)
 		}
 		if page.NextCursor == "" {
-			return ids, false, nil
+			break
 		}
 		p.Cursor = page.NextCursor
 	}
+	for _, st := range allStates {
+		if ids := byState[st]; len(ids) > 0 {
+			shown = append(shown, shownJobs{states: []leaserouter.State{st}, ids: ids})
+		}
+	}
+	return shown, truncated, nil
 }
 
 // safeBack is back when it is a relative link to one of the console's

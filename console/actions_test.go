@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 
@@ -392,4 +393,64 @@ func TestBulkDeleteTickedDeadSparesJobRetriedMeanwhile(t *testing.T) {
 	require.Contains(t, body, `data-testid="result-done">0<`)
 	require.Contains(t, body, `data-testid="result-moved">1<`)
 	require.Equal(t, leaserouter.StatePending, state(t, r, "d2"), "the retried job survives")
+}
+
+// tickedForm is the form of the jobs page body with the rows of ids
+// ticked (each checkbox's name and value as the page renders them).
+func tickedForm(t *testing.T, body, action string, ids ...string) url.Values {
+	t.Helper()
+	form := url.Values{"action": {action}, "queue": {"files"}}
+	names, values := testIDs(body, "job-select", "name"), testIDs(body, "job-select", "value")
+	require.Len(t, values, len(names))
+	for i, v := range values {
+		if slices.Contains(ids, v) {
+			form.Add(names[i], v)
+		}
+	}
+	require.Len(t, form, 3, "a row ticked")
+	return form
+}
+
+// Jobs ticked on the jobs page with no filter are each acted on only if
+// still in the state their row showed: a pending job a worker leased
+// since keeps its lease (skipped because it moved), ticked alone or with
+// others.
+func TestBulkTickedWithNoFilterSparesJobLeasedMeanwhile(t *testing.T) {
+	r, h := setup(t, console.Options{})
+	enqueue(t, r, "a", "b", "c")
+	body := requireOK(t, get(t, h, "/jobs?queue=files"))
+	l := leaseID(t, r, "b") // meanwhile, a worker leases one
+
+	res := requireOK(t, post(t, h, "/action", tickedForm(t, body, "cancel", "b")))
+	require.Contains(t, res, `data-testid="result-done">0<`)
+	require.Contains(t, res, `data-testid="result-moved">1<`)
+	require.NoError(t, l.Heartbeat(nil), "the lease taken meanwhile is not canceled")
+
+	res = requireOK(t, post(t, h, "/action", tickedForm(t, body, "cancel", "a", "b", "c")))
+	require.Contains(t, res, `data-testid="result-done">2<`)
+	require.Contains(t, res, `data-testid="result-moved">1<`)
+	require.NoError(t, l.Heartbeat(nil), "the lease taken meanwhile is not canceled")
+	require.Equal(t, leaserouter.StateLeased, state(t, r, "b"))
+	require.Equal(t, leaserouter.StateCanceled, state(t, r, "a"))
+	require.Equal(t, leaserouter.StateCanceled, state(t, r, "c"))
+}
+
+// "All matching the filter" with no state filter acts on each job only
+// if it is still in the state it was read in: a pending job a worker
+// leased after the console read the jobs keeps its lease.
+func TestBulkAllWithNoStateFilterSparesJobLeasedMeanwhile(t *testing.T) {
+	r := newRouter(t, leaserouter.Options{MaxAttempts: 3})
+	enqueue(t, r, "a", "b", "c")
+	kill(t, r, "d")
+	var l *leaserouter.Lease[item]
+	src := &movingSource{Source: console.Router("files", r), meanwhile: func() { l = leaseID(t, r, "b") }}
+	h, err := console.New(console.Options{}, src)
+	require.NoError(t, err)
+	body := requireOK(t, post(t, h, "/action", url.Values{"action": {"cancel"}, "queue": {"files"}, "all": {"1"}}))
+	require.NotNil(t, l)
+	require.Contains(t, body, `data-testid="result-done">2<`)
+	require.Contains(t, body, `data-testid="result-moved">1<`)
+	require.Contains(t, body, `data-testid="result-refused">1<`, "the dead job: already finished")
+	require.NoError(t, l.Heartbeat(nil), "the lease taken meanwhile is not canceled")
+	require.Equal(t, leaserouter.StateLeased, state(t, r, "b"))
 }

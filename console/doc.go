@@ -19,12 +19,13 @@
 // exactly, once, on demand. The jobs page filters by queue, state and ID
 // prefix and pages by keyset (the NextCursor of List); jobs ticked, or
 // every job matching the filter (up to MaxBulk), can be retried, canceled
-// or deleted in one bulk call of the Source: each job only if it is still
-// in a state the filter selected, so a job that moved since it was shown
-// (a pending job a worker leased, a dead job someone retried) is left
-// alone, and the result page counts it. A job's page shows its fields, its checkpoint, its payload
-// through Options.Redact and, while it is leased, the lease: holder,
-// fencing token, expiry and last heartbeat. The leases page lists the
+// or deleted through the bulk calls of the Source (one per state shown):
+// each job only if it is still in the state it was shown in, with a
+// state filter or without, so a job that moved since it was shown (a
+// pending job a worker leased, a dead job someone retried) is left
+// alone, and the result page counts it. A job's page shows its fields,
+// its checkpoint, its payload through Options.Redact and, while it is
+// leased, the lease: holder, fencing token, expiry and last heartbeat. The leases page lists the
 // live leases expiring soonest first; the dead page, the failed jobs with
 // their errors. The jobs, dead and leases pages show neither payload nor
 // checkpoint and ask their source for none (ListParams.OmitPayload; a

@@ -46,8 +46,8 @@ type Source interface {
 	Delete(ctx context.Context, id string) error
 	// RetryMany is leaserouter.Router.RetryMany: each job of ids retried
 	// only if it is still in one of states (empty: any), the counts in
-	// the result. The console's bulk retry calls it once, with at most
-	// MaxBulk IDs and the states of the filter the jobs were shown under.
+	// the result. The console's bulk retry calls it once per state the
+	// jobs were shown in, with that state, at most MaxBulk IDs in all.
 	RetryMany(ctx context.Context, ids []string, states []leaserouter.State) (leaserouter.BulkResult, error)
 	// CancelMany is leaserouter.Router.CancelMany, as RetryMany.
 	CancelMany(ctx context.Context, ids []string, states []leaserouter.State) (leaserouter.BulkResult, error)

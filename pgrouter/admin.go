@@ -217,9 +217,12 @@ func listFilter(p leaserouter.ListParams) (mask uint8, limit int, err error) {
 // an unknown id or a finished job past its Retention (for an id
 // leaserouter.ValidateID refuses, "" included, one wrapping both
 // ErrInvalidJob and ErrNotFound, without a round trip), ErrClosed after
-// Close, or one wrapping the driver's; in each case nothing changed. One
-// round trip; it waits for the job's row while another transaction holds
-// it. Safe for concurrent use.
+// Close, or one wrapping the driver's; in each case nothing changed,
+// unless the outcome is unknown (the connection failed after the commit
+// was sent: Get tells). One round trip, one transaction (RetryMany's, for
+// one job); it waits for the job's row while another transaction holds
+// it (a CompleteTx's: until its caller's transaction ends). Safe for
+// concurrent use.
 func (r *Router[T]) Retry(ctx context.Context, id string) error {
 	ctx = orBackground(ctx)
 	if err := r.checkJobCall(id); err != nil {
@@ -247,8 +250,11 @@ func (r *Router[T]) Retry(ctx context.Context, id string) error {
 // its Retention (for an id leaserouter.ValidateID refuses, "" included,
 // one wrapping both ErrInvalidJob and ErrNotFound, without a round trip),
 // ErrClosed after Close, or one wrapping the driver's; in each case
-// nothing changed. One round trip; it waits for the job's row while
-// another transaction holds it. Safe for concurrent use.
+// nothing changed, unless the outcome is unknown (the connection failed
+// after the commit was sent: Get tells). One round trip, one transaction
+// (DeleteMany's, for one job); it waits for the job's row while another
+// transaction holds it (a CompleteTx's: until its caller's transaction
+// ends). Safe for concurrent use.
 func (r *Router[T]) Delete(ctx context.Context, id string) error {
 	ctx = orBackground(ctx)
 	if err := r.checkJobCall(id); err != nil {

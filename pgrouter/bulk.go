@@ -12,9 +12,10 @@ import (
 
 // Bulk actions: RetryMany, CancelMany and DeleteMany, each one statement
 // (jobs_retry, jobs_cancel, jobs_delete) that acts on a job only if it
-// is still in one of the states the caller saw it in. Retry, Cancel and
-// Delete are the same statements with one ID and every state, so each
-// action's rule is written once.
+// is still in one of the states the caller saw it in, run after
+// jobs_settle in the same transaction (see bulkStatement). Retry, Cancel
+// and Delete are the same statements with one ID and every state, so
+// each action's rule is written once.
 
 // everyState is every state's name: a single Retry, Cancel or Delete
 // acts whatever the state the action applies to.
@@ -34,11 +35,21 @@ var everyState = stateNames(1<<(leaserouter.StateCanceled+1) - 1)
 // More than leaserouter.MaxBulkIDs (10,000) IDs, or a state outside the
 // State constants, is an error wrapping ErrInvalidOptions, without a
 // round trip. It returns ErrClosed after Close, or an error wrapping the
-// driver's; after an error nothing changed (the statement is one
-// transaction). It settles what is due first, as Get does. One round
-// trip, one statement for every ID; it waits for rows other transactions
-// hold (a lease operation's, briefly), locking in ID order so that two
-// bulk calls on the same jobs never deadlock. Safe for concurrent use.
+// driver's, with a zero result; the call is one transaction, so after an
+// error nothing changed, unless the outcome is unknown: when the
+// connection fails after the commit was sent, the change may have been
+// made (read the jobs back with Get or List to know).
+//
+// It settles what is due first, as Get does: a lease of one of the jobs
+// found past its expiry when its row is locked is settled (expired,
+// EventLeaseExpired, counted in Stats.Expirations, or dead) before the
+// job is judged, even one the queue's settling round skipped because a
+// lease operation held it. One round trip, one transaction; it waits for
+// the rows other transactions hold: a lease operation's briefly, but a
+// CompleteTx's for the whole of its caller's transaction. It waits for
+// them only in ID order, the order every statement of pgrouter that
+// locks several jobs' rows takes them in, so a bulk call never deadlocks
+// with another or with Run's completions. Safe for concurrent use.
 func (r *Router[T]) RetryMany(ctx context.Context, ids []string, states []leaserouter.State) (leaserouter.BulkResult, error) {
 	ctx = orBackground(ctx)
 	return r.bulk(ctx, "RetryMany", ids, states, r.retry)
@@ -124,14 +135,31 @@ func stateOf(name string) leaserouter.State {
 	return leaserouter.StateCanceled + 1
 }
 
-// bulkStatement runs sql with a, after a settling round, in one round
-// trip, and scans each of its rows with scan; errors are wrapped for call.
-func (r *Router[T]) bulkStatement(ctx context.Context, call, sql string, a args, scan func(pgx.Rows) error) error {
+// bulkStatement runs sql (jobs_retry, jobs_cancel or jobs_delete) on
+// ids with a, and scans each of its rows with scan; errors are wrapped
+// for call. One round trip, one transaction (a batch): jobs_settle first
+// locks the jobs' rows in ID order, waiting for those others hold, and
+// settles the expired leases among them; then a settling round of the
+// queue, which waits for no row (SKIP LOCKED); then sql, which finds its
+// rows locked already. So the only waits are for rows in ID order, while
+// holding only rows of lower IDs: no deadlock with another bulk call or
+// with Run's completions (leases_end, the same order); and each job is
+// judged as the expiry of its lease left it, even one the settling round
+// skipped.
+func (r *Router[T]) bulkStatement(ctx context.Context, call, sql string, ids []string, a args, scan func(pgx.Rows) error) error {
 	b := &pgx.Batch{}
+	b.Queue(settleJobs, args{"queue": r.opts.Queue, "ids": ids, "retention_us": r.keep})
 	r.queueSettle(b)
 	b.Queue(sql, a)
 	res := r.db.SendBatch(ctx, b)
-	settled, err := readSettle(res)
+	var settled settling
+	err := settled.readExpired(res)
+	if err == nil {
+		var round settling
+		round, err = readSettle(res)
+		settled.expired, settled.dead = append(settled.expired, round.expired...), settled.dead+round.dead
+		settled.ready = round.ready
+	}
 	if err == nil {
 		var rows pgx.Rows
 		if rows, err = res.Query(); err == nil {
@@ -161,7 +189,7 @@ func (r *Router[T]) retry(ctx context.Context, call string, ids, states []string
 		out    []acted
 		events []leaserouter.Event
 	)
-	err := r.bulkStatement(ctx, call, retryJobs, args{"queue": r.opts.Queue, "ids": ids, "states": states, "channel": channel},
+	err := r.bulkStatement(ctx, call, retryJobs, ids, args{"queue": r.opts.Queue, "ids": ids, "states": states, "channel": channel},
 		func(rows pgx.Rows) error {
 			var (
 				j     acted
@@ -197,7 +225,7 @@ func (r *Router[T]) cancel(ctx context.Context, call string, ids, states []strin
 		events []leaserouter.Event
 		ended  = map[string]leaserouter.Token{}
 	)
-	err := r.bulkStatement(ctx, call, cancelJobs, args{"queue": r.opts.Queue, "ids": ids, "states": states, "retention_us": r.keep},
+	err := r.bulkStatement(ctx, call, cancelJobs, ids, args{"queue": r.opts.Queue, "ids": ids, "states": states, "retention_us": r.keep},
 		func(rows pgx.Rows) error {
 			var (
 				j       acted
@@ -211,9 +239,12 @@ func (r *Router[T]) cancel(ctx context.Context, call string, ids, states []strin
 				return err
 			}
 			if j.done = at != nil; j.done {
-				e := leaserouter.Event{Kind: leaserouter.EventCanceled, Time: *at, JobID: j.id, Attempt: int(*attempt)}
+				// Token: the lease canceled, or for a job not leased its
+				// latest lease's (0 if never leased), as the core's.
+				e := leaserouter.Event{Kind: leaserouter.EventCanceled, Time: *at, JobID: j.id, Attempt: int(*attempt),
+					Token: leaserouter.Token(*token)}
 				if j.was == leaserouter.StateLeased.String() {
-					e.WorkerID, e.Token, e.Held = owner, leaserouter.Token(*token), heldUntil(granted, *at)
+					e.WorkerID, e.Held = owner, heldUntil(granted, *at)
 					ended[j.id] = e.Token
 				}
 				events = append(events, e)
@@ -238,7 +269,7 @@ func (r *Router[T]) delete(ctx context.Context, call string, ids, states []strin
 		out    []acted
 		events []leaserouter.Event
 	)
-	err := r.bulkStatement(ctx, call, deleteJobs, args{"queue": r.opts.Queue, "ids": ids, "states": states},
+	err := r.bulkStatement(ctx, call, deleteJobs, ids, args{"queue": r.opts.Queue, "ids": ids, "states": states},
 		func(rows pgx.Rows) error {
 			var (
 				j       acted

@@ -164,11 +164,13 @@
 //     whether each is paused.
 //   - Leases: the queue's live leases, expiring soonest first.
 //   - RetryMany, CancelMany, DeleteMany: the action on up to
-//     leaserouter.MaxBulkIDs jobs in one statement, each job only if it
-//     is still in one of the states the caller names (a job that moved
-//     since the caller listed it is left alone and counted in
+//     leaserouter.MaxBulkIDs jobs in one round trip and one transaction
+//     (the jobs' rows locked in ID order, their expired leases settled,
+//     then one statement for them all), each job only if it is still in
+//     one of the states the caller names (a job that moved since the
+//     caller listed it is left alone and counted in
 //     leaserouter.BulkResult.Moved). Retry, Cancel and Delete are the
-//     same statements with one ID.
+//     same calls with one ID.
 //   - History: per minute of the database's clock for the last hour, what
 //     every process on the queue counted (completions, failed attempts,
 //     deaths, expiries, stale refusals): each process adds its counts to

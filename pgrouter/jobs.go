@@ -93,20 +93,26 @@ func jobOf[T any](jr *jobRow) (leaserouter.Job[T], error) {
 	return j, nil
 }
 
-// Cancel makes a pending, scheduled or leased job StateCanceled, in one
-// statement; a leased job's lease is lost at once (its holder's
-// operations are refused with reason LostCanceled). Canceling a finished
-// job changes nothing and returns nil. It returns an error wrapping
-// ErrNotFound for an unknown id (for an id leaserouter.ValidateID
-// refuses, "" included, the core's error: one wrapping both
-// ErrInvalidJob, naming the problem, and ErrNotFound, without a round
-// trip), ErrClosed after Close, or one wrapping the driver's.
+// Cancel makes a pending, scheduled or leased job StateCanceled; a
+// leased job's lease is lost at once (its holder's operations are refused
+// with reason LostCanceled). It settles what is due first, as Get does: a
+// lease past its expiry is settled before the job is judged (expired,
+// or dead if its attempts are used up: then there is nothing to cancel).
+// Canceling a finished job changes nothing and returns nil. It returns an
+// error wrapping ErrNotFound for an unknown id (for an id
+// leaserouter.ValidateID refuses, "" included, the core's error: one
+// wrapping both ErrInvalidJob, naming the problem, and ErrNotFound,
+// without a round trip), ErrClosed after Close, or one wrapping the
+// driver's; in each case nothing changed, unless the outcome is unknown
+// (the connection failed after the commit was sent: Get tells). One
+// round trip, one transaction (CancelMany's, for one job); it waits for
+// the job's row while another transaction holds it (a CompleteTx's:
+// until its caller's transaction ends). Safe for concurrent use.
 func (r *Router[T]) Cancel(ctx context.Context, id string) error {
 	ctx = orBackground(ctx)
 	if err := r.checkJobCall(id); err != nil {
 		return err
 	}
-	// A lease past its expiry is settled first, as the core does.
 	jobs, err := r.cancel(ctx, "Cancel", []string{id}, everyState)
 	if err != nil {
 		return err

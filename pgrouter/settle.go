@@ -30,9 +30,20 @@ func (r *Router[T]) queueSettle(b *pgx.Batch) {
 // readSettle reads the results of queueSettle's statements.
 func readSettle(res pgx.BatchResults) (settling, error) {
 	var s settling
+	if err := s.readExpired(res); err != nil {
+		return s, err
+	}
+	err := res.QueryRow().Scan(&s.ready)
+	return s, err
+}
+
+// readExpired adds to s the leases the next statement of res expired: a
+// statement returning settle_expired.sql's columns (that one, or
+// jobs_settle.sql).
+func (s *settling) readExpired(res pgx.BatchResults) error {
 	rows, err := res.Query()
 	if err != nil {
-		return s, err
+		return err
 	}
 	for rows.Next() {
 		var (
@@ -45,7 +56,7 @@ func readSettle(res pgx.BatchResults) (settling, error) {
 		)
 		if err := rows.Scan(&id, &token, &attempt, &state, &expiry, &owner, &granted); err != nil {
 			rows.Close()
-			return s, err
+			return err
 		}
 		e := leaserouter.Event{Kind: leaserouter.EventLeaseExpired, Time: expiry, JobID: id, WorkerID: owner,
 			Token: leaserouter.Token(token), Attempt: int(attempt), Held: heldUntil(granted, expiry)}
@@ -56,11 +67,7 @@ func readSettle(res pgx.BatchResults) (settling, error) {
 			s.dead++
 		}
 	}
-	if err := rows.Err(); err != nil {
-		return s, err
-	}
-	err = res.QueryRow().Scan(&s.ready)
-	return s, err
+	return rows.Err()
 }
 
 // errLeaseExpired is the Err of EventDead for a job whose last lease

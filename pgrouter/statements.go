@@ -146,6 +146,7 @@ var (
 	// The operator's side (admin.go).
 	listJobs       = statement("jobs_list")
 	listJobsPrefix = statement("jobs_list_prefix")
+	settleJobs     = statement("jobs_settle")
 	retryJobs      = statement("jobs_retry")
 	deleteJobs     = statement("jobs_delete")
 	pauseQueue     = statement("queue_pause")

@@ -14,7 +14,7 @@ import (
 
 func bulkRows() []Row {
 	return []Row{rowBulkCancelSparesLeased, rowBulkDeleteSparesRetried, rowBulkAnyState, rowBulkBadInput,
-		rowBulkRetryCapacity}
+		rowBulkRetryCapacity, rowBulkCancelEventToken}
 }
 
 var (
@@ -151,7 +151,9 @@ var rowBulkAnyState = Row{Name: "admin/RetryMany, CancelMany, DeleteMany with no
 
 // rowBulkBadInput: more than MaxBulkIDs IDs or a state outside the
 // constants is an error wrapping ErrInvalidOptions, nothing changed;
-// MaxBulkIDs IDs are taken; no IDs do nothing; after Close, ErrClosed.
+// MaxBulkIDs IDs are taken; no IDs do nothing; after Close, ErrClosed
+// and a zero result (an invalid ID among them not counted: after an
+// error the result counts only the jobs the call looked at).
 var rowBulkBadInput = Row{Name: "admin/bulk calls refuse too many IDs or a bad state, and ErrClosed after Close", Test: func(t T, h Harness) {
 	b := open(t, h, Config{})
 	a := admin(t, b)
@@ -189,14 +191,16 @@ var rowBulkBadInput = Row{Name: "admin/bulk calls refuse too many IDs or a bad s
 	require.Equal(t, leaserouter.BulkResult{NotApplicable: 1, NotFound: leaserouter.MaxBulkIDs - 1}, res)
 	require.NoError(t, b.Close(ctx))
 	for name, call := range calls {
-		_, err := call([]string{"a"}, nil)
+		res, err := call([]string{"a", ""}, nil)
 		require.ErrorIs(t, err, leaserouter.ErrClosed, name)
+		require.Zero(t, res, "%s: ErrClosed: no job looked at, the invalid ID not counted", name)
 	}
 	require.Equal(t, leaserouter.StatePending, get(t, b, "a").State)
 }}
 
 // rowBulkRetryCapacity: RetryMany stops at the job that would exceed
-// Capacity: what it did so far, and ErrFull; the rest stays finished.
+// Capacity: what it did so far, and ErrFull; the rest stays finished,
+// and an invalid ID after it is not counted (not looked at).
 var rowBulkRetryCapacity = Row{Name: "admin/RetryMany stops at Capacity with ErrFull and what it did", Needs: "Capacity", Test: func(t T, h Harness) {
 	b := open(t, h, Config{Capacity: 2})
 	a := admin(t, b)
@@ -205,8 +209,36 @@ var rowBulkRetryCapacity = Row{Name: "admin/RetryMany stops at Capacity with Err
 		require.NoError(t, b.Enqueue(ctx, id, ""))
 		require.NoError(t, tryAcquire(t, b, "w").Complete(ctx))
 	}
-	res, err := a.RetryMany(ctx, []string{"a", "b", "c"}, nil)
+	res, err := a.RetryMany(ctx, []string{"a", "b", "c", ""}, nil)
 	require.ErrorIs(t, err, leaserouter.ErrFull)
 	require.Equal(t, leaserouter.BulkResult{Done: 2}, res)
 	require.Equal(t, leaserouter.StateSucceeded, get(t, b, "c").State)
+}}
+
+// rowBulkCancelEventToken: EventCanceled of a job not leased carries the
+// job's latest lease's token (0 if it was never leased); of a leased
+// job, the lease's.
+var rowBulkCancelEventToken = Row{Name: "admin/EventCanceled carries the job's latest token, leased or not", Test: func(t T, h Harness) {
+	ev := newEvents()
+	b := open(t, h, Config{OnEvent: ev.record})
+	a := admin(t, b)
+	ctx := ctxOf(t)
+	require.NoError(t, b.Enqueue(ctx, "leased", ""))
+	leased := tryAcquire(t, b, "w")
+	require.NoError(t, b.Enqueue(ctx, "released", ""))
+	released := tryAcquire(t, b, "w")
+	require.NoError(t, released.Release(ctx)) // pending again, its token kept
+	require.NoError(t, b.Enqueue(ctx, "never", ""))
+	res, err := a.CancelMany(ctx, []string{"released", "leased", "never"}, nil)
+	require.NoError(t, err)
+	require.Equal(t, leaserouter.BulkResult{Done: 3}, res)
+	require.NoError(t, b.Close(ctx))
+	want := map[string]leaserouter.Token{"released": released.Token(), "leased": leased.Token(), "never": 0}
+	got := map[string]leaserouter.Token{}
+	for _, e := range ev.drain() {
+		if e.Kind == leaserouter.EventCanceled {
+			got[e.JobID] = e.Token
+		}
+	}
+	require.Equal(t, want, got)
 }}

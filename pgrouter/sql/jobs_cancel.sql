@@ -1,20 +1,24 @@
 -- Makes each job of @queue named in @ids canceled if it is pending,
 -- scheduled or leased (a lease ends with reason 'canceled': its holder's
 -- next operation is refused) and in one of @states (their names), purged
--- @retention_us microseconds later. The rows are locked in ID order, so
--- two bulk statements on the same jobs never deadlock, and each is judged
--- by its state once locked (a pending job leased meanwhile is seen
--- leased). It returns a row per job of @ids the queue knows (a finished
--- job past its retention is not known): its ID, its state before, its
--- holder then, and, if it was canceled now, its token, attempt, the
--- instant, and when its lease was granted (NULL if it was not leased, or
--- before schema version 4). Cancel is this statement with one ID and
--- every state; CancelMany, with the IDs and states an operator chose.
+-- @retention_us microseconds later. It runs after jobs_settle.sql in the
+-- same transaction, which locked the rows in ID order and settled the
+-- expired leases among them, so it waits for no row (a row enqueued since
+-- and held by another transaction is skipped, as if the call had come
+-- before it): a bulk call never deadlocks with another or with Run's
+-- completions. Each job is judged by its state then, a pending job leased
+-- meanwhile seen leased. It returns a row per job of @ids the queue knows
+-- (a finished job past its retention is not known): its ID, its state
+-- before, its holder then, and, if it was canceled now, its token,
+-- attempt, the instant, and when its lease was granted (NULL if it was
+-- not leased, or before schema version 4). Cancel is this statement with
+-- one ID and every state; CancelMany, with the IDs and states an operator
+-- chose.
 WITH was AS (
 	SELECT id, state, owner FROM leaserouter_jobs
 	WHERE queue = @queue AND id = ANY(@ids::text[]) AND NOT leaserouter_past_retention(state, purge_at)
 	ORDER BY id
-	FOR UPDATE),
+	FOR UPDATE SKIP LOCKED),
 c AS (SELECT clock_timestamp() AS now),
 upd AS (
 	UPDATE leaserouter_jobs j SET state = 'canceled', owner = '', lease_expires_at = NULL,

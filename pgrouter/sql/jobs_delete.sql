@@ -1,17 +1,21 @@
 -- Deletes each job of @queue named in @ids that is not leased and is in
 -- one of @states (their names): its row goes, so its ID may be enqueued
--- again. The rows are locked in ID order, so two bulk statements on the
--- same jobs never deadlock, and each is judged by its state once locked
--- (a dead job retried meanwhile is seen pending). It returns a row per
--- job of @ids the queue knows (a finished job past its retention is not
--- known): its ID, its state before, and, if it was deleted now, its token
--- and attempt; and the instant. Delete is this statement with one ID and
--- every state; DeleteMany, with the IDs and states an operator chose.
+-- again. It runs after jobs_settle.sql in the same transaction, which
+-- locked the rows in ID order and settled the expired leases among them,
+-- so it waits for no row (a row enqueued since and held by another
+-- transaction is skipped, as if the call had come before it): a bulk call
+-- never deadlocks with another or with Run's completions. Each job is
+-- judged by its state then, a dead job retried meanwhile seen pending. It
+-- returns a row per job of @ids the queue knows (a finished job past its
+-- retention is not known): its ID, its state before, and, if it was
+-- deleted now, its token and attempt; and the instant. Delete is this
+-- statement with one ID and every state; DeleteMany, with the IDs and
+-- states an operator chose.
 WITH was AS (
 	SELECT id, state FROM leaserouter_jobs
 	WHERE queue = @queue AND id = ANY(@ids::text[]) AND NOT leaserouter_past_retention(state, purge_at)
 	ORDER BY id
-	FOR UPDATE),
+	FOR UPDATE SKIP LOCKED),
 d AS (
 	DELETE FROM leaserouter_jobs j USING was
 	WHERE j.queue = @queue AND j.id = was.id AND was.state <> 'leased'

@@ -2,21 +2,24 @@
 -- finished (succeeded, failed or canceled), retained, and in one of
 -- @states (their names): ready now, attempt 0 (its next lease is attempt
 -- 1 of max_attempts), no owner, no purge time; its token, seq (its place
--- in the enqueue order), last error and checkpoint stay. The rows are
--- locked in ID order, so two bulk statements on the same jobs never
--- deadlock, and each is judged by its state once locked (a change
--- committed meanwhile is seen). It returns a row per job of @ids the
+-- in the enqueue order), last error and checkpoint stay. It runs after
+-- jobs_settle.sql in the same transaction, which locked the rows in ID
+-- order and settled the expired leases among them, so it waits for no row
+-- (a row enqueued since and held by another transaction is skipped, as if
+-- the call had come before it): a bulk call never deadlocks with another
+-- or with Run's completions. Each job is judged by its state then, a
+-- change committed meanwhile seen. It returns a row per job of @ids the
 -- queue knows (a finished job past its retention is not known): its ID,
 -- its state before, and, if it was retried now, its token and the
 -- instant. If any was, it notifies @channel once (with the update, so
 -- only if it commits), so that waiters in every process claim. Retry is
--- this statement with one ID and every state; RetryMany, with the IDs
--- and states an operator chose.
+-- this statement with one ID and every state; RetryMany, with the IDs and
+-- states an operator chose.
 WITH was AS (
 	SELECT id, state FROM leaserouter_jobs
 	WHERE queue = @queue AND id = ANY(@ids::text[]) AND NOT leaserouter_past_retention(state, purge_at)
 	ORDER BY id
-	FOR UPDATE),
+	FOR UPDATE SKIP LOCKED),
 c AS (SELECT clock_timestamp() AS now),
 upd AS (
 	UPDATE leaserouter_jobs j SET state = 'pending', ready_at = c.now, requeued = false, attempt = 0, owner = '',

@@ -36,7 +36,10 @@ func TestListUnderDebianCollation(t *testing.T) {
 // set, n Routers on it for n handles (n processes, as far as the database
 // can tell), real time; locale, when not "", is the databases' collation
 // (pgtest.NewLocale).
-type pgHarness struct{ locale string }
+type pgHarness struct {
+	locale string
+	icu    string // when not "", the databases' ICU locale (icuDatabase, review_test.go)
+}
 
 func (pgHarness) Name() string { return "pgrouter" }
 
@@ -121,6 +124,9 @@ func (h pgHarness) Open(t routertest.T, cfg routertest.Config, n int) []routerte
 
 // database is a fresh database for one job set.
 func (h pgHarness) database(t *testing.T) *pgxpool.Pool {
+	if h.icu != "" {
+		return icuDatabase(t, h.icu)
+	}
 	if h.locale != "" {
 		return pgtest.NewLocale(t, h.locale)
 	}

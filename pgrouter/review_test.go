@@ -70,3 +70,45 @@ func TestListUnderICUCollation(t *testing.T) {
 		t.Run(row, func(t *testing.T) { routertest.RunRow(t, h, row) })
 	}
 }
+
+// TestMigrateHoldsWritesAtMostALockTimeout: Migrate's doc promises that
+// it "never stalls the queue behind a long transaction" and that other
+// statements "are held up at most" migrateLockTimeout (100ms). Migration
+// 0011 builds leaserouter_jobs_id inside the migration's transaction
+// (CREATE INDEX, not CONCURRENTLY): once it has its SHARE lock, every
+// write to the jobs table (a heartbeat, a claim, a completion) waits for
+// the whole build, however long, so leases of a large table expire while
+// a fleet rolls out a version that runs Migrate at start.
+func TestMigrateHoldsWritesAtMostALockTimeout(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := t.Context()
+	fillYoungQueue(t, db, 400_000)
+	// The database as schema version 10 left it.
+	_, err := db.Exec(ctx, "DROP INDEX leaserouter_jobs_id")
+	require.NoError(t, err)
+	_, err = db.Exec(ctx, "DELETE FROM leaserouter_migrations WHERE version = 11")
+	require.NoError(t, err)
+
+	migrated := make(chan error, 1)
+	go func() { migrated <- pgrouter.Migrate(context.Background(), db) }()
+	// Wait until the build runs (the migration holds its lock).
+	for {
+		var n int
+		require.NoError(t, db.QueryRow(ctx, "SELECT count(*) FROM pg_stat_progress_create_index").Scan(&n))
+		if n > 0 {
+			break
+		}
+		select {
+		case err := <-migrated:
+			t.Fatalf("Migrate ended before its build was seen: %v", err)
+		default:
+		}
+		time.Sleep(time.Millisecond)
+	}
+	start := time.Now()
+	_, err = db.Exec(ctx, "UPDATE leaserouter_jobs SET updated_at = now() WHERE queue = 'default' AND id = 'j2'") // a heartbeat's write
+	held := time.Since(start)
+	require.NoError(t, err)
+	require.NoError(t, <-migrated)
+	require.Less(t, held, 500*time.Millisecond, "a write held up by Migrate's index build for %v (the doc: at most 100ms)", held)
+}

@@ -112,3 +112,36 @@ func TestMigrateHoldsWritesAtMostALockTimeout(t *testing.T) {
 	require.NoError(t, <-migrated)
 	require.Less(t, held, 500*time.Millisecond, "a write held up by Migrate's index build for %v (the doc: at most 100ms)", held)
 }
+
+// TestMigrateAfterAFailedConcurrentBuild: the doc's advice for a large
+// table is to run CREATE INDEX CONCURRENTLY leaserouter_jobs_id by hand
+// first, "this statement then finds it". A concurrent build that fails or
+// is canceled (a statement_timeout, a Ctrl-C, a deadlock) leaves an
+// INVALID index under that name; migration 0011's CREATE INDEX IF NOT
+// EXISTS then finds it, and Migrate records version 11 with an index the
+// planner never uses and nothing ever rebuilds: List's rare prefixes fall
+// back to reading the whole state. Expected: Migrate refuses (or
+// rebuilds) an invalid leaserouter_jobs_id.
+func TestMigrateAfterAFailedConcurrentBuild(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := t.Context()
+	fillYoungQueue(t, db, 200_000)
+	_, err := db.Exec(ctx, "DROP INDEX leaserouter_jobs_id")
+	require.NoError(t, err)
+	_, err = db.Exec(ctx, "DELETE FROM leaserouter_migrations WHERE version = 11")
+	require.NoError(t, err)
+	conn, err := db.Acquire(ctx)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "SET statement_timeout = '20ms'")
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `CREATE INDEX CONCURRENTLY leaserouter_jobs_id ON leaserouter_jobs (queue, state, id COLLATE "C") INCLUDE (seq, purge_at)`)
+	require.Error(t, err, "the by-hand build canceled")
+	_, err = conn.Exec(ctx, "RESET statement_timeout")
+	require.NoError(t, err)
+	conn.Release()
+
+	require.NoError(t, pgrouter.Migrate(ctx, db))
+	var valid bool
+	require.NoError(t, db.QueryRow(ctx, `SELECT indisvalid FROM pg_index WHERE indexrelid = 'leaserouter_jobs_id'::regclass`).Scan(&valid))
+	require.True(t, valid, "Migrate recorded version 11 over an INVALID leaserouter_jobs_id")
+}

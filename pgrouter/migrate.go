@@ -27,13 +27,19 @@ var migrations embed.FS
 const migrateLock = 0x6c65617365726f75
 
 // Migrate brings the database's pgrouter schema to this module's version:
-// it applies, in order and each in the one transaction, the embedded SQL
-// migrations (migrations/NNNN_name.sql) not yet recorded in the table
-// leaserouter_migrations. It is idempotent and safe when many processes
-// run it at once (they wait on an advisory lock; the later ones find
-// nothing to do). A database migrated by a newer pgrouter is left alone.
-// Errors wrap the driver's; a failed migration changes nothing. A nil db
-// is an error.
+// it applies, in order, the embedded SQL migrations
+// (migrations/NNNN_name.sql) not yet recorded in the table
+// leaserouter_migrations: those in a row in one transaction, and an index
+// build (schema version 11's leaserouter_jobs_id) on its own, outside a
+// transaction (CREATE INDEX CONCURRENTLY), after the ones before it are
+// committed. It is idempotent and safe when many processes run it at
+// once (they wait on an advisory lock, polled every 10ms to 1s, on one
+// connection of db each; the later ones find nothing to do). A database
+// migrated by a newer pgrouter is left alone. Errors wrap the driver's;
+// a failed transaction changes nothing, and a failed or interrupted index
+// build (ctx ended, the process killed, a statement_timeout) leaves an
+// INVALID index, which the next Migrate drops and builds again, as it
+// does an index of that name built otherwise. A nil db is an error.
 //
 // Migrate never stalls the queue behind a long transaction: a migration
 // that alters the jobs table needs it to itself, and while it waits for
@@ -46,7 +52,11 @@ const migrateLock = 0x6c65617365726f75
 // driver's lock_not_available (SQLSTATE 55P03); ctx.Err() (wrapped) if
 // ctx ends while it waits. A transaction open on the jobs table for that
 // long (a caller's, after CompleteTx, say) makes it fail: run it again
-// once that is over.
+// once that is over. An index build holds up no statement: writes to the
+// table go on while it reads it (seconds at millions of jobs); it waits,
+// bounded only by ctx, for the transactions open when it starts, any
+// table's (as CREATE INDEX CONCURRENTLY does), and may take twice as long
+// as a plain build.
 func Migrate(ctx context.Context, db *pgxpool.Pool) error {
 	if db == nil {
 		return fmt.Errorf("pgrouter: Migrate: nil pool")

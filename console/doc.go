@@ -15,7 +15,12 @@
 // several processes (pgrouter) it is every process's, not the console
 // process's own. Counts that are estimates (leaserouter.Stats.Estimated)
 // are marked ≈, with the age of the statistics they come from
-// (Stats.EstimatedAsOf); a source that is an ExactCounter offers to count
+// (Stats.EstimatedAsOf; the age is the console process's clock minus
+// that instant, which pgrouter reads in the database's clock, so a skew
+// between the two clocks is in it). Stats says only whether any state
+// is estimated, so all six of a queue's counts are marked then, though
+// a state with few jobs (pgrouter: at most 20,000) is counted exactly;
+// a source that is an ExactCounter offers to count
 // exactly, once, on demand (Action CountExactly; one count of a queue at
 // a time, shared by the requests that ask for it meanwhile). The queues'
 // counts and histories are read concurrently, a few queues at a time.

@@ -59,6 +59,10 @@ const (
 	ViewJob      Action = "view-job"      // one job's page, its payload (through Redact) included
 	ViewLeases   Action = "view-leases"   // the live leases
 	ViewDead     Action = "view-dead"     // the dead jobs of a queue with their errors
+	// CountExactly: the overview with "?exact=queue", a queue's jobs
+	// counted exactly (ExactCounter: a read of every job of the queue),
+	// asked after ViewOverview. Not a change: ReadOnly allows it.
+	CountExactly Action = "count-exactly"
 
 	ActionRetry  Action = "retry"  // Source.Retry: a finished job runs again
 	ActionCancel Action = "cancel" // Source.Cancel: a job not finished is canceled (its lease lost)
@@ -93,6 +97,7 @@ type handler struct {
 	version string // of the static assets, for their URLs (cache busting)
 	cop     *http.CrossOriginProtection
 	log     *slog.Logger
+	exact   exactCounts // the overview's exact counts running
 }
 
 // New returns the console of sources, an http.Handler to mount under any
@@ -218,7 +223,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // authorize checks a with ReadOnly (for actions) and Options.Authorize.
 func (h *handler) authorize(r *http.Request, a Action) error {
-	if h.opts.ReadOnly && !strings.HasPrefix(string(a), "view-") {
+	if h.opts.ReadOnly && a.Mutates() {
 		return errorf(http.StatusForbidden, "this console is read-only: %s refused", a)
 	}
 	if h.opts.Authorize == nil {

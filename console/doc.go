@@ -15,8 +15,16 @@
 // several processes (pgrouter) it is every process's, not the console
 // process's own. Counts that are estimates (leaserouter.Stats.Estimated)
 // are marked ≈, with the age of the statistics they come from
-// (Stats.EstimatedAsOf); a source that is an ExactCounter offers to count
-// exactly, once, on demand. The jobs page filters by queue, state and ID
+// (Stats.EstimatedAsOf; the age is the console process's clock minus
+// that instant, which pgrouter reads in the database's clock, so a skew
+// between the two clocks is in it). Stats says only whether any state
+// is estimated, so all six of a queue's counts are marked then, though
+// a state with few jobs (pgrouter: at most 20,000) is counted exactly;
+// a source that is an ExactCounter offers to count
+// exactly, once, on demand (Action CountExactly; one count of a queue at
+// a time, shared by the requests that ask for it meanwhile). The queues'
+// counts and histories are read concurrently, a few queues at a time.
+// The jobs page filters by queue, state and ID
 // prefix and pages by keyset (the NextCursor of List); jobs ticked, or
 // every job matching the filter (up to MaxBulk), can be retried, canceled
 // or deleted through the bulk calls of the Source (one per state shown):
@@ -44,7 +52,8 @@
 // Actions are POSTs, refused from other origins by
 // net/http.CrossOriginProtection. Options.ReadOnly refuses every action
 // and hides its buttons; Options.Authorize decides each page view and
-// action (Action). Responses say noindex and may not be framed. Bad input
+// action (Action), and exact counts apart (CountExactly: a read of every
+// job of a queue, which a role allowed only to view may be refused). Responses say noindex and may not be framed. Bad input
 // (an unknown queue or job, a malformed cursor, an unknown state or
 // action, a bad limit, a wrong method) gets an HTML page with its status
 // and a message, never a 500; refusals of the backend (a job not

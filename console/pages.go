@@ -2,10 +2,12 @@ package console
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
+	"sync"
 
 	"github.com/leaserouter/leaserouter"
 )
@@ -52,32 +54,69 @@ func (h *handler) overview(w http.ResponseWriter, r *http.Request) error {
 	if err := h.authorize(r, ViewOverview); err != nil {
 		return err
 	}
-	cards := make([]queueCard, len(h.sources))
-	for i, s := range h.sources {
-		c := &cards[i]
-		c.Name = s.Queue()
-		c.JobsLink = link("jobs", "queue", c.Name)
-		c.DeadLink = link("dead", "queue", c.Name)
-		st, counted, err := queueStats(r.Context(), s, slices.Contains(r.URL.Query()["exact"], c.Name))
-		if err != nil {
-			c.Err, c.Trouble = err.Error(), true
-			h.log.Error("console: Stats", "queue", c.Name, "err", err)
-			continue
+	exact := r.URL.Query()["exact"]
+	for _, q := range exact {
+		if _, ok := h.byName[q].(ExactCounter); ok {
+			if err := h.authorize(r, CountExactly); err != nil {
+				return err
+			}
+			break
 		}
-		c.Stats, c.Counts, c.Counted = st, stateCounts(c.Name, st), counted
-		if _, ok := s.(ExactCounter); ok && st.Estimated {
-			c.ExactLink = link("./", "exact", c.Name)
-		}
-		hist, err := s.History(r.Context())
-		if err != nil {
-			c.Err = "history: " + err.Error()
-			h.log.Error("console: History", "queue", c.Name, "err", err)
-		}
-		c.Chart, c.Hour = makeChart(hist)
-		c.Trouble = st.Paused || st.Failed > 0 || c.Hour.Expired > 0 || c.Hour.StaleRejected > 0
 	}
+	// The queues' cards are read concurrently, overviewReaders at a time:
+	// a card's Stats and History are round trips to the database (tens of
+	// milliseconds for a large pgrouter queue), which one after another
+	// would add up with the queues.
+	cards := make([]queueCard, len(h.sources))
+	sem := make(chan struct{}, overviewReaders)
+	var wg sync.WaitGroup
+	for i, s := range h.sources {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() {
+				<-sem
+				// A Source's panic here, off the request's goroutine, would
+				// end the process (net/http recovers only its own): it is
+				// the card's failure instead.
+				if p := recover(); p != nil {
+					cards[i].Err, cards[i].Trouble = fmt.Sprintf("panic: %v", p), true
+					h.log.Error("console: overview", "queue", s.Queue(), "panic", p)
+				}
+			}()
+			h.queueCard(r, s, slices.Contains(exact, s.Queue()), &cards[i])
+		})
+	}
+	wg.Wait()
 	h.render(w, r, http.StatusOK, "overview", "Overview", "overview", cards)
 	return nil
+}
+
+// overviewReaders is how many queues' cards the overview reads at once.
+const overviewReaders = 4
+
+// queueCard fills c, s's card on the overview; exact asks for its exact
+// counts (ExactCounter).
+func (h *handler) queueCard(r *http.Request, s Source, exact bool, c *queueCard) {
+	c.Name = s.Queue()
+	c.JobsLink = link("jobs", "queue", c.Name)
+	c.DeadLink = link("dead", "queue", c.Name)
+	st, counted, err := queueStats(r.Context(), s, exact, &h.exact)
+	if err != nil {
+		c.Err, c.Trouble = err.Error(), true
+		h.log.Error("console: Stats", "queue", c.Name, "err", err)
+		return
+	}
+	c.Stats, c.Counts, c.Counted = st, stateCounts(c.Name, st), counted
+	if _, ok := s.(ExactCounter); ok && st.Estimated {
+		c.ExactLink = link("./", "exact", c.Name)
+	}
+	hist, err := s.History(r.Context())
+	if err != nil {
+		c.Err = "history: " + err.Error()
+		h.log.Error("console: History", "queue", c.Name, "err", err)
+	}
+	c.Chart, c.Hour = makeChart(hist)
+	c.Trouble = st.Paused || st.Failed > 0 || c.Hour.Expired > 0 || c.Hour.StaleRejected > 0
 }
 
 // jobsPage is the jobs page (and the dead page).

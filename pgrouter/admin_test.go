@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -158,16 +159,23 @@ func TestListWalksTheOrderIndex(t *testing.T) {
 // A page of List with an ID prefix reads about a page of rows a state
 // when most of the newest jobs have the prefix, and when few do, at most
 // the walk (prefixWalk) and the jobs with the prefix a state, from the
-// index by ID (index only), never the whole state: under the collation C
-// and under C.UTF-8 (Debian's default, where the primary key's order is
-// not byte order), in the plan a connection keeps (generic) and in the
-// first ones (custom), among 20,000 jobs.
+// index by ID (index only), never the whole state: under the collation
+// C, under C.UTF-8 (Debian's default: code point order, the primary key's
+// order is byte order there too) and under ICU's root collation (where
+// the IDs with a prefix are no range of the primary key), in the plan a
+// connection keeps (generic) and in the first ones (custom), among
+// 20,000 jobs.
 func TestListPrefixReadsLittleUnderAnyCollation(t *testing.T) {
 	const n, limit = 20000, 101
 	walk := pgrouter.PrefixWalk(limit)
-	for _, locale := range []string{"", "C.UTF-8"} {
-		db := pgtest.New(t)
-		if locale != "" {
+	for _, locale := range []string{"", "C.UTF-8", "icu:und"} {
+		var db *pgxpool.Pool
+		switch {
+		case locale == "":
+			db = pgtest.New(t)
+		case strings.HasPrefix(locale, "icu:"):
+			db = pgtest.NewICULocale(t, strings.TrimPrefix(locale, "icu:"))
+		default:
 			db = pgtest.NewLocale(t, locale)
 		}
 		fillYoungQueue(t, db, n) // j1 to j20000, every other one leased, the rest pending

@@ -20,8 +20,10 @@ import (
 func TestConformance(t *testing.T) { routertest.Run(t, pgHarness{}) }
 
 // TestListUnderDebianCollation runs the List rows on databases of
-// collation C.UTF-8 (Debian's default), not the test cluster's C: an ID
-// prefix is a range of the primary key only under C.
+// collation C.UTF-8 (Debian's default), not the test cluster's C. Its
+// order is code point order, the same as byte order in UTF-8, so an ID
+// prefix is a range of the primary key here too:
+// TestListUnderICUCollation is the run where it is not.
 func TestListUnderDebianCollation(t *testing.T) {
 	h := pgHarness{locale: "C.UTF-8"}
 	for _, row := range []string{"admin/List pages newest first, keyset: nothing skipped or repeated",
@@ -32,11 +34,27 @@ func TestListUnderDebianCollation(t *testing.T) {
 	}
 }
 
+// TestListUnderICUCollation runs the List rows on databases whose
+// collation is ICU's root locale, where the IDs with a prefix are not
+// one range of the database's order (it orders "B" between "a" and "c"
+// and ignores punctuation at first): List's prefix must read them in
+// byte order (COLLATE "C").
+func TestListUnderICUCollation(t *testing.T) {
+	h := pgHarness{icu: "und"}
+	for _, row := range []string{"admin/List pages newest first, keyset: nothing skipped or repeated",
+		"admin/List's IDPrefix is a literal byte prefix"} {
+		t.Run(row, func(t *testing.T) { routertest.RunRow(t, h, row) })
+	}
+}
+
 // pgHarness is pgrouter as a routertest backend: a fresh database per job
 // set, n Routers on it for n handles (n processes, as far as the database
 // can tell), real time; locale, when not "", is the databases' collation
 // (pgtest.NewLocale).
-type pgHarness struct{ locale string }
+type pgHarness struct {
+	locale string
+	icu    string // when not "", the databases' ICU collation (pgtest.NewICULocale)
+}
 
 func (pgHarness) Name() string { return "pgrouter" }
 
@@ -121,6 +139,9 @@ func (h pgHarness) Open(t routertest.T, cfg routertest.Config, n int) []routerte
 
 // database is a fresh database for one job set.
 func (h pgHarness) database(t *testing.T) *pgxpool.Pool {
+	if h.icu != "" {
+		return pgtest.NewICULocale(t, h.icu)
+	}
 	if h.locale != "" {
 		return pgtest.NewLocale(t, h.locale)
 	}

@@ -40,7 +40,8 @@ const countCap = 20000
 // queue and state pair in the last ANALYZE's sample: the Router's
 // maintenance loop and autovacuum keep them), never below 20,001, and
 // Stats.Estimated is then true, and Stats.EstimatedAsOf the instant of
-// those statistics (the table's last ANALYZE; zero if it never had one):
+// those statistics (the table's last ANALYZE, in the database's clock;
+// zero if it never had one):
 // jobs enqueued or changed since are not in the estimate. So Stats takes
 // milliseconds whatever the queue's size; ExactStats counts every job. Finished jobs past their
 // Retention not yet purged are not counted (with more than 20,000 of

@@ -221,11 +221,24 @@
 // expiries and purge times, the index leaserouter_jobs_order (queue,
 // state, seq) for List and the counts, the index leaserouter_jobs_id
 // (queue, state, id COLLATE "C", with seq and purge_at) for List's ID
-// prefix (schema version 11, whose Migrate builds it holding off writes
-// to the jobs table; on a large table run first, by hand, CREATE INDEX
-// CONCURRENTLY leaserouter_jobs_id ON leaserouter_jobs (queue, state, id
-// COLLATE "C") INCLUDE (seq, purge_at)), joint statistics of queue and
+// prefix (schema version 11: Migrate builds it concurrently, writes to
+// the jobs table going on meanwhile), joint statistics of queue and
 // state (leaserouter_jobs_queue_state) for the estimated counts.
+//
+// A concurrent index build that fails or is interrupted (Migrate's ctx
+// ended, its process killed, a statement_timeout on db's connections)
+// leaves the index INVALID: present, kept up to date by every write, used
+// by no query. Such an index is listed by
+//
+//	SELECT indexrelid::regclass FROM pg_index WHERE NOT indisvalid
+//
+// and is repaired by running Migrate again (version 11 is recorded only
+// once its index is valid and as the migration defines it; Migrate drops
+// an invalid one, or one of that name defined otherwise, with DROP INDEX
+// CONCURRENTLY, and builds it again). By hand, the same: DROP INDEX
+// CONCURRENTLY leaserouter_jobs_id, then CREATE INDEX CONCURRENTLY
+// leaserouter_jobs_id ON leaserouter_jobs (queue, state, id COLLATE "C")
+// INCLUDE (seq, purge_at).
 // Payloads are
 // JSON (encoding/json) in a jsonb column, readable in SQL. The jobs table
 // is created with aggressive autovacuum settings (every job is updated

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,13 +27,19 @@ var migrations embed.FS
 const migrateLock = 0x6c65617365726f75
 
 // Migrate brings the database's pgrouter schema to this module's version:
-// it applies, in order and each in the one transaction, the embedded SQL
-// migrations (migrations/NNNN_name.sql) not yet recorded in the table
-// leaserouter_migrations. It is idempotent and safe when many processes
-// run it at once (they wait on an advisory lock; the later ones find
-// nothing to do). A database migrated by a newer pgrouter is left alone.
-// Errors wrap the driver's; a failed migration changes nothing. A nil db
-// is an error.
+// it applies, in order, the embedded SQL migrations
+// (migrations/NNNN_name.sql) not yet recorded in the table
+// leaserouter_migrations: those in a row in one transaction, and an index
+// build (schema version 11's leaserouter_jobs_id) on its own, outside a
+// transaction (CREATE INDEX CONCURRENTLY), after the ones before it are
+// committed. It is idempotent and safe when many processes run it at
+// once (they wait on an advisory lock, polled every 10ms to 1s, on one
+// connection of db each; the later ones find nothing to do). A database
+// migrated by a newer pgrouter is left alone. Errors wrap the driver's;
+// a failed transaction changes nothing, and a failed or interrupted index
+// build (ctx ended, the process killed, a statement_timeout) leaves an
+// INVALID index, which the next Migrate drops and builds again, as it
+// does an index of that name built otherwise. A nil db is an error.
 //
 // Migrate never stalls the queue behind a long transaction: a migration
 // that alters the jobs table needs it to itself, and while it waits for
@@ -45,7 +52,11 @@ const migrateLock = 0x6c65617365726f75
 // driver's lock_not_available (SQLSTATE 55P03); ctx.Err() (wrapped) if
 // ctx ends while it waits. A transaction open on the jobs table for that
 // long (a caller's, after CompleteTx, say) makes it fail: run it again
-// once that is over.
+// once that is over. An index build holds up no statement: writes to the
+// table go on while it reads it (seconds at millions of jobs); it waits,
+// bounded only by ctx, for the transactions open when it starts, any
+// table's (as CREATE INDEX CONCURRENTLY does), and may take twice as long
+// as a plain build.
 func Migrate(ctx context.Context, db *pgxpool.Pool) error {
 	if db == nil {
 		return fmt.Errorf("pgrouter: Migrate: nil pool")
@@ -78,40 +89,112 @@ const (
 	migrateTries       = 30
 )
 
-// migrateOnce is one try of Migrate, in one transaction: the advisory lock
-// (waited for without a bound: other Migrates hold it, not the queue),
-// then every statement with lock_timeout migrateLockTimeout.
+// migrateOnce is one try of Migrate, on one connection holding Migrate's
+// advisory lock for the session (lockMigrate), so that it covers both the
+// transactions and the concurrent index builds, which run outside one.
+// The pending migrations up to the next concurrent one are applied in one
+// transaction, every statement with lock_timeout migrateLockTimeout; a
+// concurrent one is built (buildConcurrently) and then recorded; and so on.
 func migrateOnce(ctx context.Context, db *pgxpool.Pool, steps []migrationStep) error {
-	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(migrateLock)); err != nil {
-			return fmt.Errorf("pgrouter: Migrate: lock: %w", err)
-		}
-		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", migrateLockTimeout.Milliseconds())); err != nil {
-			return fmt.Errorf("pgrouter: Migrate: %w", err)
-		}
-		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS leaserouter_migrations (
-			version    integer     PRIMARY KEY,
-			name       text        NOT NULL,
-			applied_at timestamptz NOT NULL DEFAULT clock_timestamp())`); err != nil {
-			return fmt.Errorf("pgrouter: Migrate: %w", err)
-		}
-		var have int
-		if err := tx.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM leaserouter_migrations").Scan(&have); err != nil {
-			return fmt.Errorf("pgrouter: Migrate: %w", err)
-		}
-		for _, s := range steps {
-			if s.version <= have {
-				continue
-			}
-			if _, err := tx.Exec(ctx, s.sql); err != nil {
-				return fmt.Errorf("pgrouter: Migrate: migration %s: %w", s.name, err)
-			}
-			if _, err := tx.Exec(ctx, "INSERT INTO leaserouter_migrations (version, name) VALUES ($1, $2)", s.version, s.name); err != nil {
+	conn, err := db.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("pgrouter: Migrate: %w", err)
+	}
+	defer conn.Release()
+	if err := lockMigrate(ctx, conn); err != nil {
+		return err
+	}
+	defer unlockMigrate(ctx, conn)
+	for {
+		var build *migrationStep
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", migrateLockTimeout.Milliseconds())); err != nil {
 				return fmt.Errorf("pgrouter: Migrate: %w", err)
 			}
+			if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS leaserouter_migrations (
+				version    integer     PRIMARY KEY,
+				name       text        NOT NULL,
+				applied_at timestamptz NOT NULL DEFAULT clock_timestamp())`); err != nil {
+				return fmt.Errorf("pgrouter: Migrate: %w", err)
+			}
+			var have int
+			if err := tx.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM leaserouter_migrations").Scan(&have); err != nil {
+				return fmt.Errorf("pgrouter: Migrate: %w", err)
+			}
+			for i, s := range steps {
+				if s.version <= have {
+					continue
+				}
+				if s.index != "" { // the ones before it commit first
+					build = &steps[i]
+					return nil
+				}
+				if _, err := tx.Exec(ctx, s.sql); err != nil {
+					return fmt.Errorf("pgrouter: Migrate: migration %s: %w", s.name, err)
+				}
+				if err := recordMigration(ctx, tx, s); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil || build == nil {
+			return err
 		}
-		return nil
-	})
+		if err := buildConcurrently(ctx, conn, *build); err != nil {
+			return err
+		}
+		if err := recordMigration(ctx, conn, *build); err != nil {
+			return err
+		}
+	}
+}
+
+// recordMigration records s as applied.
+func recordMigration(ctx context.Context, db interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}, s migrationStep) error {
+	if _, err := db.Exec(ctx, "INSERT INTO leaserouter_migrations (version, name) VALUES ($1, $2)", s.version, s.name); err != nil {
+		return fmt.Errorf("pgrouter: Migrate: %w", err)
+	}
+	return nil
+}
+
+// lockMigrate takes Migrate's advisory lock for conn's session, waiting
+// for it without a bound but ctx's. It tries for it again and again
+// (every 10ms, doubling up to 1s) rather than wait in pg_advisory_lock: a
+// statement waiting there has a snapshot, which the concurrent index
+// build of the Migrate holding the lock waits to end (CREATE INDEX
+// CONCURRENTLY waits out older snapshots), a deadlock.
+func lockMigrate(ctx context.Context, conn *pgxpool.Conn) error {
+	wait := 10 * time.Millisecond
+	for {
+		var locked bool
+		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", int64(migrateLock)).Scan(&locked); err != nil {
+			return fmt.Errorf("pgrouter: Migrate: lock: %w", err)
+		}
+		if locked {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pgrouter: Migrate: lock: %w", ctx.Err())
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// unlockMigrate gives up Migrate's session lock held by conn; when it
+// cannot (ctx ended, the connection broke), it closes the connection
+// instead, whose end releases the lock, rather than return to the pool a
+// connection that holds it.
+func unlockMigrate(ctx context.Context, conn *pgxpool.Conn) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", int64(migrateLock)); err != nil {
+		_ = conn.Hijack().Close(ctx)
+	}
 }
 
 // ErrSchemaOutdated is what New returns (wrapped, naming both versions)
@@ -148,6 +231,34 @@ type migrationStep struct {
 	version int
 	name    string
 	sql     string
+	index   string // a concurrent index build's index (concurrentMarker), or ""
+}
+
+// concurrentMarker, a migration file's first line, makes it a concurrent
+// index build: its one statement, CREATE INDEX CONCURRENTLY IF NOT EXISTS
+// name ON ..., runs outside a transaction (where CONCURRENTLY must), so
+// that writes to the table go on while it builds; Migrate's advisory
+// lock keeps other Migrates out meanwhile. An index of that name left
+// INVALID by a failed or canceled build (Migrate's own, killed midway,
+// or one by hand), or of another definition, is dropped (DROP INDEX
+// CONCURRENTLY) and built again; once built, it must be valid and as the
+// statement says, or Migrate fails without recording the migration.
+// Every other migration runs in a transaction.
+const concurrentMarker = "-- pgrouter:concurrent-index"
+
+// concurrentIndex is the one statement a concurrentMarker migration holds.
+var concurrentIndex = regexp.MustCompile(`^CREATE INDEX CONCURRENTLY IF NOT EXISTS ([a-z_][a-z0-9_]*) ON [^;]+;?$`)
+
+// sqlStatement is text without its "--" comment lines, its whitespace
+// runs made one space.
+func sqlStatement(text string) string {
+	var lines []string
+	for l := range strings.Lines(text) {
+		if !strings.HasPrefix(strings.TrimSpace(l), "--") {
+			lines = append(lines, l)
+		}
+	}
+	return strings.Join(strings.Fields(strings.Join(lines, " ")), " ")
 }
 
 // migrationSteps reads the embedded migrations in version order.
@@ -167,7 +278,15 @@ func migrationSteps() ([]migrationStep, error) {
 		if err != nil {
 			return nil, err
 		}
-		steps = append(steps, migrationStep{version: v, name: base, sql: string(b)})
+		step := migrationStep{version: v, name: base, sql: string(b)}
+		if strings.HasPrefix(step.sql, concurrentMarker+"\n") {
+			m := concurrentIndex.FindStringSubmatch(sqlStatement(step.sql))
+			if m == nil {
+				return nil, fmt.Errorf("pgrouter: migration %s: a concurrent index build holds one CREATE INDEX CONCURRENTLY IF NOT EXISTS", base)
+			}
+			step.index = m[1]
+		}
+		steps = append(steps, step)
 	}
 	slices.SortFunc(steps, func(a, b migrationStep) int { return a.version - b.version })
 	return steps, nil

@@ -89,10 +89,31 @@ func sharedCluster(t testing.TB) *Cluster {
 func NewLocale(t testing.TB, locale string) *pgxpool.Pool {
 	t.Helper()
 	if url := os.Getenv(EnvURL); url != "" {
+		return freshLocale(t, url, "", dbLocale{os: locale})
+	}
+	return freshLocale(t, sharedCluster(t).URL("postgres"), "", dbLocale{os: locale})
+}
+
+// NewICULocale is NewLocale with a database whose collation is the ICU
+// locale icu (such as "und", ICU's root locale, or "en-US"; character
+// classification "C.UTF-8"), on a server built with ICU (PostgreSQL 15's
+// LOCALE_PROVIDER icu, as Debian's is). Unlike glibc's C.UTF-8, whose
+// order is code point order (byte order, in UTF-8), an ICU collation
+// orders "B" between "a" and "c" and ignores punctuation at first: the
+// strings with a prefix need not be one range of its order. An icu the
+// server does not know, or a server without ICU, fails t.
+func NewICULocale(t testing.TB, icu string) *pgxpool.Pool {
+	t.Helper()
+	locale := dbLocale{os: "C.UTF-8", icu: icu}
+	if url := os.Getenv(EnvURL); url != "" {
 		return freshLocale(t, url, "", locale)
 	}
 	return freshLocale(t, sharedCluster(t).URL("postgres"), "", locale)
 }
+
+// dbLocale is a database's locale: os (LOCALE), and icu, when not "",
+// its ICU collation (LOCALE_PROVIDER icu, ICU_LOCALE).
+type dbLocale struct{ os, icu string }
 
 // NewCluster starts a cluster of the test's own, with a migrated template
 // for its Pool; it is stopped and removed when t ends. For tests that stop
@@ -152,12 +173,12 @@ var dbSeq atomic.Int64
 // template, or migrated when template is "" — and returns a pool on it.
 func fresh(t testing.TB, adminURL, template string) *pgxpool.Pool {
 	t.Helper()
-	return freshLocale(t, adminURL, template, "")
+	return freshLocale(t, adminURL, template, dbLocale{})
 }
 
 // freshLocale is fresh with a database of locale (the server's default
-// when ""), created from template0 and migrated.
-func freshLocale(t testing.TB, adminURL, template, locale string) *pgxpool.Pool {
+// when zero), created from template0 and migrated.
+func freshLocale(t testing.TB, adminURL, template string, locale dbLocale) *pgxpool.Pool {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -170,8 +191,11 @@ func freshLocale(t testing.TB, adminURL, template, locale string) *pgxpool.Pool 
 	defer admin.Close(ctx)
 	create := "CREATE DATABASE " + name
 	switch {
-	case locale != "":
-		create += " TEMPLATE template0 LOCALE '" + strings.ReplaceAll(locale, "'", "''") + "'"
+	case locale.os != "":
+		create += " TEMPLATE template0 LOCALE " + quote(locale.os)
+		if locale.icu != "" {
+			create += " LOCALE_PROVIDER icu ICU_LOCALE " + quote(locale.icu)
+		}
 	case template != "":
 		create += " TEMPLATE " + template
 	}
@@ -219,3 +243,6 @@ func Main(m *testing.M) int {
 	}
 	return code
 }
+
+// quote is s as an SQL string literal.
+func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

@@ -87,6 +87,21 @@ func TestNewLocaleHasThatCollation(t *testing.T) {
 	require.True(t, c, "New's stays C")
 }
 
+// TestNewICULocaleHasThatCollation: NewICULocale's database collates as
+// ICU's locale says ("B" between "a" and "c", unlike C and C.UTF-8) and
+// is migrated.
+func TestNewICULocaleHasThatCollation(t *testing.T) {
+	db := NewICULocale(t, "und")
+	ctx := context.Background()
+	var provider string
+	var between bool
+	require.NoError(t, db.QueryRow(ctx, "SELECT datlocprovider::text, 'a' < 'B' AND 'B' < 'c' FROM pg_database WHERE datname = current_database()").Scan(&provider, &between))
+	require.Equal(t, "i", provider)
+	require.True(t, between)
+	var n int
+	require.NoError(t, db.QueryRow(ctx, "SELECT count(*) FROM leaserouter_jobs").Scan(&n), "migrated")
+}
+
 // TestClusterStopStart: a cluster of the test's own stops (fast or as a
 // crash) and starts again with its data.
 func TestClusterStopStart(t *testing.T) {

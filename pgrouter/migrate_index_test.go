@@ -1,0 +1,148 @@
+package pgrouter_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/leaserouter/leaserouter/pgrouter"
+	"github.com/leaserouter/leaserouter/pgrouter/pgtest"
+)
+
+// asVersion10 makes db's schema as version 10 left it: no
+// leaserouter_jobs_id, migration 11 not recorded.
+func asVersion10(t *testing.T, db *pgxpool.Pool) {
+	t.Helper()
+	_, err := db.Exec(t.Context(), "DROP INDEX leaserouter_jobs_id")
+	require.NoError(t, err)
+	_, err = db.Exec(t.Context(), "DELETE FROM leaserouter_migrations WHERE version = 11")
+	require.NoError(t, err)
+}
+
+// requireIndexBuilt: leaserouter_jobs_id is valid, with ID in byte order,
+// and migration 11 is recorded.
+func requireIndexBuilt(t *testing.T, db *pgxpool.Pool) {
+	t.Helper()
+	var valid bool
+	var def string
+	require.NoError(t, db.QueryRow(t.Context(), `SELECT indisvalid, pg_get_indexdef(indexrelid) FROM pg_index WHERE indexrelid = 'leaserouter_jobs_id'::regclass`).Scan(&valid, &def))
+	require.True(t, valid, "leaserouter_jobs_id is INVALID")
+	require.Contains(t, def, `(queue, state, id COLLATE "C") INCLUDE (seq, purge_at)`)
+	var n int
+	require.NoError(t, db.QueryRow(t.Context(), "SELECT count(*) FROM leaserouter_migrations WHERE version = 11").Scan(&n))
+	require.Equal(t, 1, n)
+}
+
+// TestMigrateHoldsWritesAtMostALockTimeout: Migrate holds up other
+// statements at most its lock timeout (100ms), index builds included:
+// migration 11 builds leaserouter_jobs_id concurrently, outside a
+// transaction, so a heartbeat's write to the jobs table goes on while it
+// builds (inside the transaction, CREATE INDEX's SHARE lock held every
+// write for the whole build).
+func TestMigrateHoldsWritesAtMostALockTimeout(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := t.Context()
+	fillYoungQueue(t, db, 400_000)
+	asVersion10(t, db)
+
+	migrated := make(chan error, 1)
+	go func() { migrated <- pgrouter.Migrate(context.Background(), db) }()
+	// Real time: the build is a real server's. Wait until it runs.
+	for {
+		var n int
+		require.NoError(t, db.QueryRow(ctx, "SELECT count(*) FROM pg_stat_progress_create_index WHERE datname = current_database()").Scan(&n))
+		if n > 0 {
+			break
+		}
+		select {
+		case err := <-migrated:
+			t.Fatalf("Migrate ended before its build was seen: %v", err)
+		default:
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// No lock on the jobs table that holds off writes (SHARE and
+	// stronger; CREATE INDEX CONCURRENTLY's SHARE UPDATE EXCLUSIVE lets
+	// them go on) is taken while it builds.
+	var blocking []string
+	require.NoError(t, db.QueryRow(ctx, `SELECT coalesce(array_agg(mode), '{}') FROM pg_locks
+		WHERE database = (SELECT oid FROM pg_database WHERE datname = current_database())
+			AND relation = 'leaserouter_jobs'::regclass AND mode IN ('ShareLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')`).Scan(&blocking))
+	// A heartbeat's write goes on, waiting for no lock longer than the
+	// bound (a server's lock_timeout, not a clock of the test's: a busy
+	// machine slows the write, not its lock wait).
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '300ms'"); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "UPDATE leaserouter_jobs SET updated_at = now() WHERE queue = 'default' AND id = 'j2'")
+		return err
+	})
+	migrateErr := <-migrated
+	require.Empty(t, blocking, "locks holding off writes to the jobs table during Migrate's index build")
+	require.NoError(t, err, "a write held up by Migrate's index build (at most 100ms)")
+	require.NoError(t, migrateErr)
+	requireIndexBuilt(t, db)
+}
+
+// TestMigrateRebuildsAnInvalidIndex: a concurrent build that fails or is
+// canceled (Migrate's own, killed midway, or one by hand: a
+// statement_timeout, a Ctrl-C) leaves an INVALID leaserouter_jobs_id,
+// which CREATE INDEX IF NOT EXISTS would take as built and the planner
+// never uses: Migrate drops it and builds it again.
+func TestMigrateRebuildsAnInvalidIndex(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := t.Context()
+	fillYoungQueue(t, db, 200_000)
+	asVersion10(t, db)
+	conn, err := db.Acquire(ctx)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "SET statement_timeout = '20ms'")
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `CREATE INDEX CONCURRENTLY leaserouter_jobs_id ON leaserouter_jobs (queue, state, id COLLATE "C") INCLUDE (seq, purge_at)`)
+	require.Error(t, err, "the by-hand build canceled")
+	_, err = conn.Exec(ctx, "RESET statement_timeout")
+	require.NoError(t, err)
+	conn.Release()
+
+	require.NoError(t, pgrouter.Migrate(ctx, db))
+	requireIndexBuilt(t, db)
+}
+
+// TestMigrateRebuildsAnIndexOfAnotherDefinition: an index by the name
+// leaserouter_jobs_id built by hand otherwise (IDs in the database's
+// collation, where a prefix need not be a range) is dropped and built
+// again as migration 11 says.
+func TestMigrateRebuildsAnIndexOfAnotherDefinition(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := t.Context()
+	asVersion10(t, db)
+	_, err := db.Exec(ctx, `CREATE INDEX leaserouter_jobs_id ON leaserouter_jobs (queue, state, id) INCLUDE (seq, purge_at)`)
+	require.NoError(t, err)
+	require.NoError(t, pgrouter.Migrate(ctx, db))
+	requireIndexBuilt(t, db)
+}
+
+// TestMigrateConcurrentWithAnIndexBuild: Migrates run at once while
+// migration 11 is pending all succeed, one of them building the index
+// (the others wait on Migrate's lock and then find it applied).
+func TestMigrateConcurrentWithAnIndexBuild(t *testing.T) {
+	db := pgtest.New(t)
+	fillYoungQueue(t, db, 50_000)
+	asVersion10(t, db)
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Go(func() { errs[i] = pgrouter.Migrate(t.Context(), db) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	requireIndexBuilt(t, db)
+}

@@ -1,0 +1,42 @@
+package pgrouter
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestConcurrentIndexMigrations: the embedded migrations marked as
+// concurrent index builds (concurrentMarker) are read with their index's
+// name, 0011 among them; every other one runs in a transaction.
+func TestConcurrentIndexMigrations(t *testing.T) {
+	steps, err := migrationSteps()
+	require.NoError(t, err)
+	indexes := map[int]string{}
+	for _, s := range steps {
+		if s.index != "" {
+			indexes[s.version] = s.index
+		}
+	}
+	require.Equal(t, map[int]string{11: "leaserouter_jobs_id"}, indexes)
+}
+
+// TestConcurrentIndexStatement: a concurrent index build's text is one
+// CREATE INDEX CONCURRENTLY IF NOT EXISTS, comments aside; anything else
+// (two statements, a build without IF NOT EXISTS) is refused.
+func TestConcurrentIndexStatement(t *testing.T) {
+	for text, index := range map[string]string{
+		"-- a comment\nCREATE INDEX CONCURRENTLY IF NOT EXISTS x_y ON t (a,\n\tb);\n": "x_y",
+		"CREATE INDEX CONCURRENTLY IF NOT EXISTS x ON t (a)":                          "x",
+		"CREATE INDEX CONCURRENTLY x ON t (a);":                                       "",
+		"CREATE INDEX CONCURRENTLY IF NOT EXISTS x ON t (a); DROP TABLE t;":           "",
+		"CREATE INDEX IF NOT EXISTS x ON t (a);":                                      "",
+	} {
+		m := concurrentIndex.FindStringSubmatch(sqlStatement(text))
+		if index == "" {
+			require.Nil(t, m, text)
+			continue
+		}
+		require.Equal(t, index, m[1], text)
+	}
+}

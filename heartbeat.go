@@ -110,7 +110,7 @@ func (u *runner[T]) beat(s *slot[T], now int64) {
 // or the lease is lost otherwise (expiry, Cancel, Close), with a cause
 // wrapping ErrLeaseLost (context.Cause). When the holder itself ends the
 // lease (Complete, Fail, Release, Snooze), the context is canceled at
-// once, by that call, with a *LeaseLostError whose Reason is
+// once, by that call before it returns, with a *LeaseLostError whose Reason is
 // LostCompleted, LostFailed, LostReleased or LostSnoozed; that end is no
 // refusal, even when a heartbeat races it (no EventStaleRejected, nothing
 // added to Stats.StaleRejections or HeartbeatsRefused), the same on every
@@ -127,11 +127,15 @@ func (u *runner[T]) beat(s *slot[T], now int64) {
 // garbage collection) or waits for the router's lock, so the lease is not
 // lost to an expiry while KeepAlive keeps it; its events carry those
 // instants (after a late stretch, the heartbeats the lease outlived
-// without are skipped). Heartbeats run on a timer, not a goroutine of
+// without are skipped). No heartbeat due after cancel is called extends
+// the lease, nor any once the context is done, however late the call
+// that would apply it. Heartbeats run on a timer, not a goroutine of
 // their own, until the first is due. cancel stops heartbeating, waits for a
 // heartbeat in flight, and cancels the context; it is idempotent and safe
 // to call from any goroutine. It does not end the lease: Complete, Fail or
-// Release it as usual. A nil ctx means context.Background().
+// Release it as usual. A nil ctx means context.Background(). The context
+// is canceled outside the router's lock, so ctx may be of a type of the
+// caller's own: its methods never run under the lock.
 //
 // This is the keep-alive of etcd's concurrency.Session, in process.
 func KeepAlive[T any](ctx context.Context, l *Lease[T], interval time.Duration) (context.Context, context.CancelFunc) {

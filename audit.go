@@ -11,7 +11,9 @@ import (
 // describing each violation (errors.Join), or nil. It checks the one
 // invariant — a job has at most one lease and it is its current one — and
 // the bookkeeping behind it: per-state counts, each heap's order and
-// membership, lease and token fields, the retention queue's order and membership. It is
+// membership, lease and token fields, the retention queue's order and
+// membership, and that only current leases have KeepAlive heartbeats
+// scheduled. It is
 // O(n) under the lock: for tests and operators, not for hot paths. It does
 // not settle anything and works after Close.
 func (r *Router[T]) Audit() error {
@@ -81,6 +83,14 @@ func (r *Router[T]) Audit() error {
 	}
 	if n, want := r.retained.Len(), counts[StateSucceeded]+counts[StateFailed]+counts[StateCanceled]; n != want {
 		bad("retention queue holds %d jobs, but %d are finished", n, want)
+	}
+	if !r.kept.Valid(func(k *keeper[T]) int { return int(k.kidx) }) {
+		bad("KeepAlive's heartbeat schedule is out of order or has stale positions")
+	}
+	for i := range r.kept.Len() {
+		if k := r.kept.At(i); k.l.j.state != StateLeased || k.l.j.lease != k.l {
+			bad("a KeepAlive of job %q (token %d) is scheduled, but its lease is not the job's current one", k.l.JobID, k.l.Token)
+		}
 	}
 	if r.phase == phaseClosed && r.leases.Len() > 0 {
 		bad("%d leases survive Close", r.leases.Len())

@@ -22,10 +22,25 @@ const idleKeep = 1024
 // not depend on them.
 func (r *Router[T]) unlockAndDeliver() {
 	wake := (len(r.outbox) > 0 || r.phase == phaseClosed) && r.handOff()
+	// The lease ends told under the lock (tell) cancel their contexts
+	// once it is released: a few from a copy (the queue keeps its
+	// memory), a mass expiry's from the queue itself.
+	var few [4]lostNote
+	var told []lostNote
+	if n := len(r.lostq); n > len(few) {
+		told, r.lostq = r.lostq, nil
+	} else if n > 0 {
+		told = few[:copy(few[:], r.lostq)]
+		clear(r.lostq)
+		r.lostq = r.lostq[:0]
+	}
 	if r.hooks != nil && r.hooks.Unlocking != nil {
 		r.hooks.Unlocking()
 	}
 	r.mu.Unlock()
+	for _, n := range told {
+		n.w.leaseLost(n.cause)
+	}
 	if wake {
 		select {
 		case r.dl.kick <- struct{}{}:

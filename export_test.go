@@ -1,6 +1,7 @@
 package leaserouter
 
 import (
+	"math"
 	"time"
 
 	"github.com/leaserouter/leaserouter/internal/hook"
@@ -86,4 +87,21 @@ func LockFree[T any](r *Router[T]) bool {
 	}
 	r.mu.Unlock()
 	return true
+}
+
+// KeepAliveQuitting reports whether a cancel func of a KeepAlive keeping l
+// has been called (read-only). It reads l's watchers without the lock:
+// call it only while no call can change them (the router's lock held
+// elsewhere, after the KeepAlive was made in the calling goroutine).
+func KeepAliveQuitting[T any](l *Lease[T]) bool {
+	ws, ok := l.lost.(lostWatchers)
+	if !ok {
+		ws = lostWatchers{l.lost}
+	}
+	for _, w := range ws {
+		if k, ok := w.(*keeper[T]); ok && k.quit.Load() != math.MaxInt64 {
+			return true
+		}
+	}
+	return false
 }

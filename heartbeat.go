@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/leaserouter/leaserouter/internal/contract"
@@ -109,7 +110,7 @@ func (u *runner[T]) beat(s *slot[T], now int64) {
 // or the lease is lost otherwise (expiry, Cancel, Close), with a cause
 // wrapping ErrLeaseLost (context.Cause). When the holder itself ends the
 // lease (Complete, Fail, Release, Snooze), the context is canceled at
-// once, by that call, with a *LeaseLostError whose Reason is
+// once, by that call before it returns, with a *LeaseLostError whose Reason is
 // LostCompleted, LostFailed, LostReleased or LostSnoozed; that end is no
 // refusal, even when a heartbeat races it (no EventStaleRejected, nothing
 // added to Stats.StaleRejections or HeartbeatsRefused), the same on every
@@ -126,11 +127,15 @@ func (u *runner[T]) beat(s *slot[T], now int64) {
 // garbage collection) or waits for the router's lock, so the lease is not
 // lost to an expiry while KeepAlive keeps it; its events carry those
 // instants (after a late stretch, the heartbeats the lease outlived
-// without are skipped). Heartbeats run on a timer, not a goroutine of
+// without are skipped). No heartbeat due after cancel is called extends
+// the lease, nor any once the context is done, however late the call
+// that would apply it. Heartbeats run on a timer, not a goroutine of
 // their own, until the first is due. cancel stops heartbeating, waits for a
 // heartbeat in flight, and cancels the context; it is idempotent and safe
 // to call from any goroutine. It does not end the lease: Complete, Fail or
-// Release it as usual. A nil ctx means context.Background().
+// Release it as usual. A nil ctx means context.Background(). The context
+// is canceled outside the router's lock, so ctx may be of a type of the
+// caller's own: its methods never run under the lock.
 //
 // This is the keep-alive of etcd's concurrency.Session, in process.
 func KeepAlive[T any](ctx context.Context, l *Lease[T], interval time.Duration) (context.Context, context.CancelFunc) {
@@ -186,18 +191,21 @@ type keeper[T any] struct {
 	stopped bool
 	beats   sync.WaitGroup // one per armed timer, so stop can wait for a beat in flight
 
-	byHolder bool // told that the holder ended the lease; guarded by the router's mu (see leaseLost)
+	byHolder bool         // told that the holder ended the lease; guarded by the router's mu (see noteLost)
+	quit     atomic.Int64 // when the cancel func was first called, on the router's clock (MaxInt64 before): settle applies no heartbeat of k due later (keptBeat)
 }
 
 func keepAlive[T any](ctx context.Context, l *Lease[T], interval time.Duration) (context.Context, *keeper[T]) {
 	kctx, cancel := context.WithCancelCause(ctx)
 	k := &keeper[T]{l: l, ctx: kctx, cancel: cancel, interval: interval, kidx: -1}
-	// ctx is the caller's: consulted here, outside the router's lock. A
-	// ctx done already gets no heartbeat, one done later none after.
-	// Set before the keeper is watched: leaseLost, under the router's
-	// lock, calls it.
+	k.quit.Store(math.MaxInt64)
+	// Set before the keeper is watched: leaseLost calls it. watch
+	// schedules the keeper only if kctx is not done by then, under the
+	// router's lock, so unkeep, which takes that lock once kctx is done,
+	// comes after and takes it off again: a keeper never stays on the
+	// schedule after its context is done.
 	k.unwatch = context.AfterFunc(kctx, k.unkeep)
-	first, ok := l.watch(k, kctx.Err() == nil)
+	first, ok := l.watch(k)
 	if !ok {
 		k.unwatch()
 		k.stopped = true // cancel has been called with the loss
@@ -221,14 +229,19 @@ func (k *keeper[T]) setDue(wait time.Duration) {
 	}
 }
 
-// leaseLost cancels the context with the lease's end (lostWatcher), noting
-// whether its holder ended it, and takes the keeper's heartbeats off the
-// router's schedule. The caller holds r.mu.
-func (k *keeper[T]) leaseLost(cause error) {
-	if e, ok := cause.(*LeaseLostError); ok && contract.EndedByHolder(string(e.Reason)) {
-		k.byHolder = true
-	}
+// noteLost is told of the lease's end under r.mu (see Router.tell): it
+// notes whether its holder ended it and takes the keeper's heartbeats off
+// the router's schedule.
+func (k *keeper[T]) noteLost(holder bool) {
+	k.byHolder = k.byHolder || holder
 	k.l.r.unschedule(k)
+}
+
+// leaseLost cancels the context with the lease's end (lostWatcher), once
+// r.mu is released: canceling a context derived from the caller's ctx
+// calls that ctx's Done and Value (context.removeChild), the caller's
+// code if its type is its own.
+func (k *keeper[T]) leaseLost(cause error) {
 	k.unwatch() // unscheduled already
 	k.cancel(cause)
 }
@@ -302,15 +315,27 @@ func (k *keeper[T]) heartbeat() (time.Duration, error) {
 // lease lost). The caller holds r.mu and settles in time order, so the
 // lease's expiry, later than the heartbeat, is not settled before it.
 func (r *Router[T]) keptBeat(k *keeper[T], now int64) {
-	if !r.valid(k.l) {
+	quit := k.quit.Load()
+	if !r.valid(k.l) || k.next > quit || k.ctx.Err() != nil {
+		// Lost, or stopped while stop or unkeep waits for the lock to
+		// take k off the schedule: no heartbeat due after the cancel func
+		// was called (quit), none once the context is done (kctx is the
+		// package's own context: Err runs no caller's code).
 		r.unschedule(k)
 		return
 	}
+	now = min(now, quit) // a heartbeat due before cancel was called still lands
 	at, every := k.next, int64(k.interval)
 	// Settled late (the lock was held, or no call came meanwhile): the
 	// heartbeats due before now that the lease outlives without are
-	// skipped, to the last one it lives to, so a late settle lands one or
-	// two, not one per interval.
+	// skipped, to the last one before the lease's expiry or now,
+	// whichever is earlier. So a settle late by less than a lease lands
+	// one or two, not one per interval; a later one, one or two per
+	// lease it was late by (each extension lets the lease live to the
+	// next beat). Jumping to the last beat before now in one step would
+	// extend the lease at an instant later than items settle has yet to
+	// apply (other leases' expiries, run-ats), and events would leave
+	// time order.
 	if last := min(now, k.l.j.at-1); last-at >= every {
 		k.next = at + (last-at)/every*every
 		r.kept.Fix(int(k.kidx))
@@ -356,6 +381,9 @@ func setKeptIndex[T any](k *keeper[T], i int) { k.kidx = int32(i) }
 // stop ends heartbeating, waits for a beat in flight and cancels the
 // context with cause (a no-op if it was already canceled).
 func (k *keeper[T]) stop(cause error) {
+	// Before k.mu, which a beat waiting for r.mu holds: settle applies
+	// no heartbeat due from here on.
+	k.quit.CompareAndSwap(math.MaxInt64, k.l.r.now())
 	k.mu.Lock()
 	k.stopped = true
 	if k.armed && k.timer.Stop() {

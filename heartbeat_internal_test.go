@@ -53,3 +53,42 @@ func TestKeepAliveBeatRacingHolderEndIsNoRefusal(t *testing.T) {
 		})
 	}
 }
+
+// TestAuditChecksKeepAliveSchedule: Audit reports a KeepAlive scheduled
+// for a lease that is not its job's current one, and a keeper that does
+// not know its place in the schedule.
+func TestAuditChecksKeepAliveSchedule(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r, err := New[string](Options{})
+		require.NoError(t, err)
+		defer r.Close(context.Background())
+		require.NoError(t, r.Enqueue("a", ""))
+		l, err := r.TryAcquire("w")
+		require.NoError(t, err)
+		_, k := keepAlive(context.Background(), l, time.Second)
+		defer k.stop(context.Canceled)
+		require.NoError(t, r.Audit())
+
+		// Each corruption is undone before the check, so a failing check
+		// leaves a router that stop and Close can still work on.
+		r.mu.Lock()
+		k.kidx = 3
+		r.mu.Unlock()
+		misplaced := r.Audit()
+		r.mu.Lock()
+		k.kidx = 0
+		r.mu.Unlock()
+		require.ErrorContains(t, misplaced, "heartbeat schedule is out of order or has stale positions")
+
+		require.NoError(t, l.Complete()) // takes k off the schedule
+		r.mu.Lock()
+		r.kept.Push(k) // as if it had stayed
+		r.mu.Unlock()
+		stale := r.Audit()
+		r.mu.Lock()
+		r.unschedule(k)
+		r.mu.Unlock()
+		require.ErrorContains(t, stale, "its lease is not the job's current one")
+		require.NoError(t, r.Audit())
+	})
+}

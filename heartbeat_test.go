@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -462,4 +463,263 @@ func TestRunLeaseWatchedTwice(t *testing.T) {
 		}
 		stopRun(t, cancel, done)
 	})
+}
+
+// holdFirstBeat arms r's hooks: the first KeepAlive heartbeat, when its
+// timer fires, waits in the Beat hook (holding its keeper, not the
+// router's lock) until release is called, so its beat is due on the
+// router's schedule and nothing has settled it; onNextLock(f) runs f once
+// in the next call that takes the router's lock, holding it, before that
+// call settles. Set before KeepAlive.
+func holdFirstBeat(r *router) (release func(), onNextLock func(f func())) {
+	var held atomic.Bool
+	var next atomic.Pointer[func()]
+	rel := make(chan struct{})
+	leaserouter.SetHooks(r, &hook.Hooks{
+		Beat: func(time.Time) func(error) {
+			if held.CompareAndSwap(false, true) {
+				<-rel
+			}
+			return nil
+		},
+		Locked: func() {
+			if f := next.Swap(nil); f != nil {
+				(*f)()
+			}
+		},
+	})
+	var once sync.Once
+	return func() { once.Do(func() { close(rel) }) }, func(f func()) { next.Store(&f) }
+}
+
+// TestKeepAliveNoHeartbeatOnceItsContextIsDone: once a KeepAlive's context
+// is done (here its parent canceled), no heartbeat of it extends the
+// lease, not even one that came due before and is settled after, by a call
+// that took the router's lock before the KeepAlive could leave the
+// schedule.
+func TestKeepAliveNoHeartbeatOnceItsContextIsDone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const lease = 3 * time.Second
+		r := setup(t, leaserouter.Options{LeaseDuration: lease})
+		release, onNextLock := holdFirstBeat(r)
+		defer release()
+		require.NoError(t, r.Enqueue("a", ""))
+		l := acquire(t, r, "w")
+		before := l.Expiry()
+		parent, cancelParent := context.WithCancel(context.Background())
+		kctx, stop := leaserouter.KeepAlive(parent, l, time.Second)
+		defer stop()
+
+		sleep(1500 * time.Millisecond) // the beat due at 1s waits in the hook
+		onNextLock(cancelParent)       // canceled in Get's hold of the lock, before it settles
+		j := get(t, r, "a")
+		require.Error(t, kctx.Err())
+		release()
+		stop()
+		require.Zero(t, r.Stats().Heartbeats, "a heartbeat was applied after KeepAlive's context was done")
+		require.Equal(t, before, j.LeaseExpiry, "extended after KeepAlive's context was done")
+		require.Equal(t, before, get(t, r, "a").LeaseExpiry)
+	})
+}
+
+// TestKeepAliveNoHeartbeatDueAfterCancel: no heartbeat due after the
+// cancel func was called extends the lease, even while cancel waits for
+// the router's lock to take it off the schedule and a call holding that
+// lock settles after the heartbeat came due. Real time: cancel waits for a
+// sync.Mutex, which a synctest bubble cannot wait out; the heartbeat is
+// due a second after KeepAlive, and the test checks that cancel was
+// called before that.
+func TestKeepAliveNoHeartbeatDueAfterCancel(t *testing.T) {
+	const lease, every = 3 * time.Second, time.Second
+	r := setup(t, leaserouter.Options{LeaseDuration: lease})
+	require.NoError(t, r.Enqueue("a", ""))
+	l := acquire(t, r, "w")
+	before := l.Expiry()
+
+	start := time.Now()
+	_, stop := leaserouter.KeepAlive(context.Background(), l, every) // its heartbeat is due at 1s
+	release, wait := holdLock(t, r)
+	defer release()
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }()  // waits for the lock
+	for !leaserouter.KeepAliveQuitting(l) { // l's watchers were set by KeepAlive, in this goroutine
+		runtime.Gosched()
+	}
+	if time.Since(start) >= every {
+		t.Skip("cancel was called after the heartbeat was due: the machine is too busy for this test")
+	}
+	time.Sleep(every + 200*time.Millisecond - time.Since(start)) // the heartbeat comes due
+	release()
+	wait()
+	<-stopped
+	require.Zero(t, r.Stats().Heartbeats, "a heartbeat due after cancel was called was applied")
+	require.Equal(t, before, get(t, r, "a").LeaseExpiry)
+}
+
+// TestKeepAliveNeverScheduledOnceItsContextIsDone: a KeepAlive whose
+// context is done while KeepAlive waits for the router's lock (here behind
+// a mass settle, which releases the lock between batches) keeps no lease:
+// the lease is lost at its expiry. Real time: the race is between
+// goroutines waiting for the router's lock (a sync.Mutex, which a synctest
+// bubble cannot wait out); the assertion allows a whole lease of slack.
+func TestKeepAliveNeverScheduledOnceItsContextIsDone(t *testing.T) {
+	const lease, every = time.Second, 300 * time.Millisecond
+	r := setup(t, leaserouter.Options{LeaseDuration: lease})
+	require.NoError(t, r.Enqueue("a", ""))
+	l := acquire(t, r, "w")
+	specs := make([]leaserouter.JobSpec[string], 5000)
+	for i := range specs {
+		specs[i] = leaserouter.JobSpec[string]{ID: fmt.Sprintf("s%d", i),
+			Options: []leaserouter.EnqueueOption{leaserouter.WithDelay(50 * time.Millisecond)}}
+	}
+	_, err := r.EnqueueMany(specs)
+	require.NoError(t, err)
+
+	release, wait := holdLock(t, r)
+	defer release()
+	time.Sleep(100 * time.Millisecond) // the run-ats come due; the reaper waits for the lock
+	parent, cancelParent := context.WithCancel(context.Background())
+	type kept struct {
+		ctx  context.Context
+		stop context.CancelFunc
+	}
+	ka := make(chan kept, 1)
+	go func() { // waits for the lock in KeepAlive
+		c, s := leaserouter.KeepAlive(parent, l, every)
+		ka <- kept{c, s}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	cancelParent() // KeepAlive's context is done; taking it off the schedule waits for the lock too
+	time.Sleep(50 * time.Millisecond)
+	release()
+	wait()
+	k := <-ka
+	defer k.stop()
+	<-k.ctx.Done()
+
+	time.Sleep(2 * lease) // no KeepAlive keeps it: lost at its expiry, within a lease
+	j := get(t, r, "a")
+	require.NotEqual(t, leaserouter.StateLeased, j.State,
+		"still leased 2s after KeepAlive's ctx was done (%d heartbeats applied)", r.Stats().Heartbeats)
+}
+
+// holdLock arms r's Locked hook so that the next call taking the lock
+// (Get here) blocks inside it, holding the router's lock, until release is
+// called. The returned func waits for that call to finish.
+func holdLock(t *testing.T, r *router) (release func(), wait func()) {
+	t.Helper()
+	var armed atomic.Bool
+	entered, rel, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	leaserouter.SetHooks(r, &hook.Hooks{Locked: func() {
+		if armed.CompareAndSwap(true, false) {
+			close(entered)
+			<-rel
+		}
+	}})
+	armed.Store(true)
+	go func() {
+		defer close(done)
+		r.Get("other") // takes the lock, blocks in the hook, then settles
+	}()
+	<-entered
+	var once sync.Once
+	return func() { once.Do(func() { close(rel) }) }, func() { <-done }
+}
+
+// spyCtx is a caller's Context of its own type: its Done and Value are
+// the caller's code.
+type spyCtx struct {
+	context.Context
+	r     *router
+	armed atomic.Bool
+	under atomic.Int32 // calls made under the router's lock
+}
+
+func (c *spyCtx) Done() <-chan struct{} {
+	c.look()
+	return c.Context.Done()
+}
+
+func (c *spyCtx) Value(key any) any {
+	c.look()
+	return c.Context.Value(key)
+}
+
+func (c *spyCtx) look() {
+	if c.armed.Load() && !leaserouter.LockFree(c.r) {
+		c.under.Add(1)
+	}
+}
+
+// TestKeepAliveContextEndsOutsideTheLock: the holder's own end of a kept
+// lease (and its loss, Cancel here) cancels the KeepAlive
+// context, derived from the caller's ctx, before the call returns but
+// once the router's lock is released: canceling it calls the caller's
+// ctx's Done and Value, which, of a type of the caller's own, are the
+// caller's code.
+func TestKeepAliveContextEndsOutsideTheLock(t *testing.T) {
+	ends := map[string]func(*testing.T, *router, *lease){
+		"Complete": func(t *testing.T, _ *router, l *lease) { require.NoError(t, l.Complete()) },
+		"Fail":     func(t *testing.T, _ *router, l *lease) { require.NoError(t, l.Fail(errors.New("x"))) },
+		"Release":  func(t *testing.T, _ *router, l *lease) { require.NoError(t, l.Release()) },
+		"Snooze":   func(t *testing.T, _ *router, l *lease) { require.NoError(t, l.Snooze(time.Second)) },
+		"Cancel":   func(t *testing.T, r *router, l *lease) { require.NoError(t, r.Cancel(l.JobID)) },
+	}
+	for name, end := range ends {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := setup(t, leaserouter.Options{LeaseDuration: ld})
+				require.NoError(t, r.Enqueue("a", ""))
+				l := acquire(t, r, "w")
+				parent, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				spy := &spyCtx{Context: parent, r: r}
+				kctx, stop := leaserouter.KeepAlive(spy, l, time.Second)
+				defer stop()
+				synctest.Wait() // every other goroutine asleep: LockFree is meaningful
+				spy.armed.Store(true)
+				end(t, r, l)
+				spy.armed.Store(false)
+				require.Error(t, kctx.Err(), "the KeepAlive context ends before the call returns")
+				require.Zero(t, spy.under.Load(), "the caller's ctx ran under the router's lock")
+			})
+		})
+	}
+}
+
+// TestRunHandlerEndingItsOwnLeaseCountsTheSameKeptOrNot: a Run handler
+// that ends its own lease (which Run forbids) is treated the same whether
+// or not a KeepAlive also watches the lease: its handler context is not
+// canceled by that end, and Run's own end of the lease, after the handler
+// returns, is refused and counted as a stale rejection.
+func TestRunHandlerEndingItsOwnLeaseCountsTheSameKeptOrNot(t *testing.T) {
+	for _, kept := range []bool{false, true} {
+		t.Run(fmt.Sprintf("kept=%v", kept), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := setup(t, leaserouter.Options{LeaseDuration: ld})
+				require.NoError(t, r.Enqueue("a", ""))
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				hctxErr := make(chan error, 1)
+				done := goRun(ctx, r, leaserouter.WorkerOptions{Workers: 1}, func(hctx context.Context, l *lease) error {
+					if kept {
+						_, stop := leaserouter.KeepAlive(context.Background(), l, time.Second)
+						defer stop()
+					}
+					if err := l.Complete(); err != nil {
+						return err
+					}
+					hctxErr <- hctx.Err()
+					return nil
+				})
+				synctest.Wait()
+				require.NoError(t, receive(t, hctxErr), "the handler's own end does not cancel its context")
+				stopRun(t, cancel, done)
+				require.NoError(t, r.Flush(context.Background()))
+				st := r.Stats()
+				require.Equal(t, uint64(1), st.StaleRejections, "Run's end after the handler's own is refused, kept or not")
+				require.Equal(t, leaserouter.StateSucceeded, get(t, r, "a").State)
+			})
+		})
+	}
 }

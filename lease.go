@@ -34,17 +34,21 @@ type Lease[T any] struct {
 	lost    lostWatcher // guarded by r.mu; told when the lease is lost against the holder's will; nil if none
 }
 
-// Expiry returns the instant the lease ends unless extended by Heartbeat.
-// It is the last expiry the lease had while valid; it says nothing about
-// whether the lease is still valid (an operation on it tells). A nil *Lease
-// returns the zero Time.
+// Expiry returns the instant the lease ends unless extended by Heartbeat
+// (or by a KeepAlive's heartbeats, each counted at the instant it was
+// due). It is the last expiry the lease had while valid; it says nothing
+// about whether the lease is still valid (an operation on it tells). It
+// blocks only on the router's lock, and works after Close (returning the
+// expiry the lease had then). A nil *Lease returns the zero Time.
 func (l *Lease[T]) Expiry() time.Time {
 	if l == nil || l.r == nil {
 		return time.Time{}
 	}
-	l.r.mu.Lock()
-	defer l.r.mu.Unlock()
-	return l.r.timeAt(l.expiry)
+	r := l.r
+	r.lockSettled() // KeepAlive's heartbeats due by now count
+	exp := r.timeAt(l.expiry)
+	r.unlockAndDeliver()
+	return exp
 }
 
 // Heartbeat extends the lease to now+LeaseDuration, proving the holder is
@@ -283,12 +287,14 @@ func (r *Router[T]) lostError(l *Lease[T]) *LeaseLostError {
 // lostWatcher is told, once, when a lease ends, with a *LeaseLostError
 // saying why: lost against its holder's will (expiry, Cancel, Close) or
 // ended by its holder (Complete, Fail, Release, Snooze). The watchers are
-// Run's handler context and KeepAlive's. It is called under r.mu, so it
-// must only cancel a context (and note what it was told).
+// Run's handler context and KeepAlive's. Router.tell queues the call
+// under r.mu and unlockAndDeliver makes it once r.mu is released, before
+// the call that ended the lease returns: canceling a context derived from
+// the caller's ctx runs that ctx's Done and Value, the caller's code.
 type lostWatcher interface{ leaseLost(cause error) }
 
 // lostWatchers is the watcher of a lease watched more than once (Run's
-// handler context and a KeepAlive, say): it tells each, in order.
+// handler context and a KeepAlive, say); Router.tell tells each, in order.
 type lostWatchers []lostWatcher
 
 func (ws lostWatchers) leaseLost(cause error) {
@@ -297,19 +303,56 @@ func (ws lostWatchers) leaseLost(cause error) {
 	}
 }
 
+// lostNote is a lostWatcher's call, queued under r.mu (Router.lostq).
+type lostNote struct {
+	w     lostWatcher
+	cause error
+}
+
+// tell tells w, and each watcher in it, that its lease ended with cause:
+// a keeper notes it at once (noteLost) and every watcher's context is
+// canceled once r.mu is released (unlockAndDeliver). Run's handler context
+// is not told of its holder's own end: Run ends the lease once the
+// handler has returned, its context stopped already, and a handler that
+// ends its own lease (which Run forbids) finds Run's end refused as a
+// stale lease, whether or not a KeepAlive watches the lease too. The
+// caller holds r.mu.
+func (r *Router[T]) tell(w lostWatcher, cause *LeaseLostError) {
+	holder := contract.EndedByHolder(string(cause.Reason))
+	switch w := w.(type) {
+	case lostWatchers:
+		for _, x := range w {
+			r.tell(x, cause)
+		}
+		return
+	case *keeper[T]:
+		w.noteLost(holder)
+	case *leaseCtx:
+		if holder {
+			return
+		}
+	case refused:
+		return
+	}
+	r.lostq = append(r.lostq, lostNote{w, cause})
+}
+
 // watch registers keeper k to be told, with a cause wrapping ErrLeaseLost,
-// when l ends (see lostWatcher), and with schedule puts its heartbeats on
-// the router's schedule, returning how long until the first is due (else
-// k's interval). If l is not valid now, k is told at once. ok reports
-// whether k was registered.
-func (l *Lease[T]) watch(k *keeper[T], schedule bool) (first time.Duration, ok bool) {
+// when l ends (see lostWatcher), and unless k's context is done puts its
+// heartbeats on the router's schedule, returning how long until the first
+// is due (else k's interval). If l is not valid now, k is told at once.
+// ok reports whether k was registered.
+func (l *Lease[T]) watch(k *keeper[T]) (first time.Duration, ok bool) {
 	var w lostWatcher = k
 	r := l.r
 	r.mu.Lock()
 	now := r.settleNow()
 	first = k.interval
 	ok = l.j.state == StateLeased && l.j.lease == l
-	if ok && schedule && r.phase != phaseClosed {
+	// k.ctx is the package's own context (Err runs no caller's code),
+	// read under r.mu: done now, it is not scheduled; done later, unkeep
+	// takes r.mu after this and unschedules it.
+	if ok && k.ctx.Err() == nil && r.phase != phaseClosed {
 		first = r.scheduleKept(k, now)
 	}
 	if ok {
@@ -330,7 +373,7 @@ func (l *Lease[T]) watch(k *keeper[T], schedule bool) (first time.Duration, ok b
 			l.lost = lostWatchers{cur, w}
 		}
 	} else {
-		w.leaseLost(r.lostError(l))
+		r.tell(w, r.lostError(l))
 	}
 	r.unlockAndDeliver()
 	return first, ok

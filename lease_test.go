@@ -8,11 +8,13 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/hook"
 	"github.com/leaserouter/leaserouter/internal/routertest"
 	"github.com/stretchr/testify/require"
 )
@@ -526,4 +528,36 @@ func TestGrantCopiesTheCheckpointOutsideTheLock(t *testing.T) {
 			require.Equal(t, byte(1), get(t, r, "a").Progress[0], "the lease's checkpoint is its own copy")
 		})
 	}
+}
+
+// TestLeaseExpiryCountsKeepAliveHeartbeats: Lease.Expiry settles first, so
+// it counts the KeepAlive heartbeats due by now even when the goroutine
+// that makes them runs late and no other call has come: it says what any
+// other call would, whether or not the reaper ran.
+func TestLeaseExpiryCountsKeepAliveHeartbeats(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const lease = 3 * time.Second
+		r := setup(t, leaserouter.Options{LeaseDuration: lease})
+		rel := make(chan struct{})
+		var held atomic.Bool
+		leaserouter.SetHooks(r, &hook.Hooks{Beat: func(time.Time) func(error) {
+			if held.CompareAndSwap(false, true) {
+				<-rel // the first beat's goroutine runs late: from 1s until released
+			}
+			return nil
+		}})
+		start := time.Now()
+		require.NoError(t, r.Enqueue("a", ""))
+		l := acquire(t, r, "w")
+		_, stop := leaserouter.KeepAlive(context.Background(), l, time.Second)
+		sleep(2500 * time.Millisecond) // no call since 0s; the reaper is armed for 3s
+		exp := l.Expiry()
+		j := get(t, r, "a")
+		close(rel)
+		stop()
+		require.Equal(t, leaserouter.StateLeased, j.State)
+		requireTime(t, j.LeaseExpiry, exp, "Lease.Expiry at 2.5s (Get says %v, Expiry %v after start)",
+			j.LeaseExpiry.Sub(start), exp.Sub(start))
+		require.Equal(t, start.Add(2*time.Second+lease), exp, "heartbeated at 2s")
+	})
 }

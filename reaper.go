@@ -11,8 +11,10 @@ import (
 // earliest deadline — a lease expiry, a scheduled job's run-at, a finished
 // job's retention end — settles what is due, and sleeps again; an operation
 // that adds an earlier deadline re-arms it through r.kick. There is no
-// polling period: an idle pass peeks at three heads, O(1) however many
-// leases are live. (Compare the fixed one-second sweep of a lease table,
+// polling period: an idle pass peeks at the heads of the schedules (lease
+// expiries, run-ats, retention ends, KeepAlive's heartbeats), O(1) however
+// many leases are live. It does not wake for a heartbeat: its keeper's
+// timer makes sure a call comes (heartbeat.go). (Compare the fixed one-second sweep of a lease table,
 // whose cost grows with the table.)
 //
 // The reaper only makes expiry visible sooner — it wakes blocked Acquires,

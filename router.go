@@ -84,7 +84,8 @@ type Router[T any] struct {
 
 	per *periodics[T] // the scheduler of periodic jobs (periodic.go); nil until the first AddPeriodic; guarded by mu
 
-	kept *heap.Heap[*keeper[T]] // KeepAlive's keepers by the instant of their next heartbeat (heartbeat.go); guarded by mu
+	lostq []lostNote             // lease ends told under mu, their contexts canceled once it is released (tell); guarded by mu
+	kept  *heap.Heap[*keeper[T]] // KeepAlive's keepers by the instant of their next heartbeat (heartbeat.go); guarded by mu
 }
 
 // New returns a running Router. Zero Options fields get their defaults; a

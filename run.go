@@ -32,7 +32,10 @@ import (
 // (even wrapped) snoozes the job without counting the attempt (see
 // Lease.Snooze), and a panic is recovered and fails the attempt with the
 // panic value and stack in Job.LastError. Run calls Complete, Fail or
-// Snooze itself: the handler must not.
+// Snooze itself: the handler must not (if it does, Run's own end is
+// refused and counted as a stale rejection, whether or not a KeepAlive
+// also keeps the lease, and that end of the handler's does not cancel its
+// ctx).
 type Handler[T any] func(ctx context.Context, l *Lease[T]) error
 
 // MaxWorkers is the most worker goroutines one Run starts

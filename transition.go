@@ -323,13 +323,11 @@ func (r *Router[T]) endLease(j *job[T], why endReason) {
 	l := j.lease
 	j.lease = nil
 	if _, run := l.lost.(*leaseCtx); l.lost != nil && !(run && contract.EndedByHolder(string(why.reason()))) {
-		// Canceling a context runs no user code synchronously (AfterFunc
-		// callbacks get goroutines of their own), so it is safe under r.mu,
-		// and doing it here makes the end visible at once. Run's handler
-		// context alone is not told of its holder's end: Run ends the
-		// lease once the handler has returned, its context stopped
-		// already (and this saves an error per job).
-		l.lost.leaseLost(r.lostError(l))
+		// The contexts are canceled once r.mu is released, before the
+		// call that ended the lease returns (tell). Run's handler
+		// context is not told of its holder's end (see tell): with no
+		// other watcher, no error is built (one per job Run completes).
+		r.tell(l.lost, r.lostError(l))
 	}
 	l.lost = nil
 }

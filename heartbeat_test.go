@@ -526,18 +526,20 @@ func TestKeepAliveNoHeartbeatOnceItsContextIsDone(t *testing.T) {
 // cancel func was called extends the lease, even while cancel waits for
 // the router's lock to take it off the schedule and a call holding that
 // lock settles after the heartbeat came due. Real time: cancel waits for a
-// sync.Mutex, which a synctest bubble cannot wait out; the heartbeat is
-// due a second after KeepAlive, and the test checks that cancel was
-// called before that.
+// sync.Mutex, which a synctest bubble cannot wait out. The heartbeat is
+// due a second after the grant; cancel is normally called well before
+// that, and then none may land. On a machine so busy that cancel came
+// after it, the heartbeat due before cancel may land, and still no later
+// one.
 func TestKeepAliveNoHeartbeatDueAfterCancel(t *testing.T) {
 	const lease, every = 3 * time.Second, time.Second
 	r := setup(t, leaserouter.Options{LeaseDuration: lease})
 	require.NoError(t, r.Enqueue("a", ""))
 	l := acquire(t, r, "w")
 	before := l.Expiry()
+	firstDue := before.Add(every - lease) // an interval after the grant
 
-	start := time.Now()
-	_, stop := leaserouter.KeepAlive(context.Background(), l, every) // its heartbeat is due at 1s
+	_, stop := leaserouter.KeepAlive(context.Background(), l, every)
 	release, wait := holdLock(t, r)
 	defer release()
 	stopped := make(chan struct{})
@@ -545,15 +547,19 @@ func TestKeepAliveNoHeartbeatDueAfterCancel(t *testing.T) {
 	for !leaserouter.KeepAliveQuitting(l) { // l's watchers were set by KeepAlive, in this goroutine
 		runtime.Gosched()
 	}
-	if time.Since(start) >= every {
-		t.Skip("cancel was called after the heartbeat was due: the machine is too busy for this test")
-	}
-	time.Sleep(every + 200*time.Millisecond - time.Since(start)) // the heartbeat comes due
+	quitBy := time.Now()                                  // cancel was called by then
+	time.Sleep(time.Until(firstDue.Add(every + every/5))) // the heartbeats at 1s and 2s come due
 	release()
 	wait()
 	<-stopped
-	require.Zero(t, r.Stats().Heartbeats, "a heartbeat due after cancel was called was applied")
-	require.Equal(t, before, get(t, r, "a").LeaseExpiry)
+	if quitBy.Before(firstDue) {
+		require.Zero(t, r.Stats().Heartbeats, "a heartbeat due after cancel was called was applied")
+		require.Equal(t, before, get(t, r, "a").LeaseExpiry)
+		return
+	}
+	dueBefore := 1 + uint64(quitBy.Sub(firstDue)/every) // heartbeats due before cancel was called
+	t.Logf("cancel was called %v after the first heartbeat was due (a busy machine): %d may land", quitBy.Sub(firstDue), dueBefore)
+	require.LessOrEqual(t, r.Stats().Heartbeats, dueBefore, "a heartbeat due after cancel was called was applied")
 }
 
 // TestKeepAliveNeverScheduledOnceItsContextIsDone: a KeepAlive whose

@@ -1,6 +1,7 @@
 package leaserouter
 
 import (
+	"fmt"
 	"log/slog"
 	"runtime"
 	"sync/atomic"
@@ -39,7 +40,7 @@ func (r *Router[T]) unlockAndDeliver() {
 	}
 	r.mu.Unlock()
 	for _, n := range told {
-		n.w.leaseLost(n.cause)
+		r.runNote(n)
 	}
 	if wake {
 		select {
@@ -47,6 +48,22 @@ func (r *Router[T]) unlockAndDeliver() {
 		default: // a kick it has not taken yet wakes it as well
 		}
 	}
+}
+
+// runNote runs a lease-end note queued under r.mu, after r.mu is
+// released. Canceling a context derived from a caller's own context type
+// runs that type's Done and Value (the context package unhooks the child
+// from its parent): user code, in whichever goroutine ended the lease (a
+// holder, Cancel's caller, Close, the reaper). A panic there is recovered,
+// counted in Stats.CallbackPanics and reported, and the other notes still
+// run.
+func (r *Router[T]) runNote(n lostNote) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.reportUserCode(fmt.Sprintf("leaserouter: a context canceled at the end of lease %d panicked: %v", n.cause.Token, p), n.cause.JobID, true)
+		}
+	}()
+	n.w.leaseLost(n.cause)
 }
 
 // delivery is the delivery goroutine's side of the hand-off. The

@@ -135,7 +135,10 @@ func (u *runner[T]) beat(s *slot[T], now int64) {
 // to call from any goroutine. It does not end the lease: Complete, Fail or
 // Release it as usual. A nil ctx means context.Background(). The context
 // is canceled outside the router's lock, so ctx may be of a type of the
-// caller's own: its methods never run under the lock.
+// caller's own: its methods never run under the lock, though they may run
+// on the goroutine that ended the lease (Cancel's caller, Close, the
+// reaper), where a panic in them is recovered and counted in
+// Stats.CallbackPanics.
 //
 // This is the keep-alive of etcd's concurrency.Session, in process.
 func KeepAlive[T any](ctx context.Context, l *Lease[T], interval time.Duration) (context.Context, context.CancelFunc) {
@@ -372,6 +375,7 @@ func (k *keeper[T]) unkeep() {
 	r := k.l.r
 	r.mu.Lock()
 	r.unschedule(k)
+	k.l.unwatch(k)
 	r.unlockAndDeliver()
 }
 

@@ -303,10 +303,33 @@ func (ws lostWatchers) leaseLost(cause error) {
 	}
 }
 
+// unwatch takes keeper k, whose context is done, off l's watchers, so a
+// lease kept by one KeepAlive after another (each canceled in turn) does
+// not gather them until it ends. The caller holds r.mu.
+func (l *Lease[T]) unwatch(k *keeper[T]) {
+	switch cur := l.lost.(type) {
+	case *keeper[T]:
+		if cur == k {
+			l.lost = nil
+		}
+	case lostWatchers:
+		if i := slices.Index(cur, lostWatcher(k)); i >= 0 {
+			switch cur = slices.Delete(cur, i, i+1); len(cur) {
+			case 0:
+				l.lost = nil
+			case 1:
+				l.lost = cur[0]
+			default:
+				l.lost = cur
+			}
+		}
+	}
+}
+
 // lostNote is a lostWatcher's call, queued under r.mu (Router.lostq).
 type lostNote struct {
 	w     lostWatcher
-	cause error
+	cause *LeaseLostError
 }
 
 // tell tells w, and each watcher in it, that its lease ended with cause:

@@ -316,7 +316,7 @@ func (r *Router[T]) handlePeriodic(per *periodics[T], e *periodicJob[T], now int
 	per.leave()
 	if err != nil {
 		e.ended = true
-		r.reportPeriodic(fmt.Sprintf("leaserouter: periodic job %s: %v; its schedule ended", contract.Quote(e.p.Name), err),
+		r.reportUserCode(fmt.Sprintf("leaserouter: periodic job %s: %v; its schedule ended", contract.Quote(e.p.Name), err),
 			e.p.Name, !errors.Is(err, periodic.ErrStuck))
 		return false
 	}
@@ -346,7 +346,7 @@ func (r *Router[T]) enqueueTick(per *periodics[T], e *periodicJob[T], tick time.
 		p := contract.Recovered(func() { payload = e.p.Payload(tick) })
 		per.leave()
 		if p != nil {
-			r.reportPeriodic(fmt.Sprintf("leaserouter: Payload of periodic job %s panicked: %v; tick skipped", contract.Quote(e.p.Name), p), id, true)
+			r.reportUserCode(fmt.Sprintf("leaserouter: Payload of periodic job %s panicked: %v; tick skipped", contract.Quote(e.p.Name), p), id, true)
 			return false
 		}
 	}
@@ -365,17 +365,17 @@ func (r *Router[T]) enqueueTick(per *periodics[T], e *periodicJob[T], tick time.
 	case errors.Is(err, ErrClosed):
 		return true
 	default:
-		r.reportPeriodic(fmt.Sprintf("leaserouter: periodic job %s: %v; tick skipped", contract.Quote(e.p.Name), err), id, false)
+		r.reportUserCode(fmt.Sprintf("leaserouter: periodic job %s: %v; tick skipped", contract.Quote(e.p.Name), err), id, false)
 	}
 	return false
 }
 
-// reportPeriodic reports msg at level Error, as a recovered panic of
-// Backoff is (panicked: counted in Stats.CallbackPanics): queued for the
+// reportUserCode reports msg about user code (a periodic job's callbacks,
+// a caller's context) at level Error, as a recovered panic of Backoff is (panicked: counted in Stats.CallbackPanics): queued for the
 // delivery goroutine, which logs it through Options.Logger, or logged to
 // slog.Default() here when the Router has no delivery goroutine (no
 // Logger) or is closed.
-func (r *Router[T]) reportPeriodic(msg, jobID string, panicked bool) {
+func (r *Router[T]) reportUserCode(msg, jobID string, panicked bool) {
 	r.mu.Lock()
 	queued := false
 	if r.phase != phaseClosed {

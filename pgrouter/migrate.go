@@ -37,8 +37,7 @@ const migrateLock = 0x6c65617365726f75
 // connection of db each; the later ones find nothing to do). A database
 // migrated by a newer pgrouter is left alone. Errors wrap the driver's;
 // a failed transaction changes nothing, and a failed or interrupted index
-// build (ctx ended, the process killed, a statement_timeout) leaves an
-// INVALID index, which the next Migrate drops and builds again, as it
+// build (ctx ended, the process killed) leaves an INVALID index, which the next Migrate drops and builds again, as it
 // does an index of that name built otherwise. A nil db is an error.
 //
 // Migrate never stalls the queue behind a long transaction: a migration
@@ -56,7 +55,8 @@ const migrateLock = 0x6c65617365726f75
 // table go on while it reads it (seconds at millions of jobs); it waits,
 // bounded only by ctx, for the transactions open when it starts, any
 // table's (as CREATE INDEX CONCURRENTLY does), and may take twice as long
-// as a plain build.
+// as a plain build: the session's statement_timeout and lock_timeout (a
+// pool's settings, say) are lifted for it and put back after.
 func Migrate(ctx context.Context, db *pgxpool.Pool) error {
 	if db == nil {
 		return fmt.Errorf("pgrouter: Migrate: nil pool")

@@ -148,3 +148,44 @@ func TestMigrateConcurrentWithAnIndexBuild(t *testing.T) {
 	}
 	requireIndexBuilt(t, db)
 }
+
+// openSnapshot opens a REPEATABLE READ transaction holding a snapshot
+// (any table's: CREATE INDEX CONCURRENTLY waits it out).
+func openSnapshot(t *testing.T, db *pgxpool.Pool) pgx.Tx {
+	t.Helper()
+	tx, err := db.BeginTx(t.Context(), pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	require.NoError(t, err)
+	_, err = tx.Exec(t.Context(), "SELECT 1")
+	require.NoError(t, err)
+	return tx
+}
+
+// TestMigrateBuildNotBoundedBySessionTimeouts: the index build waits,
+// bounded only by ctx, for the transactions open when it starts, even on
+// a pool whose sessions have a statement_timeout (it failed with 57014);
+// the session's timeout is put back after.
+func TestMigrateBuildNotBoundedBySessionTimeouts(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := t.Context()
+	asVersion10(t, db)
+	cfg := db.Config().Copy()
+	cfg.MaxConns = 1 // Migrate's connection is the one read after it
+	cfg.ConnConfig.RuntimeParams["statement_timeout"] = "300"
+	tdb, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer tdb.Close()
+
+	snap := openSnapshot(t, db)
+	ended := make(chan struct{})
+	go func() { // the build waits for it far longer than the timeouts
+		defer close(ended)
+		time.Sleep(1500 * time.Millisecond)
+		_ = snap.Rollback(context.Background())
+	}()
+	require.NoError(t, pgrouter.Migrate(ctx, tdb))
+	<-ended
+	requireIndexBuilt(t, db)
+	var stmt string
+	require.NoError(t, tdb.QueryRow(ctx, "SELECT current_setting('statement_timeout')").Scan(&stmt))
+	require.Equal(t, "300ms", stmt, "the session's statement_timeout after Migrate")
+}

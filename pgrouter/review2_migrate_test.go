@@ -36,17 +36,6 @@ func review2WaitBuild(t *testing.T, db *pgxpool.Pool, migrated <-chan error) {
 	}
 }
 
-// review2Snapshot opens a REPEATABLE READ transaction holding a snapshot
-// (any table's: CREATE INDEX CONCURRENTLY waits it out).
-func review2Snapshot(t *testing.T, db *pgxpool.Pool) pgx.Tx {
-	t.Helper()
-	tx, err := db.BeginTx(t.Context(), pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
-	require.NoError(t, err)
-	_, err = tx.Exec(t.Context(), "SELECT 1")
-	require.NoError(t, err)
-	return tx
-}
-
 // TestReview2MigrateWithAnOldVersionMigrate: during a rolling upgrade a
 // process of the previous version (bbe4516) runs its Migrate while a new
 // one builds leaserouter_jobs_id. The old Migrate waits in
@@ -98,27 +87,6 @@ func TestReview2MigrateWithAnOldVersionMigrate(t *testing.T) {
 	requireIndexBuilt(t, db)
 }
 
-// TestReview2MigrateBuildIgnoresStatementTimeout: Migrate's doc says the
-// build waits, bounded only by ctx, for the transactions open when it
-// starts. A pool whose sessions have a statement_timeout (a common pool
-// setting) fails the build instead (57014), on every Migrate while such
-// a transaction is open or the build takes longer than the timeout.
-func TestReview2MigrateBuildIgnoresStatementTimeout(t *testing.T) {
-	db := pgtest.New(t)
-	ctx := t.Context()
-	asVersion10(t, db)
-	cfg := db.Config().Copy()
-	cfg.ConnConfig.RuntimeParams["statement_timeout"] = "300"
-	tdb, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	defer tdb.Close()
-
-	snap := review2Snapshot(t, db)
-	go func() { time.Sleep(1500 * time.Millisecond); _ = snap.Rollback(context.Background()) }()
-	require.NoError(t, pgrouter.Migrate(ctx, tdb))
-	requireIndexBuilt(t, db)
-}
-
 // TestReview2MigrateCanceledReleasesItsLock: a Migrate whose ctx ends
 // while its build waits gives up Migrate's session lock. pgx's default
 // context handling only closes the socket: the server backend goes on
@@ -130,7 +98,7 @@ func TestReview2MigrateCanceledReleasesItsLock(t *testing.T) {
 	db := pgtest.New(t)
 	ctx := t.Context()
 	asVersion10(t, db)
-	snap := review2Snapshot(t, db)
+	snap := openSnapshot(t, db)
 	defer func() { _ = snap.Rollback(context.Background()) }()
 	mctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()

@@ -22,9 +22,20 @@ import (
 //go:embed migrations/*.sql
 var migrations embed.FS
 
-// migrateLock is the advisory lock key Migrate holds while it migrates
-// ("leaserou" in ASCII), so that many processes may run it at once.
-const migrateLock = 0x6c65617365726f75
+// Migrate's advisory lock keys. migrateSessionLock ("leaserMg" in
+// ASCII), held for a session (polled, lockMigrate), keeps a Migrate to
+// itself from start to end, its concurrent index builds included.
+// migrateLock ("leaserou"), the key Migrates before the concurrent builds
+// held for their one transaction (pg_advisory_xact_lock), is taken the
+// same way by each transaction of a Migrate, and never held while it
+// builds: a Migrate of such a version, run during a rolling upgrade,
+// waits for it inside its transaction, with a snapshot that the build
+// waits out; it gets the key, finds the schema at or past its version,
+// and commits.
+const (
+	migrateLock        = 0x6c65617365726f75
+	migrateSessionLock = 0x6c65617365724d67
+)
 
 // Migrate brings the database's pgrouter schema to this module's version:
 // it applies, in order, the embedded SQL migrations
@@ -37,8 +48,11 @@ const migrateLock = 0x6c65617365726f75
 // connection of db each; the later ones find nothing to do). A database
 // migrated by a newer pgrouter is left alone. Errors wrap the driver's;
 // a failed transaction changes nothing, and a failed or interrupted index
-// build (ctx ended, the process killed) leaves an INVALID index, which the next Migrate drops and builds again, as it
-// does an index of that name built otherwise. A nil db is an error.
+// build (ctx ended, the process killed) leaves an INVALID index, which
+// the next Migrate drops and builds again, as it does an index of that
+// name built otherwise. A Migrate of a version before the concurrent
+// builds, run meanwhile (a rolling upgrade), waits for this one's
+// transactions only, not its builds, and finds nothing to do. A nil db is an error.
 //
 // Migrate never stalls the queue behind a long transaction: a migration
 // that alters the jobs table needs it to itself, and while it waits for
@@ -89,11 +103,12 @@ const (
 	migrateTries       = 30
 )
 
-// migrateOnce is one try of Migrate, on one connection holding Migrate's
-// advisory lock for the session (lockMigrate), so that it covers both the
-// transactions and the concurrent index builds, which run outside one.
+// migrateOnce is one try of Migrate, on one connection holding
+// migrateSessionLock for the session (lockMigrate), so that it covers both
+// the transactions and the concurrent index builds, which run outside one.
 // The pending migrations up to the next concurrent one are applied in one
-// transaction, every statement with lock_timeout migrateLockTimeout; a
+// transaction holding migrateLock, every statement with lock_timeout
+// migrateLockTimeout (its wait for migrateLock included); a
 // concurrent one is built (buildConcurrently) and then recorded; and so on.
 func migrateOnce(ctx context.Context, db *pgxpool.Pool, steps []migrationStep) error {
 	conn, err := db.Acquire(ctx)
@@ -110,6 +125,11 @@ func migrateOnce(ctx context.Context, db *pgxpool.Pool, steps []migrationStep) e
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", migrateLockTimeout.Milliseconds())); err != nil {
 				return fmt.Errorf("pgrouter: Migrate: %w", err)
+			}
+			// Bounded by the lock_timeout: an older version's Migrate holds
+			// it for its whole transaction.
+			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(migrateLock)); err != nil {
+				return fmt.Errorf("pgrouter: Migrate: lock: %w", err)
 			}
 			if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS leaserouter_migrations (
 				version    integer     PRIMARY KEY,
@@ -160,7 +180,7 @@ func recordMigration(ctx context.Context, db interface {
 	return nil
 }
 
-// lockMigrate takes Migrate's advisory lock for conn's session, waiting
+// lockMigrate takes migrateSessionLock for conn's session, waiting
 // for it without a bound but ctx's. It tries for it again and again
 // (every 10ms, doubling up to 1s) rather than wait in pg_advisory_lock: a
 // statement waiting there has a snapshot, which the concurrent index
@@ -170,7 +190,7 @@ func lockMigrate(ctx context.Context, conn *pgxpool.Conn) error {
 	wait := 10 * time.Millisecond
 	for {
 		var locked bool
-		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", int64(migrateLock)).Scan(&locked); err != nil {
+		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", int64(migrateSessionLock)).Scan(&locked); err != nil {
 			return fmt.Errorf("pgrouter: Migrate: lock: %w", err)
 		}
 		if locked {
@@ -192,7 +212,7 @@ func lockMigrate(ctx context.Context, conn *pgxpool.Conn) error {
 func unlockMigrate(ctx context.Context, conn *pgxpool.Conn) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", int64(migrateLock)); err != nil {
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", int64(migrateSessionLock)); err != nil {
 		_ = conn.Hijack().Close(ctx)
 	}
 }

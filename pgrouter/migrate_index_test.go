@@ -189,3 +189,70 @@ func TestMigrateBuildNotBoundedBySessionTimeouts(t *testing.T) {
 	require.NoError(t, tdb.QueryRow(ctx, "SELECT current_setting('statement_timeout')").Scan(&stmt))
 	require.Equal(t, "300ms", stmt, "the session's statement_timeout after Migrate")
 }
+
+// waitBuild waits until a CREATE INDEX CONCURRENTLY runs in db's
+// database.
+func waitBuild(t *testing.T, db *pgxpool.Pool, migrated <-chan error) {
+	t.Helper()
+	for {
+		var n int
+		require.NoError(t, db.QueryRow(t.Context(), "SELECT count(*) FROM pg_stat_progress_create_index WHERE datname = current_database()").Scan(&n))
+		if n > 0 {
+			return
+		}
+		select {
+		case err := <-migrated:
+			t.Fatalf("Migrate ended before its build was seen: %v", err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// TestMigrateWithAPreviousVersionMigrate: during a rolling upgrade, a
+// Migrate of the version before the concurrent index builds (one
+// transaction that starts with pg_advisory_xact_lock on Migrate's key)
+// runs while a new one builds leaserouter_jobs_id: both succeed, the old
+// one finding nothing to do. (It waited on the key inside its
+// transaction, holding a snapshot the build waited out while the build's
+// Migrate held the key: a deadlock, 40P01.)
+func TestMigrateWithAPreviousVersionMigrate(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := t.Context()
+	fillYoungQueue(t, db, 20_000)
+	asVersion10(t, db)
+	// A writer on the jobs table holds the build in its first wait (for
+	// the table's writers) while the old Migrate runs.
+	writer, err := db.Begin(ctx)
+	require.NoError(t, err)
+	_, err = writer.Exec(ctx, "UPDATE leaserouter_jobs SET updated_at = now() WHERE queue = 'default' AND id = 'j2'")
+	require.NoError(t, err)
+	migrated := make(chan error, 1)
+	go func() { migrated <- pgrouter.Migrate(context.Background(), db) }()
+	waitBuild(t, db, migrated)
+
+	old := make(chan error, 1)
+	go func() { // the previous version's Migrate: one transaction, pg_advisory_xact_lock first
+		old <- pgx.BeginFunc(context.Background(), db, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", migrateXactLock); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = 100"); err != nil {
+				return err
+			}
+			var v int
+			return tx.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM leaserouter_migrations").Scan(&v)
+		})
+	}()
+	var oldErr error
+	select {
+	case oldErr = <-old:
+	case <-time.After(30 * time.Second): // it waits for the build's Migrate
+		require.NoError(t, writer.Rollback(ctx))
+		oldErr = <-old
+		require.Fail(t, "the old-version Migrate waited for the build", "then: %v", oldErr)
+	}
+	require.NoError(t, writer.Rollback(ctx))
+	require.NoError(t, oldErr, "the old-version Migrate")
+	require.NoError(t, <-migrated, "the new Migrate")
+	requireIndexBuilt(t, db)
+}

@@ -40,7 +40,9 @@ const (
 // Migrate brings the database's pgrouter schema to this module's version:
 // it applies, in order, the embedded SQL migrations
 // (migrations/NNNN_name.sql) not yet recorded in the table
-// leaserouter_migrations: those in a row in one transaction, and an index
+// leaserouter_migrations, one missing below the highest recorded
+// included (an error for versions 1 to 3, which cannot be applied over
+// later ones): those in a row in one transaction, and an index
 // build (schema version 11's leaserouter_jobs_id) on its own, outside a
 // transaction (CREATE INDEX CONCURRENTLY), after the ones before it are
 // committed. It is idempotent and safe when many processes run it at
@@ -137,13 +139,20 @@ func migrateOnce(ctx context.Context, db *pgxpool.Pool, steps []migrationStep) e
 				applied_at timestamptz NOT NULL DEFAULT clock_timestamp())`); err != nil {
 				return fmt.Errorf("pgrouter: Migrate: %w", err)
 			}
-			var have int
-			if err := tx.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM leaserouter_migrations").Scan(&have); err != nil {
+			have, err := recordedVersions(ctx, tx)
+			if err != nil {
 				return fmt.Errorf("pgrouter: Migrate: %w", err)
 			}
+			highest := 0
+			for v := range have {
+				highest = max(highest, v)
+			}
 			for i, s := range steps {
-				if s.version <= have {
+				if have[s.version] {
 					continue
+				}
+				if s.version < migrateReapplyFrom && s.version < highest {
+					return fmt.Errorf("pgrouter: Migrate: the database records version %d but not %d, which cannot be applied over later ones: a schema not made by Migrate?", highest, s.version)
 				}
 				if s.index != "" { // the ones before it commit first
 					build = &steps[i]
@@ -168,6 +177,32 @@ func migrateOnce(ctx context.Context, db *pgxpool.Pool, steps []migrationStep) e
 			return err
 		}
 	}
+}
+
+// migrateReapplyFrom: every migration from this version on is written to
+// be applied over later ones (IF NOT EXISTS, CREATE OR REPLACE, a
+// concurrent build's checks), so that Migrate applies a version missing
+// below the highest recorded (deleted by hand, or recorded out of order);
+// one missing before it, with later ones recorded, is an error.
+const migrateReapplyFrom = 4
+
+// recordedVersions reads the versions recorded in leaserouter_migrations.
+func recordedVersions(ctx context.Context, db interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}) (map[int]bool, error) {
+	rows, err := db.Query(ctx, "SELECT version FROM leaserouter_migrations")
+	if err != nil {
+		return nil, err
+	}
+	vs, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return nil, err
+	}
+	have := make(map[int]bool, len(vs))
+	for _, v := range vs {
+		have[int(v)] = true
+	}
+	return have, nil
 }
 
 // recordMigration records s as applied.
@@ -217,32 +252,41 @@ func unlockMigrate(ctx context.Context, conn *pgxpool.Conn) {
 	}
 }
 
-// ErrSchemaOutdated is what New returns (wrapped, naming both versions)
+// ErrSchemaOutdated is what New returns (wrapped, naming the versions)
 // when the database's pgrouter schema is older than this module's latest
-// migration, or missing: run Migrate first.
+// migration, misses one of its migrations, or is missing: run Migrate
+// first.
 var ErrSchemaOutdated = errors.New("pgrouter: database schema older than this module's (run Migrate)")
 
 // schemaReady is New's check of db's schema: an error wrapping
-// ErrSchemaOutdated unless its version (the highest in
-// leaserouter_migrations; 0 if that table is missing) is at least the
-// latest embedded migration's (a later one, a newer pgrouter's, is
-// accepted); then it raises the token sequence (raiseTokens).
+// ErrSchemaOutdated unless every embedded migration's version is recorded
+// in leaserouter_migrations (missing, the table has none; later ones, a
+// newer pgrouter's, are accepted); then it raises the token sequence
+// (raiseTokens).
 func schemaReady(ctx context.Context, db *pgxpool.Pool, floor leaserouter.Token) error {
 	steps, err := migrationSteps()
 	if err != nil {
 		return err
 	}
-	want := steps[len(steps)-1].version
-	var have int
-	err = db.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM leaserouter_migrations").Scan(&have)
+	have, err := recordedVersions(ctx, db)
 	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
-		have, err = 0, nil
+		have, err = nil, nil
 	}
 	if err != nil {
 		return fmt.Errorf("pgrouter: New: read the schema version: %w", err)
 	}
-	if have < want {
-		return fmt.Errorf("%w: the database is at version %d, this module needs %d", ErrSchemaOutdated, have, want)
+	var missing []int
+	highest := 0
+	for v := range have {
+		highest = max(highest, v)
+	}
+	for _, s := range steps {
+		if !have[s.version] {
+			missing = append(missing, s.version)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: the database is at version %d, this module needs %d (versions missing: %v)", ErrSchemaOutdated, highest, steps[len(steps)-1].version, missing)
 	}
 	return raiseTokens(ctx, db, floor)
 }

@@ -16,8 +16,7 @@ import (
 
 // asVersion10 makes db's schema as version 10 left it as far as Migrate
 // can tell: no leaserouter_jobs_id, migrations 11 and later not recorded
-// (Migrate applies only versions above the highest recorded; those after
-// 11 are written to run again harmlessly).
+// (those after 11 are written to run again harmlessly).
 func asVersion10(t *testing.T, db *pgxpool.Pool) {
 	t.Helper()
 	_, err := db.Exec(t.Context(), "DROP INDEX leaserouter_jobs_id")
@@ -255,4 +254,38 @@ func TestMigrateWithAPreviousVersionMigrate(t *testing.T) {
 	require.NoError(t, oldErr, "the old-version Migrate")
 	require.NoError(t, <-migrated, "the new Migrate")
 	requireIndexBuilt(t, db)
+}
+
+// TestMigrateAppliesAMissingVersion: a database that records 12 but not
+// 11 gets leaserouter_jobs_id from Migrate (it applied only versions
+// above the highest recorded), and New refuses it until then.
+func TestMigrateAppliesAMissingVersion(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := t.Context()
+	_, err := db.Exec(ctx, "DROP INDEX leaserouter_jobs_id")
+	require.NoError(t, err)
+	_, err = db.Exec(ctx, "DELETE FROM leaserouter_migrations WHERE version = 11")
+	require.NoError(t, err)
+	_, err = pgrouter.New[int](ctx, db, pgrouter.Options{})
+	require.ErrorIs(t, err, pgrouter.ErrSchemaOutdated)
+	require.NoError(t, pgrouter.Migrate(ctx, db))
+	requireIndexBuilt(t, db)
+	r, err := pgrouter.New[int](ctx, db, pgrouter.Options{})
+	require.NoError(t, err)
+	require.NoError(t, r.Close(ctx))
+}
+
+// TestMigrateRefusesAMissingFirstVersion: a database that records later
+// versions but not one of the first three, which cannot be applied over
+// them, gets an error from Migrate, and its schema is left as it was.
+func TestMigrateRefusesAMissingFirstVersion(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := t.Context()
+	_, err := db.Exec(ctx, "DELETE FROM leaserouter_migrations WHERE version = 2")
+	require.NoError(t, err)
+	err = pgrouter.Migrate(ctx, db)
+	require.ErrorContains(t, err, "but not 2")
+	var n int
+	require.NoError(t, db.QueryRow(ctx, "SELECT count(*) FROM leaserouter_migrations").Scan(&n))
+	require.Equal(t, 11, n)
 }

@@ -44,16 +44,3 @@ func TestReview2MigrateCanceledReleasesItsLock(t *testing.T) {
 	require.Empty(t, holders, "sessions still holding Migrate's advisory lock 1s after Migrate returned")
 }
 
-// TestReview2MigrateAppliesAMissingVersion: a database that recorded 12
-// but not 11 (Migrate applies only versions above the highest recorded)
-// never gets leaserouter_jobs_id, and New accepts it.
-func TestReview2MigrateAppliesAMissingVersion(t *testing.T) {
-	db := pgtest.New(t)
-	ctx := t.Context()
-	_, err := db.Exec(ctx, "DROP INDEX leaserouter_jobs_id")
-	require.NoError(t, err)
-	_, err = db.Exec(ctx, "DELETE FROM leaserouter_migrations WHERE version = 11")
-	require.NoError(t, err)
-	require.NoError(t, pgrouter.Migrate(ctx, db))
-	requireIndexBuilt(t, db)
-}

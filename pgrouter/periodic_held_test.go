@@ -353,3 +353,30 @@ func TestPeriodicEndedScheduleSettlesItsHeldTicks(t *testing.T) {
 	id := leaserouter.TickID(name, tick)
 	eventually(t, 10*time.Second, "the held tick's job", func() bool { return slices.Contains(tickJobs(t, db, queue, name), id) })
 }
+
+// TestPeriodicRecordsOfARemovedJobArePruned: the records of the ticks
+// taken of a periodic job no longer scheduled anywhere (removed, renamed)
+// older than Retention are deleted by the queue's maintenance (only the
+// taker of a later tick of the same job deleted them: they stayed
+// forever).
+func TestPeriodicRecordsOfARemovedJobArePruned(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := t.Context()
+	const queue, name = "growth", "p"
+	opts := pgrouter.Options{Queue: queue, Retention: time.Second, PollInterval: 100 * time.Millisecond}
+	a, err := pgrouter.New[int](ctx, db, opts)
+	require.NoError(t, err)
+	require.NoError(t, a.AddPeriodic(ctx, pgrouter.Periodic[int]{Name: name, Schedule: leaserouter.Every(200 * time.Millisecond)}))
+	count := func() (n int) {
+		require.NoError(t, db.QueryRow(ctx, "SELECT count(*) FROM leaserouter_periodic_ticks WHERE queue = $1 AND name = $2", queue, name).Scan(&n))
+		return n
+	}
+	eventually(t, 10*time.Second, "ticks taken", func() bool { return count() >= 4 })
+	require.NoError(t, a.RemovePeriodic(name))
+	require.NoError(t, a.Close(ctx))
+	time.Sleep(1500 * time.Millisecond) // every record older than Retention
+
+	routerOn[int](t, db, opts) // a process of the queue, its maintenance running
+	time.Sleep(5 * time.Second)
+	require.Zero(t, count(), "records of ticks older than Retention, of a periodic job no longer scheduled")
+}

@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/leaserouter/leaserouter"
 	"github.com/leaserouter/leaserouter/pgrouter"
 	"github.com/leaserouter/leaserouter/pgrouter/pgtest"
 )
@@ -71,34 +70,4 @@ func TestReview2TickTakenByAnOldVersionNotTakenAgain(t *testing.T) {
 	taken, held := review2Take(t, db, queue, name, tick, time.Hour)
 	require.False(t, held)
 	require.False(t, taken, "a tick the old-version scheduler took, taken again by the new one")
-}
-
-// Growth: the records of leaserouter_periodic_ticks are deleted only by
-// the taker of a later tick of the same periodic job. A name no longer
-// scheduled anywhere (removed, renamed, per-tenant names that come and
-// go) leaves its records (one per tick within Retention: 600 for a
-// per-second job at the default 10m) forever. Those at or before
-// taken_to, or older than Retention, are useless to every scheduler; the
-// maintenance loop (which already purges abandoned marks once a minute,
-// and at a Router's first round) could delete them.
-func TestReview2TickRecordsOfARemovedJobArePruned(t *testing.T) {
-	db := pgtest.New(t)
-	ctx := t.Context()
-	const queue, name = "growth", "p"
-	opts := pgrouter.Options{Queue: queue, Retention: time.Second, PollInterval: 100 * time.Millisecond}
-	a, err := pgrouter.New[int](ctx, db, opts)
-	require.NoError(t, err)
-	require.NoError(t, a.AddPeriodic(ctx, pgrouter.Periodic[int]{Name: name, Schedule: leaserouter.Every(200 * time.Millisecond)}))
-	count := func() (n int) {
-		require.NoError(t, db.QueryRow(ctx, "SELECT count(*) FROM leaserouter_periodic_ticks WHERE queue = $1 AND name = $2", queue, name).Scan(&n))
-		return n
-	}
-	eventually(t, 10*time.Second, "ticks taken", func() bool { return count() >= 4 })
-	require.NoError(t, a.RemovePeriodic(name))
-	require.NoError(t, a.Close(ctx))
-	time.Sleep(1500 * time.Millisecond) // every record older than Retention
-
-	routerOn[int](t, db, opts) // a process of the queue, its maintenance running
-	time.Sleep(5 * time.Second)
-	require.Zero(t, count(), "records of ticks older than Retention, of a periodic job no longer scheduled")
 }

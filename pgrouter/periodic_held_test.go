@@ -380,3 +380,33 @@ func TestPeriodicRecordsOfARemovedJobArePruned(t *testing.T) {
 	time.Sleep(5 * time.Second)
 	require.Zero(t, count(), "records of ticks older than Retention, of a periodic job no longer scheduled")
 }
+
+// takeTick runs periodic_tick.sql for tick in its own transaction,
+// committed, and returns taken and held.
+func takeTick(t *testing.T, db *pgxpool.Pool, queue, name string, tick time.Time, retention time.Duration) (taken, held bool) {
+	t.Helper()
+	tx, err := db.Begin(t.Context())
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(t.Context()) }()
+	sql, names := pgrouter.Statement("periodic_tick")
+	require.NoError(t, tx.QueryRow(t.Context(), sql, bindPositional(names, map[string]any{"queue": queue, "name": name, "tick": tick,
+		"retention_us": retention.Microseconds(), "lock_timeout_ms": 1000, "idle_timeout_ms": 5000, "txn_timeout_ms": 5000})...).Scan(&taken, &held))
+	require.NoError(t, tx.Commit(t.Context()))
+	return taken, held
+}
+
+// TestPeriodicTickTakenOnceAcrossRetentions: schedulers of different
+// Retentions never take a tick twice: one of a short Retention prunes the record of a tick taken by
+// one of a long Retention, and raises taken_to over it.
+func TestPeriodicTickTakenOnceAcrossRetentions(t *testing.T) {
+	db := pgtest.New(t)
+	const queue, name = "retentions", "p"
+	now := stalledTick(t, db, queue, name) // since an hour ago
+	old := now.Add(-30 * time.Minute)      // younger than the long Retention
+	taken, _ := takeTick(t, db, queue, name, old, time.Hour)
+	require.True(t, taken)
+	taken, _ = takeTick(t, db, queue, name, now, time.Minute) // prunes old's record
+	require.True(t, taken)
+	taken, _ = takeTick(t, db, queue, name, old, time.Hour)
+	require.False(t, taken, "a tick taken again after a shorter Retention's taker pruned its record")
+}

@@ -54,7 +54,8 @@ const (
 // the next Migrate drops and builds again, as it does an index of that
 // name built otherwise. A Migrate of a version before the concurrent
 // builds, run meanwhile (a rolling upgrade), waits for this one's
-// transactions only, not its builds, and finds nothing to do. A nil db is an error.
+// transactions only, not its builds, and finds nothing to do. A nil db
+// is an error.
 //
 // Migrate never stalls the queue behind a long transaction: a migration
 // that alters the jobs table needs it to itself, and while it waits for

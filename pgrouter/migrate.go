@@ -22,14 +22,27 @@ import (
 //go:embed migrations/*.sql
 var migrations embed.FS
 
-// migrateLock is the advisory lock key Migrate holds while it migrates
-// ("leaserou" in ASCII), so that many processes may run it at once.
-const migrateLock = 0x6c65617365726f75
+// Migrate's advisory lock keys. migrateSessionLock ("leaserMg" in
+// ASCII), held for a session (polled, lockMigrate), keeps a Migrate to
+// itself from start to end, its concurrent index builds included.
+// migrateLock ("leaserou"), the key Migrates before the concurrent builds
+// held for their one transaction (pg_advisory_xact_lock), is taken the
+// same way by each transaction of a Migrate, and never held while it
+// builds: a Migrate of such a version, run during a rolling upgrade,
+// waits for it inside its transaction, with a snapshot that the build
+// waits out; it gets the key, finds the schema at or past its version,
+// and commits.
+const (
+	migrateLock        = 0x6c65617365726f75
+	migrateSessionLock = 0x6c65617365724d67
+)
 
 // Migrate brings the database's pgrouter schema to this module's version:
 // it applies, in order, the embedded SQL migrations
 // (migrations/NNNN_name.sql) not yet recorded in the table
-// leaserouter_migrations: those in a row in one transaction, and an index
+// leaserouter_migrations, one missing below the highest recorded
+// included (an error for versions 1 to 3, which cannot be applied over
+// later ones): those in a row in one transaction, and an index
 // build (schema version 11's leaserouter_jobs_id) on its own, outside a
 // transaction (CREATE INDEX CONCURRENTLY), after the ones before it are
 // committed. It is idempotent and safe when many processes run it at
@@ -37,9 +50,12 @@ const migrateLock = 0x6c65617365726f75
 // connection of db each; the later ones find nothing to do). A database
 // migrated by a newer pgrouter is left alone. Errors wrap the driver's;
 // a failed transaction changes nothing, and a failed or interrupted index
-// build (ctx ended, the process killed, a statement_timeout) leaves an
-// INVALID index, which the next Migrate drops and builds again, as it
-// does an index of that name built otherwise. A nil db is an error.
+// build (ctx ended, the process killed) leaves an INVALID index, which
+// the next Migrate drops and builds again, as it does an index of that
+// name built otherwise. A Migrate of a version before the concurrent
+// builds, run meanwhile (a rolling upgrade), waits for this one's
+// transactions only, not its builds, and finds nothing to do. A nil db
+// is an error.
 //
 // Migrate never stalls the queue behind a long transaction: a migration
 // that alters the jobs table needs it to itself, and while it waits for
@@ -56,7 +72,8 @@ const migrateLock = 0x6c65617365726f75
 // table go on while it reads it (seconds at millions of jobs); it waits,
 // bounded only by ctx, for the transactions open when it starts, any
 // table's (as CREATE INDEX CONCURRENTLY does), and may take twice as long
-// as a plain build.
+// as a plain build: the session's statement_timeout and lock_timeout (a
+// pool's settings, say) are lifted for it and put back after.
 func Migrate(ctx context.Context, db *pgxpool.Pool) error {
 	if db == nil {
 		return fmt.Errorf("pgrouter: Migrate: nil pool")
@@ -89,11 +106,12 @@ const (
 	migrateTries       = 30
 )
 
-// migrateOnce is one try of Migrate, on one connection holding Migrate's
-// advisory lock for the session (lockMigrate), so that it covers both the
-// transactions and the concurrent index builds, which run outside one.
+// migrateOnce is one try of Migrate, on one connection holding
+// migrateSessionLock for the session (lockMigrate), so that it covers both
+// the transactions and the concurrent index builds, which run outside one.
 // The pending migrations up to the next concurrent one are applied in one
-// transaction, every statement with lock_timeout migrateLockTimeout; a
+// transaction holding migrateLock, every statement with lock_timeout
+// migrateLockTimeout (its wait for migrateLock included); a
 // concurrent one is built (buildConcurrently) and then recorded; and so on.
 func migrateOnce(ctx context.Context, db *pgxpool.Pool, steps []migrationStep) error {
 	conn, err := db.Acquire(ctx)
@@ -111,19 +129,31 @@ func migrateOnce(ctx context.Context, db *pgxpool.Pool, steps []migrationStep) e
 			if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", migrateLockTimeout.Milliseconds())); err != nil {
 				return fmt.Errorf("pgrouter: Migrate: %w", err)
 			}
+			// Bounded by the lock_timeout: an older version's Migrate holds
+			// it for its whole transaction.
+			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(migrateLock)); err != nil {
+				return fmt.Errorf("pgrouter: Migrate: lock: %w", err)
+			}
 			if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS leaserouter_migrations (
 				version    integer     PRIMARY KEY,
 				name       text        NOT NULL,
 				applied_at timestamptz NOT NULL DEFAULT clock_timestamp())`); err != nil {
 				return fmt.Errorf("pgrouter: Migrate: %w", err)
 			}
-			var have int
-			if err := tx.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM leaserouter_migrations").Scan(&have); err != nil {
+			have, err := recordedVersions(ctx, tx)
+			if err != nil {
 				return fmt.Errorf("pgrouter: Migrate: %w", err)
 			}
+			highest := 0
+			for v := range have {
+				highest = max(highest, v)
+			}
 			for i, s := range steps {
-				if s.version <= have {
+				if have[s.version] {
 					continue
+				}
+				if s.version < migrateReapplyFrom && s.version < highest {
+					return fmt.Errorf("pgrouter: Migrate: the database records version %d but not %d, which cannot be applied over later ones: a schema not made by Migrate?", highest, s.version)
 				}
 				if s.index != "" { // the ones before it commit first
 					build = &steps[i]
@@ -150,6 +180,32 @@ func migrateOnce(ctx context.Context, db *pgxpool.Pool, steps []migrationStep) e
 	}
 }
 
+// migrateReapplyFrom: every migration from this version on is written to
+// be applied over later ones (IF NOT EXISTS, CREATE OR REPLACE, a
+// concurrent build's checks), so that Migrate applies a version missing
+// below the highest recorded (deleted by hand, or recorded out of order);
+// one missing before it, with later ones recorded, is an error.
+const migrateReapplyFrom = 4
+
+// recordedVersions reads the versions recorded in leaserouter_migrations.
+func recordedVersions(ctx context.Context, db interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}) (map[int]bool, error) {
+	rows, err := db.Query(ctx, "SELECT version FROM leaserouter_migrations")
+	if err != nil {
+		return nil, err
+	}
+	vs, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return nil, err
+	}
+	have := make(map[int]bool, len(vs))
+	for _, v := range vs {
+		have[int(v)] = true
+	}
+	return have, nil
+}
+
 // recordMigration records s as applied.
 func recordMigration(ctx context.Context, db interface {
 	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
@@ -160,7 +216,7 @@ func recordMigration(ctx context.Context, db interface {
 	return nil
 }
 
-// lockMigrate takes Migrate's advisory lock for conn's session, waiting
+// lockMigrate takes migrateSessionLock for conn's session, waiting
 // for it without a bound but ctx's. It tries for it again and again
 // (every 10ms, doubling up to 1s) rather than wait in pg_advisory_lock: a
 // statement waiting there has a snapshot, which the concurrent index
@@ -170,7 +226,7 @@ func lockMigrate(ctx context.Context, conn *pgxpool.Conn) error {
 	wait := 10 * time.Millisecond
 	for {
 		var locked bool
-		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", int64(migrateLock)).Scan(&locked); err != nil {
+		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", int64(migrateSessionLock)).Scan(&locked); err != nil {
 			return fmt.Errorf("pgrouter: Migrate: lock: %w", err)
 		}
 		if locked {
@@ -192,37 +248,46 @@ func lockMigrate(ctx context.Context, conn *pgxpool.Conn) error {
 func unlockMigrate(ctx context.Context, conn *pgxpool.Conn) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", int64(migrateLock)); err != nil {
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", int64(migrateSessionLock)); err != nil {
 		_ = conn.Hijack().Close(ctx)
 	}
 }
 
-// ErrSchemaOutdated is what New returns (wrapped, naming both versions)
+// ErrSchemaOutdated is what New returns (wrapped, naming the versions)
 // when the database's pgrouter schema is older than this module's latest
-// migration, or missing: run Migrate first.
+// migration, misses one of its migrations, or is missing: run Migrate
+// first.
 var ErrSchemaOutdated = errors.New("pgrouter: database schema older than this module's (run Migrate)")
 
 // schemaReady is New's check of db's schema: an error wrapping
-// ErrSchemaOutdated unless its version (the highest in
-// leaserouter_migrations; 0 if that table is missing) is at least the
-// latest embedded migration's (a later one, a newer pgrouter's, is
-// accepted); then it raises the token sequence (raiseTokens).
+// ErrSchemaOutdated unless every embedded migration's version is recorded
+// in leaserouter_migrations (missing, the table has none; later ones, a
+// newer pgrouter's, are accepted); then it raises the token sequence
+// (raiseTokens).
 func schemaReady(ctx context.Context, db *pgxpool.Pool, floor leaserouter.Token) error {
 	steps, err := migrationSteps()
 	if err != nil {
 		return err
 	}
-	want := steps[len(steps)-1].version
-	var have int
-	err = db.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM leaserouter_migrations").Scan(&have)
+	have, err := recordedVersions(ctx, db)
 	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
-		have, err = 0, nil
+		have, err = nil, nil
 	}
 	if err != nil {
 		return fmt.Errorf("pgrouter: New: read the schema version: %w", err)
 	}
-	if have < want {
-		return fmt.Errorf("%w: the database is at version %d, this module needs %d", ErrSchemaOutdated, have, want)
+	var missing []int
+	highest := 0
+	for v := range have {
+		highest = max(highest, v)
+	}
+	for _, s := range steps {
+		if !have[s.version] {
+			missing = append(missing, s.version)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: the database is at version %d, this module needs %d (versions missing: %v)", ErrSchemaOutdated, highest, steps[len(steps)-1].version, missing)
 	}
 	return raiseTokens(ctx, db, floor)
 }

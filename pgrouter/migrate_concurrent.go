@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -16,9 +17,20 @@ import (
 // then s runs, and the index it leaves must be valid and as s defines it.
 // The build waits for the transactions open on the table without holding
 // up their statements (its SHARE UPDATE EXCLUSIVE lock lets writes go on),
-// so no lock_timeout bounds it; ctx does.
-func buildConcurrently(ctx context.Context, conn *pgxpool.Conn, s migrationStep) error {
+// so no timeout bounds it; ctx does: the session's statement_timeout,
+// lock_timeout and (PostgreSQL 17+) transaction_timeout, a pool's
+// settings, say, are lifted for the drop and build and put back after.
+func buildConcurrently(ctx context.Context, conn *pgxpool.Conn, s migrationStep) (err error) {
 	fail := func(err error) error { return fmt.Errorf("pgrouter: Migrate: migration %s: %w", s.name, err) }
+	restore, err := liftTimeouts(ctx, conn)
+	if err != nil {
+		return fail(err)
+	}
+	defer func() {
+		if rerr := restore(); rerr != nil && err == nil {
+			err = fail(rerr)
+		}
+	}()
 	ok, def, err := indexAsDefined(ctx, conn, s)
 	if err != nil {
 		return fail(err)
@@ -59,4 +71,42 @@ func indexAsDefined(ctx context.Context, conn *pgxpool.Conn, s migrationStep) (o
 	got := strings.Replace(strings.Replace(def, " USING btree ", " ", 1), " ON "+schema+".", " ON ", 1)
 	want := strings.TrimSuffix(strings.Replace(sqlStatement(s.sql), "CONCURRENTLY IF NOT EXISTS ", "", 1), ";")
 	return valid && got == want, def, nil
+}
+
+// liftTimeouts sets conn's session statement_timeout, lock_timeout and
+// (PostgreSQL 17+) transaction_timeout to 0; restore puts back the values
+// they had. When it cannot (ctx ended, the connection broke), restore
+// closes the connection instead, rather than give the pool back a
+// session without its timeouts (its end releases Migrate's lock too).
+func liftTimeouts(ctx context.Context, conn *pgxpool.Conn) (restore func() error, err error) {
+	var stmt, lock string
+	var txn *string // NULL before PostgreSQL 17
+	if err := conn.QueryRow(ctx, `SELECT current_setting('statement_timeout'), current_setting('lock_timeout'),
+			current_setting('transaction_timeout', true)`).Scan(&stmt, &lock, &txn); err != nil {
+		return nil, fmt.Errorf("read the session's timeouts: %w", err)
+	}
+	set := func(ctx context.Context, stmt, lock string, txn *string) error {
+		_, err := conn.Exec(ctx, `SELECT set_config('statement_timeout', $1, false), set_config('lock_timeout', $2, false),
+			CASE WHEN $3::text IS NOT NULL THEN set_config('transaction_timeout', $3, false) END`, stmt, lock, txn)
+		return err
+	}
+	zero := "0"
+	var zeroTxn *string
+	if txn != nil {
+		zeroTxn = &zero
+	}
+	restore = func() error {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := set(ctx, stmt, lock, txn); err != nil {
+			_ = conn.Conn().Close(ctx) // the pool drops a closed connection
+			return fmt.Errorf("restore the session's timeouts: %w", err)
+		}
+		return nil
+	}
+	if err := set(ctx, zero, zero, zeroTxn); err != nil {
+		_ = restore()
+		return nil, fmt.Errorf("lift the session's timeouts: %w", err)
+	}
+	return restore, nil
 }

@@ -16,8 +16,7 @@ import (
 
 // asVersion10 makes db's schema as version 10 left it as far as Migrate
 // can tell: no leaserouter_jobs_id, migrations 11 and later not recorded
-// (Migrate applies only versions above the highest recorded; those after
-// 11 are written to run again harmlessly).
+// (those after 11 are written to run again harmlessly).
 func asVersion10(t *testing.T, db *pgxpool.Pool) {
 	t.Helper()
 	_, err := db.Exec(t.Context(), "DROP INDEX leaserouter_jobs_id")
@@ -147,4 +146,175 @@ func TestMigrateConcurrentWithAnIndexBuild(t *testing.T) {
 		require.NoError(t, err)
 	}
 	requireIndexBuilt(t, db)
+}
+
+// openSnapshot opens a REPEATABLE READ transaction holding a snapshot
+// (any table's: CREATE INDEX CONCURRENTLY waits it out).
+func openSnapshot(t *testing.T, db *pgxpool.Pool) pgx.Tx {
+	t.Helper()
+	tx, err := db.BeginTx(t.Context(), pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	require.NoError(t, err)
+	_, err = tx.Exec(t.Context(), "SELECT 1")
+	require.NoError(t, err)
+	return tx
+}
+
+// TestMigrateBuildNotBoundedBySessionTimeouts: the index build waits,
+// bounded only by ctx, for the transactions open when it starts, even on
+// a pool whose sessions have a statement_timeout (it failed with 57014);
+// the session's timeout is put back after.
+func TestMigrateBuildNotBoundedBySessionTimeouts(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := t.Context()
+	asVersion10(t, db)
+	cfg := db.Config().Copy()
+	cfg.MaxConns = 1 // Migrate's connection is the one read after it
+	cfg.ConnConfig.RuntimeParams["statement_timeout"] = "300"
+	tdb, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer tdb.Close()
+
+	snap := openSnapshot(t, db)
+	ended := make(chan struct{})
+	go func() { // the build waits for it far longer than the timeouts
+		defer close(ended)
+		time.Sleep(1500 * time.Millisecond)
+		_ = snap.Rollback(context.Background())
+	}()
+	require.NoError(t, pgrouter.Migrate(ctx, tdb))
+	<-ended
+	requireIndexBuilt(t, db)
+	var stmt string
+	require.NoError(t, tdb.QueryRow(ctx, "SELECT current_setting('statement_timeout')").Scan(&stmt))
+	require.Equal(t, "300ms", stmt, "the session's statement_timeout after Migrate")
+}
+
+// waitBuild waits until a CREATE INDEX CONCURRENTLY runs in db's
+// database.
+func waitBuild(t *testing.T, db *pgxpool.Pool, migrated <-chan error) {
+	t.Helper()
+	for {
+		var n int
+		require.NoError(t, db.QueryRow(t.Context(), "SELECT count(*) FROM pg_stat_progress_create_index WHERE datname = current_database()").Scan(&n))
+		if n > 0 {
+			return
+		}
+		select {
+		case err := <-migrated:
+			t.Fatalf("Migrate ended before its build was seen: %v", err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// TestMigrateWithAPreviousVersionMigrate: during a rolling upgrade, a
+// Migrate of the version before the concurrent index builds (one
+// transaction that starts with pg_advisory_xact_lock on Migrate's key)
+// runs while a new one builds leaserouter_jobs_id: both succeed, the old
+// one finding nothing to do. (It waited on the key inside its
+// transaction, holding a snapshot the build waited out while the build's
+// Migrate held the key: a deadlock, 40P01.)
+func TestMigrateWithAPreviousVersionMigrate(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := t.Context()
+	fillYoungQueue(t, db, 20_000)
+	asVersion10(t, db)
+	// A writer on the jobs table holds the build in its first wait (for
+	// the table's writers) while the old Migrate runs.
+	writer, err := db.Begin(ctx)
+	require.NoError(t, err)
+	_, err = writer.Exec(ctx, "UPDATE leaserouter_jobs SET updated_at = now() WHERE queue = 'default' AND id = 'j2'")
+	require.NoError(t, err)
+	migrated := make(chan error, 1)
+	go func() { migrated <- pgrouter.Migrate(context.Background(), db) }()
+	waitBuild(t, db, migrated)
+
+	old := make(chan error, 1)
+	go func() { // the previous version's Migrate: one transaction, pg_advisory_xact_lock first
+		old <- pgx.BeginFunc(context.Background(), db, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", migrateXactLock); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = 100"); err != nil {
+				return err
+			}
+			var v int
+			return tx.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM leaserouter_migrations").Scan(&v)
+		})
+	}()
+	var oldErr error
+	select {
+	case oldErr = <-old:
+	case <-time.After(30 * time.Second): // it waits for the build's Migrate
+		require.NoError(t, writer.Rollback(ctx))
+		oldErr = <-old
+		require.Fail(t, "the old-version Migrate waited for the build", "then: %v", oldErr)
+	}
+	require.NoError(t, writer.Rollback(ctx))
+	require.NoError(t, oldErr, "the old-version Migrate")
+	require.NoError(t, <-migrated, "the new Migrate")
+	requireIndexBuilt(t, db)
+}
+
+// TestMigrateAppliesAMissingVersion: a database that records 12 but not
+// 11 gets leaserouter_jobs_id from Migrate (it applied only versions
+// above the highest recorded), and New refuses it until then.
+func TestMigrateAppliesAMissingVersion(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := t.Context()
+	_, err := db.Exec(ctx, "DROP INDEX leaserouter_jobs_id")
+	require.NoError(t, err)
+	_, err = db.Exec(ctx, "DELETE FROM leaserouter_migrations WHERE version = 11")
+	require.NoError(t, err)
+	_, err = pgrouter.New[int](ctx, db, pgrouter.Options{})
+	require.ErrorIs(t, err, pgrouter.ErrSchemaOutdated)
+	require.NoError(t, pgrouter.Migrate(ctx, db))
+	requireIndexBuilt(t, db)
+	r, err := pgrouter.New[int](ctx, db, pgrouter.Options{})
+	require.NoError(t, err)
+	require.NoError(t, r.Close(ctx))
+}
+
+// TestMigrateRefusesAMissingFirstVersion: a database that records later
+// versions but not one of the first three, which cannot be applied over
+// them, gets an error from Migrate, and its schema is left as it was.
+func TestMigrateRefusesAMissingFirstVersion(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := t.Context()
+	_, err := db.Exec(ctx, "DELETE FROM leaserouter_migrations WHERE version = 2")
+	require.NoError(t, err)
+	err = pgrouter.Migrate(ctx, db)
+	require.ErrorContains(t, err, "but not 2")
+	var n int
+	require.NoError(t, db.QueryRow(ctx, "SELECT count(*) FROM leaserouter_migrations").Scan(&n))
+	require.Equal(t, 11, n)
+}
+
+// Migrate's advisory lock keys (migrate.go): the one its transactions
+// hold (and a Migrate of a version before the concurrent index builds
+// held for its one transaction), and the one it holds for its session.
+const (
+	migrateXactLock    = int64(0x6c65617365726f75)
+	migrateSessionLock = int64(0x6c65617365724d67)
+)
+
+// TestMigrateCanceledReleasesItsLocks: a Migrate whose ctx ends while its
+// build waits leaves no session holding Migrate's advisory locks (a
+// server backend going on with the build after the client gave up would
+// keep the next Migrate waiting instead of dropping the INVALID index and
+// building again).
+func TestMigrateCanceledReleasesItsLocks(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := t.Context()
+	asVersion10(t, db)
+	snap := openSnapshot(t, db)
+	defer func() { _ = snap.Rollback(context.Background()) }()
+	mctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	require.Error(t, pgrouter.Migrate(mctx, db))
+	time.Sleep(time.Second)
+	var holders []string
+	require.NoError(t, db.QueryRow(ctx, `SELECT coalesce(array_agg(a.state || ': ' || left(a.query, 60)), '{}') FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+		WHERE l.locktype = 'advisory' AND l.granted AND (l.classid::bigint << 32 | l.objid::bigint) IN ($1, $2)`, migrateXactLock, migrateSessionLock).Scan(&holders))
+	require.Empty(t, holders, "sessions still holding Migrate's advisory lock 1s after Migrate returned")
 }

@@ -75,7 +75,7 @@ type Periodic[T any] = leaserouter.Periodic[T]
 // which rolls its tick back for the others, and a lock wait of its
 // statements ends after 1s (lock_timeout), an error tried again after a
 // backoff; its COMMIT waits for the cluster's NOTIFY lock as an
-// Enqueue's does. A process stopped in the middle of a statement (its
+// Enqueue's does (neither bound applies to it). A process stopped in the middle of a statement (its
 // messages partly sent: a large payload, say) is not idle to the server:
 // on PostgreSQL 17 and later its session ends 5s into the transaction
 // (transaction_timeout, set for it only); before 17 it ends only when
@@ -102,7 +102,17 @@ type Periodic[T any] = leaserouter.Periodic[T]
 // Options.Retention, and skips older ones: after every scheduler was
 // down (a restart, say), the first one back enqueues at most one missed
 // tick, the latest, and only if it is younger than Retention. Ticks are
-// compared in the database in microseconds.
+// compared in the database in microseconds. Each tick taken leaves a
+// record (leaserouter_periodic_ticks) that makes it taken once; the
+// records older than Options.Retention are deleted by the tick's later
+// takers and by the queue's maintenance, about once a minute.
+//
+// Upgrading: a process of a pgrouter version before schema version 12
+// (which added the tick records) still schedules against a migrated
+// database, but takes ticks without a record, and a tick it took may be
+// taken again by a process of this version. Stop the periodic jobs of
+// the older processes (or upgrade them) before Migrate brings the
+// database to version 12.
 //
 // Payload is called on the scheduler's goroutine, outside every lock, at
 // each try of a tick (again for a tick held or failed in the database); it

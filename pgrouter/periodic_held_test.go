@@ -353,3 +353,60 @@ func TestPeriodicEndedScheduleSettlesItsHeldTicks(t *testing.T) {
 	id := leaserouter.TickID(name, tick)
 	eventually(t, 10*time.Second, "the held tick's job", func() bool { return slices.Contains(tickJobs(t, db, queue, name), id) })
 }
+
+// TestPeriodicRecordsOfARemovedJobArePruned: the records of the ticks
+// taken of a periodic job no longer scheduled anywhere (removed, renamed)
+// older than Retention are deleted by the queue's maintenance (only the
+// taker of a later tick of the same job deleted them: they stayed
+// forever).
+func TestPeriodicRecordsOfARemovedJobArePruned(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := t.Context()
+	const queue, name = "growth", "p"
+	opts := pgrouter.Options{Queue: queue, Retention: time.Second, PollInterval: 100 * time.Millisecond}
+	a, err := pgrouter.New[int](ctx, db, opts)
+	require.NoError(t, err)
+	require.NoError(t, a.AddPeriodic(ctx, pgrouter.Periodic[int]{Name: name, Schedule: leaserouter.Every(200 * time.Millisecond)}))
+	count := func() (n int) {
+		require.NoError(t, db.QueryRow(ctx, "SELECT count(*) FROM leaserouter_periodic_ticks WHERE queue = $1 AND name = $2", queue, name).Scan(&n))
+		return n
+	}
+	eventually(t, 10*time.Second, "ticks taken", func() bool { return count() >= 4 })
+	require.NoError(t, a.RemovePeriodic(name))
+	require.NoError(t, a.Close(ctx))
+	time.Sleep(1500 * time.Millisecond) // every record older than Retention
+
+	routerOn[int](t, db, opts) // a process of the queue, its maintenance running
+	time.Sleep(5 * time.Second)
+	require.Zero(t, count(), "records of ticks older than Retention, of a periodic job no longer scheduled")
+}
+
+// takeTick runs periodic_tick.sql for tick in its own transaction,
+// committed, and returns taken and held.
+func takeTick(t *testing.T, db *pgxpool.Pool, queue, name string, tick time.Time, retention time.Duration) (taken, held bool) {
+	t.Helper()
+	tx, err := db.Begin(t.Context())
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(t.Context()) }()
+	sql, names := pgrouter.Statement("periodic_tick")
+	require.NoError(t, tx.QueryRow(t.Context(), sql, bindPositional(names, map[string]any{"queue": queue, "name": name, "tick": tick,
+		"retention_us": retention.Microseconds(), "lock_timeout_ms": 1000, "idle_timeout_ms": 5000, "txn_timeout_ms": 5000})...).Scan(&taken, &held))
+	require.NoError(t, tx.Commit(t.Context()))
+	return taken, held
+}
+
+// TestPeriodicTickTakenOnceAcrossRetentions: schedulers of different
+// Retentions never take a tick twice: one of a short Retention prunes the record of a tick taken by
+// one of a long Retention, and raises taken_to over it.
+func TestPeriodicTickTakenOnceAcrossRetentions(t *testing.T) {
+	db := pgtest.New(t)
+	const queue, name = "retentions", "p"
+	now := stalledTick(t, db, queue, name) // since an hour ago
+	old := now.Add(-30 * time.Minute)      // younger than the long Retention
+	taken, _ := takeTick(t, db, queue, name, old, time.Hour)
+	require.True(t, taken)
+	taken, _ = takeTick(t, db, queue, name, now, time.Minute) // prunes old's record
+	require.True(t, taken)
+	taken, _ = takeTick(t, db, queue, name, old, time.Hour)
+	require.False(t, taken, "a tick taken again after a shorter Retention's taker pruned its record")
+}

@@ -115,7 +115,8 @@ func (r *Router[T]) settledOn(ctx context.Context, q querier, s settling) {
 // the next at once. Errors (the database unreachable) wait for the next
 // round.
 // About once a minute it also deletes the abandoned claim marks older
-// than abandonedKeep (see outcome.go).
+// than abandonedKeep (see outcome.go) and the records of the queue's
+// periodic ticks older than Retention (periodic_prune.sql).
 func (r *Router[T]) maintain(ctx context.Context) {
 	t := time.NewTicker(r.opts.PollInterval)
 	defer t.Stop()
@@ -135,7 +136,11 @@ func (r *Router[T]) maintain(ctx context.Context) {
 		}
 		_ = r.flushHistory(ctx) // what could not be added waits for the next round
 		if time.Since(marksPurged) >= time.Minute {
-			if _, err := r.db.Exec(ctx, purgeAbandoned, args{"keep_us": abandonedKeep.Microseconds()}); err == nil {
+			_, err := r.db.Exec(ctx, purgeAbandoned, args{"keep_us": abandonedKeep.Microseconds()})
+			if err == nil {
+				_, err = r.db.Exec(ctx, periodicPrune, args{"queue": r.opts.Queue, "retention_us": r.opts.Retention.Microseconds()})
+			}
+			if err == nil {
 				marksPurged = time.Now()
 			}
 		}

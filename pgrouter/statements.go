@@ -108,6 +108,7 @@ var (
 	settleScheduled = statement("settle_scheduled")
 	purgeDue        = statement("purge")
 	purgeAbandoned  = statement("purge_abandoned")
+	periodicPrune   = statement("periodic_prune")
 	vacuumDue       = statement("vacuum_due")
 	vacuumJobs      = statement("vacuum")
 	analyzeJobs     = statement("analyze")

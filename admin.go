@@ -10,7 +10,7 @@ import (
 	listcursor "github.com/leaserouter/leaserouter/internal/cursor"
 )
 
-// The operator's side (DESIGN-operate.md): List, Retry, Delete, Pause and
+// The operator's side: List, Retry, Delete, Pause and
 // Resume, what a console or a CLI needs beyond Get, Cancel and Stats.
 // pgrouter offers the same calls on PostgreSQL.
 

@@ -15,7 +15,7 @@ import (
 // them, for the console's jobs and dead pages: the first page and a page
 // from the middle (by its cursor), unfiltered, of the dead, and by an ID
 // prefix matching one job in a thousand. Reports ms per page, p50 and
-// p99. Target (DESIGN-operate): <= 100 ms.
+// p99. Target: <= 100 ms.
 //
 //	go test -run '^$' -bench BenchmarkList -benchtime 200x .
 func BenchmarkList(b *testing.B) {
@@ -90,7 +90,7 @@ func BenchmarkList(b *testing.B) {
 // (hb-max-us), 99.99th percentile (hb-p9999-us; a histogram capped at
 // 100 ms) and median (hb-p50-us), the heartbeats that took over 1 ms
 // (hb-over-1ms), and the pages listed meanwhile (pages). Target: listing adds nothing
-// that grows with checkpoints to a heartbeat's wait (DESIGN: admin reads
+// that grows with checkpoints to a heartbeat's wait (the rule: admin reads
 // copy no checkpoint under the lock).
 //
 //	go test -run '^$' -bench HeartbeatWhileListing -benchtime 5s .

@@ -8,7 +8,7 @@ import (
 )
 
 // Batches: many jobs enqueued, or many leases granted, under one lock and
-// one clock reading, as seed 004's ClaimMany and River's InsertMany do, so
+// one clock reading, as a ClaimMany and River's InsertMany do, so
 // the per-call cost of the lock and the clock is paid once per batch.
 
 // EnqueueMany enqueues jobs in slice order, as that many Enqueue calls

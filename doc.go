@@ -79,7 +79,7 @@
 //
 // # Operating it
 //
-// The operator's calls (DESIGN-operate.md): Router.List pages through the
+// The operator's calls: Router.List pages through the
 // jobs newest first by a keyset cursor, filtered by state and ID prefix;
 // Router.Leases lists the live leases, expiring soonest first; Router.Retry
 // runs a finished job again with a fresh attempt budget; Router.Delete

@@ -2,7 +2,7 @@ package leaserouter_test
 
 // FuzzRouter decodes its input into a sequence of operations, runs them
 // against a Router inside a testing/synctest bubble and against a small
-// reference model written from DESIGN.md (fuzzModel), and compares every
+// reference model written from the contract (fuzzModel), and compares every
 // result and, after every step, every job (Get), Stats, Audit, each lease's
 // Expiry and the event stream. The model is deliberately naive — it scans
 // all jobs for the next deadline instead of keeping heaps — so it shares no

@@ -220,7 +220,7 @@ var harnessStaleOps = []struct {
 	{"Heartbeat", func(l *lease) error { return l.Heartbeat([]byte("stale")) }},
 }
 
-// TestHarnessStaleCompletionAfterReacquire (seed 001): worker A leases a
+// TestHarnessStaleCompletionAfterReacquire: worker A leases a
 // job, writes downstream through a Fence, then stalls past its expiry; B
 // re-acquires with a higher token and writes; A wakes believing it still
 // holds the job. A's Complete, Fail, Release and Heartbeat are refused
@@ -240,7 +240,7 @@ func TestHarnessStaleCompletionAfterReacquire(t *testing.T) {
 	}
 }
 
-// harnessStale plays seed 001 and returns what went wrong instead of
+// harnessStale plays that story and returns what went wrong instead of
 // failing, so that each check's failure is reported (with the token check
 // removed from lease.go's valid, the stale Complete is the first caught).
 // Steps that do not depend on the token check use require.
@@ -348,7 +348,7 @@ func harnessStale(t *testing.T, held bool) []string {
 	return bad
 }
 
-// TestHarnessReaperRace (seed 004): the reaper is held in its ReaperChose
+// TestHarnessReaperRace: the reaper is held in its ReaperChose
 // hook — it has chosen an expired lease and not yet requeued it — and a
 // Heartbeat or Complete lands there; or the operation lands 1ns before the
 // expiry, before the reaper can choose. Either the operation won (job as it

@@ -3,8 +3,7 @@ package leaserouter
 import "time"
 
 // History: what a Router did in each of the last HistoryMinutes minutes,
-// for a throughput chart without a metrics system (DESIGN-operate.md,
-// "History"). The counts are kept in a ring of one slot per minute, in
+// for a throughput chart without a metrics system. The counts are kept in a ring of one slot per minute, in
 // constant memory, by the transitions themselves, under the lock they
 // already hold.
 

@@ -17,7 +17,7 @@ import (
 	"github.com/leaserouter/leaserouter/internal/hook"
 )
 
-// BenchmarkLockHold is DESIGN's "the lock is held briefly, at any size":
+// BenchmarkLockHold is the rule "the lock is held briefly, at any size":
 // one producer grows a Router (Retention -1, no hook) to 10,000,000 jobs
 // by Enqueue, one at a time, then drains it by TryAcquire and Complete, so
 // the ID index and the queues grow to their largest and shrink back, while
@@ -49,7 +49,7 @@ import (
 // heartbeat's hold does the same few hundred nanoseconds of work every
 // time, so its longest CPU time shows that floor.
 //
-// Target: no call holds the lock longer than 1 ms (DESIGN.md). On a
+// Target: no call holds the lock longer than 1 ms. On a
 // 2-core machine a wall-clock hold cannot stay under that even when it
 // does almost nothing: BenchmarkLockHoldFloor measures that floor.
 //

@@ -10,7 +10,7 @@ import (
 )
 
 // BenchmarkPagesAt1MJobs measures each page's server time with a million
-// jobs in the router (DESIGN-operate: at most 100 ms each).
+// jobs in the router (the target: at most 100 ms each).
 //
 //	go test -run '^$' -bench PagesAt1MJobs -benchtime 20x ./console/
 func BenchmarkPagesAt1MJobs(b *testing.B) {

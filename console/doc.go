@@ -1,6 +1,6 @@
 // Package console is the operator's web console of leaserouter: an
 // http.Handler to mount in a service, under any path prefix, that shows
-// what is in its queues and acts on it (DESIGN-operate.md, "The console").
+// what is in its queues and acts on it.
 //
 //	h, err := console.New(console.Options{ReadOnly: false}, console.Router("mail", router))
 //	mux.Handle("/ops/jobs/", http.StripPrefix("/ops/jobs", h))

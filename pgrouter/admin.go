@@ -16,7 +16,7 @@ import (
 	listcursor "github.com/leaserouter/leaserouter/internal/cursor"
 )
 
-// The operator's side (DESIGN-operate.md, "Admin API"): List, Retry,
+// The operator's side: List, Retry,
 // Delete, Pause and Resume, as the core's with a ctx and an error, and
 // Queues. Pause and Resume act on the queue in the database, for every
 // process sharing it.

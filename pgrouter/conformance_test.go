@@ -58,7 +58,7 @@ type pgHarness struct {
 
 func (pgHarness) Name() string { return "pgrouter" }
 
-// Caps: what DESIGN-postgres.md lists as differing. No ForcedExpiry
+// Caps: what the backends declare as differing. No ForcedExpiry
 // (leases expire by the database's clock only) and no Audit; Totals,
 // since each Router counts every call made on it and Stats works after
 // Close (the suite sums the handles').

@@ -10,7 +10,7 @@ import (
 	"github.com/leaserouter/leaserouter"
 )
 
-// Counts at scale (DESIGN-operate.md, "Counts at scale"): Stats and
+// Counts at scale: Stats and
 // Queues count each state of a queue one by one only while it has at most
 // countCap jobs, and estimate a larger one from the planner's statistics
 // (job_stats.sql, migration 0008), so that they take milliseconds at

@@ -140,8 +140,8 @@
 //
 // # Operating a queue
 //
-// Beside Get, Cancel and Stats, the operator's calls (DESIGN-operate.md,
-// the core's with a ctx first and an error):
+// Beside Get, Cancel and Stats, the operator's calls (the
+// core's with a ctx first and an error):
 //
 //   - List: a page of the queue's jobs, newest first by enqueue order,
 //     filtered by states and ID prefix, paged by an opaque keyset cursor

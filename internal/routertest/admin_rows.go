@@ -14,7 +14,7 @@ import (
 	"github.com/leaserouter/leaserouter"
 )
 
-// The operator's side (DESIGN-operate.md, "Admin API"): List, Retry,
+// The operator's side: List, Retry,
 // Delete, Pause and Resume, a row per rule, on every backend.
 
 // Admin is the operator's side of a Backend. Every backend implements it

@@ -99,7 +99,7 @@ func (h *LogRecorder) count(msg string) int {
 	return n
 }
 
-// eventBacklog is DESIGN's bound, written out: a row using the contract's
+// eventBacklog is the contract's bound, written out: a row using the contract's
 // constant would follow it if it changed.
 const eventBacklog = 16384
 

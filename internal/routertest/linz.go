@@ -254,7 +254,7 @@ func linStep(s linState, in linInput, out linOutput) []linState {
 			return []linState{s} // Close revokes only what its own Router granted
 		}
 		// Revoked: pending again at once with the attempt counted, never
-		// dead (DESIGN-postgres: Close; the core's revokeLease).
+		// dead (pgrouter's Close; the core's revokeLease).
 		return []linState{end(leaserouter.StatePending, string(leaserouter.LostRevoked))}
 	case linExpire:
 		// A forced expiry, at any instant: true iff the job was leased,

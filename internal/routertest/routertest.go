@@ -1,5 +1,5 @@
 // Package routertest is the conformance suite of the leaserouter contract:
-// the rules of DESIGN.md as named table rows and a porcupine
+// the rules of the contract as named table rows and a porcupine
 // linearizability check, written once and run against every backend (the
 // in-process Router by the root module's conformance_test.go, PostgreSQL
 // by pgrouter/conformance_test.go). River does the same with
@@ -9,7 +9,7 @@
 // one job set, with the options of a Config), lets time pass on the
 // backend's clock (Advance: a synctest sleep for the core, real waiting on
 // short leases for PostgreSQL), and declares Caps for what truly differs
-// between backends (DESIGN-postgres.md, "Rules that differ"). A row that
+// between backends. A row that
 // needs a capability the backend lacks is reported as not applicable, by
 // name, in the test log: never silently skipped.
 //
@@ -57,8 +57,7 @@ type Config struct {
 	Logger        *slog.Logger
 }
 
-// Caps are the declared differences of a backend (DESIGN-postgres.md,
-// "Rules that differ"). A row needing one the backend lacks is logged as
+// Caps are the declared differences of a backend. A row needing one the backend lacks is logged as
 // not applicable, with the difference, and passes.
 type Caps struct {
 	// ExactClock: Advance moves the backend's clock exactly (synctest), so

@@ -14,7 +14,7 @@ import (
 	"github.com/leaserouter/leaserouter"
 )
 
-// Rows returns the contract's rules, each named after DESIGN.md's bullet
+// Rows returns the contract's rules, each named after the contract's rule
 // ("<bullet>/<case>").
 func Rows() []Row {
 	return append([]Row{
@@ -508,7 +508,7 @@ var rowCloseRevokes = Row{Name: "close/revokes when ctx is done, refuses new wor
 }}
 
 // rowCloseRevokesLastAttempt: Close's revocation is not one of the ends
-// the attempts rule makes dead (expiry, Fail, Release): DESIGN-postgres
+// the attempts rule makes dead (expiry, Fail, Release): pgrouter's design
 // says the revoked jobs "are pending again at once", and the core never
 // kills a job for it (revokeLease).
 var rowCloseRevokesLastAttempt = Row{Name: "close/a revoked job is pending again at once, even on its last attempt", Test: func(t T, h Harness) {

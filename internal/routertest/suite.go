@@ -11,7 +11,7 @@ import (
 	"github.com/leaserouter/leaserouter"
 )
 
-// Row is one rule of the contract, named after DESIGN.md's bullet.
+// Row is one rule of the contract, named after the contract's rule.
 type Row struct {
 	Name string
 	// Needs is the capability the row needs, "" for none; Lacks tells the
@@ -30,11 +30,11 @@ func needs(c Caps, name string) (bool, string) {
 	case "":
 		return true, ""
 	case "ExactClock":
-		return c.ExactClock, "the backend's clock is real: instants are probed to the nanosecond by its own tests (DESIGN-postgres: database time)"
+		return c.ExactClock, "the backend's clock is real: instants are probed to the nanosecond by its own tests (database time)"
 	case "Capacity":
-		return c.Capacity, "Capacity is not offered: the table is the queue (DESIGN-postgres: what differs)"
+		return c.Capacity, "Capacity is not offered: the table is the queue"
 	case "SerialClaims":
-		return c.SerialClaims, "order is exact within one claim; concurrent claimers skip each other's locked rows (DESIGN-postgres: what differs)"
+		return c.SerialClaims, "order is exact within one claim; concurrent claimers skip each other's locked rows"
 	case "ForcedExpiry":
 		return c.ForcedExpiry, "no forced expiry: leases expire by the backend's clock only, which the workload's expiries exercise"
 	case "Totals":

@@ -1,6 +1,7 @@
 package leaserouter
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -380,6 +381,30 @@ func (r *Router[T]) reportPanic(err error, jobID string) (queued bool) {
 		rec.kind, rec.jobID, rec.err = kindReport, jobID, err
 	}
 	return r.hooked
+}
+
+// reportUserCode reports msg about user code (a periodic job's callbacks,
+// a caller's context) at level Error, as a recovered panic of Backoff is (panicked: counted in Stats.CallbackPanics): queued for the
+// delivery goroutine, which logs it through Options.Logger, or logged to
+// slog.Default() here when the Router has no delivery goroutine (no
+// Logger) or is closed.
+func (r *Router[T]) reportUserCode(msg, jobID string, panicked bool) {
+	r.mu.Lock()
+	queued := false
+	if r.phase != phaseClosed {
+		if panicked {
+			r.stats.CallbackPanics++
+		}
+		if r.hooked {
+			rec := r.push()
+			rec.kind, rec.jobID, rec.err = kindReport, jobID, errors.New(msg)
+			queued = true
+		}
+	}
+	r.unlockAndDeliver()
+	if !queued {
+		contract.ReportTo(slog.Default(), msg, jobID)
+	}
 }
 
 // report logs a recovered panic of a user callback at level Error through

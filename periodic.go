@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -368,28 +367,4 @@ func (r *Router[T]) enqueueTick(per *periodics[T], e *periodicJob[T], tick time.
 		r.reportUserCode(fmt.Sprintf("leaserouter: periodic job %s: %v; tick skipped", contract.Quote(e.p.Name), err), id, false)
 	}
 	return false
-}
-
-// reportUserCode reports msg about user code (a periodic job's callbacks,
-// a caller's context) at level Error, as a recovered panic of Backoff is (panicked: counted in Stats.CallbackPanics): queued for the
-// delivery goroutine, which logs it through Options.Logger, or logged to
-// slog.Default() here when the Router has no delivery goroutine (no
-// Logger) or is closed.
-func (r *Router[T]) reportUserCode(msg, jobID string, panicked bool) {
-	r.mu.Lock()
-	queued := false
-	if r.phase != phaseClosed {
-		if panicked {
-			r.stats.CallbackPanics++
-		}
-		if r.hooked {
-			rec := r.push()
-			rec.kind, rec.jobID, rec.err = kindReport, jobID, errors.New(msg)
-			queued = true
-		}
-	}
-	r.unlockAndDeliver()
-	if !queued {
-		contract.ReportTo(slog.Default(), msg, jobID)
-	}
 }

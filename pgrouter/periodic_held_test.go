@@ -70,24 +70,41 @@ func TestPeriodicHeldTickTakenAfterAYoungerOne(t *testing.T) {
 	requireNoTickLost(t, db, queue, name, before)
 }
 
-// stallInsert is a pool's tracer that, once armed, stops the first job
-// insert sent through it (inside a periodic tick's transaction, the
-// tick taken: the process stalls holding the job's row) until released,
-// reporting the stalled session's pid.
-type stallInsert struct {
+// stallQuery is a pool's tracer that, once armed, stops the first
+// statement sent through it that match reports, until released, and
+// reports the stalled session's pid.
+type stallQuery struct {
+	match   func(sql string) bool
 	armed   atomic.Bool
-	pid     chan uint32
+	pid     chan uint32 // cap 1
 	release chan struct{}
 }
 
-func (s *stallInsert) TraceQueryStart(ctx context.Context, conn *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	if strings.Contains(d.SQL, "INSERT INTO leaserouter_jobs") && s.armed.CompareAndSwap(true, false) {
+func newStallQuery(match func(sql string) bool) *stallQuery {
+	return &stallQuery{match: match, pid: make(chan uint32, 1), release: make(chan struct{})}
+}
+
+func (s *stallQuery) TraceQueryStart(ctx context.Context, conn *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if s.match(d.SQL) && s.armed.CompareAndSwap(true, false) {
 		s.pid <- conn.PgConn().PID()
 		<-s.release
 	}
 	return ctx
 }
-func (s *stallInsert) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (s *stallQuery) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// stallInsert stops a job insert (inside a periodic tick's transaction,
+// the tick taken: the process stalls holding the job's row).
+func stallInsert() *stallQuery {
+	return newStallQuery(func(sql string) bool { return strings.Contains(sql, "INSERT INTO leaserouter_jobs") })
+}
+
+// stallTick stops a periodic tick statement.
+func stallTick() *stallQuery {
+	return newStallQuery(func(sql string) bool {
+		return strings.Contains(sql, "SKIP LOCKED") && strings.Contains(sql, "leaserouter_periodic")
+	})
+}
 
 // The same with the stalled process itself: a scheduler A stopped inside
 // its tick's transaction (the tick taken, the row held) while B holds the
@@ -103,7 +120,7 @@ func TestPeriodicResumedHolderLeavesNoHeldTickUntaken(t *testing.T) {
 	const queue, name = "resumed", "p"
 	p := pgrouter.Periodic[int]{Name: name, Schedule: leaserouter.Every(time.Second)}
 
-	stall := &stallInsert{pid: make(chan uint32, 1), release: make(chan struct{})}
+	stall := stallInsert()
 	cfg := db.Config().Copy()
 	cfg.ConnConfig.Tracer = stall
 	aPool, err := pgxpool.NewWithConfig(ctx, cfg)
@@ -168,23 +185,6 @@ func requireNoTickLost(t *testing.T, db *pgxpool.Pool, queue, name string, befor
 	require.GreaterOrEqual(t, len(ticks), len(before)+6, "the ticks of the stall and after it")
 }
 
-// stallTick is a pool's tracer that, once armed, stops the first periodic
-// tick statement sent through it until released.
-type stallTick struct {
-	armed   atomic.Bool
-	stalled chan struct{}
-	release chan struct{}
-}
-
-func (s *stallTick) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	if strings.Contains(d.SQL, "SKIP LOCKED") && strings.Contains(d.SQL, "leaserouter_periodic") && s.armed.CompareAndSwap(true, false) {
-		close(s.stalled)
-		<-s.release
-	}
-	return ctx
-}
-func (s *stallTick) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-
 // RemovePeriodic stops the tries of the ticks the Router holds: at most
 // the one being tried as it is called is enqueued after it returns, not
 // every held tick (here 3, the row freed as RemovePeriodic is called,
@@ -195,7 +195,7 @@ func TestPeriodicRemoveStopsTheHeldTicks(t *testing.T) {
 	ctx := t.Context()
 	const queue, name = "removeheld", "p"
 
-	stall := &stallTick{stalled: make(chan struct{}), release: make(chan struct{})}
+	stall := stallTick()
 	cfg := db.Config().Copy()
 	cfg.ConnConfig.Tracer = stall
 	aPool, err := pgxpool.NewWithConfig(ctx, cfg)
@@ -218,7 +218,7 @@ func TestPeriodicRemoveStopsTheHeldTicks(t *testing.T) {
 	require.NoError(t, err)
 	time.Sleep(3200 * time.Millisecond) // A holds 3 ticks
 	stall.armed.Store(true)
-	<-stall.stalled // A's next try of its held ticks, about to be sent
+	<-stall.pid // A's next try of its held ticks, about to be sent
 	require.NoError(t, holder.Rollback(ctx))
 	n := len(tickJobs(t, db, queue, name))
 	require.NoError(t, a.RemovePeriodic(name))

@@ -9,7 +9,7 @@ import (
 // Bulk actions: Retry, Cancel and Delete of many jobs at once, each job
 // acted on only if it is still in one of the states the caller saw it in
 // (an operator's "retry all dead" leaves alone a dead job someone retried
-// meanwhile). pgrouter offers the same calls, each one statement.
+// meanwhile). pgrouter offers the same calls, each one round trip.
 
 // MaxBulkIDs is the most IDs one RetryMany, CancelMany or DeleteMany
 // takes, on every backend.

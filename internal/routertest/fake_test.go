@@ -31,6 +31,9 @@ type fake struct {
 	token  leaserouter.Token
 	closed bool
 	st     leaserouter.Stats
+
+	periodics map[string]chan struct{} // each periodic job's stop, closed by RemovePeriodic or Close
+	scheduler sync.WaitGroup           // the periodic jobs' goroutines
 }
 
 const (
@@ -51,6 +54,19 @@ const (
 	// the lease: its context lives on, and its next heartbeat is refused
 	// and counted as a stale rejection.
 	bugHolderEndUntold = "KeepAlive not told of the holder's end"
+	// bugPanickedTickEnqueued: a tick whose Payload panics is enqueued
+	// with the zero payload instead of skipped.
+	bugPanickedTickEnqueued = "a panicking Payload's tick enqueued"
+	// bugCloseLeavesScheduler: Close stops the periodic jobs but does not
+	// wait for a Payload call in progress.
+	bugCloseLeavesScheduler = "Close does not wait for the scheduler"
+	// bugRemoveStopsAll: RemovePeriodic stops every periodic job, not
+	// only the one it names.
+	bugRemoveStopsAll = "RemovePeriodic stops every periodic job"
+	// bugBareErrors: the bad input of AcquireMany and Run gets the bare
+	// ErrInvalidOptions, the right kind of error but not the message every
+	// other backend gives.
+	bugBareErrors = "bad input gets the bare error"
 )
 
 // leaseFor is how long a lease granted or heartbeated now lasts.
@@ -70,7 +86,7 @@ type fakeJob struct {
 
 func newFake(bug string, cfg routertest.Config, lease time.Duration) *fake {
 	return &fake{bug: bug, lease: cmp.Or(cfg.LeaseDuration, lease), maxAt: cmp.Or(cfg.MaxAttempts, 5),
-		jobs: map[string]*fakeJob{}, token: max(leaserouter.Token(time.Now().UnixNano()), cfg.TokenFloor)}
+		jobs: map[string]*fakeJob{}, periodics: map[string]chan struct{}{}, token: max(leaserouter.Token(time.Now().UnixNano()), cfg.TokenFloor)}
 }
 
 // settle expires every lease whose expiry has come; f.mu is held.
@@ -94,8 +110,8 @@ func (f *fake) end(j *fakeJob, why leaserouter.LostReason, at time.Time, dead bo
 	}
 }
 
-func (f *fake) Enqueue(ctx context.Context, id, payload string, opts ...leaserouter.EnqueueOption) error {
-	dups, err := f.EnqueueMany(ctx, []leaserouter.JobSpec[string]{{ID: id, Payload: payload, Options: opts}})
+func (f *fake) Enqueue(_ context.Context, id, payload string, opts ...leaserouter.EnqueueOption) error {
+	dups, err := f.enqueueMany([]leaserouter.JobSpec[string]{{ID: id, Payload: payload, Options: opts}}, false)
 	if len(dups) > 0 {
 		return leaserouter.ErrDuplicate
 	}
@@ -103,6 +119,12 @@ func (f *fake) Enqueue(ctx context.Context, id, payload string, opts ...leaserou
 }
 
 func (f *fake) EnqueueMany(_ context.Context, jobs []leaserouter.JobSpec[string]) ([]int, error) {
+	return f.enqueueMany(jobs, true)
+}
+
+// enqueueMany is EnqueueMany; batch: an invalid job's error names its
+// index.
+func (f *fake) enqueueMany(jobs []leaserouter.JobSpec[string], batch bool) ([]int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
@@ -113,8 +135,10 @@ func (f *fake) EnqueueMany(_ context.Context, jobs []leaserouter.JobSpec[string]
 	settings := make([]leaserouter.EnqueueSettings, len(jobs))
 	for i, s := range jobs {
 		e, err := leaserouter.ReadEnqueueOptions(s.ID, s.Options)
-		if err != nil {
+		if err != nil && batch {
 			return nil, fmt.Errorf("%w (batch index %d)", err, i)
+		} else if err != nil {
+			return nil, err
 		}
 		settings[i] = e
 	}
@@ -136,8 +160,19 @@ func (f *fake) EnqueueMany(_ context.Context, jobs []leaserouter.JobSpec[string]
 }
 
 func (f *fake) TryAcquireMany(_ context.Context, worker string, n int) ([]routertest.Lease, error) {
+	return f.tryAcquireMany(worker, n, "TryAcquireMany")
+}
+
+// tryAcquireMany is TryAcquireMany, named call in its errors.
+func (f *fake) tryAcquireMany(worker string, n int, call string) ([]routertest.Lease, error) {
+	if err := leaserouter.ValidateWorkerID(worker); err != nil {
+		return nil, err
+	}
 	if n < 1 {
-		return nil, leaserouter.ErrInvalidOptions
+		if f.bug == bugBareErrors {
+			return nil, leaserouter.ErrInvalidOptions
+		}
+		return nil, fmt.Errorf("%w: %s max is %d, must be >= 1", leaserouter.ErrInvalidOptions, call, n)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -170,8 +205,8 @@ func (f *fake) TryAcquireMany(_ context.Context, worker string, n int) ([]router
 	return out, nil
 }
 
-func (f *fake) TryAcquire(ctx context.Context, worker string) (routertest.Lease, error) {
-	ls, err := f.TryAcquireMany(ctx, worker, 1)
+func (f *fake) TryAcquire(_ context.Context, worker string) (routertest.Lease, error) {
+	ls, err := f.tryAcquireMany(worker, 1, "TryAcquire")
 	if err != nil {
 		return nil, err
 	}
@@ -179,8 +214,13 @@ func (f *fake) TryAcquire(ctx context.Context, worker string) (routertest.Lease,
 }
 
 func (f *fake) AcquireMany(ctx context.Context, worker string, n int) ([]routertest.Lease, error) {
+	return f.acquireMany(ctx, worker, n, "AcquireMany")
+}
+
+// acquireMany is AcquireMany, named call in its errors.
+func (f *fake) acquireMany(ctx context.Context, worker string, n int, call string) ([]routertest.Lease, error) {
 	for {
-		ls, err := f.TryAcquireMany(ctx, worker, n)
+		ls, err := f.tryAcquireMany(worker, n, call)
 		if !errors.Is(err, leaserouter.ErrNoJob) {
 			return ls, err
 		}
@@ -193,7 +233,7 @@ func (f *fake) AcquireMany(ctx context.Context, worker string, n int) ([]routert
 }
 
 func (f *fake) Acquire(ctx context.Context, worker string) (routertest.Lease, error) {
-	ls, err := f.AcquireMany(ctx, worker, 1)
+	ls, err := f.acquireMany(ctx, worker, 1, "Acquire")
 	if err != nil {
 		return nil, err
 	}
@@ -218,6 +258,9 @@ func (f *fake) Cancel(_ context.Context, id string) error {
 	defer f.mu.Unlock()
 	if f.closed {
 		return leaserouter.ErrClosed
+	}
+	if err := leaserouter.ValidateID(id); err != nil {
+		return fmt.Errorf("%w: %w", err, leaserouter.ErrNotFound)
 	}
 	j := f.jobs[id]
 	if j == nil {
@@ -254,8 +297,17 @@ func (f *fake) Stats(context.Context) (leaserouter.Stats, error) {
 // Run: Workers loops of TryAcquire, the handler under a KeepAlive, then
 // Complete or Fail.
 func (f *fake) Run(ctx context.Context, opts leaserouter.WorkerOptions, h routertest.Handler) error {
-	if h == nil {
+	if f.bug == bugBareErrors && (h == nil || opts.Workers < 0 || opts.HeartbeatInterval < 0 || opts.HeartbeatInterval >= f.lease) {
 		return leaserouter.ErrInvalidOptions
+	}
+	if h == nil {
+		return fmt.Errorf("%w: nil Handler", leaserouter.ErrInvalidOptions)
+	}
+	if _, err := opts.WithDefaults(f.lease); err != nil {
+		return err
+	}
+	if opts.HeartbeatInterval >= f.lease {
+		return fmt.Errorf("%w: WorkerOptions.HeartbeatInterval %v must be < LeaseDuration %v", leaserouter.ErrInvalidOptions, opts.HeartbeatInterval, f.lease)
 	}
 	var wg sync.WaitGroup
 	for i := range max(opts.Workers, 1) {
@@ -314,8 +366,18 @@ func (f *fake) KeepAlive(ctx context.Context, l routertest.Lease, interval time.
 	return kctx, func() { cancel(context.Canceled); <-done }
 }
 
-// Close revokes at once whatever is held.
+// Close stops the periodic jobs and waits for them, then revokes at once
+// whatever is held.
 func (f *fake) Close(context.Context) error {
+	f.mu.Lock()
+	for name, stop := range f.periodics {
+		close(stop)
+		delete(f.periodics, name)
+	}
+	f.mu.Unlock()
+	if f.bug != bugCloseLeavesScheduler {
+		f.scheduler.Wait()
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {

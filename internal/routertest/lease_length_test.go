@@ -29,6 +29,9 @@ func TestSuiteCatchesLeaseShorterThanLeaseDuration(t *testing.T) {
 		if strings.Contains(row.Name, "recovers panics") || strings.Contains(row.Name, "handler's panic") || strings.HasPrefix(row.Name, "bad input/") {
 			continue // the fake's Run recovers no panic and checks no option: the row would not end
 		}
+		if strings.HasPrefix(row.Name, "periodic/") {
+			continue // the fake's periodic jobs have no lease to shorten, and a schedule too dense for it never ends
+		}
 		if strings.HasPrefix(row.Name, "timeouts/") {
 			continue // the fake's Run has no timeout: a handler waiting for its timeout would wait for ever
 		}

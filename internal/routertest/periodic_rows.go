@@ -3,6 +3,7 @@ package routertest
 import (
 	"context"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,14 +18,15 @@ import (
 // is one process's.
 
 // Periodics is the periodic jobs of a Backend. Every backend implements
-// it (the suite's own fake does not: its rows are not run there).
+// it (the suite's own fake too, for the proofs of the periodic rows).
 type Periodics interface {
 	AddPeriodic(ctx context.Context, p leaserouter.Periodic[string]) error
 	RemovePeriodic(name string) error
 }
 
 func periodicRows() []Row {
-	return []Row{rowPeriodicTicks, rowPeriodicBadInput, rowPeriodicDenseScheduleTakesTurns}
+	return []Row{rowPeriodicTicks, rowPeriodicRemoveStopsOnlyItsOwn, rowPeriodicPayloadPanicSkipsTick, rowPeriodicCloseWaits,
+		rowPeriodicBadInput, rowPeriodicDenseScheduleTakesTurns}
 }
 
 // periodics returns b's Periodics, failing t if it has none.
@@ -52,9 +54,8 @@ func tickJobs(t T, b Backend, name string) []leaserouter.Job[string] {
 // TickID(name, tick), run-at the tick and payload Payload(tick), the
 // first at or after AddPeriodic (none for the tick before it), ticks a
 // whole interval apart on multiples of it since the Unix epoch; its
-// Options apply; two periodic jobs run side by side; after RemovePeriodic
-// no later tick gets a job, and the name may be added again.
-var rowPeriodicTicks = Row{Name: "periodic/one job per tick, ID TickID, run-at the tick; RemovePeriodic stops it", Test: func(t T, h Harness) {
+// Options apply; two periodic jobs run side by side.
+var rowPeriodicTicks = Row{Name: "periodic/one job per tick, ID TickID, run-at the tick", Test: func(t T, h Harness) {
 	b := open(t, h, Config{})
 	ctx := ctxOf(t)
 	ps := periodics(t, b)
@@ -69,8 +70,6 @@ var rowPeriodicTicks = Row{Name: "periodic/one job per tick, ID TickID, run-at t
 	eventually(t, h, "three ticks of each", func() bool {
 		return len(tickJobs(t, b, "tick")) >= 3 && len(tickJobs(t, b, "other")) >= 3
 	})
-	require.NoError(t, ps.RemovePeriodic("tick"))
-	removed := time.Now()
 	jobs := tickJobs(t, b, "tick")
 	for i, j := range jobs {
 		tick, err := time.Parse(time.RFC3339Nano, j.Payload)
@@ -88,16 +87,165 @@ var rowPeriodicTicks = Row{Name: "periodic/one job per tick, ID TickID, run-at t
 		require.NoError(t, err)
 		require.Equal(t, every, tick.Sub(prev), "one job per tick, none skipped or repeated")
 	}
-	h.Advance(3 * every)
-	for _, j := range tickJobs(t, b, "tick") {
-		tick, err := time.Parse(time.RFC3339Nano, j.Payload)
-		require.NoError(t, err)
-		require.False(t, tick.After(removed), "no job for the tick %v after RemovePeriodic (%v)", tick, removed)
+}}
+
+// rowPeriodicRemoveStopsOnlyItsOwn: after RemovePeriodic no tick of that
+// periodic job later than the one in progress gets a job, while another
+// periodic job, even one whose name it prefixes, goes on; the removed
+// name is unknown to a second RemovePeriodic and may be added again.
+var rowPeriodicRemoveStopsOnlyItsOwn = Row{Name: "periodic/RemovePeriodic stops only its own ticks", Test: func(t T, h Harness) {
+	b := open(t, h, Config{})
+	ctx := ctxOf(t)
+	ps := periodics(t, b)
+	every := h.Lease() / 2
+	var ticked sync.Map // name: a tick's Payload was called
+	for _, name := range []string{"a", "ab"} {
+		require.NoError(t, ps.AddPeriodic(ctx, leaserouter.Periodic[string]{Name: name, Schedule: leaserouter.Every(every),
+			Payload: func(time.Time) string { ticked.Store(name, true); return "" }}))
 	}
-	require.Greater(t, len(tickJobs(t, b, "other")), 3, "the other periodic job goes on")
-	require.NoError(t, ps.AddPeriodic(ctx, leaserouter.Periodic[string]{Name: "tick", Schedule: leaserouter.Every(every)}),
+	eventually(t, h, "a tick of each", func() bool {
+		_, a := ticked.Load("a")
+		_, ab := ticked.Load("ab")
+		return a && ab
+	})
+	require.NoError(t, ps.RemovePeriodic("a"))
+	removed := time.Now()
+	require.ErrorIs(t, ps.RemovePeriodic("a"), leaserouter.ErrNotFound, "a removed name is unknown")
+	// The ticks after the next one: the next may be in progress as
+	// RemovePeriodic returns (on a clock of its own, a little ahead).
+	later := []time.Time{
+		time.Unix(0, (removed.UnixNano()/int64(every)+2)*int64(every)),
+		time.Unix(0, (removed.UnixNano()/int64(every)+3)*int64(every)),
+	}
+	eventually(t, h, "the other periodic job's later ticks", func() bool {
+		for _, tick := range later {
+			if _, ok, err := b.Get(ctx, leaserouter.TickID("ab", tick)); err != nil || !ok {
+				return false
+			}
+		}
+		return true
+	})
+	for _, tick := range later {
+		_, ok, err := b.Get(ctx, leaserouter.TickID("a", tick))
+		require.NoError(t, err)
+		require.False(t, ok, "no job for the tick %v of the removed periodic job (removed at %v)", tick, removed)
+	}
+	require.NoError(t, ps.AddPeriodic(ctx, leaserouter.Periodic[string]{Name: "a", Schedule: leaserouter.Every(every)}),
 		"a removed name may be added again")
 }}
+
+// rowPeriodicPayloadPanicSkipsTick: a Payload that panics is recovered
+// and counted (Stats.CallbackPanics), and skips that tick only: it gets no
+// job, and the later ticks get theirs with their payloads.
+var rowPeriodicPayloadPanicSkipsTick = Row{Name: "periodic/a panicking Payload skips that tick only, counted in CallbackPanics", Test: func(t T, h Harness) {
+	b := open(t, h, Config{})
+	ctx := ctxOf(t)
+	ps := periodics(t, b)
+	var (
+		mu    sync.Mutex
+		ticks []time.Time // every tick Payload was called for; the first panicked
+	)
+	payload := func(tick time.Time) string { return "for " + tick.UTC().Format(time.RFC3339Nano) }
+	require.NoError(t, ps.AddPeriodic(ctx, leaserouter.Periodic[string]{Name: "p", Schedule: leaserouter.Every(h.Lease() / 2),
+		Payload: func(tick time.Time) string {
+			mu.Lock()
+			ticks = append(ticks, tick)
+			first := len(ticks) == 1
+			mu.Unlock()
+			if first {
+				panic("no payload for this tick")
+			}
+			return payload(tick)
+		}}))
+	called := func() []time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(ticks)
+	}
+	eventually(t, h, "two ticks after the panicking one enqueued", func() bool {
+		seen, n := called(), 0
+		if len(seen) < 2 {
+			return false
+		}
+		for _, tick := range seen[1:] {
+			if _, ok, err := b.Get(ctx, leaserouter.TickID("p", tick)); err == nil && ok {
+				n++
+			}
+		}
+		return n >= 2
+	})
+	seen := called()
+	_, ok, err := b.Get(ctx, leaserouter.TickID("p", seen[0]))
+	require.NoError(t, err)
+	require.False(t, ok, "the tick %v whose Payload panicked has no job", seen[0])
+	for _, tick := range seen[1:] {
+		if j, ok, err := b.Get(ctx, leaserouter.TickID("p", tick)); err == nil && ok {
+			require.Equal(t, payload(tick), j.Payload, "a later tick's job has its payload")
+		}
+	}
+	require.EqualValues(t, 1, stats(t, b).CallbackPanics, "the panic counted")
+}}
+
+// rowPeriodicCloseWaits: Close stops the periodic scheduler and waits for
+// it: with a ctx not done, a Payload call in progress has returned when
+// Close returns, and none is made after.
+var rowPeriodicCloseWaits = Row{Name: "periodic/Close waits for the scheduler: a Payload in progress has returned, none called after", Test: func(t T, h Harness) {
+	b := open(t, h, Config{})
+	ctx := ctxOf(t)
+	ps := periodics(t, b)
+	every := h.Lease() / 2
+	var (
+		calls    atomic.Int32
+		returned atomic.Bool
+	)
+	entered, release := make(chan struct{}), make(chan struct{})
+	free := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(free) // before the backend's Close, should the row fail
+	require.NoError(t, ps.AddPeriodic(ctx, leaserouter.Periodic[string]{Name: "slow", Schedule: leaserouter.Every(every),
+		Payload: func(time.Time) string {
+			if calls.Add(1) == 1 {
+				close(entered)
+				<-release
+				returned.Store(true)
+			}
+			return ""
+		}}))
+	eventually(t, h, "a Payload call", func() bool { return isClosed(entered) })
+	closed := make(chan error, 1)
+	go func() { closed <- b.Close(ctx) }()
+	h.Advance(every)
+	select {
+	case err := <-closed:
+		t.Errorf("Close returned (%v) while Payload ran", err)
+		t.FailNow()
+	default:
+	}
+	free()
+	var err error
+	eventually(t, h, "Close returned once Payload did", func() bool {
+		select {
+		case err = <-closed:
+			return true
+		default:
+			return false
+		}
+	})
+	require.NoError(t, err)
+	require.True(t, returned.Load(), "Payload had returned when Close returned")
+	n := calls.Load()
+	h.Advance(3 * every)
+	require.Equal(t, n, calls.Load(), "no Payload call after Close")
+}}
+
+// isClosed reports whether c is closed, without waiting.
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
 
 // rowPeriodicBadInput: AddPeriodic refuses, with ErrInvalidOptions, an
 // empty name, a nil schedule, Every(d <= 0), WithRunAt or WithDelay among

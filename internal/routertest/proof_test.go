@@ -190,3 +190,38 @@ func TestSuiteCatchesHolderEndCountedAsRefusal(t *testing.T) {
 	require.Contains(t, log, "the KeepAlive ctx ends as the holder's call returns")
 	t.Logf("on the broken fake:\n%s", log)
 }
+
+// TestSuiteCatchesPlantedBugs: for each row below, a backend with the
+// planted bug fails it, with the message named; the same backend without
+// the bug passes it.
+//   - a tick whose Payload panics enqueued with the zero payload, not
+//     skipped: the panicking-Payload row;
+//   - Close stopping the periodic jobs without waiting for a Payload call
+//     in progress: the Close row;
+//   - RemovePeriodic stopping every periodic job: the RemovePeriodic row;
+//   - bad input refused with the right kind of error (errors.Is passes)
+//     but not the message every backend gives: the one-message row.
+func TestSuiteCatchesPlantedBugs(t *testing.T) {
+	for _, c := range []struct{ bug, row, want string }{
+		{bugPanickedTickEnqueued, "periodic/a panicking Payload skips that tick only, counted in CallbackPanics",
+			"whose Payload panicked has no job"},
+		{bugCloseLeavesScheduler, "periodic/Close waits for the scheduler: a Payload in progress has returned, none called after",
+			"while Payload ran"},
+		{bugRemoveStopsAll, "periodic/RemovePeriodic stops only its own ticks", "the other periodic job's later ticks"},
+		{bugBareErrors, "bad input/the same bad call gets the same message on every backend", "TryAcquireMany of 0"},
+	} {
+		t.Run(c.bug, func(t *testing.T) { requireRowCatches(t, c.row, c.bug, c.want) })
+	}
+}
+
+// requireRowCatches runs row on the honest fake, which must pass it, and
+// on the fake with bug, which must fail it with a log containing want.
+func requireRowCatches(t *testing.T, row, bug, want string) {
+	t.Helper()
+	failed, log := runRow(t, "", row)
+	require.False(t, failed, "the honest fake passes %q:\n%s", row, log)
+	failed, log = runRow(t, bug, row)
+	require.True(t, failed, "the row %q missed the planted bug %q", row, bug)
+	require.Contains(t, log, want)
+	t.Logf("on the broken fake:\n%s", log)
+}

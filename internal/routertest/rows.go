@@ -22,7 +22,7 @@ func Rows() []Row {
 		rowExactInstants, rowTokens, rowHeartbeat, rowAttemptsDead, rowFailBackoff, rowPermanent, rowDedup,
 		rowRetention, rowOrder, rowSerialClaims, rowAcquireBlocks, rowCapacity, rowCancel, rowCloseDrains,
 		rowCloseRevokes, rowCloseRevokesLastAttempt, rowEvents, rowEventsExpiry, rowRun, rowRunLeaseLost,
-		rowRunEndsOnlyValid, rowKeepAlive, rowBadInput, rowBadOptions,
+		rowRunEndsOnlyValid, rowKeepAlive, rowBadInput, rowBadInputOneMessage, rowBadOptions,
 	}, slices.Concat(contractRows(), adminRows(), attemptRows(), periodicRows())...)
 }
 

@@ -282,10 +282,7 @@ func (k *keeper[T]) beat() {
 // heartbeat is due.
 func (k *keeper[T]) heartbeat() (time.Duration, error) {
 	l, r := k.l, k.l.r
-	r.mu.Lock()
-	if h := r.hooks; h != nil && h.Locked != nil {
-		h.Locked()
-	}
+	r.lock()
 	now := r.settleNow()
 	if k.byHolder && !r.valid(l) {
 		// The beat raced the holder's own Complete, Fail, Release or

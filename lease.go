@@ -165,10 +165,7 @@ func (l *Lease[T]) Fail(cause error) error {
 	if !permanent {
 		delay, panicked = r.backoff(l.Attempt)
 	}
-	r.mu.Lock()
-	if h := r.hooks; h != nil && h.Locked != nil {
-		h.Locked() // as Lease.lock does: the lock-hold tests see Fail's holds too
-	}
+	r.lock()
 	// Reported before the check, so the report comes before anything the
 	// check emits (settled expiries, stale_rejected).
 	if panicked != nil && (r.phase == phaseClosed || !r.reportPanic(panicked, l.JobID)) {
@@ -207,10 +204,7 @@ func (l *Lease[T]) Release() error {
 // l's job and the instant with r.mu held; on a refusal, with r.mu still
 // held, the *LeaseLostError (counted and reported as holding does).
 func (l *Lease[T]) lock() (j *job[T], now int64, err error) {
-	l.r.mu.Lock()
-	if h := l.r.hooks; h != nil && h.Locked != nil {
-		h.Locked()
-	}
+	l.r.lock()
 	return l.check()
 }
 

@@ -132,10 +132,7 @@ func New[T any](opts Options) (*Router[T], error) {
 // (awaitRoom; done cuts that short). It returns the instant with r.mu held,
 // or, with r.mu released, ErrClosed or errDone.
 func (r *Router[T]) lockOpen(room bool, done <-chan struct{}) (now int64, err error) {
-	r.mu.Lock()
-	if r.hooks != nil && r.hooks.Locked != nil {
-		r.hooks.Locked()
-	}
+	r.lock()
 	if r.phase != phaseOpen {
 		r.unlockAndDeliver()
 		return 0, ErrClosed
@@ -170,21 +167,26 @@ func (r *Router[T]) settleNow() int64 {
 		}
 		r.unlockAndDeliver()
 		runtime.Gosched()
-		r.mu.Lock()
-		if h := r.hooks; h != nil && h.Locked != nil {
-			h.Locked()
-		}
+		r.lock()
 	}
 }
 
 // lockSettled takes r.mu for a call that works after Close too (Get,
 // List, Leases) and settles what is due, as lockOpen does.
 func (r *Router[T]) lockSettled() {
+	r.lock()
+	r.settleNow()
+}
+
+// lock takes r.mu for a call, and then tells the Locked test signal, if a
+// test set one, that it holds it: every call, lease operation and
+// KeepAlive beat takes the lock through here, so the lock-hold tests see
+// every hold. Nothing here decides anything on the signal.
+func (r *Router[T]) lock() {
 	r.mu.Lock()
 	if h := r.hooks; h != nil && h.Locked != nil {
 		h.Locked()
 	}
-	r.settleNow()
 }
 
 // now is the router's clock: nanoseconds since epoch on the monotonic

@@ -14,9 +14,8 @@ type Hooks struct {
 	ReaperChose func(jobID string, token uint64)
 
 	// Locked and Unlocking, if set, are called with the router's lock
-	// held: Locked just after a call that needs the router open (Enqueue,
-	// TryAcquire, Acquire, Cancel and their batch forms), a lease
-	// operation (Lease.lock) or Get, List or Leases takes the lock (each
+	// held: Locked just after any call takes the lock through
+	// Router.lock (every call, lease operation and KeepAlive beat; each
 	// hold of a List taking several), and Unlocking just before any
 	// call releases it through unlockAndDeliver, also after acquisitions
 	// Locked did not see (the reaper's). With them a test measures

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -18,61 +17,6 @@ import (
 	"github.com/leaserouter/leaserouter/internal/routertest"
 	"github.com/stretchr/testify/require"
 )
-
-func TestHeartbeat(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		rec := &recorder{}
-		r := setup(t, leaserouter.Options{LeaseDuration: ld, OnEvent: rec.record})
-		require.NoError(t, r.Enqueue("a", ""))
-		t0 := time.Now()
-		l := acquire(t, r, "w1")
-		tok := l.Token
-		require.Nil(t, l.Progress, "no checkpoint on a first lease")
-
-		sleep(4 * time.Second)
-		p := []byte("step-1")
-		require.NoError(t, l.Heartbeat(p))
-		p[0] = 'X' // the router stored a copy
-		require.Equal(t, tok, l.Token, "Heartbeat never changes the token")
-		requireTime(t, t0.Add(4*time.Second+ld), l.Expiry(), "extended to now+LeaseDuration")
-		j := get(t, r, "a")
-		require.Equal(t, tok, j.Token)
-		requireTime(t, t0.Add(4*time.Second+ld), j.LeaseExpiry, "")
-		require.Equal(t, "step-1", string(j.Progress))
-		require.Equal(t, "w1", j.Owner)
-		require.Equal(t, uint64(1), r.Stats().Heartbeats)
-
-		sleep(time.Second)
-		require.NoError(t, l.Heartbeat(nil))
-		require.Equal(t, "step-1", string(get(t, r, "a").Progress), "nil progress keeps the last")
-		requireTime(t, t0.Add(5*time.Second+ld), l.Expiry(), "")
-		require.Equal(t, uint64(2), r.Stats().Heartbeats)
-
-		sleep(ld - time.Nanosecond)
-		require.Equal(t, leaserouter.StateLeased, get(t, r, "a").State)
-		sleep(time.Nanosecond)
-		requireLost(t, l.Heartbeat([]byte("too late")), tok, tok)
-		j = get(t, r, "a")
-		require.Equal(t, leaserouter.StatePending, j.State, "a refused heartbeat does not revive the lease")
-		require.Equal(t, "step-1", string(j.Progress), "a refused heartbeat stores nothing")
-		st := r.Stats()
-		require.Equal(t, uint64(2), st.Heartbeats, "refused heartbeats are not counted as heartbeats")
-		require.Equal(t, uint64(1), st.StaleRejections)
-
-		l2 := acquire(t, r, "w2")
-		require.Equal(t, "step-1", string(l2.Progress), "the next lease carries the checkpoint")
-		require.Equal(t, 2, l2.Attempt)
-		require.Greater(t, l2.Token, tok)
-
-		ext := rec.ofKind(leaserouter.EventLeaseExtended)
-		require.Len(t, ext, 2)
-		for _, e := range ext {
-			require.Equal(t, tok, e.Token)
-			require.Equal(t, "w1", e.WorkerID)
-			require.Equal(t, 1, e.Attempt)
-		}
-	})
-}
 
 func TestComplete(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -218,94 +162,6 @@ func TestNilLease(t *testing.T) {
 	require.True(t, l.Expiry().IsZero())
 }
 
-func TestFailSchedulesAfterBackoff(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		var mu sync.Mutex
-		var calls []int
-		backoff := func(attempt int) time.Duration {
-			mu.Lock()
-			defer mu.Unlock()
-			calls = append(calls, attempt)
-			return time.Duration(attempt) * 10 * time.Second
-		}
-		rec := &recorder{}
-		r := setup(t, leaserouter.Options{LeaseDuration: time.Minute, MaxAttempts: 3, Backoff: backoff,
-			Retention: 2 * time.Hour, OnEvent: rec.record})
-		require.NoError(t, r.Enqueue("a", ""))
-
-		l1 := acquire(t, r, "w")
-		t1 := time.Now()
-		require.NoError(t, l1.Fail(errors.New("boom 1")))
-		j := get(t, r, "a")
-		require.Equal(t, leaserouter.StateScheduled, j.State)
-		requireTime(t, t1.Add(10*time.Second), j.RunAt, "Backoff(1)")
-		require.Equal(t, "boom 1", j.LastError)
-		require.Equal(t, 1, j.Attempt)
-		require.Empty(t, j.Owner)
-		st := r.Stats()
-		require.Equal(t, uint64(1), st.Retries)
-		require.Equal(t, 1, st.Scheduled)
-
-		sleep(10*time.Second - time.Nanosecond)
-		requireNoJob(t, r)
-		sleep(time.Nanosecond)
-		l2 := acquire(t, r, "w")
-		require.Equal(t, 2, l2.Attempt)
-		t2 := time.Now()
-		require.NoError(t, l2.Fail(errors.New("boom 2")))
-		requireTime(t, t2.Add(20*time.Second), get(t, r, "a").RunAt, "Backoff(2)")
-
-		sleep(20 * time.Second)
-		l3 := acquire(t, r, "w")
-		require.Equal(t, 3, l3.Attempt)
-		require.NoError(t, l3.Fail(errors.New("boom 3")))
-		j = get(t, r, "a")
-		require.Equal(t, leaserouter.StateFailed, j.State, "dead after MaxAttempts")
-		require.Equal(t, "boom 3", j.LastError)
-		st = r.Stats()
-		require.Equal(t, uint64(1), st.Dead)
-		require.Equal(t, 1, st.Failed)
-		require.Equal(t, uint64(2), st.Retries)
-		mu.Lock()
-		require.GreaterOrEqual(t, len(calls), 2)
-		require.Equal(t, []int{1, 2}, calls[:2])
-		mu.Unlock()
-
-		sleep(time.Hour)
-		requireNoJob(t, r)
-		require.Equal(t, leaserouter.StateFailed, get(t, r, "a").State)
-
-		require.Equal(t, []string{"enqueued",
-			"lease_acquired", "failed", "retry_scheduled",
-			"lease_acquired", "failed", "retry_scheduled",
-			"lease_acquired", "failed", "dead"}, rec.kinds("a"))
-		evs := rec.of("a")
-		require.EqualError(t, evs[2].Err, "boom 1")
-		require.EqualError(t, evs[8].Err, "boom 3")
-		require.ErrorContains(t, evs[9].Err, "boom 3", "dead carries the last error")
-	})
-}
-
-func TestFailWithNonPositiveBackoffRetriesAtOnce(t *testing.T) {
-	for _, d := range []time.Duration{0, -time.Second} {
-		t.Run(d.String(), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				rec := &recorder{}
-				r := setup(t, leaserouter.Options{Backoff: func(int) time.Duration { return d }, OnEvent: rec.record})
-				require.NoError(t, r.Enqueue("a", ""))
-				l := acquire(t, r, "w")
-				require.NoError(t, l.Fail(errors.New("boom")))
-				require.Equal(t, leaserouter.StatePending, get(t, r, "a").State)
-				l2 := acquire(t, r, "w")
-				require.Equal(t, 2, l2.Attempt)
-				synctest.Wait()
-				require.Equal(t, []string{"enqueued", "lease_acquired", "failed", "retry_scheduled", "lease_acquired"},
-					rec.kinds("a"))
-			})
-		})
-	}
-}
-
 func TestRelease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := &recorder{}
@@ -332,55 +188,15 @@ func TestRelease(t *testing.T) {
 	})
 }
 
-func TestPermanent(t *testing.T) {
+// TestPermanentWrapsItsError: Permanent(nil) is nil; Permanent(err) is
+// err for errors.Is and says what err says. (What Fail does with it is
+// the conformance row "attempts/Permanent fails at once".)
+func TestPermanentWrapsItsError(t *testing.T) {
 	require.NoError(t, leaserouter.Permanent(nil))
 	base := errors.New("bad input")
 	perm := leaserouter.Permanent(base)
 	require.ErrorIs(t, perm, base)
 	require.Equal(t, base.Error(), perm.Error())
-
-	synctest.Test(t, func(t *testing.T) {
-		rec := &recorder{}
-		r := setup(t, leaserouter.Options{MaxAttempts: 5, Backoff: noBackoff, OnEvent: rec.record})
-		require.NoError(t, r.Enqueue("a", ""))
-		require.NoError(t, r.Enqueue("wrapped", ""))
-
-		require.NoError(t, acquire(t, r, "w").Fail(perm))
-		j := get(t, r, "a")
-		require.Equal(t, leaserouter.StateFailed, j.State, "no retry for a permanent error")
-		require.Equal(t, 1, j.Attempt)
-		require.Equal(t, "bad input", j.LastError)
-
-		require.NoError(t, acquire(t, r, "w").Fail(fmt.Errorf("parse: %w", perm)))
-		j = get(t, r, "wrapped")
-		require.Equal(t, leaserouter.StateFailed, j.State, "a wrapped permanent error fails at once too")
-		require.Equal(t, "parse: bad input", j.LastError)
-
-		st := r.Stats()
-		require.Equal(t, uint64(2), st.Dead)
-		require.Equal(t, uint64(0), st.Retries)
-		synctest.Wait()
-		require.Equal(t, []string{"enqueued", "lease_acquired", "failed", "dead"}, rec.kinds("a"))
-	})
-}
-
-func TestFailNilAndLastErrorKept(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		r := setup(t, leaserouter.Options{Backoff: noBackoff})
-		require.NoError(t, r.Enqueue("a", ""))
-		require.NoError(t, acquire(t, r, "w").Fail(nil))
-		j := get(t, r, "a")
-		require.Equal(t, "unknown error", j.LastError)
-		require.Equal(t, leaserouter.StatePending, j.State, "Fail(nil) is a failure with a retry")
-
-		l := acquire(t, r, "w")
-		require.NoError(t, l.Fail(errors.New("boom")))
-		require.NoError(t, acquire(t, r, "w").Complete())
-		j = get(t, r, "a")
-		require.Equal(t, leaserouter.StateSucceeded, j.State)
-		require.Equal(t, "boom", j.LastError, "kept after a later success")
-		require.Equal(t, 3, j.Attempt)
-	})
 }
 
 func TestEmptyWorkerID(t *testing.T) {

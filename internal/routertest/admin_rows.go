@@ -36,7 +36,7 @@ type Admin interface {
 
 func adminRows() []Row {
 	return append([]Row{rowListPages, rowListBadInput, rowRetry, rowDelete, rowPause, rowAdminAfterClose, rowAdminSettles,
-		rowLeasesOrder, rowHistory, rowPagesOmitPayload, rowListPrefixIsLiteral}, bulkRows()...)
+		rowLeasesOrder, rowHistory, rowHistoryMinutes, rowPagesOmitPayload, rowListPrefixIsLiteral}, bulkRows()...)
 }
 
 // admin returns b's Admin, failing t if it has none.
@@ -418,9 +418,10 @@ var rowLeasesOrder = Row{Name: "admin/Leases expiring soonest first", Test: func
 	require.Equal(t, ls[1].Token(), got[0].Token)
 	require.Equal(t, "w", got[0].Owner)
 	require.Equal(t, leaserouter.StateLeased, got[0].State)
+	require.True(t, ls[1].Expiry().Equal(got[0].LeaseExpiry), "the lease's expiry %v, listed as %v", ls[1].Expiry(), got[0].LeaseExpiry)
 	got, err = a.Leases(ctx, 2)
 	require.NoError(t, err)
-	require.Len(t, got, 2)
+	require.Equal(t, []string{ls[1].JobID(), ls[2].JobID()}, ids(got), "the first limit of them")
 	for _, bad := range []int{-1, leaserouter.MaxListLimit + 1} {
 		_, err = a.Leases(ctx, bad)
 		require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
@@ -551,13 +552,13 @@ var rowListPrefixIsLiteral = Row{Name: "admin/List's IDPrefix is a literal byte 
 }}
 
 // rowHistory: History has HistoryMinutes consecutive minutes, the last
-// the current one, and counts completions, failed attempts, deaths and
-// stale refusals in the minute they happened.
+// the current one, and counts completions, failed attempts, deaths,
+// expiries and stale refusals.
 var rowHistory = Row{Name: "admin/History counts per minute", Test: func(t T, h Harness) {
 	b := open(t, h, Config{MaxAttempts: 1})
 	a := admin(t, b)
 	ctx := ctxOf(t)
-	for _, id := range []string{"a", "b", "c"} {
+	for _, id := range []string{"a", "b", "c", "d"} {
 		require.NoError(t, b.Enqueue(ctx, id, ""))
 	}
 	require.NoError(t, tryAcquire(t, b, "w").Complete(ctx))
@@ -565,9 +566,16 @@ var rowHistory = Row{Name: "admin/History counts per minute", Test: func(t T, h 
 	l := tryAcquire(t, b, "w")
 	require.NoError(t, b.Cancel(ctx, l.JobID()))
 	require.ErrorIs(t, l.Complete(ctx), leaserouter.ErrLeaseLost)
+	exp := tryAcquire(t, b, "w")
+	expire(h, exp, h.Lease()) // one attempt: expired, dead
+	require.Equal(t, leaserouter.StateFailed, get(t, b, exp.JobID()).State)
+	before := time.Now().UTC().Truncate(time.Minute)
 	hist, err := a.History(ctx)
 	require.NoError(t, err)
+	after := time.Now().UTC().Truncate(time.Minute)
 	require.Len(t, hist, leaserouter.HistoryMinutes)
+	last := hist[len(hist)-1].Start
+	require.True(t, last.Equal(before) || last.Equal(after), "the last minute %v is the current one (%v)", last, after)
 	var sum leaserouter.Minute
 	for i, m := range hist {
 		if i > 0 {
@@ -579,5 +587,40 @@ var rowHistory = Row{Name: "admin/History counts per minute", Test: func(t T, h 
 		sum.Expired += m.Expired
 		sum.StaleRejected += m.StaleRejected
 	}
-	require.Equal(t, leaserouter.Minute{Completed: 1, Failed: 1, Dead: 1, StaleRejected: 1}, sum)
+	require.Equal(t, leaserouter.Minute{Completed: 1, Failed: 1, Dead: 2, Expired: 1, StaleRejected: 1}, sum)
+}}
+
+// rowHistoryMinutes: each count is in the minute it happened (an
+// expiry's in the minute of its expiry instant), and an hour later no
+// minute of History holds any.
+var rowHistoryMinutes = Row{Name: "admin/History counts each in its minute, none after an hour", Needs: "ExactClock", Test: func(t T, h Harness) {
+	b := open(t, h, Config{LeaseDuration: time.Minute, MaxAttempts: 1})
+	a := admin(t, b)
+	ctx := ctxOf(t)
+	for _, id := range []string{"a", "b", "c", "d"} {
+		require.NoError(t, b.Enqueue(ctx, id, ""))
+	}
+	require.NoError(t, tryAcquire(t, b, "w").Complete(ctx))
+	require.NoError(t, tryAcquire(t, b, "w").Complete(ctx))
+	require.NoError(t, tryAcquire(t, b, "w").Fail(ctx, nil)) // one attempt: failed, then dead
+	h.Advance(2 * time.Minute)
+	exp := tryAcquire(t, b, "w")
+	h.Advance(time.Minute + time.Second) // expires, dead
+	require.ErrorIs(t, exp.Complete(ctx), leaserouter.ErrLeaseLost)
+	hist, err := a.History(ctx)
+	require.NoError(t, err)
+	first := hist[len(hist)-4] // the minute of the completions (3 minutes and a second ago)
+	require.Equal(t, leaserouter.Minute{Start: first.Start, Completed: 2, Failed: 1, Dead: 1}, first)
+	expired := hist[len(hist)-1]
+	if expired.Expired == 0 { // the expiry instant fell in the minute before
+		expired = hist[len(hist)-2]
+	}
+	require.Equal(t, 1, expired.Expired)
+	require.Equal(t, 1, expired.Dead)
+	h.Advance(time.Hour)
+	hist, err = a.History(ctx)
+	require.NoError(t, err)
+	for _, m := range hist {
+		require.Zero(t, m.Completed+m.Failed+m.Dead+m.Expired+m.StaleRejected, "an hour later: %+v", m)
+	}
 }}

@@ -173,10 +173,14 @@ var rowHeartbeat = Row{Name: "heartbeat/never shortens, never changes the token,
 	require.NoError(t, l.Heartbeat(ctx, p))
 	p[0] = 'X' // the backend stored a copy
 	e1 := l.Expiry()
+	if h.Caps().ExactClock {
+		require.Equal(t, time.Now().Add(d), e1, "extended to now+LeaseDuration")
+	}
 	require.Equal(t, tok, l.Token(), "Heartbeat never changes the token")
 	require.True(t, e1.After(e0), "a later heartbeat extends the lease: %v then %v", e0, e1)
 	j := get(t, b, "a")
 	require.Equal(t, tok, j.Token)
+	require.Equal(t, "w", j.Owner)
 	require.WithinDuration(t, e1, j.LeaseExpiry, time.Millisecond, "Get shows the extended expiry")
 	require.Equal(t, "step-1", string(j.Progress))
 	require.NoError(t, l.Heartbeat(ctx, nil))
@@ -184,8 +188,12 @@ var rowHeartbeat = Row{Name: "heartbeat/never shortens, never changes the token,
 	require.Equal(t, "step-1", string(get(t, b, "a").Progress), "nil progress keeps the last")
 	require.EqualValues(t, 2, stats(t, b).Heartbeats)
 	require.NoError(t, l.Release(ctx))
+	require.ErrorIs(t, l.Heartbeat(ctx, []byte("too late")), leaserouter.ErrLeaseLost)
+	require.EqualValues(t, 2, stats(t, b).Heartbeats, "a refused heartbeat is not counted as one")
 	l2 := tryAcquire(t, b, "w2")
-	require.Equal(t, "step-1", string(l2.Progress()), "the next lease carries the checkpoint")
+	require.Equal(t, "step-1", string(l2.Progress()), "the next lease carries the checkpoint; a refused heartbeat stored nothing")
+	require.Equal(t, 2, l2.Attempt())
+	require.Greater(t, l2.Token(), tok)
 }}
 
 var rowAttemptsDead = Row{Name: "attempts/expiry or release with attempts used up is dead", Test: func(t T, h Harness) {
@@ -216,11 +224,19 @@ var rowAttemptsDead = Row{Name: "attempts/expiry or release with attempts used u
 
 var rowFailBackoff = Row{Name: "attempts/Fail schedules after Backoff, or retries at once", Test: func(t T, h Harness) {
 	d := h.Lease()
-	b := open(t, h, Config{MaxAttempts: 3, Backoff: func(attempt int) time.Duration {
-		if attempt == 1 {
+	var mu sync.Mutex
+	var asked []int // the attempts Backoff was called with
+	b := open(t, h, Config{MaxAttempts: 4, Backoff: func(attempt int) time.Duration {
+		mu.Lock()
+		asked = append(asked, attempt)
+		mu.Unlock()
+		switch attempt {
+		case 1:
 			return 100 * d
+		case 2:
+			return 0
 		}
-		return 0
+		return -d
 	}})
 	ctx := ctxOf(t)
 	require.NoError(t, b.Enqueue(ctx, "a", ""))
@@ -229,11 +245,18 @@ var rowFailBackoff = Row{Name: "attempts/Fail schedules after Backoff, or retrie
 	require.NoError(t, l.Fail(ctx, errBoom))
 	j := get(t, b, "a")
 	require.Equal(t, leaserouter.StateScheduled, j.State, "Fail: scheduled after Backoff(attempt)")
+	if h.Caps().ExactClock {
+		require.Equal(t, start.Add(100*d), j.RunAt, "Backoff(1) from the Fail")
+	}
 	require.WithinDuration(t, start.Add(100*d), j.RunAt, 50*d)
 	require.Equal(t, "boom", j.LastError)
+	require.Equal(t, 1, j.Attempt)
+	require.Empty(t, j.Owner)
 	_, err := b.TryAcquire(ctx, "w")
 	require.ErrorIs(t, err, leaserouter.ErrNoJob)
-	require.EqualValues(t, 1, stats(t, b).Retries)
+	s := stats(t, b)
+	require.EqualValues(t, 1, s.Retries)
+	require.Equal(t, 1, s.Scheduled)
 
 	require.NoError(t, b.Enqueue(ctx, "b", ""))
 	l = tryAcquire(t, b, "w")
@@ -247,12 +270,23 @@ var rowFailBackoff = Row{Name: "attempts/Fail schedules after Backoff, or retrie
 	require.Equal(t, 2, l.Attempt())
 	require.NoError(t, l.Fail(ctx, errBoom)) // attempt 2: Backoff 0
 	l = tryAcquire(t, b, "w")
-	require.Equal(t, "c", l.JobID(), "a non-positive backoff retries at once")
+	require.Equal(t, "c", l.JobID(), "a zero backoff retries at once")
 	require.Equal(t, 3, l.Attempt())
-	require.NoError(t, l.Fail(ctx, errBoom))
+	require.NoError(t, l.Fail(ctx, errBoom)) // attempt 3: Backoff -d
+	l = tryAcquire(t, b, "w")
+	require.Equal(t, "c", l.JobID(), "a negative backoff retries at once")
+	require.Equal(t, 4, l.Attempt())
+	require.NoError(t, l.Fail(ctx, errors.New("boom 4")))
 	j = get(t, b, "c")
 	require.Equal(t, leaserouter.StateFailed, j.State, "failed on its last attempt: dead")
-	require.Equal(t, "boom", j.LastError)
+	require.Equal(t, "boom 4", j.LastError)
+	s = stats(t, b)
+	require.EqualValues(t, 4, s.Retries, "a: 1, b: 1, c: 2")
+	require.EqualValues(t, 1, s.Dead)
+	mu.Lock()
+	defer mu.Unlock()
+	require.GreaterOrEqual(t, len(asked), 4)
+	require.Equal(t, []int{1, 1, 2, 3}, asked[:4], "Backoff is asked with the attempt that failed (maybe for the last too)")
 }}
 
 var rowPermanent = Row{Name: "attempts/Permanent fails at once, Fail(nil) is unknown error", Test: func(t T, h Harness) {
@@ -265,14 +299,26 @@ var rowPermanent = Row{Name: "attempts/Permanent fails at once, Fail(nil) is unk
 	j := get(t, b, "a")
 	require.Equal(t, leaserouter.StateFailed, j.State, "Permanent: dead at once")
 	require.Equal(t, 1, j.Attempt)
-	require.Contains(t, j.LastError, "bad input: boom")
+	require.Equal(t, "bad input: boom", j.LastError)
+	require.NoError(t, b.Enqueue(ctx, "wrapped", ""))
+	require.NoError(t, tryAcquire(t, b, "w").Fail(ctx, fmt.Errorf("parse: %w", leaserouter.Permanent(errBoom))))
+	j = get(t, b, "wrapped")
+	require.Equal(t, leaserouter.StateFailed, j.State, "a wrapped Permanent fails at once too")
+	require.Equal(t, "parse: boom", j.LastError)
 	require.NoError(t, b.Enqueue(ctx, "n", ""))
 	l = tryAcquire(t, b, "w")
 	require.NoError(t, l.Fail(ctx, nil))
 	j = get(t, b, "n")
 	require.Equal(t, "unknown error", j.LastError, "Fail(nil)")
-	require.NotEqual(t, leaserouter.StateFailed, j.State, "Fail(nil) is one failed attempt")
-	require.EqualValues(t, 1, stats(t, b).Dead)
+	require.Equal(t, leaserouter.StatePending, j.State, "Fail(nil) is one failed attempt, retried")
+	s := stats(t, b)
+	require.EqualValues(t, 2, s.Dead)
+	require.EqualValues(t, 1, s.Retries, "Fail(nil) only")
+	require.NoError(t, tryAcquire(t, b, "w").Complete(ctx))
+	j = get(t, b, "n")
+	require.Equal(t, leaserouter.StateSucceeded, j.State)
+	require.Equal(t, "unknown error", j.LastError, "LastError kept after a later success")
+	require.Equal(t, 2, j.Attempt)
 }}
 
 var rowDedup = Row{Name: "dedup/known ID refused, Retention < 0 drops at once, batch duplicates", Test: func(t T, h Harness) {
@@ -544,6 +590,8 @@ var rowEvents = Row{Name: "events/one per transition with its fields", Test: fun
 	require.NoError(t, b.Enqueue(ctx, "c", ""))
 	lc := tryAcquire(t, b, "wc")
 	require.NoError(t, b.Cancel(ctx, "c"))
+	require.NoError(t, b.Enqueue(ctx, "d", "", leaserouter.WithMaxAttempts(1)))
+	require.NoError(t, tryAcquire(t, b, "wd").Fail(ctx, errBoom)) // its last attempt: dead
 	require.NoError(t, b.Close(ctx), "Close returns after every event is delivered")
 	evs := ev.drain()
 
@@ -556,6 +604,9 @@ var rowEvents = Row{Name: "events/one per transition with its fields", Test: fun
 		kinds(evs, "b"))
 	require.Equal(t, []leaserouter.EventKind{leaserouter.EventEnqueued, leaserouter.EventLeaseAcquired, leaserouter.EventCanceled},
 		kinds(evs, "c"))
+	require.Equal(t, []leaserouter.EventKind{leaserouter.EventEnqueued, leaserouter.EventLeaseAcquired, leaserouter.EventFailed,
+		leaserouter.EventDead}, kinds(evs, "d"))
+	require.ErrorContains(t, first(evs, "d", leaserouter.EventDead).Err, "boom", "dead carries the last error")
 
 	acq := first(evs, "a", leaserouter.EventLeaseAcquired)
 	require.Equal(t, "wa", acq.WorkerID)
@@ -565,6 +616,9 @@ var rowEvents = Row{Name: "events/one per transition with its fields", Test: fun
 	for _, k := range []leaserouter.EventKind{leaserouter.EventLeaseExtended, leaserouter.EventCompleted, leaserouter.EventStaleRejected} {
 		require.Equal(t, la.Token(), first(evs, "a", k).Token, "%v carries the lease's token", k)
 	}
+	ext := first(evs, "a", leaserouter.EventLeaseExtended)
+	require.Equal(t, "wa", ext.WorkerID)
+	require.Equal(t, 1, ext.Attempt)
 	require.ErrorIs(t, first(evs, "a", leaserouter.EventDuplicate).Err, leaserouter.ErrDuplicate)
 	failed := first(evs, "b", leaserouter.EventFailed)
 	require.Equal(t, lb1.Token(), failed.Token)

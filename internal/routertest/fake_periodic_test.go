@@ -2,6 +2,7 @@ package routertest_test
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/leaserouter/leaserouter"
@@ -79,10 +80,13 @@ func (f *fake) payload(p leaserouter.Periodic[string], tick time.Time) (v string
 		return "", true
 	}
 	defer func() {
-		if recover() != nil {
+		if v := recover(); v != nil {
 			f.mu.Lock()
 			f.st.CallbackPanics++
 			f.mu.Unlock()
+			if f.logger != nil {
+				f.logger.Error(fmt.Sprintf("periodic job %q: Payload panicked: %v; tick skipped", p.Name, v))
+			}
 			v, ok = "", f.bug == bugPanickedTickEnqueued
 		}
 	}()

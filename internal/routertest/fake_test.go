@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"testing"
@@ -21,9 +22,10 @@ import (
 // no capacity, no backoff: Fail retries at once), settling expiries on
 // every call by a scan.
 type fake struct {
-	bug   string // "": honest; bugStaleToken; bugShortHeartbeat
-	lease time.Duration
-	maxAt int
+	bug    string // "": honest; bugStaleToken; bugShortHeartbeat
+	lease  time.Duration
+	maxAt  int
+	logger *slog.Logger // nil: none
 
 	mu     sync.Mutex
 	jobs   map[string]*fakeJob
@@ -85,7 +87,7 @@ type fakeJob struct {
 }
 
 func newFake(bug string, cfg routertest.Config, lease time.Duration) *fake {
-	return &fake{bug: bug, lease: cmp.Or(cfg.LeaseDuration, lease), maxAt: cmp.Or(cfg.MaxAttempts, 5),
+	return &fake{bug: bug, logger: cfg.Logger, lease: cmp.Or(cfg.LeaseDuration, lease), maxAt: cmp.Or(cfg.MaxAttempts, 5),
 		jobs: map[string]*fakeJob{}, periodics: map[string]chan struct{}{}, token: max(leaserouter.Token(time.Now().UnixNano()), cfg.TokenFloor)}
 }
 

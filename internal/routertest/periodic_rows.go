@@ -2,6 +2,7 @@ package routertest
 
 import (
 	"context"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -87,6 +88,9 @@ var rowPeriodicTicks = Row{Name: "periodic/one job per tick, ID TickID, run-at t
 		require.NoError(t, err)
 		require.Equal(t, every, tick.Sub(prev), "one job per tick, none skipped or repeated")
 	}
+	for _, j := range tickJobs(t, b, "other") {
+		require.Empty(t, j.Payload, "a nil Payload gives the zero payload")
+	}
 }}
 
 // rowPeriodicRemoveStopsOnlyItsOwn: after RemovePeriodic no tick of that
@@ -134,11 +138,14 @@ var rowPeriodicRemoveStopsOnlyItsOwn = Row{Name: "periodic/RemovePeriodic stops 
 		"a removed name may be added again")
 }}
 
-// rowPeriodicPayloadPanicSkipsTick: a Payload that panics is recovered
-// and counted (Stats.CallbackPanics), and skips that tick only: it gets no
-// job, and the later ticks get theirs with their payloads.
+// rowPeriodicPayloadPanicSkipsTick: a Payload that panics is recovered,
+// counted (Stats.CallbackPanics) and reported through the Logger at level
+// Error, naming the periodic job and the panic, and skips that tick only:
+// it gets no job, and the later ticks get theirs with their payloads.
 var rowPeriodicPayloadPanicSkipsTick = Row{Name: "periodic/a panicking Payload skips that tick only, counted in CallbackPanics", Test: func(t T, h Harness) {
-	b := open(t, h, Config{})
+	logs := &LogRecorder{}
+	b := open(t, h, Config{Logger: slog.New(logs)})
+	every := h.Lease() / 2
 	ctx := ctxOf(t)
 	ps := periodics(t, b)
 	var (
@@ -146,7 +153,7 @@ var rowPeriodicPayloadPanicSkipsTick = Row{Name: "periodic/a panicking Payload s
 		ticks []time.Time // every tick Payload was called for; the first panicked
 	)
 	payload := func(tick time.Time) string { return "for " + tick.UTC().Format(time.RFC3339Nano) }
-	require.NoError(t, ps.AddPeriodic(ctx, leaserouter.Periodic[string]{Name: "p", Schedule: leaserouter.Every(h.Lease() / 2),
+	require.NoError(t, ps.AddPeriodic(ctx, leaserouter.Periodic[string]{Name: "p", Schedule: leaserouter.Every(every),
 		Payload: func(tick time.Time) string {
 			mu.Lock()
 			ticks = append(ticks, tick)
@@ -178,12 +185,25 @@ var rowPeriodicPayloadPanicSkipsTick = Row{Name: "periodic/a panicking Payload s
 	_, ok, err := b.Get(ctx, leaserouter.TickID("p", seen[0]))
 	require.NoError(t, err)
 	require.False(t, ok, "the tick %v whose Payload panicked has no job", seen[0])
-	for _, tick := range seen[1:] {
+	for i, tick := range seen[1:] {
 		if j, ok, err := b.Get(ctx, leaserouter.TickID("p", tick)); err == nil && ok {
 			require.Equal(t, payload(tick), j.Payload, "a later tick's job has its payload")
 		}
+		if h.Caps().ExactClock {
+			require.Equal(t, every, tick.Sub(seen[i]), "no other tick skipped")
+		}
 	}
 	require.EqualValues(t, 1, stats(t, b).CallbackPanics, "the panic counted")
+	require.NoError(t, b.Close(ctx)) // every report delivered
+	var reports []string
+	for _, r := range logs.Records() {
+		if r.Level == slog.LevelError {
+			reports = append(reports, r.Message)
+		}
+	}
+	require.Len(t, reports, 1, "one report: %q", reports)
+	require.Contains(t, reports[0], `periodic job "p"`)
+	require.Contains(t, reports[0], "panicked: no payload for this tick")
 }}
 
 // rowPeriodicCloseWaits: Close stops the periodic scheduler and waits for

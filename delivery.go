@@ -36,8 +36,8 @@ func (r *Router[T]) unlockAndDeliver() {
 		clear(r.lostq)
 		r.lostq = r.lostq[:0]
 	}
-	if r.hooks != nil && r.hooks.Unlocking != nil {
-		r.hooks.Unlocking()
+	if h := r.hooks.Load(); h != nil && h.Unlocking != nil {
+		h.Unlocking()
 	}
 	r.mu.Unlock()
 	for _, n := range told {

@@ -7,12 +7,8 @@ import (
 	"github.com/leaserouter/leaserouter/internal/hook"
 )
 
-// SetHooks installs test hooks on r (nil removes them).
-func SetHooks[T any](r *Router[T], h *hook.Hooks) {
-	r.mu.Lock()
-	r.hooks = h
-	r.unlockAndDeliver()
-}
+// SetHooks installs test signals on r (nil removes them).
+func SetHooks[T any](r *Router[T], h *hook.Hooks) { r.hooks.Store(h) }
 
 // ExpireNow makes the lease of job id expire at the current instant, as
 // if its expiry had been now, and settles it. It reports whether the job

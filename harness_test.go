@@ -18,7 +18,7 @@ import (
 )
 
 // ---------------------------------------------------------------------------
-// Deterministic race harness (TestHarness*)
+// Races in a forced order: each call held at a gate the test opens
 
 // harnessGates runs one call per goroutine, each held at its own gate until
 // the test opens it, so the test decides the order the calls run in.
@@ -103,17 +103,13 @@ func harnessWinner(t *testing.T, errs []error, order []int) int {
 	return win
 }
 
-// harnessChoice is what the reaper chose: an expired lease of a job.
-type harnessChoice struct {
-	id    string
-	token leaserouter.Token
-}
-
-// harnessReaper holds the reaper in its ReaperChose hook — after it chose
-// an expired lease, before it requeues it, with the router's lock free —
-// until release. Install it with SetHooks(r, &hook.Hooks{ReaperChose: h.chose}).
+// harnessReaper holds the reaper where its ReaperWoke signal is called —
+// woken for a deadline, before its pass, with the router's lock free —
+// until release, after which it lets it run on: calls meet what is due
+// before the reaper settles it, as whenever the reaper runs late. Install
+// it with SetHooks(r, &hook.Hooks{ReaperWoke: h.woke}).
 type harnessReaper struct {
-	chosen  chan harnessChoice
+	wakes   chan struct{} // one per wake-up (a buffer of them: never blocks the reaper)
 	proceed chan struct{}
 	release func()
 }
@@ -121,14 +117,17 @@ type harnessReaper struct {
 // newHarnessReaper must be called after setup: its cleanup (release) then
 // runs before setup's Close, which waits for the reaper.
 func newHarnessReaper(t *testing.T) *harnessReaper {
-	h := &harnessReaper{chosen: make(chan harnessChoice, 64), proceed: make(chan struct{})}
+	h := &harnessReaper{wakes: make(chan struct{}, 64), proceed: make(chan struct{})}
 	h.release = sync.OnceFunc(func() { close(h.proceed) })
 	t.Cleanup(h.release)
 	return h
 }
 
-func (h *harnessReaper) chose(id string, token uint64) {
-	h.chosen <- harnessChoice{id, leaserouter.Token(token)}
+func (h *harnessReaper) woke() {
+	select {
+	case h.wakes <- struct{}{}:
+	default:
+	}
 	<-h.proceed
 }
 
@@ -220,15 +219,15 @@ var harnessStaleOps = []struct {
 	{"Heartbeat", func(l *lease) error { return l.Heartbeat([]byte("stale")) }},
 }
 
-// TestHarnessStaleCompletionAfterReacquire: worker A leases a
+// TestStaleHolderRefusedAndFencedAfterReacquire: worker A leases a
 // job, writes downstream through a Fence, then stalls past its expiry; B
 // re-acquires with a higher token and writes; A wakes believing it still
 // holds the job. A's Complete, Fail, Release and Heartbeat are refused
 // with LeaseLostError{Token: a, Current: b}, the Fence blocks A's write
 // after B's, and B's lease is untouched. Forced both ways: the reaper
-// settles A's expiry first, or is held between choosing A's lease and
-// requeueing it while B's acquire settles it.
-func TestHarnessStaleCompletionAfterReacquire(t *testing.T) {
+// settles A's expiry first, or is held, woken for it and before its pass,
+// while B's acquire settles it.
+func TestStaleHolderRefusedAndFencedAfterReacquire(t *testing.T) {
 	for _, held := range []bool{false, true} {
 		name := map[bool]string{false: "reaper-first", true: "reaper-held"}[held]
 		t.Run(name, func(t *testing.T) {
@@ -252,7 +251,7 @@ func harnessStale(t *testing.T, held bool) []string {
 	hooks := &hook.Hooks{}
 	hr := newHarnessReaper(t)
 	if held {
-		hooks.ReaperChose = hr.chose
+		hooks.ReaperWoke = hr.woke
 	}
 	leaserouter.SetHooks(r, hooks)
 
@@ -282,7 +281,7 @@ func harnessStale(t *testing.T, held bool) []string {
 
 	sleep(ld) // A's lease ends at exactly its expiry
 	if held {
-		require.Equal(t, harnessChoice{"j", a.Token}, receive(t, hr.chosen), "the reaper is held after choosing A's lease")
+		receive(t, hr.wakes) // the reaper woke for A's expiry and is held before its pass
 	}
 	b := acquire(t, r, "B") // with the reaper held, B's TryAcquire settles A's expiry itself
 	require.Equal(t, "j", b.JobID)
@@ -348,17 +347,17 @@ func harnessStale(t *testing.T, held bool) []string {
 	return bad
 }
 
-// TestHarnessReaperRace: the reaper is held in its ReaperChose
-// hook — it has chosen an expired lease and not yet requeued it — and a
-// Heartbeat or Complete lands there; or the operation lands 1ns before the
-// expiry, before the reaper can choose. Either the operation won (job as it
-// left it, no expiry counted) or the reaper did (operation refused, exactly
-// one lease_expired, job pending — or dead with no attempts left), never a
+// TestLeaseOperationRacingTheReaperDecidedByTheClock: a Heartbeat or
+// Complete lands at the lease's expiry while the reaper, woken for it, is
+// held before its pass (a reaper running late); or it lands 1ns before
+// the expiry. Either the operation won (job as it left it, no expiry
+// counted) or the expiry did (operation refused, exactly one
+// lease_expired, job pending — or dead with no attempts left), never a
 // mix, and Stats, events and Audit agree. The clock decides which: the
 // lease is valid until its expiry and lost at it, whatever the reaper is
 // doing. A TryAcquire in the window gets the job, and the released reaper
 // leaves the new lease alone.
-func TestHarnessReaperRace(t *testing.T) {
+func TestLeaseOperationRacingTheReaperDecidedByTheClock(t *testing.T) {
 	ops := []struct {
 		name string
 		do   func(*lease) error
@@ -369,7 +368,7 @@ func TestHarnessReaperRace(t *testing.T) {
 	for _, op := range ops {
 		for _, inWindow := range []bool{false, true} {
 			for _, maxAtt := range []int{1, 3} {
-				where := map[bool]string{false: "before-choice", true: "in-window"}[inWindow]
+				where := map[bool]string{false: "before-expiry", true: "in-window"}[inWindow]
 				t.Run(fmt.Sprintf("%s/%s/max=%d", op.name, where, maxAtt), func(t *testing.T) {
 					synctest.Test(t, func(t *testing.T) { harnessReaperRace(t, op.name, op.do, inWindow, maxAtt) })
 				})
@@ -381,12 +380,12 @@ func TestHarnessReaperRace(t *testing.T) {
 			rec := &recorder{}
 			r := setup(t, leaserouter.Options{LeaseDuration: ld, OnEvent: rec.record})
 			hr := newHarnessReaper(t)
-			leaserouter.SetHooks(r, &hook.Hooks{ReaperChose: hr.chose})
+			leaserouter.SetHooks(r, &hook.Hooks{ReaperWoke: hr.woke})
 			require.NoError(t, r.Enqueue("j", ""))
 			a := acquire(t, r, "A")
 			sleep(ld)
-			require.Equal(t, harnessChoice{"j", a.Token}, receive(t, hr.chosen))
-			b := acquire(t, r, "B") // lands between the reaper's choice and its requeue
+			receive(t, hr.wakes)    // the reaper woke for A's expiry and is held before its pass
+			b := acquire(t, r, "B") // settles A's expiry itself, at its instant
 			require.Equal(t, "j", b.JobID)
 			require.Equal(t, 2, b.Attempt)
 			require.Greater(t, b.Token, a.Token)
@@ -416,34 +415,34 @@ func harnessReaperRace(t *testing.T, name string, do func(*lease) error, inWindo
 	rec := &recorder{}
 	r := setup(t, leaserouter.Options{LeaseDuration: ld, MaxAttempts: maxAtt, OnEvent: rec.record})
 	hr := newHarnessReaper(t)
-	leaserouter.SetHooks(r, &hook.Hooks{ReaperChose: hr.chose})
+	leaserouter.SetHooks(r, &hook.Hooks{ReaperWoke: hr.woke})
 	require.NoError(t, r.Enqueue("j", ""))
 	a := acquire(t, r, "A")
 	var err error
 	var at time.Time
 	if inWindow {
-		sleep(ld) // the reaper wakes at the expiry, chooses A's lease and is held
-		require.Equal(t, harnessChoice{"j", a.Token}, receive(t, hr.chosen))
+		sleep(ld) // the reaper wakes at the expiry and is held before its pass
+		receive(t, hr.wakes)
 		at = time.Now()
-		err = do(a) // between the reaper's choice and its requeue
+		err = do(a) // at the expiry, the reaper not yet run: lost, settled by the call
 		hr.release()
-		synctest.Wait() // the reaper re-checks and settles what is left
+		synctest.Wait() // the reaper's pass finds nothing left
 	} else {
 		sleep(ld - time.Nanosecond)
 		at = time.Now()
-		err = do(a) // before the reaper can choose
-		// The reaper wakes at the old expiry and finds nothing expired to choose.
+		err = do(a) // before the expiry
+		// The reaper wakes at the old expiry and finds nothing expired.
 		sleep(time.Nanosecond)
-		requireBlocked(t, hr.chosen)
+		receive(t, hr.wakes)
+		hr.release()
+		synctest.Wait()
 	}
 	won := harnessReaperOutcome(t, r, rec, name, a, err, at, maxAtt)
 	require.Equal(t, !inWindow, won, "valid until the expiry, lost at it: %v", err)
 	if won && name == "Heartbeat" {
 		// The extended lease expires in its turn, at its new expiry, once.
 		sleep(time.Until(a.Expiry()))
-		require.Equal(t, harnessChoice{"j", a.Token}, receive(t, hr.chosen))
-		hr.release()
-		synctest.Wait()
+		synctest.Wait() // the reaper, no longer held, settles it
 		expired := rec.ofKind(leaserouter.EventLeaseExpired)
 		require.Len(t, expired, 1)
 		requireTime(t, at.Add(ld), expired[0].Time, "lease_expired at the extended expiry")
@@ -523,11 +522,11 @@ var harnessEndings = []harnessEnding{
 	{"Release", (*lease).Release, leaserouter.StatePending, "released", []string{"released"}, ""},
 }
 
-// TestHarnessEndingOpsRace: two operations that end a lease (Complete,
+// TestRacingEndingOperationsOneWins: two operations that end a lease (Complete,
 // Fail, Fail(Permanent), Release) race on one lease. Exactly one wins —
 // in a forced order the first — the loser is refused with the winner's
 // reason, and the job's state, LastError and events are the winner's.
-func TestHarnessEndingOpsRace(t *testing.T) {
+func TestRacingEndingOperationsOneWins(t *testing.T) {
 	for x := range harnessEndings {
 		for y := x + 1; y < len(harnessEndings); y++ {
 			ops := [2]harnessEnding{harnessEndings[x], harnessEndings[y]}
@@ -568,10 +567,10 @@ func TestHarnessEndingOpsRace(t *testing.T) {
 	}
 }
 
-// TestHarnessCompleteSameLease: eight goroutines complete one lease.
+// TestCompleteOfOneLeaseAtOnceSucceedsOnce: eight goroutines complete one lease.
 // Exactly one wins (in a forced order the first); seven are refused with
 // reason "completed"; one completed event, seven stale_rejected.
-func TestHarnessCompleteSameLease(t *testing.T) {
+func TestCompleteOfOneLeaseAtOnceSucceedsOnce(t *testing.T) {
 	const callers = 8
 	synctest.Test(t, func(t *testing.T) {
 		rec := &recorder{}
@@ -603,10 +602,10 @@ func TestHarnessCompleteSameLease(t *testing.T) {
 	})
 }
 
-// TestHarnessEnqueueSameID: eight goroutines enqueue one ID with different
+// TestEnqueueOfOneIDAtOnceStoresOne: eight goroutines enqueue one ID with different
 // payloads. Exactly one is stored (in a forced order the first, with its
 // payload); seven get ErrDuplicate and change nothing.
-func TestHarnessEnqueueSameID(t *testing.T) {
+func TestEnqueueOfOneIDAtOnceStoresOne(t *testing.T) {
 	const callers = 8
 	synctest.Test(t, func(t *testing.T) {
 		rec := &recorder{}
@@ -639,13 +638,13 @@ func TestHarnessEnqueueSameID(t *testing.T) {
 	})
 }
 
-// TestHarnessCancelVsAcquire races Cancel against acquiring one job, in
+// TestCancelRacingAcquireLeavesNoLiveLease races Cancel against acquiring one job, in
 // every order: Cancel first (no lease is ever granted), acquire first (the
 // lease is lost at once, refused with reason "canceled"), at once (one of
 // those two, consistently), and Cancel landing inside a blocked Acquire
 // after its waiter was woken for the job and before the grant (the waiter
 // gets nothing, keeps waiting, and takes the next job).
-func TestHarnessCancelVsAcquire(t *testing.T) {
+func TestCancelRacingAcquireLeavesNoLiveLease(t *testing.T) {
 	for _, tt := range []struct {
 		name   string
 		orders [][]int // of Cancel (0) and TryAcquire (1); nil: at once
@@ -742,14 +741,14 @@ func TestHarnessCancelVsAcquire(t *testing.T) {
 	})
 }
 
-// TestHarnessCrashedWorker: three workers in turn lease a job, checkpoint
+// TestCrashedWorkersJobLeasedUntilExactlyItsExpiry: three workers in turn lease a job, checkpoint
 // and crash. Each time the job stays leased until exactly its expiry
 // (expiry-1ns: leased to the crashed worker, unavailable; expiry: pending),
 // and the next lease has attempt+1, a higher token and the checkpoint. At
 // MaxAttempts the expiry makes the job dead, and dead never changes again:
 // Cancel returns nil and changes nothing, Enqueue is a duplicate, every old
 // lease is refused, and time passing changes nothing.
-func TestHarnessCrashedWorker(t *testing.T) {
+func TestCrashedWorkersJobLeasedUntilExactlyItsExpiry(t *testing.T) {
 	const maxAtt = 3
 	synctest.Test(t, func(t *testing.T) {
 		rec := &recorder{}
@@ -837,7 +836,7 @@ func TestHarnessCrashedWorker(t *testing.T) {
 	})
 }
 
-// TestHarnessAcquireDeadline: a blocked Acquire with a deadline returns
+// TestAcquireDeadlineExactAndSwallowsNoJob: a blocked Acquire with a deadline returns
 // context.DeadlineExceeded at exactly the deadline (blocked at
 // deadline-1ns) and swallows no job. Forced: the deadline passes before
 // the job arrives (the job waits for the next taker); the job arrives
@@ -846,7 +845,7 @@ func TestHarnessCrashedWorker(t *testing.T) {
 // waiter returns DeadlineExceeded and passes the job on, to the next waiter
 // or the next TryAcquire). Free: a job ready exactly at the deadline is
 // returned or left pending, never lost.
-func TestHarnessAcquireDeadline(t *testing.T) {
+func TestAcquireDeadlineExactAndSwallowsNoJob(t *testing.T) {
 	t.Run("ready-at-deadline", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			r := setup(t, leaserouter.Options{})
@@ -970,13 +969,13 @@ func TestHarnessAcquireDeadline(t *testing.T) {
 	}
 }
 
-// TestHarnessCloseWithTenBlockedAcquires: Close wakes ten blocked Acquires
+// TestCloseWakesEveryBlockedAcquire: Close wakes ten blocked Acquires
 // with ErrClosed and leaves no goroutine behind (the bubble would deadlock,
 // and goleak would complain). With leases held, the waiters are woken at
 // once while Close drains: a lease may still complete or release, and the
 // one still held when Close's ctx ends is revoked (job pending, attempt
 // kept, holder refused with reason "revoked").
-func TestHarnessCloseWithTenBlockedAcquires(t *testing.T) {
+func TestCloseWakesEveryBlockedAcquire(t *testing.T) {
 	const waiters = 10
 	start := func(r *router) []<-chan result {
 		chs := make([]<-chan result, waiters)

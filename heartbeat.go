@@ -215,7 +215,7 @@ func keepAlive[T any](ctx context.Context, l *Lease[T], interval time.Duration) 
 		return kctx, k
 	}
 	k.mu.Lock()
-	k.hooks = l.r.hooks // set before KeepAlive, ordered by watch's lock
+	k.hooks = l.r.hooks.Load() // set before KeepAlive
 	k.beats.Add(1)
 	k.armed = true
 	k.setDue(first)

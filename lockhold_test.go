@@ -351,7 +351,7 @@ func TestLockHeldBriefAfterMassExpiry(t *testing.T) {
 		release := make(chan struct{})
 		var last, most uint64
 		SetHooks(r, &hook.Hooks{
-			ReaperChose: func(string, uint64) { <-release },
+			ReaperWoke: func() { <-release },
 			Unlocking: func() { // r.mu held: the counts are safe to read
 				e := r.stats.Expirations
 				most = max(most, e-last)

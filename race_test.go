@@ -7,11 +7,12 @@ package leaserouter_test
 //     (events, channels, contexts), never on sleeps. Assertions come after
 //     the goroutines have ended; goroutines report problems through
 //     raceFailures instead of calling require off the test goroutine.
-//   - TestHarness*: a deterministic race harness. Each scenario runs in a
+//   - harness_test.go: races in a forced order. Each scenario runs in a
 //     testing/synctest bubble and forces its interleaving exactly — with
 //     gates (goroutines held on channels until the test opens them), the
-//     reaper's ReaperChose hook and a context that runs a step when Acquire
-//     consults it — so both orders of a race are reproduced every run.
+//     reaper held where its ReaperWoke signal is called, and a context that
+//     runs a step when Acquire consults it — so both orders of a race are
+//     reproduced every run.
 //   - TestChaosSoak: a few seconds of real-time chaos (crashes, stalls past
 //     expiry, failures, releases, cancels) checked against the event stream.
 

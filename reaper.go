@@ -36,9 +36,6 @@ func (r *Router[T]) reap() {
 			r.unlockAndDeliver()
 			return
 		}
-		if r.hooks != nil && r.hooks.ReaperChose != nil {
-			r.reaperChose()
-		}
 		now := r.now()
 		more := r.settle(now, reapBatch)
 		if next := r.nextDeadline(); !more && next < timerAt {
@@ -71,22 +68,10 @@ func (r *Router[T]) reap() {
 		case <-timer.C:
 			timerAt = math.MaxInt64
 		}
+		if h := r.hooks.Load(); h != nil && h.ReaperWoke != nil {
+			h.ReaperWoke() // a signal only: the pass is the same without it
+		}
 	}
-}
-
-// reaperChose calls the test hook with the first expired lease, if any,
-// with r.mu released meanwhile. The caller holds r.mu; settle re-checks
-// everything afterwards, as the reaper of a lease table must re-check a
-// snapshot before it requeues.
-func (r *Router[T]) reaperChose() {
-	j, ok := r.leases.Peek()
-	if !ok || j.at > r.now() {
-		return
-	}
-	id, tok := j.id, j.token
-	r.unlockAndDeliver()
-	r.hooks.ReaperChose(id, uint64(tok))
-	r.mu.Lock()
 }
 
 // arm makes sure the reaper wakes by deadline t. The caller holds r.mu.

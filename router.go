@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/leaserouter/leaserouter/internal/heap"
@@ -66,9 +67,9 @@ type Router[T any] struct {
 	waiters   []chan struct{}
 	woken     int // waiters woken for a job and not back for it yet (Run's share counts them as waiting)
 	phase     phase
-	drained   chan struct{} // closed when the last lease ends while draining
-	hooks     *hook.Hooks   // test hooks; nil outside tests
-	warm      uint64        // sink of the loads that warm the caches for a batch (grantInto, completeMany); its value means nothing
+	drained   chan struct{}              // closed when the last lease ends while draining
+	hooks     atomic.Pointer[hook.Hooks] // test signals; nil outside tests (export_test.go sets them)
+	warm      uint64                     // sink of the loads that warm the caches for a batch (grantInto, completeMany); its value means nothing
 
 	// Event delivery (delivery.go, backlog.go). outbox, room and flush are guarded by mu; the
 	// rest of the delivery goroutine's state is in dl, a separate
@@ -184,7 +185,7 @@ func (r *Router[T]) lockSettled() {
 // every hold. Nothing here decides anything on the signal.
 func (r *Router[T]) lock() {
 	r.mu.Lock()
-	if h := r.hooks; h != nil && h.Locked != nil {
+	if h := r.hooks.Load(); h != nil && h.Locked != nil {
 		h.Locked()
 	}
 }

@@ -1,17 +1,22 @@
-// Package hook holds the Router's test hooks. A Router's hooks pointer is
-// nil unless a test sets it (through export_test.go), so every hook point
-// costs one nil check, and most sit off the hot path.
+// Package hook holds the Router's test signals: calls that tell a test
+// that something happened, as River's testsignal does. The Router decides
+// nothing on them: with or without one set, every call and goroutine does
+// the same. A test may hold a goroutine in one (the reaper before its
+// pass, a call holding the lock), which changes when things happen, never
+// what is decided. A Router's hooks pointer is nil unless a test sets it
+// (through export_test.go), so every signal costs one nil check.
 package hook
 
 import "time"
 
-// Hooks are the points where a test can step into a Router.
+// Hooks are the points where a Router tells a test what it does.
 type Hooks struct {
-	// ReaperChose is called by the reaper when it has chosen an expired
-	// lease (job ID and token) and before it requeues the job, with the
-	// router's lock released, so a test can land a heartbeat, completion
-	// or acquire in between. The reaper re-checks after the hook returns.
-	ReaperChose func(jobID string, token uint64)
+	// ReaperWoke is called by the reaper each time it wakes (its timer or
+	// a kick), before it takes the router's lock for its pass, with
+	// nothing between the two: a test that holds it there lets its calls
+	// meet what is due before the reaper settles it, as they do whenever
+	// the reaper runs late.
+	ReaperWoke func()
 
 	// Locked and Unlocking, if set, are called with the router's lock
 	// held: Locked just after any call takes the lock through

@@ -13,9 +13,9 @@ import (
 
 // The actions, all POSTs to "action" with the form fields
 //
-//	action  retry, cancel, delete, pause or resume
+//	action  an Action that Mutates: one of jobActions or queueActions
 //	queue   the queue's name (required)
-//	id        a job's ID, repeated for several (retry, cancel, delete)
+//	id        a job's ID, repeated for several (jobActions)
 //	id.STATE  a job's ID ticked on a row shown in STATE (a State's name:
 //	          id.pending, id.failed, ...), repeated for several
 //	all       "1": every job the filter below matches instead of the ids
@@ -60,8 +60,6 @@ type reason struct {
 	N   int
 }
 
-var jobActions = []Action{ActionRetry, ActionCancel, ActionDelete}
-
 func (h *handler) action(w http.ResponseWriter, r *http.Request) error {
 	r.Body = http.MaxBytesReader(w, r.Body, maxForm)
 	if err := r.ParseForm(); err != nil {
@@ -69,8 +67,8 @@ func (h *handler) action(w http.ResponseWriter, r *http.Request) error {
 	}
 	f := r.PostForm
 	a := Action(f.Get("action"))
-	if !slices.Contains(jobActions, a) && a != ActionPause && a != ActionResume {
-		return errorf(http.StatusBadRequest, "unknown action %q (the actions: retry, cancel, delete, pause, resume)", f.Get("action"))
+	if !a.Mutates() {
+		return errorf(http.StatusBadRequest, "unknown action %q (the actions: %s)", f.Get("action"), actionList)
 	}
 	if err := h.authorize(r, a); err != nil {
 		return err
@@ -83,7 +81,7 @@ func (h *handler) action(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	res := resultPage{Action: a, Queue: s.Queue(), Max: MaxBulk, Back: safeBack(f.Get("back"), "./")}
-	if a == ActionPause || a == ActionResume {
+	if slices.Contains(queueActions, a) {
 		op, verb := s.Pause, "paused"
 		if a == ActionResume {
 			op, verb = s.Resume, "resumed"
@@ -251,3 +249,12 @@ func safeBack(back, def string) string {
 	}
 	return def
 }
+
+// actionList names the actions, for the error of an unknown one.
+var actionList = func() string {
+	names := make([]string, len(mutating))
+	for i, a := range mutating {
+		names[i] = string(a)
+	}
+	return strings.Join(names, ", ")
+}()

@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -71,15 +72,17 @@ const (
 	ActionResume Action = "resume" // Source.Resume
 )
 
+// The actions that change state, the one list of them: those on jobs
+// (one, several, or all a filter matches) and those on a queue.
+var (
+	jobActions   = []Action{ActionRetry, ActionCancel, ActionDelete}
+	queueActions = []Action{ActionPause, ActionResume}
+	mutating     = slices.Concat(jobActions, queueActions)
+)
+
 // Mutates reports whether a changes a queue or a job (an action, not a
 // view): what a read-only role is refused.
-func (a Action) Mutates() bool {
-	switch a {
-	case ActionRetry, ActionCancel, ActionDelete, ActionPause, ActionResume:
-		return true
-	}
-	return false
-}
+func (a Action) Mutates() bool { return slices.Contains(mutating, a) }
 
 // MaxBulk is the most jobs one "all matching the filter" action handles
 // (leaserouter.MaxBulkIDs, the most one RetryMany, CancelMany or

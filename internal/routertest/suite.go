@@ -162,7 +162,7 @@ func newEvents() *events { return &events{ch: make(chan leaserouter.Event, 1024)
 
 func (e *events) record(ev leaserouter.Event) { e.ch <- ev }
 
-// of returns the events recorded so far for job id.
+// drain returns the events recorded since the last drain, without waiting.
 func (e *events) drain() []leaserouter.Event {
 	var out []leaserouter.Event
 	for {

@@ -17,39 +17,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestTokensStrictlyIncreasing(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		wallAtNew := time.Now().UnixNano()
-		r := setup(t, leaserouter.Options{LeaseDuration: ld, Backoff: noBackoff})
-		for _, id := range []string{"a", "b", "c"} {
-			require.NoError(t, r.Enqueue(id, ""))
-		}
-		var prev leaserouter.Token
-		check := func(l *lease) {
-			t.Helper()
-			require.Greater(t, l.Token, prev)
-			require.Greater(t, uint64(l.Token), uint64(wallAtNew))
-			require.LessOrEqual(t, uint64(l.Token), uint64(math.MaxInt64))
-			require.Equal(t, l.Token, get(t, r, l.JobID).Token)
-			prev = l.Token
-		}
-		for range 3 {
-			la := acquire(t, r, "w")
-			check(la)
-			lb := acquire(t, r, "w")
-			check(lb)
-			require.NoError(t, la.Fail(errors.New("x")))
-			require.NoError(t, lb.Release())
-		}
-		l := acquire(t, r, "w")
-		check(l)
-		sleep(ld)
-		l = acquire(t, r, "w")
-		check(l)
-		require.NoError(t, l.Complete())
-	})
-}
-
 func TestTokensAboveWallClockAtNew(t *testing.T) {
 	// Outside a bubble: the real wall clock.
 	for _, floor := range []leaserouter.Token{0, 42} {
@@ -61,22 +28,6 @@ func TestTokensAboveWallClockAtNew(t *testing.T) {
 		require.Greater(t, uint64(l.Token), uint64(before), "first token above the wall clock at New")
 		require.LessOrEqual(t, uint64(l.Token), uint64(math.MaxInt64))
 	}
-}
-
-func TestTokenFloor(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		floor := leaserouter.Token(math.MaxInt64 - 1000)
-		r := setup(t, leaserouter.Options{TokenFloor: floor, Backoff: noBackoff})
-		require.NoError(t, r.Enqueue("a", ""))
-		prev := floor
-		for range 3 {
-			l := acquire(t, r, "w")
-			require.Greater(t, l.Token, prev)
-			require.LessOrEqual(t, uint64(l.Token), uint64(math.MaxInt64), "fits in an int64")
-			prev = l.Token
-			require.NoError(t, l.Release())
-		}
-	})
 }
 
 func TestTokensExhausted(t *testing.T) {

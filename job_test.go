@@ -2,7 +2,6 @@ package leaserouter_test
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -30,57 +29,6 @@ func TestStateStringAndTerminal(t *testing.T) {
 		require.Equal(t, tt.terminal, tt.s.Terminal(), tt.name)
 	}
 	require.Equal(t, leaserouter.State(0), leaserouter.StatePending, "zero State is pending")
-}
-
-func TestOrderPriorityThenEnqueueOrder(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		r := setup(t, leaserouter.Options{})
-		// Same instant (the bubble's clock stands still): ties go to enqueue order.
-		require.NoError(t, r.Enqueue("low-1", ""))
-		require.NoError(t, r.Enqueue("high", "", leaserouter.WithPriority(5)))
-		require.NoError(t, r.Enqueue("neg", "", leaserouter.WithPriority(-1)))
-		require.NoError(t, r.Enqueue("low-2", ""))
-		require.NoError(t, r.Enqueue("mid", "", leaserouter.WithPriority(1)))
-		require.NoError(t, r.Enqueue("low-3", ""))
-		var got []string
-		for range 6 {
-			got = append(got, acquire(t, r, "w").JobID)
-		}
-		require.Equal(t, []string{"high", "mid", "low-1", "low-2", "low-3", "neg"}, got)
-		requireNoJob(t, r)
-	})
-}
-
-func TestOrderByReadyTime(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		r := setup(t, leaserouter.Options{LeaseDuration: ld,
-			Backoff: func(int) time.Duration { return 3 * time.Second }})
-		// Enqueue order X, F, S, Z, Y, P; ready order Z, X, S, F, Y (P by priority).
-		require.NoError(t, r.Enqueue("X", ""))
-		lx := acquire(t, r, "w") // expires at t0+10s: X is ready at that instant
-		require.Equal(t, "X", lx.JobID)
-		require.NoError(t, r.Enqueue("F", ""))
-		lf := acquire(t, r, "w")
-		require.Equal(t, "F", lf.JobID)
-		require.NoError(t, r.Enqueue("S", "", leaserouter.WithDelay(11*time.Second))) // ready t0+11s
-		sleep(8 * time.Second)
-		require.NoError(t, r.Enqueue("Z", "")) // ready t0+8s
-		sleep(time.Second)
-		require.NoError(t, lf.Fail(errors.New("retry"))) // ready t0+12s
-		sleep(4 * time.Second)
-		require.NoError(t, r.Enqueue("Y", "")) // ready t0+13s
-		sleep(time.Second)
-		require.NoError(t, r.Enqueue("P", "", leaserouter.WithPriority(1))) // t0+14s, higher priority
-		sleep(time.Second)
-
-		var got []string
-		for range 6 {
-			l := acquire(t, r, "w")
-			got = append(got, l.JobID)
-			require.NoError(t, l.Complete())
-		}
-		require.Equal(t, []string{"P", "Z", "X", "S", "F", "Y"}, got)
-	})
 }
 
 func TestOrderReleasedJobReadyAtTheCall(t *testing.T) {

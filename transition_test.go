@@ -42,27 +42,6 @@ func TestExpiryMakesJobPendingAtOnce(t *testing.T) {
 	})
 }
 
-func TestAttemptsExhaustedByExpiryOrRelease(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		rec := &recorder{}
-		r := setup(t, leaserouter.Options{LeaseDuration: ld, MaxAttempts: 1, OnEvent: rec.record})
-		require.NoError(t, r.Enqueue("expire", ""))
-		require.NoError(t, r.Enqueue("release", ""))
-		acquire(t, r, "w")
-		lr := acquire(t, r, "w")
-		require.NoError(t, lr.Release())
-		require.Equal(t, leaserouter.StateFailed, get(t, r, "release").State)
-		sleep(ld)
-		require.Equal(t, leaserouter.StateFailed, get(t, r, "expire").State)
-		st := r.Stats()
-		require.Equal(t, uint64(2), st.Dead)
-		require.Equal(t, 2, st.Failed)
-		requireNoJob(t, r)
-		require.Equal(t, []string{"enqueued", "lease_acquired", "released", "dead"}, rec.kinds("release"))
-		require.Equal(t, []string{"enqueued", "lease_acquired", "lease_expired", "dead"}, rec.kinds("expire"))
-	})
-}
-
 func TestWithMaxAttemptsOverrides(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := setup(t, leaserouter.Options{MaxAttempts: 1, Backoff: noBackoff})

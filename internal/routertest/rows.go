@@ -20,7 +20,7 @@ func Rows() []Row {
 	return append([]Row{
 		rowExpiredRefused, rowRefusedChangesNothing, rowSettledByAnyCaller, rowLeaseLasts,
 		rowExactInstants, rowTokens, rowHeartbeat, rowAttemptsDead, rowFailBackoff, rowPermanent, rowDedup,
-		rowRetention, rowOrder, rowSerialClaims, rowAcquireBlocks, rowCapacity, rowCancel, rowCloseDrains,
+		rowRetention, rowOrder, rowOrderByReadyTime, rowSerialClaims, rowAcquireBlocks, rowCapacity, rowCancel, rowCloseDrains,
 		rowCloseRevokes, rowCloseRevokesLastAttempt, rowEvents, rowEventsExpiry, rowRun, rowRunLeaseLost,
 		rowRunEndsOnlyValid, rowKeepAlive, rowBadInput, rowBadInputOneMessage, rowBadOptions,
 	}, slices.Concat(contractRows(), adminRows(), attemptRows(), periodicRows())...)
@@ -149,6 +149,7 @@ var rowTokens = Row{Name: "tokens/strictly increasing, above TokenFloor and Unix
 	last := leaserouter.Token(before.UnixNano())
 	for _, l := range append(ls, tryAcquire(t, b, "w"), tryAcquire(t, b, "w")) {
 		require.Greater(t, l.Token(), last, "tokens increase over every lease, above the Unix time in ns at New")
+		require.Equal(t, l.Token(), get(t, b, l.JobID()).Token, "the job has its latest lease's token")
 		last = l.Token()
 	}
 	require.NoError(t, ls[0].Release(ctx))
@@ -156,11 +157,30 @@ var rowTokens = Row{Name: "tokens/strictly increasing, above TokenFloor and Unix
 	require.Equal(t, ls[0].JobID(), l.JobID())
 	require.Greater(t, l.Token(), last, "a job leased again gets a newer token")
 	require.LessOrEqual(t, uint64(l.Token()), uint64(1<<63-1), "tokens fit a signed 64-bit column")
+	last = l.Token()
+	require.NoError(t, ls[1].Fail(ctx, errBoom))
+	expire(h, l, h.Lease())
+	for range 2 { // after a Fail and an expiry
+		l := tryAcquire(t, b, "w")
+		require.Greater(t, l.Token(), last, "a job leased again gets a newer token")
+		last = l.Token()
+	}
 
 	floor := leaserouter.Token(time.Now().UnixNano()) + 1e15
 	b2 := open(t, h, Config{TokenFloor: floor})
 	require.NoError(t, b2.Enqueue(ctx, "a", ""))
 	require.Greater(t, tryAcquire(t, b2, "w").Token(), floor, "above TokenFloor")
+
+	floor = 1<<63 - 1 - 1000 // near the top: every token still fits an int64
+	b3 := open(t, h, Config{TokenFloor: floor})
+	require.NoError(t, b3.Enqueue(ctx, "a", ""))
+	for range 3 {
+		l := tryAcquire(t, b3, "w")
+		require.Greater(t, l.Token(), floor)
+		require.LessOrEqual(t, uint64(l.Token()), uint64(1<<63-1), "fits in an int64")
+		floor = l.Token()
+		require.NoError(t, l.Release(ctx))
+	}
 }}
 
 var rowHeartbeat = Row{Name: "heartbeat/never shortens, never changes the token, stores progress", Test: func(t T, h Harness) {
@@ -403,6 +423,39 @@ var rowOrder = Row{Name: "order/priority, then ready time, then enqueue order", 
 	require.NoError(t, b.Enqueue(ctx, "y", ""))
 	require.Equal(t, "x", tryAcquire(t, b, "w").JobID(), "ready at its lease's expiry, before y's enqueue")
 	require.Equal(t, "y", tryAcquire(t, b, "w").JobID())
+}}
+
+// rowOrderByReadyTime: among jobs of one priority, the one ready first
+// goes first, whatever the enqueue order: a lost lease's job is ready at
+// the expiry instant, a delayed job at its run-at, a failed one after its
+// backoff; a higher priority goes before them all.
+var rowOrderByReadyTime = Row{Name: "order/ready time: a lost lease's expiry, run-at, backoff, against later enqueues", Needs: "ExactClock", Test: func(t T, h Harness) {
+	u := h.Lease() / 10 // the lease is 10u
+	b := open(t, h, Config{Backoff: func(int) time.Duration { return 3 * u }})
+	ctx := ctxOf(t)
+	// Enqueue order X, F, S, Z, Y, P; ready order Z, X, S, F, Y (P by priority).
+	require.NoError(t, b.Enqueue(ctx, "X", ""))
+	require.Equal(t, "X", tryAcquire(t, b, "w").JobID()) // expires at 10u: X is ready at that instant
+	require.NoError(t, b.Enqueue(ctx, "F", ""))
+	lf := tryAcquire(t, b, "w")
+	require.Equal(t, "F", lf.JobID())
+	require.NoError(t, b.Enqueue(ctx, "S", "", leaserouter.WithDelay(11*u))) // ready at 11u
+	h.Advance(8 * u)
+	require.NoError(t, b.Enqueue(ctx, "Z", "")) // ready at 8u
+	h.Advance(u)
+	require.NoError(t, lf.Fail(ctx, errBoom)) // ready at 12u
+	h.Advance(4 * u)
+	require.NoError(t, b.Enqueue(ctx, "Y", "")) // ready at 13u
+	h.Advance(u)
+	require.NoError(t, b.Enqueue(ctx, "P", "", leaserouter.WithPriority(1))) // at 14u, a higher priority
+	h.Advance(u)
+	var got []string
+	for range 6 {
+		l := tryAcquire(t, b, "w")
+		got = append(got, l.JobID())
+		require.NoError(t, l.Complete(ctx))
+	}
+	require.Equal(t, []string{"P", "Z", "X", "S", "F", "Y"}, got)
 }}
 
 var rowSerialClaims = Row{Name: "order/concurrent claims never interleave", Needs: "SerialClaims", Test: func(t T, h Harness) {

@@ -22,46 +22,6 @@ import (
 // ---------------------------------------------------------------------------
 // Enqueue
 
-func TestEnqueueDuplicate(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		rec := &recorder{}
-		r := setup(t, leaserouter.Options{OnEvent: rec.record})
-		require.NoError(t, r.Enqueue("a", "first", leaserouter.WithPriority(1)))
-		before := get(t, r, "a")
-		stats := r.Stats()
-
-		sleep(time.Second)
-		err := r.Enqueue("a", "second", leaserouter.WithPriority(9), leaserouter.WithDelay(time.Hour))
-		require.ErrorIs(t, err, leaserouter.ErrDuplicate)
-		require.Equal(t, before, get(t, r, "a"), "a duplicate changes nothing")
-		stats.Duplicates++
-		require.Equal(t, stats, r.Stats())
-
-		// Unfinished: leased.
-		l := acquire(t, r, "w")
-		require.ErrorIs(t, r.Enqueue("a", "third"), leaserouter.ErrDuplicate)
-		j := get(t, r, "a")
-		require.Equal(t, leaserouter.StateLeased, j.State)
-		require.Equal(t, "first", j.Payload)
-
-		// Finished, within retention.
-		require.NoError(t, l.Complete())
-		require.ErrorIs(t, r.Enqueue("a", "fourth"), leaserouter.ErrDuplicate)
-		require.Equal(t, leaserouter.StateSucceeded, get(t, r, "a").State)
-
-		st := r.Stats()
-		require.Equal(t, uint64(1), st.Enqueued)
-		require.Equal(t, uint64(3), st.Duplicates)
-		synctest.Wait()
-		dups := rec.ofKind(leaserouter.EventDuplicate)
-		require.Len(t, dups, 3)
-		for _, e := range dups {
-			require.Equal(t, "a", e.JobID)
-			require.ErrorIs(t, e.Err, leaserouter.ErrDuplicate)
-		}
-	})
-}
-
 func TestEnqueueDedupWithinRetentionOnly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := &recorder{}
@@ -89,32 +49,6 @@ func TestEnqueueDedupWithinRetentionOnly(t *testing.T) {
 		require.Equal(t, leaserouter.StatePending, j.State)
 		require.Equal(t, 0, j.Attempt)
 		require.Zero(t, j.Token)
-	})
-}
-
-func TestEnqueueNegativeRetentionDropsAtOnce(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		rec := &recorder{}
-		r := setup(t, leaserouter.Options{Retention: -time.Nanosecond, OnEvent: rec.record})
-		for _, id := range []string{"done", "dead", "canceled"} {
-			require.NoError(t, r.Enqueue(id, ""))
-		}
-		require.NoError(t, acquire(t, r, "w").Complete())
-		require.NoError(t, acquire(t, r, "w").Fail(leaserouter.Permanent(errors.New("bad"))))
-		require.NoError(t, r.Cancel("canceled"))
-
-		for _, id := range []string{"done", "dead", "canceled"} {
-			requireGone(t, r, id)
-		}
-		st := r.Stats()
-		require.Equal(t, uint64(3), st.Purged)
-		require.Equal(t, uint64(1), st.Dead)
-		require.Zero(t, st.Succeeded+st.Failed+st.Canceled)
-
-		require.NoError(t, r.Enqueue("done", "again"), "a dropped ID may be enqueued again")
-		synctest.Wait()
-		require.Equal(t, []string{"enqueued", "lease_acquired", "completed", "purged", "enqueued"}, rec.kinds("done"))
-		require.Equal(t, []string{"enqueued", "canceled", "purged"}, rec.kinds("canceled"))
 	})
 }
 
@@ -149,25 +83,6 @@ func TestEnqueueInvalidJob(t *testing.T) {
 			})
 		})
 	}
-}
-
-func TestEnqueueCapacity(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		r := setup(t, leaserouter.Options{Capacity: 2})
-		require.NoError(t, r.Enqueue("a", ""))
-		require.NoError(t, r.Enqueue("b", "", leaserouter.WithDelay(time.Hour)), "scheduled jobs count")
-		require.ErrorIs(t, r.Enqueue("c", ""), leaserouter.ErrFull)
-		requireGone(t, r, "c")
-		require.Equal(t, uint64(2), r.Stats().Enqueued)
-
-		l := acquire(t, r, "w")
-		require.ErrorIs(t, r.Enqueue("c", ""), leaserouter.ErrFull, "leased jobs count")
-		require.NoError(t, l.Complete())
-		require.NoError(t, r.Enqueue("c", ""), "finished jobs do not count")
-		require.ErrorIs(t, r.Enqueue("d", ""), leaserouter.ErrFull)
-		require.NoError(t, r.Cancel("b"))
-		require.NoError(t, r.Enqueue("d", ""))
-	})
 }
 
 func TestClosedRouterRefusesWorkAndStillAnswers(t *testing.T) {
@@ -234,69 +149,6 @@ func TestGetReturnsACopy(t *testing.T) {
 
 // ---------------------------------------------------------------------------
 // Cancel
-
-func TestCancel(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		rec := &recorder{}
-		r := setup(t, leaserouter.Options{LeaseDuration: ld, Backoff: hourBackoff, OnEvent: rec.record})
-		for _, id := range []string{"leased", "pending", "done", "dead"} {
-			require.NoError(t, r.Enqueue(id, ""))
-		}
-		require.NoError(t, r.Enqueue("scheduled", "", leaserouter.WithDelay(time.Hour)))
-		ll := acquire(t, r, "w")
-		require.Equal(t, "leased", ll.JobID)
-		require.NoError(t, r.Cancel("pending"))
-		require.NoError(t, acquire(t, r, "w").Complete())
-		require.NoError(t, acquire(t, r, "w").Fail(leaserouter.Permanent(errors.New("bad"))))
-
-		require.NoError(t, r.Cancel("scheduled"))
-		require.NoError(t, r.Cancel("leased"))
-		for _, id := range []string{"pending", "scheduled", "leased"} {
-			j := get(t, r, id)
-			require.Equal(t, leaserouter.StateCanceled, j.State, id)
-			require.Empty(t, j.Owner)
-			require.True(t, j.LeaseExpiry.IsZero())
-		}
-		// The leased job's lease is lost at once.
-		lle := requireLost(t, ll.Heartbeat(nil), ll.Token, ll.Token)
-		require.Equal(t, leaserouter.LostCanceled, lle.Reason)
-		requireLost(t, ll.Complete(), ll.Token, ll.Token)
-		require.Equal(t, leaserouter.StateCanceled, get(t, r, "leased").State)
-
-		// Finished jobs: nil, nothing changes, no event.
-		synctest.Wait()
-		nEvents := len(rec.all())
-		for _, id := range []string{"done", "dead", "pending"} {
-			before := get(t, r, id)
-			require.NoError(t, r.Cancel(id))
-			require.Equal(t, before, get(t, r, id))
-		}
-		synctest.Wait()
-		require.Len(t, rec.all(), nEvents)
-
-		require.ErrorIs(t, r.Cancel("unknown"), leaserouter.ErrNotFound)
-		err := r.Cancel("")
-		require.ErrorIs(t, err, leaserouter.ErrNotFound)
-		require.ErrorIs(t, err, leaserouter.ErrInvalidJob)
-
-		st := r.Stats()
-		require.Equal(t, 3, st.Canceled)
-		require.Equal(t, 0, st.Pending+st.Scheduled+st.Leased)
-		sleep(2 * time.Hour)
-		requireNoJob(t, r)
-
-		canceled := rec.ofKind(leaserouter.EventCanceled)
-		require.Len(t, canceled, 3)
-		for _, e := range canceled {
-			if e.JobID == "leased" {
-				require.Equal(t, ll.Token, e.Token, "canceled carries the lost lease")
-				require.Equal(t, "w", e.WorkerID)
-			} else {
-				require.Zero(t, e.Token, e.JobID)
-			}
-		}
-	})
-}
 
 // TestCancelAfterExpiryCarriesLatestToken: a job whose lease expired is
 // pending when canceled, and its canceled event (like a duplicate Enqueue's)

@@ -342,10 +342,13 @@ var rowPermanent = Row{Name: "attempts/Permanent fails at once, Fail(nil) is unk
 }}
 
 var rowDedup = Row{Name: "dedup/known ID refused, Retention < 0 drops at once, batch duplicates", Test: func(t T, h Harness) {
-	b := open(t, h, Config{Retention: -1})
+	ev := newEvents()
+	b := open(t, h, Config{Retention: -1, OnEvent: ev.record})
 	ctx := ctxOf(t)
-	require.NoError(t, b.Enqueue(ctx, "a", "1"))
-	require.ErrorIs(t, b.Enqueue(ctx, "a", "2"), leaserouter.ErrDuplicate, "pending")
+	require.NoError(t, b.Enqueue(ctx, "a", "1", leaserouter.WithPriority(1)))
+	before := get(t, b, "a")
+	require.ErrorIs(t, b.Enqueue(ctx, "a", "2", leaserouter.WithPriority(9), leaserouter.WithDelay(time.Hour)), leaserouter.ErrDuplicate, "pending")
+	require.Equal(t, before, get(t, b, "a"), "a duplicate changes nothing")
 	l := tryAcquire(t, b, "w")
 	require.ErrorIs(t, b.Enqueue(ctx, "a", "3"), leaserouter.ErrDuplicate, "leased")
 	require.Equal(t, "1", get(t, b, "a").Payload, "a duplicate changes nothing")
@@ -365,6 +368,24 @@ var rowDedup = Row{Name: "dedup/known ID refused, Retention < 0 drops at once, b
 	require.EqualValues(t, 4, s.Enqueued)
 	require.EqualValues(t, 4, s.Duplicates)
 	require.EqualValues(t, 1, s.Purged, "Stats.Purged counts a finished job dropped at once (Retention < 0), by the time its ID is enqueued again")
+	require.NoError(t, b.Enqueue(ctx, "dead", "", leaserouter.WithPriority(10)))
+	require.NoError(t, tryAcquire(t, b, "w").Fail(ctx, leaserouter.Permanent(errBoom)))
+	require.NoError(t, b.Enqueue(ctx, "canceled", ""))
+	require.NoError(t, b.Cancel(ctx, "canceled"))
+	for _, id := range []string{"dead", "canceled"} {
+		_, ok, err := b.Get(ctx, id)
+		require.NoError(t, err)
+		require.False(t, ok, "Retention < 0: a %s job dropped at once too", id)
+	}
+	for _, id := range []string{"dead", "canceled"} {
+		require.NoError(t, b.Enqueue(ctx, id, ""), "a dropped ID may be enqueued again")
+	}
+	s = stats(t, b)
+	require.EqualValues(t, 3, s.Purged)
+	require.Zero(t, s.Succeeded+s.Failed+s.Canceled, "no finished job counted: none is kept")
+	require.NoError(t, b.Close(ctx))
+	require.Equal(t, []leaserouter.EventKind{leaserouter.EventEnqueued, leaserouter.EventCanceled, leaserouter.EventPurged,
+		leaserouter.EventEnqueued}, kinds(ev.drain(), "canceled"))
 
 	b2 := open(t, h, Config{})
 	require.NoError(t, b2.Enqueue(ctx, "a", ""))
@@ -379,6 +400,13 @@ var rowRetention = Row{Name: "dedup/a job past its retention may be enqueued aga
 	require.NoError(t, b.Enqueue(ctx, "a", "1"))
 	require.NoError(t, tryAcquire(t, b, "w").Complete(ctx))
 	require.ErrorIs(t, b.Enqueue(ctx, "a", "2"), leaserouter.ErrDuplicate)
+	if h.Caps().ExactClock {
+		h.Advance(d - time.Nanosecond)
+		require.ErrorIs(t, b.Enqueue(ctx, "a", "2"), leaserouter.ErrDuplicate, "a duplicate until its retention's end")
+		require.Equal(t, leaserouter.StateSucceeded, get(t, b, "a").State)
+		require.Equal(t, 1, stats(t, b).Succeeded)
+		h.Advance(time.Nanosecond)
+	}
 	h.Advance(d + d/4)
 	eventually(t, h, "a job past its retention enqueued again", func() bool {
 		err := b.Enqueue(ctx, "a", "3")
@@ -391,6 +419,10 @@ var rowRetention = Row{Name: "dedup/a job past its retention may be enqueued aga
 	require.Equal(t, leaserouter.StatePending, j.State)
 	require.Equal(t, "3", j.Payload)
 	require.Zero(t, j.Attempt)
+	require.Zero(t, j.Token, "a new job, never leased")
+	s := stats(t, b)
+	require.EqualValues(t, 1, s.Purged)
+	require.Zero(t, s.Succeeded, "finished jobs count only while retained")
 }}
 
 var rowOrder = Row{Name: "order/priority, then ready time, then enqueue order", Test: func(t T, h Harness) {
@@ -531,10 +563,19 @@ var rowCapacity = Row{Name: "capacity/beyond it Enqueue returns ErrFull", Needs:
 	b := open(t, h, Config{Capacity: 2})
 	ctx := ctxOf(t)
 	require.NoError(t, b.Enqueue(ctx, "a", ""))
-	require.NoError(t, b.Enqueue(ctx, "b", ""))
+	require.NoError(t, b.Enqueue(ctx, "b", "", leaserouter.WithDelay(time.Hour)), "scheduled jobs count")
 	require.ErrorIs(t, b.Enqueue(ctx, "c", ""), leaserouter.ErrFull)
-	require.NoError(t, tryAcquire(t, b, "w").Complete(ctx))
+	_, ok, err := b.Get(ctx, "c")
+	require.NoError(t, err)
+	require.False(t, ok, "a job refused for capacity is not stored")
+	require.EqualValues(t, 2, stats(t, b).Enqueued)
+	l := tryAcquire(t, b, "w")
+	require.ErrorIs(t, b.Enqueue(ctx, "c", ""), leaserouter.ErrFull, "leased jobs count")
+	require.NoError(t, l.Complete(ctx))
 	require.NoError(t, b.Enqueue(ctx, "c", ""), "finished jobs do not count")
+	require.ErrorIs(t, b.Enqueue(ctx, "d", ""), leaserouter.ErrFull)
+	require.NoError(t, b.Cancel(ctx, "b"))
+	require.NoError(t, b.Enqueue(ctx, "d", ""), "canceled jobs do not count")
 }}
 
 var rowCancel = Row{Name: "cancel/pending, scheduled, leased, finished, unknown", Test: func(t T, h Harness) {
@@ -544,19 +585,35 @@ var rowCancel = Row{Name: "cancel/pending, scheduled, leased, finished, unknown"
 	l := tryAcquire(t, b, "w")
 	require.NoError(t, b.Enqueue(ctx, "pending", ""))
 	require.NoError(t, b.Enqueue(ctx, "scheduled", "", leaserouter.WithDelay(time.Hour)))
+	require.NoError(t, b.Enqueue(ctx, "done", "", leaserouter.WithPriority(1)))
+	require.NoError(t, tryAcquire(t, b, "w").Complete(ctx))
+	require.NoError(t, b.Enqueue(ctx, "dead", "", leaserouter.WithPriority(1)))
+	require.NoError(t, tryAcquire(t, b, "w").Fail(ctx, leaserouter.Permanent(errBoom)))
 	for _, id := range []string{"pending", "scheduled", "leased"} {
 		require.NoError(t, b.Cancel(ctx, id), id)
 		j := get(t, b, id)
 		require.Equal(t, leaserouter.StateCanceled, j.State, id)
 		require.Empty(t, j.Owner, id)
+		require.True(t, j.LeaseExpiry.IsZero(), id)
 	}
+	requireLost(t, l.Heartbeat(ctx, nil), l.Token(), l.Token(), leaserouter.LostCanceled)
 	requireLost(t, l.Complete(ctx), l.Token(), l.Token(), leaserouter.LostCanceled)
-	require.NoError(t, b.Cancel(ctx, "leased"), "finished: nothing changes")
-	require.Equal(t, leaserouter.StateCanceled, get(t, b, "leased").State)
+	before := stats(t, b)
+	for _, id := range []string{"leased", "done", "dead"} {
+		j := get(t, b, id)
+		require.NoError(t, b.Cancel(ctx, id), "finished: nil")
+		require.Equal(t, j, get(t, b, id), "finished: nothing changes")
+	}
+	require.Equal(t, before, stats(t, b), "nothing counted")
 	require.ErrorIs(t, b.Cancel(ctx, "unknown"), leaserouter.ErrNotFound)
-	_, err := b.TryAcquire(ctx, "w")
+	err := b.Cancel(ctx, "")
+	require.ErrorIs(t, err, leaserouter.ErrNotFound, "an ID that cannot exist")
+	require.ErrorIs(t, err, leaserouter.ErrInvalidJob)
+	_, err = b.TryAcquire(ctx, "w")
 	require.ErrorIs(t, err, leaserouter.ErrNoJob)
-	require.Equal(t, 3, stats(t, b).Canceled)
+	s := stats(t, b)
+	require.Equal(t, 3, s.Canceled)
+	require.Zero(t, s.Pending+s.Scheduled+s.Leased)
 }}
 
 var rowCloseDrains = Row{Name: "close/drains granted leases", Test: func(t T, h Harness) {

@@ -23,8 +23,9 @@ import (
 // single forms report, in the same round trip, whether they acted and,
 // when not, the row as they found it, from which lost says why.
 
-// errRevoked is the Err of EventReleased for a lease Close revoked.
-var errRevoked = errors.New("lease revoked by Close")
+// errRevoked is the Err of EventReleased for a lease Close revoked: the
+// core's, so the event reads alike on both backends.
+var errRevoked = leaserouter.ErrClosed
 
 // errExhausted is the Err of EventDead for a job whose last lease was
 // released (or revoked).

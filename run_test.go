@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -328,98 +327,6 @@ func TestRunRespectsEventBacklog(t *testing.T) {
 		// Beyond the bound, only leases already granted add events: the
 		// last batch's completions (completed and purged each).
 		require.LessOrEqual(t, n, leaserouter.EventBacklog+2*leaserouter.DefaultBatch+4, "backlog while the hook was stuck")
-	})
-}
-
-func TestRunProcessesJobs(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		r := setup(t, leaserouter.Options{LeaseDuration: ld})
-		var mu sync.Mutex
-		workerOf := map[string]string{}
-		h := func(ctx context.Context, l *lease) error {
-			mu.Lock()
-			defer mu.Unlock()
-			workerOf[l.JobID] = l.WorkerID
-			return nil
-		}
-		for i := range 5 {
-			require.NoError(t, r.Enqueue(fmt.Sprint("job-", i), ""))
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := goRun(ctx, r, leaserouter.WorkerOptions{Workers: 2, WorkerID: "w"}, h)
-		synctest.Wait()
-		require.NoError(t, r.Enqueue("late", ""))
-		synctest.Wait()
-		requireBlocked(t, done)
-
-		mu.Lock()
-		require.Len(t, workerOf, 6)
-		workers := map[string]bool{}
-		for id, w := range workerOf {
-			require.Equal(t, leaserouter.StateSucceeded, get(t, r, id).State, id)
-			require.True(t, strings.HasPrefix(w, "w-"), "worker ID %q", w)
-			workers[w] = true
-		}
-		mu.Unlock()
-		require.LessOrEqual(t, len(workers), 2)
-		require.Equal(t, 6, r.Stats().Succeeded)
-
-		cancel()
-		synctest.Wait()
-		require.NoError(t, receive(t, done), "Run stopped by ctx returns nil")
-	})
-}
-
-func TestRunHandlerErrorFailsAttempt(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		r := setup(t, leaserouter.Options{LeaseDuration: ld, Backoff: hourBackoff})
-		require.NoError(t, r.Enqueue("retry", ""))
-		require.NoError(t, r.Enqueue("permanent", ""))
-		h := func(ctx context.Context, l *lease) error {
-			if l.JobID == "permanent" {
-				return leaserouter.Permanent(errors.New("bad input"))
-			}
-			return errors.New("boom")
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := goRun(ctx, r, leaserouter.WorkerOptions{Workers: 1}, h)
-		synctest.Wait()
-
-		j := get(t, r, "retry")
-		require.Equal(t, leaserouter.StateScheduled, j.State)
-		require.Equal(t, "boom", j.LastError)
-		require.Equal(t, 1, j.Attempt)
-		j = get(t, r, "permanent")
-		require.Equal(t, leaserouter.StateFailed, j.State)
-		require.Equal(t, "bad input", j.LastError)
-		stopRun(t, cancel, done)
-	})
-}
-
-func TestRunHandlerPanicFailsAttempt(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		r := setup(t, leaserouter.Options{LeaseDuration: ld, Backoff: hourBackoff})
-		require.NoError(t, r.Enqueue("a", ""))
-		h := func(ctx context.Context, l *lease) error {
-			if l.JobID == "a" {
-				panic("kaboom")
-			}
-			return nil
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := goRun(ctx, r, leaserouter.WorkerOptions{Workers: 1}, h)
-		synctest.Wait()
-
-		j := get(t, r, "a")
-		require.Equal(t, leaserouter.StateScheduled, j.State, "a panic is a failed attempt")
-		require.Contains(t, j.LastError, "panic")
-		require.Contains(t, j.LastError, "kaboom")
-		require.Contains(t, j.LastError, "run_test.go", "LastError holds the stack")
-
-		require.NoError(t, r.Enqueue("b", ""))
-		synctest.Wait()
-		require.Equal(t, leaserouter.StateSucceeded, get(t, r, "b").State, "the worker survives the panic")
-		stopRun(t, cancel, done)
 	})
 }
 

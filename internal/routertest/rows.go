@@ -826,15 +826,20 @@ var rowRun = Row{Name: "workers/Run completes, fails, retries, recovers panics",
 		}
 		return true
 	})
+	require.NoError(t, b.Enqueue(ctx, "late", ""))
+	eventually(t, h, "an idle Run takes a job enqueued later, its workers alive after the panics", func() bool {
+		return get(t, b, "late").State == leaserouter.StateSucceeded
+	})
 	stop()
 	require.NoError(t, <-ran, "stopped by its ctx: nil")
 	mu.Lock()
-	require.Equal(t, map[string]int{"ok": 1, "err": 2, "perm": 1, "panic": 2}, calls, "a failed attempt is retried; Permanent is not")
+	require.Equal(t, map[string]int{"ok": 1, "err": 2, "perm": 1, "panic": 2, "late": 1}, calls, "a failed attempt is retried; Permanent is not")
 	for w := range workers {
 		require.Contains(t, []string{"run-0", "run-1"}, w, "worker i is <WorkerID>-<i>")
 	}
 	mu.Unlock()
 	require.Equal(t, "boom", get(t, b, "err").LastError)
+	require.Equal(t, "boom", get(t, b, "perm").LastError)
 	require.Contains(t, get(t, b, "panic").LastError, "handler panic", "the recovered panic")
 }}
 

@@ -398,7 +398,10 @@ var rowKeepAliveIntervalFloor = Row{Name: "workers/KeepAlive's interval is never
 	defer stop1()
 	_, stop2 := b.KeepAlive(ctx, l, 0)
 	defer stop2()
-	require.Equal(t, []time.Duration{leaserouter.MinHeartbeatInterval, time.Second}, h.KeptIntervals(l))
+	_, stop4 := b.KeepAlive(ctx, l, -time.Second)
+	defer stop4()
+	require.Equal(t, []time.Duration{leaserouter.MinHeartbeatInterval, time.Second, time.Second}, h.KeptIntervals(l),
+		"a zero or negative interval is LeaseDuration/3")
 
 	// A lease of 2ms is held long enough to read its keeper only on an
 	// exact clock; on a real one it may be lost before KeepAlive returns

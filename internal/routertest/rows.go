@@ -919,6 +919,11 @@ var rowKeepAlive = Row{Name: "workers/KeepAlive keeps a lease and reports its lo
 	require.NoError(t, kctx.Err(), "kept")
 	require.NoError(t, l.Heartbeat(ctx, nil), "still valid after twice its duration")
 	cancel()
+	cancel() // idempotent
+	require.Error(t, kctx.Err(), "cancel cancels its ctx")
+	expire(h, l, d)
+	require.Equal(t, leaserouter.StatePending, get(t, b, "a").State, "no heartbeat after cancel: the lease lapsed")
+	require.NoError(t, tryAcquire(t, b, "w").Complete(ctx)) // a, out of the way
 
 	// Its ctx is canceled as soon as a heartbeat is refused: with
 	// heartbeats every d/10, well before the lease would have lapsed.
@@ -930,7 +935,9 @@ var rowKeepAlive = Row{Name: "workers/KeepAlive keeps a lease and reports its lo
 	exp := get(t, b, "c").LeaseExpiry
 	require.NoError(t, b.Cancel(ctx, "c"))
 	eventually(t, h, "KeepAlive's ctx canceled once the lease is lost", func() bool { return kctx.Err() != nil })
-	require.ErrorIs(t, context.Cause(kctx), leaserouter.ErrLeaseLost)
+	var lost *leaserouter.LeaseLostError
+	require.ErrorAs(t, context.Cause(kctx), &lost)
+	require.Equal(t, leaserouter.LostCanceled, lost.Reason)
 	require.True(t, time.Now().Before(exp.Add(-d/4)),
 		"canceled at the refused heartbeat (%v), not at the lease's expiry (%v)", time.Now(), exp)
 	cancel()
@@ -941,6 +948,15 @@ var rowKeepAlive = Row{Name: "workers/KeepAlive keeps a lease and reports its lo
 	defer cancel()
 	require.Error(t, kctx.Err(), "interval >= LeaseDuration: canceled at once")
 	require.ErrorIs(t, context.Cause(kctx), leaserouter.ErrInvalidOptions)
+	require.NoError(t, l.Complete(ctx), "the lease itself is untouched")
+
+	require.NoError(t, b.Enqueue(ctx, "e", ""))
+	l = tryAcquire(t, b, "w")
+	expire(h, l, d)
+	kctx, cancel = b.KeepAlive(ctx, l, 0)
+	defer cancel()
+	eventually(t, h, "KeepAlive of an expired lease: its ctx canceled", func() bool { return kctx.Err() != nil })
+	require.ErrorIs(t, context.Cause(kctx), leaserouter.ErrLeaseLost)
 }}
 
 var rowBadInput = Row{Name: "bad input/documented error for every call", Test: func(t T, h Harness) {

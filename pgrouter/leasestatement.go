@@ -93,6 +93,18 @@ func readEnded(rows pgx.Rows, err error) (map[leaseKey]ended, error) {
 	return out, rows.Err()
 }
 
+// queueLock queues op's row lock on b: lockRow, or in a caller's
+// transaction (inTx, under op's savepoint) lockRowOfToken. A refusal in
+// a caller's transaction rolls back to the savepoint even if ctx ended
+// (see endSavepoint), so a lock the check took never outlives it.
+func (l *Lease[T]) queueLock(b *pgx.Batch, inTx bool) {
+	if inTx {
+		b.Queue(lockRowOfToken, args{"queue": l.r.opts.Queue, "id": l.JobID, "token": int64(l.Token)})
+		return
+	}
+	b.Queue(lockRow, args{"queue": l.r.opts.Queue, "id": l.JobID})
+}
+
 // op runs stmt (lease_end.sql or lease_heartbeat.sql, with its
 // arguments a) on q after locking l's row (lease_lock.sql),
 // in one round trip and one transaction (q's own, or the batch's

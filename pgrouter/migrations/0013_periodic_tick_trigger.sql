@@ -10,13 +10,16 @@
 -- meanwhile. So the database records the tick whenever an update raises
 -- last_tick, in the updating transaction (which holds the row's lock, as
 -- every taker does). A newer scheduler's take (periodic_tick.sql) inserts
--- the record before it raises last_tick, in one statement, so this finds
--- it there and does nothing (ON CONFLICT DO NOTHING): the take stays
--- its. The ticks an old scheduler skipped (woken late, it raises
--- last_tick over several) get no record: none was taken, and a newer
--- scheduler that kept one takes it, once. An update that does not raise
--- last_tick (a held tick taken after a younger one, periodic_prune.sql
--- raising taken_to) records nothing here.
+-- the record itself, in the statement that raises last_tick; the trigger
+-- runs after that statement (AFTER ... FOR EACH ROW), finds the record
+-- and does nothing (ON CONFLICT DO NOTHING): the take stays the
+-- statement's, which enqueues the tick's job once. The ticks an old
+-- scheduler skipped (woken late, it raises last_tick over several) get
+-- no record: it took none of them, and a newer scheduler that kept one
+-- (planned it in time) takes it, once, as it would a tick another newer
+-- scheduler skipped. An update that does not raise last_tick (a held
+-- tick taken after a younger one; periodic_prune.sql raising taken_to)
+-- records nothing here.
 CREATE OR REPLACE FUNCTION leaserouter_periodic_record_tick() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN

@@ -200,8 +200,9 @@ func asVersion12(t *testing.T, db *pgxpool.Pool) {
 
 // A tick a previous version's scheduler took while the database was at
 // version 12 (before the database recorded its ticks) is not taken again
-// once Migrate brought it to this version; later ticks go on being taken
-// once each, by either version.
+// once Migrate brought it to this version (New refuses the database
+// until then); later ticks go on being taken once each, by either
+// version.
 func TestPeriodicTickTakenAtVersion12ByAPreviousVersionNotTakenAgain(t *testing.T) {
 	for _, prev := range previousTakes {
 		t.Run(prev.name, func(t *testing.T) {
@@ -213,6 +214,8 @@ func TestPeriodicTickTakenAtVersion12ByAPreviousVersionNotTakenAgain(t *testing.
 			require.True(t, previousTakeCommitted(t, db, prev.sql, queue, name, t1))
 			require.True(t, previousTakeCommitted(t, db, prev.sql, queue, name, t2))
 
+			_, err := pgrouter.New[int](t.Context(), db, pgrouter.Options{Queue: queue})
+			require.ErrorIs(t, err, pgrouter.ErrSchemaOutdated, "New on a database at version 12")
 			require.NoError(t, pgrouter.Migrate(t.Context(), db))
 			for _, tick := range []time.Time{t1, t2} {
 				taken, _ := takeTick(t, db, queue, name, tick, time.Hour)

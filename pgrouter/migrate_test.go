@@ -320,7 +320,7 @@ func TestMigrateRefusesAMissingFirstVersion(t *testing.T) {
 	require.ErrorContains(t, err, "but not 2")
 	var n int
 	require.NoError(t, db.QueryRow(ctx, "SELECT count(*) FROM leaserouter_migrations").Scan(&n))
-	require.Equal(t, 11, n)
+	require.Equal(t, latestMigration(t)-1, n, "every version but 2 still recorded")
 }
 
 // TestMigrateCanceledReleasesItsLocks: a Migrate whose ctx ends while its

@@ -80,18 +80,6 @@ func (l *Lease[T]) CompleteTx(ctx context.Context, tx pgx.Tx) error {
 // own).
 const savepoint = "leaserouter_lease_op"
 
-// queueLock queues op's row lock on b: lockRow, or in a caller's
-// transaction (inTx, under op's savepoint) lockRowOfToken. A refusal in
-// a caller's transaction rolls back to the savepoint even if ctx ended
-// (see endSavepoint), so a lock the check took never outlives it.
-func (l *Lease[T]) queueLock(b *pgx.Batch, inTx bool) {
-	if inTx {
-		b.Queue(lockRowOfToken, args{"queue": l.r.opts.Queue, "id": l.JobID, "token": int64(l.Token)})
-		return
-	}
-	b.Queue(lockRow, args{"queue": l.r.opts.Queue, "id": l.JobID})
-}
-
 // endSavepoint ends op's savepoint in the caller's transaction q, given
 // op's error so far and what writerOf read: on a refusal or an error it
 // rolls back to the savepoint, letting go of the row lock the check took,

@@ -214,7 +214,9 @@
 // per-minute counts of each process), leaserouter_periodic (each periodic
 // job's first registration and last tick taken) and
 // leaserouter_periodic_ticks (each tick taken, kept while Retention
-// lasts), the sequences leaserouter_token
+// lasts; a trigger on leaserouter_periodic records the ticks taken by
+// processes of a version before schema 12, which raise last_tick
+// only), the sequences leaserouter_token
 // (fencing tokens: cache 1, raised by New above TokenFloor and the Unix
 // time in nanoseconds, never lowered) and leaserouter_job_seq (enqueue
 // order), partial indexes for the ready order, scheduled run-ats, lease

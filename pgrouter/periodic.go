@@ -107,12 +107,19 @@ type Periodic[T any] = leaserouter.Periodic[T]
 // records older than Options.Retention are deleted by the tick's later
 // takers and by the queue's maintenance, about once a minute.
 //
-// Upgrading: a process of a pgrouter version before schema version 12
-// (which added the tick records) still schedules against a migrated
-// database, but takes ticks without a record, and a tick it took may be
-// taken again by a process of this version. Stop the periodic jobs of
-// the older processes (or upgrade them) before Migrate brings the
-// database to version 12.
+// Upgrading: during a rolling upgrade, processes of an older pgrouter
+// (before schema version 12, which added the tick records) may go on
+// scheduling beside this version's on the migrated database, with no
+// change to them: such a process takes a tick by raising the job's
+// last_tick alone, and the database records the tick for it (a trigger
+// on leaserouter_periodic, schema version 13), so a tick is taken once
+// whichever versions' schedulers try it, even after its job was deleted.
+// A tick an older process skipped (woken late, it takes the latest due
+// tick only) is still taken, once, by a scheduler of this version that
+// got to it in time. Migrate from version 12 treats every tick up to the
+// latest taken as taken (older processes may have taken any of them
+// without a record): a tick at or before it that no one took, held at
+// that instant by a stalled transaction, is not enqueued.
 //
 // Payload is called on the scheduler's goroutine, outside every lock, at
 // each try of a tick (again for a tick held or failed in the database); it

@@ -3,6 +3,7 @@ package pgrouter_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -601,4 +602,24 @@ func TestPeriodicRemoveStopsItsTicks(t *testing.T) {
 	require.NoError(t, db.QueryRow(ctx, "SELECT count(*) FROM leaserouter_jobs WHERE starts_with(id, 'beat@') AND created_at > $1",
 		removed).Scan(&after))
 	require.LessOrEqual(t, after, 1, "jobs enqueued in the 3s after RemovePeriodic")
+}
+
+// TestPeriodicFailingTickDoesNotStarveOthers: one periodic job whose tick
+// the database refuses every time (its payload is JSON that jsonb does not
+// take: a lone surrogate escape) must not stop this Router's other
+// periodic jobs: each is scheduled on its own.
+func TestPeriodicFailingTickDoesNotStarveOthers(t *testing.T) {
+	t.Parallel()
+	r, db := newRouter[json.RawMessage](t, pgrouter.Options{})
+	ctx := t.Context()
+	require.NoError(t, r.AddPeriodic(ctx, pgrouter.Periodic[json.RawMessage]{Name: "bad", Schedule: leaserouter.Every(time.Second),
+		Payload: func(time.Time) json.RawMessage { return json.RawMessage(`"\ud800"`) }}))
+	require.NoError(t, r.AddPeriodic(ctx, pgrouter.Periodic[json.RawMessage]{Name: "good", Schedule: leaserouter.Every(time.Second),
+		Payload: func(time.Time) json.RawMessage { return json.RawMessage(`1`) }}))
+	from := dbNow(t, db)
+	awaitDBTime(t, db, from.Add(4*time.Second))
+	// Ticks at 1s: at least three of the four whole seconds lived across,
+	// asserted generously (the bug leaves at most one).
+	require.GreaterOrEqual(t, len(tickJobs(t, db, "default", "good")), 3, "ticks of the healthy periodic job")
+	require.Empty(t, tickJobs(t, db, "default", "bad"))
 }

@@ -20,7 +20,11 @@
 -- records of the job's ticks older than @retention_us before @tick (no
 -- scheduler of that retention takes them any more) and raises taken_to
 -- over them, and raises last_tick (the latest tick taken: a scheduler
--- that starts plans from it).
+-- that starts plans from it). Raising last_tick fires the trigger
+-- leaserouter_periodic_record_tick after this statement (it records the
+-- ticks that older versions' schedulers take by raising last_tick
+-- alone): it finds the record inserted here and does nothing, so taken
+-- is true and the tick's job is inserted once.
 --
 -- The rest of the transaction is bounded, so that a scheduler stalled
 -- inside it holds the row for a while only, each bound set for this

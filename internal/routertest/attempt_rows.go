@@ -17,7 +17,7 @@ import (
 // on every backend.
 
 func attemptRows() []Row {
-	return []Row{rowSnooze, rowSnoozeBadInput, rowRunSnooze, rowTimeout, rowTimeoutBadInput}
+	return []Row{rowSnooze, rowSnoozeKeepsLastError, rowSnoozeBadInput, rowRunSnooze, rowTimeout, rowTimeoutWhichApplies, rowTimeoutBadInput}
 }
 
 // rowSnooze: Snooze ends the lease and schedules the job after d without
@@ -40,9 +40,12 @@ var rowSnooze = Row{Name: "snooze/ends the lease, ready again after d, the attem
 	require.False(t, j.RunAt.IsZero())
 	_, err := b.TryAcquire(ctx, "w2")
 	require.ErrorIs(t, err, leaserouter.ErrNoJob, "not ready before d has passed")
+	runAt := j.RunAt
 	requireLost(t, l1.Heartbeat(ctx, nil), l1.Token(), l1.Token(), leaserouter.LostSnoozed)
 	requireLost(t, l1.Complete(ctx), l1.Token(), l1.Token(), leaserouter.LostSnoozed)
 	requireLost(t, l1.Snooze(ctx, 0), l1.Token(), l1.Token(), leaserouter.LostSnoozed)
+	requireLost(t, l1.Fail(ctx, errBoom), l1.Token(), l1.Token(), leaserouter.LostSnoozed)
+	require.Equal(t, leaserouter.StateScheduled, get(t, b, "a").State, "the refusals changed nothing")
 
 	h.Advance(d + h.Lease()/2)
 	l2 := tryAcquire(t, b, "w2")
@@ -70,7 +73,7 @@ var rowSnooze = Row{Name: "snooze/ends the lease, ready again after d, the attem
 	evs := ev.drain()
 	require.Equal(t, []leaserouter.EventKind{leaserouter.EventEnqueued, leaserouter.EventLeaseAcquired,
 		leaserouter.EventLeaseExtended, leaserouter.EventSnoozed, leaserouter.EventStaleRejected,
-		leaserouter.EventStaleRejected, leaserouter.EventStaleRejected, leaserouter.EventLeaseAcquired,
+		leaserouter.EventStaleRejected, leaserouter.EventStaleRejected, leaserouter.EventStaleRejected, leaserouter.EventLeaseAcquired,
 		leaserouter.EventStaleRejected, leaserouter.EventSnoozed, leaserouter.EventLeaseAcquired,
 		leaserouter.EventFailed, leaserouter.EventDead}, kinds(evs, "a"))
 	e := first(evs, "a", leaserouter.EventSnoozed)
@@ -78,13 +81,44 @@ var rowSnooze = Row{Name: "snooze/ends the lease, ready again after d, the attem
 	require.Equal(t, "w1", e.WorkerID)
 	require.Equal(t, 1, e.Attempt, "the snoozed lease's attempt")
 	require.NoError(t, e.Err)
+	require.True(t, e.Time.Add(d).Equal(runAt), "run-at %v is the snooze's instant %v plus d", runAt, e.Time)
+}}
+
+// rowSnoozeKeepsLastError: a job that failed and is snoozed on its last
+// attempt is not dead, however often it snoozes: the attempt goes back
+// to what it was, its LastError and checkpoint kept for the next lease.
+var rowSnoozeKeepsLastError = Row{Name: "snooze/on the last attempt, not dead; LastError and checkpoint kept", Test: func(t T, h Harness) {
+	b := open(t, h, Config{MaxAttempts: 2})
+	ctx := ctxOf(t)
+	require.NoError(t, b.Enqueue(ctx, "a", ""))
+	require.NoError(t, tryAcquire(t, b, "w").Fail(ctx, errBoom))
+	for i := range 3 { // its last attempt, again and again
+		l := tryAcquire(t, b, "w")
+		require.Equal(t, 2, l.Attempt(), "snooze %d", i)
+		require.NoError(t, l.Heartbeat(ctx, []byte(fmt.Sprint("cp", i))))
+		require.NoError(t, l.Snooze(ctx, 0))
+		j := get(t, b, "a")
+		require.Equal(t, leaserouter.StatePending, j.State, "snooze %d: not dead, whatever the attempts", i)
+		require.Equal(t, 1, j.Attempt, "snooze %d: the snoozed lease is not counted", i)
+		require.Equal(t, "boom", j.LastError, "the last error is kept")
+		require.Equal(t, fmt.Sprint("cp", i), string(j.Progress), "the checkpoint is kept")
+		require.Empty(t, j.Owner)
+	}
+	l := tryAcquire(t, b, "w")
+	require.Equal(t, "cp2", string(l.Progress()), "handed to the next lease")
+	require.NoError(t, l.Fail(ctx, errors.New("again")))
+	j := get(t, b, "a")
+	require.Equal(t, leaserouter.StateFailed, j.State, "its second counted attempt failed: dead")
+	require.Equal(t, 2, j.Attempt)
 }}
 
 // rowSnoozeBadInput: a negative delay is refused with ErrInvalidOptions
 // and changes nothing; so is a nil lease's.
 var rowSnoozeBadInput = Row{Name: "snooze/a negative delay refused with ErrInvalidOptions, nothing changed", Test: func(t T, h Harness) {
 	b, ctx, l := leasedA(t, h)
-	require.ErrorIs(t, l.Snooze(ctx, -time.Nanosecond), leaserouter.ErrInvalidOptions)
+	err := l.Snooze(ctx, -time.Nanosecond)
+	require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+	require.NotErrorIs(t, err, leaserouter.ErrLeaseLost, "checked before the lease")
 	j := get(t, b, "a")
 	require.Equal(t, leaserouter.StateLeased, j.State)
 	require.Equal(t, l.Token(), j.Token)
@@ -92,6 +126,12 @@ var rowSnoozeBadInput = Row{Name: "snooze/a negative delay refused with ErrInval
 	require.EqualValues(t, 0, stats(t, b).Snoozed)
 	require.NoError(t, l.Complete(ctx))
 	requireLost(t, l.Snooze(ctx, time.Second), l.Token(), l.Token(), leaserouter.LostCompleted)
+
+	require.NoError(t, b.Enqueue(ctx, "x", ""))
+	l = tryAcquire(t, b, "w")
+	expire(h, l, h.Lease())
+	requireLost(t, l.Snooze(ctx, 0), l.Token(), l.Token(), leaserouter.LostExpired)
+	require.Equal(t, 2, tryAcquire(t, b, "w").Attempt(), "the expiry counted the first attempt; the refused snooze took nothing back")
 }}
 
 // rowRunSnooze: a Run handler returning Snooze(d), even wrapped, has its
@@ -99,7 +139,8 @@ var rowSnoozeBadInput = Row{Name: "snooze/a negative delay refused with ErrInval
 // then succeeds); Snooze with a negative delay fails the attempt with
 // ErrInvalidOptions's message.
 var rowRunSnooze = Row{Name: "snooze/a Run handler returning Snooze(d) snoozes; a negative delay fails the attempt", Test: func(t T, h Harness) {
-	b := open(t, h, Config{MaxAttempts: 1})
+	ev := newEvents()
+	b := open(t, h, Config{MaxAttempts: 1, OnEvent: ev.record})
 	ctx := ctxOf(t)
 	_, err := b.EnqueueMany(ctx, []leaserouter.JobSpec[string]{{ID: "s"}, {ID: "wrapped"}, {ID: "neg"}})
 	require.NoError(t, err)
@@ -140,10 +181,27 @@ var rowRunSnooze = Row{Name: "snooze/a Run handler returning Snooze(d) snoozes; 
 	require.Equal(t, map[string]int{"s": 3, "wrapped": 3, "neg": 1}, calls)
 	mu.Unlock()
 	for _, id := range []string{"s", "wrapped"} {
-		require.Equal(t, 1, get(t, b, id).Attempt, "two snoozes and a success: one attempt")
+		j := get(t, b, id)
+		require.Equal(t, 1, j.Attempt, "two snoozes and a success: one attempt")
+		require.Empty(t, j.LastError, "a snooze is not a failure")
 	}
-	require.Contains(t, get(t, b, "neg").LastError, "invalid options")
-	require.EqualValues(t, 4, stats(t, b).Snoozed)
+	require.Contains(t, get(t, b, "neg").LastError, "Snooze(-1s), must be >= 0")
+	s := stats(t, b)
+	require.EqualValues(t, 4, s.Snoozed, "the negative one not among them")
+	require.Zero(t, s.Retries)
+	require.NoError(t, b.Close(ctx))
+	evs := ev.drain()
+	require.NotContains(t, kinds(evs, "s"), leaserouter.EventFailed)
+	var snoozed time.Time
+	for _, e := range evs {
+		switch {
+		case e.JobID != "s":
+		case e.Kind == leaserouter.EventSnoozed:
+			snoozed = e.Time
+		case e.Kind == leaserouter.EventLeaseAcquired && !snoozed.IsZero():
+			require.GreaterOrEqual(t, e.Time.Sub(snoozed), h.Lease()/4, "leased again d after the snooze")
+		}
+	}
 }}
 
 // rowTimeout: Run cancels the handler's ctx at the attempt's timeout
@@ -162,6 +220,8 @@ var rowTimeout = Row{Name: "timeouts/the handler's ctx canceled at the attempt's
 	type seen struct {
 		err, cause, beat error
 		deadline         bool
+		start, at        time.Time // the handler's start, its ctx's deadline
+		token            leaserouter.Token
 	}
 	var mu sync.Mutex
 	seens := map[string]seen{}
@@ -177,12 +237,13 @@ var rowTimeout = Row{Name: "timeouts/the handler's ctx canceled at the attempt's
 			if n > 1 {
 				return nil
 			}
-			_, deadline := hctx.Deadline()
+			start := time.Now()
+			at, deadline := hctx.Deadline()
 			<-hctx.Done()
 			// Past the lease's own duration after the timeout: Run's
 			// heartbeats keep it.
 			h.Advance(h.Lease() + h.Lease()/4)
-			s := seen{err: hctx.Err(), cause: context.Cause(hctx), deadline: deadline,
+			s := seen{err: hctx.Err(), cause: context.Cause(hctx), deadline: deadline, start: start, at: at, token: l.Token(),
 				beat: l.Heartbeat(context.WithoutCancel(hctx), nil)}
 			mu.Lock()
 			seens[l.JobID()] = s
@@ -200,6 +261,7 @@ var rowTimeout = Row{Name: "timeouts/the handler's ctx canceled at the attempt's
 	for id, want := range map[string]time.Duration{"a": limit, "b": own} {
 		s := seens[id]
 		require.True(t, s.deadline, "%s: the handler's ctx has the timeout's deadline", id)
+		require.WithinDuration(t, s.start.Add(want), s.at, h.Lease()/4, "%s: the deadline is the handler's start plus the timeout", id)
 		require.ErrorIs(t, s.err, context.DeadlineExceeded, id)
 		var te *leaserouter.TimeoutError
 		require.True(t, errors.As(s.cause, &te), "%s: the cause is a *TimeoutError, got %v", id, s.cause)
@@ -210,11 +272,65 @@ var rowTimeout = Row{Name: "timeouts/the handler's ctx canceled at the attempt's
 		j := get(t, b, id)
 		require.Equal(t, 2, j.Attempt, "%s: the timed-out attempt failed and was retried", id)
 		require.Equal(t, "gave up: context deadline exceeded", j.LastError, id)
-		require.NotZero(t, te.Token, "%s: the attempt's lease", id)
+		require.Equal(t, s.token, te.Token, "%s: the attempt's lease", id)
 	}
 	st := stats(t, b)
 	require.EqualValues(t, 0, st.Expirations, "no lease expired: Run heartbeated the timed-out handlers")
+	require.Zero(t, st.StaleRejections, "nothing refused: no lease was lost")
 	require.EqualValues(t, 2, st.Retries)
+}}
+
+// rowTimeoutWhichApplies: a job's WithTimeout limits its attempts
+// whatever WorkerOptions.Timeout is (none here); WithTimeout(0), or none,
+// takes WorkerOptions.Timeout, and with neither the handler's ctx has no
+// deadline.
+var rowTimeoutWhichApplies = Row{Name: "timeouts/WithTimeout over WorkerOptions.Timeout; with neither, no deadline", Test: func(t T, h Harness) {
+	b := open(t, h, Config{})
+	ctx := ctxOf(t)
+	require.NoError(t, b.Enqueue(ctx, "own", "", leaserouter.WithTimeout(time.Hour)))
+	require.NoError(t, b.Enqueue(ctx, "zero", "", leaserouter.WithTimeout(0)))
+	require.NoError(t, b.Enqueue(ctx, "none", ""))
+	type seen struct {
+		start, at time.Time
+		has       bool
+	}
+	var mu sync.Mutex
+	seens := map[string]seen{}
+	handler := func(hctx context.Context, l Lease) error {
+		at, has := hctx.Deadline()
+		mu.Lock()
+		seens[l.JobID()] = seen{time.Now(), at, has}
+		mu.Unlock()
+		return nil
+	}
+	ran := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seens) == 3
+	}
+	stop := runUntil(t, b, leaserouter.WorkerOptions{Workers: 1}, handler)
+	eventually(t, h, "every job ran", ran)
+	require.NoError(t, stop())
+	mu.Lock()
+	require.True(t, seens["own"].has, "WithTimeout with no worker timeout")
+	require.WithinDuration(t, seens["own"].start.Add(time.Hour), seens["own"].at, h.Lease()/4)
+	require.False(t, seens["zero"].has, "WithTimeout(0) and no worker timeout: no deadline")
+	require.False(t, seens["none"].has, "neither: no deadline")
+	clear(seens)
+	mu.Unlock()
+
+	require.NoError(t, b.Enqueue(ctx, "own2", "", leaserouter.WithTimeout(time.Hour)))
+	require.NoError(t, b.Enqueue(ctx, "zero2", "", leaserouter.WithTimeout(0)))
+	require.NoError(t, b.Enqueue(ctx, "none2", ""))
+	stop = runUntil(t, b, leaserouter.WorkerOptions{Workers: 1, Timeout: 2 * time.Hour}, handler)
+	eventually(t, h, "every job ran", ran)
+	require.NoError(t, stop())
+	mu.Lock()
+	defer mu.Unlock()
+	for id, want := range map[string]time.Duration{"own2": time.Hour, "zero2": 2 * time.Hour, "none2": 2 * time.Hour} {
+		require.True(t, seens[id].has, id)
+		require.WithinDuration(t, seens[id].start.Add(want), seens[id].at, h.Lease()/4, id)
+	}
 }}
 
 // rowTimeoutBadInput: a negative WithTimeout is refused by Enqueue with

@@ -349,27 +349,47 @@ var rowBatchAfterCut = Row{Name: "workers/after a cut batch Run leases one job a
 // returns nil completes its job, and one that returns an error releases
 // it (pending again), not a failed attempt (Backoff an hour: a failed
 // attempt would leave it scheduled).
-var rowHandlerResultAfterStop = Row{Name: "workers/after Run's ctx is done a nil result completes, an error releases", Test: func(t T, h Harness) {
+var rowHandlerResultAfterStop = Row{Name: "workers/after Run's ctx is done a nil result completes, an error releases, a Snooze snoozes", Test: func(t T, h Harness) {
 	b := open(t, h, Config{Backoff: func(int) time.Duration { return time.Hour }})
 	ctx := ctxOf(t)
-	require.NoError(t, b.Enqueue(ctx, "ok", ""))
-	require.NoError(t, b.Enqueue(ctx, "err", ""))
+	ids := []string{"ok", "err", "snooze", "neg"}
+	for _, id := range ids[:3] {
+		require.NoError(t, b.Enqueue(ctx, id, ""))
+	}
+	require.NoError(t, b.Enqueue(ctx, "neg", "", leaserouter.WithMaxAttempts(1)))
 	var started atomic.Int32
-	stop := runUntil(t, b, leaserouter.WorkerOptions{Workers: 2, Batch: 1}, func(hctx context.Context, l Lease) error {
+	stop := runUntil(t, b, leaserouter.WorkerOptions{Workers: 4, Batch: 1}, func(hctx context.Context, l Lease) error {
 		started.Add(1)
 		<-hctx.Done()
-		if l.JobID() == "err" {
+		switch l.JobID() {
+		case "err":
 			return errors.New("stopped")
+		case "snooze":
+			return leaserouter.Snooze(0)
+		case "neg":
+			return leaserouter.Snooze(-time.Second)
 		}
 		return nil
 	})
-	eventually(t, h, "both handlers run", func() bool { return started.Load() == 2 })
+	eventually(t, h, "every handler runs", func() bool { return started.Load() == 4 })
 	require.NoError(t, stop())
-	eventually(t, h, "both jobs settled", func() bool {
-		return get(t, b, "ok").State != leaserouter.StateLeased && get(t, b, "err").State != leaserouter.StateLeased
+	eventually(t, h, "every job settled", func() bool {
+		for _, id := range ids {
+			if get(t, b, id).State == leaserouter.StateLeased {
+				return false
+			}
+		}
+		return true
 	})
 	require.Equal(t, leaserouter.StateSucceeded, get(t, b, "ok").State, "nil after the stop: completed")
 	require.Equal(t, leaserouter.StatePending, get(t, b, "err").State, "an error after the stop: released")
+	require.Equal(t, 1, get(t, b, "err").Attempt, "a release counts the attempt")
+	j := get(t, b, "snooze")
+	require.Equal(t, leaserouter.StatePending, j.State, "Snooze(0) after the stop: snoozed")
+	require.Equal(t, 0, j.Attempt, "snoozed, not released: the attempt not counted")
+	j = get(t, b, "neg")
+	require.Equal(t, leaserouter.StateFailed, j.State, "a negative Snooze fails its attempt, stopping or not")
+	require.Contains(t, j.LastError, "Snooze(-1s), must be >= 0")
 }}
 
 // rowKeepAliveNilLease: KeepAlive of a nil or zero lease returns a context

@@ -2,8 +2,11 @@ package routertest
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -155,6 +158,9 @@ var rowPeriodicPayloadPanicSkipsTick = Row{Name: "periodic/a panicking Payload s
 	payload := func(tick time.Time) string { return "for " + tick.UTC().Format(time.RFC3339Nano) }
 	require.NoError(t, ps.AddPeriodic(ctx, leaserouter.Periodic[string]{Name: "p", Schedule: leaserouter.Every(every),
 		Payload: func(tick time.Time) string {
+			if err := ps.RemovePeriodic("unknown"); !errors.Is(err, leaserouter.ErrNotFound) {
+				panic(fmt.Sprint("Payload runs outside the backend's lock: RemovePeriodic from it: ", err))
+			}
 			mu.Lock()
 			ticks = append(ticks, tick)
 			first := len(ticks) == 1
@@ -267,33 +273,55 @@ func isClosed(c <-chan struct{}) bool {
 	}
 }
 
-// rowPeriodicBadInput: AddPeriodic refuses, with ErrInvalidOptions, an
-// empty name, a nil schedule, Every(d <= 0), WithRunAt or WithDelay among
-// the options, a name already added, and a negative Retention;
-// RemovePeriodic of an unknown name is ErrNotFound; after Close both are
+// rowPeriodicBadInput: AddPeriodic refuses, with ErrInvalidOptions and
+// one message on every backend, an empty name, a nil schedule, Every(d <=
+// 0), WithRunAt or WithDelay among the options, a bad option, a name that
+// breaks the rule for IDs or leaves no room for the tick; and, with
+// ErrInvalidOptions, a name already added and a negative Retention.
+// RemovePeriodic of an unknown name (or one removed already) is
+// ErrNotFound; a removed name may be added again; after Close both are
 // ErrClosed.
 var rowPeriodicBadInput = Row{Name: "periodic/bad input refused with ErrInvalidOptions, unknown name ErrNotFound, after Close ErrClosed", Test: func(t T, h Harness) {
 	b := open(t, h, Config{})
 	ctx := ctxOf(t)
 	ps := periodics(t, b)
 	hourly := leaserouter.Every(time.Hour)
-	for name, p := range map[string]leaserouter.Periodic[string]{
-		"empty name":    {Schedule: hourly},
-		"nil schedule":  {Name: "p"},
-		"Every(0)":      {Name: "p", Schedule: leaserouter.Every(0)},
-		"Every(-1s)":    {Name: "p", Schedule: leaserouter.Every(-time.Second)},
-		"WithRunAt":     {Name: "p", Schedule: hourly, Options: []leaserouter.EnqueueOption{leaserouter.WithRunAt(time.Now())}},
-		"WithDelay":     {Name: "p", Schedule: hourly, Options: []leaserouter.EnqueueOption{leaserouter.WithDelay(time.Second)}},
-		"bad option":    {Name: "p", Schedule: hourly, Options: []leaserouter.EnqueueOption{leaserouter.WithMaxAttempts(0)}},
-		"NUL in name":   {Name: "p\x00", Schedule: hourly},
-		"name too long": {Name: string(make([]byte, leaserouter.MaxIDBytes)), Schedule: hourly},
+	long := strings.Repeat("n", leaserouter.MaxIDBytes-30)
+	for name, c := range map[string]struct {
+		p    leaserouter.Periodic[string]
+		want string
+	}{
+		"empty name":   {leaserouter.Periodic[string]{Schedule: hourly}, "Periodic.Name is empty"},
+		"nil schedule": {leaserouter.Periodic[string]{Name: "p"}, `Periodic "p" has a nil Schedule`},
+		"Every(0)": {leaserouter.Periodic[string]{Name: "p", Schedule: leaserouter.Every(0)},
+			`Periodic "p" has Schedule Every(0s), the interval must be > 0`},
+		"Every(-1s)": {leaserouter.Periodic[string]{Name: "p", Schedule: leaserouter.Every(-time.Second)},
+			`Periodic "p" has Schedule Every(-1s), the interval must be > 0`},
+		"WithRunAt": {leaserouter.Periodic[string]{Name: "p", Schedule: hourly, Options: []leaserouter.EnqueueOption{leaserouter.WithRunAt(time.Now())}},
+			`Periodic "p" has WithRunAt or WithDelay among its Options: the tick is the run-at`},
+		"WithDelay": {leaserouter.Periodic[string]{Name: "p", Schedule: hourly, Options: []leaserouter.EnqueueOption{leaserouter.WithDelay(time.Second)}},
+			`Periodic "p" has WithRunAt or WithDelay among its Options: the tick is the run-at`},
+		"bad option": {leaserouter.Periodic[string]{Name: "p", Schedule: hourly, Options: []leaserouter.EnqueueOption{leaserouter.WithMaxAttempts(0)}},
+			`Periodic "p": leaserouter: invalid job: WithMaxAttempts(0) for job "p@1970-01-01T00:00:00Z", must be in [1, 2147483647]`},
+		"NUL in name":    {leaserouter.Periodic[string]{Name: "p\x00", Schedule: hourly}, `Periodic.Name "p\x00" holds NUL at byte 1`},
+		"name not UTF-8": {leaserouter.Periodic[string]{Name: "bad\xff", Schedule: hourly}, `Periodic.Name "bad\xff" is not valid UTF-8 at byte 3`},
+		"name too long":  {leaserouter.Periodic[string]{Name: string(make([]byte, leaserouter.MaxIDBytes)), Schedule: hourly}, ""},
+		"no tick's room": {leaserouter.Periodic[string]{Name: long, Schedule: hourly},
+			`Periodic.Name "` + long[:32] + `"... is 994 bytes, above MaxIDBytes less the tick's room (984)`},
 	} {
-		require.ErrorIs(t, ps.AddPeriodic(ctx, p), leaserouter.ErrInvalidOptions, name)
+		err := ps.AddPeriodic(ctx, c.p)
+		require.ErrorIs(t, err, leaserouter.ErrInvalidOptions, name)
+		if c.want != "" {
+			require.EqualError(t, err, "leaserouter: invalid options: "+c.want, "%s: one message on every backend", name)
+		}
 	}
 	require.NoError(t, ps.AddPeriodic(ctx, leaserouter.Periodic[string]{Name: "p", Schedule: hourly}))
 	require.ErrorIs(t, ps.AddPeriodic(ctx, leaserouter.Periodic[string]{Name: "p", Schedule: hourly}), leaserouter.ErrInvalidOptions, "a name already added")
 	require.ErrorIs(t, ps.RemovePeriodic("unknown"), leaserouter.ErrNotFound)
 	require.ErrorIs(t, ps.RemovePeriodic(""), leaserouter.ErrNotFound)
+	require.NoError(t, ps.RemovePeriodic("p"))
+	require.ErrorIs(t, ps.RemovePeriodic("p"), leaserouter.ErrNotFound, "removed already")
+	require.NoError(t, ps.AddPeriodic(ctx, leaserouter.Periodic[string]{Name: "p", Schedule: hourly}), "added again once removed")
 
 	nr := periodics(t, open(t, h, Config{Retention: -1}))
 	require.ErrorIs(t, nr.AddPeriodic(ctx, leaserouter.Periodic[string]{Name: "p", Schedule: hourly}), leaserouter.ErrInvalidOptions,
@@ -302,6 +330,7 @@ var rowPeriodicBadInput = Row{Name: "periodic/bad input refused with ErrInvalidO
 	require.NoError(t, b.Close(ctx))
 	require.ErrorIs(t, ps.AddPeriodic(ctx, leaserouter.Periodic[string]{Name: "q", Schedule: hourly}), leaserouter.ErrClosed)
 	require.ErrorIs(t, ps.RemovePeriodic("p"), leaserouter.ErrClosed)
+	require.ErrorIs(t, ps.RemovePeriodic("unknown"), leaserouter.ErrClosed)
 }}
 
 // rowPeriodicDenseScheduleTakesTurns: a legal Schedule whose ticks come

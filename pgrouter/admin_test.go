@@ -274,4 +274,3 @@ func TestListRefusesAnotherQueuesCursor(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "a1", next.Jobs[0].ID)
 }
-

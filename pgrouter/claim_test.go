@@ -52,30 +52,6 @@ func TestClaimDuringClose(t *testing.T) {
 	require.Zero(t, j.Attempt, "the lease handed back is no attempt")
 }
 
-// TestOrder: higher priority first, then ready time, then enqueue order;
-// a batch's tokens increase in the order of its leases.
-func TestOrder(t *testing.T) {
-	r, _ := newRouter[int](t, pgrouter.Options{})
-	ctx := t.Context()
-	_, err := r.EnqueueMany(ctx, []leaserouter.JobSpec[int]{
-		{ID: "low", Options: []leaserouter.EnqueueOption{leaserouter.WithPriority(-1)}},
-		{ID: "first"}, {ID: "second"},
-		{ID: "high", Options: []leaserouter.EnqueueOption{leaserouter.WithPriority(5)}},
-		{ID: "third"},
-	})
-	require.NoError(t, err)
-	ls, err := r.TryAcquireMany(ctx, "w", 10)
-	require.NoError(t, err)
-	var got []string
-	for i, l := range ls {
-		got = append(got, l.JobID)
-		if i > 0 {
-			require.Greater(t, l.Token, ls[i-1].Token)
-		}
-	}
-	require.Equal(t, []string{"high", "first", "second", "third", "low"}, got)
-}
-
 // awaitClaimResolved waits until a claim whose outcome was unknown has
 // been resolved (its resolver marked it abandoned: from then on it claims
 // nothing, and whatever it had leased was handed back in the same

@@ -55,31 +55,6 @@ func TestKeepAliveNotStarvedByPool(t *testing.T) {
 	require.Equal(t, leaserouter.StateSucceeded, j.State)
 }
 
-// TestKeepAlive: KeepAlive keeps a lease past its duration, and cancels
-// its ctx with the reason once the lease is lost.
-func TestKeepAlive(t *testing.T) {
-	r, db := newRouter[int](t, pgrouter.Options{LeaseDuration: 300 * time.Millisecond})
-	ctx := t.Context()
-	l := leaseOn(t, r, "a")
-	kctx, cancel := pgrouter.KeepAlive(ctx, l, 50*time.Millisecond)
-	defer cancel()
-	awaitDBTime(t, db, l.Expiry().Add(300*time.Millisecond))
-	require.NoError(t, kctx.Err())
-	require.NoError(t, r.Cancel(ctx, "a"))
-	select {
-	case <-kctx.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("KeepAlive's ctx not canceled after the lease was lost")
-	}
-	var lost *leaserouter.LeaseLostError
-	require.ErrorAs(t, context.Cause(kctx), &lost)
-	require.Equal(t, leaserouter.LostCanceled, lost.Reason)
-
-	kctx, cancel = pgrouter.KeepAlive[int](ctx, nil, 0)
-	defer cancel()
-	require.Error(t, kctx.Err())
-}
-
 // TestKeepAliveOneStatementForAll: the leases a Router keeps alive are
 // heartbeated together, one statement for all that are due, not one per
 // lease; each stays alive past its first expiry.

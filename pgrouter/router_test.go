@@ -114,22 +114,6 @@ func TestCloseWakesBlockedAcquires(t *testing.T) {
 	}
 }
 
-// TestCloseWaitsForLeases: Close lets held leases finish.
-func TestCloseWaitsForLeases(t *testing.T) {
-	r, l := unclosedWithLease(t)
-	ctx := t.Context()
-	closed := make(chan error, 1)
-	go func() { closed <- r.Close(ctx) }()
-	select {
-	case err := <-closed:
-		t.Fatalf("Close returned with a lease held: %v", err)
-	case <-time.After(100 * time.Millisecond):
-	}
-	require.NoError(t, l.Heartbeat(ctx, nil), "holders may go on while Close waits")
-	require.NoError(t, l.Complete(ctx))
-	require.NoError(t, <-closed)
-}
-
 // TestTokenFloor: tokens are above TokenFloor, and a later Router with a
 // lower floor never lowers the sequence.
 func TestTokenFloor(t *testing.T) {

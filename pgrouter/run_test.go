@@ -90,19 +90,6 @@ func TestRunKeepsLongJobAlive(t *testing.T) {
 	require.Equal(t, 1, j.Attempt)
 }
 
-// TestRunBadInput: a nil handler and bad options are refused at once; a
-// closed Router's Run returns ErrClosed.
-func TestRunBadInput(t *testing.T) {
-	r, _ := newRouter[int](t, pgrouter.Options{})
-	h := func(context.Context, *pgrouter.Lease[int]) error { return nil }
-	require.ErrorIs(t, r.Run(t.Context(), leaserouter.WorkerOptions{}, nil), leaserouter.ErrInvalidOptions)
-	require.ErrorIs(t, r.Run(t.Context(), leaserouter.WorkerOptions{Workers: -1}, h), leaserouter.ErrInvalidOptions)
-	require.ErrorIs(t, r.Run(t.Context(), leaserouter.WorkerOptions{HeartbeatInterval: time.Hour}, h), leaserouter.ErrInvalidOptions)
-	require.ErrorIs(t, r.Run(t.Context(), leaserouter.WorkerOptions{Batch: -1}, h), leaserouter.ErrInvalidOptions)
-	require.NoError(t, r.Close(t.Context()))
-	require.ErrorIs(t, r.Run(t.Context(), leaserouter.WorkerOptions{}, h), leaserouter.ErrClosed)
-}
-
 // TestRunCtxDoneCancelsHandlers: when Run's ctx is done, a running
 // handler's ctx is canceled (as in the core), so a handler waiting on it
 // returns and Run with it.

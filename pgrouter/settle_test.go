@@ -46,27 +46,6 @@ func TestExpiryInDatabaseTime(t *testing.T) {
 	require.NoError(t, l2.Complete(ctx))
 }
 
-// TestExpirySettledByAnyCaller: an abandoned lease is settled by whoever
-// looks next, with the outcome of its instant: pending with the expiry as
-// ready time, or dead when it was the last attempt.
-func TestExpirySettledByAnyCaller(t *testing.T) {
-	r, db := newRouter[int](t, pgrouter.Options{LeaseDuration: 100 * time.Millisecond, MaxAttempts: 1})
-	ctx := t.Context()
-	l := leaseOn(t, r, "a")
-	awaitDBTime(t, db, l.Expiry())
-	_, err := r.TryAcquire(ctx, "w")
-	require.ErrorIs(t, err, leaserouter.ErrNoJob)
-	j, ok, err := r.Get(ctx, "a")
-	require.NoError(t, err)
-	require.True(t, ok)
-	require.Equal(t, leaserouter.StateFailed, j.State)
-	require.Equal(t, "lease expired", j.LastError)
-	s, err := r.Stats(ctx)
-	require.NoError(t, err)
-	require.EqualValues(t, 1, s.Expirations)
-	require.EqualValues(t, 1, s.Dead)
-}
-
 // TestScheduled: a delayed job is ready at its run-at, and a blocked
 // Acquire wakes for it by its timer.
 func TestScheduled(t *testing.T) {

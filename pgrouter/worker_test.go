@@ -221,40 +221,6 @@ func TestRunProcessesEveryJobOnce(t *testing.T) {
 	require.Zero(t, s.Pending+s.Leased)
 }
 
-// TestRunFailsRetriesAndRecoversPanics: an error fails the attempt (and
-// the job is retried), a panic too, with its message kept.
-func TestRunFailsRetriesAndRecoversPanics(t *testing.T) {
-	r, _ := newRouter[string](t, pgrouter.Options{Backoff: func(int) time.Duration { return 0 }})
-	ctx := t.Context()
-	require.NoError(t, r.Enqueue(ctx, "err", "err"))
-	require.NoError(t, r.Enqueue(ctx, "panic", "panic"))
-	var finished atomic.Int32
-	stop := make(chan struct{})
-	err := runUntil(t, r, leaserouter.WorkerOptions{Workers: 1}, stop, func(_ context.Context, l *pgrouter.Lease[string]) error {
-		if l.Attempt == 1 {
-			if l.Payload == "panic" {
-				panic("kaboom")
-			}
-			return errors.New("first attempt fails")
-		}
-		if finished.Add(1) == 2 {
-			close(stop)
-		}
-		return nil
-	})
-	require.NoError(t, err)
-	for _, id := range []string{"err", "panic"} {
-		j, ok, err := r.Get(ctx, id)
-		require.NoError(t, err)
-		require.True(t, ok)
-		require.Equal(t, leaserouter.StateSucceeded, j.State)
-		require.Equal(t, 2, j.Attempt)
-	}
-	j, _, err := r.Get(ctx, "panic")
-	require.NoError(t, err)
-	require.Contains(t, j.LastError, "kaboom")
-}
-
 // TestRunCompleteTx: a handler that completes its own lease in its
 // transaction, with a fenced write, leaves Run nothing to do; one whose
 // transaction rolls back is completed by Run as usual.

@@ -2,6 +2,7 @@ package routertest
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
@@ -62,6 +63,8 @@ var rowBadInputOneMessage = Row{Name: "bad input/the same bad call gets the same
 		}, "leaserouter: invalid options: WorkerOptions.HeartbeatInterval " + h.Lease().String() + " must be < LeaseDuration " + h.Lease().String()},
 		{"Run with negative Workers", func() error { return b.Run(done, leaserouter.WorkerOptions{Workers: -1}, ok) },
 			"leaserouter: invalid options: WorkerOptions.Workers is -1, must be in [0, 65536] (0 = GOMAXPROCS)"},
+		{"Run with a negative Batch", func() error { return b.Run(done, leaserouter.WorkerOptions{Batch: -1}, ok) },
+			fmt.Sprintf("leaserouter: invalid options: WorkerOptions.Batch is -1, must be in [0, %d] (0 = %d)", leaserouter.MaxBatch, leaserouter.DefaultBatch)},
 	} {
 		require.EqualError(t, c.err(), c.want, c.call)
 	}

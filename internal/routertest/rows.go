@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -92,9 +93,20 @@ var rowSettledByAnyCaller = Row{Name: "one valid lease/settled by any caller", T
 	l2 := tryAcquire(t, bs[1], "w2")
 	require.Equal(t, 2, l2.Attempt())
 	expire(h, l2, h.Lease())
+	_, err := bs[0].TryAcquire(ctx, "w1")
+	require.ErrorIs(t, err, leaserouter.ErrNoJob, "a claim settles it too, and finds nothing")
 	j = get(t, bs[0], "a")
 	require.Equal(t, leaserouter.StateFailed, j.State, "expired on its last attempt: dead, whoever looks")
+	require.Equal(t, "lease expired", j.LastError)
 	requireLost(t, l2.Complete(ctx), l2.Token(), l2.Token(), leaserouter.LostExpired)
+	var s leaserouter.Stats
+	for _, b := range slices.CompactFunc(slices.Clone(bs), func(x, y Backend) bool { return x == y }) {
+		bst := stats(t, b)
+		s.Expirations += bst.Expirations
+		s.Dead += bst.Dead
+	}
+	require.EqualValues(t, 2, s.Expirations, "summed over the handles")
+	require.EqualValues(t, 1, s.Dead)
 }}
 
 // rowLeaseLasts: a lease lasts LeaseDuration from its grant, on every
@@ -705,7 +717,8 @@ var rowCloseRevokesLastAttempt = Row{Name: "close/a revoked job is pending again
 
 var rowEvents = Row{Name: "events/one per transition with its fields", Test: func(t T, h Harness) {
 	ev := newEvents()
-	b := open(t, h, Config{MaxAttempts: 2, OnEvent: ev.record})
+	logs := &LogRecorder{}
+	b := open(t, h, Config{MaxAttempts: 2, OnEvent: ev.record, Logger: slog.New(logs)})
 	ctx := ctxOf(t)
 	require.NoError(t, b.Enqueue(ctx, "a", ""))
 	require.ErrorIs(t, b.Enqueue(ctx, "a", ""), leaserouter.ErrDuplicate)
@@ -771,6 +784,14 @@ var rowEvents = Row{Name: "events/one per transition with its fields", Test: fun
 		order = append(order, e.JobID)
 	}
 	require.IsNonDecreasing(t, order, "events in the order of their transitions, across jobs")
+	recs := logs.Records()
+	require.Len(t, recs, len(evs), "one log record per event")
+	for i, r := range recs {
+		require.Equal(t, evs[i].Kind.String(), r.Message, "the record's message is its event's kind")
+		if evs[i].Kind == leaserouter.EventStaleRejected {
+			require.Equal(t, slog.LevelWarn, r.Level, "a stale rejection is a warning")
+		}
+	}
 }}
 
 var rowEventsExpiry = Row{Name: "events/lease_expired at the expiry instant, then dead", Test: func(t T, h Harness) {

@@ -23,7 +23,7 @@ type batch struct {
 	index    []int   // the caller's index of each row
 }
 
-// add checks one job and appends it, or returns an error wrapping
+// addJob checks one job and appends it to b, or returns an error wrapping
 // ErrInvalidJob.
 func addJob[T any](b *batch, r *Router[T], i int, id string, payload T, opts []leaserouter.EnqueueOption) error {
 	s, err := leaserouter.ReadEnqueueOptions(id, opts)

@@ -629,6 +629,14 @@ var rowCancel = Row{Name: "cancel/pending, scheduled, leased, finished, unknown"
 	s := stats(t, b)
 	require.Equal(t, 3, s.Canceled)
 	require.Zero(t, s.Pending+s.Scheduled+s.Leased)
+
+	// Cancel settles first: a job whose last lease expired is dead.
+	require.NoError(t, b.Enqueue(ctx, "expired", "", leaserouter.WithMaxAttempts(1)))
+	l = tryAcquire(t, b, "w")
+	expire(h, l, h.Lease())
+	require.NoError(t, b.Cancel(ctx, "expired"), "finished, as the expiry left it: nil")
+	require.Equal(t, leaserouter.StateFailed, get(t, b, "expired").State, "dead, not canceled")
+	requireLost(t, l.Complete(ctx), l.Token(), l.Token(), leaserouter.LostExpired)
 }}
 
 var rowCloseDrains = Row{Name: "close/drains granted leases", Test: func(t T, h Harness) {

@@ -705,9 +705,9 @@ var rowCloseRevokes = Row{Name: "close/revokes when ctx is done, refuses new wor
 }}
 
 // rowCloseRevokesLastAttempt: Close's revocation is not one of the ends
-// the attempts rule makes dead (expiry, Fail, Release): pgrouter's design
-// says the revoked jobs "are pending again at once", and the core never
-// kills a job for it (revokeLease).
+// the attempts rule makes dead (expiry, Fail, Release): a revoked job is
+// pending again at once (Close's doing, not the job's: a deploy does not
+// kill a job on its last attempt).
 var rowCloseRevokesLastAttempt = Row{Name: "close/a revoked job is pending again at once, even on its last attempt", Test: func(t T, h Harness) {
 	b := open(t, h, Config{MaxAttempts: 1})
 	ctx := ctxOf(t)

@@ -22,7 +22,7 @@ func Rows() []Row {
 		rowExpiredRefused, rowRefusedChangesNothing, rowSettledByAnyCaller, rowLeaseLasts,
 		rowExactInstants, rowTokens, rowHeartbeat, rowAttemptsDead, rowFailBackoff, rowPermanent, rowDedup,
 		rowRetention, rowOrder, rowOrderByReadyTime, rowSerialClaims, rowAcquireBlocks, rowCapacity, rowCancel, rowCloseDrains,
-		rowCloseRevokes, rowCloseRevokesLastAttempt, rowEvents, rowEventsExpiry, rowRun, rowRunLeaseLost,
+		rowCloseRevokes, rowCloseRevokesLastAttempt, rowCloseRevokesKeptLeases, rowEvents, rowEventsExpiry, rowRun, rowRunLeaseLost,
 		rowRunEndsOnlyValid, rowKeepAlive, rowBadInput, rowBadInputOneMessage, rowBadOptions,
 	}, slices.Concat(contractRows(), adminRows(), attemptRows(), periodicRows())...)
 }
@@ -721,6 +721,50 @@ var rowCloseRevokesLastAttempt = Row{Name: "close/a revoked job is pending again
 	require.Equal(t, leaserouter.StatePending, j.State, "revoked on its last attempt: pending again at once")
 	require.Equal(t, 1, j.Attempt)
 	require.Zero(t, stats(t, b).Dead)
+}}
+
+// rowCloseRevokesKeptLeases: leases kept alive (by KeepAlive, or by
+// Run's heartbeats around a handler) are held through Close's drain, past
+// their duration, and revoked when its ctx ends: the KeepAlive's and the
+// handler's contexts are canceled with a cause wrapping ErrLeaseLost, a
+// handler's late nil does not complete its job, both jobs are pending
+// again, and Run, stopped by Close, returns nil.
+var rowCloseRevokesKeptLeases = Row{Name: "close/leases kept through the drain are revoked at its ctx's end: KeepAlive's and Run's contexts end", Test: func(t T, h Harness) {
+	b := open(t, h, Config{})
+	ctx := ctxOf(t)
+	require.NoError(t, b.Enqueue(ctx, "kept", ""))
+	l := tryAcquire(t, b, "w")
+	kctx, stop := b.KeepAlive(ctx, l, 0)
+	defer stop()
+	require.NoError(t, b.Enqueue(ctx, "run", ""))
+	running, causes, ran := make(chan struct{}), make(chan error, 1), make(chan error, 1)
+	var once sync.Once
+	go func() {
+		ran <- b.Run(ctx, leaserouter.WorkerOptions{Workers: 1}, func(hctx context.Context, _ Lease) error {
+			once.Do(func() { close(running) })
+			<-hctx.Done()
+			causes <- context.Cause(hctx)
+			return nil
+		})
+	}()
+	await(t, h, "the handler runs", running)
+	cctx, cancel := context.WithTimeout(ctx, 2*h.Lease())
+	defer cancel()
+	closed := make(chan error, 1)
+	go func() { closed <- b.Close(cctx) }()
+	h.Advance(h.Lease() + h.Lease()/2)
+	require.NoError(t, kctx.Err(), "KeepAlive holds its lease through the drain, past its duration")
+	notYet(t, causes, "the handler's ctx ended while Run kept its lease through the drain")
+	notYet(t, closed, "Close returned while leases were kept")
+	require.ErrorIs(t, await(t, h, "Close returns at its ctx's end", closed), context.DeadlineExceeded)
+	require.ErrorIs(t, await(t, h, "the handler's ctx ends", causes), leaserouter.ErrLeaseLost)
+	eventually(t, h, "KeepAlive's ctx ends", func() bool { return kctx.Err() != nil })
+	require.ErrorIs(t, context.Cause(kctx), leaserouter.ErrLeaseLost)
+	require.NoError(t, await(t, h, "Run returns", ran), "Run stopped by Close returns nil")
+	for _, id := range []string{"kept", "run"} {
+		require.Equal(t, leaserouter.StatePending, get(t, b, id).State, "%s: revoked, not completed by a late nil", id)
+	}
+	require.Zero(t, stats(t, b).Expirations, "revoked, never expired")
 }}
 
 var rowEvents = Row{Name: "events/one per transition with its fields", Test: func(t T, h Harness) {

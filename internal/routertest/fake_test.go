@@ -69,6 +69,9 @@ const (
 	// ErrInvalidOptions, the right kind of error but not the message every
 	// other backend gives.
 	bugBareErrors = "bad input gets the bare error"
+	// bugSnoozeCounts: a snoozed lease counts as an attempt, so a job
+	// snoozed on its last attempt is dead.
+	bugSnoozeCounts = "a snooze counts the attempt"
 )
 
 // leaseFor is how long a lease granted or heartbeated now lasts.
@@ -535,7 +538,11 @@ func (l *fakeLease) Snooze(_ context.Context, d time.Duration) error {
 	}
 	return l.op(func(j *fakeJob, now time.Time) {
 		j.State, j.ended, j.Owner, j.LeaseExpiry, j.ready = leaserouter.StatePending, leaserouter.LostSnoozed, "", time.Time{}, now.Add(d)
-		j.Attempt--
+		if l.f.bug != bugSnoozeCounts {
+			j.Attempt--
+		} else if j.Attempt >= j.MaxAttempts {
+			j.State = leaserouter.StateFailed
+		}
 		l.f.st.Snoozed++
 		l.holderEnded(leaserouter.LostSnoozed)
 	})

@@ -200,7 +200,9 @@ func TestSuiteCatchesHolderEndCountedAsRefusal(t *testing.T) {
 //     in progress: the Close row;
 //   - RemovePeriodic stopping every periodic job: the RemovePeriodic row;
 //   - bad input refused with the right kind of error (errors.Is passes)
-//     but not the message every backend gives: the one-message row.
+//     but not the message every backend gives: the one-message row;
+//   - a snooze counting the attempt: the row of a snooze on the last
+//     attempt.
 func TestSuiteCatchesPlantedBugs(t *testing.T) {
 	for _, c := range []struct{ bug, row, want string }{
 		{bugPanickedTickEnqueued, "periodic/a panicking Payload skips that tick only, counted in CallbackPanics",
@@ -209,6 +211,7 @@ func TestSuiteCatchesPlantedBugs(t *testing.T) {
 			"while Payload ran"},
 		{bugRemoveStopsAll, "periodic/RemovePeriodic stops only its own ticks", "the other periodic job's later ticks"},
 		{bugBareErrors, "bad input/the same bad call gets the same message on every backend", "TryAcquireMany of 0"},
+		{bugSnoozeCounts, "snooze/on the last attempt, not dead; LastError and checkpoint kept", "not dead, whatever the attempts"},
 	} {
 		t.Run(c.bug, func(t *testing.T) { requireRowCatches(t, c.row, c.bug, c.want) })
 	}

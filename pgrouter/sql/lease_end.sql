@@ -10,8 +10,8 @@
 -- operation (@op, not 0: see outcome.go) acts only if it was not marked
 -- abandoned. It returns one row, as leases_end.sql's rows are for a
 -- batch: ID, token, whether it ended the lease, the state it left and the
--- instant, no expiry; and the row as found (its latest version: the lock
--- is held, unless it shows another lease): token, state, why its latest
+-- instant, no expiry; and the row as found (its latest version: the row
+-- is locked, unless it shows another lease): token, state, why its latest
 -- lease ended (NULLs if the row is gone).
 --
 -- A single lease's end has a statement of its own, not leases_end.sql

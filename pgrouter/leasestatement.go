@@ -204,7 +204,7 @@ func (l *Lease[T]) op(ctx context.Context, q querier, inTx bool, id int64, call,
 }
 
 // lost builds the refusal's error from the row as the refusing statement
-// found it, with its lock held.
+// found it, with its row locked.
 func (l *Lease[T]) lost(res opResult) *leaserouter.LeaseLostError {
 	e := &leaserouter.LeaseLostError{JobID: l.JobID, Token: l.Token, Reason: "unknown"}
 	switch {

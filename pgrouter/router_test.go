@@ -221,12 +221,14 @@ func TestCloseHonoursCtxWithServerStalled(t *testing.T) {
 	p.resume()
 }
 
-// TestCloseReturnsWithin100msOfCtxWithBackgroundWork: Close returns
-// within 100ms of its ctx's end with the server stalled, a lease to
-// revoke and a background task (a stopped Run's Fail that could not get
-// through) in flight. Before the fix the revocation's grace and the
-// task's own graces added up (~170ms).
-func TestCloseReturnsWithin100msOfCtxWithBackgroundWork(t *testing.T) {
+// TestCloseReturnsWhenItsCtxEndsWithBackgroundWork: Close returns when
+// its ctx ends with the server stalled, a lease to revoke and a
+// background task (a stopped Run's Fail that could not get through) in
+// flight, not when the server answers. The bound is generous, for a busy
+// machine: that the revocation's grace and the task's own do not add up
+// (~170ms once) is pinned without the clock by
+// TestWithGraceAddsNothingToAGrace.
+func TestCloseReturnsWhenItsCtxEndsWithBackgroundWork(t *testing.T) {
 	base := pgtest.New(t)
 	p := newStallProxy(t, socketOf(base))
 	db := poolVia(t, base, p.ln, 0)
@@ -256,7 +258,7 @@ func TestCloseReturnsWithin100msOfCtxWithBackgroundWork(t *testing.T) {
 	t.Logf("Close returned %v after its ctx ended: %v", late, err)
 	p.resume()
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.Less(t, late, 100*time.Millisecond, "Close returns within 100ms of its ctx's end")
+	require.Less(t, late, time.Second, "Close returns when its ctx ends")
 }
 
 // TestCloseNeverRevokesRunLeasesNotRunning: Close with a ctx done

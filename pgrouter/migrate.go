@@ -125,7 +125,7 @@ func migrateOnce(ctx context.Context, db *pgxpool.Pool, steps []migrationStep) e
 	defer unlockMigrate(ctx, conn)
 	for {
 		var build *migrationStep
-		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		err := pgx.BeginTxFunc(ctx, conn, readCommitted, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", migrateLockTimeout.Milliseconds())); err != nil {
 				return fmt.Errorf("pgrouter: Migrate: %w", err)
 			}

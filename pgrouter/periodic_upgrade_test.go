@@ -229,3 +229,51 @@ func TestPeriodicTickTakenAtVersion12ByAPreviousVersionNotTakenAgain(t *testing.
 		})
 	}
 }
+
+// Migrate installs the tick records at READ COMMITTED whatever the
+// database's default_transaction_isolation: a tick a previous version's
+// scheduler takes while Migrate waits for the table's lock (its
+// transaction holds the row) is seen by the install's raise of taken_to
+// once it commits, and is not taken again; Migrate does not fail on it
+// either. Under a repeatable-read default, the install read the table as
+// it was before that take: the job's first tick was missed (taken again),
+// a later one failed Migrate with a serialization failure (40001).
+func TestPeriodicTickTakenWhileMigrateWaitsNotTakenAgainWhateverTheDefaultIsolation(t *testing.T) {
+	for _, earlier := range []bool{false, true} {
+		t.Run(map[bool]string{false: "FirstTick", true: "LaterTick"}[earlier], func(t *testing.T) {
+			db := pgtest.New(t)
+			ctx := t.Context()
+			const queue, name = "isolation", "p"
+			now := stalledTick(t, db, queue, name)
+			t1 := now.Add(-time.Minute)
+			asVersion12(t, db)
+			var dbname string
+			require.NoError(t, db.QueryRow(ctx, "SELECT current_database()").Scan(&dbname))
+			_, err := db.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{dbname}.Sanitize()+" SET default_transaction_isolation = 'repeatable read'")
+			require.NoError(t, err)
+			db.Reset() // the setting is read as a session starts
+
+			prev := previousTakes[1]
+			if earlier {
+				require.True(t, previousTakeCommitted(t, db, prev.sql, queue, name, t1.Add(-time.Minute)))
+			}
+			old, err := db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+			require.NoError(t, err)
+			defer func() { _ = old.Rollback(context.Background()) }()
+			require.True(t, previousTake(t, old, prev.sql, queue, name, t1))
+
+			done := make(chan error, 1)
+			go func() { done <- pgrouter.Migrate(context.Background(), db) }()
+			eventually(t, 20*time.Second, "Migrate waiting for the table's lock", func() bool {
+				var waiting bool
+				require.NoError(t, db.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_locks
+					WHERE NOT granted AND relation = 'leaserouter_periodic'::regclass)`).Scan(&waiting))
+				return waiting
+			})
+			require.NoError(t, old.Commit(ctx))
+			require.NoError(t, <-done)
+			taken, _ := takeTick(t, db, queue, name, t1, time.Hour)
+			require.False(t, taken, "the tick the previous version took while Migrate waited, taken again")
+		})
+	}
+}

@@ -112,13 +112,21 @@ func New[T any](ctx context.Context, db *pgxpool.Pool, opts Options) (*Router[T]
 	return r, nil
 }
 
+// readCommitted is the isolation of every transaction pgrouter begins,
+// stated rather than left to the session's default_transaction_isolation:
+// its statements wait for a row another transaction locks and then read
+// the row as committed (a take of a periodic tick, the install of the
+// tick records); at repeatable read they would read it as of their
+// snapshot, or fail with a serialization failure.
+var readCommitted = pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
+
 // raiseTokens raises the token sequence to at least floor and the Unix
 // time in nanoseconds on the database's clock, never lowering it. The
 // no-op ALTER SEQUENCE holds a lock that makes concurrent nextval calls
 // wait until the transaction ends, so no token is issued between reading
 // the sequence and setting it: it cannot go back under concurrent claims.
 func raiseTokens(ctx context.Context, db *pgxpool.Pool, floor leaserouter.Token) error {
-	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(ctx, db, readCommitted, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, lockTokens); err != nil {
 			return err
 		}

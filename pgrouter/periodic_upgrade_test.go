@@ -94,7 +94,9 @@ func previousTakeCommitted(t *testing.T, db *pgxpool.Pool, sql, queue, name stri
 // row held by the old one's transaction and kept the tick to try again;
 // the old one inserted the tick's job and committed; an operator deleted
 // the job; the new scheduler's next try finds the tick taken and
-// enqueues nothing.
+// enqueues nothing. The old scheduler took an earlier tick before, so
+// its take raises last_tick from a tick (the trigger's raise), not from
+// none.
 func TestPeriodicTickTakenByAPreviousVersionNotTakenAgain(t *testing.T) {
 	for _, prev := range previousTakes {
 		t.Run(prev.name, func(t *testing.T) {
@@ -104,6 +106,9 @@ func TestPeriodicTickTakenByAPreviousVersionNotTakenAgain(t *testing.T) {
 			tick := stalledTick(t, db, queue, name)
 			id := leaserouter.TickID(name, tick)
 			op := routerOn[int](t, db, pgrouter.Options{Queue: queue}) // the old process's job insert; the operator
+			// An earlier tick the previous version took: the take below
+			// raises last_tick from it, not from none (the job's first).
+			require.True(t, previousTakeCommitted(t, db, prev.sql, queue, name, tick.Add(-time.Minute)))
 
 			old, err := db.Begin(ctx)
 			require.NoError(t, err)

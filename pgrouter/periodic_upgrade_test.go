@@ -282,3 +282,22 @@ func TestPeriodicTickTakenWhileMigrateWaitsNotTakenAgainWhateverTheDefaultIsolat
 		})
 	}
 }
+
+// Migrating to version 13 gives up every tick at or before the job's
+// latest taken that no one took, as its docs say, not only one a stalled
+// transaction locked: here T1, kept by a scheduler of version 12 to try
+// again (deferred: nothing locks the row) while it took T2, is not taken
+// after Migrate.
+func TestMigrateTo13GivesUpEveryUntakenTickUpToTheLatestTaken(t *testing.T) {
+	db := pgtest.New(t)
+	const queue, name = "giveup", "p"
+	now := stalledTick(t, db, queue, name)
+	t1, t2 := now.Add(-2*time.Minute), now.Add(-time.Minute)
+	asVersion12(t, db)
+	taken, _ := takeTick(t, db, queue, name, t2, time.Hour)
+	require.True(t, taken)
+	require.NoError(t, pgrouter.Migrate(t.Context(), db))
+	taken, locked := takeTick(t, db, queue, name, t1, time.Hour)
+	require.False(t, locked)
+	require.False(t, taken, "T1, at or before the latest tick taken at install, taken")
+}

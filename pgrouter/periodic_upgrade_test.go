@@ -71,8 +71,8 @@ func previousTake(t *testing.T, tx pgx.Tx, sql, queue, name string, tick time.Ti
 		require.NoError(t, err)
 		return tag.RowsAffected() == 1
 	}
-	var taken, held bool
-	require.NoError(t, tx.QueryRow(t.Context(), sql, a).Scan(&taken, &held))
+	var taken, locked bool // the statement's second column, named held then, is locked
+	require.NoError(t, tx.QueryRow(t.Context(), sql, a).Scan(&taken, &locked))
 	return taken
 }
 
@@ -91,7 +91,7 @@ func previousTakeCommitted(t *testing.T, db *pgxpool.Pool, sql, queue, name stri
 // A tick a previous version's scheduler took is never taken again by a
 // scheduler of this version, even once its job is gone (deleted by an
 // operator): the new scheduler planned the same tick, found the job's
-// row held by the old one's transaction and kept the tick to try again;
+// row locked by the old one's transaction and kept the tick to try again;
 // the old one inserted the tick's job and committed; an operator deleted
 // the job; the new scheduler's next try finds the tick taken and
 // enqueues nothing. The old scheduler took an earlier tick before, so
@@ -131,12 +131,12 @@ func TestPeriodicTickTakenByAPreviousVersionNotTakenAgain(t *testing.T) {
 			}()
 			r := routerOn[int](t, pool, pgrouter.Options{Queue: queue})
 			require.NoError(t, r.AddPeriodic(ctx, pgrouter.Periodic[int]{Name: name, Schedule: onceAt{tick}}))
-			awaitWakes(t, r, 1) // the tick planned and found held
+			awaitWakes(t, r, 1) // the tick planned and found locked
 			stall.armed.Store(true)
 			select {
-			case <-stall.pid: // the next try of the held tick, stopped
+			case <-stall.pid: // the next try of the deferred tick, stopped
 			case <-time.After(20 * time.Second):
-				t.Fatal("the new scheduler never tried its held tick again")
+				t.Fatal("the new scheduler never tried its deferred tick again")
 			}
 			wakes := pgrouter.PeriodicWakes(r)
 
@@ -147,7 +147,7 @@ func TestPeriodicTickTakenByAPreviousVersionNotTakenAgain(t *testing.T) {
 
 			close(stall.release)
 			released = true
-			awaitWakes(t, r, wakes+1) // the held tick tried again
+			awaitWakes(t, r, wakes+1) // the deferred tick tried again
 			require.Empty(t, tickJobs(t, db, queue, name), "the tick the previous version took, enqueued again")
 			s, err := r.Stats(ctx)
 			require.NoError(t, err)
@@ -161,7 +161,7 @@ func TestPeriodicTickTakenByAPreviousVersionNotTakenAgain(t *testing.T) {
 // the ticks it skips for this version's schedulers: T1 and T3 taken by
 // the old scheduler are never taken again; T2, which it skipped and no
 // one took, is taken once by a scheduler of this version that kept it
-// (one that planned it in time, its row held then). And the old
+// (one that planned it in time, its row locked then). And the old
 // scheduler takes no tick this version took (it takes only ticks after
 // last_tick, which this version's taker raises).
 func TestPeriodicTickSkippedByAPreviousVersionTakenOnce(t *testing.T) {
@@ -176,8 +176,8 @@ func TestPeriodicTickSkippedByAPreviousVersionTakenOnce(t *testing.T) {
 			require.True(t, previousTakeCommitted(t, db, prev.sql, queue, name, t3), "woken late: T2 skipped")
 
 			for _, tick := range []time.Time{t1, t3} {
-				taken, held := takeTick(t, db, queue, name, tick, time.Hour)
-				require.False(t, held)
+				taken, locked := takeTick(t, db, queue, name, tick, time.Hour)
+				require.False(t, locked)
 				require.False(t, taken, "tick %v, taken by the previous version, taken again", tick)
 			}
 			taken, _ := takeTick(t, db, queue, name, t2, time.Hour)

@@ -55,7 +55,9 @@ const (
 // name built otherwise. A Migrate of a version before the concurrent
 // builds, run meanwhile (a rolling upgrade), waits for this one's
 // transactions only, not its builds, and finds nothing to do. A nil db
-// is an error.
+// is an error. Its transactions are READ COMMITTED whatever the
+// session's default_transaction_isolation (unlike New, it accepts a pool
+// whose sessions default to another).
 //
 // Migrate never stalls the queue behind a long transaction: a migration
 // that alters the jobs table needs it to itself, and while it waits for

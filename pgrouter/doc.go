@@ -201,6 +201,26 @@
 // scheduler was down, the first back enqueues the latest missed tick
 // only, if younger than Options.Retention. See AddPeriodic.
 //
+// # Transaction isolation
+//
+// pgrouter runs at READ COMMITTED, PostgreSQL's default: a statement that
+// waits for a row another transaction locks (a claim, a lease's end, a
+// periodic tick's take) then reads the row as that transaction committed
+// it, where at REPEATABLE READ or SERIALIZABLE it would fail with a
+// serialization failure (SQLSTATE 40001). The transactions pgrouter
+// begins (New's, each periodic tick's, Migrate's) state READ COMMITTED
+// themselves; its other statements run alone, at the session's default.
+// So db's sessions must keep default_transaction_isolation at 'read
+// committed': New refuses a pool whose connection says otherwise (an
+// error wrapping leaserouter.ErrInvalidOptions). pgrouter changes no
+// setting of db's sessions; a database's or role's setting (ALTER
+// DATABASE ... SET default_transaction_isolation), a connection string's
+// options or a pool's AfterConnect that sets another isolation is to be
+// left off the pool given to New (Migrate works under any). The
+// transactions given to EnqueueTx and CompleteTx run at their caller's
+// isolation: at REPEATABLE READ or above, the call may fail with a
+// serialization failure, and the transaction is to be retried whole.
+//
 // # Schema
 //
 // Migrate creates the tables leaserouter_jobs (its claim column holds

@@ -55,7 +55,9 @@ const (
 // name built otherwise. A Migrate of a version before the concurrent
 // builds, run meanwhile (a rolling upgrade), waits for this one's
 // transactions only, not its builds, and finds nothing to do. A nil db
-// is an error.
+// is an error. Its transactions are READ COMMITTED whatever the
+// session's default_transaction_isolation (unlike New, it accepts a pool
+// whose sessions default to another).
 //
 // Migrate never stalls the queue behind a long transaction: a migration
 // that alters the jobs table needs it to itself, and while it waits for
@@ -125,7 +127,7 @@ func migrateOnce(ctx context.Context, db *pgxpool.Pool, steps []migrationStep) e
 	defer unlockMigrate(ctx, conn)
 	for {
 		var build *migrationStep
-		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		err := pgx.BeginTxFunc(ctx, conn, readCommitted, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", migrateLockTimeout.Milliseconds())); err != nil {
 				return fmt.Errorf("pgrouter: Migrate: %w", err)
 			}

@@ -111,15 +111,18 @@ type Periodic[T any] = leaserouter.Periodic[T]
 // (before schema version 12, which added the tick records) may go on
 // scheduling beside this version's on the migrated database, with no
 // change to them: such a process takes a tick by raising the job's
-// last_tick alone, and the database records the tick for it (a trigger
-// on leaserouter_periodic, schema version 13), so a tick is taken once
-// whichever versions' schedulers try it, even after its job was deleted.
-// A tick an older process skipped (woken late, it takes the latest due
-// tick only) is still taken, once, by a scheduler of this version that
-// got to it in time. Migrate from version 12 treats every tick up to the
-// latest taken as taken (older processes may have taken any of them
-// without a record): a tick at or before it that no one took, held at
-// that instant by a stalled transaction, is not enqueued.
+// last_tick alone, and from schema version 13 on the database records
+// the tick for it (a trigger on leaserouter_periodic), so a tick is taken
+// once whichever versions' schedulers try it, even after its job was
+// deleted. A tick an older process skips once the database is at
+// version 13 (woken late, it takes the latest due tick only) is still
+// taken, once, by a scheduler of this version that got to it in time.
+// Migrating to version 13 treats every tick up to the job's latest taken
+// as taken (older processes may have taken any of them without a
+// record): a tick at or before it that no one had taken is not enqueued,
+// whatever kept it from being taken — kept by a scheduler of schema
+// version 12 to try again (deferred after its transaction failed, or
+// found locked by another transaction), or skipped by an older process.
 //
 // Payload is called on the scheduler's goroutine, outside every lock, at
 // each try of a tick (again for a tick deferred or failed in the database); it

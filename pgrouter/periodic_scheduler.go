@@ -206,7 +206,7 @@ func (r *Router[T]) enqueueTick(ctx context.Context, p Periodic[T], tick time.Ti
 	}
 	var inserted map[string]time.Time
 	var purged []leaserouter.Event
-	err = pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error {
+	err = pgx.BeginTxFunc(ctx, r.db, readCommitted, func(tx pgx.Tx) error {
 		var taken bool
 		err := tx.QueryRow(ctx, takeTick, args{"queue": r.opts.Queue, "name": p.Name, "tick": tick,
 			"retention_us": r.opts.Retention.Microseconds(), "lock_timeout_ms": periodicLockTimeout.Milliseconds(),

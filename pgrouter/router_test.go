@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaserouter/leaserouter"
@@ -321,5 +322,31 @@ func TestCloseNeverRevokesRunLeasesNotRunning(t *testing.T) {
 		require.NoError(t, <-done)
 		st, attempt, ended = state("b") // revoked, or completed if the revocation did not get through in time
 		t.Logf("round %d: the running lease: %v attempt %d ended %q", round, st, attempt, ended)
+	}
+}
+
+// New refuses a pool whose sessions default to an isolation other than
+// READ COMMITTED (a claim or a lease's end would fail with serialization
+// failures under contention), naming it, and accepts READ COMMITTED given
+// explicitly; Migrate works on either.
+func TestNewRefusesAPoolNotReadCommittedByDefault(t *testing.T) {
+	db := pgtest.New(t)
+	for _, iso := range []string{"repeatable read", "serializable", "read committed"} {
+		t.Run(iso, func(t *testing.T) {
+			cfg := db.Config().Copy()
+			cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = iso
+			pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+			require.NoError(t, err)
+			t.Cleanup(pool.Close)
+			require.NoError(t, pgrouter.Migrate(t.Context(), pool))
+			r, err := pgrouter.New[int](t.Context(), pool, pgrouter.Options{})
+			if iso == "read committed" {
+				require.NoError(t, err)
+				require.NoError(t, r.Close(t.Context()))
+				return
+			}
+			require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+			require.ErrorContains(t, err, iso)
+		})
 	}
 }

@@ -69,7 +69,10 @@ import (
 // returns). An ended periodic job keeps its Name until RemovePeriodic.
 //
 // It returns an error wrapping ErrInvalidOptions that names the problem
-// for a p that CheckPeriodic refuses, for a Name already added on this
+// for an empty Name or one that breaks the rule for IDs with the tick's
+// room taken (see Periodic.Name), a nil Schedule, an Every(d) with d <=
+// 0, an option Enqueue would refuse or WithRunAt or WithDelay among
+// Options (the same checks and messages on every backend), for a Name already added on this
 // Router (and not removed), and for a negative Options.Retention (exactly
 // one job per tick needs each tick's dedup record); ErrClosed for a nil
 // *Router and after Close (or once Close has begun). It does not block
@@ -78,7 +81,7 @@ func (r *Router[T]) AddPeriodic(p Periodic[T]) error {
 	if r == nil {
 		return ErrClosed
 	}
-	if err := CheckPeriodic(p.Name, p.Schedule, p.Options); err != nil {
+	if err := contract.CheckPeriodic(ErrInvalidOptions, ErrInvalidJob, p.Name, p.Schedule, p.Options); err != nil {
 		return err
 	}
 	if r.opts.Retention < 0 {

@@ -3,6 +3,7 @@ package contract
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -82,11 +83,42 @@ func TestReportLoggerPanics(t *testing.T) {
 	require.False(t, ReportTo(l, "msg", "j"))
 }
 
-// TestAfterHandler: nil completes, stopping or not; an error releases
-// when stopping, fails otherwise.
-func TestAfterHandler(t *testing.T) {
-	require.Equal(t, Complete, AfterHandler(nil, false))
-	require.Equal(t, Complete, AfterHandler(nil, true))
-	require.Equal(t, Release, AfterHandler(errors.New("x"), true))
-	require.Equal(t, Fail, AfterHandler(errors.New("x"), false))
+// TestHandlerOutcome: nil completes, stopping or not; an error releases
+// when stopping, fails otherwise; a snooze is kept even when stopping,
+// and a negative one fails the attempt.
+func TestHandlerOutcome(t *testing.T) {
+	require.Equal(t, Complete, HandlerOutcome(nil, false, 0, false))
+	require.Equal(t, Complete, HandlerOutcome(nil, true, 0, false))
+	require.Equal(t, Release, HandlerOutcome(errors.New("x"), true, 0, false))
+	require.Equal(t, Fail, HandlerOutcome(errors.New("x"), false, 0, false))
+	snooze := errors.New("snoozed")
+	require.Equal(t, Snooze, HandlerOutcome(snooze, true, 0, true), "snoozed while stopping")
+	require.Equal(t, Snooze, HandlerOutcome(snooze, false, time.Second, true))
+	require.Equal(t, FailSnooze, HandlerOutcome(snooze, true, -1, true), "a negative snooze while stopping")
+	require.Equal(t, FailSnooze, HandlerOutcome(snooze, false, -1, true))
+}
+
+// TestFailCauseOfNilIsUnknownError: Fail(nil) says "unknown error"; a
+// Permanent cause is found wrapped; a typed nil cause's text says its
+// Error panicked, and it still fails the attempt.
+func TestFailCauseOfNilIsUnknownError(t *testing.T) {
+	text, cause, permanent := FailCause(nil)
+	require.Equal(t, "unknown error", text)
+	require.ErrorIs(t, cause, ErrUnknown)
+	require.False(t, permanent)
+	_, _, permanent = FailCause(fmt.Errorf("job 7: %w", Permanent(errors.New("bad"))))
+	require.True(t, permanent)
+	var typedNil *PanicError
+	text, cause, permanent = FailCause(typedNil)
+	require.Contains(t, text, "panic")
+	require.NotPanics(t, func() { _ = cause.Error() })
+	require.False(t, permanent)
+}
+
+// TestAttemptTimeoutPrefersTheJobs: a job's own limit wins over the
+// Run's; without one, the Run's applies (0: none).
+func TestAttemptTimeoutPrefersTheJobs(t *testing.T) {
+	require.Equal(t, time.Second, AttemptTimeout(time.Second, time.Minute))
+	require.Equal(t, time.Minute, AttemptTimeout(0, time.Minute))
+	require.Zero(t, AttemptTimeout(0, 0))
 }

@@ -24,7 +24,7 @@ func ValidateWorkerID(id string) error { return contract.ValidateWorkerID(ErrInv
 
 // CheckPeriodic is contract.CheckPeriodic.
 func CheckPeriodic(name string, s Schedule, opts []EnqueueOption) error {
-	return contract.CheckPeriodic(ErrInvalidOptions, ErrInvalidJob, name, s, opts)
+	return contract.CheckPeriodic(ErrInvalidOptions, ErrInvalidJob, name, s, opts, 0)
 }
 
 // WithDefaults is contract.WorkerDefaults.

@@ -33,8 +33,10 @@ func TickID(name string, tick time.Time) string {
 // breaks the rule for IDs with the tick's room taken (MaxTickSuffix), a
 // nil Schedule, an Every(d) with d <= 0, an option Enqueue would refuse
 // (that error, wrapping errInvalidJob, wrapped), or WithRunAt or
-// WithDelay among opts (the tick is the run-at).
-func CheckPeriodic[O Options](errInvalid, errInvalidJob error, name string, s Schedule, opts []O) error {
+// WithDelay among opts (the tick is the run-at); or a negative retention,
+// the router's Options.Retention (exactly one job per tick needs each
+// tick's dedup record).
+func CheckPeriodic[O Options](errInvalid, errInvalidJob error, name string, s Schedule, opts []O, retention time.Duration) error {
 	switch {
 	case name == "":
 		return fmt.Errorf("%w: Periodic.Name is empty", errInvalid)
@@ -54,5 +56,22 @@ func CheckPeriodic[O Options](errInvalid, errInvalidJob error, name string, s Sc
 	if set.timed {
 		return fmt.Errorf("%w: Periodic %s has WithRunAt or WithDelay among its Options: the tick is the run-at", errInvalid, Quote(name))
 	}
+	if retention < 0 {
+		return fmt.Errorf("%w: Periodic %s needs Options.Retention >= 0 (is %v): exactly one job per tick needs each tick's dedup record",
+			errInvalid, Quote(name), retention)
+	}
 	return nil
+}
+
+// PayloadPanicked is the report of a periodic job's Payload that panicked
+// with p: that tick is skipped, on every backend.
+func PayloadPanicked(name string, p any) string {
+	return fmt.Sprintf("leaserouter: Payload of periodic job %s panicked: %v; tick skipped", Quote(name), p)
+}
+
+// TickSkipped is the report of a tick whose job could not be enqueued
+// (err), other than as a duplicate or on a closed router: that tick is
+// skipped, on every backend.
+func TickSkipped(name string, err error) string {
+	return fmt.Sprintf("leaserouter: periodic job %s: %v; tick skipped", Quote(name), err)
 }

@@ -15,6 +15,20 @@ import (
 // down to half; lease operations never wait.
 const EventBacklog = 16384
 
+// BacklogFull reports whether a backlog of n undelivered events makes
+// producers of new work wait (n >= EventBacklog), on every backend.
+func BacklogFull(n int) bool { return n >= EventBacklog }
+
+// BacklogDrained reports whether a backlog of n undelivered events lets
+// the waiting producers go on: delivery has brought it down to half (so a
+// steady overload wakes producers in batches, not one per event).
+func BacklogDrained(n int) bool { return n <= EventBacklog/2 }
+
+// ProgressEvery is how many events a delivery goroutine delivers between
+// updates of the backlog, so that waiting producers get room while a
+// large batch is still being delivered.
+const ProgressEvery = 256
+
 // The hooks whose panics and Goexits delivery reports.
 const (
 	HookOnEvent = "OnEvent"

@@ -113,6 +113,10 @@ func ReadEnqueueOptions[O Options](errInvalidJob error, s *EnqueueSettings, id s
 	return nil
 }
 
+// AtBatchIndex is err, the error of job i of an EnqueueMany batch, naming
+// its index as "(batch index i)".
+func AtBatchIndex(err error, i int) error { return fmt.Errorf("%w (batch index %d)", err, i) }
+
 // ValidateID is leaserouter.ValidateID, its error wrapping errInvalidJob:
 // nil for a valid job ID (not empty, and the rule of NameProblem with
 // MaxIDBytes), else an error naming the first problem. The common ID

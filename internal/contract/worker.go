@@ -110,6 +110,16 @@ func AttemptTimeout(job, run time.Duration) time.Duration {
 	return run
 }
 
+// ClaimMax checks the max of a claim of several leases (call:
+// "AcquireMany", "TryAcquireMany"): nil for max >= 1, else an error
+// wrapping errInvalid (the core's ErrInvalidOptions).
+func ClaimMax(errInvalid error, call string, max int) error {
+	if max < 1 {
+		return fmt.Errorf("%w: %s max is %d, must be >= 1", errInvalid, call, max)
+	}
+	return nil
+}
+
 // MaxWorkers is leaserouter.MaxWorkers: the most worker goroutines one
 // Run starts.
 const MaxWorkers = 1 << 16

@@ -3,7 +3,7 @@
 // each written once, as a function both call, so the two cannot drift.
 // One file per family:
 //
-//   - contract.go: Router options both backends have (CheckOptions), and
+//   - contract.go: the Options both backends have (RouterDefaults), and
 //     Recovered, the one way user code is called with its panic caught;
 //   - enqueue.go: Enqueue's options and their checks
 //     (ReadEnqueueOptions), and the rule for IDs and names (ValidateID,
@@ -31,30 +31,73 @@
 package contract
 
 import (
+	"cmp"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"time"
 )
 
-// CheckOptions checks the Options fields both backends share, with one
-// set of messages: an error wrapping errInvalid naming the first bad
-// field, or nil. minLease is the backend's shortest positive
-// LeaseDuration (0: any positive one); defaultLease and defaultAttempts
-// are the defaults a zero field gets, named in the messages.
-func CheckOptions(errInvalid error, lease, minLease, defaultLease time.Duration, maxAttempts, defaultAttempts int, tokenFloor uint64) error {
-	switch {
-	case lease < 0:
-		return fmt.Errorf("%w: LeaseDuration is %v, must be > 0 (or 0 for the default %v)", errInvalid, lease, defaultLease)
-	case lease > 0 && lease < minLease:
-		return fmt.Errorf("%w: LeaseDuration is %v, must be >= %v on this backend (or 0 for the default %v)", errInvalid, lease, minLease, defaultLease)
-	case maxAttempts < 0:
-		return fmt.Errorf("%w: MaxAttempts is %d, must be >= 1 (or 0 for the default %d)", errInvalid, maxAttempts, defaultAttempts)
-	case maxAttempts > math.MaxInt32:
-		return fmt.Errorf("%w: MaxAttempts is %d, must be <= %d", errInvalid, maxAttempts, math.MaxInt32)
-	case tokenFloor >= math.MaxInt64:
-		return fmt.Errorf("%w: TokenFloor is %d, must be < %d so tokens fit in an int64", errInvalid, tokenFloor, uint64(math.MaxInt64))
+// The defaults of the Options fields every backend has
+// (leaserouter.DefaultLeaseDuration, DefaultMaxAttempts, DefaultRetention).
+const (
+	DefaultLeaseDuration = 30 * time.Second
+	DefaultMaxAttempts   = 5
+	DefaultRetention     = 10 * time.Minute
+)
+
+// DefaultBackoff is leaserouter.DefaultBackoff: exponential from 1s
+// (attempt 1) doubling per attempt, capped at 5m, with "equal jitter" (a
+// random duration in [d/2, d)); attempt < 1 is treated as 1.
+func DefaultBackoff(attempt int) time.Duration {
+	const base, ceiling = time.Second, 5 * time.Minute
+	d := ceiling
+	if attempt < 1 {
+		attempt = 1
 	}
-	return nil
+	if attempt <= 9 { // 1s<<9 > 5m: past that the cap applies
+		d = min(base<<(attempt-1), ceiling)
+	}
+	return d/2 + rand.N(d/2)
+}
+
+// RouterOptions are the Options fields every backend has.
+type RouterOptions struct {
+	LeaseDuration time.Duration
+	MaxAttempts   int
+	Backoff       func(attempt int) time.Duration
+	Retention     time.Duration
+	TokenFloor    uint64
+}
+
+// RouterDefaults checks o, with one set of messages, and returns it with
+// its zero fields set to their defaults (a nil Backoff to
+// DefaultBackoff), or an error wrapping errInvalid (the core's
+// ErrInvalidOptions) naming the first bad field: a negative
+// LeaseDuration, or a positive one below minLease (the backend's
+// shortest; 0: any), a MaxAttempts negative or above math.MaxInt32, a
+// TokenFloor that leaves no int64 token. A negative Retention is valid
+// (finished jobs dropped at once).
+func RouterDefaults(errInvalid error, o RouterOptions, minLease time.Duration) (RouterOptions, error) {
+	switch {
+	case o.LeaseDuration < 0:
+		return o, fmt.Errorf("%w: LeaseDuration is %v, must be > 0 (or 0 for the default %v)", errInvalid, o.LeaseDuration, DefaultLeaseDuration)
+	case o.LeaseDuration > 0 && o.LeaseDuration < minLease:
+		return o, fmt.Errorf("%w: LeaseDuration is %v, must be >= %v on this backend (or 0 for the default %v)", errInvalid, o.LeaseDuration, minLease, DefaultLeaseDuration)
+	case o.MaxAttempts < 0:
+		return o, fmt.Errorf("%w: MaxAttempts is %d, must be >= 1 (or 0 for the default %d)", errInvalid, o.MaxAttempts, DefaultMaxAttempts)
+	case o.MaxAttempts > math.MaxInt32:
+		return o, fmt.Errorf("%w: MaxAttempts is %d, must be <= %d", errInvalid, o.MaxAttempts, math.MaxInt32)
+	case o.TokenFloor >= math.MaxInt64:
+		return o, fmt.Errorf("%w: TokenFloor is %d, must be < %d so tokens fit in an int64", errInvalid, o.TokenFloor, uint64(math.MaxInt64))
+	}
+	o.LeaseDuration = cmp.Or(o.LeaseDuration, DefaultLeaseDuration)
+	o.MaxAttempts = cmp.Or(o.MaxAttempts, DefaultMaxAttempts)
+	o.Retention = cmp.Or(o.Retention, DefaultRetention)
+	if o.Backoff == nil { // a func is not comparable: no cmp.Or
+		o.Backoff = DefaultBackoff
+	}
+	return o, nil
 }
 
 // Recovered calls f and returns what it panicked with, or nil.

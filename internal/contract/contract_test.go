@@ -45,16 +45,26 @@ func TestBackoffRecovered(t *testing.T) {
 	require.NoError(t, err)
 }
 
-// TestCheckOptions: each shared field's bound, and the backend floor.
-func TestCheckOptions(t *testing.T) {
+// TestRouterDefaults: each shared field's bound, the backend floor, and
+// the defaults of zero fields.
+func TestRouterDefaults(t *testing.T) {
 	bad := errors.New("bad")
-	require.NoError(t, CheckOptions(bad, 0, 0, time.Second, 0, 5, 0))
-	require.NoError(t, CheckOptions(bad, time.Nanosecond, 0, time.Second, 1, 5, 1<<63-2))
-	require.ErrorIs(t, CheckOptions(bad, -1, 0, time.Second, 0, 5, 0), bad)
-	require.ErrorContains(t, CheckOptions(bad, time.Microsecond, time.Millisecond, time.Second, 0, 5, 0), "must be >= 1ms on this backend")
-	require.ErrorContains(t, CheckOptions(bad, 0, 0, time.Second, -1, 5, 0), "MaxAttempts is -1")
-	require.ErrorContains(t, CheckOptions(bad, 0, 0, time.Second, 1<<31, 5, 0), "MaxAttempts is 2147483648")
-	require.ErrorContains(t, CheckOptions(bad, 0, 0, time.Second, 0, 5, 1<<63-1), "TokenFloor")
+	check := func(lease, minLease time.Duration, attempts int, floor uint64) error {
+		_, err := RouterDefaults(bad, RouterOptions{LeaseDuration: lease, MaxAttempts: attempts, TokenFloor: floor}, minLease)
+		return err
+	}
+	o, err := RouterDefaults(bad, RouterOptions{}, 0)
+	require.NoError(t, err)
+	require.Equal(t, DefaultLeaseDuration, o.LeaseDuration)
+	require.Equal(t, DefaultMaxAttempts, o.MaxAttempts)
+	require.Equal(t, DefaultRetention, o.Retention)
+	require.NotNil(t, o.Backoff)
+	require.NoError(t, check(time.Nanosecond, 0, 1, 1<<63-2))
+	require.ErrorIs(t, check(-1, 0, 0, 0), bad)
+	require.ErrorContains(t, check(time.Microsecond, time.Millisecond, 0, 0), "must be >= 1ms on this backend")
+	require.ErrorContains(t, check(0, 0, -1, 0), "MaxAttempts is -1")
+	require.ErrorContains(t, check(0, 0, 1<<31, 0), "MaxAttempts is 2147483648")
+	require.ErrorContains(t, check(0, 0, 0, 1<<63-1), "TokenFloor")
 }
 
 // TestPanicError: "panic: <value>", a blank line, the stack.

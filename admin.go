@@ -172,8 +172,8 @@ func listFilter(p ListParams) (mask uint8, limit int, err error) {
 // Retention, ErrFull when Options.Capacity unfinished jobs are already
 // there, and ErrClosed after Close; in each case nothing changes.
 func (r *Router[T]) Retry(id string) error {
-	if err := ValidateID(id); err != nil {
-		return fmt.Errorf("%w: %w", err, ErrNotFound)
+	if err := contract.CheckJobID(ErrInvalidJob, ErrNotFound, id); err != nil {
+		return err
 	}
 	fresh := new(job[T]) // before the lock
 	now, err := r.lockOpen(false, nil)
@@ -233,8 +233,8 @@ func (r *Router[T]) retryLocked(j, fresh *job[T], now int64) {
 // ErrInvalidJob too) or a finished job past its Retention, and ErrClosed
 // after Close; in each case nothing changes.
 func (r *Router[T]) Delete(id string) error {
-	if err := ValidateID(id); err != nil {
-		return fmt.Errorf("%w: %w", err, ErrNotFound)
+	if err := contract.CheckJobID(ErrInvalidJob, ErrNotFound, id); err != nil {
+		return err
 	}
 	now, err := r.lockOpen(false, nil)
 	if err != nil {

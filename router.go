@@ -402,8 +402,8 @@ func (r *Router[T]) Get(id string) (j Job[T], ok bool) {
 // for an unknown id (for an id ValidateID refuses, "" included, one
 // wrapping ErrInvalidJob too, naming the problem), and ErrClosed after Close.
 func (r *Router[T]) Cancel(id string) error {
-	if err := ValidateID(id); err != nil {
-		return fmt.Errorf("%w: %w", err, ErrNotFound)
+	if err := contract.CheckJobID(ErrInvalidJob, ErrNotFound, id); err != nil {
+		return err
 	}
 	now, err := r.lockOpen(false, nil)
 	if err != nil {

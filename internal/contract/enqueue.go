@@ -139,6 +139,17 @@ func invalidID(errInvalidJob error, id string) error {
 	return nil
 }
 
+// CheckJobID is the first step of an operation on job id (Cancel, Retry,
+// Delete) on every backend: nil for a valid id, else ValidateID's error
+// wrapped with errNotFound too (such an id names no job), so the error is
+// both errInvalidJob and errNotFound.
+func CheckJobID(errInvalidJob, errNotFound error, id string) error {
+	if err := ValidateID(errInvalidJob, id); err != nil {
+		return fmt.Errorf("%w: %w", err, errNotFound)
+	}
+	return nil
+}
+
 // ValidateWorkerID returns nil if id is a valid worker ID — the rule for
 // job IDs, except that "" is allowed — or an error wrapping errInvalid
 // (the core's ErrInvalidOptions) that names the problem as ValidateID

@@ -7,20 +7,21 @@
 //     Recovered, the one way user code is called with its panic caught;
 //   - enqueue.go: Enqueue's options and their checks
 //     (ReadEnqueueOptions), and the rule for IDs and names (ValidateID,
-//     ValidateWorkerID, NameProblem);
+//     ValidateWorkerID, CheckJobID, NameProblem);
 //   - worker.go: Run's options and defaults (WorkerDefaults), the
 //     heartbeat interval, the next batch's size and what Run does with a
-//     handler's return (AfterHandler);
+//     handler's return (HandlerOutcome), a claim's max (ClaimMax);
 //   - outcome.go: how a lease ends: Fail's cause (FailCause, Permanent,
 //     "unknown error", "attempts exhausted"), a recovered Backoff, a
 //     snooze's delay (CheckSnooze), the holder's own ends (EndedByHolder);
 //   - periodic.go: AddPeriodic's checks (CheckPeriodic) and a tick's ID;
 //   - event.go: the event backlog's bound, the reports of hooks that panic,
 //     and History's counters;
+//   - admin.go: the admin reads' checks (ListFilter, LeasesLimit);
 //   - bulk.go: the bulk calls' arguments.
 //
-// The conformance suite both backends run, internal/routertest, has a row
-// for each rule. This package depends on the standard library and other
+// The conformance suite both backends run, internal/routertest, tests
+// these rules through each backend. This package depends on the standard library and other
 // internal packages only: the errors.Is targets (ErrInvalidOptions, ...)
 // are the core's and are passed in, since this package cannot import the
 // core (the core imports it). Types the core exports and pgrouter must

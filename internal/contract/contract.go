@@ -21,10 +21,10 @@
 //   - bulk.go: the bulk calls' arguments.
 //
 // The conformance suite both backends run, internal/routertest, tests
-// these rules through each backend. This package depends on the standard library and other
-// internal packages only: the errors.Is targets (ErrInvalidOptions, ...)
-// are the core's and are passed in, since this package cannot import the
-// core (the core imports it). Types the core exports and pgrouter must
+// these rules through each backend. This package depends on the standard
+// library and other internal packages only: the errors.Is targets
+// (ErrInvalidOptions, ...) are the core's and are passed in, since this
+// package cannot import the core (the core imports it). Types the core exports and pgrouter must
 // read are defined here and the core's types defined on them
 // (leaserouter.EnqueueOption is a type defined on EnqueueOption, and
 // leaserouter.WorkerOptions converts to WorkerOptions), so nothing is

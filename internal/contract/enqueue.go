@@ -33,9 +33,9 @@ type option = struct {
 // on it, so the core's options are read here, by both backends.
 type EnqueueOption option
 
-// Options is the constraint of ReadEnqueueOptions: EnqueueOption and the
+// AnyEnqueueOption is the constraint of ReadEnqueueOptions: EnqueueOption and the
 // types defined on it (leaserouter.EnqueueOption).
-type Options interface{ ~option }
+type AnyEnqueueOption interface{ ~option }
 
 type optionKind uint8
 
@@ -83,7 +83,7 @@ type EnqueueSettings struct {
 // math.MaxInt32]), with s then partly filled. Fields no option sets keep
 // their values: the caller sets the router's MaxAttempts first (or
 // reads 0 as "not given"). Nil or empty opts change nothing.
-func ReadEnqueueOptions[O Options](errInvalidJob error, s *EnqueueSettings, id string, opts []O) error {
+func ReadEnqueueOptions[O AnyEnqueueOption](errInvalidJob error, s *EnqueueSettings, id string, opts []O) error {
 	if err := ValidateID(errInvalidJob, id); err != nil {
 		return err
 	}

@@ -36,7 +36,7 @@ func TickID(name string, tick time.Time) string {
 // WithDelay among opts (the tick is the run-at); or a negative retention,
 // the router's Options.Retention (exactly one job per tick needs each
 // tick's dedup record).
-func CheckPeriodic[O Options](errInvalid, errInvalidJob error, name string, s Schedule, opts []O, retention time.Duration) error {
+func CheckPeriodic[O AnyEnqueueOption](errInvalid, errInvalidJob error, name string, s Schedule, opts []O, retention time.Duration) error {
 	switch {
 	case name == "":
 		return fmt.Errorf("%w: Periodic.Name is empty", errInvalid)

@@ -9,11 +9,11 @@ import (
 	"github.com/leaserouter/leaserouter/internal/order"
 )
 
-// The job state machine: every change of a job's state, in one place.
-// Each function is called with r.mu held, after the caller has settled
-// what is due, and keeps the per-state counts, the heaps and the events in
-// step. The callers (lease.go, router.go, close.go, reaper.go, batch.go,
-// worker.go) check and lock; the changes are these:
+// The job state machine: the changes of a job's state, each a function
+// called with r.mu held, after the caller has settled what is due, that
+// keeps the per-state counts, the heaps and the events in step. The
+// callers (lease.go, router.go, close.go, reaper.go, batch.go, worker.go,
+// admin.go, bulk.go, snooze.go) check and lock. The changes made here:
 //
 //	insert       new -> pending or scheduled (Enqueue)
 //	grant        pending -> leased (Acquire, Run)
@@ -26,11 +26,17 @@ import (
 //	cancel       pending, scheduled or leased -> canceled (Cancel)
 //	reachRunAt   scheduled -> pending (its run-at)
 //	purge        finished -> dropped (Retention)
-//	retryJob     finished -> pending, in a fresh record (Retry: admin.go)
-//	deleteJob    pending, scheduled or finished -> dropped (Delete: admin.go)
 //
-// requeue, kill, makeReady, schedule and finish are their common steps;
-// endLease ends a leased job's lease on its way out of StateLeased.
+// Three changes live beside the call they serve, made of this file's
+// common steps:
+//
+//	retryLocked   finished -> pending, in a fresh record (Retry, RetryMany: admin.go)
+//	deleteLocked  pending, scheduled or finished -> dropped (Delete, DeleteMany: admin.go)
+//	snooze        leased -> scheduled or pending, no attempt counted (Lease.Snooze, Run: snooze.go)
+//
+// requeue, kill, makeReady, schedule, finish, drop and forget are their
+// common steps; endLease ends a leased job's lease on its way out of
+// StateLeased.
 
 // grant leases the first ready job, or returns ErrNoJob. The Lease is l if
 // not nil (a batch's, allocated outside the lock), else a new one; a

@@ -16,10 +16,13 @@ import (
 	listcursor "github.com/leaserouter/leaserouter/internal/cursor"
 )
 
-// The operator's side: List, Retry,
-// Delete, Pause and Resume, as the core's with a ctx and an error, and
-// Queues. Pause and Resume act on the queue in the database, for every
-// process sharing it.
+// The operator's side: List, Retry, Delete, Pause and Resume, as the
+// core's with a ctx and an error, Queues, and the queue's name and live
+// leases (Queue, Leases). Pause and Resume act on the queue in the
+// database, for every process sharing it. With T = json.RawMessage a
+// Router has the method set of console.Source (module
+// github.com/leaserouter/leaserouter/console), without this module
+// importing it.
 
 // firstPage is the enqueue order a first page of List starts below: every
 // seq the sequence hands out is smaller.
@@ -400,4 +403,67 @@ func (r *Router[T]) checkJobCall(id string) error {
 		return fmt.Errorf("%w: %w", err, leaserouter.ErrNotFound)
 	}
 	return r.open()
+}
+
+// Queue returns the name of the Router's queue (Options.Queue).
+func (r *Router[T]) Queue() string { return r.opts.Queue }
+
+// Leases returns up to limit leased jobs of the Router's queue, the lease
+// expiring soonest first (the console's leases page), after settling what
+// is due: holder (Owner), fencing token, LeaseExpiry (the database's
+// clock) and UpdatedAt, the instant of the lease's grant or last accepted
+// heartbeat. The jobs carry a zero Payload and a nil Progress (neither
+// column is read, so the call costs the same whatever their size; Get
+// returns a job whole). limit 0 means leaserouter.DefaultListLimit; below
+// 0 or above leaserouter.MaxListLimit is an error wrapping
+// ErrInvalidOptions, without a round trip. One round trip, a walk of the
+// index of leased jobs by expiry. It works after Close. Errors wrap the
+// driver's. Safe for concurrent use.
+func (r *Router[T]) Leases(ctx context.Context, limit int) ([]leaserouter.Job[T], error) {
+	ctx = orBackground(ctx)
+	if limit < 0 || limit > leaserouter.MaxListLimit {
+		return nil, fmt.Errorf("%w: Leases limit is %d, must be between 0 and %d", leaserouter.ErrInvalidOptions, limit, leaserouter.MaxListLimit)
+	}
+	if limit == 0 {
+		limit = leaserouter.DefaultListLimit
+	}
+	b := &pgx.Batch{}
+	r.queueSettle(b)
+	b.Queue(listLeases, args{"queue": r.opts.Queue, "limit": limit})
+	res := r.db.SendBatch(ctx, b)
+	settled, err := readSettle(res)
+	var out []leaserouter.Job[T]
+	if err == nil {
+		out, err = readJobs[T](res)
+	}
+	if cerr := res.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, errWrap("Leases", err)
+	}
+	r.settled(ctx, settled)
+	return out, nil
+}
+
+// readJobs reads rows of a job's columns (as job_get has them).
+func readJobs[T any](res pgx.BatchResults) ([]leaserouter.Job[T], error) {
+	rows, err := res.Query()
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []leaserouter.Job[T]
+	for rows.Next() {
+		var jr jobRow
+		if err := rows.Scan(jr.fields()...); err != nil {
+			return nil, err
+		}
+		j, err := jobOf[T](&jr)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, j)
+	}
+	return out, rows.Err()
 }

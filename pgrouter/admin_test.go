@@ -274,3 +274,38 @@ func TestListRefusesAnotherQueuesCursor(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "a1", next.Jobs[0].ID)
 }
+
+// TestLeasesExpiringSoonestFirst: Leases lists the queue's leased jobs
+// by lease expiry, soonest first, at most limit, with holder and token,
+// and refuses a bad limit without a round trip.
+func TestLeasesExpiringSoonestFirst(t *testing.T) {
+	r, _ := newRouter[int](t, pgrouter.Options{LeaseDuration: time.Minute})
+	ctx := t.Context()
+	for _, id := range []string{"a", "b", "c", "d"} {
+		require.NoError(t, r.Enqueue(ctx, id, 1))
+	}
+	var ls []*pgrouter.Lease[int]
+	for range 3 {
+		l, err := r.TryAcquire(ctx, "w")
+		require.NoError(t, err)
+		ls = append(ls, l)
+	}
+	require.NoError(t, ls[0].Heartbeat(ctx, nil)) // a: now the latest expiry
+	got, err := r.Leases(ctx, 0)
+	require.NoError(t, err)
+	var ids []string
+	for _, j := range got {
+		ids = append(ids, j.ID)
+		require.Equal(t, leaserouter.StateLeased, j.State)
+		require.Equal(t, "w", j.Owner)
+	}
+	require.Equal(t, []string{ls[1].JobID, ls[2].JobID, ls[0].JobID}, ids)
+	require.Equal(t, ls[1].Token, got[0].Token)
+	got, err = r.Leases(ctx, 1)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	for _, bad := range []int{-1, leaserouter.MaxListLimit + 1} {
+		_, err = r.Leases(ctx, bad)
+		require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+	}
+}

@@ -52,30 +52,6 @@ func TestClaimDuringClose(t *testing.T) {
 	require.Zero(t, j.Attempt, "the lease handed back is no attempt")
 }
 
-// TestUndecodablePayload: a job whose payload this Router cannot decode
-// fails its attempt; the other jobs of the batch are returned, their
-// attempts untouched.
-func TestUndecodablePayload(t *testing.T) {
-	ints, db := newRouter[int](t, pgrouter.Options{MaxAttempts: 1})
-	strs := routerOn[string](t, db, pgrouter.Options{MaxAttempts: 1})
-	ctx := t.Context()
-	require.NoError(t, ints.Enqueue(ctx, "good1", 1))
-	require.NoError(t, strs.Enqueue(ctx, "bad", "not an int"))
-	require.NoError(t, ints.Enqueue(ctx, "good2", 2))
-	ls, err := ints.TryAcquireMany(ctx, "w", 10)
-	require.NoError(t, err)
-	require.Len(t, ls, 2)
-	require.Equal(t, "good1", ls[0].JobID)
-	require.Equal(t, "good2", ls[1].JobID)
-	j, _, err := ints.Get(ctx, "good2")
-	require.NoError(t, err)
-	require.Equal(t, leaserouter.StateLeased, j.State)
-	js, _, err := strs.Get(ctx, "bad")
-	require.NoError(t, err)
-	require.Equal(t, leaserouter.StateFailed, js.State, "its one attempt failed")
-	require.Contains(t, js.LastError, "does not decode")
-}
-
 // TestOrder: higher priority first, then ready time, then enqueue order;
 // a batch's tokens increase in the order of its leases.
 func TestOrder(t *testing.T) {
@@ -212,7 +188,7 @@ func TestClaimResolverWaitsForClaimInFlight(t *testing.T) {
 }
 
 // TestAbandonedClaimArrivingLateClaimsNothing: a claim that reaches the
-// server after its client resolved it (held in the network, say) claims
+// server after its client resolved it (delayed in the network, say) claims
 // nothing: no lease can be granted that nobody will receive.
 func TestAbandonedClaimArrivingLateClaimsNothing(t *testing.T) {
 	r, db := newRouter[int](t, pgrouter.Options{})

@@ -19,7 +19,7 @@ import (
 // the same tx, after Fence, and a stale worker can never overwrite a newer
 // attempt's. If tx rolls back, the lease is as it was before CompleteTx
 // (its expiry as of its last accepted heartbeat, which no heartbeat could
-// extend while tx held the row: it may have passed).
+// extend while tx locked the row: it may have passed).
 //
 // The check and the completion run under a savepoint of CompleteTx's own
 // in tx, in one round trip. On success the savepoint is left in place: it
@@ -79,18 +79,6 @@ func (l *Lease[T]) CompleteTx(ctx context.Context, tx pgx.Tx) error {
 // PostgreSQL's savepoints do: a second CompleteTx in tx rolls back to its
 // own).
 const savepoint = "leaserouter_lease_op"
-
-// queueLock queues op's row lock on b: lockRow, or in a caller's
-// transaction (inTx, under op's savepoint) lockRowOfToken. A refusal in
-// a caller's transaction rolls back to the savepoint even if ctx ended
-// (see endSavepoint), so a lock the check took never outlives it.
-func (l *Lease[T]) queueLock(b *pgx.Batch, inTx bool) {
-	if inTx {
-		b.Queue(lockRowOfToken, args{"queue": l.r.opts.Queue, "id": l.JobID, "token": int64(l.Token)})
-		return
-	}
-	b.Queue(lockRow, args{"queue": l.r.opts.Queue, "id": l.JobID})
-}
 
 // endSavepoint ends op's savepoint in the caller's transaction q, given
 // op's error so far and what writerOf read: on a refusal or an error it

@@ -83,7 +83,7 @@
 //     abandoned; their resolution, on another connection of the pool
 //     and in one transaction, waits for the statement if it still runs
 //     (the advisory lock), marks it abandoned (a statement reaching the
-//     server later, held in the network say, changes nothing), then
+//     server later, delayed in the network say, changes nothing), then
 //     reads the job's row: nil if it shows the lease ended as asked,
 //     otherwise the error, and either answer is final. It gets at most
 //     40ms after the call's ctx ended; past that (the statement still
@@ -102,7 +102,7 @@
 //     reply never arrived is resolved in the background by the Router:
 //     the resolver waits for the claim's transaction if it still runs,
 //     marks the claim abandoned (a claim reaching the server later,
-//     held in the network say, claims nothing) and hands back the
+//     delayed in the network say, claims nothing) and hands back the
 //     leases it granted, pending again in their place with the attempt
 //     not counted: an attempt counts only a lease a worker received.
 //     They emit no event and are not counted in Stats.LeasesGranted.
@@ -193,10 +193,10 @@
 // the tick's job, which locks the periodic job's row in
 // leaserouter_periodic). No scheduler waits for another's lock: a process
 // stalled inside a tick's transaction delays that periodic job only; the
-// other schedulers keep the ticks that come due meanwhile and take them
+// other schedulers defer the ticks that come due meanwhile and take them
 // once its transaction ends (the server ends it after 5s idle in it; see
 // AddPeriodic for a process stopped in the middle of a statement), the
-// tick it held too if it rolled back. The database's clock decides which tick is due; none before the
+// tick it took too if it rolled back. The database's clock decides which tick is due; none before the
 // periodic job's first registration on the queue ever; after every
 // scheduler was down, the first back enqueues the latest missed tick
 // only, if younger than Options.Retention. See AddPeriodic.
@@ -214,7 +214,9 @@
 // per-minute counts of each process), leaserouter_periodic (each periodic
 // job's first registration and last tick taken) and
 // leaserouter_periodic_ticks (each tick taken, kept while Retention
-// lasts), the sequences leaserouter_token
+// lasts; a trigger on leaserouter_periodic records the ticks taken by
+// processes of a version before schema 12, which raise last_tick
+// only), the sequences leaserouter_token
 // (fencing tokens: cache 1, raised by New above TokenFloor and the Unix
 // time in nanoseconds, never lowered) and leaserouter_job_seq (enqueue
 // order), partial indexes for the ready order, scheduled run-ats, lease

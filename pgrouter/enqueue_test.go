@@ -46,21 +46,6 @@ func TestEnqueueManyOverlappingBatches(t *testing.T) {
 	require.Equal(t, len(ids), total, "each ID enqueued once")
 }
 
-// TestNULPayload: a payload jsonb cannot store is ErrInvalidJob, with its
-// batch index; an escaped backslash before "u0000" is fine.
-func TestNULPayload(t *testing.T) {
-	r, _ := newRouter[string](t, pgrouter.Options{})
-	ctx := t.Context()
-	require.ErrorIs(t, r.Enqueue(ctx, "a", "x\x00y"), leaserouter.ErrInvalidJob)
-	_, err := r.EnqueueMany(ctx, []leaserouter.JobSpec[string]{{ID: "b", Payload: "ok"}, {ID: "c", Payload: "\x00"}})
-	require.ErrorIs(t, err, leaserouter.ErrInvalidJob)
-	require.ErrorContains(t, err, "batch index 1")
-	require.NoError(t, r.Enqueue(ctx, "d", `\u0000`))
-	j, _, err := r.Get(ctx, "d")
-	require.NoError(t, err)
-	require.Equal(t, `\u0000`, j.Payload)
-}
-
 // TestDuplicates: a known ID is refused until its job is finished and
 // past its retention.
 func TestDuplicates(t *testing.T) {

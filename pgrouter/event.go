@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/leaserouter/leaserouter"
 	"github.com/leaserouter/leaserouter/internal/contract"
@@ -350,4 +351,21 @@ func (e *events) close(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// emit records evs: counted for History, and delivered to the hooks (if
+// any).
+func (r *Router[T]) emit(evs ...leaserouter.Event) {
+	r.hist.tally(evs)
+	r.ev.add(evs...)
+}
+
+// heldFor is Event.Held of a lease granted at granted (the row's
+// leased_at; nil for a lease granted before schema version 4) and ended
+// at end: how long it was held, 0 if unknown.
+func heldFor(granted *time.Time, end time.Time) time.Duration {
+	if granted == nil {
+		return 0
+	}
+	return max(0, end.Sub(*granted))
 }

@@ -341,7 +341,7 @@ func (c *ownConn) close() {
 // (with their new expiry, or the zero Time for a lease proven by its
 // completion pending in the caller's open transaction: see pending),
 // those lost (with why) and those ended by their holder (with how: no
-// refusal); a lease in none could not be looked at (its row held by
+// refusal); a lease in none could not be looked at (its row locked by
 // another transaction).
 type beatResult[T any] struct {
 	alive map[*Lease[T]]time.Time
@@ -416,7 +416,7 @@ func (r *Router[T]) heartbeatAll(ctx context.Context, q querier, ls []*Lease[T],
 		pending, err := r.pending(ctx, q, held)
 		for i, l := range held {
 			if err == nil && pending[i] {
-				res.alive[l] = time.Time{} // held by the caller's transaction, the completion written
+				res.alive[l] = time.Time{} // locked by the caller's transaction, the completion written
 			} else {
 				unseen = append(unseen, l)
 			}
@@ -430,7 +430,7 @@ func (r *Router[T]) heartbeatAll(ctx context.Context, q querier, ls []*Lease[T],
 	for _, l := range append(refused, unseen...) {
 		row, ok := found[l.JobID]
 		if !seen[l] && ok && row.token != nil && leaserouter.Token(*row.token) == l.Token && isState(row.was, leaserouter.StateLeased) {
-			continue // held by another transaction, still this lease's: unknown until the next round
+			continue // locked by another transaction, still this lease's: unknown until the next round
 		}
 		if !still(l) {
 			continue // ended by its holder during the round: not a refusal

@@ -2,7 +2,9 @@ package pgrouter_test
 
 import (
 	"context"
+	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -174,3 +176,95 @@ func (c *heartbeatCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d p
 }
 
 func (c *heartbeatCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// notifyGate is a pool tracer that, once armed, pauses the first
+// wake-up statement (notify.sql) until opened, and counts the heartbeat
+// rounds' inspections (leases_inspect.sql) that end meanwhile.
+type notifyGate struct {
+	notify, inspect string
+	armed           atomic.Bool
+	paused          chan struct{} // closed when the notify is paused
+	open            chan struct{} // closed by the test: the notify goes on
+	once            sync.Once
+	inspected       atomic.Int32
+}
+
+func (g *notifyGate) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	if g.armed.Load() && data.SQL == g.notify {
+		g.once.Do(func() {
+			close(g.paused)
+			select {
+			case <-g.open:
+			case <-time.After(10 * time.Second):
+			}
+		})
+	}
+	return context.WithValue(ctx, g, data.SQL)
+}
+
+func (g *notifyGate) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryEndData) {
+	if sql, _ := ctx.Value(g).(string); sql == g.inspect && g.armed.Load() {
+		select {
+		case <-g.paused:
+			g.inspected.Add(1)
+		default:
+		}
+	}
+}
+
+// TestSnoozeRacingHeartbeatIsNoRefusal: a heartbeat round (KeepAlive)
+// that finds the lease ended by its holder's own Snooze, the Snooze not
+// yet returned, is no refusal, as for Complete, Fail and Release: no
+// EventStaleRejected, no StaleRejections or HeartbeatsRefused, and the
+// KeepAlive ctx ends with the holder's end as its cause (Reason
+// LostSnoozed), as contract.EndedByHolder says for every backend.
+func TestSnoozeRacingHeartbeatIsNoRefusal(t *testing.T) {
+	base := pgtest.New(t)
+	// The statements as the Router passes them to pgx: the files' text.
+	notify, err := os.ReadFile("sql/notify.sql")
+	require.NoError(t, err)
+	inspect, err := os.ReadFile("sql/leases_inspect.sql")
+	require.NoError(t, err)
+	g := &notifyGate{notify: string(notify), inspect: string(inspect), paused: make(chan struct{}), open: make(chan struct{})}
+	cfg := base.Config()
+	cfg.ConnConfig.Tracer = g
+	db, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(db.Close)
+	var log eventLog
+	r := routerOn[int](t, db, pgrouter.Options{LeaseDuration: 5 * time.Second, OnEvent: log.add})
+	ctx := t.Context()
+	require.NoError(t, r.Enqueue(ctx, "a", 1))
+	l, err := r.TryAcquire(ctx, "w")
+	require.NoError(t, err)
+	kctx, stop := pgrouter.KeepAlive(ctx, l, 50*time.Millisecond)
+	defer stop()
+
+	g.armed.Store(true)
+	done := make(chan error, 1)
+	go func() { done <- l.Snooze(ctx, time.Hour) }()
+	select {
+	case <-g.paused: // the snooze committed; its wake-up, then its release, wait
+	case <-time.After(10 * time.Second):
+		t.Fatal("Snooze's wake-up not reached")
+	}
+	// A round that finds the lease snoozed, then one more (each inspects):
+	// the first one's verdict is in. Or the first ended the KeepAlive.
+	eventually(t, 10*time.Second, "two heartbeat rounds, or the KeepAlive ended", func() bool {
+		return g.inspected.Load() >= 2 || kctx.Err() != nil
+	})
+	close(g.open)
+	require.NoError(t, <-done)
+	require.Error(t, kctx.Err(), "the holder's Snooze has returned: its KeepAlive ctx has ended")
+	var lost *leaserouter.LeaseLostError
+	require.ErrorAs(t, context.Cause(kctx), &lost)
+	require.Equal(t, leaserouter.LostSnoozed, lost.Reason, "KeepAlive's ctx ends with the holder's end: %v", context.Cause(kctx))
+	stop()
+	require.NoError(t, r.Close(ctx)) // every event delivered
+	require.Empty(t, log.of(leaserouter.EventStaleRejected), "a refusal reported for the holder's own snooze")
+	s, err := r.Stats(t.Context())
+	require.NoError(t, err)
+	require.Zero(t, s.StaleRejections)
+	require.Zero(t, s.HeartbeatsRefused)
+	require.EqualValues(t, 1, s.Snoozed)
+}

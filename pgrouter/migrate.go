@@ -23,11 +23,11 @@ import (
 var migrations embed.FS
 
 // Migrate's advisory lock keys. migrateSessionLock ("leaserMg" in
-// ASCII), held for a session (polled, lockMigrate), keeps a Migrate to
+// ASCII), taken for a session (polled, lockMigrate), keeps a Migrate to
 // itself from start to end, its concurrent index builds included.
 // migrateLock ("leaserou"), the key Migrates before the concurrent builds
-// held for their one transaction (pg_advisory_xact_lock), is taken the
-// same way by each transaction of a Migrate, and never held while it
+// took for their one transaction (pg_advisory_xact_lock), is taken the
+// same way by each transaction of a Migrate, and never kept while it
 // builds: a Migrate of such a version, run during a rolling upgrade,
 // waits for it inside its transaction, with a snapshot that the build
 // waits out; it gets the key, finds the schema at or past its version,

@@ -288,3 +288,58 @@ func TestMigrateAddsHandBack(t *testing.T) {
 		require.NoError(t, err, name)
 	}
 }
+
+// TestMigrateAppliesAMissingVersion: a database that records 12 but not
+// 11 gets leaserouter_jobs_id from Migrate (it applied only versions
+// above the highest recorded), and New refuses it until then.
+func TestMigrateAppliesAMissingVersion(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := t.Context()
+	_, err := db.Exec(ctx, "DROP INDEX leaserouter_jobs_id")
+	require.NoError(t, err)
+	_, err = db.Exec(ctx, "DELETE FROM leaserouter_migrations WHERE version = 11")
+	require.NoError(t, err)
+	_, err = pgrouter.New[int](ctx, db, pgrouter.Options{})
+	require.ErrorIs(t, err, pgrouter.ErrSchemaOutdated)
+	require.NoError(t, pgrouter.Migrate(ctx, db))
+	requireIndexBuilt(t, db)
+	r, err := pgrouter.New[int](ctx, db, pgrouter.Options{})
+	require.NoError(t, err)
+	require.NoError(t, r.Close(ctx))
+}
+
+// TestMigrateRefusesAMissingFirstVersion: a database that records later
+// versions but not one of the first three, which cannot be applied over
+// them, gets an error from Migrate, and its schema is left as it was.
+func TestMigrateRefusesAMissingFirstVersion(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := t.Context()
+	_, err := db.Exec(ctx, "DELETE FROM leaserouter_migrations WHERE version = 2")
+	require.NoError(t, err)
+	err = pgrouter.Migrate(ctx, db)
+	require.ErrorContains(t, err, "but not 2")
+	var n int
+	require.NoError(t, db.QueryRow(ctx, "SELECT count(*) FROM leaserouter_migrations").Scan(&n))
+	require.Equal(t, latestMigration(t)-1, n, "every version but 2 still recorded")
+}
+
+// TestMigrateCanceledReleasesItsLocks: a Migrate whose ctx ends while its
+// build waits leaves no session holding Migrate's advisory locks (a
+// server backend going on with the build after the client gave up would
+// keep the next Migrate waiting instead of dropping the INVALID index and
+// building again).
+func TestMigrateCanceledReleasesItsLocks(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := t.Context()
+	asVersion10(t, db)
+	snap := openSnapshot(t, db)
+	defer func() { _ = snap.Rollback(context.Background()) }()
+	mctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	require.Error(t, pgrouter.Migrate(mctx, db))
+	time.Sleep(time.Second)
+	var holders []string
+	require.NoError(t, db.QueryRow(ctx, `SELECT coalesce(array_agg(a.state || ': ' || left(a.query, 60)), '{}') FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+		WHERE l.locktype = 'advisory' AND l.granted AND (l.classid::bigint << 32 | l.objid::bigint) IN ($1, $2)`, migrateXactLock, migrateSessionLock).Scan(&holders))
+	require.Empty(t, holders, "sessions still holding Migrate's advisory lock 1s after Migrate returned")
+}

@@ -14,7 +14,7 @@ import (
 	"github.com/leaserouter/leaserouter"
 )
 
-// Unknown outcomes of lease operations. Complete, Fail and Release may
+// Unknown outcomes of lease operations. Complete, Fail, Release and Snooze may
 // lose their reply (the connection fails, or the call's ctx ends, after
 // the statement was sent) while the statement is still on its way or
 // running: in the network, in a socket buffer, waiting for the job's row
@@ -40,7 +40,7 @@ import (
 // may lack the right to signal it.
 
 // end runs a resolvable lease operation (see op) ending l for reason
-// (leases_end.sql, with extra's arguments for a failure), on a
+// (lease_end.sql, with extra's arguments for a failure or a snooze), on a
 // connection of the pool acquired for it: a call that could not get one
 // sent nothing, and leaves nothing to resolve.
 func (l *Lease[T]) end(ctx context.Context, call string, reason leaserouter.LostReason, extra args) (opResult, error) {

@@ -41,7 +41,7 @@ type Handler[T any] func(ctx context.Context, l *Lease[T]) error
 // progress on the database), so the handler's ctx is not canceled for
 // want of a heartbeat meanwhile. If the transaction rolls back, the lease
 // is as it was before CompleteTx: heartbeats extend it again or, if its
-// expiry passed while the row was held, find it lost (the ctx is canceled
+// expiry passed while the row was locked, find it lost (the ctx is canceled
 // with a *leaserouter.LeaseLostError, LostExpired) and the job is retried.
 //
 // Round trips. A worker leases up to opts.Batch jobs in one statement

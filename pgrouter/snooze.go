@@ -3,7 +3,6 @@ package pgrouter
 import (
 	"context"
 	"errors"
-	"math"
 	"time"
 
 	"github.com/leaserouter/leaserouter"
@@ -11,8 +10,7 @@ import (
 )
 
 // Snooze: a holder ends its lease and has the job run again later,
-// without spending an attempt (the core's snooze.go); and the per-attempt
-// timeouts Run applies (WithTimeout, WorkerOptions.Timeout).
+// without spending an attempt (the core's snooze.go).
 
 // Snooze ends the lease and has the job run again after d, as the core's
 // Lease.Snooze does: scheduled until the database's clock + d, or
@@ -63,46 +61,4 @@ func (l *Lease[T]) Snooze(ctx context.Context, d time.Duration) error {
 // one, which a Run handler's Snooze error also fails its attempt with.
 func checkSnooze(d time.Duration) error {
 	return contract.SnoozeDelay(leaserouter.ErrInvalidOptions, d)
-}
-
-// ceilMicros is d in microseconds (the database's unit), rounded up, so
-// that a positive duration stays positive (a timeout of 0 means none).
-func ceilMicros(d time.Duration) int64 {
-	us := d.Microseconds()
-	if time.Duration(us)*time.Microsecond < d {
-		us++
-	}
-	return us
-}
-
-// microsDuration is us microseconds (a timeout_us column) as a Duration,
-// saturated at the largest one: ceilMicros rounds a WithTimeout near
-// math.MaxInt64 up past what a Duration holds.
-func microsDuration(us int64) time.Duration {
-	if us > math.MaxInt64/int64(time.Microsecond) {
-		return math.MaxInt64
-	}
-	return time.Duration(us) * time.Microsecond
-}
-
-// limit is the timeout of l's attempt in Run: the job's WithTimeout if
-// set, else opts.Timeout; 0 for none.
-func (u *runner[T]) limit(l *Lease[T]) time.Duration {
-	if l.timeout > 0 {
-		return l.timeout
-	}
-	return u.opts.Timeout
-}
-
-// timed derives the ctx of l's handler from lctx (the lease's ctx,
-// canceled when the lease is lost), canceled after l's timeout (see
-// limit), from now, with a *leaserouter.TimeoutError as its cause. The
-// lease's ctx is left alone: the heartbeat rounds keep the lease until
-// the handler returns. The caller calls stop once the handler returned.
-func (u *runner[T]) timed(lctx context.Context, l *Lease[T]) (hctx context.Context, stop context.CancelFunc) {
-	d := u.limit(l)
-	if d <= 0 {
-		return lctx, func() {}
-	}
-	return context.WithTimeoutCause(lctx, d, &leaserouter.TimeoutError{JobID: l.JobID, Token: l.Token, Timeout: d})
 }

@@ -323,3 +323,24 @@ func TestRunFailsNegativeSnooze(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, s.Snoozed)
 }
+
+// TestRunFailsNegativeSnoozeWhileStopping: Run's doc (and the core) say a
+// handler returning Snooze with a negative delay fails its attempt with
+// Snooze's error, whether or not Run is stopping: with one attempt the
+// job is dead with that error, not released ('attempts exhausted').
+func TestRunFailsNegativeSnoozeWhileStopping(t *testing.T) {
+	r, _ := newRouter[int](t, pgrouter.Options{MaxAttempts: 1})
+	ctx, cancel := context.WithCancel(t.Context())
+	require.NoError(t, r.Enqueue(ctx, "a", 1))
+	err := r.Run(ctx, leaserouter.WorkerOptions{Workers: 1}, func(hctx context.Context, _ *pgrouter.Lease[int]) error {
+		cancel()
+		<-hctx.Done()
+		return leaserouter.Snooze(-time.Second)
+	})
+	require.NoError(t, err)
+	require.NoError(t, pgrouter.AwaitBackground(t.Context(), r))
+	j, _, err := r.Get(t.Context(), "a")
+	require.NoError(t, err)
+	require.Equal(t, leaserouter.StateFailed, j.State)
+	require.Contains(t, j.LastError, "Snooze(-1s), must be >= 0")
+}

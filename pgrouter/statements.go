@@ -113,7 +113,7 @@ var (
 	vacuumJobs      = statement("vacuum")
 	analyzeJobs     = statement("analyze")
 
-	// Lease operations (lease.go, transition.go, keepalive.go, completetx.go).
+	// Lease operations (lease.go, leasestatement.go, keepalive.go, completetx.go, snooze.go).
 	lockRow        = statement("lease_lock")
 	lockRowOfToken = statement("lease_lock_of_token")
 	endLease       = statement("lease_end")

@@ -4,83 +4,17 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"sync"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/leaserouter/leaserouter"
 )
 
-// What the console needs beyond the admin calls (admin.go): the queue's
-// name, its live leases and its history. With T = json.RawMessage a
-// Router has the method set of console.Source (module
-// github.com/leaserouter/leaserouter/console), without this module
-// importing it.
-
-// Queue returns the name of the Router's queue (Options.Queue).
-func (r *Router[T]) Queue() string { return r.opts.Queue }
-
-// Leases returns up to limit leased jobs of the Router's queue, the lease
-// expiring soonest first (the console's leases page), after settling what
-// is due: holder (Owner), fencing token, LeaseExpiry (the database's
-// clock) and UpdatedAt, the instant of the lease's grant or last accepted
-// heartbeat. The jobs carry a zero Payload and a nil Progress (neither
-// column is read, so the call costs the same whatever their size; Get
-// returns a job whole). limit 0 means leaserouter.DefaultListLimit; below
-// 0 or above leaserouter.MaxListLimit is an error wrapping
-// ErrInvalidOptions, without a round trip. One round trip, a walk of the
-// index of leased jobs by expiry. It works after Close. Errors wrap the
-// driver's. Safe for concurrent use.
-func (r *Router[T]) Leases(ctx context.Context, limit int) ([]leaserouter.Job[T], error) {
-	ctx = orBackground(ctx)
-	if limit < 0 || limit > leaserouter.MaxListLimit {
-		return nil, fmt.Errorf("%w: Leases limit is %d, must be between 0 and %d", leaserouter.ErrInvalidOptions, limit, leaserouter.MaxListLimit)
-	}
-	if limit == 0 {
-		limit = leaserouter.DefaultListLimit
-	}
-	b := &pgx.Batch{}
-	r.queueSettle(b)
-	b.Queue(listLeases, args{"queue": r.opts.Queue, "limit": limit})
-	res := r.db.SendBatch(ctx, b)
-	settled, err := readSettle(res)
-	var out []leaserouter.Job[T]
-	if err == nil {
-		out, err = readJobs[T](res)
-	}
-	if cerr := res.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return nil, errWrap("Leases", err)
-	}
-	r.settled(ctx, settled)
-	return out, nil
-}
-
-// readJobs reads rows of a job's columns (as job_get has them).
-func readJobs[T any](res pgx.BatchResults) ([]leaserouter.Job[T], error) {
-	rows, err := res.Query()
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []leaserouter.Job[T]
-	for rows.Next() {
-		var jr jobRow
-		if err := rows.Scan(jr.fields()...); err != nil {
-			return nil, err
-		}
-		j, err := jobOf[T](&jr)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, j)
-	}
-	return out, rows.Err()
-}
+// History: what every process on the Router's queue did in each of the
+// last leaserouter.HistoryMinutes minutes, for a throughput chart without
+// a metrics system. Each process tallies its events per minute of the
+// database's clock in memory (emit) and adds them to leaserouter_history
+// every PollInterval; History reads the table.
 
 // The counters of History, in the order of history_add's arrays.
 const (
@@ -265,11 +199,4 @@ func (r *Router[T]) History(ctx context.Context) ([]leaserouter.Minute, error) {
 			Failed: int(n[tallyFailed]), Dead: int(n[tallyDead]), Expired: int(n[tallyExpired]), StaleRejected: int(n[tallyStale])}
 	}
 	return out, nil
-}
-
-// emit records evs: counted for History, and delivered to the hooks (if
-// any).
-func (r *Router[T]) emit(evs ...leaserouter.Event) {
-	r.hist.tally(evs)
-	r.ev.add(evs...)
 }

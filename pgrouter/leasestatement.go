@@ -11,17 +11,25 @@ import (
 	"github.com/leaserouter/leaserouter"
 )
 
-// How a lease's operations change its job's row, on the Go side. The
-// rules are SQL, written once (migration 0003): leaserouter_lease_valid
-// is the one invariant, leaserouter_end_lease says how a lease ends and
-// where its job goes (completed, failed, released, revoked, expired, and
-// snoozed since migration 0009).
-// Every end of a single lease by its holder goes through
-// sql/lease_end.sql, of many (Run's completions, Close's revocation)
-// through sql/leases_end.sql, both calling those two functions; a
-// heartbeat through lease_heartbeat.sql or leases_heartbeat.sql. The
-// single forms report, in the same round trip, whether they acted and,
-// when not, the row as they found it, from which lost says why.
+// The lease statements' round trip, the Go side of every lease
+// operation: their arguments (endArgs, endManyArgs), op, which sends a
+// single lease's statement behind its row lock (queueLock) in one round
+// trip, and the reading of their replies (opResult, readEnded,
+// readInstants, inspect), from which lost says why a lease was refused.
+// The operations themselves are in lease.go, snooze.go, completetx.go,
+// keepalive.go and claim.go (Run's completions ride its next claim); an
+// unknown outcome is resolved in outcome.go.
+//
+// The state machine is not here: it is SQL, written once (migration
+// 0003): leaserouter_lease_valid is the one invariant,
+// leaserouter_end_lease says how a lease ends and where its job goes
+// (completed, failed, released, revoked, expired, and snoozed since
+// migration 0009). Every end of a single lease by its holder goes
+// through sql/lease_end.sql, of many (Run's completions, Close's
+// revocation) through sql/leases_end.sql, both calling those two
+// functions; a heartbeat through lease_heartbeat.sql or
+// leases_heartbeat.sql. The single forms report, in the same round trip,
+// whether they acted and, when not, the row as they found it.
 
 // errRevoked is the Err of EventReleased for a lease Close revoked.
 var errRevoked = errors.New("lease revoked by Close")
@@ -91,6 +99,18 @@ func readEnded(rows pgx.Rows, err error) (map[leaseKey]ended, error) {
 		out[k] = e
 	}
 	return out, rows.Err()
+}
+
+// queueLock queues op's row lock on b: lockRow, or in a caller's
+// transaction (inTx, under op's savepoint) lockRowOfToken. A refusal in
+// a caller's transaction rolls back to the savepoint even if ctx ended
+// (see endSavepoint), so a lock the check took never outlives it.
+func (l *Lease[T]) queueLock(b *pgx.Batch, inTx bool) {
+	if inTx {
+		b.Queue(lockRowOfToken, args{"queue": l.r.opts.Queue, "id": l.JobID, "token": int64(l.Token)})
+		return
+	}
+	b.Queue(lockRow, args{"queue": l.r.opts.Queue, "id": l.JobID})
 }
 
 // op runs stmt (lease_end.sql or lease_heartbeat.sql, with its
@@ -184,7 +204,7 @@ func (l *Lease[T]) op(ctx context.Context, q querier, inTx bool, id int64, call,
 }
 
 // lost builds the refusal's error from the row as the refusing statement
-// found it, with its lock held.
+// found it, with its row locked.
 func (l *Lease[T]) lost(res opResult) *leaserouter.LeaseLostError {
 	e := &leaserouter.LeaseLostError{JobID: l.JobID, Token: l.Token, Reason: "unknown"}
 	switch {

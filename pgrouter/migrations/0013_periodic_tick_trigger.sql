@@ -1,0 +1,53 @@
+-- pgrouter schema, version 13: a periodic tick taken by a scheduler of a
+-- version before 12 is recorded too. Safe to apply again (CREATE OR
+-- REPLACE, and the trigger created only where it is missing).
+
+-- A scheduler of a version before 12, running beside newer ones during a
+-- rolling upgrade, takes a tick by raising last_tick to it (only ever to
+-- a tick after it) and writes no record: without one, a newer scheduler
+-- that kept the same tick (its row was held by the old one's transaction)
+-- would take it again, and enqueue its job again if the job was deleted
+-- meanwhile. So the database records the tick whenever an update raises
+-- last_tick, in the updating transaction (which holds the row's lock, as
+-- every taker does). A newer scheduler's take (periodic_tick.sql) inserts
+-- the record itself, in the statement that raises last_tick; the trigger
+-- runs after that statement (AFTER ... FOR EACH ROW), finds the record
+-- and does nothing (ON CONFLICT DO NOTHING): the take stays the
+-- statement's, which enqueues the tick's job once. The ticks an old
+-- scheduler skipped (woken late, it raises last_tick over several) get
+-- no record: it took none of them, and a newer scheduler that kept one
+-- (planned it in time) takes it, once, as it would a tick another newer
+-- scheduler skipped. An update that does not raise last_tick (a held
+-- tick taken after a younger one; periodic_prune.sql raising taken_to)
+-- records nothing here.
+CREATE OR REPLACE FUNCTION leaserouter_periodic_record_tick() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+	INSERT INTO leaserouter_periodic_ticks (queue, name, tick)
+	VALUES (NEW.queue, NEW.name, NEW.last_tick)
+	ON CONFLICT (queue, name, tick) DO NOTHING;
+	RETURN NULL;
+END
+$$;
+
+-- Created once: CREATE TRIGGER takes the table's SHARE ROW EXCLUSIVE lock,
+-- so no tick is being taken meanwhile, and every take after this
+-- transaction commits is recorded. The ticks old schedulers took without
+-- a record before it (the database at version 12) are all at or before
+-- last_tick: taken_to rises to it, as version 12 did for those before it
+-- (a tick at or before it that no one took, kept by a newer scheduler
+-- while another transaction held the row, is given up).
+DO $$
+BEGIN
+	IF NOT EXISTS (SELECT FROM pg_trigger WHERE tgname = 'leaserouter_periodic_record_tick'
+			AND tgrelid = 'leaserouter_periodic'::regclass) THEN
+		CREATE TRIGGER leaserouter_periodic_record_tick
+			AFTER UPDATE OF last_tick ON leaserouter_periodic
+			FOR EACH ROW
+			WHEN (NEW.last_tick IS NOT NULL AND (OLD.last_tick IS NULL OR NEW.last_tick > OLD.last_tick))
+			EXECUTE FUNCTION leaserouter_periodic_record_tick();
+		UPDATE leaserouter_periodic SET taken_to = greatest(taken_to, last_tick)
+		WHERE last_tick IS NOT NULL;
+	END IF;
+END
+$$;

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/contract"
 )
 
 // The lease statements' round trip, the Go side of every lease
@@ -36,7 +37,7 @@ var errRevoked = errors.New("lease revoked by Close")
 
 // errExhausted is the Err of EventDead for a job whose last lease was
 // released (or revoked).
-var errExhausted = errors.New("attempts exhausted")
+var errExhausted = errors.New(contract.AttemptsExhausted)
 
 // opResult is what a single lease's statement reports (a row of
 // lease_end.sql or lease_heartbeat.sql), or what inspect reads (token,

@@ -141,22 +141,21 @@ type Periodic[T any] = leaserouter.Periodic[T]
 // EventEnqueued and counts in Stats.Enqueued, as Enqueue's do.
 //
 // Errors, before any round trip: an error wrapping
-// leaserouter.ErrInvalidOptions for a p that leaserouter.CheckPeriodic
-// refuses, for a p.Name already added on this Router (and not removed),
-// or for a negative Options.Retention (finished jobs dropped at once:
-// periodic jobs are refused, as in the core); leaserouter.ErrClosed after
+// leaserouter.ErrInvalidOptions for a p the core's AddPeriodic refuses,
+// with its message (an empty Name or one that breaks the rule for IDs
+// with the tick's room taken, a nil Schedule, an Every(d) with d <= 0, an
+// option Enqueue would refuse, WithRunAt or WithDelay among Options), for
+// a negative Options.Retention (finished jobs dropped at once leave no
+// record of a tick's job), or for a p.Name already added on this Router
+// (and not removed); leaserouter.ErrClosed after
 // Close (also when Close began during the round trip). Then an error
 // wrapping the driver's if the registration failed (nothing is
 // scheduled). A nil ctx means context.Background(); ctx bounds the
 // registration only. Safe for concurrent use.
 func (r *Router[T]) AddPeriodic(ctx context.Context, p Periodic[T]) error {
 	ctx = orBackground(ctx)
-	if err := leaserouter.CheckPeriodic(p.Name, p.Schedule, p.Options); err != nil {
+	if err := contract.CheckPeriodic(leaserouter.ErrInvalidOptions, leaserouter.ErrInvalidJob, p.Name, p.Schedule, p.Options, r.opts.Retention); err != nil {
 		return err
-	}
-	if r.opts.Retention < 0 {
-		return fmt.Errorf("%w: Periodic %s: Options.Retention is %v: finished jobs dropped at once leave no record of a tick's job",
-			leaserouter.ErrInvalidOptions, contract.Quote(p.Name), r.opts.Retention)
 	}
 	p.Options = slices.Clone(p.Options)
 	e := &periodicEntry[T]{p: p, index: -1}

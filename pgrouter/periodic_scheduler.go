@@ -159,13 +159,12 @@ func (r *Router[T]) tryTick(ctx context.Context, e *periodicEntry[T], tick time.
 	id := leaserouter.TickID(e.p.Name, tick)
 	payload, p := tickPayload(e.p, tick)
 	if p != nil {
-		r.callbackPanicked(fmt.Sprintf("pgrouter: periodic job %s: Payload panicked: %v; tick %s skipped",
-			contract.Quote(e.p.Name), p, tick.UTC().Format(time.RFC3339Nano)), id)
+		r.callbackPanicked(contract.PayloadPanicked(e.p.Name, p), id)
 		return false, nil
 	}
 	locked, err = r.enqueueTick(ctx, e.p, tick, id, payload)
 	if errors.Is(err, leaserouter.ErrInvalidJob) {
-		r.logPeriodic(slog.LevelError, fmt.Sprintf("pgrouter: periodic job %s: %v; tick skipped", contract.Quote(e.p.Name), err), id)
+		r.logPeriodic(slog.LevelError, contract.TickSkipped(e.p.Name, err), id)
 		return false, nil
 	}
 	return locked, err

@@ -85,7 +85,7 @@ func (c *enqueuedEvents) get() map[string]int {
 }
 
 // AddPeriodic and RemovePeriodic refuse what the core refuses, with the
-// core's errors, before any round trip: a Periodic that CheckPeriodic
+// core's errors, before any round trip: a Periodic the core's AddPeriodic
 // refuses, a name already added on the Router, a Router that drops
 // finished jobs at once (Retention < 0), an unknown name to remove, and
 // both calls after Close. A refused AddPeriodic registers nothing.
@@ -93,6 +93,9 @@ func TestPeriodicCallsRefuseBadInput(t *testing.T) {
 	t.Parallel()
 	r, db := newRouter[int](t, pgrouter.Options{})
 	ctx := t.Context()
+	core, cerr := leaserouter.New[int](leaserouter.Options{})
+	require.NoError(t, cerr)
+	t.Cleanup(func() { _ = core.Close(context.Background()) })
 	every := leaserouter.Every(time.Hour)
 	for _, c := range []struct {
 		name string
@@ -114,7 +117,8 @@ func TestPeriodicCallsRefuseBadInput(t *testing.T) {
 	} {
 		err := r.AddPeriodic(ctx, c.p)
 		require.ErrorIs(t, err, leaserouter.ErrInvalidOptions, c.name)
-		require.Equal(t, leaserouter.CheckPeriodic(c.p.Name, c.p.Schedule, c.p.Options).Error(), err.Error(), "%s: the core's message", c.name)
+		coreErr := core.AddPeriodic(leaserouter.Periodic[int]{Name: c.p.Name, Schedule: c.p.Schedule, Options: c.p.Options})
+		require.Equal(t, coreErr.Error(), err.Error(), "%s: the core's message", c.name)
 	}
 	var rows int
 	require.NoError(t, db.QueryRow(ctx, "SELECT count(*) FROM leaserouter_periodic").Scan(&rows))
@@ -137,7 +141,7 @@ func TestPeriodicCallsRefuseBadInput(t *testing.T) {
 	drop := routerOn[int](t, db, pgrouter.Options{Queue: "drop", Retention: -1})
 	err = drop.AddPeriodic(ctx, p)
 	require.ErrorIs(t, err, leaserouter.ErrInvalidOptions, "Retention < 0")
-	require.ErrorContains(t, err, "Retention is -1ns")
+	require.ErrorContains(t, err, "Options.Retention >= 0 (is -1ns)")
 
 	require.NoError(t, r.Close(ctx))
 	require.ErrorIs(t, r.AddPeriodic(ctx, pgrouter.Periodic[int]{Name: "late", Schedule: every}), leaserouter.ErrClosed)
@@ -459,7 +463,7 @@ func TestPeriodicPayloadPanicSkipsTheTick(t *testing.T) {
 	logMu.Lock()
 	defer logMu.Unlock()
 	require.Contains(t, logged.String(), "level=ERROR")
-	require.Contains(t, logged.String(), "Payload panicked: no payload for this tick")
+	require.Contains(t, logged.String(), "panicked: no payload for this tick")
 }
 
 // writerFunc is an io.Writer.

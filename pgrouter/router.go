@@ -196,7 +196,7 @@ func errWrap(call string, err error) error {
 // expiry (as proven by its last accepted heartbeat, on this process's
 // clock). Leases still held then are revoked, in one round trip: their
 // jobs are pending again at once (the attempt counted, yet never dead:
-// a job revoked on its last attempt is leased once more, as in the core)
+// a job revoked on its last attempt is leased once more)
 // and their holders' operations are refused with ErrLeaseLost; a Run's leases not
 // running (leased ahead of their turn, or finished and not yet
 // completed) are not revoked: the stopping Run hands them back (the
@@ -245,7 +245,7 @@ func (r *Router[T]) Close(ctx context.Context) error {
 		err = ctx.Err()
 	}
 	r.stop()
-	r.periodicStopped(ctx) // cut short by ctx, it leaves the result to draining, as in the core
+	r.periodicStopped(ctx) // cut short by ctx, it leaves the result to draining
 	// The delivery goroutine ends once the others have and it has
 	// delivered what is left: Close waits for every goroutine of the
 	// Router's, unless ctx ends first (a hook still running: they end when

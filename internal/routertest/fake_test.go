@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/contract"
 	"github.com/leaserouter/leaserouter/internal/routertest"
 )
 
@@ -110,13 +111,11 @@ func (f *fake) EnqueueMany(_ context.Context, jobs []leaserouter.JobSpec[string]
 	}
 	now := time.Now()
 	f.settle(now)
-	settings := make([]leaserouter.EnqueueSettings, len(jobs))
+	settings := make([]contract.EnqueueSettings, len(jobs))
 	for i, s := range jobs {
-		e, err := leaserouter.ReadEnqueueOptions(s.ID, s.Options)
-		if err != nil {
+		if err := contract.ReadEnqueueOptions(leaserouter.ErrInvalidJob, &settings[i], s.ID, s.Options); err != nil {
 			return nil, fmt.Errorf("%w (batch index %d)", err, i)
 		}
-		settings[i] = e
 	}
 	var dups []int
 	for i, s := range jobs {

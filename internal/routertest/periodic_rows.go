@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/contract"
 )
 
 // Periodic jobs (AddPeriodic, RemovePeriodic), a row per rule, on every
@@ -25,6 +26,12 @@ type Periodics interface {
 
 func periodicRows() []Row {
 	return []Row{rowPeriodicTicks, rowPeriodicBadInput, rowPeriodicDenseScheduleTakesTurns}
+}
+
+// checkPeriodic is the error every backend's AddPeriodic returns for p
+// on a router whose Retention is retention: the contract's.
+func checkPeriodic(p leaserouter.Periodic[string], retention time.Duration) error {
+	return contract.CheckPeriodic(leaserouter.ErrInvalidOptions, leaserouter.ErrInvalidJob, p.Name, p.Schedule, p.Options, retention)
 }
 
 // periodics returns b's Periodics, failing t if it has none.
@@ -103,7 +110,8 @@ var rowPeriodicTicks = Row{Name: "periodic/one job per tick, ID TickID, run-at t
 // empty name, a nil schedule, Every(d <= 0), WithRunAt or WithDelay among
 // the options, a name already added, and a negative Retention;
 // RemovePeriodic of an unknown name is ErrNotFound; after Close both are
-// ErrClosed.
+// ErrClosed. Each refusal of bad input has one message on every backend
+// (contract.CheckPeriodic's).
 var rowPeriodicBadInput = Row{Name: "periodic/bad input refused with ErrInvalidOptions, unknown name ErrNotFound, after Close ErrClosed", Test: func(t T, h Harness) {
 	b := open(t, h, Config{})
 	ctx := ctxOf(t)
@@ -120,7 +128,9 @@ var rowPeriodicBadInput = Row{Name: "periodic/bad input refused with ErrInvalidO
 		"NUL in name":   {Name: "p\x00", Schedule: hourly},
 		"name too long": {Name: string(make([]byte, leaserouter.MaxIDBytes)), Schedule: hourly},
 	} {
-		require.ErrorIs(t, ps.AddPeriodic(ctx, p), leaserouter.ErrInvalidOptions, name)
+		err := ps.AddPeriodic(ctx, p)
+		require.ErrorIs(t, err, leaserouter.ErrInvalidOptions, name)
+		require.EqualError(t, err, checkPeriodic(p, 0).Error(), "%s: one message on every backend", name)
 	}
 	require.NoError(t, ps.AddPeriodic(ctx, leaserouter.Periodic[string]{Name: "p", Schedule: hourly}))
 	require.ErrorIs(t, ps.AddPeriodic(ctx, leaserouter.Periodic[string]{Name: "p", Schedule: hourly}), leaserouter.ErrInvalidOptions, "a name already added")
@@ -128,8 +138,10 @@ var rowPeriodicBadInput = Row{Name: "periodic/bad input refused with ErrInvalidO
 	require.ErrorIs(t, ps.RemovePeriodic(""), leaserouter.ErrNotFound)
 
 	nr := periodics(t, open(t, h, Config{Retention: -1}))
-	require.ErrorIs(t, nr.AddPeriodic(ctx, leaserouter.Periodic[string]{Name: "p", Schedule: hourly}), leaserouter.ErrInvalidOptions,
-		"Retention < 0: no dedup record for a tick")
+	kept := leaserouter.Periodic[string]{Name: "p", Schedule: hourly}
+	err := nr.AddPeriodic(ctx, kept)
+	require.ErrorIs(t, err, leaserouter.ErrInvalidOptions, "Retention < 0: no dedup record for a tick")
+	require.EqualError(t, err, checkPeriodic(kept, -1).Error(), "Retention < 0: one message on every backend")
 
 	require.NoError(t, b.Close(ctx))
 	require.ErrorIs(t, ps.AddPeriodic(ctx, leaserouter.Periodic[string]{Name: "q", Schedule: hourly}), leaserouter.ErrClosed)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/leaserouter/leaserouter/internal/contract"
 	listcursor "github.com/leaserouter/leaserouter/internal/cursor"
 )
 
@@ -37,8 +38,8 @@ type ListParams struct {
 
 // The bounds of ListParams.Limit.
 const (
-	DefaultListLimit = 100
-	MaxListLimit     = 1000
+	DefaultListLimit = contract.DefaultListLimit
+	MaxListLimit     = contract.MaxListLimit
 )
 
 // JobPage is one page of List.
@@ -157,22 +158,7 @@ func listPerHold[T any]() int {
 // listFilter checks p and returns its states as a mask (bit s: State s;
 // every state if none) and its page size.
 func listFilter(p ListParams) (mask uint8, limit int, err error) {
-	for _, s := range p.States {
-		if s >= numStates {
-			return 0, 0, fmt.Errorf("%w: ListParams.States: %v is not a state", ErrInvalidOptions, s)
-		}
-		mask |= 1 << s
-	}
-	if mask == 0 {
-		mask = 1<<numStates - 1
-	}
-	switch {
-	case p.Limit < 0 || p.Limit > MaxListLimit:
-		return 0, 0, fmt.Errorf("%w: ListParams.Limit is %d, must be between 0 and %d", ErrInvalidOptions, p.Limit, MaxListLimit)
-	case p.Limit == 0:
-		return mask, DefaultListLimit, nil
-	}
-	return mask, p.Limit, nil
+	return contract.ListFilter(ErrInvalidOptions, p.States, p.Limit, numStates)
 }
 
 // Retry makes a finished job (succeeded, dead or canceled) pending again
@@ -186,8 +172,8 @@ func listFilter(p ListParams) (mask uint8, limit int, err error) {
 // Retention, ErrFull when Options.Capacity unfinished jobs are already
 // there, and ErrClosed after Close; in each case nothing changes.
 func (r *Router[T]) Retry(id string) error {
-	if err := ValidateID(id); err != nil {
-		return fmt.Errorf("%w: %w", err, ErrNotFound)
+	if err := contract.CheckJobID(ErrInvalidJob, ErrNotFound, id); err != nil {
+		return err
 	}
 	fresh := new(job[T]) // before the lock
 	now, err := r.lockOpen(false, nil)
@@ -247,8 +233,8 @@ func (r *Router[T]) retryLocked(j, fresh *job[T], now int64) {
 // ErrInvalidJob too) or a finished job past its Retention, and ErrClosed
 // after Close; in each case nothing changes.
 func (r *Router[T]) Delete(id string) error {
-	if err := ValidateID(id); err != nil {
-		return fmt.Errorf("%w: %w", err, ErrNotFound)
+	if err := contract.CheckJobID(ErrInvalidJob, ErrNotFound, id); err != nil {
+		return err
 	}
 	now, err := r.lockOpen(false, nil)
 	if err != nil {
@@ -338,11 +324,9 @@ func (r *Router[T]) grantable() int {
 // lock, however many leases there are, and works after Close (no lease
 // survives Close: it returns none).
 func (r *Router[T]) Leases(limit int) ([]Job[T], error) {
-	if limit < 0 || limit > MaxListLimit {
-		return nil, fmt.Errorf("%w: Leases limit is %d, must be between 0 and %d", ErrInvalidOptions, limit, MaxListLimit)
-	}
-	if limit == 0 {
-		limit = DefaultListLimit
+	limit, err := contract.LeasesLimit(ErrInvalidOptions, limit)
+	if err != nil {
+		return nil, err
 	}
 	// Rows (see List), grown before the lock, so what the hold copies
 	// does not depend on T.

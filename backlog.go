@@ -32,9 +32,8 @@ import (
 const eventBacklog = contract.EventBacklog
 
 // progressEvery is how many events the delivery goroutine delivers between
-// updates of the backlog (an atomic add), so that waiting producers get
-// room while a large batch is still being delivered.
-const progressEvery = 256
+// updates of the backlog (an atomic add), on every backend.
+const progressEvery = contract.ProgressEvery
 
 // delivered records the progress of c through its batch and, when a
 // caller waits for progress or hooks panicked, takes r.mu to count the
@@ -61,7 +60,7 @@ func (r *Router[T]) delivered(c *cursor) {
 // waits for is delivered. The caller holds r.mu.
 func (r *Router[T]) progressed() {
 	d := r.dl
-	if r.room != nil && r.backlog() <= eventBacklog/2 {
+	if r.room != nil && contract.BacklogDrained(r.backlog()) {
 		close(r.room)
 		r.room = nil
 	}
@@ -111,7 +110,7 @@ func (r *Router[T]) backlog() int {
 // backlogFull reports whether eventBacklog events wait for delivery. The
 // caller holds r.mu.
 func (r *Router[T]) backlogFull() bool {
-	return r.hooked && r.backlog() >= eventBacklog
+	return r.hooked && contract.BacklogFull(r.backlog())
 }
 
 // roomChan returns the channel closed when the backlog is down to half,

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+
+	"github.com/leaserouter/leaserouter/internal/contract"
 )
 
 // Batches: many jobs enqueued, or many leases granted, under one lock and
@@ -36,7 +38,7 @@ func (r *Router[T]) EnqueueMany(jobs []JobSpec[T]) (duplicates []int, err error)
 	*sp = specs
 	for i := range jobs {
 		if err = r.parseJob(&specs[i], jobs[i].ID, jobs[i].Options); err != nil {
-			return nil, fmt.Errorf("%w (batch index %d)", err, i)
+			return nil, contract.AtBatchIndex(err, i)
 		}
 	}
 	if len(jobs) == 0 {
@@ -111,13 +113,13 @@ const maxPooledSpecs = 4096
 // expiry, heartbeats and completion. It returns the leases (at least one),
 // or ErrNoJob if none is ready, ErrTokensExhausted if tokens ran out before
 // the first, ErrClosed after Close, and an error wrapping ErrInvalidOptions
-// for max < 1 or a workerID ValidateWorkerID refuses. It waits like
-// TryAcquire (see there).
+// for max < 1 or a workerID that breaks the rule for IDs (see MaxIDBytes;
+// "" is allowed). It waits like TryAcquire (see there).
 func (r *Router[T]) TryAcquireMany(workerID string, max int) ([]*Lease[T], error) {
-	if max < 1 {
-		return nil, fmt.Errorf("%w: TryAcquireMany max is %d, must be >= 1", ErrInvalidOptions, max)
+	if err := contract.ClaimMax(ErrInvalidOptions, "TryAcquireMany", max); err != nil {
+		return nil, err
 	}
-	if err := ValidateWorkerID(workerID); err != nil {
+	if err := contract.ValidateWorkerID(ErrInvalidOptions, workerID); err != nil {
 		return nil, err
 	}
 	now, err := r.lockOpen(true, nil)
@@ -135,14 +137,15 @@ func (r *Router[T]) TryAcquireMany(workerID string, max int) ([]*Lease[T], error
 // AcquireMany leases up to max ready jobs as TryAcquireMany does, blocking
 // as Acquire does until at least one is ready: it returns ctx.Err() if ctx
 // is done first and ErrClosed after Close (or when Close starts while it
-// waits); max < 1 or a workerID ValidateWorkerID refuses is an error
+// waits); max < 1 or a workerID that breaks the rule for IDs (see
+// MaxIDBytes) is an error
 // wrapping ErrInvalidOptions, at once. A nil ctx means
 // context.Background().
 func (r *Router[T]) AcquireMany(ctx context.Context, workerID string, max int) ([]*Lease[T], error) {
-	if max < 1 {
-		return nil, fmt.Errorf("%w: AcquireMany max is %d, must be >= 1", ErrInvalidOptions, max)
+	if err := contract.ClaimMax(ErrInvalidOptions, "AcquireMany", max); err != nil {
+		return nil, err
 	}
-	if err := ValidateWorkerID(workerID); err != nil {
+	if err := contract.ValidateWorkerID(ErrInvalidOptions, workerID); err != nil {
 		return nil, err
 	}
 	var ls []*Lease[T]

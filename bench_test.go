@@ -88,8 +88,8 @@ func benchRouter(b *testing.B, opts Options) *Router[int] {
 }
 
 // lifecycle enqueues, leases and completes one job.
-func lifecycle(b *testing.B, r *Router[int], id string) {
-	if err := r.Enqueue(id, 1); err != nil {
+func lifecycle(b *testing.B, r *Router[int], id string, opts ...EnqueueOption) {
+	if err := r.Enqueue(id, 1, opts...); err != nil {
 		b.Fatal(err)
 	}
 	l, err := r.TryAcquire("w")
@@ -109,6 +109,19 @@ func BenchmarkLifecycle(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		lifecycle(b, r, id[i&(len(id)-1)])
+	}
+}
+
+// BenchmarkLifecycleOptions: BenchmarkLifecycle with three Enqueue
+// options on every job, so the option path (read and checked before the
+// lock) is measured too.
+func BenchmarkLifecycleOptions(b *testing.B) {
+	r := benchRouter(b, Options{Retention: -1})
+	id := ids("j", 1<<10)
+	opts := []EnqueueOption{WithPriority(1), WithMaxAttempts(3), WithTimeout(time.Minute)}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		lifecycle(b, r, id[i&(len(id)-1)], opts...)
 	}
 }
 

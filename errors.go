@@ -124,8 +124,6 @@ func (e *StaleTokenError) As(target any) bool {
 	return false
 }
 
-var errUnknown = errors.New("unknown error")
-
 // TimeoutError is the cause of a Run handler's ctx canceled at its
 // attempt's timeout (WorkerOptions.Timeout, WithTimeout): context.Cause
 // gives it, errors.Is(err, context.DeadlineExceeded) is true of it, and

@@ -160,8 +160,8 @@ func setHeld(rec *record, granted, at int64) {
 // record at e.Time, its message the kind, with the stable keys event,
 // job_id, token, attempt, worker_id and err (when Err is set); expiries,
 // stale rejections and dead jobs at level Warn, the rest at Info. A nil l
-// writes nothing. Exported for routers built on this package's contract
-// (pgrouter), so their logs read the same.
+// writes nothing. Every backend's Logger writes its events this way; call
+// it to log events from OnEvent (to a second logger, or filtered).
 func (e Event) Log(l *slog.Logger) {
 	if l != nil {
 		logEvent(l, &e)

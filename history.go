@@ -1,6 +1,10 @@
 package leaserouter
 
-import "time"
+import (
+	"time"
+
+	"github.com/leaserouter/leaserouter/internal/contract"
+)
 
 // History: what a Router did in each of the last HistoryMinutes minutes,
 // for a throughput chart without a metrics system. The counts are kept in a ring of one slot per minute, in
@@ -20,22 +24,12 @@ type Minute struct {
 	StaleRejected int       // lease operations refused because the lease was lost (EventStaleRejected)
 }
 
-// The counters of a minute.
-const (
-	tallyCompleted = iota
-	tallyFailed
-	tallyDead
-	tallyExpired
-	tallyStale
-	numTallies
-)
-
 // histSlot is one minute of the ring: the minute's number (wall-clock
 // minutes since the Unix epoch) and its counts; a slot holding an older
 // minute counts nothing for the current one.
 type histSlot struct {
 	minute int64
-	n      [numTallies]uint32
+	n      [contract.NumTallies]uint32
 }
 
 // tally counts one transition of kind k at instant now (the router's
@@ -82,8 +76,8 @@ func (r *Router[T]) History() []Minute {
 		m := cur - HistoryMinutes + 1 + int64(i)
 		out[i].Start = time.Unix(0, m*int64(time.Minute)).UTC()
 		if s := ring[histIndex(m)]; s.minute == m {
-			out[i].Completed, out[i].Failed, out[i].Dead = int(s.n[tallyCompleted]), int(s.n[tallyFailed]), int(s.n[tallyDead])
-			out[i].Expired, out[i].StaleRejected = int(s.n[tallyExpired]), int(s.n[tallyStale])
+			out[i].Completed, out[i].Failed, out[i].Dead = int(s.n[contract.TallyCompleted]), int(s.n[contract.TallyFailed]), int(s.n[contract.TallyDead])
+			out[i].Expired, out[i].StaleRejected = int(s.n[contract.TallyExpired]), int(s.n[contract.TallyStale])
 		}
 	}
 	return out

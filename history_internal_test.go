@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leaserouter/leaserouter/internal/contract"
 	"github.com/stretchr/testify/require"
 )
 
@@ -20,7 +21,7 @@ func TestHistoryBeforeTheEpoch(t *testing.T) {
 		r.mu.Lock()
 		defer r.mu.Unlock()                                                 // a panic must not leave it held: Close would wait
 		r.epochUnix = -90*int64(time.Minute) - r.now() - int64(time.Second) // now: 1969-12-31 22:29:59 UTC or so
-		r.tally(tallyCompleted, r.now())
+		r.tally(contract.TallyCompleted, r.now())
 	}()
 	h := r.History()
 	last := h[len(h)-1]

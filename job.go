@@ -5,7 +5,6 @@ import (
 	"math"
 	"slices"
 	"time"
-	"unicode/utf8"
 
 	"github.com/leaserouter/leaserouter/internal/contract"
 	"github.com/leaserouter/leaserouter/internal/order"
@@ -68,42 +67,26 @@ type Job[T any] struct {
 // EnqueueOption changes how one job is enqueued. Options are applied in
 // order, so of WithDelay and WithRunAt the last one wins. An EnqueueOption is
 // a small value, not a closure, so passing options allocates nothing.
-type EnqueueOption struct {
-	kind  optKind
-	n     int
-	d     time.Duration
-	runAt time.Time
-}
-
-type optKind uint8
-
-const (
-	optNone optKind = iota
-	optPriority
-	optDelay
-	optRunAt
-	optMaxAttempts
-	optTimeout
-)
+type EnqueueOption contract.EnqueueOption
 
 // WithPriority sets the job's priority: a higher priority is leased first.
 // Default 0; negative priorities are allowed and run after the default.
-func WithPriority(p int) EnqueueOption { return EnqueueOption{kind: optPriority, n: p} }
+func WithPriority(p int) EnqueueOption { return EnqueueOption(contract.WithPriority(p)) }
 
 // WithDelay makes the job scheduled until now+d. Zero means ready at once; a
 // negative d makes Enqueue return ErrInvalidJob. It replaces an earlier
 // WithRunAt.
-func WithDelay(d time.Duration) EnqueueOption { return EnqueueOption{kind: optDelay, d: d} }
+func WithDelay(d time.Duration) EnqueueOption { return EnqueueOption(contract.WithDelay(d)) }
 
 // WithRunAt makes the job scheduled until t. A t not after the enqueue time
 // (including the zero Time) means ready at once, with the enqueue time as its
 // ready time. It replaces an earlier WithDelay.
-func WithRunAt(t time.Time) EnqueueOption { return EnqueueOption{kind: optRunAt, runAt: t} }
+func WithRunAt(t time.Time) EnqueueOption { return EnqueueOption(contract.WithRunAt(t)) }
 
 // WithMaxAttempts overrides Options.MaxAttempts for this job: the number of
 // leases it may be granted. n < 1 or n > math.MaxInt32 makes Enqueue
 // return ErrInvalidJob.
-func WithMaxAttempts(n int) EnqueueOption { return EnqueueOption{kind: optMaxAttempts, n: n} }
+func WithMaxAttempts(n int) EnqueueOption { return EnqueueOption(contract.WithMaxAttempts(n)) }
 
 // WithTimeout limits each attempt of the job to d: Run cancels the
 // handler's ctx d after the handler starts, with a cause wrapping
@@ -116,7 +99,7 @@ func WithMaxAttempts(n int) EnqueueOption { return EnqueueOption{kind: optMaxAtt
 // deadline, say): each job keeps its own. Job.Timeout reports it for as
 // long as the router knows the job, finished or not, and Retry keeps it.
 // Acquire's callers read it from Job.Timeout and apply it themselves.
-func WithTimeout(d time.Duration) EnqueueOption { return EnqueueOption{kind: optTimeout, d: d} }
+func WithTimeout(d time.Duration) EnqueueOption { return EnqueueOption(contract.WithTimeout(d)) }
 
 // job is the router's record of one job. Every field is guarded by the
 // router's mu. Times are nanoseconds since the router's epoch (a monotonic
@@ -257,88 +240,20 @@ func addSat(t int64, d time.Duration) int64 {
 // enqueueSpec is one job's Enqueue options, checked, and its ID's hash:
 // what Enqueue and EnqueueMany work out before taking the lock.
 type enqueueSpec struct {
-	prio    int
-	maxAtt  int
-	timeout time.Duration
-	timing  optKind
-	delay   time.Duration
-	runAt   time.Time
-	hash    uint64
+	contract.EnqueueSettings
+	hash uint64
 }
 
 // parseJob checks id and opts and fills s with what insert needs, or
 // returns an error wrapping ErrInvalidJob. It reads nothing guarded by
 // r.mu. (s is filled in place: returning it costs Enqueue a copy.)
 func (r *Router[T]) parseJob(s *enqueueSpec, id string, opts []EnqueueOption) error {
-	s.maxAtt = r.opts.MaxAttempts
-	if err := readOptions(s, id, opts); err != nil {
+	s.MaxAttempts = r.opts.MaxAttempts
+	if err := contract.ReadEnqueueOptions(ErrInvalidJob, &s.EnqueueSettings, id, opts); err != nil {
 		return err
 	}
 	s.hash = r.jobs.Hash(id) // the seed never changes: no lock needed
 	return nil
-}
-
-// readOptions checks id and applies opts to s, in order.
-func readOptions(s *enqueueSpec, id string, opts []EnqueueOption) error {
-	if err := ValidateID(id); err != nil {
-		return err
-	}
-	for _, o := range opts {
-		switch o.kind {
-		case optPriority:
-			s.prio = o.n
-		case optMaxAttempts:
-			if o.n < 1 || o.n > math.MaxInt32 {
-				return fmt.Errorf("%w: WithMaxAttempts(%d) for job %q, must be in [1, %d]", ErrInvalidJob, o.n, id, math.MaxInt32)
-			}
-			s.maxAtt = o.n
-		case optDelay:
-			if o.d < 0 {
-				return fmt.Errorf("%w: WithDelay(%v) for job %q, must be >= 0", ErrInvalidJob, o.d, id)
-			}
-			s.timing, s.delay = optDelay, o.d
-		case optRunAt:
-			s.timing, s.runAt = optRunAt, o.runAt
-		case optTimeout:
-			if o.d < 0 {
-				return fmt.Errorf("%w: WithTimeout(%v) for job %q, must be >= 0 (0 = WorkerOptions.Timeout)", ErrInvalidJob, o.d, id)
-			}
-			s.timeout = o.d
-		}
-	}
-	return nil
-}
-
-// EnqueueSettings is what a job's ID and EnqueueOptions ask for, as
-// ReadEnqueueOptions reads them, for routers built on this package's
-// contract (pgrouter). At most one of Delay and RunAt is set: the later
-// of WithDelay and WithRunAt in the list.
-type EnqueueSettings struct {
-	Priority    int           // WithPriority; default 0
-	MaxAttempts int           // WithMaxAttempts; 0 when not given (the router's default applies)
-	Delay       time.Duration // WithDelay: ready at enqueue time + Delay; 0 when not given
-	RunAt       time.Time     // WithRunAt: ready at RunAt (at once if not after the enqueue time); zero when not given
-	Timeout     time.Duration // WithTimeout: each attempt's limit; 0 when not given (WorkerOptions.Timeout applies)
-}
-
-// ReadEnqueueOptions checks id and opts as Enqueue does and returns what
-// they ask for, or an error wrapping ErrInvalidJob (an id ValidateID
-// refuses, WithDelay < 0, WithTimeout < 0, WithMaxAttempts out of [1,
-// math.MaxInt32]). Nil
-// or empty opts give the zero EnqueueSettings.
-func ReadEnqueueOptions(id string, opts []EnqueueOption) (EnqueueSettings, error) {
-	var s enqueueSpec
-	if err := readOptions(&s, id, opts); err != nil {
-		return EnqueueSettings{}, err
-	}
-	e := EnqueueSettings{Priority: s.prio, MaxAttempts: s.maxAtt, Timeout: s.timeout}
-	switch s.timing {
-	case optDelay:
-		e.Delay = s.delay
-	case optRunAt:
-		e.RunAt = s.runAt
-	}
-	return e, nil
 }
 
 // JobSpec is one job of an EnqueueMany batch: Enqueue's arguments.
@@ -354,7 +269,7 @@ type JobSpec[T any] struct {
 // truncated sequence or UTF-16 surrogate), holds no NUL byte, is not
 // empty and is at most MaxIDBytes bytes long — bytes, not characters:
 // 256 four-byte runes fill it. Worker IDs follow the same rule, except
-// that they may be empty. See ValidateID and ValidateWorkerID.
+// that they may be empty. See ValidateID.
 //
 // 1024 bytes is far above any natural key (a UUID is 36 bytes, a SHA-256
 // in hex 64) and well inside what a database-backed router can store and
@@ -363,73 +278,15 @@ type JobSpec[T any] struct {
 // pgrouter indexes (queue, id), with queue names of at most
 // pgrouter.MaxQueueBytes (256), so the largest entry is under 1.3 kB even
 // when its bytes do not compress.
-const MaxIDBytes = 1024
+const MaxIDBytes = contract.MaxIDBytes
 
 // ValidateID returns nil if id is a valid job ID (see MaxIDBytes), or an
 // error wrapping ErrInvalidJob that names the first problem: "empty ID",
 // the length for an id longer than MaxIDBytes, the byte offset of a NUL
 // or of the first byte that is not valid UTF-8; the message quotes at
 // most the first 32 bytes of id. Enqueue, EnqueueMany (naming the batch
-// index) and Cancel apply it, and Get finds no job for an id it refuses.
-// Exported for routers built on this package's contract (pgrouter), and
-// for callers checking IDs before they reach a router. It is cheap (one
-// pass over at most MaxIDBytes bytes) and safe for concurrent use.
-func ValidateID(id string) error {
-	if id != "" && plainID(id) {
-		return nil
-	}
-	return invalidID(id)
-}
-
-// invalidID is ValidateID for an id plainID did not pass.
-func invalidID(id string) error {
-	if id == "" {
-		return fmt.Errorf("%w: empty ID", ErrInvalidJob)
-	}
-	if p := idProblem(id); p != "" {
-		return fmt.Errorf("%w: ID %s", ErrInvalidJob, p)
-	}
-	return nil
-}
-
-// ValidateWorkerID returns nil if id is a valid worker ID — the rule for
-// job IDs (see MaxIDBytes), except that "" is allowed — or an error
-// wrapping ErrInvalidOptions that names the problem as ValidateID does.
-// Acquire, TryAcquire, AcquireMany and TryAcquireMany apply it to their
-// workerID before anything else; exported for routers built on this
-// package's contract (pgrouter). Safe for concurrent use.
-func ValidateWorkerID(id string) error {
-	if plainID(id) {
-		return nil
-	}
-	return invalidWorkerID(id)
-}
-
-// invalidWorkerID is ValidateWorkerID for an id plainID did not pass.
-func invalidWorkerID(id string) error {
-	if p := idProblem(id); p != "" {
-		return fmt.Errorf("%w: worker ID %s", ErrInvalidOptions, p)
-	}
-	return nil
-}
-
-// plainID reports whether s is at most MaxIDBytes of ASCII without NUL:
-// the common ID, which passes the rule after one comparison per byte
-// (Enqueue and TryAcquire pay this on every call, so it is small enough
-// to be inlined). False says nothing: idProblem tells.
-func plainID(s string) bool {
-	if len(s) > MaxIDBytes {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		// NUL wraps around to 0xff; 0x80 and above stay at 0x7f or above.
-		if s[i]-1 >= utf8.RuneSelf-1 {
-			return false
-		}
-	}
-	return true
-}
-
-// idProblem says what breaks the rule for IDs in s (contract.NameProblem
-// with MaxIDBytes), or "" if nothing does ("" itself passes).
-func idProblem(s string) string { return contract.NameProblem(s, MaxIDBytes, "MaxIDBytes") }
+// index) and Cancel apply it, and Get finds no job for an id it refuses,
+// on every backend; call it to check IDs before they reach a router. It
+// is cheap (one pass over at most MaxIDBytes bytes) and safe for
+// concurrent use.
+func ValidateID(id string) error { return contract.ValidateID(ErrInvalidJob, id) }

@@ -2,7 +2,6 @@ package leaserouter_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -105,65 +104,4 @@ func TestPayloadOfReferenceTypeIsShared(t *testing.T) {
 		require.Same(t, p, l.Payload)
 		require.NoError(t, l.Complete())
 	})
-}
-
-// TestReadEnqueueOptions: options read as Enqueue applies them (the later
-// of WithDelay and WithRunAt wins), and the same bad input refused.
-func TestReadEnqueueOptions(t *testing.T) {
-	at := time.Unix(1e9, 0)
-	s, err := leaserouter.ReadEnqueueOptions("a", nil)
-	require.NoError(t, err)
-	require.Equal(t, leaserouter.EnqueueSettings{}, s)
-	s, err = leaserouter.ReadEnqueueOptions("a", []leaserouter.EnqueueOption{
-		leaserouter.WithPriority(-3), leaserouter.WithRunAt(at), leaserouter.WithDelay(time.Second), leaserouter.WithMaxAttempts(7),
-	})
-	require.NoError(t, err)
-	require.Equal(t, leaserouter.EnqueueSettings{Priority: -3, MaxAttempts: 7, Delay: time.Second}, s)
-	s, err = leaserouter.ReadEnqueueOptions("a", []leaserouter.EnqueueOption{leaserouter.WithDelay(time.Second), leaserouter.WithRunAt(at)})
-	require.NoError(t, err)
-	require.Equal(t, leaserouter.EnqueueSettings{RunAt: at}, s)
-	for _, bad := range []struct {
-		id   string
-		opts []leaserouter.EnqueueOption
-	}{
-		{"", nil},
-		{"a", []leaserouter.EnqueueOption{leaserouter.WithDelay(-1)}},
-		{"a", []leaserouter.EnqueueOption{leaserouter.WithMaxAttempts(0)}},
-	} {
-		_, err := leaserouter.ReadEnqueueOptions(bad.id, bad.opts)
-		require.ErrorIs(t, err, leaserouter.ErrInvalidJob)
-	}
-}
-
-// TestValidateIDEveryByte: the rule for IDs at each single byte, so the
-// fast path for ASCII (one comparison per byte) is checked at its edges:
-// 0x01-0x7f pass, NUL and every byte 0x80-0xff (alone, never valid UTF-8)
-// are refused with the problem named; a long ASCII ID and a multi-byte
-// rune take the slow path and pass, as does the longest ID.
-func TestValidateIDEveryByte(t *testing.T) {
-	for b := range 256 {
-		id := "id" + string([]byte{byte(b)}) + "x"
-		err, werr := leaserouter.ValidateID(id), leaserouter.ValidateWorkerID(id)
-		switch {
-		case b == 0:
-			require.ErrorIs(t, err, leaserouter.ErrInvalidJob)
-			require.ErrorContains(t, err, "holds NUL at byte 2")
-			require.ErrorIs(t, werr, leaserouter.ErrInvalidOptions)
-			require.ErrorContains(t, werr, "holds NUL at byte 2")
-		case b >= 0x80:
-			require.ErrorIs(t, err, leaserouter.ErrInvalidJob, "byte %#x", b)
-			require.ErrorContains(t, err, "not valid UTF-8 at byte 2", "byte %#x", b)
-			require.ErrorIs(t, werr, leaserouter.ErrInvalidOptions, "byte %#x", b)
-		default:
-			require.NoError(t, err, "byte %#x", b)
-			require.NoError(t, werr, "byte %#x", b)
-		}
-	}
-	for _, id := range []string{"é", "ключ-42", "🚀", strings.Repeat("a", leaserouter.MaxIDBytes), strings.Repeat("é", leaserouter.MaxIDBytes/2)} {
-		require.NoError(t, leaserouter.ValidateID(id), "%.40q", id)
-		require.NoError(t, leaserouter.ValidateWorkerID(id), "%.40q", id)
-	}
-	require.ErrorContains(t, leaserouter.ValidateID(strings.Repeat("a", leaserouter.MaxIDBytes+1)), "above MaxIDBytes")
-	require.ErrorContains(t, leaserouter.ValidateID(""), "empty ID")
-	require.NoError(t, leaserouter.ValidateWorkerID(""))
 }

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/leaserouter/leaserouter/internal/contract"
-	"github.com/leaserouter/leaserouter/internal/usercode"
 )
 
 // Lease is one worker's time-bounded claim on one job: the right to act on
@@ -149,14 +148,10 @@ func (l *Lease[T]) Fail(cause error) error {
 	if l == nil || l.r == nil {
 		return errNilLease()
 	}
-	if cause == nil {
-		cause = errUnknown
-	}
 	// cause's Error, Unwrap and As are user code: read here, recovered and
 	// before taking the lock, never under it. A cause whose Error()
 	// panics travels on as a *usercode.Safe saying so.
-	text, cause := usercode.Error(cause)
-	permanent := IsPermanent(cause)
+	text, cause, permanent := contract.FailCause(cause)
 	r := l.r
 	// Backoff is user code: called before taking the lock, never under it.
 	// l.Attempt is the job's attempt count whenever l is still valid.
@@ -237,7 +232,7 @@ func (r *Router[T]) holding(l *Lease[T], now int64) (*job[T], error) {
 		return nil, err // after Close nothing changes, not even the counts
 	}
 	r.stats.StaleRejections++
-	r.tally(tallyStale, now)
+	r.tally(contract.TallyStale, now)
 	if !r.hooked || (l.lost == refused{} && r.backlogFull()) {
 		// Coalesced: with the backlog full, a lease refused before adds
 		// no event (its stale_rejected already said it), so a stale
@@ -400,26 +395,12 @@ func (l *Lease[T]) watch(k *keeper[T]) (first time.Duration, ok bool) {
 // the job StateFailed (dead) at once, whatever attempts it has left. The
 // result's message is err's, and errors.Is/As see err through it.
 // Permanent(nil) is nil.
-func Permanent(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &permanentError{err: err}
-}
+func Permanent(err error) error { return contract.Permanent(err) }
 
 // IsPermanent reports whether err is, or wraps, an error made by
-// Permanent: the test Fail applies, for routers built on this package's
-// contract (pgrouter). A nil err is not permanent, nor is one whose Unwrap
-// or As method panics on the way (the panic is recovered).
-func IsPermanent(err error) bool {
-	var perm *permanentError
-	return usercode.As(err, &perm)
-}
-
-type permanentError struct{ err error }
-
-// Error is the wrapped error's message.
-func (e *permanentError) Error() string { return e.err.Error() }
-
-// Unwrap returns the error given to Permanent.
-func (e *permanentError) Unwrap() error { return e.err }
+// Permanent: the test Fail applies on every backend, for code around a
+// handler (a middleware seeing its error) that must tell a permanent
+// failure from one to retry. A nil err is not permanent, nor is one whose
+// Unwrap or As method panics on the way (the panic is recovered). Safe
+// for concurrent use.
+func IsPermanent(err error) bool { return contract.IsPermanent(err) }

@@ -1,10 +1,8 @@
 package leaserouter
 
 import (
-	"cmp"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"time"
 
 	"github.com/leaserouter/leaserouter/internal/contract"
@@ -14,9 +12,9 @@ import (
 
 // Defaults applied by New to zero Options fields.
 const (
-	DefaultLeaseDuration = 30 * time.Second
-	DefaultMaxAttempts   = 5
-	DefaultRetention     = 10 * time.Minute
+	DefaultLeaseDuration = contract.DefaultLeaseDuration
+	DefaultMaxAttempts   = contract.DefaultMaxAttempts
+	DefaultRetention     = contract.DefaultRetention
 )
 
 // DefaultBackoff is the Backoff used when Options.Backoff is nil:
@@ -24,17 +22,7 @@ const (
 // "equal jitter" (a random duration in [d/2, d)) so that jobs failing
 // together do not retry together (Brooker, "Exponential Backoff And
 // Jitter", AWS Architecture Blog, 2015). attempt < 1 is treated as 1.
-func DefaultBackoff(attempt int) time.Duration {
-	const base, ceiling = time.Second, 5 * time.Minute
-	d := ceiling
-	if attempt < 1 {
-		attempt = 1
-	}
-	if attempt <= 9 { // 1s<<9 > 5m: past that the cap applies
-		d = min(base<<(attempt-1), ceiling)
-	}
-	return d/2 + rand.N(d/2)
-}
+func DefaultBackoff(attempt int) time.Duration { return contract.DefaultBackoff(attempt) }
 
 // Options configure a Router. The zero value is valid: every zero field
 // gets its default.
@@ -117,19 +105,15 @@ type Options struct {
 }
 
 func (o Options) withDefaults() (Options, error) {
-	// The fields every backend has: one check, one set of messages.
-	if err := contract.CheckOptions(ErrInvalidOptions, o.LeaseDuration, 0, DefaultLeaseDuration,
-		o.MaxAttempts, DefaultMaxAttempts, uint64(o.TokenFloor)); err != nil {
+	// The fields every backend has: one check, one set of defaults.
+	c, err := contract.RouterDefaults(ErrInvalidOptions, contract.RouterOptions{LeaseDuration: o.LeaseDuration,
+		MaxAttempts: o.MaxAttempts, Backoff: o.Backoff, Retention: o.Retention, TokenFloor: uint64(o.TokenFloor)}, 0)
+	if err != nil {
 		return o, err
 	}
 	if o.Capacity < 0 {
 		return o, fmt.Errorf("%w: Capacity is %d, must be >= 0 (0 = unlimited)", ErrInvalidOptions, o.Capacity)
 	}
-	o.LeaseDuration = cmp.Or(o.LeaseDuration, DefaultLeaseDuration)
-	o.MaxAttempts = cmp.Or(o.MaxAttempts, DefaultMaxAttempts)
-	o.Retention = cmp.Or(o.Retention, DefaultRetention)
-	if o.Backoff == nil { // a func is not comparable: no cmp.Or
-		o.Backoff = DefaultBackoff
-	}
+	o.LeaseDuration, o.MaxAttempts, o.Backoff, o.Retention = c.LeaseDuration, c.MaxAttempts, c.Backoff, c.Retention
 	return o, nil
 }

@@ -69,21 +69,21 @@ import (
 // returns). An ended periodic job keeps its Name until RemovePeriodic.
 //
 // It returns an error wrapping ErrInvalidOptions that names the problem
-// for a p that CheckPeriodic refuses, for a Name already added on this
-// Router (and not removed), and for a negative Options.Retention (exactly
-// one job per tick needs each tick's dedup record); ErrClosed for a nil
+// for an empty Name or one that breaks the rule for IDs with the tick's
+// room taken (see Periodic.Name), a nil Schedule, an Every(d) with d <=
+// 0, an option Enqueue would refuse, WithRunAt or WithDelay among
+// Options, a negative Options.Retention (exactly one job per tick needs
+// each tick's dedup record) — the same checks and messages on every
+// backend — and for a Name already added on this Router (and not
+// removed); ErrClosed for a nil
 // *Router and after Close (or once Close has begun). It does not block
 // beyond short locks. Safe for concurrent use; p.Options is copied.
 func (r *Router[T]) AddPeriodic(p Periodic[T]) error {
 	if r == nil {
 		return ErrClosed
 	}
-	if err := CheckPeriodic(p.Name, p.Schedule, p.Options); err != nil {
+	if err := contract.CheckPeriodic(ErrInvalidOptions, ErrInvalidJob, p.Name, p.Schedule, p.Options, r.opts.Retention); err != nil {
 		return err
-	}
-	if r.opts.Retention < 0 {
-		return fmt.Errorf("%w: Periodic %s needs Options.Retention >= 0 (is %v): exactly one job per tick needs each tick's dedup record",
-			ErrInvalidOptions, contract.Quote(p.Name), r.opts.Retention)
 	}
 	// The options of every tick: p.Options, then WithRunAt(tick) in the
 	// last slot, set by the scheduler (which owns the slice).
@@ -345,7 +345,7 @@ func (r *Router[T]) enqueueTick(per *periodics[T], e *periodicJob[T], tick time.
 		p := contract.Recovered(func() { payload = e.p.Payload(tick) })
 		per.leave()
 		if p != nil {
-			r.reportUserCode(fmt.Sprintf("leaserouter: Payload of periodic job %s panicked: %v; tick skipped", contract.Quote(e.p.Name), p), id, true)
+			r.reportUserCode(contract.PayloadPanicked(e.p.Name, p), id, true)
 			return false
 		}
 	}
@@ -364,7 +364,7 @@ func (r *Router[T]) enqueueTick(per *periodics[T], e *periodicJob[T], tick time.
 	case errors.Is(err, ErrClosed):
 		return true
 	default:
-		r.reportUserCode(fmt.Sprintf("leaserouter: periodic job %s: %v; tick skipped", contract.Quote(e.p.Name), err), id, false)
+		r.reportUserCode(contract.TickSkipped(e.p.Name, err), id, false)
 	}
 	return false
 }

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/leaserouter/leaserouter/internal/contract"
 	"github.com/leaserouter/leaserouter/internal/heap"
 	"github.com/leaserouter/leaserouter/internal/hook"
 	"github.com/leaserouter/leaserouter/internal/order"
@@ -253,10 +254,11 @@ func (r *Router[T]) unfinished() int {
 // It returns ErrNoJob if no job is ready and ErrClosed after Close. It
 // does not wait for a job, but with a hook set it waits, as Enqueue does,
 // while the event backlog is full (see Options.OnEvent). workerID is
-// informational (events, Job.Owner) and may be empty; one
-// ValidateWorkerID refuses is an error wrapping ErrInvalidOptions.
+// informational (events, Job.Owner) and may be empty; one that breaks
+// the rule for IDs (see MaxIDBytes) is an error wrapping
+// ErrInvalidOptions.
 func (r *Router[T]) TryAcquire(workerID string) (*Lease[T], error) {
-	if err := ValidateWorkerID(workerID); err != nil {
+	if err := contract.ValidateWorkerID(ErrInvalidOptions, workerID); err != nil {
 		return nil, err
 	}
 	l := new(Lease[T]) // before the lock (reserve.go); garbage if no job is ready
@@ -282,10 +284,11 @@ func (r *Router[T]) TryAcquire(workerID string) (*Lease[T], error) {
 // set it first waits, as Enqueue does, while the event backlog is full (see
 // Options.OnEvent), returning ctx.Err() if ctx is done meanwhile. ctx is
 // consulted outside the router's lock. A nil ctx means
-// context.Background(). A workerID ValidateWorkerID refuses is an error
-// wrapping ErrInvalidOptions, at once.
+// context.Background(). A workerID that breaks the rule for IDs (see
+// MaxIDBytes; "" is allowed) is an error wrapping ErrInvalidOptions, at
+// once.
 func (r *Router[T]) Acquire(ctx context.Context, workerID string) (*Lease[T], error) {
-	if err := ValidateWorkerID(workerID); err != nil {
+	if err := contract.ValidateWorkerID(ErrInvalidOptions, workerID); err != nil {
 		return nil, err
 	}
 	var l *Lease[T]
@@ -402,8 +405,8 @@ func (r *Router[T]) Get(id string) (j Job[T], ok bool) {
 // for an unknown id (for an id ValidateID refuses, "" included, one
 // wrapping ErrInvalidJob too, naming the problem), and ErrClosed after Close.
 func (r *Router[T]) Cancel(id string) error {
-	if err := ValidateID(id); err != nil {
-		return fmt.Errorf("%w: %w", err, ErrNotFound)
+	if err := contract.CheckJobID(ErrInvalidJob, ErrNotFound, id); err != nil {
+		return err
 	}
 	now, err := r.lockOpen(false, nil)
 	if err != nil {

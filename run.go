@@ -1,12 +1,9 @@
 package leaserouter
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"math"
-	"os"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,13 +38,13 @@ type Handler[T any] func(ctx context.Context, l *Lease[T]) error
 // MaxWorkers is the most worker goroutines one Run starts
 // (WorkerOptions.Workers); more is refused with ErrInvalidOptions rather
 // than risking the process's memory. Several Runs may share a Router.
-const MaxWorkers = 1 << 16
+const MaxWorkers = contract.MaxWorkers
 
 // DefaultBatch is the default of WorkerOptions.Batch, and MaxBatch the
 // largest Batch allowed.
 const (
-	DefaultBatch = 256
-	MaxBatch     = 1024
+	DefaultBatch = contract.DefaultBatch
+	MaxBatch     = contract.MaxBatch
 )
 
 // WorkerOptions configure Run. The zero value is valid.
@@ -57,8 +54,8 @@ type WorkerOptions struct {
 	Workers int
 	// WorkerID is the prefix of worker IDs: worker i is "<WorkerID>-<i>".
 	// Default "<hostname>-<pid>". Each worker ID must keep the rule for
-	// IDs (valid UTF-8, no NUL, at most MaxIDBytes bytes with its suffix;
-	// see ValidateWorkerID), or Run returns an error wrapping
+	// IDs (valid UTF-8, no NUL, at most MaxIDBytes bytes with its
+	// suffix), or Run returns an error wrapping
 	// ErrInvalidOptions.
 	WorkerID string
 	// HeartbeatInterval is how often a running job's lease is extended.
@@ -86,44 +83,6 @@ type WorkerOptions struct {
 	// it. Default 0: no limit; negative is invalid. Per-attempt timeouts as
 	// in River (JobTimeout) and asynq (Timeout).
 	Timeout time.Duration
-}
-
-// WithDefaults returns o checked and with its zero fields set to their
-// defaults, for a router whose LeaseDuration is lease, as Run does first;
-// exported for routers built on this package's contract (pgrouter). Bad
-// fields return an error wrapping ErrInvalidOptions.
-func (o WorkerOptions) WithDefaults(lease time.Duration) (WorkerOptions, error) {
-	switch {
-	case o.Workers < 0 || o.Workers > MaxWorkers:
-		return o, fmt.Errorf("%w: WorkerOptions.Workers is %d, must be in [0, %d] (0 = GOMAXPROCS)", ErrInvalidOptions, o.Workers, MaxWorkers)
-	case o.HeartbeatInterval < 0:
-		return o, fmt.Errorf("%w: WorkerOptions.HeartbeatInterval is %v, must be >= 0 (0 = LeaseDuration/3)", ErrInvalidOptions, o.HeartbeatInterval)
-	case o.Timeout < 0:
-		return o, fmt.Errorf("%w: WorkerOptions.Timeout is %v, must be >= 0 (0 = no limit)", ErrInvalidOptions, o.Timeout)
-	case o.Batch < 0 || o.Batch > MaxBatch:
-		return o, fmt.Errorf("%w: WorkerOptions.Batch is %d, must be in [0, %d] (0 = %d)", ErrInvalidOptions, o.Batch, MaxBatch, DefaultBatch)
-	}
-	if o.Workers == 0 {
-		o.Workers = runtime.GOMAXPROCS(0)
-	}
-	if o.WorkerID == "" {
-		host, err := os.Hostname()
-		if err != nil || host == "" {
-			host = "worker"
-		}
-		o.WorkerID = fmt.Sprintf("%s-%d", host, os.Getpid())
-	}
-	// Worker i is "<WorkerID>-<i>"; the last one's ID is the longest.
-	if p := idProblem(fmt.Sprintf("%s-%d", o.WorkerID, o.Workers-1)); p != "" {
-		return o, fmt.Errorf("%w: WorkerOptions.WorkerID %s makes worker IDs that break the rule for IDs: worker %d's ID %s",
-			ErrInvalidOptions, contract.Quote(o.WorkerID), o.Workers-1, p)
-	}
-	o.Batch = cmp.Or(o.Batch, DefaultBatch)
-	o.HeartbeatInterval = heartbeatInterval(o.HeartbeatInterval, lease)
-	if o.HeartbeatInterval >= lease { // checked after defaulting: LeaseDuration/3 of 1ns is no interval
-		return o, fmt.Errorf("%w: WorkerOptions.HeartbeatInterval %v must be < LeaseDuration %v", ErrInvalidOptions, o.HeartbeatInterval, lease)
-	}
-	return o, nil
 }
 
 // Run processes jobs with opts.Workers worker goroutines until ctx is done
@@ -189,10 +148,11 @@ func (r *Router[T]) Run(ctx context.Context, opts WorkerOptions, h Handler[T]) e
 	if h == nil {
 		return fmt.Errorf("%w: nil Handler", ErrInvalidOptions)
 	}
-	opts, err := opts.WithDefaults(r.opts.LeaseDuration)
+	o, err := contract.WorkerDefaults(ErrInvalidOptions, contract.WorkerOptions(opts), r.opts.LeaseDuration)
 	if err != nil {
 		return err
 	}
+	opts = WorkerOptions(o)
 	select {
 	case <-r.closing:
 		return ErrClosed

@@ -1,7 +1,6 @@
 package leaserouter
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/leaserouter/leaserouter/internal/contract"
@@ -69,42 +68,4 @@ type Periodic[T any] struct {
 // "report@2026-11-25T09:00:00Z". Every scheduler computes the same ID for
 // a tick, whatever its clock or time zone, so the dedup of IDs makes one
 // job per tick.
-func TickID(name string, tick time.Time) string {
-	return name + "@" + tick.UTC().Format(time.RFC3339Nano)
-}
-
-// maxTickSuffix is the longest "@" + RFC3339Nano time stamp in UTC a
-// time.Time can give: 31 bytes for years 0-9999
-// ("@2006-01-02T15:04:05.999999999Z"), 40 for the signed 12-digit years
-// at the ends of its range. A periodic job's Name leaves room for it.
-const maxTickSuffix = 40
-
-// CheckPeriodic checks a Periodic's fields as AddPeriodic does on every
-// backend, returning nil or an error wrapping ErrInvalidOptions that names
-// the problem: an empty Name or one that breaks the rule for IDs with the
-// tick's room taken, a nil Schedule, an Every(d) with d <= 0, an option
-// Enqueue would refuse, or WithRunAt or WithDelay among Options. Exported
-// for routers built on this package's contract (pgrouter). Safe for
-// concurrent use.
-func CheckPeriodic(name string, s Schedule, opts []EnqueueOption) error {
-	switch {
-	case name == "":
-		return fmt.Errorf("%w: Periodic.Name is empty", ErrInvalidOptions)
-	case s == nil:
-		return fmt.Errorf("%w: Periodic %s has a nil Schedule", ErrInvalidOptions, contract.Quote(name))
-	}
-	if p := contract.NameProblem(name, MaxIDBytes-maxTickSuffix, "MaxIDBytes less the tick's room"); p != "" {
-		return fmt.Errorf("%w: Periodic.Name %s", ErrInvalidOptions, p)
-	}
-	if d, ok := s.(periodic.Every); ok && d <= 0 {
-		return fmt.Errorf("%w: Periodic %s has Schedule Every(%v), the interval must be > 0", ErrInvalidOptions, contract.Quote(name), time.Duration(d))
-	}
-	var spec enqueueSpec
-	if err := readOptions(&spec, TickID(name, time.Unix(0, 0)), opts); err != nil {
-		return fmt.Errorf("%w: Periodic %s: %w", ErrInvalidOptions, contract.Quote(name), err)
-	}
-	if spec.timing != optNone {
-		return fmt.Errorf("%w: Periodic %s has WithRunAt or WithDelay among its Options: the tick is the run-at", ErrInvalidOptions, contract.Quote(name))
-	}
-	return nil
-}
+func TickID(name string, tick time.Time) string { return contract.TickID(name, tick) }

@@ -24,7 +24,7 @@ import (
 // the router's lock, accepted or refused. From a Run handler, return
 // Snooze(d) instead. Snoozing as in River (JobSnooze) and Sidekiq.
 func (l *Lease[T]) Snooze(d time.Duration) error {
-	if err := contract.SnoozeDelay(ErrInvalidOptions, d); err != nil { // the same on every backend
+	if err := contract.CheckSnooze(ErrInvalidOptions, d); err != nil { // the same on every backend
 		return err
 	}
 	return l.end(func(r *Router[T], j *job[T], now int64) { r.snooze(j, l, now, d) })
@@ -58,9 +58,10 @@ func (e *SnoozeError) Error() string { return fmt.Sprintf("leaserouter: job snoo
 
 // SnoozeDelay reports whether err is, or wraps, an error made by Snooze,
 // and its delay: what a Run handler's error asks for, on every backend.
-// Exported for routers built on this package's contract (pgrouter). A nil
-// err gives false, as does one whose Unwrap or As panics on the way (the
-// panic is recovered).
+// Code around a handler (a middleware seeing its error) calls it to tell
+// a snooze from a failure. A nil err gives false, as does one whose
+// Unwrap or As panics on the way (the panic is recovered). Safe for
+// concurrent use.
 func SnoozeDelay(err error) (time.Duration, bool) {
 	if err == nil {
 		return 0, false // before s is declared: it escapes (As takes any), and Run's nil results must not pay for it

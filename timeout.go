@@ -3,6 +3,8 @@ package leaserouter
 import (
 	"context"
 	"time"
+
+	"github.com/leaserouter/leaserouter/internal/contract"
 )
 
 // Per-attempt timeouts: the limit of a job's attempts (WithTimeout,
@@ -20,10 +22,7 @@ import (
 // (forget leaves it), so the worker granted its lease may read it
 // without r.mu.
 func (r *Router[T]) limit(j *job[T], def time.Duration) time.Duration {
-	if j.timeout != 0 {
-		return j.timeout
-	}
-	return def
+	return contract.AttemptTimeout(j.timeout, def)
 }
 
 // withTimeout returns the handler's ctx for l under the limit d (none for

@@ -94,7 +94,7 @@ func (l *Lease[T]) ownProgress() {
 // that l is valid.
 func (r *Router[T]) complete(j *job[T], l *Lease[T], now int64) {
 	r.endLease(j, endCompleted)
-	r.tally(tallyCompleted, now)
+	r.tally(contract.TallyCompleted, now)
 	setHeld(r.emit(EventCompleted, now, j, l, l.Token, nil), l.granted, now)
 	r.finish(j, StateSucceeded, now)
 }
@@ -107,7 +107,7 @@ func (r *Router[T]) complete(j *job[T], l *Lease[T], now int64) {
 func (r *Router[T]) fail(j *job[T], l *Lease[T], now int64, text string, cause error, permanent bool, delay time.Duration) {
 	j.lastErr = text
 	r.endLease(j, endFailed)
-	r.tally(tallyFailed, now)
+	r.tally(contract.TallyFailed, now)
 	setHeld(r.emit(EventFailed, now, j, l, l.Token, cause), l.granted, now)
 	if permanent || j.attempt >= j.maxAtt {
 		r.kill(j, now)
@@ -132,7 +132,7 @@ func (r *Router[T]) release(j *job[T], l *Lease[T], now int64) {
 func (r *Router[T]) expire(j *job[T]) {
 	at, l := j.at, j.lease
 	r.stats.Expirations++
-	r.tally(tallyExpired, at)
+	r.tally(contract.TallyExpired, at)
 	j.lastErr = "lease expired"
 	r.endLease(j, endExpired)
 	setHeld(r.emit(EventLeaseExpired, at, j, l, l.Token, nil), l.granted, at)
@@ -226,10 +226,10 @@ func (r *Router[T]) requeue(j *job[T], readyAt, at int64) {
 // kill makes a job dead (StateFailed).
 func (r *Router[T]) kill(j *job[T], at int64) {
 	if j.lastErr == "" {
-		j.lastErr = "attempts exhausted"
+		j.lastErr = contract.AttemptsExhausted
 	}
 	r.stats.Dead++
-	r.tally(tallyDead, at)
+	r.tally(contract.TallyDead, at)
 	var err error
 	if r.hooked {
 		err = errors.New(j.lastErr)
@@ -357,13 +357,10 @@ func (r *Router[T]) setState(j *job[T], s State) {
 // else a new one. The caller holds r.mu and has settled at now.
 func (r *Router[T]) insert(id string, payload T, s *enqueueSpec, pos int, now int64, j *job[T]) {
 	at := now
-	switch s.timing {
-	case optDelay:
-		at = addSat(now, s.delay)
-	case optRunAt:
-		if !s.runAt.IsZero() {
-			at = max(now, addSat(0, s.runAt.Sub(r.epoch)))
-		}
+	if s.Delay != 0 {
+		at = addSat(now, s.Delay)
+	} else if !s.RunAt.IsZero() {
+		at = max(now, addSat(0, s.RunAt.Sub(r.epoch)))
 	}
 	r.seq++
 	if j == nil {
@@ -371,8 +368,8 @@ func (r *Router[T]) insert(id string, payload T, s *enqueueSpec, pos int, now in
 	}
 	// Field by field: the record is zero (new, or a fresh batch's), and a
 	// composite literal here would cost a copy.
-	j.id, j.payload, j.priority, j.maxAtt = id, payload, s.prio, int32(s.maxAtt)
-	j.hash, j.seq, j.created, j.updated, j.hidx, j.timeout = s.hash, r.seq, now, now, -1, s.timeout
+	j.id, j.payload, j.priority, j.maxAtt = id, payload, s.Priority, int32(s.MaxAttempts)
+	j.hash, j.seq, j.created, j.updated, j.hidx, j.timeout = s.hash, r.seq, now, now, -1, s.Timeout
 	j.state = stateNew
 	r.jobs.Insert(j, s.hash, pos)
 	j.ord = r.order.Append(j, j.seq, uint8(stateNew))

@@ -300,21 +300,19 @@ func (w *worker[T]) process(rl *runLease[T]) {
 		w.finished(nil)
 		return
 	}
-	if d, ok := SnoozeDelay(err); ok {
-		// The handler asked for it: snoozed even while Run stops (a
-		// release would count the attempt).
-		w.finished(nil)
-		if err := l.Snooze(d); errors.Is(err, ErrInvalidOptions) {
-			_ = l.Fail(err) // a negative delay: the handler's mistake
-		}
-		return
-	}
-	switch contract.AfterHandler(err, w.ctx.Err() != nil) { // the same rule on every backend
+	d, snoozed := SnoozeDelay(err)
+	switch contract.HandlerOutcome(err, w.ctx.Err() != nil, d, snoozed) {
 	case contract.Complete:
 		w.finished(l) // completed with the next lease, even if ctx is done now
 	case contract.Release:
 		w.finished(nil)
 		_ = l.Release() // refused only if the lease was lost: nothing left to do
+	case contract.Snooze:
+		w.finished(nil)
+		_ = l.Snooze(d)
+	case contract.FailSnooze:
+		w.finished(nil)
+		_ = l.Fail(contract.CheckSnooze(ErrInvalidOptions, d))
 	default:
 		w.finished(nil)
 		_ = l.Fail(err)

@@ -185,26 +185,10 @@ func readPage[T any](res pgx.BatchResults, limit int, page *leaserouter.JobPage[
 	return last, rows.Err()
 }
 
-// listFilter checks p, as the core's List does, and returns its states as
-// a mask (bit s: State s; every state if none) and its page size.
+// listFilter checks p (contract.ListFilter) and returns its states as a
+// mask (bit s: State s; every state if none) and its page size.
 func listFilter(p leaserouter.ListParams) (mask uint8, limit int, err error) {
-	for _, s := range p.States {
-		if s > leaserouter.StateCanceled {
-			return 0, 0, fmt.Errorf("%w: ListParams.States: %v is not a state", leaserouter.ErrInvalidOptions, s)
-		}
-		mask |= 1 << s
-	}
-	if mask == 0 {
-		mask = 1<<(leaserouter.StateCanceled+1) - 1
-	}
-	switch {
-	case p.Limit < 0 || p.Limit > leaserouter.MaxListLimit:
-		return 0, 0, fmt.Errorf("%w: ListParams.Limit is %d, must be between 0 and %d",
-			leaserouter.ErrInvalidOptions, p.Limit, leaserouter.MaxListLimit)
-	case p.Limit == 0:
-		return mask, leaserouter.DefaultListLimit, nil
-	}
-	return mask, p.Limit, nil
+	return contract.ListFilter(leaserouter.ErrInvalidOptions, p.States, p.Limit, leaserouter.StateCanceled+1)
 }
 
 // Retry makes a finished job (succeeded, dead or canceled) pending again
@@ -396,11 +380,12 @@ func readQueues(res pgx.BatchResults) ([]QueueInfo, error) {
 }
 
 // checkJobCall is the first step of an operation on job id (Cancel,
-// Retry, Delete): the core's error for an ID leaserouter.ValidateID refuses (one
-// wrapping both ErrInvalidJob and ErrNotFound), ErrClosed after Close.
+// Retry, Delete): for an ID leaserouter.ValidateID refuses, the error of
+// every backend (contract.CheckJobID: wrapping both ErrInvalidJob and
+// ErrNotFound); ErrClosed after Close.
 func (r *Router[T]) checkJobCall(id string) error {
-	if err := leaserouter.ValidateID(id); err != nil {
-		return fmt.Errorf("%w: %w", err, leaserouter.ErrNotFound)
+	if err := contract.CheckJobID(leaserouter.ErrInvalidJob, leaserouter.ErrNotFound, id); err != nil {
+		return err
 	}
 	return r.open()
 }
@@ -421,11 +406,9 @@ func (r *Router[T]) Queue() string { return r.opts.Queue }
 // driver's. Safe for concurrent use.
 func (r *Router[T]) Leases(ctx context.Context, limit int) ([]leaserouter.Job[T], error) {
 	ctx = orBackground(ctx)
-	if limit < 0 || limit > leaserouter.MaxListLimit {
-		return nil, fmt.Errorf("%w: Leases limit is %d, must be between 0 and %d", leaserouter.ErrInvalidOptions, limit, leaserouter.MaxListLimit)
-	}
-	if limit == 0 {
-		limit = leaserouter.DefaultListLimit
+	limit, err := contract.LeasesLimit(leaserouter.ErrInvalidOptions, limit)
+	if err != nil {
+		return nil, err
 	}
 	b := &pgx.Batch{}
 	r.queueSettle(b)

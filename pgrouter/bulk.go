@@ -44,7 +44,7 @@ var everyState = stateNames(1<<(leaserouter.StateCanceled+1) - 1)
 // found past its expiry when its row is locked is settled (expired,
 // EventLeaseExpired, counted in Stats.Expirations, or dead) before the
 // job is judged, even one the queue's settling round skipped because a
-// lease operation held it. One round trip, one transaction; it waits for
+// lease operation locked it. One round trip, one transaction; it waits for
 // the rows other transactions hold: a lease operation's briefly, but a
 // CompleteTx's for the whole of its caller's transaction. It waits for
 // them only in ID order, the order every statement of pgrouter that
@@ -244,7 +244,7 @@ func (r *Router[T]) cancel(ctx context.Context, call string, ids, states []strin
 				e := leaserouter.Event{Kind: leaserouter.EventCanceled, Time: *at, JobID: j.id, Attempt: int(*attempt),
 					Token: leaserouter.Token(*token)}
 				if j.was == leaserouter.StateLeased.String() {
-					e.WorkerID, e.Held = owner, heldUntil(granted, *at)
+					e.WorkerID, e.Held = owner, heldFor(granted, *at)
 					ended[j.id] = e.Token
 				}
 				events = append(events, e)

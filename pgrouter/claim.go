@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/contract"
 )
 
 // TryAcquire leases the next ready job to workerID without waiting, after
@@ -24,9 +24,9 @@ import (
 // job: the Router resolves that in the background, handing such leases
 // back with the attempt not counted (see the package doc, Faults). The
 // lease is proven valid for LeaseDuration from the claim's send, after
-// the wait for a connection. A workerID leaserouter.ValidateWorkerID
-// refuses returns its error (wrapping ErrInvalidOptions, as the core's)
-// before anything else.
+// the wait for a connection. A workerID that breaks the rule for IDs
+// (see leaserouter.MaxIDBytes; "" is allowed) returns an error wrapping
+// ErrInvalidOptions before anything else.
 func (r *Router[T]) TryAcquire(ctx context.Context, workerID string) (*Lease[T], error) {
 	return first(r.acquire(ctx, "TryAcquire", workerID, 1, false))
 }
@@ -36,8 +36,8 @@ func (r *Router[T]) TryAcquire(ctx context.Context, workerID string) (*Lease[T],
 // order, in one round trip; each lease is independent (its own token,
 // increasing in slice order, expiry, heartbeats and completion). It
 // returns at least one lease, or ErrNoJob, ErrClosed, ctx.Err(), an
-// error wrapping ErrInvalidOptions for max < 1 or a workerID
-// leaserouter.ValidateWorkerID refuses, or one wrapping the driver's; ctx
+// error wrapping ErrInvalidOptions for max < 1 or a workerID that breaks
+// the rule for IDs, or one wrapping the driver's; ctx
 // and a claim's unknown outcome as for TryAcquire.
 func (r *Router[T]) TryAcquireMany(ctx context.Context, workerID string, max int) ([]*Lease[T], error) {
 	return r.acquire(ctx, "TryAcquireMany", workerID, max, false)
@@ -50,16 +50,15 @@ func (r *Router[T]) TryAcquireMany(ctx context.Context, workerID string, max int
 // first (within milliseconds of its end, whatever the database does: see
 // TryAcquire for a claim in flight then), ErrClosed after Close (or when
 // Close starts while it waits), or an error wrapping the driver's (it
-// does not retry a failed round trip). A workerID
-// leaserouter.ValidateWorkerID refuses returns its error (wrapping
-// ErrInvalidOptions) at once.
+// does not retry a failed round trip). A workerID that breaks the rule
+// for IDs returns an error wrapping ErrInvalidOptions at once.
 func (r *Router[T]) Acquire(ctx context.Context, workerID string) (*Lease[T], error) {
 	return first(r.acquire(ctx, "Acquire", workerID, 1, true))
 }
 
 // AcquireMany is TryAcquireMany, waiting as Acquire does until at least
-// one job is ready; max < 1 or a workerID leaserouter.ValidateWorkerID
-// refuses is an error wrapping ErrInvalidOptions, at once.
+// one job is ready; max < 1 or a workerID that breaks the rule for IDs
+// is an error wrapping ErrInvalidOptions, at once.
 func (r *Router[T]) AcquireMany(ctx context.Context, workerID string, max int) ([]*Lease[T], error) {
 	return r.acquire(ctx, "AcquireMany", workerID, max, true)
 }
@@ -68,10 +67,10 @@ func (r *Router[T]) AcquireMany(ctx context.Context, workerID string, max int) (
 // lease is a claim of one. It checks max and workerID before anything
 // else, then claims once, or, with wait, until a job is ready.
 func (r *Router[T]) acquire(ctx context.Context, call, workerID string, max int, wait bool) ([]*Lease[T], error) {
-	if max < 1 {
-		return nil, fmt.Errorf("%w: %s max is %d, must be >= 1", leaserouter.ErrInvalidOptions, call, max)
+	if err := contract.ClaimMax(leaserouter.ErrInvalidOptions, call, max); err != nil {
+		return nil, err
 	}
-	if err := leaserouter.ValidateWorkerID(workerID); err != nil {
+	if err := contract.ValidateWorkerID(leaserouter.ErrInvalidOptions, workerID); err != nil {
 		return nil, err
 	}
 	if wait {

@@ -164,7 +164,7 @@ func TestClaimResolverWaitsForClaimInFlight(t *testing.T) {
 }
 
 // TestAbandonedClaimArrivingLateClaimsNothing: a claim that reaches the
-// server after its client resolved it (held in the network, say) claims
+// server after its client resolved it (delayed in the network, say) claims
 // nothing: no lease can be granted that nobody will receive.
 func TestAbandonedClaimArrivingLateClaimsNothing(t *testing.T) {
 	r, db := newRouter[int](t, pgrouter.Options{})

@@ -19,7 +19,7 @@ import (
 // the same tx, after Fence, and a stale worker can never overwrite a newer
 // attempt's. If tx rolls back, the lease is as it was before CompleteTx
 // (its expiry as of its last accepted heartbeat, which no heartbeat could
-// extend while tx held the row: it may have passed).
+// extend while tx locked the row: it may have passed).
 //
 // The check and the completion run under a savepoint of CompleteTx's own
 // in tx, in one round trip. On success the savepoint is left in place: it

@@ -23,7 +23,10 @@ import (
 // are written directly (INSERT ... SELECT generate_series, the indexes
 // built after), in one queue "big" (by i % 100: 60% succeeded, 20%
 // pending, 10% scheduled, 5% dead, 4% canceled, 1% leased) and 5,000 in
-// a queue "small" (exact counts). Heavy (minutes, ~4 GB of disk at 10M):
+// a queue "small" (exact counts). With JIT on, a capped count's cost
+// estimate passed jit_above_cost and compiling its plan took ~300 ms, a
+// hundred times the count (hence jit_off.sql). Heavy (minutes, ~4 GB of
+// disk at 10M):
 //
 //	LEASEROUTER_REQUIRE_POSTGRES=1 go test -run '^$' -bench BenchmarkStatsAt10M -benchtime 1x -timeout 60m ./pgrouter/
 func BenchmarkStatsAt10M(b *testing.B) {

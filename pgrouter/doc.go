@@ -83,7 +83,7 @@
 //     abandoned; their resolution, on another connection of the pool
 //     and in one transaction, waits for the statement if it still runs
 //     (the advisory lock), marks it abandoned (a statement reaching the
-//     server later, held in the network say, changes nothing), then
+//     server later, delayed in the network say, changes nothing), then
 //     reads the job's row: nil if it shows the lease ended as asked,
 //     otherwise the error, and either answer is final. It gets at most
 //     40ms after the call's ctx ended; past that (the statement still
@@ -102,7 +102,7 @@
 //     reply never arrived is resolved in the background by the Router:
 //     the resolver waits for the claim's transaction if it still runs,
 //     marks the claim abandoned (a claim reaching the server later,
-//     held in the network say, claims nothing) and hands back the
+//     delayed in the network say, claims nothing) and hands back the
 //     leases it granted, pending again in their place with the attempt
 //     not counted: an attempt counts only a lease a worker received.
 //     They emit no event and are not counted in Stats.LeasesGranted.
@@ -193,13 +193,33 @@
 // the tick's job, which locks the periodic job's row in
 // leaserouter_periodic). No scheduler waits for another's lock: a process
 // stalled inside a tick's transaction delays that periodic job only; the
-// other schedulers keep the ticks that come due meanwhile and take them
+// other schedulers defer the ticks that come due meanwhile and take them
 // once its transaction ends (the server ends it after 5s idle in it; see
 // AddPeriodic for a process stopped in the middle of a statement), the
-// tick it held too if it rolled back. The database's clock decides which tick is due; none before the
+// tick it took too if it rolled back. The database's clock decides which tick is due; none before the
 // periodic job's first registration on the queue ever; after every
 // scheduler was down, the first back enqueues the latest missed tick
 // only, if younger than Options.Retention. See AddPeriodic.
+//
+// # Transaction isolation
+//
+// pgrouter runs at READ COMMITTED, PostgreSQL's default: a statement that
+// waits for a row another transaction locks (a claim, a lease's end, a
+// periodic tick's take) then reads the row as that transaction committed
+// it, where at REPEATABLE READ or SERIALIZABLE it would fail with a
+// serialization failure (SQLSTATE 40001). The transactions pgrouter
+// begins (New's, each periodic tick's, Migrate's) state READ COMMITTED
+// themselves; its other statements run alone, at the session's default.
+// So db's sessions must keep default_transaction_isolation at 'read
+// committed': New refuses a pool whose connection says otherwise (an
+// error wrapping leaserouter.ErrInvalidOptions). pgrouter changes no
+// setting of db's sessions; a database's or role's setting (ALTER
+// DATABASE ... SET default_transaction_isolation), a connection string's
+// options or a pool's AfterConnect that sets another isolation is to be
+// left off the pool given to New (Migrate works under any). The
+// transactions given to EnqueueTx and CompleteTx run at their caller's
+// isolation: at REPEATABLE READ or above, the call may fail with a
+// serialization failure, and the transaction is to be retried whole.
 //
 // # Schema
 //

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/contract"
 )
 
 // batch is a batch's columns, as insertJobs takes them.
@@ -26,16 +27,13 @@ type batch struct {
 // addJob checks one job and appends it to b, or returns an error wrapping
 // ErrInvalidJob.
 func addJob[T any](b *batch, r *Router[T], i int, id string, payload T, opts []leaserouter.EnqueueOption) error {
-	s, err := leaserouter.ReadEnqueueOptions(id, opts)
-	if err != nil {
+	s := contract.EnqueueSettings{MaxAttempts: r.opts.MaxAttempts}
+	if err := contract.ReadEnqueueOptions(leaserouter.ErrInvalidJob, &s, id, opts); err != nil {
 		return err
 	}
 	p, err := encode(id, payload)
 	if err != nil {
 		return err
-	}
-	if s.MaxAttempts == 0 {
-		s.MaxAttempts = r.opts.MaxAttempts
 	}
 	var at *time.Time
 	if !s.RunAt.IsZero() {
@@ -186,7 +184,7 @@ func (r *Router[T]) enqueue(ctx context.Context, q querier, id string, payload T
 // All or nothing: an invalid job (an ID leaserouter.ValidateID refuses,
 // a bad option, a payload that does not encode: the error wraps
 // ErrInvalidJob, names the problem and the job's batch index, as
-// "(batch index i)", as the core's does), ErrClosed or a database error
+// "(batch index i)"), ErrClosed or a database error
 // enqueue nothing. An empty or
 // nil batch enqueues nothing and returns nil, nil. jobs is not retained.
 func (r *Router[T]) EnqueueMany(ctx context.Context, jobs []leaserouter.JobSpec[T]) (duplicates []int, err error) {
@@ -195,7 +193,7 @@ func (r *Router[T]) EnqueueMany(ctx context.Context, jobs []leaserouter.JobSpec[
 	seen := make(map[string]bool, len(jobs))
 	for i, j := range jobs {
 		if err := addJob(&b, r, i, j.ID, j.Payload, j.Options); err != nil {
-			return nil, fmt.Errorf("%w (batch index %d)", err, i)
+			return nil, contract.AtBatchIndex(err, i)
 		}
 	}
 	if len(jobs) == 0 {

@@ -13,13 +13,12 @@ import (
 	"github.com/leaserouter/leaserouter/internal/goid"
 )
 
-// eventBacklog bounds the events waiting for delivery that new work may
-// add, as in the core: Enqueue, EnqueueMany and claims wait, before their
-// round trip, while this many wait, until delivery has brought the backlog
-// down to half; lease operations never wait. Undelivered events count
-// until their hooks have returned, including the batch in delivery. The
-// bound is the contract's, the same on every backend.
-const eventBacklog = contract.EventBacklog
+// The event backlog's bound is the contract's (contract.EventBacklog,
+// BacklogFull, BacklogDrained): Enqueue, EnqueueMany and claims wait,
+// before their round trip, while the backlog is full, until delivery has
+// brought it down to half; lease operations never wait. Undelivered
+// events count until their hooks have returned, including the batch in
+// delivery.
 
 // events delivers a Router's events to Options.OnEvent and Options.Logger
 // from a goroutine of its own, in the order this process recorded them,
@@ -88,7 +87,7 @@ func (e *events) add(evs ...leaserouter.Event) {
 	}
 	e.mu.Lock()
 	e.queue = append(e.queue, evs...)
-	if len(e.queue)+e.inflight >= eventBacklog {
+	if contract.BacklogFull(len(e.queue) + e.inflight) {
 		select {
 		case <-e.room:
 			e.room = make(chan struct{})
@@ -224,8 +223,7 @@ const (
 )
 
 // callFrom delivers ev from the cursor's stage on: to OnEvent, then to the
-// Logger, each panic recovered, counted and reported as the core reports
-// it (contract.Report: through the Logger, or slog.Default() when there
+// Logger, each panic recovered, counted and reported (contract.Report: through the Logger, or slog.Default() when there
 // is none or it panics too); a report entry (kindReport) is logged the
 // same way. The stage moves on before each report, so a Goexit in the
 // Logger while reporting skips only the report.
@@ -292,14 +290,14 @@ func (e *events) resumeAfterGoexit() {
 }
 
 // progressEvery is how many events the delivery goroutine delivers between
-// updates of the backlog, as in the core.
-const progressEvery = 256
+// updates of the backlog, on every backend.
+const progressEvery = contract.ProgressEvery
 
 // progressed counts n events of the batch in delivery as delivered and
 // opens room once the backlog is down to half. The caller holds e.mu.
 func (e *events) progressed(n int) {
 	e.inflight -= n
-	if len(e.queue)+e.inflight > eventBacklog/2 {
+	if !contract.BacklogDrained(len(e.queue) + e.inflight) {
 		return
 	}
 	select {
@@ -311,7 +309,7 @@ func (e *events) progressed(n int) {
 
 // kindReport marks an entry of the queue that is not an event but the
 // report of a recovered panic of a user callback (Backoff), its message in
-// Err, for the delivery goroutine to log, as in the core: the lease
+// Err, for the delivery goroutine to log: the lease
 // operation that found it never pays for the Logger.
 const kindReport leaserouter.EventKind = 0
 
@@ -360,10 +358,10 @@ func (r *Router[T]) emit(evs ...leaserouter.Event) {
 	r.ev.add(evs...)
 }
 
-// heldUntil is Event.Held of a lease granted at granted (the row's
+// heldFor is Event.Held of a lease granted at granted (the row's
 // leased_at; nil for a lease granted before schema version 4) and ended
 // at end: how long it was held, 0 if unknown.
-func heldUntil(granted *time.Time, end time.Time) time.Duration {
+func heldFor(granted *time.Time, end time.Time) time.Duration {
 	if granted == nil {
 		return 0
 	}

@@ -59,3 +59,15 @@ func PrefixWalk(page int) int { return prefixWalk(page) }
 
 // CountCap is countCap, the most jobs of a state Stats counts one by one.
 const CountCap = countCap
+
+// OptionsWithDefaults is o as New takes it: checked, its zero fields
+// filled.
+func OptionsWithDefaults(o Options) (Options, error) { return o.withDefaults() }
+
+// WithGrace and Graced are the graces of a last round trip (tasks.go).
+func WithGrace(ctx context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
+	return withGrace(ctx, grace)
+}
+
+// Graced marks ctx as a grace itself (tasks.go).
+func Graced(ctx context.Context) context.Context { return graced(ctx) }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/contract"
 )
 
 // History: what every process on the Router's queue did in each of the
@@ -16,15 +17,8 @@ import (
 // database's clock in memory (emit) and adds them to leaserouter_history
 // every PollInterval; History reads the table.
 
-// The counters of History, in the order of history_add's arrays.
-const (
-	tallyCompleted = iota
-	tallyFailed
-	tallyDead
-	tallyExpired
-	tallyStale
-	numTallies
-)
+// The counters of History (contract.TallyCompleted...) are in the order
+// of history_add's arrays.
 
 // history is what this process counted per minute and has not yet added
 // to leaserouter_history (the maintenance loop adds it every
@@ -32,13 +26,13 @@ const (
 type history struct {
 	process string // this Router's name in the table: random
 	mu      sync.Mutex
-	pending map[int64]*[numTallies]int64 // by minute of the database's clock, as Unix minutes
+	pending map[int64]*[contract.NumTallies]int64 // by minute of the database's clock, as Unix minutes
 }
 
 func newHistory() *history {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	return &history{process: hex.EncodeToString(b[:]), pending: map[int64]*[numTallies]int64{}}
+	return &history{process: hex.EncodeToString(b[:]), pending: map[int64]*[contract.NumTallies]int64{}}
 }
 
 // tally counts the events History counts, each in the minute of its time
@@ -50,15 +44,15 @@ func (h *history) tally(evs []leaserouter.Event) {
 		k := -1
 		switch e.Kind {
 		case leaserouter.EventCompleted:
-			k = tallyCompleted
+			k = contract.TallyCompleted
 		case leaserouter.EventFailed:
-			k = tallyFailed
+			k = contract.TallyFailed
 		case leaserouter.EventDead:
-			k = tallyDead
+			k = contract.TallyDead
 		case leaserouter.EventLeaseExpired:
-			k = tallyExpired
+			k = contract.TallyExpired
 		case leaserouter.EventStaleRejected:
-			k = tallyStale
+			k = contract.TallyStale
 		}
 		if k >= 0 {
 			h.count(k, e.Time)
@@ -74,9 +68,9 @@ func tallyEnded[T any](h *history, ls []*Lease[T], done map[leaseKey]ended, now 
 	defer h.mu.Unlock()
 	for _, l := range ls {
 		if e, ok := done[keyOf(l)]; ok {
-			h.count(tallyCompleted, e.at)
+			h.count(contract.TallyCompleted, e.at)
 		} else {
-			h.count(tallyStale, now)
+			h.count(contract.TallyStale, now)
 		}
 	}
 }
@@ -86,7 +80,7 @@ func (h *history) count(k int, t time.Time) {
 	m := minuteOf(t)
 	c := h.pending[m]
 	if c == nil {
-		c = new([numTallies]int64)
+		c = new([contract.NumTallies]int64)
 		h.pending[m] = c
 	}
 	c[k]++
@@ -103,7 +97,7 @@ func minuteOf(t time.Time) int64 {
 }
 
 // take empties the pending counts into history_add's arrays.
-func (h *history) take() (minutes []int64, counts [numTallies][]int64) {
+func (h *history) take() (minutes []int64, counts [contract.NumTallies][]int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for m, c := range h.pending {
@@ -117,13 +111,13 @@ func (h *history) take() (minutes []int64, counts [numTallies][]int64) {
 }
 
 // giveBack returns counts take emptied that could not be added.
-func (h *history) giveBack(minutes []int64, counts [numTallies][]int64) {
+func (h *history) giveBack(minutes []int64, counts [contract.NumTallies][]int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for i, m := range minutes {
 		c := h.pending[m]
 		if c == nil {
-			c = new([numTallies]int64)
+			c = new([contract.NumTallies]int64)
 			h.pending[m] = c
 		}
 		for k := range counts {
@@ -141,8 +135,8 @@ func (r *Router[T]) flushHistory(ctx context.Context) error {
 		return nil
 	}
 	_, err := r.db.Exec(ctx, historyAdd, args{"queue": r.opts.Queue, "process": r.hist.process, "minutes": minutes,
-		"completed": counts[tallyCompleted], "failed": counts[tallyFailed], "dead": counts[tallyDead],
-		"expired": counts[tallyExpired], "stale": counts[tallyStale]})
+		"completed": counts[contract.TallyCompleted], "failed": counts[contract.TallyFailed], "dead": counts[contract.TallyDead],
+		"expired": counts[contract.TallyExpired], "stale": counts[contract.TallyStale]})
 	if err != nil {
 		r.hist.giveBack(minutes, counts)
 	}
@@ -170,17 +164,17 @@ func (r *Router[T]) History(ctx context.Context) ([]leaserouter.Minute, error) {
 	}
 	defer rows.Close()
 	var now int64
-	got := map[int64][numTallies]int64{}
+	got := map[int64][contract.NumTallies]int64{}
 	for rows.Next() {
 		var m *int64
-		var c [numTallies]*int64
+		var c [contract.NumTallies]*int64
 		if err := rows.Scan(&now, &m, &c[0], &c[1], &c[2], &c[3], &c[4]); err != nil {
 			return nil, errWrap("History", err)
 		}
 		if m == nil {
 			continue
 		}
-		var n [numTallies]int64
+		var n [contract.NumTallies]int64
 		for k := range c {
 			if c[k] != nil {
 				n[k] = *c[k]
@@ -195,8 +189,8 @@ func (r *Router[T]) History(ctx context.Context) ([]leaserouter.Minute, error) {
 	for i := range out {
 		m := now - leaserouter.HistoryMinutes + 1 + int64(i)
 		n := got[m]
-		out[i] = leaserouter.Minute{Start: time.Unix(m*60, 0).UTC(), Completed: int(n[tallyCompleted]),
-			Failed: int(n[tallyFailed]), Dead: int(n[tallyDead]), Expired: int(n[tallyExpired]), StaleRejected: int(n[tallyStale])}
+		out[i] = leaserouter.Minute{Start: time.Unix(m*60, 0).UTC(), Completed: int(n[contract.TallyCompleted]),
+			Failed: int(n[contract.TallyFailed]), Dead: int(n[contract.TallyDead]), Expired: int(n[contract.TallyExpired]), StaleRejected: int(n[contract.TallyStale])}
 	}
 	return out, nil
 }

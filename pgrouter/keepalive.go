@@ -25,7 +25,7 @@ import (
 // *leaserouter.LeaseLostError whose Reason is LostCompleted, LostFailed,
 // LostReleased or LostSnoozed; that end is no refusal, even when a
 // heartbeat round races it (no EventStaleRejected, nothing added to
-// StaleRejections or HeartbeatsRefused), as in the core. The heartbeats of every lease kept alive by a Router that are
+// StaleRejections or HeartbeatsRefused). The heartbeats of every lease kept alive by a Router that are
 // due together go in one statement, from one goroutine per Router (see
 // New), not one round trip per lease, on a connection of that
 // goroutine's own (made at the first heartbeat, again when it fails;
@@ -46,7 +46,7 @@ import (
 // for both calls, each context on its own (neither cancels the other), as
 // in the core. interval <= 0 means LeaseDuration/3; a positive interval
 // below leaserouter.MinHeartbeatInterval is raised to it (or to
-// LeaseDuration/4 if that is shorter), as in the core; interval >=
+// LeaseDuration/4 if that is shorter); interval >=
 // LeaseDuration, or a nil or zero l, returns a context canceled at once
 // with a cause wrapping ErrInvalidOptions. A nil ctx means
 // context.Background().
@@ -55,11 +55,11 @@ func KeepAlive[T any](ctx context.Context, l *Lease[T], interval time.Duration) 
 	kctx, cancel := context.WithCancelCause(ctx)
 	stop := func() { cancel(context.Canceled) }
 	if l == nil || l.r == nil {
-		cancel(contract.KeepAliveNilLease(leaserouter.ErrInvalidOptions)) // as the core's
+		cancel(contract.KeepAliveNilLease(leaserouter.ErrInvalidOptions))
 		return kctx, stop
 	}
 	lease := l.r.opts.LeaseDuration
-	interval = contract.HeartbeatInterval(interval, lease) // the core's default and floor
+	interval = contract.HeartbeatInterval(interval, lease)
 	if interval >= lease {
 		cancel(contract.KeepAliveInterval(leaserouter.ErrInvalidOptions, interval, lease))
 		return kctx, stop
@@ -100,7 +100,7 @@ func newKeepers[T any](r *Router[T]) *keepers[T] {
 
 // add starts keeping l alive until kctx is done, and returns its entry
 // (nil after Close). A lease kept alive twice is heartbeated for both,
-// each context on its own, as in the core: a later KeepAlive never
+// each context on its own: a later KeepAlive never
 // cancels an earlier one's context.
 func (k *keepers[T]) add(l *Lease[T], interval time.Duration, cancel context.CancelCauseFunc, kctx context.Context) *kept {
 	e := &kept{interval: interval, due: time.Now().Add(interval), cancel: cancel}
@@ -145,7 +145,7 @@ func (k *keepers[T]) drop(l *Lease[T], e *kept) {
 
 // stop is KeepAlive's cancel func's work: it stops keeping l alive for
 // e (nil: nothing kept) and waits for a heartbeat round in flight with it,
-// as the core's cancel waits for a heartbeat in flight, so no heartbeat
+// so no heartbeat
 // of this KeepAlive lands after it returns (a round's statement is
 // bounded by LeaseDuration).
 func (k *keepers[T]) stop(l *Lease[T], e *kept) {
@@ -272,7 +272,7 @@ func (k *keepers[T]) beat(ctx context.Context, ls []*Lease[T]) {
 // holderEnded ends l's KeepAlives as its holder's Complete, Fail, Release
 // or Snooze (reason) returns nil: no refusal (contract.EndedByHolder),
 // each context canceled at once with a *LeaseLostError whose Reason is
-// that end, as in the core. A round in flight with l finds it no longer
+// that end. A round in flight with l finds it no longer
 // kept.
 func (k *keepers[T]) holderEnded(l *Lease[T], reason leaserouter.LostReason) {
 	k.mu.Lock()
@@ -341,7 +341,7 @@ func (c *ownConn) close() {
 // (with their new expiry, or the zero Time for a lease proven by its
 // completion pending in the caller's open transaction: see pending),
 // those lost (with why) and those ended by their holder (with how: no
-// refusal); a lease in none could not be looked at (its row held by
+// refusal); a lease in none could not be looked at (its row locked by
 // another transaction).
 type beatResult[T any] struct {
 	alive map[*Lease[T]]time.Time
@@ -416,7 +416,7 @@ func (r *Router[T]) heartbeatAll(ctx context.Context, q querier, ls []*Lease[T],
 		pending, err := r.pending(ctx, q, held)
 		for i, l := range held {
 			if err == nil && pending[i] {
-				res.alive[l] = time.Time{} // held by the caller's transaction, the completion written
+				res.alive[l] = time.Time{} // locked by the caller's transaction, the completion written
 			} else {
 				unseen = append(unseen, l)
 			}
@@ -430,7 +430,7 @@ func (r *Router[T]) heartbeatAll(ctx context.Context, q querier, ls []*Lease[T],
 	for _, l := range append(refused, unseen...) {
 		row, ok := found[l.JobID]
 		if !seen[l] && ok && row.token != nil && leaserouter.Token(*row.token) == l.Token && isState(row.was, leaserouter.StateLeased) {
-			continue // held by another transaction, still this lease's: unknown until the next round
+			continue // locked by another transaction, still this lease's: unknown until the next round
 		}
 		if !still(l) {
 			continue // ended by its holder during the round: not a refusal

@@ -152,13 +152,13 @@ func (c *heartbeatCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d p
 
 func (c *heartbeatCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
-// notifyGate is a pool tracer that, once armed, holds the first
+// notifyGate is a pool tracer that, once armed, pauses the first
 // wake-up statement (notify.sql) until opened, and counts the heartbeat
 // rounds' inspections (leases_inspect.sql) that end meanwhile.
 type notifyGate struct {
 	notify, inspect string
 	armed           atomic.Bool
-	held            chan struct{} // closed when the notify is held
+	paused          chan struct{} // closed when the notify is paused
 	open            chan struct{} // closed by the test: the notify goes on
 	once            sync.Once
 	inspected       atomic.Int32
@@ -167,7 +167,7 @@ type notifyGate struct {
 func (g *notifyGate) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
 	if g.armed.Load() && data.SQL == g.notify {
 		g.once.Do(func() {
-			close(g.held)
+			close(g.paused)
 			select {
 			case <-g.open:
 			case <-time.After(10 * time.Second):
@@ -180,7 +180,7 @@ func (g *notifyGate) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.
 func (g *notifyGate) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryEndData) {
 	if sql, _ := ctx.Value(g).(string); sql == g.inspect && g.armed.Load() {
 		select {
-		case <-g.held:
+		case <-g.paused:
 			g.inspected.Add(1)
 		default:
 		}
@@ -200,7 +200,7 @@ func TestSnoozeRacingHeartbeatIsNoRefusal(t *testing.T) {
 	require.NoError(t, err)
 	inspect, err := os.ReadFile("sql/leases_inspect.sql")
 	require.NoError(t, err)
-	g := &notifyGate{notify: string(notify), inspect: string(inspect), held: make(chan struct{}), open: make(chan struct{})}
+	g := &notifyGate{notify: string(notify), inspect: string(inspect), paused: make(chan struct{}), open: make(chan struct{})}
 	cfg := base.Config()
 	cfg.ConnConfig.Tracer = g
 	db, err := pgxpool.NewWithConfig(t.Context(), cfg)
@@ -219,7 +219,7 @@ func TestSnoozeRacingHeartbeatIsNoRefusal(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- l.Snooze(ctx, time.Hour) }()
 	select {
-	case <-g.held: // the snooze committed; its wake-up, then its release, wait
+	case <-g.paused: // the snooze committed; its wake-up, then its release, wait
 	case <-time.After(10 * time.Second):
 		t.Fatal("Snooze's wake-up not reached")
 	}

@@ -12,11 +12,10 @@ import (
 
 	"github.com/leaserouter/leaserouter"
 	"github.com/leaserouter/leaserouter/internal/contract"
-	"github.com/leaserouter/leaserouter/internal/usercode"
 )
 
-// Lease is one worker's time-bounded claim on one job, as in the core
-// (leaserouter.Lease), with validity decided by the database: every
+// Lease is one worker's time-bounded claim on one job (see
+// leaserouter.Lease), with validity decided by the database: every
 // operation is one statement that acts only if the job's row has the
 // lease's Token, is leased, and its lease_expires_at is after
 // clock_timestamp() at the moment the statement locks the row, and that
@@ -178,7 +177,7 @@ func (l *Lease[T]) Complete(ctx context.Context) error {
 // by U+FFFD, which a text column needs). cause's Error() is called once,
 // with a panic recovered: a cause whose Error() panics (a typed nil
 // pointer returned as an error is the common case) still fails the
-// attempt, with a LastError saying so, as in the core. A Permanent cause, or a job out of
+// attempt, with a LastError saying so. A Permanent cause, or a job out of
 // attempts, makes it dead (StateFailed); otherwise it is scheduled again
 // after Options.Backoff(attempt) (called here, before the statement), or
 // pending at once if that is <= 0. It returns a *LeaseLostError if the
@@ -189,22 +188,19 @@ func (l *Lease[T]) Fail(ctx context.Context, cause error) error {
 	if l == nil || l.r == nil {
 		return &leaserouter.LeaseLostError{Reason: leaserouter.LostNilLease}
 	}
-	if cause == nil {
-		cause = errors.New("unknown error")
-	}
-	// cause's Error, Unwrap and As are user code: recovered, as in the
-	// core (a typed nil error fails the attempt, saying Error() panicked).
-	// The text goes into a text column, which takes neither NUL nor
-	// invalid UTF-8.
-	text, cause := usercode.Error(cause)
+	// cause's Error, Unwrap and As are user code, read once, recovered
+	// (a typed nil error fails the attempt, saying Error() panicked). The
+	// text goes into a text column, which takes neither NUL nor invalid
+	// UTF-8.
+	text, cause, permanent := contract.FailCause(cause)
 	text = strings.ToValidUTF8(strings.ReplaceAll(text, "\x00", "\uFFFD"), "\uFFFD")
 	r := l.r
 	var backoff time.Duration
-	if !leaserouter.IsPermanent(cause) { // as in the core: no Backoff for a permanent failure
+	if !permanent { // no Backoff for a permanent failure
 		backoff = r.backoff(l.Attempt, l.JobID)
 	}
 	res, err := l.end(ctx, "Fail", leaserouter.LostFailed,
-		args{"permanent": leaserouter.IsPermanent(cause), "delay_us": backoff.Microseconds(), "error": text})
+		args{"permanent": permanent, "delay_us": backoff.Microseconds(), "error": text})
 	if err != nil {
 		if !errors.As(err, new(*leaserouter.LeaseLostError)) && l.resolved(ctx, leaserouter.LostFailed) {
 			r.keepers.holderEnded(l, leaserouter.LostFailed)
@@ -235,10 +231,10 @@ func (l *Lease[T]) Fail(ctx context.Context, cause error) error {
 }
 
 // backoff is Options.Backoff(attempt) for job jobID, with a panic
-// recovered as the core does: the attempt uses DefaultBackoff, the panic
-// is counted in Stats.CallbackPanics and reported (the same report as
-// the core's, through the delivery goroutine to the Logger, or at once to
-// slog.Default() when no hook is set).
+// recovered (contract.Backoff): the attempt uses DefaultBackoff, the panic
+// is counted in Stats.CallbackPanics and reported through the delivery
+// goroutine to the Logger, or at once to slog.Default() when no hook is
+// set.
 func (r *Router[T]) backoff(attempt int, jobID string) time.Duration {
 	d, panicked := contract.Backoff(r.opts.Backoff, leaserouter.DefaultBackoff, attempt)
 	if panicked != nil {
@@ -301,7 +297,7 @@ func (r *Router[T]) revokeHeld(ctx context.Context) error {
 	if len(ls) == 0 {
 		return nil
 	}
-	// Revoked as the core revokes: pending again at once with the attempt
+	// Revoked as on every backend: pending again at once with the attempt
 	// counted, even on its last attempt (leaserouter_end_lease); a lease
 	// already expired is left to settling, which settles it as of its
 	// expiry.

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/contract"
 )
 
 // The lease statements' round trip, the Go side of every lease
@@ -37,7 +38,7 @@ var errRevoked = leaserouter.ErrClosed
 
 // errExhausted is the Err of EventDead for a job whose last lease was
 // released (or revoked).
-var errExhausted = errors.New("attempts exhausted")
+var errExhausted = errors.New(contract.AttemptsExhausted)
 
 // opResult is what a single lease's statement reports (a row of
 // lease_end.sql or lease_heartbeat.sql), or what inspect reads (token,
@@ -205,7 +206,7 @@ func (l *Lease[T]) op(ctx context.Context, q querier, inTx bool, id int64, call,
 }
 
 // lost builds the refusal's error from the row as the refusing statement
-// found it, with its lock held.
+// found it, with its row locked.
 func (l *Lease[T]) lost(res opResult) *leaserouter.LeaseLostError {
 	e := &leaserouter.LeaseLostError{JobID: l.JobID, Token: l.Token, Reason: "unknown"}
 	switch {

@@ -23,11 +23,11 @@ import (
 var migrations embed.FS
 
 // Migrate's advisory lock keys. migrateSessionLock ("leaserMg" in
-// ASCII), held for a session (polled, lockMigrate), keeps a Migrate to
+// ASCII), taken for a session (polled, lockMigrate), keeps a Migrate to
 // itself from start to end, its concurrent index builds included.
 // migrateLock ("leaserou"), the key Migrates before the concurrent builds
-// held for their one transaction (pg_advisory_xact_lock), is taken the
-// same way by each transaction of a Migrate, and never held while it
+// took for their one transaction (pg_advisory_xact_lock), is taken the
+// same way by each transaction of a Migrate, and never kept while it
 // builds: a Migrate of such a version, run during a rolling upgrade,
 // waits for it inside its transaction, with a snapshot that the build
 // waits out; it gets the key, finds the schema at or past its version,
@@ -55,7 +55,9 @@ const (
 // name built otherwise. A Migrate of a version before the concurrent
 // builds, run meanwhile (a rolling upgrade), waits for this one's
 // transactions only, not its builds, and finds nothing to do. A nil db
-// is an error.
+// is an error. Its transactions are READ COMMITTED whatever the
+// session's default_transaction_isolation (unlike New, it accepts a pool
+// whose sessions default to another).
 //
 // Migrate never stalls the queue behind a long transaction: a migration
 // that alters the jobs table needs it to itself, and while it waits for
@@ -125,7 +127,7 @@ func migrateOnce(ctx context.Context, db *pgxpool.Pool, steps []migrationStep) e
 	defer unlockMigrate(ctx, conn)
 	for {
 		var build *migrationStep
-		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		err := pgx.BeginTxFunc(ctx, conn, readCommitted, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", migrateLockTimeout.Milliseconds())); err != nil {
 				return fmt.Errorf("pgrouter: Migrate: %w", err)
 			}

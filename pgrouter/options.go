@@ -1,6 +1,7 @@
 package pgrouter
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"time"
@@ -10,7 +11,8 @@ import (
 )
 
 // Options configure a Router. The zero value is valid: every zero field
-// gets its default, as in the core (leaserouter.Options).
+// gets its default; the fields leaserouter.Options has too are checked
+// and defaulted as there.
 type Options struct {
 	// Queue names this Router's jobs: routers of other queues share the
 	// tables, never the jobs. Default "default". A name follows the
@@ -33,7 +35,7 @@ type Options struct {
 	// leaserouter.DefaultBackoff. A result <= 0 retries at once. It is not
 	// called for a Permanent cause. A panic in it is recovered, counted in
 	// Stats.CallbackPanics and reported (see OnEvent), and the attempt uses
-	// DefaultBackoff instead, as in the core.
+	// DefaultBackoff instead.
 	Backoff func(attempt int) time.Duration
 	// Retention is how long finished jobs stay for Get and dedup. Zero
 	// means leaserouter.DefaultRetention (10m); negative means finished
@@ -68,7 +70,7 @@ type Options struct {
 	// of new work; lease operations never wait. A panic in OnEvent (or a
 	// runtime.Goexit, as t.FailNow does) is recovered, counted in
 	// Stats.CallbackPanics and reported at level Error through Logger
-	// (slog.Default() if Logger is nil), as in the core; delivery goes on
+	// (slog.Default() if Logger is nil); delivery goes on
 	// with the next event. Close returns once every event has been
 	// delivered (or its ctx is done).
 	OnEvent func(leaserouter.Event)
@@ -102,38 +104,22 @@ const DefaultQueue = "default"
 
 // withDefaults checks o and fills its zero fields.
 func (o Options) withDefaults() (Options, error) {
-	bad := func(format string, a ...any) (Options, error) {
-		return o, fmt.Errorf("%w: "+format, append([]any{leaserouter.ErrInvalidOptions}, a...)...)
-	}
-	// The fields every backend has: the core's check and messages, with
-	// this backend's floor on LeaseDuration (MinLeaseDuration).
-	if err := contract.CheckOptions(leaserouter.ErrInvalidOptions, o.LeaseDuration, MinLeaseDuration, leaserouter.DefaultLeaseDuration,
-		o.MaxAttempts, leaserouter.DefaultMaxAttempts, uint64(o.TokenFloor)); err != nil {
+	// The fields every backend has: one check, one set of messages and
+	// defaults, with this backend's floor on LeaseDuration
+	// (MinLeaseDuration).
+	c, err := contract.RouterDefaults(leaserouter.ErrInvalidOptions, contract.RouterOptions{LeaseDuration: o.LeaseDuration,
+		MaxAttempts: o.MaxAttempts, Backoff: o.Backoff, Retention: o.Retention, TokenFloor: uint64(o.TokenFloor)}, MinLeaseDuration)
+	if err != nil {
 		return o, err
 	}
 	if o.PollInterval < 0 {
-		return bad("PollInterval is %v, must be >= 0 (or 0 for the default %v)", o.PollInterval, DefaultPollInterval)
+		return o, fmt.Errorf("%w: PollInterval is %v, must be >= 0 (or 0 for the default %v)", leaserouter.ErrInvalidOptions, o.PollInterval, DefaultPollInterval)
 	}
 	if p := contract.NameProblem(o.Queue, MaxQueueBytes, "MaxQueueBytes"); p != "" {
-		return bad("Queue %s", p)
+		return o, fmt.Errorf("%w: Queue %s", leaserouter.ErrInvalidOptions, p)
 	}
-	if o.Queue == "" {
-		o.Queue = DefaultQueue
-	}
-	if o.LeaseDuration == 0 {
-		o.LeaseDuration = leaserouter.DefaultLeaseDuration
-	}
-	if o.MaxAttempts == 0 {
-		o.MaxAttempts = leaserouter.DefaultMaxAttempts
-	}
-	if o.Backoff == nil {
-		o.Backoff = leaserouter.DefaultBackoff
-	}
-	if o.Retention == 0 {
-		o.Retention = leaserouter.DefaultRetention
-	}
-	if o.PollInterval == 0 {
-		o.PollInterval = DefaultPollInterval
-	}
+	o.LeaseDuration, o.MaxAttempts, o.Backoff, o.Retention = c.LeaseDuration, c.MaxAttempts, c.Backoff, c.Retention
+	o.Queue = cmp.Or(o.Queue, DefaultQueue)
+	o.PollInterval = cmp.Or(o.PollInterval, DefaultPollInterval)
 	return o, nil
 }

@@ -326,7 +326,7 @@ func TestUnknownCommitOutcome(t *testing.T) {
 
 // TestCutOperationNeverReachingServerTakesNoEffect: the connection of a
 // Complete (Fail, Release) is cut before the statement reached the
-// server (held in the network); the call reports the driver's error (not
+// server (delayed in the network); the call reports the driver's error (not
 // a lost lease), and that answer is final: when the statement reaches
 // the server afterwards it changes nothing, and the lease is still valid
 // (a heartbeat is accepted and the operation, tried again, takes effect).

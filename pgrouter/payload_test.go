@@ -9,9 +9,10 @@ import (
 	"github.com/leaserouter/leaserouter/pgrouter"
 )
 
-// TestNULPayload: a payload jsonb cannot store is ErrInvalidJob, with its
-// batch index; an escaped backslash before "u0000" is fine.
-func TestNULPayload(t *testing.T) {
+// TestPayloadJSONBCannotStoreIsInvalidJob: a payload jsonb cannot store
+// (a NUL character) is ErrInvalidJob, with its batch index; an escaped
+// backslash before "u0000" is fine.
+func TestPayloadJSONBCannotStoreIsInvalidJob(t *testing.T) {
 	r, _ := newRouter[string](t, pgrouter.Options{})
 	ctx := t.Context()
 	require.ErrorIs(t, r.Enqueue(ctx, "a", "x\x00y"), leaserouter.ErrInvalidJob)
@@ -24,10 +25,10 @@ func TestNULPayload(t *testing.T) {
 	require.Equal(t, `\u0000`, j.Payload)
 }
 
-// TestUndecodablePayload: a job whose payload this Router cannot decode
-// fails its attempt; the other jobs of the batch are returned, their
-// attempts untouched.
-func TestUndecodablePayload(t *testing.T) {
+// TestPayloadThatDoesNotDecodeFailsOnlyItsAttempt: a job whose payload
+// this Router cannot decode fails its attempt; the other jobs of the
+// batch are returned, their attempts untouched.
+func TestPayloadThatDoesNotDecodeFailsOnlyItsAttempt(t *testing.T) {
 	ints, db := newRouter[int](t, pgrouter.Options{MaxAttempts: 1})
 	strs := routerOn[string](t, db, pgrouter.Options{MaxAttempts: 1})
 	ctx := t.Context()

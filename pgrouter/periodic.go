@@ -45,10 +45,10 @@ type Periodic[T any] = leaserouter.Periodic[T]
 // Retention takes the tick, and its taker's later ticks delete the
 // record and refuse the tick for good: the processes of a queue should
 // give it the same Retention). Ticks may be taken in any order (a tick
-// held by a stalled scheduler, below, after a younger one). The
-// processes of a queue should give a name the same Schedule: a
-// scheduler that starts plans from the name's latest tick taken,
-// whichever schedule made it. There is no leader to elect:
+// deferred while a stalled scheduler locks its row, below, after a
+// younger one). The processes of a queue should give a name the same
+// Schedule: a scheduler that starts plans from the name's latest tick
+// taken, whichever schedule made it. There is no leader to elect:
 // River's periodic jobs could be enqueued twice around a change of
 // leader (riverqueue/river#283, fixed with leadership terms in #1213),
 // and asynq's scheduler enqueues a tick once per running scheduler
@@ -60,16 +60,16 @@ type Periodic[T any] = leaserouter.Periodic[T]
 // delays that periodic job only, and AddPeriodic never waits for it. A
 // scheduler that finds the job's row locked by another's tick does not
 // wait (FOR UPDATE SKIP LOCKED): it goes on with its other periodic jobs
-// and keeps the held tick, trying it again after 100ms, doubling up to
-// 1s, oldest first, until it is taken (the holder rolled back: its
-// process died), found taken (the holder committed), or older than
+// and defers the tick, trying it again after 100ms, doubling up to 1s,
+// oldest first, until it is taken (the other rolled back: its process
+// died), found taken (the other committed), or older than
 // Options.Retention. The ticks of the job that come due meanwhile are
-// kept with it (the row is the job's: they are held too), up to 8; past
-// that the latest replaces the youngest kept, as for a scheduler woken
-// late. A tick whose own transaction fails (a database error, a lost
-// connection, its outcome unknown) is kept the same way and tried again
-// after the backoff of errors below. The tick's transaction bounds how
-// long a stalled process holds the row: the server ends the session of a
+// deferred with it (the row is the job's: it is locked for them too), up
+// to 8; past that the latest replaces the youngest kept, as for a
+// scheduler woken late. A tick whose own transaction fails (a database
+// error, a lost connection, its outcome unknown) is deferred the same way
+// and tried again after the backoff of errors below. The tick's transaction bounds how
+// long a stalled process locks the row: the server ends the session of a
 // scheduler idle for 5s between statements inside it
 // (idle_in_transaction_session_timeout, set for that transaction only),
 // which rolls its tick back for the others, and a lock wait of its
@@ -111,18 +111,21 @@ type Periodic[T any] = leaserouter.Periodic[T]
 // (before schema version 12, which added the tick records) may go on
 // scheduling beside this version's on the migrated database, with no
 // change to them: such a process takes a tick by raising the job's
-// last_tick alone, and the database records the tick for it (a trigger
-// on leaserouter_periodic, schema version 13), so a tick is taken once
-// whichever versions' schedulers try it, even after its job was deleted.
-// A tick an older process skipped (woken late, it takes the latest due
-// tick only) is still taken, once, by a scheduler of this version that
-// got to it in time. Migrate from version 12 treats every tick up to the
-// latest taken as taken (older processes may have taken any of them
-// without a record): a tick at or before it that no one took, held at
-// that instant by a stalled transaction, is not enqueued.
+// last_tick alone, and from schema version 13 on the database records
+// the tick for it (a trigger on leaserouter_periodic), so a tick is taken
+// once whichever versions' schedulers try it, even after its job was
+// deleted. A tick an older process skips once the database is at
+// version 13 (woken late, it takes the latest due tick only) is still
+// taken, once, by a scheduler of this version that got to it in time.
+// Migrating to version 13 treats every tick up to the job's latest taken
+// as taken (older processes may have taken any of them without a
+// record): a tick at or before it that no one had taken is not enqueued,
+// whatever kept it from being taken — kept by a scheduler of schema
+// version 12 to try again (deferred after its transaction failed, or
+// found locked by another transaction), or skipped by an older process.
 //
 // Payload is called on the scheduler's goroutine, outside every lock, at
-// each try of a tick (again for a tick held or failed in the database); it
+// each try of a tick (again for a tick deferred or failed in the database); it
 // should not block (Close waits for a call in progress until its ctx is
 // done; the goroutine then ends when the call returns). A panic in it is
 // recovered, counted in Stats.CallbackPanics, reported at
@@ -138,22 +141,21 @@ type Periodic[T any] = leaserouter.Periodic[T]
 // EventEnqueued and counts in Stats.Enqueued, as Enqueue's do.
 //
 // Errors, before any round trip: an error wrapping
-// leaserouter.ErrInvalidOptions for a p that leaserouter.CheckPeriodic
-// refuses, for a p.Name already added on this Router (and not removed),
-// or for a negative Options.Retention (finished jobs dropped at once:
-// periodic jobs are refused, as in the core); leaserouter.ErrClosed after
+// leaserouter.ErrInvalidOptions for a p the core's AddPeriodic refuses,
+// with its message (an empty Name or one that breaks the rule for IDs
+// with the tick's room taken, a nil Schedule, an Every(d) with d <= 0, an
+// option Enqueue would refuse, WithRunAt or WithDelay among Options), for
+// a negative Options.Retention (finished jobs dropped at once leave no
+// record of a tick's job), or for a p.Name already added on this Router
+// (and not removed); leaserouter.ErrClosed after
 // Close (also when Close began during the round trip). Then an error
 // wrapping the driver's if the registration failed (nothing is
 // scheduled). A nil ctx means context.Background(); ctx bounds the
 // registration only. Safe for concurrent use.
 func (r *Router[T]) AddPeriodic(ctx context.Context, p Periodic[T]) error {
 	ctx = orBackground(ctx)
-	if err := leaserouter.CheckPeriodic(p.Name, p.Schedule, p.Options); err != nil {
+	if err := contract.CheckPeriodic(leaserouter.ErrInvalidOptions, leaserouter.ErrInvalidJob, p.Name, p.Schedule, p.Options, r.opts.Retention); err != nil {
 		return err
-	}
-	if r.opts.Retention < 0 {
-		return fmt.Errorf("%w: Periodic %s: Options.Retention is %v: finished jobs dropped at once leave no record of a tick's job",
-			leaserouter.ErrInvalidOptions, contract.Quote(p.Name), r.opts.Retention)
 	}
 	p.Options = slices.Clone(p.Options)
 	e := &periodicEntry[T]{p: p, index: -1}
@@ -223,7 +225,7 @@ func (r *Router[T]) AddPeriodic(ctx context.Context, p Periodic[T]) error {
 // other processes that scheduled it go on, and its record in
 // leaserouter_periodic stays (a later AddPeriodic keeps its since and
 // last tick). A tick whose try is in progress as it is called may still
-// be enqueued; no tick kept to try again (held, failed) is tried after it
+// be enqueued; no tick kept to try again (deferred, failed) is tried after it
 // returns. It returns an error wrapping leaserouter.ErrNotFound for a name not added
 // on this Router (or removed, or whose AddPeriodic has not returned), and
 // leaserouter.ErrClosed after Close. It does not talk to the database.
@@ -289,16 +291,16 @@ func (p *periodics[T]) wake() {
 // are written by AddPeriodic before it is in due, then only by the
 // scheduler, while it is out of due (popped under mu).
 type periodicEntry[T any] struct {
-	p     Periodic[T]
-	since time.Time     // the first registration of (queue, name) ever, database clock
-	last  time.Time     // the latest tick handled here, or taken by anyone as AddPeriodic read it; zero: none
-	next  time.Time     // when to plan it again, database clock
-	index int           // in due; -1 when out of it
-	ready bool          // AddPeriodic's round trip succeeded
-	retry time.Duration // the backoff after a database error of its tick; 0: none (written by the scheduler only)
-	held  []time.Time   // ticks planned and not settled, oldest first (periodic_held.go; scheduler only)
-	ended bool          // its schedule ended (Next panicked or stuck): only its held ticks are tried (scheduler only)
-	wait  time.Duration // the backoff of the held ticks' next try; 0: none (scheduler only)
+	p        Periodic[T]
+	since    time.Time     // the first registration of (queue, name) ever, database clock
+	last     time.Time     // the latest tick handled here, or taken by anyone as AddPeriodic read it; zero: none
+	next     time.Time     // when to plan it again, database clock
+	index    int           // in due; -1 when out of it
+	ready    bool          // AddPeriodic's round trip succeeded
+	retry    time.Duration // the backoff after a database error of its tick; 0: none (written by the scheduler only)
+	deferred []time.Time   // ticks planned and not settled, oldest first (periodic_deferred.go; scheduler only)
+	ended    bool          // its schedule ended (Next panicked or stuck): only its deferred ticks are tried (scheduler only)
+	wait     time.Duration // the backoff of the deferred ticks' next try; 0: none (scheduler only)
 }
 
 // tickHeap orders entries by next (container/heap).

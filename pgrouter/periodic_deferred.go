@@ -1,17 +1,17 @@
 package pgrouter
 
-// Held ticks: a periodic job's ticks this scheduler planned and has not
-// settled. A tick joins them when planned (periodic.Due) and leaves once
-// taken here, found taken by another scheduler, skipped (its Payload
+// Deferred ticks: a periodic job's ticks this scheduler planned and has
+// not settled. A tick joins them when planned (periodic.Due) and leaves
+// once taken here, found taken by another scheduler, skipped (its Payload
 // panicked, its payload does not encode) or older than the retention. It
-// stays while another scheduler's transaction holds the job's row (that
+// stays while another scheduler's transaction locks the job's row (that
 // one may be stalled inside its tick for as long as its session lives:
 // waiting for it would stall every periodic job of this process, and
 // dropping the tick would lose it if that transaction rolls back, its
 // process killed) and while its own try fails (a database error: the
 // transaction's outcome is unknown, the tick's record in
 // leaserouter_periodic_ticks tells on the next try). Each tick is taken
-// at most once, in any order (periodic_tick.sql), so a held tick may be
+// at most once, in any order (periodic_tick.sql), so a deferred tick may be
 // taken after a younger one another scheduler took meanwhile.
 
 import (
@@ -27,47 +27,48 @@ import (
 // one whose tick's transaction lasts periodicTxnTimeout (stopped in the
 // middle of a statement's messages, say); a lock wait of its statements
 // ends after periodicLockTimeout (an error: the tick is tried again after
-// a backoff), not its COMMIT's. A held tick is tried again after
-// periodicRetryMin, doubling up to periodicHeldRetryMax; at most
-// periodicHeldMax ticks of a job are kept.
+// a backoff), not its COMMIT's. A deferred tick is tried again after
+// periodicRetryMin, doubling up to periodicDeferredRetryMax; at most
+// periodicDeferredMax ticks of a job are kept.
 const (
-	periodicIdleTimeout  = 5 * time.Second
-	periodicTxnTimeout   = 5 * time.Second
-	periodicLockTimeout  = time.Second
-	periodicHeldRetryMax = time.Second
-	periodicHeldMax      = 8
+	periodicIdleTimeout      = 5 * time.Second
+	periodicTxnTimeout       = 5 * time.Second
+	periodicLockTimeout      = time.Second
+	periodicDeferredRetryMax = time.Second
+	periodicDeferredMax      = 8
 )
 
-// retryHeld tries the held ticks of e, oldest first. A tick taken, found
-// taken, skipped or older than the retention on now leaves the list; the
-// first found held stops the tries (the job's row is locked: the younger
-// ticks would be too). A tick whose try fails stays, and the tries go on
-// with the next (a failure may be the tick's own: its job's insert
-// waiting on a conflicting one); the first error is returned. It stops
-// without a try once e is removed (RemovePeriodic: a try in progress as
-// it is called may still enqueue its tick, no later one) or Close began.
-func (r *Router[T]) retryHeld(ctx context.Context, e *periodicEntry[T], now time.Time) error {
+// retryDeferred tries the deferred ticks of e, oldest first. A tick
+// taken, found taken, skipped or older than the retention on now leaves
+// the list; the first whose row another transaction locks stops the
+// tries (the younger ticks would find it locked too). A tick whose try
+// fails stays, and the tries go on with the next (a failure may be the
+// tick's own: its job's insert waiting on a conflicting one); the first
+// error is returned. It stops without a try once e is removed
+// (RemovePeriodic: a try in progress as it is called may still enqueue
+// its tick, no later one) or Close began.
+func (r *Router[T]) retryDeferred(ctx context.Context, e *periodicEntry[T], now time.Time) error {
 	var first error
-	for i := 0; i < len(e.held); {
+	for i := 0; i < len(e.deferred); {
 		if ctx.Err() != nil || !r.periodicAdded(e) {
 			return first
 		}
-		tick := e.held[i]
+		tick := e.deferred[i]
 		if !now.Before(tick.Add(r.opts.Retention)) {
-			e.held = slices.Delete(e.held, i, i+1)
+			e.deferred = slices.Delete(e.deferred, i, i+1)
 			continue
 		}
-		held, err := r.tryTick(ctx, e, tick)
+		locked, err := r.tryTick(ctx, e, tick)
 		switch {
 		case err != nil:
 			if first == nil {
 				first = err
 			}
 			i++
-		case held:
+		case locked:
 			return first
 		default:
-			e.held = slices.Delete(e.held, i, i+1)
+			e.deferred = slices.Delete(e.deferred, i, i+1)
 		}
 	}
 	return first
@@ -81,28 +82,28 @@ func (r *Router[T]) periodicAdded(e *periodicEntry[T]) bool {
 	return r.periodic.byName[e.p.Name] == e
 }
 
-// hold keeps tick, younger than every tick held, to try it. Past
-// periodicHeldMax ticks, tick takes the place of the youngest: a job
-// whose row stays held that long catches up the latest of its ticks, as
-// a scheduler woken late does, and the oldest, which the holder may have
-// held.
-func (e *periodicEntry[T]) hold(tick time.Time) {
-	if len(e.held) == periodicHeldMax {
-		e.held[len(e.held)-1] = tick
+// deferTick keeps tick, younger than every tick deferred, to try it.
+// Past periodicDeferredMax ticks, tick takes the place of the youngest: a
+// job whose row stays locked that long catches up the latest of its
+// ticks, as a scheduler woken late does, and the oldest, which the
+// transaction locking the row may have taken.
+func (e *periodicEntry[T]) deferTick(tick time.Time) {
+	if len(e.deferred) == periodicDeferredMax {
+		e.deferred[len(e.deferred)-1] = tick
 		return
 	}
-	e.held = append(e.held, tick)
+	e.deferred = append(e.deferred, tick)
 }
 
-// armHeld brings e's next forward to the next try of its held ticks, if
-// any, with a backoff (doubling up to periodicHeldRetryMax) while some
-// stay; with none, the backoff starts again.
-func (e *periodicEntry[T]) armHeld(now time.Time) {
-	if len(e.held) == 0 {
+// armDeferred brings e's next forward to the next try of its deferred
+// ticks, if any, with a backoff (doubling up to periodicDeferredRetryMax)
+// while some stay; with none, the backoff starts again.
+func (e *periodicEntry[T]) armDeferred(now time.Time) {
+	if len(e.deferred) == 0 {
 		e.wait = 0
 		return
 	}
-	e.wait = min(max(2*e.wait, periodicRetryMin), periodicHeldRetryMax)
+	e.wait = min(max(2*e.wait, periodicRetryMin), periodicDeferredRetryMax)
 	if at := now.Add(e.wait); e.next.IsZero() || at.Before(e.next) {
 		e.next = at
 	}

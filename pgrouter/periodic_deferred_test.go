@@ -1,6 +1,6 @@
 package pgrouter_test
 
-// Held periodic ticks (periodic_held.go): a tick a scheduler got to in
+// Deferred periodic ticks (periodic_deferred.go): a tick a scheduler got to in
 // time is enqueued once, whoever takes a younger tick first, and a tick
 // whose transaction fails is tried again.
 
@@ -35,36 +35,36 @@ func tickTimes(t *testing.T, ids []string, name string) []time.Time {
 }
 
 // As long as one scheduler runs, each tick's job is enqueued, whoever
-// takes a younger tick first: a scheduler B that ran all along found
-// ticks T1..Tn held by a stalled scheduler's transaction and keeps them
-// to try again (up to 1s apart). The stalled transaction rolls back (its
+// takes a younger tick first: a scheduler B that ran all along found the
+// row of ticks T1..Tn locked by a stalled scheduler's transaction and
+// deferred them, to try again (up to 1s apart). The stalled transaction rolls back (its
 // session ended) and another scheduler C starts (the stalled process
 // restarted): it takes the latest due tick at once, before B's next try.
-// B's held T1..Tn-1 are still taken, by B, once each.
-func TestPeriodicHeldTickTakenAfterAYoungerOne(t *testing.T) {
+// B's deferred T1..Tn-1 are still taken, by B, once each.
+func TestPeriodicDeferredTickTakenAfterAYoungerOne(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	ctx := t.Context()
-	const queue, name = "heldlost", "p"
+	const queue, name = "deferredlost", "p"
 	p := pgrouter.Periodic[int]{Name: name, Schedule: leaserouter.Every(time.Second)}
 
 	b := routerOn[int](t, db, pgrouter.Options{Queue: queue})
 	require.NoError(t, b.AddPeriodic(ctx, p))
 	eventually(t, 10*time.Second, "B's first tick", func() bool { return len(tickJobs(t, db, queue, name)) >= 1 })
 
-	// The stalled scheduler: its tick's transaction holds the job's row.
-	holder, err := db.Begin(ctx)
+	// The stalled scheduler: its tick's transaction locks the job's row.
+	stalled, err := db.Begin(ctx)
 	require.NoError(t, err)
-	defer func() { _ = holder.Rollback(ctx) }()
-	_, err = holder.Exec(ctx, "SELECT FROM leaserouter_periodic WHERE queue = $1 AND name = $2 FOR UPDATE", queue, name)
+	defer func() { _ = stalled.Rollback(ctx) }()
+	_, err = stalled.Exec(ctx, "SELECT FROM leaserouter_periodic WHERE queue = $1 AND name = $2 FOR UPDATE", queue, name)
 	require.NoError(t, err)
 	before := tickTimes(t, tickJobs(t, db, queue, name), name)
-	time.Sleep(3500 * time.Millisecond) // B holds 3 or 4 ticks, trying them again 1s apart
+	time.Sleep(3500 * time.Millisecond) // B defers 3 or 4 ticks, trying them again 1s apart
 
 	c := routerOn[int](t, otherPool(t, db), pgrouter.Options{Queue: queue}) // the stalled process, back
 	w := pgrouter.PeriodicWakes(b)
-	awaitWakes(t, b, w+1) // B just tried its held ticks: its next try is ~1s away
-	require.NoError(t, holder.Rollback(ctx), "the stalled scheduler's session ends: its transaction rolls back")
+	awaitWakes(t, b, w+1) // B just tried its deferred ticks: its next try is ~1s away
+	require.NoError(t, stalled.Rollback(ctx), "the stalled scheduler's session ends: its transaction rolls back")
 	require.NoError(t, c.AddPeriodic(ctx, p))
 
 	requireNoTickLost(t, db, queue, name, before)
@@ -94,7 +94,7 @@ func (s *stallQuery) TraceQueryStart(ctx context.Context, conn *pgx.Conn, d pgx.
 func (s *stallQuery) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
 // stallInsert stops a job insert (inside a periodic tick's transaction,
-// the tick taken: the process stalls holding the job's row).
+// the tick taken: the process stalls locking the job's row).
 func stallInsert() *stallQuery {
 	return newStallQuery(func(sql string) bool { return strings.Contains(sql, "INSERT INTO leaserouter_jobs") })
 }
@@ -107,13 +107,13 @@ func stallTick() *stallQuery {
 }
 
 // The same with the stalled process itself: a scheduler A stopped inside
-// its tick's transaction (the tick taken, the row held) while B holds the
-// ticks that come due; the server ends A's session (as the idle bound
+// its tick's transaction (the tick taken, the row locked) while B defers
+// the ticks that come due; the server ends A's session (as the idle bound
 // does, here just after one of B's tries), A resumes, its tick's
 // transaction fails (A keeps that tick to try again) and it plans the
 // latest due tick at once, before B's next try (1s apart). Every tick,
-// the one A had held and those B held, is enqueued, once.
-func TestPeriodicResumedHolderLeavesNoHeldTickUntaken(t *testing.T) {
+// the one A had taken and those B deferred, is enqueued, once.
+func TestPeriodicResumedStalledSchedulerLeavesNoDeferredTickUntaken(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	ctx := t.Context()
@@ -145,10 +145,10 @@ func TestPeriodicResumedHolderLeavesNoHeldTickUntaken(t *testing.T) {
 		t.Fatal("A never took a tick")
 	}
 	before := tickTimes(t, tickJobs(t, db, queue, name), name)
-	time.Sleep(3500 * time.Millisecond) // B holds 3 or 4 ticks, trying them again 1s apart
+	time.Sleep(3500 * time.Millisecond) // B defers 3 or 4 ticks, trying them again 1s apart
 
 	w := pgrouter.PeriodicWakes(b)
-	awaitWakes(t, b, w+1) // B just tried its held ticks: its next try is ~1s away
+	awaitWakes(t, b, w+1) // B just tried its deferred ticks: its next try is ~1s away
 	var ok bool
 	require.NoError(t, db.QueryRow(ctx, "SELECT pg_terminate_backend($1)", int32(pid)).Scan(&ok))
 	require.True(t, ok, "A's session ended by the server")
@@ -161,7 +161,7 @@ func TestPeriodicResumedHolderLeavesNoHeldTickUntaken(t *testing.T) {
 // requireNoTickLost waits until the ticks of the periodic job name since
 // those in before have their jobs, one a second with no gap, and at least
 // six more than before (the stall's and a few after), failing after 20s.
-// Real time, asserted generously: a scheduler tries its held ticks again
+// Real time, asserted generously: a scheduler tries its deferred ticks again
 // about a second apart, later on a busy machine; a tick lost is lost for
 // good, so its gap never fills.
 func requireNoTickLost(t *testing.T, db *pgxpool.Pool, queue, name string, before []time.Time) {
@@ -181,19 +181,19 @@ func requireNoTickLost(t *testing.T, db *pgxpool.Pool, queue, name string, befor
 		}
 	}
 	t.Logf("before the stall %v\nall %v", before, ticks)
-	require.Empty(t, gaps, "ticks lost while another scheduler ran and held them")
+	require.Empty(t, gaps, "ticks lost while another scheduler ran and deferred them")
 	require.GreaterOrEqual(t, len(ticks), len(before)+6, "the ticks of the stall and after it")
 }
 
-// RemovePeriodic stops the tries of the ticks the Router holds: at most
+// RemovePeriodic stops the tries of the ticks the Router deferred: at most
 // the one being tried as it is called is enqueued after it returns, not
-// every held tick (here 3, the row freed as RemovePeriodic is called,
+// every deferred tick (here 3, the row freed as RemovePeriodic is called,
 // while a wake-up is about to try them).
-func TestPeriodicRemoveStopsTheHeldTicks(t *testing.T) {
+func TestPeriodicRemoveStopsTheDeferredTicks(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	ctx := t.Context()
-	const queue, name = "removeheld", "p"
+	const queue, name = "removedeferred", "p"
 
 	stall := stallTick()
 	cfg := db.Config().Copy()
@@ -211,15 +211,15 @@ func TestPeriodicRemoveStopsTheHeldTicks(t *testing.T) {
 	require.NoError(t, a.AddPeriodic(ctx, pgrouter.Periodic[int]{Name: name, Schedule: leaserouter.Every(time.Second)}))
 	eventually(t, 10*time.Second, "a first tick", func() bool { return len(tickJobs(t, db, queue, name)) >= 1 })
 
-	holder, err := db.Begin(ctx)
+	stalled, err := db.Begin(ctx)
 	require.NoError(t, err)
-	defer func() { _ = holder.Rollback(ctx) }()
-	_, err = holder.Exec(ctx, "SELECT FROM leaserouter_periodic WHERE queue = $1 AND name = $2 FOR UPDATE", queue, name)
+	defer func() { _ = stalled.Rollback(ctx) }()
+	_, err = stalled.Exec(ctx, "SELECT FROM leaserouter_periodic WHERE queue = $1 AND name = $2 FOR UPDATE", queue, name)
 	require.NoError(t, err)
-	time.Sleep(3200 * time.Millisecond) // A holds 3 ticks
+	time.Sleep(3200 * time.Millisecond) // A defers 3 ticks
 	stall.armed.Store(true)
-	<-stall.pid // A's next try of its held ticks, about to be sent
-	require.NoError(t, holder.Rollback(ctx))
+	<-stall.pid // A's next try of its deferred ticks, about to be sent
+	require.NoError(t, stalled.Rollback(ctx))
 	n := len(tickJobs(t, db, queue, name))
 	require.NoError(t, a.RemovePeriodic(name))
 	close(stall.release)
@@ -334,33 +334,34 @@ func (b breakable) Next(t time.Time) time.Time {
 }
 
 // A schedule that ends in this process (its Next panics) still settles
-// the ticks its scheduler kept: a tick held by a stalled transaction when
-// the schedule breaks is enqueued once that transaction ends.
-func TestPeriodicEndedScheduleSettlesItsHeldTicks(t *testing.T) {
+// the ticks its scheduler deferred: a tick deferred behind a stalled
+// transaction when the schedule breaks is enqueued once that transaction
+// ends.
+func TestPeriodicEndedScheduleSettlesItsDeferredTicks(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	ctx := t.Context()
-	const queue, name = "endedheld", "p"
+	const queue, name = "endeddeferred", "p"
 	tick := stalledTick(t, db, queue, name)
-	holder, err := db.Begin(ctx)
+	stalled, err := db.Begin(ctx)
 	require.NoError(t, err)
-	defer func() { _ = holder.Rollback(context.Background()) }()
-	_, err = holder.Exec(ctx, "SELECT FROM leaserouter_periodic WHERE queue = $1 AND name = $2 FOR UPDATE", queue, name)
+	defer func() { _ = stalled.Rollback(context.Background()) }()
+	_, err = stalled.Exec(ctx, "SELECT FROM leaserouter_periodic WHERE queue = $1 AND name = $2 FOR UPDATE", queue, name)
 	require.NoError(t, err)
 
 	var broken atomic.Bool
 	r := routerOn[int](t, db, pgrouter.Options{Queue: queue})
 	require.NoError(t, r.AddPeriodic(ctx, pgrouter.Periodic[int]{Name: name, Schedule: breakable{onceAt{tick}, &broken}}))
-	awaitWakes(t, r, 1) // the tick planned and found held
+	awaitWakes(t, r, 1) // the tick planned and its row found locked
 	broken.Store(true)
 	eventually(t, 10*time.Second, "the schedule's end (Next panicked), reported", func() bool {
 		s, err := r.Stats(ctx)
 		require.NoError(t, err)
 		return s.CallbackPanics == 1
 	})
-	require.NoError(t, holder.Rollback(ctx), "the stalled transaction ends")
+	require.NoError(t, stalled.Rollback(ctx), "the stalled transaction ends")
 	id := leaserouter.TickID(name, tick)
-	eventually(t, 10*time.Second, "the held tick's job", func() bool { return slices.Contains(tickJobs(t, db, queue, name), id) })
+	eventually(t, 10*time.Second, "the deferred tick's job", func() bool { return slices.Contains(tickJobs(t, db, queue, name), id) })
 }
 
 // TestPeriodicRecordsOfARemovedJobArePruned: the records of the ticks
@@ -391,17 +392,17 @@ func TestPeriodicRecordsOfARemovedJobArePruned(t *testing.T) {
 }
 
 // takeTick runs periodic_tick.sql for tick in its own transaction,
-// committed, and returns taken and held.
-func takeTick(t *testing.T, db *pgxpool.Pool, queue, name string, tick time.Time, retention time.Duration) (taken, held bool) {
+// committed, and returns taken and locked (another transaction locks the row).
+func takeTick(t *testing.T, db *pgxpool.Pool, queue, name string, tick time.Time, retention time.Duration) (taken, locked bool) {
 	t.Helper()
 	tx, err := db.Begin(t.Context())
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(t.Context()) }()
 	sql, names := pgrouter.Statement("periodic_tick")
 	require.NoError(t, tx.QueryRow(t.Context(), sql, bindPositional(names, map[string]any{"queue": queue, "name": name, "tick": tick,
-		"retention_us": retention.Microseconds(), "lock_timeout_ms": 1000, "idle_timeout_ms": 5000, "txn_timeout_ms": 5000})...).Scan(&taken, &held))
+		"retention_us": retention.Microseconds(), "lock_timeout_ms": 1000, "idle_timeout_ms": 5000, "txn_timeout_ms": 5000})...).Scan(&taken, &locked))
 	require.NoError(t, tx.Commit(t.Context()))
-	return taken, held
+	return taken, locked
 }
 
 // TestPeriodicTickTakenOnceAcrossRetentions: schedulers of different

@@ -99,7 +99,7 @@ func (r *Router[T]) wakeUp(ctx context.Context) error {
 			break
 		}
 		e.retry = min(max(2*e.retry, periodicRetryMin), periodicRetryMax)
-		e.next = now.Add(e.retry) // the tick that failed is held: tried again then, before any younger
+		e.next = now.Add(e.retry) // the tick that failed is deferred: tried again then, before any younger
 		r.logPeriodic(slog.LevelWarn, fmt.Sprintf("pgrouter: periodic jobs: %v; trying again in %v", err, e.retry), "")
 	}
 	defer r.periodic.wakes.Add(1)
@@ -115,11 +115,11 @@ func (r *Router[T]) wakeUp(ctx context.Context) error {
 }
 
 // planTick plans e at now on the shared rule (periodic.Due): the tick
-// it gives, if any, joins e's held ticks, and e.last and e.next move on
-// at once, whatever becomes of that tick; then the held ticks are tried
-// (retryHeld). It returns the database errors of the tries, the ticks
+// it gives, if any, joins e's deferred ticks, and e.last and e.next move
+// on at once, whatever becomes of that tick; then the deferred ticks are
+// tried (retryDeferred). It returns the database errors of the tries, the ticks
 // that failed kept to try again. A panic of the schedule (or a Next that
-// does not move forward) ends e's schedule, reported: its held ticks are
+// does not move forward) ends e's schedule, reported: its deferred ticks are
 // still tried until none is left (next zero then). A panic of Payload or
 // a payload that does not encode skips the tick, reported.
 func (r *Router[T]) planTick(ctx context.Context, e *periodicEntry[T], now time.Time) error {
@@ -127,13 +127,13 @@ func (r *Router[T]) planTick(ctx context.Context, e *periodicEntry[T], now time.
 		plan, err := periodic.Due(e.p.Schedule, e.since, e.last, now, r.opts.Retention)
 		if err == nil {
 			if !plan.Tick.IsZero() {
-				e.hold(plan.Tick)
+				e.deferTick(plan.Tick)
 			}
 			e.last, e.next = plan.Handled, plan.Next
 		} else {
 			msg := fmt.Sprintf("pgrouter: periodic job %s: %v; its schedule ends in this process", contract.Quote(e.p.Name), err)
-			if len(e.held) > 0 {
-				msg += fmt.Sprintf(" (once its %d held ticks are taken or given up)", len(e.held))
+			if len(e.deferred) > 0 {
+				msg += fmt.Sprintf(" (once its %d deferred ticks are taken or given up)", len(e.deferred))
 			}
 			if errors.Is(err, periodic.ErrStuck) {
 				r.logPeriodic(slog.LevelError, msg, "")
@@ -146,29 +146,28 @@ func (r *Router[T]) planTick(ctx context.Context, e *periodicEntry[T], now time.
 	if e.ended {
 		e.next = time.Time{}
 	}
-	err := r.retryHeld(ctx, e, now)
-	e.armHeld(now)
+	err := r.retryDeferred(ctx, e, now)
+	e.armDeferred(now)
 	return err
 }
 
-// tryTick enqueues tick of e (enqueueTick, with its Payload); held: not
-// taken, another transaction holds e's row. It returns only database
+// tryTick enqueues tick of e (enqueueTick, with its Payload); locked: not
+// taken, another transaction locks e's row. It returns only database
 // errors; a panic of Payload or a payload that does not encode skips the
 // tick, reported.
-func (r *Router[T]) tryTick(ctx context.Context, e *periodicEntry[T], tick time.Time) (held bool, err error) {
+func (r *Router[T]) tryTick(ctx context.Context, e *periodicEntry[T], tick time.Time) (locked bool, err error) {
 	id := leaserouter.TickID(e.p.Name, tick)
 	payload, p := tickPayload(e.p, tick)
 	if p != nil {
-		r.callbackPanicked(fmt.Sprintf("pgrouter: periodic job %s: Payload panicked: %v; tick %s skipped",
-			contract.Quote(e.p.Name), p, tick.UTC().Format(time.RFC3339Nano)), id)
+		r.callbackPanicked(contract.PayloadPanicked(e.p.Name, p), id)
 		return false, nil
 	}
-	held, err = r.enqueueTick(ctx, e.p, tick, id, payload)
+	locked, err = r.enqueueTick(ctx, e.p, tick, id, payload)
 	if errors.Is(err, leaserouter.ErrInvalidJob) {
-		r.logPeriodic(slog.LevelError, fmt.Sprintf("pgrouter: periodic job %s: %v; tick skipped", contract.Quote(e.p.Name), err), id)
+		r.logPeriodic(slog.LevelError, contract.TickSkipped(e.p.Name, err), id)
 		return false, nil
 	}
-	return held, err
+	return locked, err
 }
 
 // tickPayload is p.Payload(tick), the zero T for a nil Payload, with a
@@ -186,38 +185,38 @@ func tickPayload[T any](p Periodic[T], tick time.Time) (payload T, panicked any)
 var errTickNotTaken = errors.New("pgrouter: tick not taken")
 
 // enqueueTick takes tick of p and inserts its job id in one transaction
-// (periodic_tick, then jobs_insert as Enqueue runs it). held reports a
-// tick whose row another transaction holds (another scheduler inside its
+// (periodic_tick, then jobs_insert as Enqueue runs it). locked reports a
+// tick whose row another transaction locks (another scheduler inside its
 // tick, maybe stalled there): not taken, its outcome unknown, to be tried
-// again (see retryHeld). Otherwise nil also when the tick was not taken
+// again (see retryDeferred). Otherwise nil also when the tick was not taken
 // (another scheduler took it; out of its window on the database's
 // clock). An error wraps ErrInvalidJob (the payload does not encode:
 // nothing sent) or the driver's.
-func (r *Router[T]) enqueueTick(ctx context.Context, p Periodic[T], tick time.Time, id string, payload T) (held bool, err error) {
+func (r *Router[T]) enqueueTick(ctx context.Context, p Periodic[T], tick time.Time, id string, payload T) (locked bool, err error) {
 	var b batch
 	if err := addJob(&b, r, 0, id, payload, append(slices.Clip(p.Options), leaserouter.WithRunAt(tick))); err != nil {
 		return false, err
 	}
 	// Wait for room for the events before the transaction, not while it
-	// holds the periodic job's row (a slow hook would stall the job's
+	// locks the periodic job's row (a slow hook would stall the job's
 	// ticks in every process).
 	if err := r.ev.awaitRoom(ctx); err != nil {
 		return false, err
 	}
 	var inserted map[string]time.Time
 	var purged []leaserouter.Event
-	err = pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error {
+	err = pgx.BeginTxFunc(ctx, r.db, readCommitted, func(tx pgx.Tx) error {
 		var taken bool
 		err := tx.QueryRow(ctx, takeTick, args{"queue": r.opts.Queue, "name": p.Name, "tick": tick,
 			"retention_us": r.opts.Retention.Microseconds(), "lock_timeout_ms": periodicLockTimeout.Milliseconds(),
-			"idle_timeout_ms": periodicIdleTimeout.Milliseconds(), "txn_timeout_ms": periodicTxnTimeout.Milliseconds()}).Scan(&taken, &held)
+			"idle_timeout_ms": periodicIdleTimeout.Milliseconds(), "txn_timeout_ms": periodicTxnTimeout.Milliseconds()}).Scan(&taken, &locked)
 		if err != nil {
 			return err
 		}
 		if !taken {
 			return errTickNotTaken
 		}
-		inserted, purged, err = r.insertRoomed(ctx, tx, &b) // room awaited above: no wait holding the periodic job's row
+		inserted, purged, err = r.insertRoomed(ctx, tx, &b) // room awaited above: no wait while locking the periodic job's row
 		if err != nil {
 			return err
 		}
@@ -225,7 +224,7 @@ func (r *Router[T]) enqueueTick(ctx context.Context, p Periodic[T], tick time.Ti
 		return err
 	})
 	if errors.Is(err, errTickNotTaken) {
-		return held, nil
+		return locked, nil
 	}
 	if err != nil {
 		return false, err

@@ -39,8 +39,8 @@ func stalledTick(t *testing.T, db *pgxpool.Pool, queue, name string) time.Time {
 // the network, whose session and row lock live on) delays that tick's
 // job only: another process's AddPeriodic of the name returns, its other
 // periodic jobs go on at their ticks, and when the stalled transaction
-// rolls back (the process killed at last) the tick it held, younger than
-// the retention, is enqueued once by the live scheduler. The holder here
+// rolls back (the process killed at last) the tick it took, younger than
+// the retention, is enqueued once by the live scheduler. The stalled one here
 // is a transaction that took the tick as a scheduler does (raised the
 // job's last tick) and inserted its job, then stopped.
 func TestPeriodicStalledTickDelaysOnlyItsOwnJob(t *testing.T) {
@@ -48,49 +48,49 @@ func TestPeriodicStalledTickDelaysOnlyItsOwnJob(t *testing.T) {
 	db := pgtest.New(t)
 	ctx := t.Context()
 	const queue = "stall"
-	tick := stalledTick(t, db, queue, "held")
-	id := leaserouter.TickID("held", tick)
+	tick := stalledTick(t, db, queue, "stalled")
+	id := leaserouter.TickID("stalled", tick)
 
 	other := routerOn[int](t, db, pgrouter.Options{Queue: queue})
-	holder, err := db.Begin(ctx)
+	stalled, err := db.Begin(ctx)
 	require.NoError(t, err)
-	defer func() { _ = holder.Rollback(context.Background()) }()
-	tag, err := holder.Exec(ctx, "UPDATE leaserouter_periodic SET last_tick = $3 WHERE queue = $1 AND name = $2", queue, "held", tick)
+	defer func() { _ = stalled.Rollback(context.Background()) }()
+	tag, err := stalled.Exec(ctx, "UPDATE leaserouter_periodic SET last_tick = $3 WHERE queue = $1 AND name = $2", queue, "stalled", tick)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, tag.RowsAffected())
-	require.NoError(t, other.EnqueueTx(ctx, holder, id, 0, leaserouter.WithRunAt(tick)))
+	require.NoError(t, other.EnqueueTx(ctx, stalled, id, 0, leaserouter.WithRunAt(tick)))
 
 	var events enqueuedEvents
 	r := routerOn[int](t, db, pgrouter.Options{Queue: queue, OnEvent: events.hook})
 	add, cancel := context.WithTimeout(ctx, 10*time.Second) // the stall lasts as long as the test: bounded
 	defer cancel()
-	require.NoError(t, r.AddPeriodic(add, pgrouter.Periodic[int]{Name: "held", Schedule: onceAt{tick}}),
+	require.NoError(t, r.AddPeriodic(add, pgrouter.Periodic[int]{Name: "stalled", Schedule: onceAt{tick}}),
 		"AddPeriodic of the stalled job's name")
-	awaitWakes(t, r, 1) // the held tick tried (it was due at once)
+	awaitWakes(t, r, 1) // the deferred tick tried (it was due at once)
 	require.NoError(t, r.AddPeriodic(add, pgrouter.Periodic[int]{Name: "beat", Schedule: leaserouter.Every(20 * time.Millisecond)}),
 		"AddPeriodic of another job")
 	beats := func() int { return len(tickJobs(t, db, queue, "beat")) }
-	eventually(t, 20*time.Second, "20 ticks of the other job while the tick is held", func() bool { return beats() >= 20 })
+	eventually(t, 20*time.Second, "20 ticks of the other job while the tick is deferred", func() bool { return beats() >= 20 })
 	_, found, err := r.Get(ctx, id)
 	require.NoError(t, err)
-	require.False(t, found, "the held tick's job is the holder's, not committed")
+	require.False(t, found, "the deferred tick's job is the stalled transaction's, not committed")
 
-	require.NoError(t, holder.Rollback(ctx), "the stalled scheduler's transaction ends without its commit")
-	eventually(t, 20*time.Second, "the held tick's job", func() bool {
+	require.NoError(t, stalled.Rollback(ctx), "the stalled scheduler's transaction ends without its commit")
+	eventually(t, 20*time.Second, "the deferred tick's job", func() bool {
 		_, found, err := r.Get(ctx, id)
 		require.NoError(t, err)
 		return found
 	})
 	// The event is delivered after the commit, on the delivery goroutine.
 	eventually(t, 10*time.Second, "the tick's EventEnqueued", func() bool { return events.get()[id] > 0 })
-	require.Equal(t, 1, events.get()[id], "the held tick enqueued once")
+	require.Equal(t, 1, events.get()[id], "the deferred tick enqueued once")
 	var last time.Time
-	require.NoError(t, db.QueryRow(ctx, "SELECT last_tick FROM leaserouter_periodic WHERE queue = $1 AND name = 'held'", queue).Scan(&last))
+	require.NoError(t, db.QueryRow(ctx, "SELECT last_tick FROM leaserouter_periodic WHERE queue = $1 AND name = 'stalled'", queue).Scan(&last))
 	require.True(t, last.Equal(tick), "last tick %v, want %v", last, tick)
 }
 
 // A scheduler stalled inside its tick's own transaction, for good (never
-// committing nor rolling back: a process SIGSTOPped there), holds the
+// committing nor rolling back: a process SIGSTOPped there), locks the
 // job's row only until the server ends its session for idling in the
 // transaction (the tick's statement bounds it); the transaction rolls
 // back and a live scheduler takes the tick, once.
@@ -99,23 +99,23 @@ func TestPeriodicStalledSchedulerLosesTheTick(t *testing.T) {
 	db := pgtest.New(t)
 	ctx := t.Context()
 	const queue = "stopped"
-	tick := stalledTick(t, db, queue, "held")
-	id := leaserouter.TickID("held", tick)
+	tick := stalledTick(t, db, queue, "stalled")
+	id := leaserouter.TickID("stalled", tick)
 
 	conn, err := db.Acquire(ctx)
 	require.NoError(t, err)
 	defer conn.Release()
-	holder, err := conn.Begin(ctx)
+	stalled, err := conn.Begin(ctx)
 	require.NoError(t, err)
 	sql, names := pgrouter.Statement("periodic_tick")
-	var taken, held bool
-	require.NoError(t, holder.QueryRow(ctx, sql, bindPositional(names, map[string]any{"queue": queue, "name": "held", "tick": tick,
-		"retention_us": time.Hour.Microseconds(), "lock_timeout_ms": 1000, "idle_timeout_ms": 1000})...).Scan(&taken, &held))
-	require.Equal(t, []bool{true, false}, []bool{taken, held}, "the stalled scheduler takes the tick")
+	var taken, locked bool
+	require.NoError(t, stalled.QueryRow(ctx, sql, bindPositional(names, map[string]any{"queue": queue, "name": "stalled", "tick": tick,
+		"retention_us": time.Hour.Microseconds(), "lock_timeout_ms": 1000, "idle_timeout_ms": 1000})...).Scan(&taken, &locked))
+	require.Equal(t, []bool{true, false}, []bool{taken, locked}, "the stalled scheduler takes the tick")
 
 	var events enqueuedEvents
 	r := routerOn[int](t, db, pgrouter.Options{Queue: queue, OnEvent: events.hook})
-	require.NoError(t, r.AddPeriodic(ctx, pgrouter.Periodic[int]{Name: "held", Schedule: onceAt{tick}}))
+	require.NoError(t, r.AddPeriodic(ctx, pgrouter.Periodic[int]{Name: "stalled", Schedule: onceAt{tick}}))
 	eventually(t, 30*time.Second, "the tick of the stalled scheduler's job", func() bool {
 		_, found, err := r.Get(ctx, id)
 		require.NoError(t, err)
@@ -124,7 +124,7 @@ func TestPeriodicStalledSchedulerLosesTheTick(t *testing.T) {
 	// The event is delivered after the commit, on the delivery goroutine.
 	eventually(t, 10*time.Second, "the tick's EventEnqueued", func() bool { return events.get()[id] > 0 })
 	require.Equal(t, 1, events.get()[id], "the tick enqueued once")
-	require.Error(t, holder.Commit(ctx), "the stalled scheduler's session was ended")
+	require.Error(t, stalled.Commit(ctx), "the stalled scheduler's session was ended")
 	var n int
 	require.NoError(t, db.QueryRow(ctx, "SELECT count(*) FROM leaserouter_jobs WHERE queue = $1", queue).Scan(&n))
 	require.Equal(t, 1, n)

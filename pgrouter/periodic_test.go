@@ -194,9 +194,9 @@ func TestPeriodicCatchUpAfterRestart(t *testing.T) {
 // clock, whatever the scheduler planned: it refuses a tick before the
 // first registration, one not yet due, one older than the retention, and
 // one taken before, but takes a tick never taken that is older than the
-// last taken (a scheduler held it while another took a younger one); of
+// last taken (deferred while another took a younger one); of
 // two transactions taking the same tick, the second never waits for the
-// first: it finds the tick held, and tried again takes it if the first
+// first: it finds the row locked, and tried again takes it if the first
 // rolled back (its process died), or finds it taken if the first
 // committed. A taker deletes the records of the ticks older than its
 // retention before its tick, and those ticks are refused for good.
@@ -208,13 +208,13 @@ func TestPeriodicTickTakenOnceByTheDatabase(t *testing.T) {
 	require.NoError(t, db.QueryRow(ctx, `INSERT INTO leaserouter_periodic (queue, name, since)
 		VALUES ('q', 'p', clock_timestamp() - interval '2 minutes') RETURNING since`).Scan(&since))
 	sql, names := pgrouter.Statement("periodic_tick")
-	type result struct{ taken, held bool }
+	type result struct{ taken, locked bool }
 	tryTake := func(q interface {
 		QueryRow(context.Context, string, ...any) pgx.Row
 	}, tick time.Time, retention time.Duration) (result, error) {
 		var res result
 		err := q.QueryRow(ctx, sql, bindPositional(names, map[string]any{"queue": "q", "name": "p", "tick": tick,
-			"retention_us": retention.Microseconds(), "lock_timeout_ms": 1000, "idle_timeout_ms": 60000})...).Scan(&res.taken, &res.held)
+			"retention_us": retention.Microseconds(), "lock_timeout_ms": 1000, "idle_timeout_ms": 60000})...).Scan(&res.taken, &res.locked)
 		return res, err
 	}
 	take := func(q interface {
@@ -224,7 +224,7 @@ func TestPeriodicTickTakenOnceByTheDatabase(t *testing.T) {
 		require.NoError(t, err)
 		return res
 	}
-	taken, none, held := result{taken: true}, result{}, result{held: true}
+	taken, none, locked := result{taken: true}, result{}, result{locked: true}
 	now := dbNow(t, db)
 	require.Equal(t, none, take(db, since.Add(-time.Second)), "a tick before since")
 	require.Equal(t, none, take(db, now.Add(time.Minute)), "a tick not yet due")
@@ -240,7 +240,7 @@ func TestPeriodicTickTakenOnceByTheDatabase(t *testing.T) {
 	first, err := db.Begin(ctx)
 	require.NoError(t, err)
 	require.Equal(t, taken, take(first, tick))
-	require.Equal(t, held, take(db, tick), "the second taker, while the first holds the row")
+	require.Equal(t, locked, take(db, tick), "the second taker, while the first locks the row")
 	require.NoError(t, first.Rollback(ctx), "the first taker dies before its commit")
 	require.Equal(t, taken, take(db, tick), "the second takes the tick the first never committed")
 
@@ -248,7 +248,7 @@ func TestPeriodicTickTakenOnceByTheDatabase(t *testing.T) {
 	first, err = db.Begin(ctx)
 	require.NoError(t, err)
 	require.Equal(t, taken, take(first, tick))
-	require.Equal(t, held, take(db, tick), "the second taker, while the first holds the row")
+	require.Equal(t, locked, take(db, tick), "the second taker, while the first locks the row")
 	require.NoError(t, first.Commit(ctx))
 	require.Equal(t, none, take(db, tick), "the tick the first committed")
 
@@ -261,7 +261,7 @@ func TestPeriodicTickTakenOnceByTheDatabase(t *testing.T) {
 	require.Equal(t, none, take(db, now.Add(-95*time.Second)), "a tick never taken, older than a taker's retention before its tick")
 	_, err = db.Exec(ctx, "DELETE FROM leaserouter_periodic")
 	require.NoError(t, err)
-	require.Equal(t, none, take(db, dbNow(t, db).Add(-time.Second)), "a job with no row: none to hold")
+	require.Equal(t, none, take(db, dbNow(t, db).Add(-time.Second)), "a job with no row: none to lock")
 }
 
 // The database's clock decides, never the process's: a Router whose

@@ -71,8 +71,8 @@ func previousTake(t *testing.T, tx pgx.Tx, sql, queue, name string, tick time.Ti
 		require.NoError(t, err)
 		return tag.RowsAffected() == 1
 	}
-	var taken, held bool
-	require.NoError(t, tx.QueryRow(t.Context(), sql, a).Scan(&taken, &held))
+	var taken, locked bool // the statement's second column, named held then, is locked
+	require.NoError(t, tx.QueryRow(t.Context(), sql, a).Scan(&taken, &locked))
 	return taken
 }
 
@@ -91,10 +91,12 @@ func previousTakeCommitted(t *testing.T, db *pgxpool.Pool, sql, queue, name stri
 // A tick a previous version's scheduler took is never taken again by a
 // scheduler of this version, even once its job is gone (deleted by an
 // operator): the new scheduler planned the same tick, found the job's
-// row held by the old one's transaction and kept the tick to try again;
+// row locked by the old one's transaction and kept the tick to try again;
 // the old one inserted the tick's job and committed; an operator deleted
 // the job; the new scheduler's next try finds the tick taken and
-// enqueues nothing.
+// enqueues nothing. The old scheduler took an earlier tick before, so
+// its take raises last_tick from a tick (the trigger's raise), not from
+// none.
 func TestPeriodicTickTakenByAPreviousVersionNotTakenAgain(t *testing.T) {
 	for _, prev := range previousTakes {
 		t.Run(prev.name, func(t *testing.T) {
@@ -104,6 +106,9 @@ func TestPeriodicTickTakenByAPreviousVersionNotTakenAgain(t *testing.T) {
 			tick := stalledTick(t, db, queue, name)
 			id := leaserouter.TickID(name, tick)
 			op := routerOn[int](t, db, pgrouter.Options{Queue: queue}) // the old process's job insert; the operator
+			// An earlier tick the previous version took: the take below
+			// raises last_tick from it, not from none (the job's first).
+			require.True(t, previousTakeCommitted(t, db, prev.sql, queue, name, tick.Add(-time.Minute)))
 
 			old, err := db.Begin(ctx)
 			require.NoError(t, err)
@@ -126,12 +131,12 @@ func TestPeriodicTickTakenByAPreviousVersionNotTakenAgain(t *testing.T) {
 			}()
 			r := routerOn[int](t, pool, pgrouter.Options{Queue: queue})
 			require.NoError(t, r.AddPeriodic(ctx, pgrouter.Periodic[int]{Name: name, Schedule: onceAt{tick}}))
-			awaitWakes(t, r, 1) // the tick planned and found held
+			awaitWakes(t, r, 1) // the tick planned and found locked
 			stall.armed.Store(true)
 			select {
-			case <-stall.pid: // the next try of the held tick, stopped
+			case <-stall.pid: // the next try of the deferred tick, stopped
 			case <-time.After(20 * time.Second):
-				t.Fatal("the new scheduler never tried its held tick again")
+				t.Fatal("the new scheduler never tried its deferred tick again")
 			}
 			wakes := pgrouter.PeriodicWakes(r)
 
@@ -142,7 +147,7 @@ func TestPeriodicTickTakenByAPreviousVersionNotTakenAgain(t *testing.T) {
 
 			close(stall.release)
 			released = true
-			awaitWakes(t, r, wakes+1) // the held tick tried again
+			awaitWakes(t, r, wakes+1) // the deferred tick tried again
 			require.Empty(t, tickJobs(t, db, queue, name), "the tick the previous version took, enqueued again")
 			s, err := r.Stats(ctx)
 			require.NoError(t, err)
@@ -156,7 +161,7 @@ func TestPeriodicTickTakenByAPreviousVersionNotTakenAgain(t *testing.T) {
 // the ticks it skips for this version's schedulers: T1 and T3 taken by
 // the old scheduler are never taken again; T2, which it skipped and no
 // one took, is taken once by a scheduler of this version that kept it
-// (one that planned it in time, its row held then). And the old
+// (one that planned it in time, its row locked then). And the old
 // scheduler takes no tick this version took (it takes only ticks after
 // last_tick, which this version's taker raises).
 func TestPeriodicTickSkippedByAPreviousVersionTakenOnce(t *testing.T) {
@@ -171,8 +176,8 @@ func TestPeriodicTickSkippedByAPreviousVersionTakenOnce(t *testing.T) {
 			require.True(t, previousTakeCommitted(t, db, prev.sql, queue, name, t3), "woken late: T2 skipped")
 
 			for _, tick := range []time.Time{t1, t3} {
-				taken, held := takeTick(t, db, queue, name, tick, time.Hour)
-				require.False(t, held)
+				taken, locked := takeTick(t, db, queue, name, tick, time.Hour)
+				require.False(t, locked)
 				require.False(t, taken, "tick %v, taken by the previous version, taken again", tick)
 			}
 			taken, _ := takeTick(t, db, queue, name, t2, time.Hour)
@@ -228,4 +233,71 @@ func TestPeriodicTickTakenAtVersion12ByAPreviousVersionNotTakenAgain(t *testing.
 			require.True(t, taken)
 		})
 	}
+}
+
+// Migrate installs the tick records at READ COMMITTED whatever the
+// database's default_transaction_isolation: a tick a previous version's
+// scheduler takes while Migrate waits for the table's lock (its
+// transaction holds the row) is seen by the install's raise of taken_to
+// once it commits, and is not taken again; Migrate does not fail on it
+// either. Under a repeatable-read default, the install read the table as
+// it was before that take: the job's first tick was missed (taken again),
+// a later one failed Migrate with a serialization failure (40001).
+func TestPeriodicTickTakenWhileMigrateWaitsNotTakenAgainWhateverTheDefaultIsolation(t *testing.T) {
+	for _, earlier := range []bool{false, true} {
+		t.Run(map[bool]string{false: "FirstTick", true: "LaterTick"}[earlier], func(t *testing.T) {
+			db := pgtest.New(t)
+			ctx := t.Context()
+			const queue, name = "isolation", "p"
+			now := stalledTick(t, db, queue, name)
+			t1 := now.Add(-time.Minute)
+			asVersion12(t, db)
+			var dbname string
+			require.NoError(t, db.QueryRow(ctx, "SELECT current_database()").Scan(&dbname))
+			_, err := db.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{dbname}.Sanitize()+" SET default_transaction_isolation = 'repeatable read'")
+			require.NoError(t, err)
+			db.Reset() // the setting is read as a session starts
+
+			prev := previousTakes[1]
+			if earlier {
+				require.True(t, previousTakeCommitted(t, db, prev.sql, queue, name, t1.Add(-time.Minute)))
+			}
+			old, err := db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+			require.NoError(t, err)
+			defer func() { _ = old.Rollback(context.Background()) }()
+			require.True(t, previousTake(t, old, prev.sql, queue, name, t1))
+
+			done := make(chan error, 1)
+			go func() { done <- pgrouter.Migrate(context.Background(), db) }()
+			eventually(t, 20*time.Second, "Migrate waiting for the table's lock", func() bool {
+				var waiting bool
+				require.NoError(t, db.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_locks
+					WHERE NOT granted AND relation = 'leaserouter_periodic'::regclass)`).Scan(&waiting))
+				return waiting
+			})
+			require.NoError(t, old.Commit(ctx))
+			require.NoError(t, <-done)
+			taken, _ := takeTick(t, db, queue, name, t1, time.Hour)
+			require.False(t, taken, "the tick the previous version took while Migrate waited, taken again")
+		})
+	}
+}
+
+// Migrating to version 13 gives up every tick at or before the job's
+// latest taken that no one took, as its docs say, not only one a stalled
+// transaction locked: here T1, kept by a scheduler of version 12 to try
+// again (deferred: nothing locks the row) while it took T2, is not taken
+// after Migrate.
+func TestMigrateTo13GivesUpEveryUntakenTickUpToTheLatestTaken(t *testing.T) {
+	db := pgtest.New(t)
+	const queue, name = "giveup", "p"
+	now := stalledTick(t, db, queue, name)
+	t1, t2 := now.Add(-2*time.Minute), now.Add(-time.Minute)
+	asVersion12(t, db)
+	taken, _ := takeTick(t, db, queue, name, t2, time.Hour)
+	require.True(t, taken)
+	require.NoError(t, pgrouter.Migrate(t.Context(), db))
+	taken, locked := takeTick(t, db, queue, name, t1, time.Hour)
+	require.False(t, locked)
+	require.False(t, taken, "T1, at or before the latest tick taken at install, taken")
 }

@@ -69,8 +69,13 @@ type Router[T any] struct {
 // ANALYZE need the table's owner, as Migrate's role is: a Router whose
 // role is not a member of the owner's never runs them. Close stops them (a vacuum in progress
 // is canceled).
-// Errors: invalid options and a nil db wrap ErrInvalidOptions; an older
-// schema (or none) wraps ErrSchemaOutdated; others wrap the driver's.
+// db's sessions must default to READ COMMITTED isolation (PostgreSQL's
+// default; see the package doc's Transaction isolation): New reads
+// default_transaction_isolation on one of db's connections and refuses
+// any other.
+// Errors: invalid options, a nil db and a db whose sessions default to
+// another isolation wrap ErrInvalidOptions; an older schema (or none)
+// wraps ErrSchemaOutdated; others wrap the driver's.
 func New[T any](ctx context.Context, db *pgxpool.Pool, opts Options) (*Router[T], error) {
 	ctx = orBackground(ctx)
 	if db == nil {
@@ -78,6 +83,9 @@ func New[T any](ctx context.Context, db *pgxpool.Pool, opts Options) (*Router[T]
 	}
 	opts, err := opts.withDefaults()
 	if err != nil {
+		return nil, err
+	}
+	if err := readCommittedByDefault(ctx, db); err != nil {
 		return nil, err
 	}
 	if err := schemaReady(ctx, db, opts.TokenFloor); err != nil {
@@ -112,13 +120,38 @@ func New[T any](ctx context.Context, db *pgxpool.Pool, opts Options) (*Router[T]
 	return r, nil
 }
 
+// readCommitted is the isolation of every transaction pgrouter begins,
+// stated rather than left to the session's default_transaction_isolation:
+// its statements wait for a row another transaction locks and then read
+// the row as committed (a take of a periodic tick, the install of the
+// tick records); at repeatable read they would read it as of their
+// snapshot, or fail with a serialization failure.
+var readCommitted = pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
+
+// readCommittedByDefault is New's check that db's sessions run their
+// single statements at READ COMMITTED: the claim, lease and settle
+// statements wait for rows other transactions lock and must then read
+// them as committed (at repeatable read or serializable they fail with
+// 40001 instead). pgrouter sets no session setting on the caller's pool;
+// the transactions it begins state their isolation (readCommitted).
+func readCommittedByDefault(ctx context.Context, db *pgxpool.Pool) error {
+	var iso string
+	if err := db.QueryRow(ctx, "SELECT current_setting('default_transaction_isolation')").Scan(&iso); err != nil {
+		return fmt.Errorf("pgrouter: New: read default_transaction_isolation: %w", err)
+	}
+	if iso != "read committed" {
+		return fmt.Errorf("%w: the pool's sessions default to transaction isolation %q; pgrouter needs \"read committed\" (default_transaction_isolation)", leaserouter.ErrInvalidOptions, iso)
+	}
+	return nil
+}
+
 // raiseTokens raises the token sequence to at least floor and the Unix
 // time in nanoseconds on the database's clock, never lowering it. The
 // no-op ALTER SEQUENCE holds a lock that makes concurrent nextval calls
 // wait until the transaction ends, so no token is issued between reading
 // the sequence and setting it: it cannot go back under concurrent claims.
 func raiseTokens(ctx context.Context, db *pgxpool.Pool, floor leaserouter.Token) error {
-	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(ctx, db, readCommitted, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, lockTokens); err != nil {
 			return err
 		}
@@ -163,7 +196,7 @@ func errWrap(call string, err error) error {
 // expiry (as proven by its last accepted heartbeat, on this process's
 // clock). Leases still held then are revoked, in one round trip: their
 // jobs are pending again at once (the attempt counted, yet never dead:
-// a job revoked on its last attempt is leased once more, as in the core)
+// a job revoked on its last attempt is leased once more)
 // and their holders' operations are refused with ErrLeaseLost; a Run's leases not
 // running (leased ahead of their turn, or finished and not yet
 // completed) are not revoked: the stopping Run hands them back (the
@@ -212,7 +245,7 @@ func (r *Router[T]) Close(ctx context.Context) error {
 		err = ctx.Err()
 	}
 	r.stop()
-	r.periodicStopped(ctx) // cut short by ctx, it leaves the result to draining, as in the core
+	r.periodicStopped(ctx) // cut short by ctx, it leaves the result to draining
 	// The delivery goroutine ends once the others have and it has
 	// delivered what is left: Close waits for every goroutine of the
 	// Router's, unless ctx ends first (a hook still running: they end when

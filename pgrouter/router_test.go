@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaserouter/leaserouter"
@@ -205,12 +206,14 @@ func TestCloseHonoursCtxWithServerStalled(t *testing.T) {
 	p.resume()
 }
 
-// TestCloseReturnsWithin100msOfCtxWithBackgroundWork: Close returns
-// within 100ms of its ctx's end with the server stalled, a lease to
-// revoke and a background task (a stopped Run's Fail that could not get
-// through) in flight. Before the fix the revocation's grace and the
-// task's own graces added up (~170ms).
-func TestCloseReturnsWithin100msOfCtxWithBackgroundWork(t *testing.T) {
+// TestCloseReturnsWhenItsCtxEndsWithBackgroundWork: Close returns when
+// its ctx ends with the server stalled, a lease to revoke and a
+// background task (a stopped Run's Fail that could not get through) in
+// flight, not when the server answers. The bound is generous, for a busy
+// machine: that the revocation's grace and the task's own do not add up
+// (~170ms once) is pinned without the clock by
+// TestWithGraceAddsNothingToAGrace.
+func TestCloseReturnsWhenItsCtxEndsWithBackgroundWork(t *testing.T) {
 	base := pgtest.New(t)
 	p := newStallProxy(t, socketOf(base))
 	db := poolVia(t, base, p.ln, 0)
@@ -240,7 +243,7 @@ func TestCloseReturnsWithin100msOfCtxWithBackgroundWork(t *testing.T) {
 	t.Logf("Close returned %v after its ctx ended: %v", late, err)
 	p.resume()
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.Less(t, late, 100*time.Millisecond, "Close returns within 100ms of its ctx's end")
+	require.Less(t, late, time.Second, "Close returns when its ctx ends")
 }
 
 // TestCloseNeverRevokesRunLeasesNotRunning: Close with a ctx done
@@ -303,5 +306,31 @@ func TestCloseNeverRevokesRunLeasesNotRunning(t *testing.T) {
 		require.NoError(t, <-done)
 		st, attempt, ended = state("b") // revoked, or completed if the revocation did not get through in time
 		t.Logf("round %d: the running lease: %v attempt %d ended %q", round, st, attempt, ended)
+	}
+}
+
+// New refuses a pool whose sessions default to an isolation other than
+// READ COMMITTED (a claim or a lease's end would fail with serialization
+// failures under contention), naming it, and accepts READ COMMITTED given
+// explicitly; Migrate works on either.
+func TestNewRefusesAPoolNotReadCommittedByDefault(t *testing.T) {
+	db := pgtest.New(t)
+	for _, iso := range []string{"repeatable read", "serializable", "read committed"} {
+		t.Run(iso, func(t *testing.T) {
+			cfg := db.Config().Copy()
+			cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = iso
+			pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+			require.NoError(t, err)
+			t.Cleanup(pool.Close)
+			require.NoError(t, pgrouter.Migrate(t.Context(), pool))
+			r, err := pgrouter.New[int](t.Context(), pool, pgrouter.Options{})
+			if iso == "read committed" {
+				require.NoError(t, err)
+				require.NoError(t, r.Close(t.Context()))
+				return
+			}
+			require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+			require.ErrorContains(t, err, iso)
+		})
 	}
 }

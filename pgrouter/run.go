@@ -7,21 +7,22 @@ import (
 	"time"
 
 	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/contract"
 )
 
-// Handler processes one leased job, as the core's Handler does: its ctx
+// Handler processes one leased job (see leaserouter.Handler): its ctx
 // is canceled as soon as the lease is lost or can no longer be proven
 // valid, or at its attempt's timeout (see Run).
 type Handler[T any] func(ctx context.Context, l *Lease[T]) error
 
 // Run processes jobs with opts.Workers worker goroutines until ctx is done
-// or the Router is closed, with the core's semantics (leaserouter.Run):
+// or the Router is closed, as leaserouter's Router.Run does:
 // each worker leases jobs, runs h with a context derived from ctx and
 // canceled as soon as the lease is lost, and then completes the job (h
 // returned nil), fails it (h returned an error or panicked), or, when ctx
 // was done meanwhile, completes it if h returned nil and releases it
 // otherwise. If the lease was lost while h ran, Run leaves the job alone.
-// Each attempt is limited as in the core: h's ctx is canceled after the
+// Each attempt is limited: h's ctx is canceled after the
 // job's WithTimeout (Job.Timeout) if set, else opts.Timeout (0: no
 // limit), counted from h's start, with a *leaserouter.TimeoutError as its
 // cause (ctx.Err() is context.DeadlineExceeded); the lease is still
@@ -41,7 +42,7 @@ type Handler[T any] func(ctx context.Context, l *Lease[T]) error
 // progress on the database), so the handler's ctx is not canceled for
 // want of a heartbeat meanwhile. If the transaction rolls back, the lease
 // is as it was before CompleteTx: heartbeats extend it again or, if its
-// expiry passed while the row was held, find it lost (the ctx is canceled
+// expiry passed while the row was locked, find it lost (the ctx is canceled
 // with a *leaserouter.LeaseLostError, LostExpired) and the job is retried.
 //
 // Round trips. A worker leases up to opts.Batch jobs in one statement
@@ -90,18 +91,19 @@ type Handler[T any] func(ctx context.Context, l *Lease[T]) error
 // background, the leases it granted handed back, the attempt not
 // counted). It returns nil when stopped by ctx or
 // Close; ErrClosed at once if the Router was already closed; at once, an
-// error wrapping ErrInvalidOptions for bad opts (checked as the core
-// checks them) or a nil h. Several Runs, in one process or many, may
+// error wrapping ErrInvalidOptions for bad opts (the same checks and
+// messages on every backend) or a nil h. Several Runs, in one process or many, may
 // share a queue. A nil ctx means context.Background().
 func (r *Router[T]) Run(ctx context.Context, opts leaserouter.WorkerOptions, h Handler[T]) error {
 	ctx = orBackground(ctx)
 	if h == nil {
 		return fmt.Errorf("%w: nil Handler", leaserouter.ErrInvalidOptions)
 	}
-	opts, err := opts.WithDefaults(r.opts.LeaseDuration)
+	o, err := contract.WorkerDefaults(leaserouter.ErrInvalidOptions, contract.WorkerOptions(opts), r.opts.LeaseDuration)
 	if err != nil {
 		return err
 	}
+	opts = leaserouter.WorkerOptions(o)
 	if err := r.open(); err != nil {
 		return err
 	}

@@ -59,7 +59,7 @@ func (s *settling) readExpired(res pgx.BatchResults) error {
 			return err
 		}
 		e := leaserouter.Event{Kind: leaserouter.EventLeaseExpired, Time: expiry, JobID: id, WorkerID: owner,
-			Token: leaserouter.Token(token), Attempt: int(attempt), Held: heldUntil(granted, expiry)}
+			Token: leaserouter.Token(token), Attempt: int(attempt), Held: heldFor(granted, expiry)}
 		s.expired = append(s.expired, e)
 		if isState(&state, leaserouter.StateFailed) {
 			e.Kind, e.Err, e.Held = leaserouter.EventDead, errLeaseExpired, 0
@@ -180,5 +180,5 @@ func (r *Router[T]) purge(ctx context.Context) (int, error) {
 }
 
 // abandonedKeep is how long abandoned claim marks are kept: longer than
-// any claim can be held in the network or a stalled server.
+// any claim can be delayed in the network or a stalled server.
 const abandonedKeep = 24 * time.Hour

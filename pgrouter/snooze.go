@@ -10,10 +10,10 @@ import (
 )
 
 // Snooze: a holder ends its lease and has the job run again later,
-// without spending an attempt (the core's snooze.go).
+// without spending an attempt.
 
-// Snooze ends the lease and has the job run again after d, as the core's
-// Lease.Snooze does: scheduled until the database's clock + d, or
+// Snooze ends the lease and has the job run again after d (see
+// leaserouter's Lease.Snooze): scheduled until the database's clock + d, or
 // pending at once for d == 0 (ready since now, behind the jobs ready
 // before it). The attempt is not counted: the job's attempt goes back to
 // what it was before this lease (as for a lease handed back unstarted),
@@ -60,5 +60,5 @@ func (l *Lease[T]) Snooze(ctx context.Context, d time.Duration) error {
 // checkSnooze is Snooze's check of its delay: the error of a negative
 // one, which a Run handler's Snooze error also fails its attempt with.
 func checkSnooze(d time.Duration) error {
-	return contract.SnoozeDelay(leaserouter.ErrInvalidOptions, d)
+	return contract.CheckSnooze(leaserouter.ErrInvalidOptions, d)
 }

@@ -382,7 +382,10 @@ func TestBatchEndJudgesTheLockedVersion(t *testing.T) {
 // Fail and Release run it) and by the batch statement with arrays of one
 // (leases_end.sql), on one connection with their kept plans, in a queue
 // of 20,000 jobs. Each iteration leases the row again and rolls back, so
-// no commit is timed.
+// no commit is timed. Measured: leases_end with arrays of one took 11%
+// longer than lease_end (374 against 337 us, BEGIN and ROLLBACK
+// included), and 2.5 times as long before leases_end kept one plan per
+// connection: why a single lease's end has a statement of its own.
 func BenchmarkEndOneLease(b *testing.B) {
 	db := youngQueue(b, 20000)
 	_, err := db.Exec(b.Context(), `ANALYZE leaserouter_jobs`)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/contract"
 )
 
 // Per-attempt timeouts: the limit of a job's attempts (WithTimeout,
@@ -35,10 +36,7 @@ func microsDuration(us int64) time.Duration {
 // limit is the timeout of l's attempt in Run: the job's WithTimeout if
 // set, else opts.Timeout; 0 for none.
 func (u *runner[T]) limit(l *Lease[T]) time.Duration {
-	if l.timeout > 0 {
-		return l.timeout
-	}
-	return u.opts.Timeout
+	return contract.AttemptTimeout(l.timeout, u.opts.Timeout)
 }
 
 // timed derives the ctx of l's handler from lctx (the lease's ctx,

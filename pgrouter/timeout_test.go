@@ -146,7 +146,7 @@ func TestOlderProcessReenqueueHasNoStaleTimeout(t *testing.T) {
 	l, err := r.TryAcquire(ctx, "w")
 	require.NoError(t, err)
 	require.NoError(t, l.Complete(ctx)) // finished, and past its retention at once
-	rows, err := db.Query(ctx, oldInsertJobs, pgx.NamedArgs{"queue": "default", "channel": "leaserouter_review", "ids": []string{"x"},
+	rows, err := db.Query(ctx, oldInsertJobs, pgx.NamedArgs{"queue": "default", "channel": "leaserouter_old_version", "ids": []string{"x"},
 		"priorities": []int64{0}, "max_attempts": []int32{3}, "payloads": []string{"2"}, "run_at": []*time.Time{nil},
 		"delay_us": []int64{0}})
 	require.NoError(t, err)

@@ -28,12 +28,12 @@ import (
 // each row it looks up once it is large (autoanalyze comes with
 // autovacuum, as late).
 //
-// A snapshot held open (a long REPEATABLE READ transaction, say) keeps
+// A snapshot kept open (a long REPEATABLE READ transaction, say) keeps
 // every tuple dead since it began: no vacuum can remove them, and every
 // claim visits each of them. That cost is PostgreSQL's, not the
 // Router's; once the snapshot ends, the first walk marks the entries and
 // the next vacuum removes them. While a snapshot older than its last
-// vacuum is held, the Router does not vacuum: nothing would be removed,
+// vacuum is open, the Router does not vacuum: nothing would be removed,
 // and each vacuum reads the table and takes a core from the claims.
 
 // vacuumMinDead is how many dead tuples the jobs table must have for the

@@ -193,20 +193,15 @@ func (w *worker[T]) run(l *Lease[T], h *held, lctx context.Context) {
 	if !l.txTried() && !u.r.holds(l) {
 		return // ended meanwhile: by h itself (Complete, Fail, Release), or found lost by a heartbeat
 	}
-	if d, ok := leaserouter.SnoozeDelay(err); ok { // the handler asked for it: even while stopping
-		if err = checkSnooze(d); err == nil {
-			u.r.endOrLater(ctx, l, leaserouter.LostSnoozed, func(ctx context.Context) error { return l.Snooze(ctx, d) })
-			return
-		}
-		// A negative delay fails the attempt with Snooze's error, even
-		// while stopping, as in the core: the handler's mistake, not one
-		// it may not have had.
-		u.r.endOrLater(ctx, l, leaserouter.LostFailed, func(ctx context.Context) error { return l.Fail(ctx, err) })
-		return
-	}
 	// Stopping, or the lease could not be proven: an error hands the job
 	// back rather than count a failure the handler may not have had.
-	switch contract.AfterHandler(err, u.stopped() || errors.Is(cause, errUnproven)) { // the same rule on every backend
+	d, snoozed := leaserouter.SnoozeDelay(err)
+	switch contract.HandlerOutcome(err, u.stopped() || errors.Is(cause, errUnproven), d, snoozed) {
+	case contract.Snooze:
+		u.r.endOrLater(ctx, l, leaserouter.LostSnoozed, func(ctx context.Context) error { return l.Snooze(ctx, d) })
+	case contract.FailSnooze:
+		err = checkSnooze(d)
+		u.r.endOrLater(ctx, l, leaserouter.LostFailed, func(ctx context.Context) error { return l.Fail(ctx, err) })
 	case contract.Complete:
 		l.idle.Store(true) // finished: completed by the Run, never revoked
 		u.mu.Lock()

@@ -3,6 +3,7 @@ package contract
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -44,16 +45,26 @@ func TestBackoffRecovered(t *testing.T) {
 	require.NoError(t, err)
 }
 
-// TestCheckOptions: each shared field's bound, and the backend floor.
-func TestCheckOptions(t *testing.T) {
+// TestRouterDefaults: each shared field's bound, the backend floor, and
+// the defaults of zero fields.
+func TestRouterDefaults(t *testing.T) {
 	bad := errors.New("bad")
-	require.NoError(t, CheckOptions(bad, 0, 0, time.Second, 0, 5, 0))
-	require.NoError(t, CheckOptions(bad, time.Nanosecond, 0, time.Second, 1, 5, 1<<63-2))
-	require.ErrorIs(t, CheckOptions(bad, -1, 0, time.Second, 0, 5, 0), bad)
-	require.ErrorContains(t, CheckOptions(bad, time.Microsecond, time.Millisecond, time.Second, 0, 5, 0), "must be >= 1ms on this backend")
-	require.ErrorContains(t, CheckOptions(bad, 0, 0, time.Second, -1, 5, 0), "MaxAttempts is -1")
-	require.ErrorContains(t, CheckOptions(bad, 0, 0, time.Second, 1<<31, 5, 0), "MaxAttempts is 2147483648")
-	require.ErrorContains(t, CheckOptions(bad, 0, 0, time.Second, 0, 5, 1<<63-1), "TokenFloor")
+	check := func(lease, minLease time.Duration, attempts int, floor uint64) error {
+		_, err := RouterDefaults(bad, RouterOptions{LeaseDuration: lease, MaxAttempts: attempts, TokenFloor: floor}, minLease)
+		return err
+	}
+	o, err := RouterDefaults(bad, RouterOptions{}, 0)
+	require.NoError(t, err)
+	require.Equal(t, DefaultLeaseDuration, o.LeaseDuration)
+	require.Equal(t, DefaultMaxAttempts, o.MaxAttempts)
+	require.Equal(t, DefaultRetention, o.Retention)
+	require.NotNil(t, o.Backoff)
+	require.NoError(t, check(time.Nanosecond, 0, 1, 1<<63-2))
+	require.ErrorIs(t, check(-1, 0, 0, 0), bad)
+	require.ErrorContains(t, check(time.Microsecond, time.Millisecond, 0, 0), "must be >= 1ms on this backend")
+	require.ErrorContains(t, check(0, 0, -1, 0), "MaxAttempts is -1")
+	require.ErrorContains(t, check(0, 0, 1<<31, 0), "MaxAttempts is 2147483648")
+	require.ErrorContains(t, check(0, 0, 0, 1<<63-1), "TokenFloor")
 }
 
 // TestPanicError: "panic: <value>", a blank line, the stack.
@@ -82,11 +93,42 @@ func TestReportLoggerPanics(t *testing.T) {
 	require.False(t, ReportTo(l, "msg", "j"))
 }
 
-// TestAfterHandler: nil completes, stopping or not; an error releases
-// when stopping, fails otherwise.
-func TestAfterHandler(t *testing.T) {
-	require.Equal(t, Complete, AfterHandler(nil, false))
-	require.Equal(t, Complete, AfterHandler(nil, true))
-	require.Equal(t, Release, AfterHandler(errors.New("x"), true))
-	require.Equal(t, Fail, AfterHandler(errors.New("x"), false))
+// TestHandlerOutcome: nil completes, stopping or not; an error releases
+// when stopping, fails otherwise; a snooze is kept even when stopping,
+// and a negative one fails the attempt.
+func TestHandlerOutcome(t *testing.T) {
+	require.Equal(t, Complete, HandlerOutcome(nil, false, 0, false))
+	require.Equal(t, Complete, HandlerOutcome(nil, true, 0, false))
+	require.Equal(t, Release, HandlerOutcome(errors.New("x"), true, 0, false))
+	require.Equal(t, Fail, HandlerOutcome(errors.New("x"), false, 0, false))
+	snooze := errors.New("snoozed")
+	require.Equal(t, Snooze, HandlerOutcome(snooze, true, 0, true), "snoozed while stopping")
+	require.Equal(t, Snooze, HandlerOutcome(snooze, false, time.Second, true))
+	require.Equal(t, FailSnooze, HandlerOutcome(snooze, true, -1, true), "a negative snooze while stopping")
+	require.Equal(t, FailSnooze, HandlerOutcome(snooze, false, -1, true))
+}
+
+// TestFailCauseOfNilIsUnknownError: Fail(nil) says "unknown error"; a
+// Permanent cause is found wrapped; a typed nil cause's text says its
+// Error panicked, and it still fails the attempt.
+func TestFailCauseOfNilIsUnknownError(t *testing.T) {
+	text, cause, permanent := FailCause(nil)
+	require.Equal(t, "unknown error", text)
+	require.ErrorIs(t, cause, ErrUnknown)
+	require.False(t, permanent)
+	_, _, permanent = FailCause(fmt.Errorf("job 7: %w", Permanent(errors.New("bad"))))
+	require.True(t, permanent)
+	var typedNil *PanicError
+	text, cause, permanent = FailCause(typedNil)
+	require.Contains(t, text, "panic")
+	require.NotPanics(t, func() { _ = cause.Error() })
+	require.False(t, permanent)
+}
+
+// TestAttemptTimeoutPrefersTheJobs: a job's own limit wins over the
+// Run's; without one, the Run's applies (0: none).
+func TestAttemptTimeoutPrefersTheJobs(t *testing.T) {
+	require.Equal(t, time.Second, AttemptTimeout(time.Second, time.Minute))
+	require.Equal(t, time.Minute, AttemptTimeout(0, time.Minute))
+	require.Zero(t, AttemptTimeout(0, 0))
 }

@@ -2,10 +2,10 @@ package routertest_test
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/contract"
 )
 
 // The fake's periodic jobs (routertest.Periodics): a goroutine per
@@ -14,7 +14,7 @@ import (
 // and Close waits for it.
 
 func (f *fake) AddPeriodic(_ context.Context, p leaserouter.Periodic[string]) error {
-	if err := leaserouter.CheckPeriodic(p.Name, p.Schedule, p.Options); err != nil {
+	if err := contract.CheckPeriodic(leaserouter.ErrInvalidOptions, leaserouter.ErrInvalidJob, p.Name, p.Schedule, p.Options, 0); err != nil {
 		return err
 	}
 	f.mu.Lock()
@@ -85,7 +85,7 @@ func (f *fake) payload(p leaserouter.Periodic[string], tick time.Time) (v string
 			f.st.CallbackPanics++
 			f.mu.Unlock()
 			if f.logger != nil {
-				f.logger.Error(fmt.Sprintf("periodic job %q: Payload panicked: %v; tick skipped", p.Name, v))
+				f.logger.Error(contract.PayloadPanicked(p.Name, v))
 			}
 			v, ok = "", f.bug == bugPanickedTickEnqueued
 		}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/contract"
 	"github.com/leaserouter/leaserouter/internal/routertest"
 )
 
@@ -137,15 +138,14 @@ func (f *fake) enqueueMany(jobs []leaserouter.JobSpec[string], batch bool) ([]in
 	}
 	now := time.Now()
 	f.settle(now)
-	settings := make([]leaserouter.EnqueueSettings, len(jobs))
+	settings := make([]contract.EnqueueSettings, len(jobs))
 	for i, s := range jobs {
-		e, err := leaserouter.ReadEnqueueOptions(s.ID, s.Options)
+		err := contract.ReadEnqueueOptions(leaserouter.ErrInvalidJob, &settings[i], s.ID, s.Options)
 		if err != nil && batch {
 			return nil, fmt.Errorf("%w (batch index %d)", err, i)
 		} else if err != nil {
 			return nil, err
 		}
-		settings[i] = e
 	}
 	var dups []int
 	for i, s := range jobs {
@@ -170,14 +170,14 @@ func (f *fake) TryAcquireMany(_ context.Context, worker string, n int) ([]router
 
 // tryAcquireMany is TryAcquireMany, named call in its errors.
 func (f *fake) tryAcquireMany(worker string, n int, call string) ([]routertest.Lease, error) {
-	if err := leaserouter.ValidateWorkerID(worker); err != nil {
+	if err := contract.ValidateWorkerID(leaserouter.ErrInvalidOptions, worker); err != nil {
 		return nil, err
 	}
-	if n < 1 {
-		if f.bug == bugBareErrors {
-			return nil, leaserouter.ErrInvalidOptions
-		}
-		return nil, fmt.Errorf("%w: %s max is %d, must be >= 1", leaserouter.ErrInvalidOptions, call, n)
+	if n < 1 && f.bug == bugBareErrors {
+		return nil, leaserouter.ErrInvalidOptions
+	}
+	if err := contract.ClaimMax(leaserouter.ErrInvalidOptions, call, n); err != nil {
+		return nil, err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -308,11 +308,8 @@ func (f *fake) Run(ctx context.Context, opts leaserouter.WorkerOptions, h router
 	if h == nil {
 		return fmt.Errorf("%w: nil Handler", leaserouter.ErrInvalidOptions)
 	}
-	if _, err := opts.WithDefaults(f.lease); err != nil {
+	if _, err := contract.WorkerDefaults(leaserouter.ErrInvalidOptions, contract.WorkerOptions(opts), f.lease); err != nil {
 		return err
-	}
-	if opts.HeartbeatInterval >= f.lease {
-		return fmt.Errorf("%w: WorkerOptions.HeartbeatInterval %v must be < LeaseDuration %v", leaserouter.ErrInvalidOptions, opts.HeartbeatInterval, f.lease)
 	}
 	var wg sync.WaitGroup
 	for i := range max(opts.Workers, 1) {

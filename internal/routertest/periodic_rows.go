@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/contract"
 )
 
 // Periodic jobs (AddPeriodic, RemovePeriodic), a row per rule, on every
@@ -31,6 +32,12 @@ type Periodics interface {
 func periodicRows() []Row {
 	return []Row{rowPeriodicTicks, rowPeriodicRemoveStopsOnlyItsOwn, rowPeriodicPayloadPanicSkipsTick, rowPeriodicCloseWaits,
 		rowPeriodicBadInput, rowPeriodicDenseScheduleTakesTurns}
+}
+
+// checkPeriodic is the error every backend's AddPeriodic returns for p
+// on a router whose Retention is retention: the contract's.
+func checkPeriodic(p leaserouter.Periodic[string], retention time.Duration) error {
+	return contract.CheckPeriodic(leaserouter.ErrInvalidOptions, leaserouter.ErrInvalidJob, p.Name, p.Schedule, p.Options, retention)
 }
 
 // periodics returns b's Periodics, failing t if it has none.
@@ -324,8 +331,10 @@ var rowPeriodicBadInput = Row{Name: "periodic/bad input refused with ErrInvalidO
 	require.NoError(t, ps.AddPeriodic(ctx, leaserouter.Periodic[string]{Name: "p", Schedule: hourly}), "added again once removed")
 
 	nr := periodics(t, open(t, h, Config{Retention: -1}))
-	require.ErrorIs(t, nr.AddPeriodic(ctx, leaserouter.Periodic[string]{Name: "p", Schedule: hourly}), leaserouter.ErrInvalidOptions,
-		"Retention < 0: no dedup record for a tick")
+	kept := leaserouter.Periodic[string]{Name: "p", Schedule: hourly}
+	err := nr.AddPeriodic(ctx, kept)
+	require.ErrorIs(t, err, leaserouter.ErrInvalidOptions, "Retention < 0: no dedup record for a tick")
+	require.EqualError(t, err, checkPeriodic(kept, -1).Error(), "Retention < 0: one message on every backend")
 
 	require.NoError(t, b.Close(ctx))
 	require.ErrorIs(t, ps.AddPeriodic(ctx, leaserouter.Periodic[string]{Name: "q", Schedule: hourly}), leaserouter.ErrClosed)

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -20,7 +21,7 @@ import (
 func Rows() []Row {
 	return append([]Row{
 		rowExpiredRefused, rowRefusedChangesNothing, rowSettledByAnyCaller, rowLeaseLasts,
-		rowExactInstants, rowTokens, rowHeartbeat, rowAttemptsDead, rowFailBackoff, rowPermanent, rowDedup,
+		rowExactInstants, rowTokens, rowHeartbeat, rowAttemptsDead, rowFailBackoff, rowPermanent, rowFailCauseReadOnce, rowDedup,
 		rowRetention, rowOrder, rowOrderByReadyTime, rowSerialClaims, rowAcquireBlocks, rowCapacity, rowCancel, rowCloseDrains,
 		rowCloseRevokes, rowCloseRevokesLastAttempt, rowCloseRevokesKeptLeases, rowEvents, rowEventsExpiry, rowRun, rowRunLeaseLost,
 		rowRunEndsOnlyValid, rowKeepAlive, rowBadInput, rowBadInputOneMessage, rowBadOptions,
@@ -354,6 +355,28 @@ var rowPermanent = Row{Name: "attempts/Permanent fails at once, Fail(nil) is unk
 	require.Equal(t, leaserouter.StateSucceeded, j.State)
 	require.Equal(t, "unknown error", j.LastError, "LastError kept after a later success")
 	require.Equal(t, 2, j.Attempt)
+}}
+
+// askedCause is a cause of Fail that counts the calls of its user code:
+// Error, and As (errors.As asks it whether it is a Permanent error).
+type askedCause struct{ errors, ases *atomic.Int32 }
+
+func (c askedCause) Error() string      { c.errors.Add(1); return "asked" }
+func (c askedCause) As(target any) bool { c.ases.Add(1); return false }
+
+// rowFailCauseReadOnce: Fail reads its cause once, on every backend: its
+// Error for the job's LastError and its As for a Permanent error, each
+// called once (user code, which may be slow or panic).
+var rowFailCauseReadOnce = Row{Name: "attempts/Fail calls its cause's Error and As once each", Test: func(t T, h Harness) {
+	b := open(t, h, Config{MaxAttempts: 5})
+	ctx := ctxOf(t)
+	require.NoError(t, b.Enqueue(ctx, "a", ""))
+	l := tryAcquire(t, b, "w")
+	cause := askedCause{errors: new(atomic.Int32), ases: new(atomic.Int32)}
+	require.NoError(t, l.Fail(ctx, cause))
+	require.Equal(t, "asked", get(t, b, "a").LastError)
+	require.EqualValues(t, 1, cause.errors.Load(), "Error called once")
+	require.EqualValues(t, 1, cause.ases.Load(), "As called once")
 }}
 
 var rowDedup = Row{Name: "dedup/known ID refused, Retention < 0 drops at once, batch duplicates", Test: func(t T, h Harness) {

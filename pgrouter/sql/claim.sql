@@ -8,7 +8,7 @@
 -- ordered, so they increase in the ready order. The walk's bound is a
 -- constant (rows are locked as the outer LIMIT pulls them), @n an
 -- unknown: one plan for every claim, made once per connection (a plan
--- knowing @n was made again at each claim of one: ~170 us). The rows
+-- knowing @n would be made again at each claim of one). The rows
 -- reach the update as arrays (t), estimated at a few rows (n.token > 0,
 -- always true, lowers the estimate: on a young table, with no
 -- statistics, 10 rows made a bitmap scan of the whole queue look

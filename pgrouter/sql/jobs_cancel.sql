@@ -4,7 +4,7 @@
 -- @retention_us microseconds later. It runs after jobs_settle.sql in the
 -- same transaction, which locked the rows in ID order and settled the
 -- expired leases among them, so it waits for no row (a row enqueued since
--- and held by another transaction is skipped, as if the call had come
+-- and locked by another transaction is skipped, as if the call had come
 -- before it): a bulk call never deadlocks with another or with Run's
 -- completions. Each job is judged by its state then, a pending job leased
 -- meanwhile seen leased. It returns a row per job of @ids the queue knows

@@ -2,7 +2,7 @@
 -- one of @states (their names): its row goes, so its ID may be enqueued
 -- again. It runs after jobs_settle.sql in the same transaction, which
 -- locked the rows in ID order and settled the expired leases among them,
--- so it waits for no row (a row enqueued since and held by another
+-- so it waits for no row (a row enqueued since and locked by another
 -- transaction is skipped, as if the call had come before it): a bulk call
 -- never deadlocks with another or with Run's completions. Each job is
 -- judged by its state then, a dead job retried meanwhile seen pending. It

@@ -5,7 +5,7 @@
 -- in the enqueue order), last error and checkpoint stay. It runs after
 -- jobs_settle.sql in the same transaction, which locked the rows in ID
 -- order and settled the expired leases among them, so it waits for no row
--- (a row enqueued since and held by another transaction is skipped, as if
+-- (a row enqueued since and locked by another transaction is skipped, as if
 -- the call had come before it): a bulk call never deadlocks with another
 -- or with Run's completions. Each job is judged by its state then, a
 -- change committed meanwhile seen. It returns a row per job of @ids the

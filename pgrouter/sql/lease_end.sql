@@ -4,22 +4,21 @@
 -- job's last error (NULL keeps the job's), for a failure @permanent and
 -- the backoff @delay_us, for a snooze the delay @delay_us. A snooze also
 -- takes the attempt back: the snoozed lease is not counted, as a lease
--- handed back unstarted is not (leaserouter_hand_back). Complete, Fail, Release and CompleteTx run it after locking
--- the row (lease_lock.sql or lease_lock_of_token.sql) in the same
--- transaction, so its clock readings come after the lock. A resolvable
+-- handed back unstarted is not (leaserouter_hand_back). Complete, Fail,
+-- Release, Snooze and CompleteTx run it after locking the row
+-- (lease_lock.sql or lease_lock_of_token.sql) in the same transaction,
+-- so its clock readings come after the lock. A resolvable
 -- operation (@op, not 0: see outcome.go) acts only if it was not marked
 -- abandoned. It returns one row, as leases_end.sql's rows are for a
 -- batch: ID, token, whether it ended the lease, the state it left and the
--- instant, no expiry; and the row as found (its latest version: the lock
--- is held, unless it shows another lease): token, state, why its latest
+-- instant, no expiry; and the row as found (its latest version: the row
+-- is locked, unless it shows another lease): token, state, why its latest
 -- lease ended (NULLs if the row is gone).
 --
 -- A single lease's end has a statement of its own, not leases_end.sql
--- with arrays of one: that takes 11% longer for one lease
--- (BenchmarkEndOneLease, 20,000 jobs in the queue: 337 against 374 us,
--- BEGIN and ROLLBACK included; 2.5 times as long before leases_end.sql
--- kept one plan per connection), and this one also says how the row was
--- found (the reason a refusal reports) and honours @op.
+-- with arrays of one: it costs less for one lease (BenchmarkEndOneLease
+-- compares the two), and this one also says how the row was found (the
+-- reason a refusal reports) and honours @op.
 WITH upd AS (
 	UPDATE leaserouter_jobs j SET
 		(state, ready_at, purge_at, owner, lease_expires_at, ended, requeued, updated_at, last_error) =

@@ -14,8 +14,8 @@
 -- their rows the same way) is for the planner. The arrays come through
 -- an OFFSET 0 subquery, so it estimates them alike whatever their length
 -- and the prepared statement keeps one generic plan: planned once per
--- connection, not once per call (a custom plan of this statement took
--- about 300 us to make, several times its execution). Each row is then
+-- connection, not once per call (a custom plan of this statement costs
+-- several times its execution to make). Each row is then
 -- locked through its key in a LATERAL subquery, in the sorted order of
 -- the IDs, so that a table with no statistics yet (a young one) does not
 -- turn the lookups into a scan of the queue; and each lease is checked
@@ -23,7 +23,7 @@
 -- the lock: the instant is never past a valid lease's expiry), so the
 -- update joins by key alone, with no predicate on the state that would
 -- let the partial index of leased rows be scanned for every row of l
--- instead (it was, ~90 us a row at batches of 256). Plans still follow
+-- instead. Plans still follow
 -- the statistics: with none at all the update's join may scan the queue,
 -- and a plan made while the table was tiny (analyzed at a few rows) may
 -- scan it for every ID; each connection keeps such a plan until the next

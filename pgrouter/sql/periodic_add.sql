@@ -2,7 +2,7 @@
 -- database's clock at the first registration of the pair ever: later
 -- ones keep it), its last_tick (the latest tick a scheduler committed;
 -- NULL: none) and the database's clock now. It never waits for a
--- scheduler's transaction holding the row (a stalled one may hold it for
+-- scheduler's transaction locking the row (a stalled one may lock it for
 -- long): an existing row is only read, and the insert happens only when
 -- the row is missing, then skipped if a concurrent first registration
 -- inserted it meanwhile (ON CONFLICT DO NOTHING). No row returned: that

@@ -4,7 +4,7 @@
 -- taker does for its job (periodic_tick.sql): that taker prunes only the
 -- job whose tick it takes, and a job no longer scheduled anywhere would
 -- keep its records forever. The jobs' rows are locked FOR UPDATE SKIP
--- LOCKED: a job whose row a tick's transaction holds is left to it (or to
+-- LOCKED: a job whose row a tick's transaction locks is left to it (or to
 -- the next run), never waited for.
 WITH cutoff AS (
 	SELECT clock_timestamp() - @retention_us::bigint * interval '1 microsecond' AS at

@@ -1,22 +1,23 @@
 -- Takes the tick @tick of the periodic job @name of @queue, in the
 -- transaction that then inserts the tick's job (jobs_insert), without
 -- ever waiting for another transaction: it returns taken (the tick is
--- this transaction's) and held (another transaction holds the job's row:
--- the tick's outcome is unknown, the caller tries it again later).
+-- this transaction's) and locked_elsewhere (another transaction locks the
+-- job's row: the tick's outcome is unknown, the caller defers it and
+-- tries it again later).
 --
 -- The job's row is locked FOR UPDATE SKIP LOCKED, never waited for: the
--- transaction holding it may be a scheduler stalled inside its tick (a
+-- transaction locking it may be a scheduler stalled inside its tick (a
 -- process stopped or cut off from the network keeps its session, and the
 -- lock, until the server ends it), and waiting would stall this
 -- process's scheduler, every periodic job of it. The row lock orders the
 -- takers of the job's ticks; the tick's record in
 -- leaserouter_periodic_ticks (its primary key) makes it taken once: in
--- any order (a tick held by a stalled transaction that rolled back may be
--- taken after a younger one) and whenever its job is purged. The tick is
--- taken only if it has no record, is after taken_to (ticks at or before
--- it may have lost their record), not before the job's first
--- registration (since), and, on the database's clock as the row is
--- locked, due and younger than @retention_us. Its taker deletes the
+-- any order (a tick deferred behind a stalled transaction that rolled
+-- back may be taken after a younger one) and whenever its job is purged.
+-- The tick is taken only if it has no record, is after taken_to (ticks
+-- at or before it may have lost their record), not before the job's
+-- first registration (since), and, on the database's clock as the row
+-- is locked, due and younger than @retention_us. Its taker deletes the
 -- records of the job's ticks older than @retention_us before @tick (no
 -- scheduler of that retention takes them any more) and raises taken_to
 -- over them, and raises last_tick (the latest tick taken: a scheduler
@@ -27,7 +28,7 @@
 -- is true and the tick's job is inserted once.
 --
 -- The rest of the transaction is bounded, so that a scheduler stalled
--- inside it holds the row for a while only, each bound set for this
+-- inside it locks the row for a while only, each bound set for this
 -- transaction only: lock_timeout (the job's insert waiting for a
 -- conflicting one; the caller resets it before its COMMIT, which may wait
 -- for the cluster's NOTIFY lock), idle_in_transaction_session_timeout
@@ -67,5 +68,5 @@ WITH bounds AS (
 )
 SELECT EXISTS (SELECT FROM taken) AS taken,
 	NOT EXISTS (SELECT FROM locked)
-		AND EXISTS (SELECT FROM leaserouter_periodic WHERE queue = @queue AND name = @name) AS held
+		AND EXISTS (SELECT FROM leaserouter_periodic WHERE queue = @queue AND name = @name) AS locked_elsewhere
 FROM bounds

@@ -6,8 +6,8 @@
 -- (1886745127, hashtext(@queue)) taken: a key space of two int4s, apart
 -- from the claims' bigint keys) deletes nothing, and its maintenance
 -- round ends; the purge in flight goes on until its batches are no longer
--- full. Purges walking each other's locked rows from the same end of the
--- purge index cost half as much again per row deleted with 4 processes.
+-- full. Purges of one queue at once would walk each other's locked rows
+-- from the same end of the purge index.
 --
 -- The repeated bound on purge_at, with the instant read once, is one the
 -- index can take: the walk starts at the oldest and stops after @limit

@@ -1,0 +1,50 @@
+package contract
+
+import "fmt"
+
+// The admin reads, on every backend: List's filter and page size, and
+// Leases' limit, with one set of messages.
+
+// DefaultListLimit and MaxListLimit are leaserouter's: the default and the
+// largest page of List (ListParams.Limit) and of Leases.
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 1000
+)
+
+// ListFilter checks List's states and limit (ListParams.States and
+// Limit): each state below numStates, the limit in [0, MaxListLimit]. It
+// returns the states as a mask (bit s: state s; every state when states
+// is empty) and the page size (DefaultListLimit for 0), or an error
+// wrapping errInvalid (the core's ErrInvalidOptions) naming the problem.
+func ListFilter[S ~uint8](errInvalid error, states []S, limit int, numStates S) (mask uint8, size int, err error) {
+	for _, s := range states {
+		if s >= numStates {
+			return 0, 0, fmt.Errorf("%w: ListParams.States: %v is not a state", errInvalid, s)
+		}
+		mask |= 1 << s
+	}
+	if mask == 0 {
+		mask = 1<<numStates - 1
+	}
+	switch {
+	case limit < 0 || limit > MaxListLimit:
+		return 0, 0, fmt.Errorf("%w: ListParams.Limit is %d, must be between 0 and %d", errInvalid, limit, MaxListLimit)
+	case limit == 0:
+		return mask, DefaultListLimit, nil
+	}
+	return mask, limit, nil
+}
+
+// LeasesLimit checks Leases' limit, in [0, MaxListLimit], and returns the
+// number of leases to list (DefaultListLimit for 0), or an error wrapping
+// errInvalid.
+func LeasesLimit(errInvalid error, limit int) (int, error) {
+	switch {
+	case limit < 0 || limit > MaxListLimit:
+		return 0, fmt.Errorf("%w: Leases limit is %d, must be between 0 and %d", errInvalid, limit, MaxListLimit)
+	case limit == 0:
+		return DefaultListLimit, nil
+	}
+	return limit, nil
+}

@@ -1,0 +1,199 @@
+package contract
+
+import (
+	"cmp"
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"time"
+)
+
+// Run's workers and KeepAlive, on every backend: WorkerOptions' checks
+// and defaults, the heartbeat interval, the size of a worker's next batch
+// and what Run does with a handler's return.
+
+// MinHeartbeatInterval is the floor of a heartbeat interval, for Run and
+// KeepAlive on every backend: a shorter positive interval is raised to it
+// (or to a quarter of LeaseDuration, if that is shorter), so a typo such
+// as 1ns cannot turn heartbeats into a busy loop.
+const MinHeartbeatInterval = time.Millisecond
+
+// HeartbeatInterval is the interval Run and KeepAlive use when asked for
+// interval with leases of lease: lease/3 for interval <= 0, and never
+// below the floor (see MinHeartbeatInterval). The caller refuses a result
+// >= lease (KeepAliveInterval).
+func HeartbeatInterval(interval, lease time.Duration) time.Duration {
+	if interval <= 0 {
+		return max(lease/3, 1)
+	}
+	return max(interval, min(MinHeartbeatInterval, lease/4))
+}
+
+// KeepAliveNilLease is the cause of the context KeepAlive of a nil (or
+// zero) lease returns, canceled at once.
+func KeepAliveNilLease(errInvalid error) error {
+	return fmt.Errorf("leaserouter: KeepAlive of a nil *Lease: %w", errInvalid)
+}
+
+// KeepAliveInterval is the cause of the context KeepAlive returns,
+// canceled at once, for an interval (after HeartbeatInterval) >= lease: it
+// could never keep the lease.
+func KeepAliveInterval(errInvalid error, interval, lease time.Duration) error {
+	return fmt.Errorf("%w: KeepAlive interval %v must be < LeaseDuration %v", errInvalid, interval, lease)
+}
+
+// NextBatch is the size of a Run worker's next batch, from the last one:
+// size was its size, limit is WorkerOptions.Batch, cut says it was cut (a
+// heartbeat found jobs still waiting their turn, or the Run stopped), took
+// is how long it ran. One job at a time after a cut batch (a job turned
+// out long); twice as many (up to limit) after a batch that took at most a
+// quarter of interval, the heartbeat interval; half as many (at least
+// one) after one that took over half of it; the same otherwise.
+func NextBatch(size, limit int, cut bool, took, interval time.Duration) int {
+	switch {
+	case cut:
+		return 1
+	case took <= interval/4:
+		return min(2*size, limit)
+	case took > interval/2:
+		return max(1, size/2)
+	}
+	return size
+}
+
+// Outcome is what Run does with a lease once its handler has returned,
+// if the lease was not lost meanwhile (then Run leaves the job alone: its
+// new state was decided by whoever ended the lease).
+type Outcome int
+
+// The outcomes of a handler's return.
+const (
+	Complete   Outcome = iota // the job succeeded
+	Release                   // handed back: pending again, the attempt counted
+	Fail                      // a failed attempt, with the handler's error: retried after Backoff, or dead
+	Snooze                    // snoozed (Lease.Snooze) for the delay the handler asked for
+	FailSnooze                // a failed attempt, with Lease.Snooze's error (CheckSnooze): the handler asked for a negative delay
+)
+
+// HandlerOutcome is Run's decision once a handler returned err, on every
+// backend. snooze and snoozed are what leaserouter.SnoozeDelay finds in
+// err. A snooze is the handler's request, kept even when Run is
+// stopping (a release would count the attempt): Snooze for a delay >= 0,
+// FailSnooze for a negative one (the handler's mistake, not one it may
+// not have had). Otherwise nil completes the job, even when Run is
+// stopping (the work is done); an error releases it when stopping is set
+// (Run's ctx is done or Close began, or the lease could not be proven
+// valid: the error may be the stop's doing, not the job's), and fails
+// the attempt otherwise.
+func HandlerOutcome(err error, stopping bool, snooze time.Duration, snoozed bool) Outcome {
+	switch {
+	case snoozed && snooze < 0:
+		return FailSnooze
+	case snoozed:
+		return Snooze
+	case err == nil:
+		return Complete
+	case stopping:
+		return Release
+	}
+	return Fail
+}
+
+// AttemptTimeout is the limit of an attempt under Run, on every backend:
+// the job's own (WithTimeout) if it has one (> 0), else the Run's
+// (WorkerOptions.Timeout); 0 for none.
+func AttemptTimeout(job, run time.Duration) time.Duration {
+	if job > 0 {
+		return job
+	}
+	return run
+}
+
+// ClaimMax checks the max of a claim of several leases (call:
+// "AcquireMany", "TryAcquireMany"): nil for max >= 1, else an error
+// wrapping errInvalid (the core's ErrInvalidOptions).
+func ClaimMax(errInvalid error, call string, max int) error {
+	if max < 1 {
+		return fmt.Errorf("%w: %s max is %d, must be >= 1", errInvalid, call, max)
+	}
+	return nil
+}
+
+// MaxWorkers is leaserouter.MaxWorkers: the most worker goroutines one
+// Run starts.
+const MaxWorkers = 1 << 16
+
+// DefaultBatch and MaxBatch are leaserouter.DefaultBatch and MaxBatch:
+// the default and the largest WorkerOptions.Batch.
+const (
+	DefaultBatch = 256
+	MaxBatch     = 1024
+)
+
+// WorkerOptions has the fields of leaserouter.WorkerOptions, in its order,
+// so that one converts to the other: the options of a Run, on every
+// backend.
+type WorkerOptions struct {
+	Workers           int
+	WorkerID          string
+	HeartbeatInterval time.Duration
+	Batch             int
+	Timeout           time.Duration
+}
+
+// WorkerDefaults returns o checked and with its zero fields set to their
+// defaults, for a router whose LeaseDuration is lease, as Run does first
+// on every backend; bad fields return an error wrapping errInvalid (the
+// core's ErrInvalidOptions) naming the field. Workers defaults to
+// runtime.GOMAXPROCS(0), WorkerID to "<hostname>-<pid>", Batch to
+// DefaultBatch and HeartbeatInterval as HeartbeatInterval says; every
+// worker's ID, "<WorkerID>-<i>", must keep the rule for IDs.
+func WorkerDefaults(errInvalid error, o WorkerOptions, lease time.Duration) (WorkerOptions, error) {
+	switch {
+	case o.Workers < 0 || o.Workers > MaxWorkers:
+		return o, fmt.Errorf("%w: WorkerOptions.Workers is %d, must be in [0, %d] (0 = GOMAXPROCS)", errInvalid, o.Workers, MaxWorkers)
+	case o.HeartbeatInterval < 0:
+		return o, fmt.Errorf("%w: WorkerOptions.HeartbeatInterval is %v, must be >= 0 (0 = LeaseDuration/3)", errInvalid, o.HeartbeatInterval)
+	case o.Timeout < 0:
+		return o, fmt.Errorf("%w: WorkerOptions.Timeout is %v, must be >= 0 (0 = no limit)", errInvalid, o.Timeout)
+	case o.Batch < 0 || o.Batch > MaxBatch:
+		return o, fmt.Errorf("%w: WorkerOptions.Batch is %d, must be in [0, %d] (0 = %d)", errInvalid, o.Batch, MaxBatch, DefaultBatch)
+	}
+	if o.Workers == 0 {
+		o.Workers = runtime.GOMAXPROCS(0)
+	}
+	if o.WorkerID == "" {
+		host, err := os.Hostname()
+		if err != nil || host == "" {
+			host = "worker"
+		}
+		o.WorkerID = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	// Worker i is "<WorkerID>-<i>"; the last one's ID is the longest.
+	if p := NameProblem(fmt.Sprintf("%s-%d", o.WorkerID, o.Workers-1), MaxIDBytes, "MaxIDBytes"); p != "" {
+		return o, fmt.Errorf("%w: WorkerOptions.WorkerID %s makes worker IDs that break the rule for IDs: worker %d's ID %s",
+			errInvalid, Quote(o.WorkerID), o.Workers-1, p)
+	}
+	o.Batch = cmp.Or(o.Batch, DefaultBatch)
+	o.HeartbeatInterval = HeartbeatInterval(o.HeartbeatInterval, lease)
+	if o.HeartbeatInterval >= lease { // checked after defaulting: LeaseDuration/3 of 1ns is no interval
+		return o, fmt.Errorf("%w: WorkerOptions.HeartbeatInterval %v must be < LeaseDuration %v", errInvalid, o.HeartbeatInterval, lease)
+	}
+	return o, nil
+}
+
+// PanicError is the error a handler's panic fails its attempt with, on
+// every backend: its message, Job.LastError, is "panic: <value>" and the
+// goroutine's stack.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+// Panicked returns the PanicError of a panic with value p, with the
+// caller's stack (call it from the deferred func that recovered p).
+func Panicked(p any) *PanicError { return &PanicError{Value: p, Stack: debug.Stack()} }
+
+// Error gives the panic value and the stack, as Job.LastError shows them.
+func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v\n\n%s", e.Value, e.Stack) }

@@ -211,14 +211,14 @@ func (r *Router[T]) retryJob(j *job[T], now int64, fresh *job[T]) error {
 func (r *Router[T]) retryLocked(j, fresh *job[T], now int64) {
 	// A finished job known to the router is retained (with Retention < 0
 	// it would have been dropped when it finished).
-	r.retained.Remove(int(j.hidx))
+	r.retained.Remove(int(j.heapIndex))
 	*fresh = job[T]{id: j.id, payload: j.payload, progress: j.progress, lastErr: j.lastErr,
 		hash: j.hash, token: j.token, seq: j.seq, priority: j.priority, created: j.created,
-		updated: now, maxAtt: j.maxAtt, hidx: -1, state: j.state, timeout: j.timeout}
+		updated: now, maxAttempts: j.maxAttempts, heapIndex: -1, state: j.state, timeout: j.timeout}
 	r.jobs.Delete(j, j.hash)
 	_, pos := r.jobs.Find(fresh.id, fresh.hash)
 	r.jobs.Insert(fresh, fresh.hash, pos)
-	r.order.Replace(j.ord, j.seq, fresh)
+	r.order.Replace(j.orderChunk, j.seq, fresh)
 	r.forget(j)
 	r.stats.Retried++
 	r.emit(EventRetried, now, fresh, nil, fresh.token, nil)
@@ -264,11 +264,11 @@ func (r *Router[T]) deleteJob(j *job[T], now int64) error {
 func (r *Router[T]) deleteLocked(j *job[T], now int64) {
 	switch j.state {
 	case StatePending:
-		r.ready.Remove(int(j.hidx))
+		r.ready.Remove(int(j.heapIndex))
 	case StateScheduled:
-		r.sched.Remove(int(j.hidx))
+		r.sched.Remove(int(j.heapIndex))
 	default: // finished, so retained
-		r.retained.Remove(int(j.hidx))
+		r.retained.Remove(int(j.heapIndex))
 	}
 	r.drop(j, now)
 }

@@ -34,14 +34,14 @@ func (r *Router[T]) Audit() error {
 			continue
 		}
 		counts[j.state]++
-		if j.ord == nil || !j.ord.Holds(j.seq, j) {
+		if j.orderChunk == nil || !j.orderChunk.Holds(j.seq, j) {
 			bad("job %q is not at its place in the enqueue order", id)
 		}
 		if j.token > r.lastToken {
 			bad("job %q has token %d above the last issued %d", id, j.token, r.lastToken)
 		}
-		if j.attempt > j.maxAtt || j.attempt < 0 {
-			bad("job %q has attempt %d of max %d", id, j.attempt, j.maxAtt)
+		if j.attempt > j.maxAttempts || j.attempt < 0 {
+			bad("job %q has attempt %d of max %d", id, j.attempt, j.maxAttempts)
 		}
 		leased := j.state == StateLeased
 		if leased != (j.lease != nil) {
@@ -50,7 +50,7 @@ func (r *Router[T]) Audit() error {
 		if leased && (j.lease.j != j || j.lease.Token != j.token || j.attempt < 1) {
 			bad("job %q's lease does not match it (token %d vs %d)", id, j.lease.Token, j.token)
 		}
-		i := int(j.hidx)
+		i := int(j.heapIndex)
 		var at bool // j is at position i of its state's index
 		switch j.state {
 		case StatePending:
@@ -71,7 +71,7 @@ func (r *Router[T]) Audit() error {
 			bad("%v count is %d, but %d jobs are %v", s, r.counts[s], counts[s], s)
 		}
 	}
-	idx := func(j *job[T]) int { return int(j.hidx) }
+	idx := func(j *job[T]) int { return int(j.heapIndex) }
 	if !r.ready.Valid(idx) || !r.sched.Valid(idx) || !r.leases.Valid(idx) || !r.retained.Valid(idx) {
 		bad("a heap or the retention queue is out of order or has stale positions")
 	}
@@ -84,7 +84,7 @@ func (r *Router[T]) Audit() error {
 	if n, want := r.retained.Len(), counts[StateSucceeded]+counts[StateFailed]+counts[StateCanceled]; n != want {
 		bad("retention queue holds %d jobs, but %d are finished", n, want)
 	}
-	if !r.kept.Valid(func(k *keeper[T]) int { return int(k.kidx) }) {
+	if !r.kept.Valid(func(k *keeper[T]) int { return int(k.keptIndex) }) {
 		bad("KeepAlive's heartbeat schedule is out of order or has stale positions")
 	}
 	for i := range r.kept.Len() {

@@ -40,7 +40,7 @@ const progressEvery = contract.ProgressEvery
 // panics and let the caller go on (progressed). Called by the delivery
 // goroutine, without r.mu.
 func (r *Router[T]) delivered(c *cursor) {
-	d := r.dl
+	d := r.delivery
 	n := c.i - c.logged
 	c.logged = c.i
 	d.inflight.Add(-int64(n))
@@ -59,7 +59,7 @@ func (r *Router[T]) delivered(c *cursor) {
 // for room once the backlog is down to half, Flush once every event it
 // waits for is delivered. The caller holds r.mu.
 func (r *Router[T]) progressed() {
-	d := r.dl
+	d := r.delivery
 	if r.room != nil && contract.BacklogDrained(r.backlog()) {
 		close(r.room)
 		r.room = nil
@@ -82,7 +82,7 @@ var errDone = errors.New("leaserouter: done")
 // ErrClosed if the Router closed meanwhile, or errDone if done fired first.
 func (r *Router[T]) awaitRoom(done <-chan struct{}) error {
 	for r.backlogFull() {
-		if goid.Current() == r.dl.goid.Load() {
+		if goid.Current() == r.delivery.goid.Load() {
 			return nil
 		}
 		room := r.roomChan()
@@ -104,7 +104,7 @@ func (r *Router[T]) awaitRoom(done <-chan struct{}) error {
 
 // backlog is how many events wait for delivery. The caller holds r.mu.
 func (r *Router[T]) backlog() int {
-	return len(r.outbox) + int(r.dl.inflight.Load())
+	return len(r.outbox) + int(r.delivery.inflight.Load())
 }
 
 // backlogFull reports whether eventBacklog events wait for delivery. The
@@ -119,7 +119,7 @@ func (r *Router[T]) backlogFull() bool {
 func (r *Router[T]) roomChan() chan struct{} {
 	if r.room == nil {
 		r.room = make(chan struct{})
-		r.dl.waiting.Store(true)
+		r.delivery.waiting.Store(true)
 	}
 	return r.room
 }
@@ -141,15 +141,15 @@ func (r *Router[T]) Flush(ctx context.Context) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	if !r.hooked || goid.Current() == r.dl.goid.Load() {
+	if !r.hooked || goid.Current() == r.delivery.goid.Load() {
 		return nil
 	}
 	r.mu.Lock()
 	// waiting before delivered is read: the delivery goroutine adds to
 	// delivered before it reads waiting, so either this sees its count or
 	// it sees this wait (and does not linger).
-	r.dl.waiting.Store(true)
-	if r.dl.delivered.Load() >= r.pushed {
+	r.delivery.waiting.Store(true)
+	if r.delivery.delivered.Load() >= r.pushed {
 		r.progressed() // waiting back to what the other waits need
 		r.unlockAndDeliver()
 		return nil

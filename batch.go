@@ -27,15 +27,15 @@ import (
 // router's lock and, with a hook set, while the event backlog is full.
 // jobs is not retained.
 func (r *Router[T]) EnqueueMany(jobs []JobSpec[T]) (duplicates []int, err error) {
-	sp := specPool.Get().(*[]enqueueSpec)
+	pooled := specPool.Get().(*[]enqueueSpec)
 	defer func() {
-		clear(*sp)
-		if cap(*sp) <= maxPooledSpecs { // a huge batch's specs go to the GC
-			specPool.Put(sp)
+		clear(*pooled)
+		if cap(*pooled) <= maxPooledSpecs { // a huge batch's specs go to the GC
+			specPool.Put(pooled)
 		}
 	}()
-	specs := slices.Grow((*sp)[:0], len(jobs))[:len(jobs)]
-	*sp = specs
+	specs := slices.Grow((*pooled)[:0], len(jobs))[:len(jobs)]
+	*pooled = specs
 	for i := range jobs {
 		if err = r.parseJob(&specs[i], jobs[i].ID, jobs[i].Options); err != nil {
 			return nil, contract.AtBatchIndex(err, i)
@@ -46,12 +46,12 @@ func (r *Router[T]) EnqueueMany(jobs []JobSpec[T]) (duplicates []int, err error)
 	}
 	// The batch's records, allocated before taking the lock.
 	records := makeBlocks[job[T]](len(jobs))
-	grow := r.prealloc() // the same, for the index and the ready queue (reserve.go)
+	growth := r.prealloc() // the same, for the index and the ready queue (reserve.go)
 	now, err := r.lockOpen(true, nil)
 	if err != nil {
 		return nil, err
 	}
-	r.stock(grow)
+	r.stock(growth)
 	if c := r.opts.Capacity; c > 0 {
 		if fresh := r.freshJobs(jobs, specs); r.unfinished()+fresh > c {
 			r.unlockAndDeliver()
@@ -203,7 +203,7 @@ func (r *Router[T]) grantInto(workerID string, now int64, into []*Lease[T], read
 	if r.ready.Len() >= warmAbove { // below, all in the caches
 		for i := range into {
 			if j := r.ready.Upcoming(i); j != nil {
-				r.warm += uint64(len(j.id)) ^ uint64(j.token) ^ uint64(j.at) ^ uint64(j.state)
+				r.cacheWarmSink += uint64(len(j.id)) ^ uint64(j.token) ^ uint64(j.at) ^ uint64(j.state)
 			}
 		}
 	}
@@ -231,7 +231,7 @@ func (r *Router[T]) completeMany(ls []*Lease[T], now int64) {
 	// touch their slots first, so the cache misses overlap (see grantInto).
 	if r.opts.Retention < 0 && r.jobs.Len() >= warmAbove {
 		for _, l := range ls {
-			r.warm += r.jobs.Touch(l.j.hash)
+			r.cacheWarmSink += r.jobs.Touch(l.j.hash)
 		}
 	}
 	for _, l := range ls {

@@ -52,10 +52,10 @@ func (r *Router[T]) Close(ctx context.Context) error {
 	// Close from an OnEvent hook must not wait for the delivery it is part
 	// of: the delivery goroutine goes on once the hook returns.
 	g := goid.Current()
-	fromHook := r.hooked && g == r.dl.goid.Load()
+	fromHook := r.hooked && g == r.delivery.goid.Load()
 	// Nor from a periodic job's Payload or Schedule.Next once Close has
 	// begun: the first Close waits for that very call to return.
-	fromPeriodic := r.per != nil && g == r.per.goid.Load()
+	fromPeriodic := r.periodics != nil && g == r.periodics.goid.Load()
 	if r.phase != phaseOpen {
 		r.unlockAndDeliver()
 		if !fromHook && !fromPeriodic {
@@ -69,7 +69,7 @@ func (r *Router[T]) Close(ctx context.Context) error {
 	r.phase = phaseDraining
 	close(r.closing)
 	r.waiters = nil // each waiter sees r.closing
-	per, inUser := r.per, false
+	per, inUser := r.periodics, false
 	if per != nil {
 		inUser = per.halt() // no user code of periodic jobs from now on
 	}
@@ -138,7 +138,7 @@ func (r *Router[T]) waitClosed(ctx context.Context) bool {
 	if !r.hooked {
 		return waitFor(ctx, r.done)
 	}
-	return waitFor(ctx, r.done) && waitFor(ctx, r.dl.done)
+	return waitFor(ctx, r.done) && waitFor(ctx, r.delivery.done)
 }
 
 // waitFor waits until ch is closed or ctx is done, and reports whether ch

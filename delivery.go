@@ -29,12 +29,12 @@ func (r *Router[T]) unlockAndDeliver() {
 	// memory), a mass expiry's from the queue itself.
 	var few [4]lostNote
 	var told []lostNote
-	if n := len(r.lostq); n > len(few) {
-		told, r.lostq = r.lostq, nil
+	if n := len(r.lostNotes); n > len(few) {
+		told, r.lostNotes = r.lostNotes, nil
 	} else if n > 0 {
-		told = few[:copy(few[:], r.lostq)]
-		clear(r.lostq)
-		r.lostq = r.lostq[:0]
+		told = few[:copy(few[:], r.lostNotes)]
+		clear(r.lostNotes)
+		r.lostNotes = r.lostNotes[:0]
 	}
 	if h := r.hooks.Load(); h != nil && h.Unlocking != nil {
 		h.Unlocking()
@@ -45,7 +45,7 @@ func (r *Router[T]) unlockAndDeliver() {
 	}
 	if wake {
 		select {
-		case r.dl.kick <- struct{}{}:
+		case r.delivery.kick <- struct{}{}:
 		default: // a kick it has not taken yet wakes it as well
 		}
 	}
@@ -123,7 +123,7 @@ const wantTries = 32
 // reports whether the goroutine sleeps and must be woken. The caller holds
 // r.mu.
 func (r *Router[T]) handOff() (wake bool) {
-	d := r.dl
+	d := r.delivery
 	if d == nil {
 		return false
 	}
@@ -147,7 +147,7 @@ func (r *Router[T]) handOff() (wake bool) {
 // counted in flight, and gives the outbox the memory of the last batch.
 // The caller holds r.mu.
 func (r *Router[T]) takeOutbox() []record {
-	d := r.dl
+	d := r.delivery
 	d.inflight.Add(int64(len(r.outbox)))
 	batch := r.outbox
 	r.outbox, d.returned = d.returned, nil
@@ -161,7 +161,7 @@ func (r *Router[T]) takeOutbox() []record {
 // that calls back into the Router appends to the queue this goroutine will
 // drain next instead of deadlocking.
 func (r *Router[T]) deliverLoop() {
-	d := r.dl
+	d := r.delivery
 	goexit := true // until the loop returns: a hook called runtime.Goexit
 	defer func() {
 		if goexit {
@@ -212,7 +212,7 @@ func (r *Router[T]) deliverLoop() {
 // the linger brought nothing, it takes r.mu, takes what waits, or sleeps
 // until a caller hands events over.
 func (r *Router[T]) nextBatch(lingering bool, timer *time.Timer) (batch []record, open bool) {
-	d := r.dl
+	d := r.delivery
 	if lingering && !d.waiting.Load() && !closed(r.closing) {
 		select {
 		case <-d.kick: // left by a hand-off that raced a timer: it would cut this linger short
@@ -294,7 +294,7 @@ func closed(ch <-chan struct{}) bool {
 // panic, and starts a delivery goroutine to go on from there, so events
 // are neither lost nor stuck and Close still finds a goroutine to wait for.
 func (r *Router[T]) resumeAfterGoexit() {
-	d := r.dl
+	d := r.delivery
 	c := &d.cur
 	c.panics++
 	if c.reporting { // the Logger ended it while reporting: the cursor is already past that

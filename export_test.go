@@ -19,7 +19,7 @@ func ExpireNow[T any](r *Router[T], id string) bool {
 	ok := j != nil && j.state == StateLeased && r.phase != phaseClosed
 	if ok {
 		now := r.now()
-		r.leases.Remove(int(j.hidx))
+		r.leases.Remove(int(j.heapIndex))
 		j.at = now
 		r.leases.Push(j)
 		r.settle(now, -1)
@@ -34,7 +34,7 @@ const EventBacklog = eventBacklog
 
 // Backlog returns the number of events recorded and not yet delivered.
 func Backlog[T any](r *Router[T]) int {
-	if r.dl == nil {
+	if r.delivery == nil {
 		return 0
 	}
 	r.mu.Lock()

@@ -91,13 +91,13 @@ func (u *runner[T]) beat(s *slot[T], now int64) {
 		s.due = math.MaxInt64 // between jobs: the worker ends the batch
 		return
 	}
-	rl := &s.batch[s.next-1]
-	if !rl.hc.live() {
+	current := &s.batch[s.next-1]
+	if !current.handlerCtx.live() {
 		s.due = math.MaxInt64
 		return
 	}
-	if err := rl.Heartbeat(nil); err != nil {
-		rl.hc.stop(err)
+	if err := current.Heartbeat(nil); err != nil {
+		current.handlerCtx.stop(err)
 		s.due = math.MaxInt64
 		return
 	}
@@ -184,8 +184,8 @@ type keeper[T any] struct {
 	unwatch  func() bool // stops the watch on the parent ctx (context.AfterFunc)
 
 	// Guarded by the router's mu.
-	next int64 // the instant of the next heartbeat, on the router's clock
-	kidx int32 // position in r.kept; -1 when not scheduled
+	next      int64 // the instant of the next heartbeat, on the router's clock
+	keptIndex int32 // position in r.kept; -1 when not scheduled
 
 	mu      sync.Mutex // serialises beats with stop
 	due     time.Time  // when the armed beat is due; kept only with hooks
@@ -200,7 +200,7 @@ type keeper[T any] struct {
 
 func keepAlive[T any](ctx context.Context, l *Lease[T], interval time.Duration) (context.Context, *keeper[T]) {
 	kctx, cancel := context.WithCancelCause(ctx)
-	k := &keeper[T]{l: l, ctx: kctx, cancel: cancel, interval: interval, kidx: -1}
+	k := &keeper[T]{l: l, ctx: kctx, cancel: cancel, interval: interval, keptIndex: -1}
 	k.quit.Store(math.MaxInt64)
 	// Set before the keeper is watched: leaseLost calls it. watch
 	// schedules the keeper only if kctx is not done by then, under the
@@ -301,7 +301,7 @@ func (k *keeper[T]) heartbeat() (time.Duration, error) {
 		return 0, err
 	}
 	wait := k.interval
-	if k.kidx >= 0 {
+	if k.keptIndex >= 0 {
 		wait = time.Duration(k.next - now) // > 0: settled at now
 	}
 	r.unlockAndDeliver()
@@ -338,12 +338,12 @@ func (r *Router[T]) keptBeat(k *keeper[T], now int64) {
 	// time order.
 	if last := min(now, k.l.j.at-1); last-at >= every {
 		k.next = at + (last-at)/every*every
-		r.kept.Fix(int(k.kidx))
+		r.kept.Fix(int(k.keptIndex))
 		return
 	}
 	r.extend(k.l, at, nil)
 	k.next = addSat(at, k.interval)
-	r.kept.Fix(int(k.kidx))
+	r.kept.Fix(int(k.keptIndex))
 }
 
 // scheduleKept puts k's first heartbeat on the router's schedule, at now
@@ -362,8 +362,8 @@ func (r *Router[T]) scheduleKept(k *keeper[T], now int64) time.Duration {
 // unschedule takes k off the router's schedule of heartbeats, if it is on
 // it. The caller holds r.mu.
 func (r *Router[T]) unschedule(k *keeper[T]) {
-	if k.kidx >= 0 {
-		r.kept.Remove(int(k.kidx))
+	if k.keptIndex >= 0 {
+		r.kept.Remove(int(k.keptIndex))
 	}
 }
 
@@ -377,7 +377,7 @@ func (k *keeper[T]) unkeep() {
 }
 
 func keptBefore[T any](a, b *keeper[T]) bool  { return a.next < b.next }
-func setKeptIndex[T any](k *keeper[T], i int) { k.kidx = int32(i) }
+func setKeptIndex[T any](k *keeper[T], i int) { k.keptIndex = int32(i) }
 
 // stop ends heartbeating, waits for a beat in flight and cancels the
 // context with cause (a no-op if it was already canceled).

@@ -72,11 +72,11 @@ func TestAuditChecksKeepAliveSchedule(t *testing.T) {
 		// Each corruption is undone before the check, so a failing check
 		// leaves a router that stop and Close can still work on.
 		r.mu.Lock()
-		k.kidx = 3
+		k.keptIndex = 3
 		r.mu.Unlock()
 		misplaced := r.Audit()
 		r.mu.Lock()
-		k.kidx = 0
+		k.keptIndex = 0
 		r.mu.Unlock()
 		require.ErrorContains(t, misplaced, "heartbeat schedule is out of order or has stale positions")
 

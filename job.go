@@ -106,26 +106,26 @@ func WithTimeout(d time.Duration) EnqueueOption { return EnqueueOption(contract.
 // reading taken at New), so they compare as plain integers and a wall-clock
 // step cannot move them.
 type job[T any] struct {
-	id       string
-	payload  T
-	progress []byte
-	lastErr  string
-	lease    *Lease[T]            // the current lease; nil unless leased
-	ord      *order.Chunk[job[T]] // its place in enqueue order (List)
+	id         string
+	payload    T
+	progress   []byte
+	lastErr    string
+	lease      *Lease[T]            // the current lease; nil unless leased
+	orderChunk *order.Chunk[job[T]] // its place in enqueue order (List)
 
-	hash     uint64 // of id, as the job index stores it
-	token    Token
-	seq      uint64 // enqueue order, the last tie-breaker
-	priority int
-	created  int64
-	updated  int64
-	at       int64         // leased: lease expiry; scheduled: run-at; pending: ready time; finished: purge time
-	timeout  time.Duration // its WithTimeout; 0 if none. Set before the record is published and never changed (Run reads it without the lock: timeout.go)
-	attempt  int32
-	maxAtt   int32
-	hidx     int32 // position in the index of its state (ready queue, scheduled or lease heap, retention queue); -1 if none
-	state    State
-	ended    endReason // why the latest lease ended
+	hash        uint64 // of id, as the job index stores it
+	token       Token
+	seq         uint64 // enqueue order, the last tie-breaker
+	priority    int
+	created     int64
+	updated     int64
+	at          int64         // leased: lease expiry; scheduled: run-at; pending: ready time; finished: purge time
+	timeout     time.Duration // its WithTimeout; 0 if none. Set before the record is published and never changed (Run reads it without the lock: timeout.go)
+	attempt     int32
+	maxAttempts int32
+	heapIndex   int32 // position in the index of its state (ready queue, scheduled or lease heap, retention queue); -1 if none
+	state       State
+	ended       endReason // why the latest lease ended
 }
 
 // endReason says why a job's latest lease ended; it becomes
@@ -174,7 +174,7 @@ func dueBefore[T any](a, b *job[T]) bool {
 // the ring keeps them.
 func purgeBefore[T any](a, b *job[T]) bool { return a.at < b.at }
 
-func setHeapIndex[T any](j *job[T], i int) { j.hidx = int32(i) }
+func setHeapIndex[T any](j *job[T], i int) { j.heapIndex = int32(i) }
 
 func jobID[T any](j *job[T]) string { return j.id }
 
@@ -202,7 +202,7 @@ type jobRow = Job[struct{}]
 func (r *Router[T]) row(x *job[T], progress bool) jobRow {
 	j := jobRow{
 		ID: x.id, State: x.state, Priority: x.priority,
-		Attempt: int(x.attempt), MaxAttempts: int(x.maxAtt), Token: x.token,
+		Attempt: int(x.attempt), MaxAttempts: int(x.maxAttempts), Token: x.token,
 		Owner: x.owner(), LastError: x.lastErr,
 		CreatedAt: r.timeAt(x.created), UpdatedAt: r.timeAt(x.updated), Timeout: x.timeout,
 	}

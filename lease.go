@@ -92,7 +92,7 @@ func (r *Router[T]) extend(l *Lease[T], now int64, progress []byte) {
 		// Out and in again: the new expiry is mostly the latest yet (every
 		// lease lasts LeaseDuration from an earlier instant), so it goes
 		// to the back of the queue's ring.
-		r.leases.Remove(int(j.hidx))
+		r.leases.Remove(int(j.heapIndex))
 		j.at = exp
 		r.leases.Push(j)
 	}
@@ -315,7 +315,7 @@ func (l *Lease[T]) unwatch(k *keeper[T]) {
 	}
 }
 
-// lostNote is a lostWatcher's call, queued under r.mu (Router.lostq).
+// lostNote is a lostWatcher's call, queued under r.mu (Router.lostNotes).
 type lostNote struct {
 	w     lostWatcher
 	cause *LeaseLostError
@@ -346,7 +346,7 @@ func (r *Router[T]) tell(w lostWatcher, cause *LeaseLostError) {
 	case refused:
 		return
 	}
-	r.lostq = append(r.lostq, lostNote{w, cause})
+	r.lostNotes = append(r.lostNotes, lostNote{w, cause})
 }
 
 // watch registers keeper k to be told, with a cause wrapping ErrLeaseLost,

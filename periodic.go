@@ -95,10 +95,10 @@ func (r *Router[T]) AddPeriodic(p Periodic[T]) error {
 		return ErrClosed
 	}
 	now := r.now()
-	per := r.per
+	per := r.periodics
 	if per == nil {
 		per = newPeriodics[T]()
-		r.per = per
+		r.periodics = per
 		go r.schedulePeriodics(per) // owned by Close, which waits on per.done
 	}
 	r.unlockAndDeliver()
@@ -131,7 +131,7 @@ func (r *Router[T]) RemovePeriodic(name string) error {
 		return ErrClosed
 	}
 	r.mu.Lock()
-	open, per := r.phase == phaseOpen, r.per
+	open, per := r.phase == phaseOpen, r.periodics
 	r.unlockAndDeliver()
 	if !open {
 		return ErrClosed

@@ -109,25 +109,25 @@ func (r *Router[T]) nextDeadline() int64 {
 // amortised O(log n) per item. The caller holds r.mu.
 func (r *Router[T]) settle(now int64, limit int) (more bool) {
 	for n := 0; ; n++ {
-		l, lok := r.leases.Peek()
-		s, sok := r.sched.Peek()
-		p, pok := r.retained.Peek()
+		l, hasLease := r.leases.Peek()
+		s, hasScheduled := r.sched.Peek()
+		p, hasRetained := r.retained.Peek()
 		// Pick the earliest due item so events come out in time order.
 		due := now
 		kind := dueNone
-		if lok && l.at <= due {
+		if hasLease && l.at <= due {
 			due, kind = l.at, dueExpiry
 		}
-		if sok && s.at <= due && (kind == dueNone || s.at < due) {
+		if hasScheduled && s.at <= due && (kind == dueNone || s.at < due) {
 			due, kind = s.at, dueRunAt
 		}
 		// A heartbeat is due before its lease's expiry (keptBeat), so
 		// neither is settled out of turn.
-		k, kok := r.kept.Peek()
-		if kok && k.next <= due && (kind == dueNone || k.next < due) {
+		k, hasKept := r.kept.Peek()
+		if hasKept && k.next <= due && (kind == dueNone || k.next < due) {
 			due, kind = k.next, dueBeat
 		}
-		if pok && p.at <= due && (kind == dueNone || p.at < due) {
+		if hasRetained && p.at <= due && (kind == dueNone || p.at < due) {
 			kind = duePurge
 		}
 		if kind == dueNone {

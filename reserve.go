@@ -39,16 +39,16 @@ const (
 // growthMem is memory allocated before the lock for the next growth step
 // of the ID index and the ready queue; nil where none was wanted.
 type growthMem[T any] struct {
-	seg   *table.Segment[job[T]]
-	chunk *heap.Chunk[*job[T]]
+	segment *table.Segment[job[T]]
+	chunk   *heap.Chunk[*job[T]]
 }
 
 // prealloc allocates what the last word said the index and the ready
 // queue want. It reads only an atomic: called before taking r.mu.
 func (r *Router[T]) prealloc() (m growthMem[T]) {
-	if w := r.grow.want.Load(); w != 0 {
+	if w := r.growth.want.Load(); w != 0 {
 		if w&wantSegment != 0 {
-			m.seg = table.NewSegment[job[T]]()
+			m.segment = table.NewSegment[job[T]]()
 		}
 		if w&wantChunk != 0 {
 			m.chunk = heap.NewChunk[*job[T]]()
@@ -61,8 +61,8 @@ func (r *Router[T]) prealloc() (m growthMem[T]) {
 // what it does not want (another call gave it first). The caller holds
 // r.mu.
 func (r *Router[T]) stock(m growthMem[T]) {
-	if m.seg != nil {
-		r.jobs.Give(m.seg)
+	if m.segment != nil {
+		r.jobs.Give(m.segment)
 	}
 	if m.chunk != nil {
 		r.ready.Give(m.chunk)
@@ -80,8 +80,8 @@ func (r *Router[T]) noteWants() {
 	if r.ready.WantsChunk() {
 		w |= wantChunk
 	}
-	if w != r.grow.last {
-		r.grow.last = w
-		r.grow.want.Store(w)
+	if w != r.growth.last {
+		r.growth.last = w
+		r.growth.want.Store(w)
 	}
 }

@@ -51,43 +51,43 @@ type Router[T any] struct {
 	done      chan struct{} // closed when Close has finished
 	reaper    sync.WaitGroup
 
-	mu        sync.Mutex
-	jobs      *table.Table[job[T]]      // by ID
-	ready     *heap.Queue[*job[T]]      // pending jobs by priority, ready time, seq
-	sched     *heap.Heap[*job[T]]       // scheduled jobs by run-at
-	leases    *heap.Queue[*job[T]]      // leased jobs by lease expiry: granted and extended in expiry order, so mostly its ring
-	retained  *heap.Queue[*job[T]]      // finished jobs by purge time: finish times rarely decrease, so mostly its ring; Retry and Delete take one out
-	order     *order.Log[job[T]]        // every job, in enqueue order (List)
-	paused    bool                      // Pause: no grants until Resume
-	counts    [numStates + 1]int        // by State; the last slot is stateNew's, never read
-	hist      *[HistoryMinutes]histSlot // History's ring (apart: 2 KB the hot fields need not share lines with)
-	stats     Stats                     // totals; counts fill the per-state fields on read
-	lastToken Token
-	seq       uint64
-	armed     int64 // the reaper's next wake-up; math.MaxInt64 if none
-	waiters   []chan struct{}
-	woken     int // waiters woken for a job and not back for it yet (Run's share counts them as waiting)
-	phase     phase
-	drained   chan struct{}              // closed when the last lease ends while draining
-	hooks     atomic.Pointer[hook.Hooks] // test signals; nil outside tests (export_test.go sets them)
-	warm      uint64                     // sink of the loads that warm the caches for a batch (grantInto, completeMany); its value means nothing
+	mu            sync.Mutex
+	jobs          *table.Table[job[T]]      // by ID
+	ready         *heap.Queue[*job[T]]      // pending jobs by priority, ready time, seq
+	sched         *heap.Heap[*job[T]]       // scheduled jobs by run-at
+	leases        *heap.Queue[*job[T]]      // leased jobs by lease expiry: granted and extended in expiry order, so mostly its ring
+	retained      *heap.Queue[*job[T]]      // finished jobs by purge time: finish times rarely decrease, so mostly its ring; Retry and Delete take one out
+	order         *order.Log[job[T]]        // every job, in enqueue order (List)
+	paused        bool                      // Pause: no grants until Resume
+	counts        [numStates + 1]int        // by State; the last slot is stateNew's, never read
+	hist          *[HistoryMinutes]histSlot // History's ring (apart: 2 KB the hot fields need not share lines with)
+	stats         Stats                     // totals; counts fill the per-state fields on read
+	lastToken     Token
+	seq           uint64
+	armed         int64 // the reaper's next wake-up; math.MaxInt64 if none
+	waiters       []chan struct{}
+	woken         int // waiters woken for a job and not back for it yet (Run's share counts them as waiting)
+	phase         phase
+	drained       chan struct{}              // closed when the last lease ends while draining
+	hooks         atomic.Pointer[hook.Hooks] // test signals; nil outside tests (export_test.go sets them)
+	cacheWarmSink uint64                     // sink of the loads that warm the caches for a batch (grantInto, completeMany); its value means nothing
 
 	// Event delivery (delivery.go, backlog.go). outbox, room and flush are guarded by mu; the
-	// rest of the delivery goroutine's state is in dl, a separate
+	// rest of the delivery goroutine's state is in delivery, a separate
 	// allocation so that its writes do not steal the cache lines the
 	// callers' critical sections use.
-	outbox  []record      // events emitted and not yet handed to the delivery goroutine, in order
-	room    chan struct{} // closed when the backlog is down to half; nil unless a producer waits
-	pushed  uint64        // events recorded since New (Flush waits for them)
-	flush   chan struct{} // closed when flushAt events are delivered; nil unless Flush waits
-	flushAt uint64
-	dl      *delivery // nil without hooks
-	grow    growHint  // what the ID index and the ready queue want for their next growth step (reserve.go)
+	outbox   []record      // events emitted and not yet handed to the delivery goroutine, in order
+	room     chan struct{} // closed when the backlog is down to half; nil unless a producer waits
+	pushed   uint64        // events recorded since New (Flush waits for them)
+	flush    chan struct{} // closed when flushAt events are delivered; nil unless Flush waits
+	flushAt  uint64
+	delivery *delivery // nil without hooks
+	growth   growHint  // what the ID index and the ready queue want for their next growth step (reserve.go)
 
-	per *periodics[T] // the scheduler of periodic jobs (periodic.go); nil until the first AddPeriodic; guarded by mu
+	periodics *periodics[T] // the scheduler of periodic jobs (periodic.go); nil until the first AddPeriodic; guarded by mu
 
-	lostq []lostNote             // lease ends told under mu, their contexts canceled once it is released (tell); guarded by mu
-	kept  *heap.Heap[*keeper[T]] // KeepAlive's keepers by the instant of their next heartbeat (heartbeat.go); guarded by mu
+	lostNotes []lostNote             // lease ends told under mu, their contexts canceled once it is released (tell); guarded by mu
+	kept      *heap.Heap[*keeper[T]] // KeepAlive's keepers by the instant of their next heartbeat (heartbeat.go); guarded by mu
 }
 
 // New returns a running Router. Zero Options fields get their defaults; a
@@ -121,8 +121,8 @@ func New[T any](opts Options) (*Router[T], error) {
 	r.lastToken = max(opts.TokenFloor, Token(max(r.epoch.UnixNano(), 0)))
 	r.reaper.Go(r.reap)
 	if r.hooked {
-		r.dl = &delivery{kick: make(chan struct{}, 1), done: make(chan struct{})}
-		go r.deliverLoop() // owned by Close, which waits on dl.done
+		r.delivery = &delivery{kick: make(chan struct{}, 1), done: make(chan struct{})}
+		go r.deliverLoop() // owned by Close, which waits on delivery.done
 	}
 	return r, nil
 }
@@ -195,7 +195,7 @@ func (r *Router[T]) lock() {
 // clock, so a wall-clock step can neither expire nor extend a lease.
 func (r *Router[T]) now() int64 { return int64(time.Since(r.epoch)) }
 
-func (r *Router[T]) timeAt(ns int64) time.Time { return r.epoch.Add(time.Duration(ns)) }
+func (r *Router[T]) timeAt(nanos int64) time.Time { return r.epoch.Add(time.Duration(nanos)) }
 
 // Enqueue adds a job with a unique id and its payload. It returns nil once
 // the job is stored: pending (ready to lease), or scheduled if WithDelay or

@@ -21,8 +21,8 @@ import (
 // timeout is set before the job is first published and never changes
 // (forget leaves it), so the worker granted its lease may read it
 // without r.mu.
-func (r *Router[T]) limit(j *job[T], def time.Duration) time.Duration {
-	return contract.AttemptTimeout(j.timeout, def)
+func (r *Router[T]) limit(j *job[T], fallback time.Duration) time.Duration {
+	return contract.AttemptTimeout(j.timeout, fallback)
 }
 
 // withTimeout returns the handler's ctx for l under the limit d (none for

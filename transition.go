@@ -109,7 +109,7 @@ func (r *Router[T]) fail(j *job[T], l *Lease[T], now int64, text string, cause e
 	r.endLease(j, endFailed)
 	r.tally(contract.TallyFailed, now)
 	setHeld(r.emit(EventFailed, now, j, l, l.Token, cause), l.granted, now)
-	if permanent || j.attempt >= j.maxAtt {
+	if permanent || j.attempt >= j.maxAttempts {
 		r.kill(j, now)
 	} else {
 		r.stats.Retries++
@@ -182,9 +182,9 @@ func (r *Router[T]) cancel(j *job[T], now int64) {
 		setHeld(r.emit(EventCanceled, now, j, l, l.Token, nil), l.granted, now)
 	case StatePending, StateScheduled:
 		if j.state == StatePending {
-			r.ready.Remove(int(j.hidx))
+			r.ready.Remove(int(j.heapIndex))
 		} else {
-			r.sched.Remove(int(j.hidx))
+			r.sched.Remove(int(j.heapIndex))
 		}
 		r.emit(EventCanceled, now, j, nil, j.token, nil)
 	default: // finished: Cancel refuses it before calling
@@ -216,7 +216,7 @@ func (a readyAt) get() (at int64, requeued bool) {
 // requeue makes a job whose lease ended by expiry or release pending at
 // readyAt, or dead at "at" if it has used all its attempts.
 func (r *Router[T]) requeue(j *job[T], readyAt, at int64) {
-	if j.attempt >= j.maxAtt {
+	if j.attempt >= j.maxAttempts {
 		r.kill(j, at)
 		return
 	}
@@ -297,7 +297,7 @@ func (r *Router[T]) purge(j *job[T]) {
 // queue, if any.
 func (r *Router[T]) drop(j *job[T], at int64) {
 	r.jobs.Delete(j, j.hash)
-	r.order.Remove(j.ord, j.seq, uint8(j.state))
+	r.order.Remove(j.orderChunk, j.seq, uint8(j.state))
 	r.counts[j.state]--
 	r.stats.Purged++
 	r.emit(EventPurged, at, j, nil, j.token, nil)
@@ -310,11 +310,11 @@ func (r *Router[T]) drop(j *job[T], at int64) {
 func (r *Router[T]) forget(j *job[T]) {
 	var zero T
 	j.id, j.payload, j.progress, j.lastErr = "", zero, nil, ""
-	j.ord = nil
+	j.orderChunk = nil
 }
 
 // setOrder records j's chunk of the enqueue order.
-func setOrder[T any](j *job[T], c *order.Chunk[job[T]]) { j.ord = c }
+func setOrder[T any](j *job[T], c *order.Chunk[job[T]]) { j.orderChunk = c }
 
 // endLease ends j's current lease: it leaves the lease heap, and every
 // context watching it (Run's handler context, KeepAlive's) is canceled at
@@ -324,7 +324,7 @@ func setOrder[T any](j *job[T], c *order.Chunk[job[T]]) { j.ord = c }
 // Lease.keep). The caller holds r.mu and moves j to its next state at
 // once.
 func (r *Router[T]) endLease(j *job[T], why endReason) {
-	r.leases.Remove(int(j.hidx))
+	r.leases.Remove(int(j.heapIndex))
 	j.ended = why
 	l := j.lease
 	j.lease = nil
@@ -343,7 +343,7 @@ func (r *Router[T]) endLease(j *job[T], why endReason) {
 func (r *Router[T]) setState(j *job[T], s State) {
 	r.counts[j.state]--
 	r.counts[s]++
-	j.ord.Move(uint8(j.state), uint8(s))
+	j.orderChunk.Move(uint8(j.state), uint8(s))
 	if j.state == StateLeased && r.drained != nil && r.counts[StateLeased] == 0 {
 		close(r.drained)
 		r.drained = nil
@@ -368,11 +368,11 @@ func (r *Router[T]) insert(id string, payload T, s *enqueueSpec, pos int, now in
 	}
 	// Field by field: the record is zero (new, or a fresh batch's), and a
 	// composite literal here would cost a copy.
-	j.id, j.payload, j.priority, j.maxAtt = id, payload, s.Priority, int32(s.MaxAttempts)
-	j.hash, j.seq, j.created, j.updated, j.hidx, j.timeout = s.hash, r.seq, now, now, -1, s.Timeout
+	j.id, j.payload, j.priority, j.maxAttempts = id, payload, s.Priority, int32(s.MaxAttempts)
+	j.hash, j.seq, j.created, j.updated, j.heapIndex, j.timeout = s.hash, r.seq, now, now, -1, s.Timeout
 	j.state = stateNew
 	r.jobs.Insert(j, s.hash, pos)
-	j.ord = r.order.Append(j, j.seq, uint8(stateNew))
+	j.orderChunk = r.order.Append(j, j.seq, uint8(stateNew))
 	r.stats.Enqueued++
 	r.emit(EventEnqueued, now, j, nil, 0, nil)
 	r.schedule(j, at, now)

@@ -36,7 +36,7 @@ type slot[T any] struct {
 // already cancels it).
 type runLease[T any] struct {
 	Lease[T]
-	hc leaseCtx
+	handlerCtx leaseCtx
 }
 
 // worker is one worker loop of Run and what it keeps between batches.
@@ -154,8 +154,8 @@ func (w *worker[T]) take(want int) []runLease[T] {
 	clear(w.into) // pointers into an earlier block must not keep it alive
 	w.into, w.ready = w.into[:0], slices.Grow(w.ready[:0], len(block))[:len(block)]
 	for i := range block {
-		block[i].hc.parent = &w.ctx
-		block[i].lost = &block[i].hc
+		block[i].handlerCtx.parent = &w.ctx
+		block[i].lost = &block[i].handlerCtx
 		w.into = append(w.into, &block[i].Lease)
 	}
 	return block
@@ -288,13 +288,13 @@ func (w *worker[T]) adapt(cut bool, granted int64) {
 // nil result joins the slot's done list, completed with the next lease.
 func (w *worker[T]) process(rl *runLease[T]) {
 	l := &rl.Lease
-	if !rl.hc.live() {
+	if !rl.handlerCtx.live() {
 		// Lost while it waited its turn (Cancel, say): nothing to run.
 		w.finished(nil)
 		return
 	}
 	err := w.call(rl)
-	if errors.Is(rl.hc.stop(context.Canceled), ErrLeaseLost) {
+	if errors.Is(rl.handlerCtx.stop(context.Canceled), ErrLeaseLost) {
 		// The lease was lost while h ran (and an event said so): acting
 		// on it now could only be refused.
 		w.finished(nil)
@@ -325,9 +325,9 @@ func (w *worker[T]) call(rl *runLease[T]) error {
 	l := &rl.Lease
 	d := w.u.r.limit(l.j, w.u.timeout)
 	if d == 0 {
-		return call(&rl.hc, l, w.u.h)
+		return call(&rl.handlerCtx, l, w.u.h)
 	}
-	ctx, cancel := withTimeout(rl.hc.ctx(), l, d)
+	ctx, cancel := withTimeout(rl.handlerCtx.ctx(), l, d)
 	defer cancel()
 	return call(ctx, l, w.u.h)
 }

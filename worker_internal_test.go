@@ -26,10 +26,10 @@ func TestShare(t *testing.T) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	share := func(want, waiters, woken, backlog int) int {
-		defer func(h bool) { r.waiters, r.woken, r.outbox, r.hooked, r.dl = nil, 0, nil, h, nil }(r.hooked)
+		defer func(h bool) { r.waiters, r.woken, r.outbox, r.hooked, r.delivery = nil, 0, nil, h, nil }(r.hooked)
 		r.waiters, r.woken = make([]chan struct{}, waiters), woken
 		if backlog > 0 {
-			r.hooked, r.dl = true, new(delivery) // as with OnEvent set
+			r.hooked, r.delivery = true, new(delivery) // as with OnEvent set
 			r.outbox = make([]record, backlog)
 		}
 		return r.share(want)

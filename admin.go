@@ -38,8 +38,8 @@ type ListParams struct {
 
 // The bounds of ListParams.Limit.
 const (
-	DefaultListLimit = contract.DefaultListLimit
-	MaxListLimit     = contract.MaxListLimit
+	DefaultListLimit = 100
+	MaxListLimit     = 1000
 )
 
 // JobPage is one page of List.

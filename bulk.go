@@ -13,7 +13,7 @@ import (
 
 // MaxBulkIDs is the most IDs one RetryMany, CancelMany or DeleteMany
 // takes, on every backend.
-const MaxBulkIDs = contract.MaxBulk
+const MaxBulkIDs = 10000
 
 // BulkResult is what RetryMany, CancelMany or DeleteMany did. Each
 // distinct ID of the call is counted in exactly one field (an ID given

@@ -16,7 +16,7 @@ import (
 // of LeaseDuration, if that is shorter), so a typo such as 1ns cannot turn
 // heartbeats into a busy loop that holds the router's lock. The same on
 // every backend.
-const MinHeartbeatInterval = contract.MinHeartbeatInterval
+const MinHeartbeatInterval = time.Millisecond
 
 // heartbeatInterval is the interval Run and KeepAlive use when asked for
 // interval: LeaseDuration/3 for interval <= 0, and never below the floor

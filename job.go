@@ -64,9 +64,12 @@ type Job[T any] struct {
 	UpdatedAt   time.Time
 }
 
-// EnqueueOption changes how one job is enqueued. Options are applied in
-// order, so of WithDelay and WithRunAt the last one wins. An EnqueueOption is
-// a small value, not a closure, so passing options allocates nothing.
+// EnqueueOption changes how one job is enqueued. Options are made by the
+// With functions (WithDelay, WithRunAt, WithPriority, ...) and applied in
+// order, so of WithDelay and WithRunAt the last one wins. An EnqueueOption
+// is a small comparable struct with unexported fields, not a closure, so
+// passing options allocates nothing; its zero value, EnqueueOption{}, is
+// no option and changes nothing. Every backend reads the same options.
 type EnqueueOption contract.EnqueueOption
 
 // WithPriority sets the job's priority: a higher priority is leased first.
@@ -278,7 +281,7 @@ type JobSpec[T any] struct {
 // pgrouter indexes (queue, id), with queue names of at most
 // pgrouter.MaxQueueBytes (256), so the largest entry is under 1.3 kB even
 // when its bytes do not compress.
-const MaxIDBytes = contract.MaxIDBytes
+const MaxIDBytes = 1024
 
 // ValidateID returns nil if id is a valid job ID (see MaxIDBytes), or an
 // error wrapping ErrInvalidJob that names the first problem: "empty ID",

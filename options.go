@@ -12,9 +12,9 @@ import (
 
 // Defaults applied by New to zero Options fields.
 const (
-	DefaultLeaseDuration = contract.DefaultLeaseDuration
-	DefaultMaxAttempts   = contract.DefaultMaxAttempts
-	DefaultRetention     = contract.DefaultRetention
+	DefaultLeaseDuration = 30 * time.Second
+	DefaultMaxAttempts   = 5
+	DefaultRetention     = 10 * time.Minute
 )
 
 // DefaultBackoff is the Backoff used when Options.Backoff is nil:

@@ -38,13 +38,13 @@ type Handler[T any] func(ctx context.Context, l *Lease[T]) error
 // MaxWorkers is the most worker goroutines one Run starts
 // (WorkerOptions.Workers); more is refused with ErrInvalidOptions rather
 // than risking the process's memory. Several Runs may share a Router.
-const MaxWorkers = contract.MaxWorkers
+const MaxWorkers = 1 << 16 // 65,536
 
 // DefaultBatch is the default of WorkerOptions.Batch, and MaxBatch the
 // largest Batch allowed.
 const (
-	DefaultBatch = contract.DefaultBatch
-	MaxBatch     = contract.MaxBatch
+	DefaultBatch = 256
+	MaxBatch     = 1024
 )
 
 // WorkerOptions configure Run. The zero value is valid.
@@ -145,10 +145,7 @@ func (r *Router[T]) Run(ctx context.Context, opts WorkerOptions, h Handler[T]) e
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	if h == nil {
-		return fmt.Errorf("%w: nil Handler", ErrInvalidOptions)
-	}
-	o, err := contract.WorkerDefaults(ErrInvalidOptions, contract.WorkerOptions(opts), r.opts.LeaseDuration)
+	o, err := contract.WorkerDefaults(ErrInvalidOptions, h == nil, contract.WorkerOptions(opts), r.opts.LeaseDuration)
 	if err != nil {
 		return err
 	}

@@ -43,8 +43,8 @@ import (
 // cancel stops heartbeating, waits for a heartbeat round in flight with
 // this lease (bounded by LeaseDuration), and cancels the context; it is
 // idempotent. KeepAlive called again for the same lease keeps it alive
-// for both calls, each context on its own (neither cancels the other), as
-// in the core. interval <= 0 means LeaseDuration/3; a positive interval
+// for both calls, each context on its own (neither cancels the other).
+// interval <= 0 means LeaseDuration/3; a positive interval
 // below leaserouter.MinHeartbeatInterval is raised to it (or to
 // LeaseDuration/4 if that is shorter); interval >=
 // LeaseDuration, or a nil or zero l, returns a context canceled at once

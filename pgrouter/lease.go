@@ -199,17 +199,11 @@ func (l *Lease[T]) Fail(ctx context.Context, cause error) error {
 	if !permanent { // no Backoff for a permanent failure
 		backoff = r.backoff(l.Attempt, l.JobID)
 	}
-	res, err := l.end(ctx, "Fail", leaserouter.LostFailed,
+	res, answered, err := l.endByHolder(ctx, "Fail", leaserouter.LostFailed,
 		args{"permanent": permanent, "delay_us": backoff.Microseconds(), "error": text})
-	if err != nil {
-		if !errors.As(err, new(*leaserouter.LeaseLostError)) && l.resolved(ctx, leaserouter.LostFailed) {
-			r.keepers.holderEnded(l, leaserouter.LostFailed)
-			r.release(l) // failed, as the row shows; its events are unknown here
-			return nil
-		}
+	if !answered {
 		return err
 	}
-	r.keepers.holderEnded(l, leaserouter.LostFailed)
 	defer r.release(l) // after the events
 	failed := l.event(leaserouter.EventFailed, *res.at)
 	failed.Err = cause
@@ -255,17 +249,11 @@ func (r *Router[T]) backoff(attempt int, jobID string) time.Duration {
 // row shows this lease released.
 func (l *Lease[T]) Release(ctx context.Context) error {
 	ctx = orBackground(ctx)
-	res, err := l.end(ctx, "Release", leaserouter.LostReleased, nil)
-	if err != nil {
-		if !errors.As(err, new(*leaserouter.LeaseLostError)) && l.resolved(ctx, leaserouter.LostReleased) {
-			l.r.keepers.holderEnded(l, leaserouter.LostReleased)
-			l.r.release(l) // released, as the row shows; its events are unknown here
-			return nil
-		}
+	res, answered, err := l.endByHolder(ctx, "Release", leaserouter.LostReleased, nil)
+	if !answered {
 		return err
 	}
 	r := l.r
-	r.keepers.holderEnded(l, leaserouter.LostReleased)
 	defer r.release(l) // after the events
 	r.emit(l.event(leaserouter.EventReleased, *res.at))
 	if isState(res.state, leaserouter.StateFailed) {

@@ -65,8 +65,8 @@ type Options struct {
 	// events wait for delivery; beyond that Enqueue, EnqueueMany and
 	// claims (Acquire, TryAcquire, Run taking jobs) wait before their
 	// round trip until delivery has brought the backlog down to half (the
-	// events of the batch in delivery count until their hooks return), as
-	// in the core, so a hook slower than the event rate slows the producers
+	// events of the batch in delivery count until their hooks return), so
+	// a hook slower than the event rate slows the producers
 	// of new work; lease operations never wait. A panic in OnEvent (or a
 	// runtime.Goexit, as t.FailNow does) is recovered, counted in
 	// Stats.CallbackPanics and reported at level Error through Logger

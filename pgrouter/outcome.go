@@ -59,6 +59,27 @@ func (l *Lease[T]) end(ctx context.Context, call string, reason leaserouter.Lost
 	return l.op(ctx, conn, false, id, call, endLease, a)
 }
 
+// endByHolder is a holder's end of l for reason (Fail, Release,
+// Snooze): end, then the holder's KeepAlives told at once
+// (contract.EndedByHolder). answered is false when there is no result to
+// report events from: err says why, or, nil, the statement's outcome was
+// unknown and resolved shows l ended for reason — l is released then,
+// its events unknown here. When answered, the caller reports the events
+// and then releases l.
+func (l *Lease[T]) endByHolder(ctx context.Context, call string, reason leaserouter.LostReason, extra args) (res opResult, answered bool, err error) {
+	res, err = l.end(ctx, call, reason, extra)
+	if err == nil {
+		l.r.keepers.holderEnded(l, reason)
+		return res, true, nil
+	}
+	if !errors.As(err, new(*leaserouter.LeaseLostError)) && l.resolved(ctx, reason) {
+		l.r.keepers.holderEnded(l, reason)
+		l.r.release(l)
+		return res, false, nil
+	}
+	return res, false, err
+}
+
 // unsure keeps id, an operation of l whose outcome is unknown, for the
 // resolution.
 func (l *Lease[T]) unsure(id int64) {

@@ -96,10 +96,7 @@ type Handler[T any] func(ctx context.Context, l *Lease[T]) error
 // share a queue. A nil ctx means context.Background().
 func (r *Router[T]) Run(ctx context.Context, opts leaserouter.WorkerOptions, h Handler[T]) error {
 	ctx = orBackground(ctx)
-	if h == nil {
-		return fmt.Errorf("%w: nil Handler", leaserouter.ErrInvalidOptions)
-	}
-	o, err := contract.WorkerDefaults(leaserouter.ErrInvalidOptions, contract.WorkerOptions(opts), r.opts.LeaseDuration)
+	o, err := contract.WorkerDefaults(leaserouter.ErrInvalidOptions, h == nil, contract.WorkerOptions(opts), r.opts.LeaseDuration)
 	if err != nil {
 		return err
 	}

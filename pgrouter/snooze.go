@@ -2,7 +2,6 @@ package pgrouter
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/leaserouter/leaserouter"
@@ -37,17 +36,11 @@ func (l *Lease[T]) Snooze(ctx context.Context, d time.Duration) error {
 		return err
 	}
 	ctx = orBackground(ctx)
-	res, err := l.end(ctx, "Snooze", leaserouter.LostSnoozed, args{"delay_us": ceilMicros(d)})
-	if err != nil {
-		if !errors.As(err, new(*leaserouter.LeaseLostError)) && l.resolved(ctx, leaserouter.LostSnoozed) {
-			l.r.keepers.holderEnded(l, leaserouter.LostSnoozed)
-			l.r.release(l) // snoozed, as the row shows; its event is unknown here
-			return nil
-		}
+	res, answered, err := l.endByHolder(ctx, "Snooze", leaserouter.LostSnoozed, args{"delay_us": ceilMicros(d)})
+	if !answered {
 		return err
 	}
 	r := l.r
-	r.keepers.holderEnded(l, leaserouter.LostSnoozed)
 	defer r.release(l) // after the event
 	r.mu.Lock()
 	r.stats.Snoozed++

@@ -193,8 +193,10 @@ func (w *worker[T]) run(l *Lease[T], h *held, lctx context.Context) {
 	if !l.txTried() && !u.r.holds(l) {
 		return // ended meanwhile: by h itself (Complete, Fail, Release), or found lost by a heartbeat
 	}
-	// Stopping, or the lease could not be proven: an error hands the job
-	// back rather than count a failure the handler may not have had.
+	// The handler's return decides the end (contract.HandlerOutcome): a
+	// snooze, a fail, a completion, or — stopping, or the lease could not
+	// be proven — a release that hands the job back rather than count a
+	// failure the handler may not have had.
 	d, snoozed := leaserouter.SnoozeDelay(err)
 	switch contract.HandlerOutcome(err, u.stopped() || errors.Is(cause, errUnproven), d, snoozed) {
 	case contract.Snooze:

@@ -148,9 +148,12 @@ type WorkerOptions struct {
 // core's ErrInvalidOptions) naming the field. Workers defaults to
 // runtime.GOMAXPROCS(0), WorkerID to "<hostname>-<pid>", Batch to
 // DefaultBatch and HeartbeatInterval as HeartbeatInterval says; every
-// worker's ID, "<WorkerID>-<i>", must keep the rule for IDs.
-func WorkerDefaults(errInvalid error, o WorkerOptions, lease time.Duration) (WorkerOptions, error) {
+// worker's ID, "<WorkerID>-<i>", must keep the rule for IDs. A nil
+// handler (nilHandler) is refused first: Run starts nothing without one.
+func WorkerDefaults(errInvalid error, nilHandler bool, o WorkerOptions, lease time.Duration) (WorkerOptions, error) {
 	switch {
+	case nilHandler:
+		return o, fmt.Errorf("%w: nil Handler", errInvalid)
 	case o.Workers < 0 || o.Workers > MaxWorkers:
 		return o, fmt.Errorf("%w: WorkerOptions.Workers is %d, must be in [0, %d] (0 = GOMAXPROCS)", errInvalid, o.Workers, MaxWorkers)
 	case o.HeartbeatInterval < 0:

@@ -305,10 +305,7 @@ func (f *fake) Run(ctx context.Context, opts leaserouter.WorkerOptions, h router
 	if f.bug == bugBareErrors && (h == nil || opts.Workers < 0 || opts.HeartbeatInterval < 0 || opts.HeartbeatInterval >= f.lease) {
 		return leaserouter.ErrInvalidOptions
 	}
-	if h == nil {
-		return fmt.Errorf("%w: nil Handler", leaserouter.ErrInvalidOptions)
-	}
-	if _, err := contract.WorkerDefaults(leaserouter.ErrInvalidOptions, contract.WorkerOptions(opts), f.lease); err != nil {
+	if _, err := contract.WorkerDefaults(leaserouter.ErrInvalidOptions, h == nil, contract.WorkerOptions(opts), f.lease); err != nil {
 		return err
 	}
 	var wg sync.WaitGroup

@@ -181,9 +181,12 @@ func (r *Router[T]) lockSettled() {
 }
 
 // lock takes r.mu for a call, and then tells the Locked test signal, if a
-// test set one, that it holds it: every call, lease operation and
-// KeepAlive beat takes the lock through here, so the lock-hold tests see
-// every hold. Nothing here decides anything on the signal.
+// test set one, that it holds it: the job calls, lease operations,
+// admin reads and KeepAlive beats take the lock through here, so the
+// lock-hold tests see their holds. Stats, History, Pause/Resume, the
+// periodic calls, Run's batch holds, watch and unkeep take r.mu directly
+// (the lock-hold tests see those holds end, through Unlocking, not
+// begin). Nothing here decides anything on the signal.
 func (r *Router[T]) lock() {
 	r.mu.Lock()
 	if h := r.hooks.Load(); h != nil && h.Locked != nil {

@@ -17,7 +17,7 @@ import (
 // deadline is as good as a constant one.
 
 // limit is the timeout of an attempt of j under a Run whose
-// WorkerOptions.Timeout is def: the job's WithTimeout if it has one. j's
+// WorkerOptions.Timeout is fallback: the job's WithTimeout if it has one. j's
 // timeout is set before the job is first published and never changes
 // (forget leaves it), so the worker granted its lease may read it
 // without r.mu.

@@ -19,11 +19,12 @@ type Hooks struct {
 	ReaperWoke func()
 
 	// Locked and Unlocking, if set, are called with the router's lock
-	// held: Locked just after any call takes the lock through
-	// Router.lock (every call, lease operation and KeepAlive beat; each
-	// hold of a List taking several), and Unlocking just before any
-	// call releases it through unlockAndDeliver, also after acquisitions
-	// Locked did not see (the reaper's). With them a test measures
+	// held: Locked just after a call takes the lock through
+	// Router.lock (the job calls, lease operations, admin reads and
+	// KeepAlive beats; each hold of a List taking several), and Unlocking
+	// just before any call releases it through unlockAndDeliver, also
+	// after acquisitions Locked did not see (the reaper's, Run's batch
+	// holds, Stats, History, Pause/Resume, the periodic calls). With them a test measures
 	// how long the lock is held (without OnEvent: awaitRoom releases the
 	// lock without Unlocking). They must not call into the Router.
 	Locked, Unlocking func()

@@ -85,7 +85,7 @@ func (f *fake) payload(p leaserouter.Periodic[string], tick time.Time) (v string
 			f.st.CallbackPanics++
 			f.mu.Unlock()
 			if f.logger != nil {
-				f.logger.Error(contract.PayloadPanicked(p.Name, v))
+				contract.ReportTo(f.logger, contract.PayloadPanicked(p.Name, v), leaserouter.TickID(p.Name, tick))
 			}
 			v, ok = "", f.bug == bugPanickedTickEnqueued
 		}

@@ -146,6 +146,12 @@ var rowPeriodicRemoveStopsOnlyItsOwn = Row{Name: "periodic/RemovePeriodic stops 
 	}
 	require.NoError(t, ps.AddPeriodic(ctx, leaserouter.Periodic[string]{Name: "a", Schedule: leaserouter.Every(every)}),
 		"a removed name may be added again")
+	readded := time.Now()
+	again := time.Unix(0, (readded.UnixNano()/int64(every)+2)*int64(every))
+	eventually(t, h, "a tick of the name added again", func() bool {
+		_, ok, err := b.Get(ctx, leaserouter.TickID("a", again))
+		return err == nil && ok
+	})
 }}
 
 // rowPeriodicPayloadPanicSkipsTick: a Payload that panics is recovered,
@@ -208,15 +214,13 @@ var rowPeriodicPayloadPanicSkipsTick = Row{Name: "periodic/a panicking Payload s
 	}
 	require.EqualValues(t, 1, stats(t, b).CallbackPanics, "the panic counted")
 	require.NoError(t, b.Close(ctx)) // every report delivered
-	var reports []string
-	for _, r := range logs.Records() {
-		if r.Level == slog.LevelError {
-			reports = append(reports, r.Message)
-		}
-	}
+	reports := logs.Errors() // each with its job_id
 	require.Len(t, reports, 1, "one report: %q", reports)
 	require.Contains(t, reports[0], `periodic job "p"`)
 	require.Contains(t, reports[0], "panicked: no payload for this tick")
+	require.Contains(t, reports[0], "tick skipped")
+	require.True(t, strings.HasSuffix(reports[0], " job_id="+leaserouter.TickID("p", seen[0])),
+		"the report names the skipped tick's job: %q", reports[0])
 }}
 
 // rowPeriodicCloseWaits: Close stops the periodic scheduler and waits for

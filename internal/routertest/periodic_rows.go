@@ -214,7 +214,7 @@ var rowPeriodicPayloadPanicSkipsTick = Row{Name: "periodic/a panicking Payload s
 	}
 	require.EqualValues(t, 1, stats(t, b).CallbackPanics, "the panic counted")
 	require.NoError(t, b.Close(ctx)) // every report delivered
-	reports := logs.Errors() // each with its job_id
+	reports := logs.Errors()         // each with its job_id
 	require.Len(t, reports, 1, "one report: %q", reports)
 	require.Contains(t, reports[0], `periodic job "p"`)
 	require.Contains(t, reports[0], "panicked: no payload for this tick")

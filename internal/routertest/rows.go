@@ -617,7 +617,8 @@ var rowCapacity = Row{Name: "capacity/beyond it Enqueue returns ErrFull", Needs:
 }}
 
 var rowCancel = Row{Name: "cancel/pending, scheduled, leased, finished, unknown", Test: func(t T, h Harness) {
-	b := open(t, h, Config{})
+	ev := newEvents()
+	b := open(t, h, Config{OnEvent: ev.record})
 	ctx := ctxOf(t)
 	require.NoError(t, b.Enqueue(ctx, "leased", ""))
 	l := tryAcquire(t, b, "w")
@@ -660,6 +661,27 @@ var rowCancel = Row{Name: "cancel/pending, scheduled, leased, finished, unknown"
 	require.NoError(t, b.Cancel(ctx, "expired"), "finished, as the expiry left it: nil")
 	require.Equal(t, leaserouter.StateFailed, get(t, b, "expired").State, "dead, not canceled")
 	requireLost(t, l.Complete(ctx), l.Token(), l.Token(), leaserouter.LostExpired)
+
+	// One EventCanceled per job canceled (the leased one's naming its
+	// holder), none for a Cancel of a finished job.
+	require.NoError(t, b.Close(ctx)) // every event delivered
+	evs := ev.drain()
+	for _, id := range []string{"pending", "scheduled", "leased"} {
+		canceled := first(evs, id, leaserouter.EventCanceled)
+		n := 0
+		for _, k := range kinds(evs, id) {
+			if k == leaserouter.EventCanceled {
+				n++
+			}
+		}
+		require.Equal(t, 1, n, "%s: one canceled event", id)
+		if id == "leased" {
+			require.Equal(t, "w", canceled.WorkerID, "the canceled lease's holder")
+		}
+	}
+	for _, id := range []string{"done", "dead", "expired"} {
+		require.NotContains(t, kinds(evs, id), leaserouter.EventCanceled, "%s: a finished job's Cancel emits nothing", id)
+	}
 }}
 
 var rowCloseDrains = Row{Name: "close/drains granted leases", Test: func(t T, h Harness) {

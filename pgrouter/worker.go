@@ -194,11 +194,13 @@ func (w *worker[T]) run(l *Lease[T], h *held, lctx context.Context) {
 		return // ended meanwhile: by h itself (Complete, Fail, Release), or found lost by a heartbeat
 	}
 	// The handler's return decides the end (contract.HandlerOutcome): a
-	// snooze, a fail, a completion, or — stopping, or the lease could not
-	// be proven — a release that hands the job back rather than count a
-	// failure the handler may not have had.
+	// snooze, a fail, a completion, or — Run's ctx done (it canceled the
+	// handler's), or the lease could not be proven — a release that hands
+	// the job back rather than count a failure the handler may not have
+	// had. Close's drain is not a stop of the handler: it cancels none
+	// before its own ctx ends (and then the lease is revoked).
 	d, snoozed := leaserouter.SnoozeDelay(err)
-	switch contract.HandlerOutcome(err, u.stopped() || errors.Is(cause, errUnproven), d, snoozed) {
+	switch contract.HandlerOutcome(err, u.ctx.Err() != nil || errors.Is(cause, errUnproven), d, snoozed) {
 	case contract.Snooze:
 		u.r.endOrLater(ctx, l, leaserouter.LostSnoozed, func(ctx context.Context) error { return l.Snooze(ctx, d) })
 	case contract.FailSnooze:

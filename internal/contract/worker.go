@@ -83,9 +83,10 @@ const (
 // FailSnooze for a negative one (the handler's mistake, not one it may
 // not have had). Otherwise nil completes the job, even when Run is
 // stopping (the work is done); an error releases it when stopping is set
-// (Run's ctx is done or Close began, or the lease could not be proven
-// valid: the error may be the stop's doing, not the job's), and fails
-// the attempt otherwise.
+// (Run's ctx is done, which cancels the handler's, or the lease could not
+// be proven valid: the error may be the stop's doing, not the job's),
+// and fails the attempt otherwise. Close's drain is no stop here: it
+// cancels no handler before its own ctx ends.
 func HandlerOutcome(err error, stopping bool, snooze time.Duration, snoozed bool) Outcome {
 	switch {
 	case snoozed && snooze < 0:

@@ -25,7 +25,7 @@ import (
 func contractRows() []Row {
 	return []Row{
 		rowEventBacklog, rowEventHeld, rowPanickingBackoff, rowHookPanic, rowHookGoexit,
-		rowHandlerPanicLastError, rowBatchAfterCut, rowHandlerResultAfterStop, rowKeepAliveNilLease,
+		rowHandlerPanicLastError, rowBatchAfterCut, rowHandlerResultAfterStop, rowHandlerResultWhileCloseDrains, rowKeepAliveNilLease,
 		rowKeepAliveIntervalFloor, rowKeepAliveSecondCoexists, rowKeepAliveCancelWaits,
 		rowKeepAliveHolderEndIsNoRefusal,
 	}
@@ -390,6 +390,42 @@ var rowHandlerResultAfterStop = Row{Name: "workers/after Run's ctx is done a nil
 	j = get(t, b, "neg")
 	require.Equal(t, leaserouter.StateFailed, j.State, "a negative Snooze fails its attempt, stopping or not")
 	require.Contains(t, j.LastError, "Snooze(-1s), must be >= 0")
+}}
+
+// rowHandlerResultWhileCloseDrains: Close lets the leases granted finish
+// (it cancels no handler before its own ctx ends), so a handler that
+// returns while Close drains is judged as any other: an error fails the
+// attempt (Backoff an hour: scheduled, LastError kept), nil completes.
+// Only Run's own ctx turns an error into a release.
+var rowHandlerResultWhileCloseDrains = Row{Name: "workers/while Close drains an error fails the attempt, nil completes", Test: func(t T, h Harness) {
+	b := open(t, h, Config{Backoff: func(int) time.Duration { return time.Hour }})
+	ctx := ctxOf(t)
+	for _, id := range []string{"err", "ok"} {
+		require.NoError(t, b.Enqueue(ctx, id, ""))
+	}
+	var started atomic.Int32
+	proceed := make(chan struct{})
+	_ = runUntil(t, b, leaserouter.WorkerOptions{Workers: 2, Batch: 1}, func(hctx context.Context, l Lease) error {
+		started.Add(1)
+		<-proceed
+		if l.JobID() == "err" {
+			return errBoom
+		}
+		return nil
+	})
+	eventually(t, h, "both handlers run", func() bool { return started.Load() == 2 })
+	closed := make(chan error, 1)
+	go func() { closed <- b.Close(context.Background()) }()
+	eventually(t, h, "Close has begun", func() bool {
+		return errors.Is(b.Enqueue(ctx, "late", ""), leaserouter.ErrClosed)
+	})
+	close(proceed)
+	require.NoError(t, await(t, h, "Close returns once the handlers did", closed))
+	j := get(t, b, "err")
+	require.Equal(t, leaserouter.StateScheduled, j.State, "an error while Close drains: a failed attempt, not a release")
+	require.Equal(t, 1, j.Attempt)
+	require.Equal(t, "boom", j.LastError)
+	require.Equal(t, leaserouter.StateSucceeded, get(t, b, "ok").State, "nil while Close drains: completed")
 }}
 
 // rowKeepAliveNilLease: KeepAlive of a nil or zero lease returns a context

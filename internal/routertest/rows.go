@@ -732,6 +732,9 @@ var rowCloseRevokes = Row{Name: "close/revokes when ctx is done, refuses new wor
 	require.NoError(t, err, "Stats still answers")
 	require.Equal(t, 1, s.Pending)
 	require.Zero(t, s.Leased)
+	// A Close whose ctx was done does not wait for the last events; a
+	// second Close does.
+	require.NoError(t, b.Close(ctx), "Close again: nil, once the last events are delivered")
 	released := first(ev.drain(), "a", leaserouter.EventReleased)
 	require.Equal(t, l.Token(), released.Token, "the revocation is the lease's released event")
 	require.ErrorIs(t, released.Err, leaserouter.ErrClosed)

@@ -59,12 +59,7 @@ func TestKeepAliveBeatRacingHolderEndIsNoRefusal(t *testing.T) {
 // not know its place in the schedule.
 func TestAuditChecksKeepAliveSchedule(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r, err := New[string](Options{})
-		require.NoError(t, err)
-		defer r.Close(context.Background())
-		require.NoError(t, r.Enqueue("a", ""))
-		l, err := r.TryAcquire("w")
-		require.NoError(t, err)
+		r, l := leasedA(t)
 		_, k := keepAlive(context.Background(), l, time.Second)
 		defer k.stop(context.Canceled)
 		require.NoError(t, r.Audit())
@@ -91,4 +86,17 @@ func TestAuditChecksKeepAliveSchedule(t *testing.T) {
 		require.ErrorContains(t, stale, "its lease is not the job's current one")
 		require.NoError(t, r.Audit())
 	})
+}
+
+// leasedA returns a Router with default Options holding one job, "a",
+// leased by worker "w"; the Router is closed when t ends.
+func leasedA(t *testing.T) (*Router[string], *Lease[string]) {
+	t.Helper()
+	r, err := New[string](Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = r.Close(context.Background()) })
+	require.NoError(t, r.Enqueue("a", ""))
+	l, err := r.TryAcquire("w")
+	require.NoError(t, err)
+	return r, l
 }

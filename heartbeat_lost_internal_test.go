@@ -30,12 +30,7 @@ func watchersOf[T any](l *Lease[T]) int {
 // tells every one of them.
 func TestKeepAliveCanceledLeavesNoWatcherOnItsLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r, err := New[string](Options{})
-		require.NoError(t, err)
-		defer r.Close(context.Background())
-		require.NoError(t, r.Enqueue("a", ""))
-		l, err := r.TryAcquire("w")
-		require.NoError(t, err)
+		r, l := leasedA(t)
 		const steps = 1000
 		for range steps {
 			_, cancel := KeepAlive(context.Background(), l, time.Second)
@@ -74,12 +69,7 @@ func (p panicky) Value(key any) any {
 // never canceled, though the lease is lost.
 func TestLeaseEndCancelOfAPanickingUserContextIsRecovered(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r, err := New[string](Options{})
-		require.NoError(t, err)
-		defer r.Close(context.Background())
-		require.NoError(t, r.Enqueue("a", ""))
-		l, err := r.TryAcquire("w")
-		require.NoError(t, err)
+		r, l := leasedA(t)
 
 		base, stopBase := context.WithCancel(context.Background())
 		defer stopBase()

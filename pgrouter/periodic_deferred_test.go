@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -78,6 +79,7 @@ type stallQuery struct {
 	armed   atomic.Bool
 	pid     chan uint32 // cap 1
 	release chan struct{}
+	once    sync.Once
 }
 
 func newStallQuery(match func(sql string) bool) *stallQuery {
@@ -92,6 +94,24 @@ func (s *stallQuery) TraceQueryStart(ctx context.Context, conn *pgx.Conn, d pgx.
 	return ctx
 }
 func (s *stallQuery) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// poolOn returns a pool of db's server whose statements go through s,
+// closed when t ends. Callers defer s.Release, so that a test that fails
+// while a statement is stopped still ends (the deferred call runs before
+// the cleanups that close the routers and the pool).
+func (s *stallQuery) poolOn(t *testing.T, db *pgxpool.Pool) *pgxpool.Pool {
+	t.Helper()
+	cfg := db.Config().Copy()
+	cfg.ConnConfig.Tracer = s
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// Release lets the stopped statement, and any later one, go on. It may be
+// called more than once.
+func (s *stallQuery) Release() { s.once.Do(func() { close(s.release) }) }
 
 // stallInsert stops a job insert (inside a periodic tick's transaction,
 // the tick taken: the process stalls locking the job's row).
@@ -121,17 +141,8 @@ func TestPeriodicResumedStalledSchedulerLeavesNoDeferredTickUntaken(t *testing.T
 	p := pgrouter.Periodic[int]{Name: name, Schedule: leaserouter.Every(time.Second)}
 
 	stall := stallInsert()
-	cfg := db.Config().Copy()
-	cfg.ConnConfig.Tracer = stall
-	aPool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(aPool.Close)
-	released := false
-	defer func() {
-		if !released {
-			close(stall.release)
-		}
-	}()
+	aPool := stall.poolOn(t, db)
+	defer stall.Release()
 	a := routerOn[int](t, aPool, pgrouter.Options{Queue: queue})
 	b := routerOn[int](t, otherPool(t, db), pgrouter.Options{Queue: queue})
 	require.NoError(t, a.AddPeriodic(ctx, p))
@@ -152,8 +163,7 @@ func TestPeriodicResumedStalledSchedulerLeavesNoDeferredTickUntaken(t *testing.T
 	var ok bool
 	require.NoError(t, db.QueryRow(ctx, "SELECT pg_terminate_backend($1)", int32(pid)).Scan(&ok))
 	require.True(t, ok, "A's session ended by the server")
-	close(stall.release)
-	released = true
+	stall.Release()
 
 	requireNoTickLost(t, db, queue, name, before)
 }
@@ -196,17 +206,8 @@ func TestPeriodicRemoveStopsTheDeferredTicks(t *testing.T) {
 	const queue, name = "removedeferred", "p"
 
 	stall := stallTick()
-	cfg := db.Config().Copy()
-	cfg.ConnConfig.Tracer = stall
-	aPool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(aPool.Close)
-	released := false
-	defer func() {
-		if !released {
-			close(stall.release)
-		}
-	}()
+	aPool := stall.poolOn(t, db)
+	defer stall.Release()
 	a := routerOn[int](t, aPool, pgrouter.Options{Queue: queue})
 	require.NoError(t, a.AddPeriodic(ctx, pgrouter.Periodic[int]{Name: name, Schedule: leaserouter.Every(time.Second)}))
 	eventually(t, 10*time.Second, "a first tick", func() bool { return len(tickJobs(t, db, queue, name)) >= 1 })
@@ -222,8 +223,7 @@ func TestPeriodicRemoveStopsTheDeferredTicks(t *testing.T) {
 	require.NoError(t, stalled.Rollback(ctx))
 	n := len(tickJobs(t, db, queue, name))
 	require.NoError(t, a.RemovePeriodic(name))
-	close(stall.release)
-	released = true
+	stall.Release()
 	time.Sleep(1500 * time.Millisecond)
 	after := tickJobs(t, db, queue, name)
 	t.Logf("before RemovePeriodic %d, after %v", n, after)

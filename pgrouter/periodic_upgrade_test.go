@@ -118,17 +118,8 @@ func TestPeriodicTickTakenByAPreviousVersionNotTakenAgain(t *testing.T) {
 			// The new scheduler: its tries of the tick are stopped, once
 			// armed, before they reach the database.
 			stall := newStallQuery(func(sql string) bool { return strings.Contains(sql, "INSERT INTO leaserouter_periodic_ticks") })
-			cfg := db.Config().Copy()
-			cfg.ConnConfig.Tracer = stall
-			pool, err := pgxpool.NewWithConfig(ctx, cfg)
-			require.NoError(t, err)
-			t.Cleanup(pool.Close)
-			released := false
-			defer func() {
-				if !released {
-					close(stall.release)
-				}
-			}()
+			pool := stall.poolOn(t, db)
+			defer stall.Release()
 			r := routerOn[int](t, pool, pgrouter.Options{Queue: queue})
 			require.NoError(t, r.AddPeriodic(ctx, pgrouter.Periodic[int]{Name: name, Schedule: onceAt{tick}}))
 			awaitWakes(t, r, 1) // the tick planned and found locked
@@ -145,8 +136,7 @@ func TestPeriodicTickTakenByAPreviousVersionNotTakenAgain(t *testing.T) {
 			require.Equal(t, []string{id}, tickJobs(t, db, queue, name))
 			require.NoError(t, op.Delete(ctx, id), "an operator deletes the tick's job")
 
-			close(stall.release)
-			released = true
+			stall.Release()
 			awaitWakes(t, r, wakes+1) // the deferred tick tried again
 			require.Empty(t, tickJobs(t, db, queue, name), "the tick the previous version took, enqueued again")
 			s, err := r.Stats(ctx)

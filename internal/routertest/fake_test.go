@@ -20,13 +20,16 @@ import (
 // fake is a tiny in-memory backend, for proving that the suite catches a
 // broken one: honest unless bug names a planted bug. It keeps what the
 // rows the proof runs and the linearizability workload use (no events,
-// no capacity, no backoff: Fail retries at once), settling expiries on
-// every call by a scan.
+// no capacity; Fail retries at once unless Config.Backoff says
+// otherwise), settling expiries on every call by a scan. A job waiting
+// for its ready time is pending with a later ready time, shown as
+// scheduled by Get and Stats.
 type fake struct {
-	bug    string // "": honest; bugStaleToken; bugShortHeartbeat
-	lease  time.Duration
-	maxAt  int
-	logger *slog.Logger // nil: none
+	bug     string // "": honest; bugStaleToken; bugShortHeartbeat
+	lease   time.Duration
+	maxAt   int
+	backoff func(attempt int) time.Duration // nil: none
+	logger  *slog.Logger                    // nil: none
 
 	mu     sync.Mutex
 	jobs   map[string]*fakeJob
@@ -73,6 +76,10 @@ const (
 	// bugSnoozeCounts: a snoozed lease counts as an attempt, so a job
 	// snoozed on its last attempt is dead.
 	bugSnoozeCounts = "a snooze counts the attempt"
+	// bugCanceledScheduledWakes: a job canceled while scheduled is made
+	// pending (ready) when its run-at comes, as if it had not been
+	// canceled.
+	bugCanceledScheduledWakes = "a canceled scheduled job made ready at its run-at"
 )
 
 // leaseFor is how long a lease granted or heartbeated now lasts.
@@ -88,16 +95,42 @@ type fakeJob struct {
 	seq   int
 	ready time.Time
 	ended leaserouter.LostReason
+	wake  time.Time // bugCanceledScheduledWakes: the canceled job's run-at, when it is made pending
 }
 
 func newFake(bug string, cfg routertest.Config, lease time.Duration) *fake {
-	return &fake{bug: bug, logger: cfg.Logger, lease: cmp.Or(cfg.LeaseDuration, lease), maxAt: cmp.Or(cfg.MaxAttempts, 5),
+	return &fake{bug: bug, logger: cfg.Logger, lease: cmp.Or(cfg.LeaseDuration, lease), maxAt: cmp.Or(cfg.MaxAttempts, 5), backoff: cfg.Backoff,
 		jobs: map[string]*fakeJob{}, periodics: map[string]chan struct{}{}, token: max(leaserouter.Token(time.Now().UnixNano()), cfg.TokenFloor)}
 }
 
-// settle expires every lease whose expiry has come; f.mu is held.
+// backoffOf is Config.Backoff(attempt), never negative; 0 with no
+// Backoff or when it panics (the fake counts and reports no panic).
+func (f *fake) backoffOf(attempt int) (d time.Duration) {
+	if f.backoff == nil {
+		return 0
+	}
+	defer func() {
+		if recover() != nil {
+			d = 0
+		}
+	}()
+	return max(f.backoff(attempt), 0)
+}
+
+// scheduled reports whether j is pending and waiting for its ready time
+// (a delay, a backoff, a snooze): scheduled, as the backends show it.
+func (j *fakeJob) scheduled(now time.Time) bool {
+	return j.State == leaserouter.StatePending && j.ready.After(now)
+}
+
+// settle expires every lease whose expiry has come (and, with
+// bugCanceledScheduledWakes, makes a canceled job pending at its run-at);
+// f.mu is held.
 func (f *fake) settle(now time.Time) {
 	for _, j := range f.jobs {
+		if j.State == leaserouter.StateCanceled && !j.wake.IsZero() && !now.Before(j.wake) {
+			j.State, j.wake = leaserouter.StatePending, time.Time{}
+		}
 		if j.State == leaserouter.StateLeased && !now.Before(j.LeaseExpiry) {
 			f.st.Expirations++
 			j.LastError = "lease expired"
@@ -255,6 +288,9 @@ func (f *fake) Get(_ context.Context, id string) (leaserouter.Job[string], bool,
 	}
 	c := j.Job
 	c.Progress = slices.Clone(j.Progress)
+	if j.scheduled(time.Now()) {
+		c.State = leaserouter.StateScheduled
+	}
 	return c, true, nil
 }
 
@@ -272,6 +308,9 @@ func (f *fake) Cancel(_ context.Context, id string) error {
 		return leaserouter.ErrNotFound
 	}
 	if !j.State.Terminal() {
+		if f.bug == bugCanceledScheduledWakes && j.scheduled(time.Now()) {
+			j.wake = j.ready
+		}
 		j.State, j.ended, j.Owner = leaserouter.StateCanceled, leaserouter.LostCanceled, ""
 	}
 	return nil
@@ -282,9 +321,14 @@ func (f *fake) Stats(context.Context) (leaserouter.Stats, error) {
 	defer f.mu.Unlock()
 	f.settle(time.Now())
 	s := f.st
+	now := time.Now()
 	for _, j := range f.jobs {
 		switch j.State {
 		case leaserouter.StatePending:
+			if j.scheduled(now) {
+				s.Scheduled++
+				continue
+			}
 			s.Pending++
 		case leaserouter.StateLeased:
 			s.Leased++
@@ -512,7 +556,8 @@ func (l *fakeLease) Fail(_ context.Context, cause error) error {
 		if cause != nil {
 			j.LastError = cause.Error()
 		}
-		l.f.end(j, leaserouter.LostFailed, now, leaserouter.IsPermanent(cause))
+		at := now.Add(l.f.backoffOf(j.Attempt))
+		l.f.end(j, leaserouter.LostFailed, at, leaserouter.IsPermanent(cause))
 		l.holderEnded(leaserouter.LostFailed)
 	})
 }

@@ -202,7 +202,9 @@ func TestSuiteCatchesHolderEndCountedAsRefusal(t *testing.T) {
 //   - bad input refused with the right kind of error (errors.Is passes)
 //     but not the message every backend gives: the one-message row;
 //   - a snooze counting the attempt: the row of a snooze on the last
-//     attempt.
+//     attempt;
+//   - a job canceled while scheduled made ready at its run-at: the row
+//     of a canceled scheduled job.
 func TestSuiteCatchesPlantedBugs(t *testing.T) {
 	for _, c := range []struct{ bug, row, want string }{
 		{bugPanickedTickEnqueued, "periodic/a panicking Payload skips that tick only, counted in CallbackPanics",
@@ -212,6 +214,8 @@ func TestSuiteCatchesPlantedBugs(t *testing.T) {
 		{bugRemoveStopsAll, "periodic/RemovePeriodic stops only its own ticks", "the other periodic job's later ticks"},
 		{bugBareErrors, "bad input/the same bad call gets the same message on every backend", "TryAcquireMany of 0"},
 		{bugSnoozeCounts, "snooze/on the last attempt, not dead; LastError and checkpoint kept", "not dead, whatever the attempts"},
+		{bugCanceledScheduledWakes, "cancel/a canceled scheduled job never becomes ready: not at its run-at, nor after its backoff",
+			"a canceled job never is"},
 	} {
 		t.Run(c.bug, func(t *testing.T) { requireRowCatches(t, c.row, c.bug, c.want) })
 	}

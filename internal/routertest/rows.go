@@ -22,7 +22,7 @@ func Rows() []Row {
 	return append([]Row{
 		rowExpiredRefused, rowRefusedChangesNothing, rowSettledByAnyCaller, rowLeaseLasts,
 		rowExactInstants, rowTokens, rowHeartbeat, rowAttemptsDead, rowFailBackoff, rowPermanent, rowFailCauseReadOnce, rowDedup,
-		rowRetention, rowOrder, rowOrderByReadyTime, rowSerialClaims, rowAcquireBlocks, rowCapacity, rowCancel, rowCloseDrains,
+		rowRetention, rowOrder, rowOrderByReadyTime, rowSerialClaims, rowAcquireBlocks, rowCapacity, rowCancel, rowCancelScheduledNeverReady, rowCloseDrains,
 		rowCloseRevokes, rowCloseRevokesLastAttempt, rowCloseRevokesKeptLeases, rowEvents, rowEventsExpiry, rowRun, rowRunLeaseLost,
 		rowRunEndsOnlyValid, rowKeepAlive, rowBadInput, rowBadInputOneMessage, rowBadOptions,
 	}, slices.Concat(contractRows(), adminRows(), attemptRows(), periodicRows())...)
@@ -682,6 +682,44 @@ var rowCancel = Row{Name: "cancel/pending, scheduled, leased, finished, unknown"
 	for _, id := range []string{"done", "dead", "expired"} {
 		require.NotContains(t, kinds(evs, id), leaserouter.EventCanceled, "%s: a finished job's Cancel emits nothing", id)
 	}
+}}
+
+// rowCancelScheduledNeverReady: a job canceled while scheduled (a
+// delay, or a failed attempt's backoff) stays canceled when its run-at
+// comes: it is never made ready, never leased. A job scheduled alike and
+// not canceled is leased then, so the run-at has surely come.
+var rowCancelScheduledNeverReady = Row{Name: "cancel/a canceled scheduled job never becomes ready: not at its run-at, nor after its backoff", Test: func(t T, h Harness) {
+	d := h.Lease() / 2
+	b := open(t, h, Config{Backoff: func(int) time.Duration { return d }})
+	ctx := ctxOf(t)
+	require.NoError(t, b.Enqueue(ctx, "delayed", "", leaserouter.WithDelay(d)))
+	require.NoError(t, b.Enqueue(ctx, "backoff", ""))
+	l := tryAcquire(t, b, "w")
+	require.NoError(t, l.Fail(ctx, errBoom)) // scheduled again d after the failed attempt
+	for _, id := range []string{"delayed", "backoff"} {
+		require.Equal(t, leaserouter.StateScheduled, get(t, b, id).State, id)
+		require.NoError(t, b.Cancel(ctx, id), id)
+	}
+	require.NoError(t, b.Enqueue(ctx, "control", "", leaserouter.WithDelay(d)))
+	h.Advance(d + d/2)
+	var leased []string
+	for {
+		l, err := b.TryAcquire(ctx, "w")
+		if errors.Is(err, leaserouter.ErrNoJob) {
+			break
+		}
+		require.NoError(t, err)
+		leased = append(leased, l.JobID())
+	}
+	require.Equal(t, []string{"control"}, leased, "past the run-at only the job not canceled is leased: a canceled job never is")
+	for _, id := range []string{"delayed", "backoff"} {
+		j := get(t, b, id)
+		require.Equal(t, leaserouter.StateCanceled, j.State, "%s: still canceled past its run-at", id)
+	}
+	s := stats(t, b)
+	require.Equal(t, 2, s.Canceled)
+	require.Zero(t, s.Pending+s.Scheduled, "no canceled job counted as waiting")
+	require.Equal(t, 1, s.Leased)
 }}
 
 var rowCloseDrains = Row{Name: "close/drains granted leases", Test: func(t T, h Harness) {

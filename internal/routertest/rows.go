@@ -421,9 +421,15 @@ var rowDedup = Row{Name: "dedup/known ID refused, Retention < 0 drops at once, b
 	s = stats(t, b)
 	require.EqualValues(t, 3, s.Purged)
 	require.Zero(t, s.Succeeded+s.Failed+s.Canceled, "no finished job counted: none is kept")
+	require.EqualValues(t, 1, s.Dead, "a job dead and dropped at once is counted dead all the same")
+	require.Zero(t, s.Retries, "a Permanent failure is no retry")
+	require.EqualValues(t, 3, s.LeasesGranted)
 	require.NoError(t, b.Close(ctx))
+	evs := ev.drain()
 	require.Equal(t, []leaserouter.EventKind{leaserouter.EventEnqueued, leaserouter.EventCanceled, leaserouter.EventPurged,
-		leaserouter.EventEnqueued}, kinds(ev.drain(), "canceled"))
+		leaserouter.EventEnqueued}, kinds(evs, "canceled"))
+	require.Equal(t, []leaserouter.EventKind{leaserouter.EventEnqueued, leaserouter.EventLeaseAcquired, leaserouter.EventFailed,
+		leaserouter.EventDead, leaserouter.EventPurged, leaserouter.EventEnqueued}, kinds(evs, "dead"), "dead, then dropped at once")
 
 	b2 := open(t, h, Config{})
 	require.NoError(t, b2.Enqueue(ctx, "a", ""))

@@ -206,7 +206,8 @@ var rowRunSnooze = Row{Name: "snooze/a Run handler returning Snooze(d) snoozes; 
 
 // rowTimeout: Run cancels the handler's ctx at the attempt's timeout
 // (WorkerOptions.Timeout, or the job's WithTimeout) with a *TimeoutError
-// cause and DeadlineExceeded; the lease stays valid and heartbeated while
+// cause and DeadlineExceeded, not before (on an exact clock, at that very
+// instant); the lease stays valid and heartbeated while
 // the handler goes on past its expiry; the handler's error then fails the
 // attempt (retried), and a timeout is no expiry.
 var rowTimeout = Row{Name: "timeouts/the handler's ctx canceled at the attempt's timeout, the lease kept, the attempt failed", Test: func(t T, h Harness) {
@@ -220,7 +221,7 @@ var rowTimeout = Row{Name: "timeouts/the handler's ctx canceled at the attempt's
 	type seen struct {
 		err, cause, beat error
 		deadline         bool
-		start, at        time.Time // the handler's start, its ctx's deadline
+		start, at, done  time.Time // the handler's start, its ctx's deadline, when it ended
 		token            leaserouter.Token
 	}
 	var mu sync.Mutex
@@ -240,10 +241,11 @@ var rowTimeout = Row{Name: "timeouts/the handler's ctx canceled at the attempt's
 			start := time.Now()
 			at, deadline := hctx.Deadline()
 			<-hctx.Done()
+			done := time.Now()
 			// Past the lease's own duration after the timeout: Run's
 			// heartbeats keep it.
 			h.Advance(h.Lease() + h.Lease()/4)
-			s := seen{err: hctx.Err(), cause: context.Cause(hctx), deadline: deadline, start: start, at: at, token: l.Token(),
+			s := seen{err: hctx.Err(), cause: context.Cause(hctx), deadline: deadline, start: start, at: at, done: done, token: l.Token(),
 				beat: l.Heartbeat(context.WithoutCancel(hctx), nil)}
 			mu.Lock()
 			seens[l.JobID()] = s
@@ -262,6 +264,15 @@ var rowTimeout = Row{Name: "timeouts/the handler's ctx canceled at the attempt's
 		s := seens[id]
 		require.True(t, s.deadline, "%s: the handler's ctx has the timeout's deadline", id)
 		require.WithinDuration(t, s.start.Add(want), s.at, h.Lease()/4, "%s: the deadline is the handler's start plus the timeout", id)
+		// Not canceled early: never before its own deadline, nor well
+		// before the timeout has passed since the handler's start (the
+		// ctx is made just before the handler starts: a quarter of the
+		// timeout allows for that on a real clock).
+		require.False(t, s.done.Before(s.at), "%s: the ctx ended at %v, before its deadline %v", id, s.done, s.at)
+		if h.Caps().ExactClock {
+			require.Equal(t, want, s.done.Sub(s.start), "%s: the ctx ends at the timeout's instant, not before", id)
+		}
+		require.GreaterOrEqual(t, s.done.Sub(s.start), want-want/4, "%s: the ctx ended %v after the handler's start, before its timeout %v", id, s.done.Sub(s.start), want)
 		require.ErrorIs(t, s.err, context.DeadlineExceeded, id)
 		var te *leaserouter.TimeoutError
 		require.True(t, errors.As(s.cause, &te), "%s: the cause is a *TimeoutError, got %v", id, s.cause)

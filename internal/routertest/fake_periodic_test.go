@@ -64,7 +64,9 @@ func (f *fake) schedule(p leaserouter.Periodic[string], stop <-chan struct{}) {
 		payload, ok := f.payload(p, tick)
 		select {
 		case <-stop: // stopped while Payload ran: its tick is not enqueued
-			return
+			if f.bug != bugStoppedTickEnqueued {
+				return
+			}
 		default:
 		}
 		if ok {

@@ -76,6 +76,9 @@ const (
 	// bugSnoozeCounts: a snoozed lease counts as an attempt, so a job
 	// snoozed on its last attempt is dead.
 	bugSnoozeCounts = "a snooze counts the attempt"
+	// bugStoppedTickEnqueued: a tick whose Payload ran when Close began
+	// (or RemovePeriodic) is enqueued all the same.
+	bugStoppedTickEnqueued = "a tick whose Payload ran when Close began enqueued"
 	// bugCanceledScheduledWakes: a job canceled while scheduled is made
 	// pending (ready) when its run-at comes, as if it had not been
 	// canceled.

@@ -225,7 +225,7 @@ var rowPeriodicPayloadPanicSkipsTick = Row{Name: "periodic/a panicking Payload s
 
 // rowPeriodicCloseWaits: Close stops the periodic scheduler and waits for
 // it: with a ctx not done, a Payload call in progress has returned when
-// Close returns, and none is made after.
+// Close returns, its tick gets no job, and no Payload call is made after.
 var rowPeriodicCloseWaits = Row{Name: "periodic/Close waits for the scheduler: a Payload in progress has returned, none called after", Test: func(t T, h Harness) {
 	b := open(t, h, Config{})
 	ctx := ctxOf(t)
@@ -234,13 +234,15 @@ var rowPeriodicCloseWaits = Row{Name: "periodic/Close waits for the scheduler: a
 	var (
 		calls    atomic.Int32
 		returned atomic.Bool
+		first    time.Time // the tick of the Payload call Close waits for
 	)
 	entered, release := make(chan struct{}), make(chan struct{})
 	free := sync.OnceFunc(func() { close(release) })
 	t.Cleanup(free) // before the backend's Close, should the row fail
 	require.NoError(t, ps.AddPeriodic(ctx, leaserouter.Periodic[string]{Name: "slow", Schedule: leaserouter.Every(every),
-		Payload: func(time.Time) string {
+		Payload: func(tick time.Time) string {
 			if calls.Add(1) == 1 {
+				first = tick
 				close(entered)
 				<-release
 				returned.Store(true)
@@ -269,6 +271,9 @@ var rowPeriodicCloseWaits = Row{Name: "periodic/Close waits for the scheduler: a
 	})
 	require.NoError(t, err)
 	require.True(t, returned.Load(), "Payload had returned when Close returned")
+	_, ok, err := b.Get(ctx, leaserouter.TickID("slow", first))
+	require.NoError(t, err)
+	require.False(t, ok, "the tick whose Payload ran when Close began gets no job")
 	n := calls.Load()
 	h.Advance(3 * every)
 	require.Equal(t, n, calls.Load(), "no Payload call after Close")

@@ -204,7 +204,8 @@ func TestSuiteCatchesHolderEndCountedAsRefusal(t *testing.T) {
 //   - a snooze counting the attempt: the row of a snooze on the last
 //     attempt;
 //   - a job canceled while scheduled made ready at its run-at: the row
-//     of a canceled scheduled job.
+//     of a canceled scheduled job;
+//   - a tick whose Payload ran when Close began enqueued: the Close row.
 func TestSuiteCatchesPlantedBugs(t *testing.T) {
 	for _, c := range []struct{ bug, row, want string }{
 		{bugPanickedTickEnqueued, "periodic/a panicking Payload skips that tick only, counted in CallbackPanics",
@@ -216,6 +217,8 @@ func TestSuiteCatchesPlantedBugs(t *testing.T) {
 		{bugSnoozeCounts, "snooze/on the last attempt, not dead; LastError and checkpoint kept", "not dead, whatever the attempts"},
 		{bugCanceledScheduledWakes, "cancel/a canceled scheduled job never becomes ready: not at its run-at, nor after its backoff",
 			"a canceled job never is"},
+		{bugStoppedTickEnqueued, "periodic/Close waits for the scheduler: a Payload in progress has returned, none called after",
+			"the tick whose Payload ran when Close began gets no job"},
 	} {
 		t.Run(c.bug, func(t *testing.T) { requireRowCatches(t, c.row, c.bug, c.want) })
 	}

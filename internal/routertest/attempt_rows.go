@@ -264,15 +264,15 @@ var rowTimeout = Row{Name: "timeouts/the handler's ctx canceled at the attempt's
 		s := seens[id]
 		require.True(t, s.deadline, "%s: the handler's ctx has the timeout's deadline", id)
 		require.WithinDuration(t, s.start.Add(want), s.at, h.Lease()/4, "%s: the deadline is the handler's start plus the timeout", id)
-		// Not canceled early: never before its own deadline, nor well
-		// before the timeout has passed since the handler's start (the
-		// ctx is made just before the handler starts: a quarter of the
-		// timeout allows for that on a real clock).
+		// Not canceled early: never before its own deadline (which is
+		// the timeout from the handler's start, above). On a real clock
+		// the ctx is made a moment before the handler's start, by a
+		// margin a busy machine may stretch, so only an exact clock
+		// probes the instant itself.
 		require.False(t, s.done.Before(s.at), "%s: the ctx ended at %v, before its deadline %v", id, s.done, s.at)
 		if h.Caps().ExactClock {
 			require.Equal(t, want, s.done.Sub(s.start), "%s: the ctx ends at the timeout's instant, not before", id)
 		}
-		require.GreaterOrEqual(t, s.done.Sub(s.start), want-want/4, "%s: the ctx ended %v after the handler's start, before its timeout %v", id, s.done.Sub(s.start), want)
 		require.ErrorIs(t, s.err, context.DeadlineExceeded, id)
 		var te *leaserouter.TimeoutError
 		require.True(t, errors.As(s.cause, &te), "%s: the cause is a *TimeoutError, got %v", id, s.cause)

@@ -11,6 +11,23 @@ import (
 	"github.com/leaserouter/leaserouter/internal/hook"
 )
 
+// Heartbeats: Run's heartbeat goroutine and KeepAlive.
+//
+// SAME RULE on every backend, written once in internal/contract
+// (worker.go) and pinned by internal/routertest's workers rows: the
+// interval and its floor (HeartbeatInterval, MinHeartbeatInterval),
+// KeepAlive's refusals (KeepAliveNilLease, KeepAliveInterval), and a
+// batch cut at its first heartbeat, so that a job leased ahead waits at
+// most one interval (the row "after a cut batch Run leases one job at a
+// time").
+//
+// TUNED to this backend, where a heartbeat is one short lock hold: one
+// goroutine per Run sleeps until the earliest heartbeat due of any
+// worker's batch (on the router's clock), and heartbeats and cuts each
+// batch on its own; KeepAlive runs on a timer and each heartbeat takes
+// effect at the instant it was due. pgrouter instead heartbeats every
+// lease of a Run in one statement per round, on a ticker.
+
 // MinHeartbeatInterval is the floor of a heartbeat interval, for Run and
 // KeepAlive: a shorter positive interval is raised to it (or to a quarter
 // of LeaseDuration, if that is shorter), so a typo such as 1ns cannot turn

@@ -2,6 +2,7 @@ package contract
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"os"
 	"runtime"
@@ -69,36 +70,50 @@ type Outcome int
 
 // The outcomes of a handler's return.
 const (
-	Complete   Outcome = iota // the job succeeded
-	Release                   // handed back: pending again, the attempt counted
-	Fail                      // a failed attempt, with the handler's error: retried after Backoff, or dead
-	Snooze                    // snoozed (Lease.Snooze) for the delay the handler asked for
-	FailSnooze                // a failed attempt, with Lease.Snooze's error (CheckSnooze): the handler asked for a negative delay
+	Complete Outcome = iota // the job succeeded
+	Release                 // handed back: pending again, the attempt counted
+	Fail                    // a failed attempt, with the error AfterHandler returns: retried after Backoff, or dead
+	Snooze                  // snoozed (Lease.Snooze) for the delay the handler asked for
 )
 
-// HandlerOutcome is Run's decision once a handler returned err, on every
-// backend. snooze and snoozed are what leaserouter.SnoozeDelay finds in
-// err. A snooze is the handler's request, kept even when Run is
-// stopping (a release would count the attempt): Snooze for a delay >= 0,
-// FailSnooze for a negative one (the handler's mistake, not one it may
-// not have had). Otherwise nil completes the job, even when Run is
-// stopping (the work is done); an error releases it when stopping is set
-// (Run's ctx is done, which cancels the handler's, or the lease could not
-// be proven valid: the error may be the stop's doing, not the job's),
-// and fails the attempt otherwise. Close's drain is no stop here: it
-// cancels no handler before its own ctx ends.
-func HandlerOutcome(err error, stopping bool, snooze time.Duration, snoozed bool) Outcome {
+// AfterHandler is Run's decision once a handler returned err, on every
+// backend, and the error to fail the attempt with when that is the
+// decision. snooze and snoozed are what leaserouter.SnoozeDelay finds in
+// err. A snooze is the handler's request, kept even when Run is stopping
+// (a release would count the attempt): Snooze for a delay >= 0; a
+// negative one is the handler's mistake, not one it may not have had, so
+// Fail with Lease.Snooze's error (CheckSnooze, wrapping errInvalid).
+// Otherwise nil completes the job, even when Run is stopping (the work is
+// done); an error releases it when stopping is set (Run's ctx is done,
+// which cancels the handler's, or the lease could not be proven valid:
+// the error may be the stop's doing, not the job's), and fails the
+// attempt with err otherwise. Close's drain is no stop here: it cancels
+// no handler before its own ctx ends.
+func AfterHandler(errInvalid, err error, stopping bool, snooze time.Duration, snoozed bool) (Outcome, error) {
 	switch {
 	case snoozed && snooze < 0:
-		return FailSnooze
+		return Fail, CheckSnooze(errInvalid, snooze)
 	case snoozed:
-		return Snooze
+		return Snooze, nil
 	case err == nil:
-		return Complete
+		return Complete, nil
 	case stopping:
-		return Release
+		return Release, nil
 	}
-	return Fail
+	return Fail, err
+}
+
+// Stopping reports whether a Run must start no more jobs, on every
+// backend: its ctx (or a worker's, derived from it) is done, or Close
+// has begun (closing is closed). It is checked before each job, so no
+// job starts after either.
+func Stopping(ctx context.Context, closing <-chan struct{}) bool {
+	select {
+	case <-closing:
+		return true
+	default:
+		return ctx.Err() != nil
+	}
 }
 
 // AttemptTimeout is the limit of an attempt under Run, on every backend:
@@ -201,3 +216,16 @@ func Panicked(p any) *PanicError { return &PanicError{Value: p, Stack: debug.Sta
 
 // Error gives the panic value and the stack, as Job.LastError shows them.
 func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v\n\n%s", e.Value, e.Stack) }
+
+// CallHandler is Run's call of a handler on every backend: h(ctx, l)'s
+// error, or, if h panics, the *PanicError of the panic (Panicked), so
+// the attempt fails with its value and stack. Call it without any lock
+// held: h is user code.
+func CallHandler[L any, H ~func(context.Context, L) error](h H, ctx context.Context, l L) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = Panicked(p)
+		}
+	}()
+	return h(ctx, l)
+}

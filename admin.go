@@ -228,7 +228,8 @@ func (r *Router[T]) retryLocked(j, fresh *job[T], now int64) {
 // Delete removes a job that is not leased — pending, scheduled or
 // finished — with its dedup record: its ID may be enqueued again at once.
 // It emits EventPurged (Event.Time: now), counted in Stats.Purged. It
-// returns an error wrapping ErrLeased for a leased job (Cancel it first),
+// returns an error wrapping ErrLeased for a leased job, naming its
+// lease's fencing token and holder (Cancel it first),
 // ErrNotFound for an unknown id (one ValidateID refuses wraps
 // ErrInvalidJob too) or a finished job past its Retention, and ErrClosed
 // after Close; in each case nothing changes.
@@ -253,7 +254,7 @@ func (r *Router[T]) Delete(id string) error {
 // and has settled at now. On error nothing changes.
 func (r *Router[T]) deleteJob(j *job[T], now int64) error {
 	if j.state == StateLeased {
-		return fmt.Errorf("%w: %q (token %d, held by %q)", ErrLeased, j.id, j.token, j.owner())
+		return contract.DeleteLeased(ErrLeased, j.id, uint64(j.token), j.owner())
 	}
 	r.deleteLocked(j, now)
 	return nil

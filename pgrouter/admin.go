@@ -232,8 +232,8 @@ func (r *Router[T]) Retry(ctx context.Context, id string) error {
 // It settles what is due first, as Get does (a lease past its expiry is
 // no longer leased). It emits leaserouter.EventPurged (Time: the
 // database's clock at the delete), counted in this Router's
-// Stats.Purged. It returns an error wrapping ErrLeased for a leased job
-// (Cancel it first), ErrNotFound for an unknown id or a finished job past
+// Stats.Purged. It returns an error wrapping ErrLeased for a leased job,
+// naming its lease's fencing token and holder (Cancel it first), ErrNotFound for an unknown id or a finished job past
 // its Retention (for an id leaserouter.ValidateID refuses, "" included,
 // one wrapping both ErrInvalidJob and ErrNotFound, without a round trip),
 // ErrClosed after Close, or one wrapping the driver's; in each case
@@ -253,8 +253,8 @@ func (r *Router[T]) Delete(ctx context.Context, id string) error {
 		return err
 	case len(jobs) == 0:
 		return fmt.Errorf("%w: %q", leaserouter.ErrNotFound, id)
-	case !jobs[0].done:
-		return fmt.Errorf("%w: %q", leaserouter.ErrLeased, id)
+	case !jobs[0].done: // every state asked for: only a leased job stays
+		return contract.DeleteLeased(leaserouter.ErrLeased, id, uint64(jobs[0].token), jobs[0].owner)
 	}
 	return nil
 }

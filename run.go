@@ -17,9 +17,8 @@ import (
 //
 // SAME RULE on every backend, written once in internal/contract
 // (worker.go) and pinned by internal/routertest's workers rows:
-// WorkerOptions' checks and defaults (contract.WorkerDefaults, whose
-// WorkerOptions this one converts to), MaxWorkers, DefaultBatch and
-// MaxBatch.
+// WorkerOptions' checks and defaults (contract.WorkerDefaults, given
+// its fields), MaxWorkers, DefaultBatch and MaxBatch.
 //
 // TUNED to this backend: leaseCtx, the handler's context made only when
 // the handler looks at it, from a block of leases allocated per batch.
@@ -157,11 +156,10 @@ func (r *Router[T]) Run(ctx context.Context, opts WorkerOptions, h Handler[T]) e
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	o, err := contract.WorkerDefaults(ErrInvalidOptions, h == nil, contract.WorkerOptions(opts), r.opts.LeaseDuration)
-	if err != nil {
+	if err := contract.WorkerDefaults(ErrInvalidOptions, h == nil, r.opts.LeaseDuration,
+		&opts.Workers, &opts.WorkerID, &opts.HeartbeatInterval, &opts.Batch, opts.Timeout); err != nil {
 		return err
 	}
-	opts = WorkerOptions(o)
 	select {
 	case <-r.closing:
 		return ErrClosed

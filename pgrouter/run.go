@@ -115,11 +115,10 @@ type Handler[T any] func(ctx context.Context, l *Lease[T]) error
 // share a queue. A nil ctx means context.Background().
 func (r *Router[T]) Run(ctx context.Context, opts leaserouter.WorkerOptions, h Handler[T]) error {
 	ctx = orBackground(ctx)
-	o, err := contract.WorkerDefaults(leaserouter.ErrInvalidOptions, h == nil, contract.WorkerOptions(opts), r.opts.LeaseDuration)
-	if err != nil {
+	if err := contract.WorkerDefaults(leaserouter.ErrInvalidOptions, h == nil, r.opts.LeaseDuration,
+		&opts.Workers, &opts.WorkerID, &opts.HeartbeatInterval, &opts.Batch, opts.Timeout); err != nil {
 		return err
 	}
-	opts = leaserouter.WorkerOptions(o)
 	if err := r.open(); err != nil {
 		return err
 	}

@@ -28,9 +28,9 @@
 // (ErrInvalidOptions, ...) are the core's and are passed in, since this
 // package cannot import the core (the core imports it). Types the core exports and pgrouter must
 // read are defined here and the core's types defined on them
-// (leaserouter.EnqueueOption is a type defined on EnqueueOption, and
-// leaserouter.WorkerOptions converts to WorkerOptions), so nothing is
-// copied or exported from the root for pgrouter alone.
+// (leaserouter.EnqueueOption is a type defined on EnqueueOption), or
+// passed field by field (WorkerDefaults), so nothing is copied or
+// exported from the root for pgrouter alone.
 package contract
 
 import (

@@ -147,59 +147,51 @@ const (
 	MaxBatch     = 1024
 )
 
-// WorkerOptions has the fields of leaserouter.WorkerOptions, in its order,
-// so that one converts to the other: the options of a Run, on every
-// backend.
-type WorkerOptions struct {
-	Workers           int
-	WorkerID          string
-	HeartbeatInterval time.Duration
-	Batch             int
-	Timeout           time.Duration
-}
-
-// WorkerDefaults returns o checked and with its zero fields set to their
-// defaults, for a router whose LeaseDuration is lease, as Run does first
-// on every backend; bad fields return an error wrapping errInvalid (the
-// core's ErrInvalidOptions) naming the field. Workers defaults to
-// runtime.GOMAXPROCS(0), WorkerID to "<hostname>-<pid>", Batch to
-// DefaultBatch and HeartbeatInterval as HeartbeatInterval says; every
-// worker's ID, "<WorkerID>-<i>", must keep the rule for IDs. A nil
-// handler (nilHandler) is refused first: Run starts nothing without one.
-func WorkerDefaults(errInvalid error, nilHandler bool, o WorkerOptions, lease time.Duration) (WorkerOptions, error) {
+// WorkerDefaults checks the fields of a leaserouter.WorkerOptions and
+// sets its zero ones to their defaults, through pointers to them, for a
+// router whose LeaseDuration is lease, as Run does first on every
+// backend; a bad field returns an error wrapping errInvalid (the core's
+// ErrInvalidOptions) naming the field, and then the fields may be
+// half-set. Workers defaults to runtime.GOMAXPROCS(0), WorkerID to
+// "<hostname>-<pid>", Batch to DefaultBatch and HeartbeatInterval as
+// HeartbeatInterval says; Timeout is only checked. Every worker's ID,
+// "<WorkerID>-<i>", must keep the rule for IDs. A nil handler
+// (nilHandler) is refused first: Run starts nothing without one.
+func WorkerDefaults(errInvalid error, nilHandler bool, lease time.Duration,
+	workers *int, workerID *string, interval *time.Duration, batch *int, timeout time.Duration) error {
 	switch {
 	case nilHandler:
-		return o, fmt.Errorf("%w: nil Handler", errInvalid)
-	case o.Workers < 0 || o.Workers > MaxWorkers:
-		return o, fmt.Errorf("%w: WorkerOptions.Workers is %d, must be in [0, %d] (0 = GOMAXPROCS)", errInvalid, o.Workers, MaxWorkers)
-	case o.HeartbeatInterval < 0:
-		return o, fmt.Errorf("%w: WorkerOptions.HeartbeatInterval is %v, must be >= 0 (0 = LeaseDuration/3)", errInvalid, o.HeartbeatInterval)
-	case o.Timeout < 0:
-		return o, fmt.Errorf("%w: WorkerOptions.Timeout is %v, must be >= 0 (0 = no limit)", errInvalid, o.Timeout)
-	case o.Batch < 0 || o.Batch > MaxBatch:
-		return o, fmt.Errorf("%w: WorkerOptions.Batch is %d, must be in [0, %d] (0 = %d)", errInvalid, o.Batch, MaxBatch, DefaultBatch)
+		return fmt.Errorf("%w: nil Handler", errInvalid)
+	case *workers < 0 || *workers > MaxWorkers:
+		return fmt.Errorf("%w: WorkerOptions.Workers is %d, must be in [0, %d] (0 = GOMAXPROCS)", errInvalid, *workers, MaxWorkers)
+	case *interval < 0:
+		return fmt.Errorf("%w: WorkerOptions.HeartbeatInterval is %v, must be >= 0 (0 = LeaseDuration/3)", errInvalid, *interval)
+	case timeout < 0:
+		return fmt.Errorf("%w: WorkerOptions.Timeout is %v, must be >= 0 (0 = no limit)", errInvalid, timeout)
+	case *batch < 0 || *batch > MaxBatch:
+		return fmt.Errorf("%w: WorkerOptions.Batch is %d, must be in [0, %d] (0 = %d)", errInvalid, *batch, MaxBatch, DefaultBatch)
 	}
-	if o.Workers == 0 {
-		o.Workers = runtime.GOMAXPROCS(0)
+	if *workers == 0 {
+		*workers = runtime.GOMAXPROCS(0)
 	}
-	if o.WorkerID == "" {
+	if *workerID == "" {
 		host, err := os.Hostname()
 		if err != nil || host == "" {
 			host = "worker"
 		}
-		o.WorkerID = fmt.Sprintf("%s-%d", host, os.Getpid())
+		*workerID = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
 	// Worker i is "<WorkerID>-<i>"; the last one's ID is the longest.
-	if p := NameProblem(fmt.Sprintf("%s-%d", o.WorkerID, o.Workers-1), MaxIDBytes, "MaxIDBytes"); p != "" {
-		return o, fmt.Errorf("%w: WorkerOptions.WorkerID %s makes worker IDs that break the rule for IDs: worker %d's ID %s",
-			errInvalid, Quote(o.WorkerID), o.Workers-1, p)
+	if p := NameProblem(fmt.Sprintf("%s-%d", *workerID, *workers-1), MaxIDBytes, "MaxIDBytes"); p != "" {
+		return fmt.Errorf("%w: WorkerOptions.WorkerID %s makes worker IDs that break the rule for IDs: worker %d's ID %s",
+			errInvalid, Quote(*workerID), *workers-1, p)
 	}
-	o.Batch = cmp.Or(o.Batch, DefaultBatch)
-	o.HeartbeatInterval = HeartbeatInterval(o.HeartbeatInterval, lease)
-	if o.HeartbeatInterval >= lease { // checked after defaulting: LeaseDuration/3 of 1ns is no interval
-		return o, fmt.Errorf("%w: WorkerOptions.HeartbeatInterval %v must be < LeaseDuration %v", errInvalid, o.HeartbeatInterval, lease)
+	*batch = cmp.Or(*batch, DefaultBatch)
+	*interval = HeartbeatInterval(*interval, lease)
+	if *interval >= lease { // checked after defaulting: LeaseDuration/3 of 1ns is no interval
+		return fmt.Errorf("%w: WorkerOptions.HeartbeatInterval %v must be < LeaseDuration %v", errInvalid, *interval, lease)
 	}
-	return o, nil
+	return nil
 }
 
 // PanicError is the error a handler's panic fails its attempt with, on

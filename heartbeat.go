@@ -35,13 +35,6 @@ import (
 // every backend.
 const MinHeartbeatInterval = time.Millisecond
 
-// heartbeatInterval is the interval Run and KeepAlive use when asked for
-// interval: LeaseDuration/3 for interval <= 0, and never below the floor
-// (see MinHeartbeatInterval). The caller refuses a result >= lease.
-func heartbeatInterval(interval, lease time.Duration) time.Duration {
-	return contract.HeartbeatInterval(interval, lease)
-}
-
 // heartbeats is Run's heartbeat goroutine: it beats every slot when due
 // and sleeps until the earliest next one, or until kicked by a worker
 // whose batch is due sooner, or until stop is closed. Once ctx is done or
@@ -166,7 +159,7 @@ func KeepAlive[T any](ctx context.Context, l *Lease[T], interval time.Duration) 
 		return canceled(ctx, contract.KeepAliveNilLease(ErrInvalidOptions))
 	}
 	lease := l.r.opts.LeaseDuration
-	interval = heartbeatInterval(interval, lease)
+	interval = contract.HeartbeatInterval(interval, lease)
 	if interval >= lease {
 		return canceled(ctx, contract.KeepAliveInterval(ErrInvalidOptions, interval, lease))
 	}

@@ -172,10 +172,19 @@ func listFilter(p ListParams) (mask uint8, limit int, err error) {
 // Retention, ErrFull when Options.Capacity unfinished jobs are already
 // there, and ErrClosed after Close; in each case nothing changes.
 func (r *Router[T]) Retry(id string) error {
+	fresh := new(job[T]) // before the lock
+	return r.onJob(id, func(j *job[T], now int64) error { return r.retryJob(j, now, fresh) })
+}
+
+// onJob runs do on the job id names, for Retry and Delete, under r.mu
+// with what is due settled at now. It returns an error wrapping both
+// ErrInvalidJob and ErrNotFound for an id ValidateID refuses, ErrClosed
+// after Close, one wrapping ErrNotFound for an id the router does not
+// know, else do's error.
+func (r *Router[T]) onJob(id string, do func(j *job[T], now int64) error) error {
 	if err := contract.CheckJobID(ErrInvalidJob, ErrNotFound, id); err != nil {
 		return err
 	}
-	fresh := new(job[T]) // before the lock
 	now, err := r.lockOpen(false, nil)
 	if err != nil {
 		return err
@@ -185,7 +194,7 @@ func (r *Router[T]) Retry(id string) error {
 	if j == nil {
 		return fmt.Errorf("%w: %q", ErrNotFound, id)
 	}
-	return r.retryJob(j, now, fresh)
+	return do(j, now)
 }
 
 // retryJob is Retry of j, a job the router knows, at now: it checks that
@@ -228,32 +237,19 @@ func (r *Router[T]) retryLocked(j, fresh *job[T], now int64) {
 // Delete removes a job that is not leased — pending, scheduled or
 // finished — with its dedup record: its ID may be enqueued again at once.
 // It emits EventPurged (Event.Time: now), counted in Stats.Purged. It
-// returns an error wrapping ErrLeased for a leased job (Cancel it first),
+// returns an error wrapping ErrLeased for a leased job, naming its
+// lease's fencing token and holder (Cancel it first),
 // ErrNotFound for an unknown id (one ValidateID refuses wraps
 // ErrInvalidJob too) or a finished job past its Retention, and ErrClosed
 // after Close; in each case nothing changes.
-func (r *Router[T]) Delete(id string) error {
-	if err := contract.CheckJobID(ErrInvalidJob, ErrNotFound, id); err != nil {
-		return err
-	}
-	now, err := r.lockOpen(false, nil)
-	if err != nil {
-		return err
-	}
-	defer r.unlockAndDeliver()
-	j := r.jobs.Get(id)
-	if j == nil {
-		return fmt.Errorf("%w: %q", ErrNotFound, id)
-	}
-	return r.deleteJob(j, now)
-}
+func (r *Router[T]) Delete(id string) error { return r.onJob(id, r.deleteJob) }
 
 // deleteJob is Delete of j, a job the router knows, at now: it refuses a
 // leased job, else removes j as deleteLocked does. The caller holds r.mu
 // and has settled at now. On error nothing changes.
 func (r *Router[T]) deleteJob(j *job[T], now int64) error {
 	if j.state == StateLeased {
-		return fmt.Errorf("%w: %q (token %d, held by %q)", ErrLeased, j.id, j.token, j.owner())
+		return contract.DeleteLeased(ErrLeased, j.id, uint64(j.token), j.owner())
 	}
 	r.deleteLocked(j, now)
 	return nil

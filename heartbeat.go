@@ -11,19 +11,29 @@ import (
 	"github.com/leaserouter/leaserouter/internal/hook"
 )
 
+// Heartbeats: Run's heartbeat goroutine and KeepAlive.
+//
+// SAME RULE on every backend, written once in internal/contract
+// (worker.go) and pinned by internal/routertest's workers rows: the
+// interval and its floor (HeartbeatInterval, MinHeartbeatInterval),
+// KeepAlive's refusals (KeepAliveNilLease, KeepAliveInterval), and a
+// batch cut at its first heartbeat, so that a job leased ahead waits at
+// most one interval (the row "after a cut batch Run leases one job at a
+// time").
+//
+// TUNED to this backend, where a heartbeat is one short lock hold: one
+// goroutine per Run sleeps until the earliest heartbeat due of any
+// worker's batch (on the router's clock), and heartbeats and cuts each
+// batch on its own; KeepAlive runs on a timer and each heartbeat takes
+// effect at the instant it was due. pgrouter instead heartbeats every
+// lease of a Run in one statement per round, on a ticker.
+
 // MinHeartbeatInterval is the floor of a heartbeat interval, for Run and
 // KeepAlive: a shorter positive interval is raised to it (or to a quarter
 // of LeaseDuration, if that is shorter), so a typo such as 1ns cannot turn
 // heartbeats into a busy loop that holds the router's lock. The same on
 // every backend.
 const MinHeartbeatInterval = time.Millisecond
-
-// heartbeatInterval is the interval Run and KeepAlive use when asked for
-// interval: LeaseDuration/3 for interval <= 0, and never below the floor
-// (see MinHeartbeatInterval). The caller refuses a result >= lease.
-func heartbeatInterval(interval, lease time.Duration) time.Duration {
-	return contract.HeartbeatInterval(interval, lease)
-}
 
 // heartbeats is Run's heartbeat goroutine: it beats every slot when due
 // and sleeps until the earliest next one, or until kicked by a worker
@@ -149,7 +159,7 @@ func KeepAlive[T any](ctx context.Context, l *Lease[T], interval time.Duration) 
 		return canceled(ctx, contract.KeepAliveNilLease(ErrInvalidOptions))
 	}
 	lease := l.r.opts.LeaseDuration
-	interval = heartbeatInterval(interval, lease)
+	interval = contract.HeartbeatInterval(interval, lease)
 	if interval >= lease {
 		return canceled(ctx, contract.KeepAliveInterval(ErrInvalidOptions, interval, lease))
 	}

@@ -13,7 +13,18 @@ import (
 
 // Run: worker goroutines that acquire, run a Handler under a context
 // canceled when the lease is lost, and complete, fail or release each job.
-// Heartbeat scheduling lives in heartbeat.go.
+// The workers' loop is worker.go, heartbeat scheduling heartbeat.go.
+//
+// SAME RULE on every backend, written once in internal/contract
+// (worker.go) and pinned by internal/routertest's workers rows:
+// WorkerOptions' checks and defaults (contract.WorkerDefaults, given
+// its fields), MaxWorkers, DefaultBatch and MaxBatch.
+//
+// TUNED to this backend: leaseCtx, the handler's context made only when
+// the handler looks at it, from a block of leases allocated per batch.
+// Here a job costs one share of a lock hold, not a round trip, so a
+// context and its registration with the parent per job would be much of
+// its cost (BenchmarkRun); pgrouter makes one per job.
 
 // Handler processes one leased job. Its ctx is canceled as soon as the lease
 // is lost (expired, canceled, revoked by Close) or Run's ctx is done; then
@@ -145,11 +156,10 @@ func (r *Router[T]) Run(ctx context.Context, opts WorkerOptions, h Handler[T]) e
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	o, err := contract.WorkerDefaults(ErrInvalidOptions, h == nil, contract.WorkerOptions(opts), r.opts.LeaseDuration)
-	if err != nil {
+	if err := contract.WorkerDefaults(ErrInvalidOptions, h == nil, r.opts.LeaseDuration,
+		&opts.Workers, &opts.WorkerID, &opts.HeartbeatInterval, &opts.Batch, opts.Timeout); err != nil {
 		return err
 	}
-	opts = WorkerOptions(o)
 	select {
 	case <-r.closing:
 		return ErrClosed
@@ -296,13 +306,3 @@ func (c *leaseCtx) leaseLost(cause error) { c.stop(cause) }
 
 // String names the context as the context package names its own.
 func (c *leaseCtx) String() string { return fmt.Sprint(*c.parent) + ".WithCancel(leaserouter lease)" }
-
-// call runs h, turning a panic into an error carrying the stack.
-func call[T any](ctx context.Context, l *Lease[T], h Handler[T]) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = contract.Panicked(p) // the same text on every backend
-		}
-	}()
-	return h(ctx, l)
-}

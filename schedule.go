@@ -8,7 +8,7 @@ import (
 )
 
 // Periodic jobs: what a schedule is and how a tick becomes a job, the
-// same on every backend. The core's scheduler is in periodic.go.
+// same on every backend. The core's scheduler is in periodic_scheduler.go.
 
 // Schedule gives the instants a periodic job is due at (its ticks). Next
 // returns the first tick strictly after t, or the zero Time for no more

@@ -16,6 +16,25 @@ import (
 // handlers in turn, and completes them with its next batch; the heartbeat
 // goroutine (heartbeat.go) cuts a batch that outlasts its first heartbeat.
 // See Run for the rule.
+//
+// SAME RULE on every backend, written once in internal/contract
+// (worker.go) and pinned by internal/routertest's workers and snooze
+// rows: the next batch's size (NextBatch, in adapt), when a worker starts
+// no more jobs (Stopping), the handler's call with its panic caught
+// (CallHandler), what its return does (AfterHandler) and the attempt's
+// timeout (AttemptTimeout, in Router.limit).
+//
+// TUNED to this backend, which pays for a lock hold where pgrouter pays
+// for a round trip: a batch's finished jobs are completed under the same
+// hold that leases the next batch (runStep); a worker yields the
+// processor before it blocks on the lock (lockYielding, yieldShort), so
+// that two workers taking turns do not run on one processor; a batch is
+// the worker's share of the ready jobs with the callers waiting
+// (share), read under r.mu; leases come in blocks allocated outside the
+// lock (take). A lease lost while its handler ran is known for certain
+// here (the stop's cause wraps ErrLeaseLost), so Run leaves that job
+// alone; pgrouter must also tell a lease it could not prove valid, which
+// it releases.
 
 // slot is one worker's batch, shared with the heartbeat goroutine, which
 // heartbeats the running lease and cuts a batch that outlasts its first
@@ -266,16 +285,9 @@ func (w *worker[T]) run(batch []runLease[T], ready []readyAt) {
 	}
 }
 
-// stopping reports whether the worker must start no more jobs: Run's ctx
-// is done or Close has started.
-func (w *worker[T]) stopping() bool {
-	select {
-	case <-w.u.r.closing:
-		return true
-	default:
-		return w.ctx.Err() != nil
-	}
-}
+// stopping reports whether the worker must start no more jobs
+// (contract.Stopping): Run's ctx is done or Close has started.
+func (w *worker[T]) stopping() bool { return contract.Stopping(w.ctx, w.u.r.closing) }
 
 // adapt sets the size of the next batch (see Run) from how the last one,
 // leased at granted, went.
@@ -301,21 +313,19 @@ func (w *worker[T]) process(rl *runLease[T]) {
 		return
 	}
 	d, snoozed := SnoozeDelay(err)
-	switch contract.HandlerOutcome(err, w.ctx.Err() != nil, d, snoozed) {
-	case contract.Complete:
+	outcome, cause := contract.AfterHandler(ErrInvalidOptions, err, w.ctx.Err() != nil, d, snoozed)
+	if outcome == contract.Complete {
 		w.finished(l) // completed with the next lease, even if ctx is done now
+		return
+	}
+	w.finished(nil)
+	switch outcome {
 	case contract.Release:
-		w.finished(nil)
 		_ = l.Release() // refused only if the lease was lost: nothing left to do
 	case contract.Snooze:
-		w.finished(nil)
 		_ = l.Snooze(d)
-	case contract.FailSnooze:
-		w.finished(nil)
-		_ = l.Fail(contract.CheckSnooze(ErrInvalidOptions, d))
 	default:
-		w.finished(nil)
-		_ = l.Fail(err)
+		_ = l.Fail(cause)
 	}
 }
 
@@ -325,11 +335,11 @@ func (w *worker[T]) call(rl *runLease[T]) error {
 	l := &rl.Lease
 	d := w.u.r.limit(l.j, w.u.timeout)
 	if d == 0 {
-		return call(&rl.handlerCtx, l, w.u.h)
+		return contract.CallHandler(w.u.h, &rl.handlerCtx, l)
 	}
 	ctx, cancel := withTimeout(rl.handlerCtx.ctx(), l, d)
 	defer cancel()
-	return call(ctx, l, w.u.h)
+	return contract.CallHandler(w.u.h, ctx, l)
 }
 
 // finished records that the running handler returned, and adds l, if not

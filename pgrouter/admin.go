@@ -211,20 +211,11 @@ func listFilter(p leaserouter.ListParams) (mask uint8, limit int, err error) {
 // it (a CompleteTx's: until its caller's transaction ends). Safe for
 // concurrent use.
 func (r *Router[T]) Retry(ctx context.Context, id string) error {
-	ctx = orBackground(ctx)
-	if err := r.checkJobCall(id); err != nil {
-		return err
+	j, err := r.oneJob(ctx, "Retry", id, r.retry)
+	if err == nil && !j.done {
+		return fmt.Errorf("%w: %q is %s", leaserouter.ErrNotFinished, id, j.was)
 	}
-	jobs, err := r.retry(ctx, "Retry", []string{id}, everyState)
-	switch {
-	case err != nil:
-		return err
-	case len(jobs) == 0:
-		return fmt.Errorf("%w: %q", leaserouter.ErrNotFound, id)
-	case !jobs[0].done:
-		return fmt.Errorf("%w: %q is %s", leaserouter.ErrNotFinished, id, jobs[0].was)
-	}
-	return nil
+	return err
 }
 
 // Delete removes a job that is not leased (pending, scheduled or
@@ -232,8 +223,8 @@ func (r *Router[T]) Retry(ctx context.Context, id string) error {
 // It settles what is due first, as Get does (a lease past its expiry is
 // no longer leased). It emits leaserouter.EventPurged (Time: the
 // database's clock at the delete), counted in this Router's
-// Stats.Purged. It returns an error wrapping ErrLeased for a leased job
-// (Cancel it first), ErrNotFound for an unknown id or a finished job past
+// Stats.Purged. It returns an error wrapping ErrLeased for a leased job,
+// naming its lease's fencing token and holder (Cancel it first), ErrNotFound for an unknown id or a finished job past
 // its Retention (for an id leaserouter.ValidateID refuses, "" included,
 // one wrapping both ErrInvalidJob and ErrNotFound, without a round trip),
 // ErrClosed after Close, or one wrapping the driver's; in each case
@@ -243,20 +234,11 @@ func (r *Router[T]) Retry(ctx context.Context, id string) error {
 // transaction holds it (a CompleteTx's: until its caller's transaction
 // ends). Safe for concurrent use.
 func (r *Router[T]) Delete(ctx context.Context, id string) error {
-	ctx = orBackground(ctx)
-	if err := r.checkJobCall(id); err != nil {
-		return err
+	j, err := r.oneJob(ctx, "Delete", id, r.delete)
+	if err == nil && !j.done { // every state asked for: only a leased job stays
+		return contract.DeleteLeased(leaserouter.ErrLeased, id, uint64(j.token), j.owner)
 	}
-	jobs, err := r.delete(ctx, "Delete", []string{id}, everyState)
-	switch {
-	case err != nil:
-		return err
-	case len(jobs) == 0:
-		return fmt.Errorf("%w: %q", leaserouter.ErrNotFound, id)
-	case !jobs[0].done:
-		return fmt.Errorf("%w: %q", leaserouter.ErrLeased, id)
-	}
-	return nil
+	return err
 }
 
 // Pause stops the granting of leases of the Router's queue, in every
@@ -379,15 +361,30 @@ func readQueues(res pgx.BatchResults) ([]QueueInfo, error) {
 	return out, nil
 }
 
-// checkJobCall is the first step of an operation on job id (Cancel,
-// Retry, Delete): for an ID leaserouter.ValidateID refuses, the error of
-// every backend (contract.CheckJobID: wrapping both ErrInvalidJob and
-// ErrNotFound); ErrClosed after Close.
-func (r *Router[T]) checkJobCall(id string) error {
+// oneJob is an operation on job id alone (Cancel, Retry, Delete): op,
+// the bulk calls' statement (cancel, retry, delete), run on id in every
+// state. It returns what op did to the job; for an ID
+// leaserouter.ValidateID refuses, the error of every backend
+// (contract.CheckJobID: wrapping both ErrInvalidJob and ErrNotFound),
+// without a round trip; ErrClosed after Close; an error wrapping
+// ErrNotFound for a job the queue does not know; or op's error. A nil
+// ctx means context.Background().
+func (r *Router[T]) oneJob(ctx context.Context, call, id string,
+	op func(ctx context.Context, call string, ids, states []string) ([]acted, error)) (acted, error) {
 	if err := contract.CheckJobID(leaserouter.ErrInvalidJob, leaserouter.ErrNotFound, id); err != nil {
-		return err
+		return acted{}, err
 	}
-	return r.open()
+	if err := r.open(); err != nil {
+		return acted{}, err
+	}
+	jobs, err := op(orBackground(ctx), call, []string{id}, everyState)
+	switch {
+	case err != nil:
+		return acted{}, err
+	case len(jobs) == 0:
+		return acted{}, fmt.Errorf("%w: %q", leaserouter.ErrNotFound, id)
+	}
+	return jobs[0], nil
 }
 
 // Queue returns the name of the Router's queue (Options.Queue).

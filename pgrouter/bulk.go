@@ -87,6 +87,10 @@ func (r *Router[T]) DeleteMany(ctx context.Context, ids []string, states []lease
 type acted struct {
 	id, was string
 	done    bool
+	// delete only: the job's latest token (a leased job's lease's) and
+	// its holder, for Delete's refusal of a leased job.
+	token int64
+	owner string
 }
 
 // bulk checks a bulk call's arguments and runs op (retry, cancel or
@@ -273,16 +277,15 @@ func (r *Router[T]) delete(ctx context.Context, call string, ids, states []strin
 		func(rows pgx.Rows) error {
 			var (
 				j       acted
-				token   *int64
 				attempt *int32
 				at      time.Time
 			)
-			if err := rows.Scan(&j.id, &j.was, &token, &attempt, &at); err != nil {
+			if err := rows.Scan(&j.id, &j.was, &j.token, &j.owner, &j.done, &attempt, &at); err != nil {
 				return err
 			}
-			if j.done = token != nil; j.done {
+			if j.done {
 				events = append(events, leaserouter.Event{Kind: leaserouter.EventPurged, Time: at, JobID: j.id,
-					Token: leaserouter.Token(*token), Attempt: int(*attempt)})
+					Token: leaserouter.Token(j.token), Attempt: int(*attempt)})
 			}
 			out = append(out, j)
 			return nil

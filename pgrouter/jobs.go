@@ -3,7 +3,6 @@ package pgrouter
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -109,16 +108,6 @@ func jobOf[T any](jr *jobRow) (leaserouter.Job[T], error) {
 // the job's row while another transaction holds it (a CompleteTx's:
 // until its caller's transaction ends). Safe for concurrent use.
 func (r *Router[T]) Cancel(ctx context.Context, id string) error {
-	ctx = orBackground(ctx)
-	if err := r.checkJobCall(id); err != nil {
-		return err
-	}
-	jobs, err := r.cancel(ctx, "Cancel", []string{id}, everyState)
-	if err != nil {
-		return err
-	}
-	if len(jobs) == 0 {
-		return fmt.Errorf("%w: %q", leaserouter.ErrNotFound, id)
-	}
-	return nil
+	_, err := r.oneJob(ctx, "Cancel", id, r.cancel)
+	return err
 }

@@ -10,6 +10,25 @@ import (
 	"github.com/leaserouter/leaserouter/internal/contract"
 )
 
+// Run: worker goroutines that claim jobs, run a Handler under a context
+// canceled when the lease is lost or can no longer be proven valid, and
+// complete, fail, snooze or release each job; and the Run's heartbeat
+// rounds. The workers' loop is worker.go.
+//
+// SAME RULE on every backend, written once in internal/contract
+// (worker.go) and pinned by internal/routertest's workers rows:
+// WorkerOptions' checks and defaults (WorkerDefaults), when a Run starts
+// no more jobs (Stopping, in stopped), and a batch cut at a heartbeat, so
+// that a job leased ahead waits at most one interval.
+//
+// TUNED to this backend, where every lease operation is a round trip: a
+// heartbeat round per interval, on a connection of its own, hands back,
+// completes and extends every lease of the Run in one statement each
+// (the core heartbeats each batch under its lock when it is due); the
+// client's own clock bounds a lease it cannot prove valid (held.timer,
+// errUnproven); and a stopping Run's last round trips are bounded
+// (dbCtx, quit, runGrace) and left to the Router's background after.
+
 // Handler processes one leased job (see leaserouter.Handler): its ctx
 // is canceled as soon as the lease is lost or can no longer be proven
 // valid, or at its attempt's timeout (see Run).
@@ -96,11 +115,10 @@ type Handler[T any] func(ctx context.Context, l *Lease[T]) error
 // share a queue. A nil ctx means context.Background().
 func (r *Router[T]) Run(ctx context.Context, opts leaserouter.WorkerOptions, h Handler[T]) error {
 	ctx = orBackground(ctx)
-	o, err := contract.WorkerDefaults(leaserouter.ErrInvalidOptions, h == nil, contract.WorkerOptions(opts), r.opts.LeaseDuration)
-	if err != nil {
+	if err := contract.WorkerDefaults(leaserouter.ErrInvalidOptions, h == nil, r.opts.LeaseDuration,
+		&opts.Workers, &opts.WorkerID, &opts.HeartbeatInterval, &opts.Batch, opts.Timeout); err != nil {
 		return err
 	}
-	opts = leaserouter.WorkerOptions(o)
 	if err := r.open(); err != nil {
 		return err
 	}
@@ -170,19 +188,11 @@ type runner[T any] struct {
 	armed   bool                // quit's end is set
 }
 
-// stopped reports whether the Run is stopping: its ctx is done or Close
-// has begun. Checked directly, so a worker never starts a job after.
-func (u *runner[T]) stopped() bool {
-	if u.ctx.Err() != nil {
-		return true
-	}
-	select {
-	case <-u.r.closing.Done():
-		return true
-	default:
-		return false
-	}
-}
+// stopped reports whether the Run is stopping (contract.Stopping): its
+// ctx is done or Close has begun. Checked directly, not through
+// u.stopping (a context canceled by AfterFunc, a moment later), so a
+// worker never starts a job after either.
+func (u *runner[T]) stopped() bool { return contract.Stopping(u.ctx, u.r.closing.Done()) }
 
 // held is what the Run knows of one of its leases.
 type held struct {

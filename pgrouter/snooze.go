@@ -32,7 +32,7 @@ import (
 // return leaserouter.Snooze(d) instead. A nil ctx means
 // context.Background().
 func (l *Lease[T]) Snooze(ctx context.Context, d time.Duration) error {
-	if err := checkSnooze(d); err != nil {
+	if err := contract.CheckSnooze(leaserouter.ErrInvalidOptions, d); err != nil { // the same on every backend
 		return err
 	}
 	ctx = orBackground(ctx)
@@ -48,10 +48,4 @@ func (l *Lease[T]) Snooze(ctx context.Context, d time.Duration) error {
 	r.emit(l.event(leaserouter.EventSnoozed, *res.at))
 	r.notify(ctx) // ready, or a new due instant for the waiters' timers
 	return nil
-}
-
-// checkSnooze is Snooze's check of its delay: the error of a negative
-// one, which a Run handler's Snooze error also fails its attempt with.
-func checkSnooze(d time.Duration) error {
-	return contract.CheckSnooze(leaserouter.ErrInvalidOptions, d)
 }

@@ -13,6 +13,21 @@ import (
 
 // A Run's workers: each claims a batch, runs it in order, and hands its
 // finished leases to its next claim or to the heartbeat rounds (run.go).
+//
+// SAME RULE on every backend, written once in internal/contract
+// (worker.go) and pinned by internal/routertest's workers and snooze
+// rows: the next batch's size (NextBatch), the handler's call with its
+// panic caught (CallHandler), what its return does (AfterHandler) and
+// the attempt's timeout (AttemptTimeout, in limit).
+//
+// TUNED to this backend, where a claim is a round trip: a worker's
+// finished leases ride on its next claim (finished), or on the heartbeat
+// round while the claim waits for a pool connection; an idle worker
+// takes the back half of another's unstarted jobs, with no round trip
+// (steal), where the core sizes each batch to the worker's share under
+// its lock; a database error backs off and goes on. A lease whose
+// validity could not be proven (errUnproven) is released, not left
+// alone: only a lease a heartbeat found lost is known to be another's.
 
 // worker is one worker goroutine of a Run.
 type worker[T any] struct {
@@ -171,7 +186,7 @@ func (w *worker[T]) runWaiting() {
 func (w *worker[T]) run(l *Lease[T], h *held, lctx context.Context) {
 	u := w.u
 	hctx, stop := u.timed(lctx, l)
-	err := u.call(hctx, l)
+	err := contract.CallHandler(u.h, hctx, l)
 	stop()
 	u.mu.Lock()
 	h.timer.Stop()
@@ -193,19 +208,17 @@ func (w *worker[T]) run(l *Lease[T], h *held, lctx context.Context) {
 	if !l.txTried() && !u.r.holds(l) {
 		return // ended meanwhile: by h itself (Complete, Fail, Release), or found lost by a heartbeat
 	}
-	// The handler's return decides the end (contract.HandlerOutcome): a
+	// The handler's return decides the end (contract.AfterHandler): a
 	// snooze, a fail, a completion, or — Run's ctx done (it canceled the
 	// handler's), or the lease could not be proven — a release that hands
 	// the job back rather than count a failure the handler may not have
 	// had. Close's drain is not a stop of the handler: it cancels none
 	// before its own ctx ends (and then the lease is revoked).
 	d, snoozed := leaserouter.SnoozeDelay(err)
-	switch contract.HandlerOutcome(err, u.ctx.Err() != nil || errors.Is(cause, errUnproven), d, snoozed) {
+	outcome, err := contract.AfterHandler(leaserouter.ErrInvalidOptions, err, u.ctx.Err() != nil || errors.Is(cause, errUnproven), d, snoozed)
+	switch outcome {
 	case contract.Snooze:
 		u.r.endOrLater(ctx, l, leaserouter.LostSnoozed, func(ctx context.Context) error { return l.Snooze(ctx, d) })
-	case contract.FailSnooze:
-		err = checkSnooze(d)
-		u.r.endOrLater(ctx, l, leaserouter.LostFailed, func(ctx context.Context) error { return l.Fail(ctx, err) })
 	case contract.Complete:
 		l.idle.Store(true) // finished: completed by the Run, never revoked
 		u.mu.Lock()
@@ -221,16 +234,6 @@ func (w *worker[T]) run(l *Lease[T], h *held, lctx context.Context) {
 // errUnproven cancels a handler's ctx when its lease can no longer be
 // proven valid from the client's clock.
 var errUnproven = fmt.Errorf("%w: no heartbeat accepted within LeaseDuration (database unreachable?)", leaserouter.ErrLeaseLost)
-
-// call runs the handler, turning a panic into an error.
-func (u *runner[T]) call(ctx context.Context, l *Lease[T]) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = contract.Panicked(p) // the same text on every backend
-		}
-	}()
-	return u.h(ctx, l)
-}
 
 // flush completes the leases whose handlers returned nil and hands back
 // those waiting, as a worker stops.

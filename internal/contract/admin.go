@@ -2,8 +2,9 @@ package contract
 
 import "fmt"
 
-// The admin reads, on every backend: List's filter and page size, and
-// Leases' limit, with one set of messages.
+// The admin calls, on every backend: List's filter and page size,
+// Leases' limit, and Delete's refusal of a leased job, with one set of
+// messages.
 
 // DefaultListLimit and MaxListLimit are leaserouter's: the default and the
 // largest page of List (ListParams.Limit) and of Leases.
@@ -47,4 +48,13 @@ func LeasesLimit(errInvalid error, limit int) (int, error) {
 		return DefaultListLimit, nil
 	}
 	return limit, nil
+}
+
+// DeleteLeased is Delete's refusal of the job id while it is leased, on
+// every backend: an error wrapping errLeased (the core's ErrLeased) that
+// names the job, its lease's fencing token and its holder (the worker
+// ID), so an operator knows which worker to stop or which lease to
+// Cancel.
+func DeleteLeased(errLeased error, id string, token uint64, owner string) error {
+	return fmt.Errorf("%w: %q (token %d, held by %q)", errLeased, id, token, owner)
 }

@@ -9,8 +9,10 @@
 //     (ReadEnqueueOptions), and the rule for IDs and names (ValidateID,
 //     ValidateWorkerID, CheckJobID, NameProblem);
 //   - worker.go: Run's options and defaults (WorkerDefaults), the
-//     heartbeat interval, the next batch's size and what Run does with a
-//     handler's return (HandlerOutcome), a claim's max (ClaimMax);
+//     heartbeat interval, the next batch's size (NextBatch), when a Run
+//     starts no more jobs (Stopping), the handler's call with its panic
+//     caught (CallHandler, Panicked) and what Run does with its return
+//     (AfterHandler), a claim's max (ClaimMax);
 //   - outcome.go: how a lease ends: Fail's cause (FailCause, Permanent,
 //     "unknown error", "attempts exhausted"), a recovered Backoff, a
 //     snooze's delay (CheckSnooze), the holder's own ends (EndedByHolder);
@@ -26,9 +28,9 @@
 // (ErrInvalidOptions, ...) are the core's and are passed in, since this
 // package cannot import the core (the core imports it). Types the core exports and pgrouter must
 // read are defined here and the core's types defined on them
-// (leaserouter.EnqueueOption is a type defined on EnqueueOption, and
-// leaserouter.WorkerOptions converts to WorkerOptions), so nothing is
-// copied or exported from the root for pgrouter alone.
+// (leaserouter.EnqueueOption is a type defined on EnqueueOption), or
+// passed field by field (WorkerDefaults), so nothing is copied or
+// exported from the root for pgrouter alone.
 package contract
 
 import (

@@ -93,19 +93,62 @@ func TestReportLoggerPanics(t *testing.T) {
 	require.False(t, ReportTo(l, "msg", "j"))
 }
 
-// TestHandlerOutcome: nil completes, stopping or not; an error releases
-// when stopping, fails otherwise; a snooze is kept even when stopping,
-// and a negative one fails the attempt.
-func TestHandlerOutcome(t *testing.T) {
-	require.Equal(t, Complete, HandlerOutcome(nil, false, 0, false))
-	require.Equal(t, Complete, HandlerOutcome(nil, true, 0, false))
-	require.Equal(t, Release, HandlerOutcome(errors.New("x"), true, 0, false))
-	require.Equal(t, Fail, HandlerOutcome(errors.New("x"), false, 0, false))
+// TestAfterHandler: nil completes, stopping or not; an error releases
+// when stopping, fails the attempt with itself otherwise; a snooze is
+// kept even when stopping, and a negative one fails the attempt with
+// Lease.Snooze's error.
+func TestAfterHandler(t *testing.T) {
+	bad := errors.New("invalid")
+	x := errors.New("x")
+	outcome := func(err error, stopping bool, d time.Duration, snoozed bool) Outcome {
+		o, _ := AfterHandler(bad, err, stopping, d, snoozed)
+		return o
+	}
+	require.Equal(t, Complete, outcome(nil, false, 0, false))
+	require.Equal(t, Complete, outcome(nil, true, 0, false))
+	require.Equal(t, Release, outcome(x, true, 0, false))
+	o, err := AfterHandler(bad, x, false, 0, false)
+	require.Equal(t, Fail, o)
+	require.Same(t, x, err)
 	snooze := errors.New("snoozed")
-	require.Equal(t, Snooze, HandlerOutcome(snooze, true, 0, true), "snoozed while stopping")
-	require.Equal(t, Snooze, HandlerOutcome(snooze, false, time.Second, true))
-	require.Equal(t, FailSnooze, HandlerOutcome(snooze, true, -1, true), "a negative snooze while stopping")
-	require.Equal(t, FailSnooze, HandlerOutcome(snooze, false, -1, true))
+	require.Equal(t, Snooze, outcome(snooze, true, 0, true), "snoozed while stopping")
+	require.Equal(t, Snooze, outcome(snooze, false, time.Second, true))
+	for _, stopping := range []bool{false, true} {
+		o, err := AfterHandler(bad, snooze, stopping, -1, true)
+		require.Equal(t, Fail, o, "a negative snooze, stopping %v", stopping)
+		require.ErrorIs(t, err, bad)
+		require.Equal(t, CheckSnooze(bad, -1).Error(), err.Error())
+	}
+}
+
+// TestStopping: a Run stops starting jobs when its ctx is done or Close
+// has begun, and only then.
+func TestStopping(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	closing := make(chan struct{})
+	require.False(t, Stopping(ctx, closing))
+	cancel()
+	require.True(t, Stopping(ctx, closing))
+	close(closing)
+	require.True(t, Stopping(t.Context(), closing))
+}
+
+// TestCallHandlerRecoversAPanic: a handler's error is returned as is; its
+// panic becomes the PanicError of its value, with the stack of the panic.
+func TestCallHandlerRecoversAPanic(t *testing.T) {
+	x := errors.New("x")
+	h := func(_ context.Context, n int) error {
+		if n == 0 {
+			panic("boom")
+		}
+		return x
+	}
+	require.Same(t, x, CallHandler(h, t.Context(), 1))
+	err := CallHandler(h, t.Context(), 0)
+	var pe *PanicError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, "boom", pe.Value)
+	require.Contains(t, string(pe.Stack), "TestCallHandlerRecoversAPanic")
 }
 
 // TestFailCauseOfNilIsUnknownError: Fail(nil) says "unknown error"; a

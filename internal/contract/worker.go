@@ -2,6 +2,7 @@ package contract
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"os"
 	"runtime"
@@ -69,36 +70,50 @@ type Outcome int
 
 // The outcomes of a handler's return.
 const (
-	Complete   Outcome = iota // the job succeeded
-	Release                   // handed back: pending again, the attempt counted
-	Fail                      // a failed attempt, with the handler's error: retried after Backoff, or dead
-	Snooze                    // snoozed (Lease.Snooze) for the delay the handler asked for
-	FailSnooze                // a failed attempt, with Lease.Snooze's error (CheckSnooze): the handler asked for a negative delay
+	Complete Outcome = iota // the job succeeded
+	Release                 // handed back: pending again, the attempt counted
+	Fail                    // a failed attempt, with the error AfterHandler returns: retried after Backoff, or dead
+	Snooze                  // snoozed (Lease.Snooze) for the delay the handler asked for
 )
 
-// HandlerOutcome is Run's decision once a handler returned err, on every
-// backend. snooze and snoozed are what leaserouter.SnoozeDelay finds in
-// err. A snooze is the handler's request, kept even when Run is
-// stopping (a release would count the attempt): Snooze for a delay >= 0,
-// FailSnooze for a negative one (the handler's mistake, not one it may
-// not have had). Otherwise nil completes the job, even when Run is
-// stopping (the work is done); an error releases it when stopping is set
-// (Run's ctx is done, which cancels the handler's, or the lease could not
-// be proven valid: the error may be the stop's doing, not the job's),
-// and fails the attempt otherwise. Close's drain is no stop here: it
-// cancels no handler before its own ctx ends.
-func HandlerOutcome(err error, stopping bool, snooze time.Duration, snoozed bool) Outcome {
+// AfterHandler is Run's decision once a handler returned err, on every
+// backend, and the error to fail the attempt with when that is the
+// decision. snooze and snoozed are what leaserouter.SnoozeDelay finds in
+// err. A snooze is the handler's request, kept even when Run is stopping
+// (a release would count the attempt): Snooze for a delay >= 0; a
+// negative one is the handler's mistake, not one it may not have had, so
+// Fail with Lease.Snooze's error (CheckSnooze, wrapping errInvalid).
+// Otherwise nil completes the job, even when Run is stopping (the work is
+// done); an error releases it when stopping is set (Run's ctx is done,
+// which cancels the handler's, or the lease could not be proven valid:
+// the error may be the stop's doing, not the job's), and fails the
+// attempt with err otherwise. Close's drain is no stop here: it cancels
+// no handler before its own ctx ends.
+func AfterHandler(errInvalid, err error, stopping bool, snooze time.Duration, snoozed bool) (Outcome, error) {
 	switch {
 	case snoozed && snooze < 0:
-		return FailSnooze
+		return Fail, CheckSnooze(errInvalid, snooze)
 	case snoozed:
-		return Snooze
+		return Snooze, nil
 	case err == nil:
-		return Complete
+		return Complete, nil
 	case stopping:
-		return Release
+		return Release, nil
 	}
-	return Fail
+	return Fail, err
+}
+
+// Stopping reports whether a Run must start no more jobs, on every
+// backend: its ctx (or a worker's, derived from it) is done, or Close
+// has begun (closing is closed). It is checked before each job, so no
+// job starts after either.
+func Stopping(ctx context.Context, closing <-chan struct{}) bool {
+	select {
+	case <-closing:
+		return true
+	default:
+		return ctx.Err() != nil
+	}
 }
 
 // AttemptTimeout is the limit of an attempt under Run, on every backend:
@@ -132,59 +147,51 @@ const (
 	MaxBatch     = 1024
 )
 
-// WorkerOptions has the fields of leaserouter.WorkerOptions, in its order,
-// so that one converts to the other: the options of a Run, on every
-// backend.
-type WorkerOptions struct {
-	Workers           int
-	WorkerID          string
-	HeartbeatInterval time.Duration
-	Batch             int
-	Timeout           time.Duration
-}
-
-// WorkerDefaults returns o checked and with its zero fields set to their
-// defaults, for a router whose LeaseDuration is lease, as Run does first
-// on every backend; bad fields return an error wrapping errInvalid (the
-// core's ErrInvalidOptions) naming the field. Workers defaults to
-// runtime.GOMAXPROCS(0), WorkerID to "<hostname>-<pid>", Batch to
-// DefaultBatch and HeartbeatInterval as HeartbeatInterval says; every
-// worker's ID, "<WorkerID>-<i>", must keep the rule for IDs. A nil
-// handler (nilHandler) is refused first: Run starts nothing without one.
-func WorkerDefaults(errInvalid error, nilHandler bool, o WorkerOptions, lease time.Duration) (WorkerOptions, error) {
+// WorkerDefaults checks the fields of a leaserouter.WorkerOptions and
+// sets its zero ones to their defaults, through pointers to them, for a
+// router whose LeaseDuration is lease, as Run does first on every
+// backend; a bad field returns an error wrapping errInvalid (the core's
+// ErrInvalidOptions) naming the field, and then the fields may be
+// half-set. Workers defaults to runtime.GOMAXPROCS(0), WorkerID to
+// "<hostname>-<pid>", Batch to DefaultBatch and HeartbeatInterval as
+// HeartbeatInterval says; Timeout is only checked. Every worker's ID,
+// "<WorkerID>-<i>", must keep the rule for IDs. A nil handler
+// (nilHandler) is refused first: Run starts nothing without one.
+func WorkerDefaults(errInvalid error, nilHandler bool, lease time.Duration,
+	workers *int, workerID *string, interval *time.Duration, batch *int, timeout time.Duration) error {
 	switch {
 	case nilHandler:
-		return o, fmt.Errorf("%w: nil Handler", errInvalid)
-	case o.Workers < 0 || o.Workers > MaxWorkers:
-		return o, fmt.Errorf("%w: WorkerOptions.Workers is %d, must be in [0, %d] (0 = GOMAXPROCS)", errInvalid, o.Workers, MaxWorkers)
-	case o.HeartbeatInterval < 0:
-		return o, fmt.Errorf("%w: WorkerOptions.HeartbeatInterval is %v, must be >= 0 (0 = LeaseDuration/3)", errInvalid, o.HeartbeatInterval)
-	case o.Timeout < 0:
-		return o, fmt.Errorf("%w: WorkerOptions.Timeout is %v, must be >= 0 (0 = no limit)", errInvalid, o.Timeout)
-	case o.Batch < 0 || o.Batch > MaxBatch:
-		return o, fmt.Errorf("%w: WorkerOptions.Batch is %d, must be in [0, %d] (0 = %d)", errInvalid, o.Batch, MaxBatch, DefaultBatch)
+		return fmt.Errorf("%w: nil Handler", errInvalid)
+	case *workers < 0 || *workers > MaxWorkers:
+		return fmt.Errorf("%w: WorkerOptions.Workers is %d, must be in [0, %d] (0 = GOMAXPROCS)", errInvalid, *workers, MaxWorkers)
+	case *interval < 0:
+		return fmt.Errorf("%w: WorkerOptions.HeartbeatInterval is %v, must be >= 0 (0 = LeaseDuration/3)", errInvalid, *interval)
+	case timeout < 0:
+		return fmt.Errorf("%w: WorkerOptions.Timeout is %v, must be >= 0 (0 = no limit)", errInvalid, timeout)
+	case *batch < 0 || *batch > MaxBatch:
+		return fmt.Errorf("%w: WorkerOptions.Batch is %d, must be in [0, %d] (0 = %d)", errInvalid, *batch, MaxBatch, DefaultBatch)
 	}
-	if o.Workers == 0 {
-		o.Workers = runtime.GOMAXPROCS(0)
+	if *workers == 0 {
+		*workers = runtime.GOMAXPROCS(0)
 	}
-	if o.WorkerID == "" {
+	if *workerID == "" {
 		host, err := os.Hostname()
 		if err != nil || host == "" {
 			host = "worker"
 		}
-		o.WorkerID = fmt.Sprintf("%s-%d", host, os.Getpid())
+		*workerID = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
 	// Worker i is "<WorkerID>-<i>"; the last one's ID is the longest.
-	if p := NameProblem(fmt.Sprintf("%s-%d", o.WorkerID, o.Workers-1), MaxIDBytes, "MaxIDBytes"); p != "" {
-		return o, fmt.Errorf("%w: WorkerOptions.WorkerID %s makes worker IDs that break the rule for IDs: worker %d's ID %s",
-			errInvalid, Quote(o.WorkerID), o.Workers-1, p)
+	if p := NameProblem(fmt.Sprintf("%s-%d", *workerID, *workers-1), MaxIDBytes, "MaxIDBytes"); p != "" {
+		return fmt.Errorf("%w: WorkerOptions.WorkerID %s makes worker IDs that break the rule for IDs: worker %d's ID %s",
+			errInvalid, Quote(*workerID), *workers-1, p)
 	}
-	o.Batch = cmp.Or(o.Batch, DefaultBatch)
-	o.HeartbeatInterval = HeartbeatInterval(o.HeartbeatInterval, lease)
-	if o.HeartbeatInterval >= lease { // checked after defaulting: LeaseDuration/3 of 1ns is no interval
-		return o, fmt.Errorf("%w: WorkerOptions.HeartbeatInterval %v must be < LeaseDuration %v", errInvalid, o.HeartbeatInterval, lease)
+	*batch = cmp.Or(*batch, DefaultBatch)
+	*interval = HeartbeatInterval(*interval, lease)
+	if *interval >= lease { // checked after defaulting: LeaseDuration/3 of 1ns is no interval
+		return fmt.Errorf("%w: WorkerOptions.HeartbeatInterval %v must be < LeaseDuration %v", errInvalid, *interval, lease)
 	}
-	return o, nil
+	return nil
 }
 
 // PanicError is the error a handler's panic fails its attempt with, on
@@ -201,3 +208,16 @@ func Panicked(p any) *PanicError { return &PanicError{Value: p, Stack: debug.Sta
 
 // Error gives the panic value and the stack, as Job.LastError shows them.
 func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v\n\n%s", e.Value, e.Stack) }
+
+// CallHandler is Run's call of a handler on every backend: h(ctx, l)'s
+// error, or, if h panics, the *PanicError of the panic (Panicked), so
+// the attempt fails with its value and stack. Call it without any lock
+// held: h is user code.
+func CallHandler[L any, H ~func(context.Context, L) error](h H, ctx context.Context, l L) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = Panicked(p)
+		}
+	}()
+	return h(ctx, l)
+}

@@ -1,6 +1,6 @@
 // Package periodic is the rule that decides which tick of a periodic job
-// a scheduler enqueues, the same on every backend (the core's periodic.go,
-// pgrouter's periodic.go): a scheduler enqueues the latest tick that is
+// a scheduler enqueues, the same on every backend (the core's and
+// pgrouter's periodic_scheduler.go): a scheduler enqueues the latest tick that is
 // due and that it has not handled, never a backlog of older ones, and only
 // while that tick is younger than the retention of finished jobs, so that
 // the dedup record of a tick's job outlives every scheduler that could

@@ -36,7 +36,7 @@ type Admin interface {
 
 func adminRows() []Row {
 	return append([]Row{rowListPages, rowListBadInput, rowRetry, rowDelete, rowPause, rowAdminAfterClose, rowAdminSettles,
-		rowLeasesOrder, rowHistory, rowHistoryMinutes, rowPagesOmitPayload, rowListPrefixIsLiteral}, bulkRows()...)
+		rowLeasesOrder, rowHistory, rowHistoryMinutes, rowPagesOmitPayload, rowListPrefixIsLiteral, rowDeleteLeasedText}, bulkRows()...)
 }
 
 // admin returns b's Admin, failing t if it has none.
@@ -623,4 +623,20 @@ var rowHistoryMinutes = Row{Name: "admin/History counts each in its minute, none
 	for _, m := range hist {
 		require.Zero(t, m.Completed+m.Failed+m.Dead+m.Expired+m.StaleRejected, "an hour later: %+v", m)
 	}
+}}
+
+// rowDeleteLeasedText: Delete's refusal of a leased job reads the same on
+// every backend, naming the job, its lease's fencing token and its
+// holder.
+var rowDeleteLeasedText = Row{Name: "admin/Delete of a leased job is refused naming its token and holder, the same text on every backend", Test: func(t T, h Harness) {
+	b := open(t, h, Config{})
+	a := admin(t, b)
+	ctx := ctxOf(t)
+	require.NoError(t, b.Enqueue(ctx, "leased", ""))
+	l := tryAcquire(t, b, "worker-7")
+	err := a.Delete(ctx, "leased")
+	require.ErrorIs(t, err, leaserouter.ErrLeased)
+	require.EqualError(t, err, fmt.Sprintf(`leaserouter: job is leased: "leased" (token %d, held by "worker-7")`, l.Token()))
+	require.NoError(t, l.Complete(ctx), "the lease stays valid")
+	require.NoError(t, b.Close(ctx))
 }}

@@ -352,7 +352,9 @@ func (f *fake) Run(ctx context.Context, opts leaserouter.WorkerOptions, h router
 	if f.bug == bugBareErrors && (h == nil || opts.Workers < 0 || opts.HeartbeatInterval < 0 || opts.HeartbeatInterval >= f.lease) {
 		return leaserouter.ErrInvalidOptions
 	}
-	if _, err := contract.WorkerDefaults(leaserouter.ErrInvalidOptions, h == nil, contract.WorkerOptions(opts), f.lease); err != nil {
+	o := opts // checked only: the fake runs at least one loop, not GOMAXPROCS
+	if err := contract.WorkerDefaults(leaserouter.ErrInvalidOptions, h == nil, f.lease,
+		&o.Workers, &o.WorkerID, &o.HeartbeatInterval, &o.Batch, o.Timeout); err != nil {
 		return err
 	}
 	var wg sync.WaitGroup

@@ -7,12 +7,13 @@
 -- never deadlocks with another or with Run's completions. Each job is
 -- judged by its state then, a dead job retried meanwhile seen pending. It
 -- returns a row per job of @ids the queue knows (a finished job past its
--- retention is not known): its ID, its state before, and, if it was
--- deleted now, its token and attempt; and the instant. Delete is this
+-- retention is not known): its ID, its state before, its token (the
+-- lease's, for a leased job) and holder, whether it was deleted now and
+-- then its attempt; and the instant. Delete is this
 -- statement with one ID and every state; DeleteMany, with the IDs and
 -- states an operator chose.
 WITH was AS (
-	SELECT id, state FROM leaserouter_jobs
+	SELECT id, state, token, owner FROM leaserouter_jobs
 	WHERE queue = @queue AND id = ANY(@ids::text[]) AND NOT leaserouter_past_retention(state, purge_at)
 	ORDER BY id
 	FOR UPDATE SKIP LOCKED),
@@ -20,6 +21,6 @@ d AS (
 	DELETE FROM leaserouter_jobs j USING was
 	WHERE j.queue = @queue AND j.id = was.id AND was.state <> 'leased'
 		AND was.state = ANY(@states::text[]::leaserouter_job_state[])
-	RETURNING j.id, j.token, j.attempt)
-SELECT was.id, was.state::text, d.token, d.attempt, clock_timestamp()
+	RETURNING j.id, j.attempt)
+SELECT was.id, was.state::text, was.token, was.owner, d.id IS NOT NULL, d.attempt, clock_timestamp()
 FROM was LEFT JOIN d USING (id)

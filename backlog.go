@@ -10,6 +10,7 @@ import (
 	"errors"
 
 	"github.com/leaserouter/leaserouter/internal/contract"
+	"github.com/leaserouter/leaserouter/internal/delivery"
 	"github.com/leaserouter/leaserouter/internal/goid"
 )
 
@@ -60,15 +61,12 @@ func (r *Router[T]) delivered(c *cursor) {
 // waits for is delivered. The caller holds r.mu.
 func (r *Router[T]) progressed() {
 	d := r.delivery
-	if r.room != nil && contract.BacklogDrained(r.backlog()) {
-		close(r.room)
-		r.room = nil
-	}
+	waiting := r.room.Progressed(r.backlog())
 	if r.flush != nil && d.delivered.Load() >= r.flushAt {
 		close(r.flush)
 		r.flush = nil
 	}
-	d.waiting.Store(r.room != nil || r.flush != nil)
+	d.waiting.Store(waiting || r.flush != nil)
 }
 
 // errDone is awaitRoom's report that its done channel fired.
@@ -110,18 +108,17 @@ func (r *Router[T]) backlog() int {
 // backlogFull reports whether eventBacklog events wait for delivery. The
 // caller holds r.mu.
 func (r *Router[T]) backlogFull() bool {
-	return r.hooked && contract.BacklogFull(r.backlog())
+	return r.hooked && delivery.Full(r.backlog())
 }
 
 // roomChan returns the channel closed when the backlog is down to half,
 // and tells the delivery goroutine that a producer waits. The caller holds
 // r.mu.
-func (r *Router[T]) roomChan() chan struct{} {
-	if r.room == nil {
-		r.room = make(chan struct{})
+func (r *Router[T]) roomChan() <-chan struct{} {
+	if !r.room.Waiting() {
 		r.delivery.waiting.Store(true)
 	}
-	return r.room
+	return r.room.Wait()
 }
 
 // Flush waits until every event of a transition made before the call has

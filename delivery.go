@@ -67,7 +67,7 @@ func (r *Router[T]) runNote(n lostNote) {
 	n.w.leaseLost(n.cause)
 }
 
-// delivery is the delivery goroutine's side of the hand-off. The
+// handoff is the delivery goroutine's side of the hand-off. The
 // goroutine asks for a batch by moving state away from deliverBusy; the
 // caller that next releases r.mu with events waiting puts them in handed
 // and swaps state back to deliverBusy (handOff), and wakes the goroutine
@@ -77,7 +77,7 @@ func (r *Router[T]) runNote(n lostNote) {
 // of the goroutine that frees it (measured: tens of microseconds on a
 // 2-core virtual machine, most of BenchmarkLifecycleHooked's cost when
 // each batch needed one), and that goroutine would be a caller.
-type delivery struct {
+type handoff struct {
 	state     atomic.Int32  // deliverBusy, deliverWants, deliverLingers or deliverIdle
 	inflight  atomic.Int64  // events handed over and not yet delivered
 	delivered atomic.Uint64 // events delivered since New (for Flush)
@@ -272,7 +272,7 @@ func (r *Router[T]) nextBatch(lingering bool, timer *time.Timer) (batch []record
 
 // take returns the batch a caller handed over. The caller saw state
 // deliverBusy after asking for a batch.
-func (d *delivery) take() []record {
+func (d *handoff) take() []record {
 	batch := d.handed
 	d.handed = nil
 	return batch

@@ -10,6 +10,7 @@ import (
 
 	"github.com/leaserouter/leaserouter"
 	"github.com/leaserouter/leaserouter/internal/contract"
+	"github.com/leaserouter/leaserouter/internal/delivery"
 	"github.com/leaserouter/leaserouter/internal/goid"
 )
 
@@ -37,7 +38,7 @@ type events struct {
 	producers int // the Router's goroutines that may still add events (see producerDone)
 	queue     []leaserouter.Event
 	inflight  int           // events of the batch in delivery not yet delivered (counted by progressEvery)
-	room      chan struct{} // closed when the backlog falls to half; replaced when it fills
+	room      delivery.Room // the producers that found the backlog full
 	kick      chan struct{} // cap 1: events are waiting
 	stop      chan struct{} // closed by Close: deliver what is left and end
 	ended     chan struct{} // closed when the delivery goroutine has ended
@@ -52,9 +53,8 @@ func newEvents(onEvent func(leaserouter.Event), logger *slog.Logger, panics func
 	if onEvent == nil && logger == nil {
 		return nil
 	}
-	e := &events{onEvent: onEvent, logger: logger, panics: panics, producers: producers, group: group, room: make(chan struct{}),
+	e := &events{onEvent: onEvent, logger: logger, panics: panics, producers: producers, group: group,
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), ended: make(chan struct{})}
-	close(e.room)
 	group.Go(e.deliver)
 	return e
 }
@@ -87,13 +87,6 @@ func (e *events) add(evs ...leaserouter.Event) {
 	}
 	e.mu.Lock()
 	e.queue = append(e.queue, evs...)
-	if contract.BacklogFull(len(e.queue) + e.inflight) {
-		select {
-		case <-e.room:
-			e.room = make(chan struct{})
-		default:
-		}
-	}
 	e.mu.Unlock()
 	select {
 	case e.kick <- struct{}{}:
@@ -101,31 +94,32 @@ func (e *events) add(evs ...leaserouter.Event) {
 	}
 }
 
-// awaitRoom waits while the backlog is full, or until ctx is done. A
-// call from a hook (the delivery goroutine) never waits: it would wait
-// for itself.
+// awaitRoom waits while the backlog is full (delivery.Room: decided by
+// the backlog this call finds), or until ctx is done (ctx.Err()) or Close
+// begins (nil: the round trip that follows says ErrClosed). A call from a
+// hook (the delivery goroutine) never waits: it would wait for itself.
 func (e *events) awaitRoom(ctx context.Context) error {
 	if e == nil {
 		return nil
 	}
-	e.mu.Lock()
-	room := e.room
-	e.mu.Unlock()
-	select {
-	case <-room:
-		return nil
-	default:
-	}
-	if e.inHook() {
-		return nil
-	}
-	select {
-	case <-room:
-		return nil
-	case <-e.stop:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+	for {
+		e.mu.Lock()
+		if !delivery.Full(len(e.queue) + e.inflight) {
+			e.mu.Unlock()
+			return nil
+		}
+		room := e.room.Wait()
+		e.mu.Unlock()
+		if e.inHook() {
+			return nil
+		}
+		select {
+		case <-room: // down to half: look again, another producer may have filled it
+		case <-e.stop:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 }
 
@@ -297,14 +291,7 @@ const progressEvery = contract.ProgressEvery
 // opens room once the backlog is down to half. The caller holds e.mu.
 func (e *events) progressed(n int) {
 	e.inflight -= n
-	if !contract.BacklogDrained(len(e.queue) + e.inflight) {
-		return
-	}
-	select {
-	case <-e.room:
-	default:
-		close(e.room)
-	}
+	e.room.Progressed(len(e.queue) + e.inflight)
 }
 
 // kindReport marks an entry of the queue that is not an event but the

@@ -6,7 +6,11 @@ package routertest
 // call runtime.Goexit while the router reports.
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
+	"runtime"
+	"slices"
 	"sync"
 
 	"github.com/stretchr/testify/require"
@@ -16,7 +20,7 @@ import (
 
 // eventRows are the rows of event delivery.
 func eventRows() []Row {
-	return []Row{rowBacklogDecidedPerCall}
+	return []Row{rowBacklogDecidedPerCall, rowLoggerPanics, rowLoggerGoexit}
 }
 
 // rowBacklogDecidedPerCall: whether a producer of new work waits is
@@ -67,3 +71,115 @@ func enqueueAllButOne(t T, b Backend) {
 	_, err := b.EnqueueMany(ctxOf(t), specs)
 	require.NoError(t, err)
 }
+
+// misbehavingHandler is a slog.Handler that keeps every record and then,
+// on a record at level Error or about job "b" (goexit: on every record),
+// panics or calls runtime.Goexit.
+type misbehavingHandler struct {
+	LogRecorder
+	goexit bool
+	every  bool
+}
+
+func (h *misbehavingHandler) Handle(ctx context.Context, r slog.Record) error {
+	_ = h.LogRecorder.Handle(ctx, r)
+	job := ""
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "job_id" {
+			job = a.Value.String()
+		}
+		return true
+	})
+	if !h.every && r.Level < slog.LevelError && job != "b" {
+		return nil
+	}
+	if h.goexit {
+		runtime.Goexit()
+	}
+	panic("bad handler")
+}
+
+func (h *misbehavingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *misbehavingHandler) WithGroup(string) slog.Handler      { return h }
+
+// useDefaultLogger makes slog.Default() log to h until the row ends (rows
+// run one at a time).
+func useDefaultLogger(t T, h slog.Handler) {
+	prev := slog.Default()
+	slog.SetDefault(slog.New(h))
+	t.Cleanup(func() { slog.SetDefault(prev) })
+}
+
+// seenJobs is an OnEvent that records the job of each event, panicking
+// (after recording) on job panicOn.
+type seenJobs struct {
+	mu   sync.Mutex
+	jobs []string
+}
+
+func (s *seenJobs) hook(panicOn string) func(leaserouter.Event) {
+	return func(e leaserouter.Event) {
+		s.mu.Lock()
+		s.jobs = append(s.jobs, e.JobID)
+		s.mu.Unlock()
+		if e.JobID == panicOn {
+			panic("boom")
+		}
+	}
+}
+
+func (s *seenJobs) all() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.jobs)
+}
+
+// rowLoggerPanics: a Logger whose handler panics, on an event or on the
+// report of OnEvent's panic, is recovered: that report goes to
+// slog.Default() instead, and so does the report of the Logger's own
+// panic on an event; OnEvent gets every event; every panic is counted.
+var rowLoggerPanics = Row{Name: "user callbacks/a panicking Logger: reports to slog.Default, OnEvent gets every event, every panic counted", Test: func(t T, h Harness) {
+	def := &LogRecorder{}
+	useDefaultLogger(t, def)
+	lh := &misbehavingHandler{}
+	var seen seenJobs
+	b := open(t, h, Config{Logger: slog.New(lh), OnEvent: seen.hook("a")})
+	ctx := ctxOf(t)
+	for _, id := range []string{"a", "b", "c"} {
+		require.NoError(t, b.Enqueue(ctx, id, ""))
+	}
+	eventually(t, h, "both reports reach slog.Default", func() bool { return len(def.Messages()) == 2 })
+	require.Equal(t, []string{"leaserouter: OnEvent panicked on enqueued: boom job_id=a",
+		"leaserouter: Logger handler panicked on enqueued: bad handler job_id=b"}, def.Errors())
+	eventually(t, h, "the Logger gets every event", func() bool { return lh.count("enqueued") == 3 })
+	require.Equal(t, []string{"a", "b", "c"}, seen.all())
+	eventually(t, h, "three panics counted: OnEvent's, the Logger's on its report and on b's event", func() bool {
+		return stats(t, b).CallbackPanics == 3
+	})
+}}
+
+// rowLoggerGoexit: a Logger whose handler calls runtime.Goexit (as
+// t.FailNow does), while reporting OnEvent's panic or on every record,
+// loses no event for OnEvent, and Close still returns once every event
+// is delivered.
+var rowLoggerGoexit = Row{Name: "user callbacks/a Logger calling Goexit, while reporting or on every record, loses no event", Test: func(t T, h Harness) {
+	for _, every := range []bool{false, true} {
+		def := &LogRecorder{}
+		useDefaultLogger(t, def)
+		lh := &misbehavingHandler{goexit: true, every: every}
+		var seen seenJobs
+		panicOn := "a"
+		if every {
+			panicOn = ""
+		}
+		b := open(t, h, Config{Logger: slog.New(lh), OnEvent: seen.hook(panicOn)})
+		ctx := ctxOf(t)
+		ids := []string{"a", "b", "c", "d"}
+		for _, id := range ids {
+			require.NoError(t, b.Enqueue(ctx, id, ""))
+		}
+		require.NoError(t, b.Close(ctx), "Close returns once every event is delivered")
+		require.Equal(t, ids, seen.all(), "every record exits: %v", every)
+		require.Equal(t, 4, lh.count("enqueued"), "the Logger got every event, every record exiting: %v", every)
+	}
+}}

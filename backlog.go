@@ -3,7 +3,13 @@ package leaserouter
 // The bounded backlog of undelivered events, and the callers that wait
 // for delivery: producers of new work for room (awaitRoom), Flush for
 // every event so far. The delivery goroutine (delivery.go) lets them go
-// as it reports its progress.
+// as it reports its progress. SAME RULE on every backend: the bound, and
+// the producers' wait decided per call from the backlog they find until
+// it is down to half (contract.EventBacklog, BacklogFull, BacklogDrained;
+// delivery.Room). TUNED to this backend: the backlog is counted under
+// r.mu from the outbox and an atomic count in flight, the delivery
+// goroutine takes r.mu for its progress only when a caller waits or hooks
+// panicked, and Flush (this backend's alone) waits on the same progress.
 
 import (
 	"context"
@@ -32,26 +38,20 @@ import (
 // every backend (contract.EventBacklog).
 const eventBacklog = contract.EventBacklog
 
-// progressEvery is how many events the delivery goroutine delivers between
-// updates of the backlog (an atomic add), on every backend.
-const progressEvery = contract.ProgressEvery
-
-// delivered records the progress of c through its batch and, when a
+// delivered records that n more events were delivered and, when a
 // caller waits for progress or hooks panicked, takes r.mu to count the
 // panics and let the caller go on (progressed). Called by the delivery
 // goroutine, without r.mu.
-func (r *Router[T]) delivered(c *cursor) {
+func (r *Router[T]) delivered(n int) {
 	d := r.delivery
-	n := c.i - c.logged
-	c.logged = c.i
 	d.inflight.Add(-int64(n))
 	d.delivered.Add(uint64(n))
-	if c.panics == 0 && !d.waiting.Load() {
+	if d.panics == 0 && !d.waiting.Load() {
 		return
 	}
 	r.mu.Lock()
-	r.stats.CallbackPanics += uint64(c.panics)
-	c.panics = 0
+	r.stats.CallbackPanics += uint64(d.panics)
+	d.panics = 0
 	r.progressed()
 	r.mu.Unlock() // not unlockAndDeliver: this goroutine is busy, nothing to hand it
 }

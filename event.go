@@ -75,11 +75,6 @@ type Event struct {
 	Held time.Duration
 }
 
-// kindReport marks an entry of the outbox that is not an event but a
-// report (a recovered panic of Backoff) for the delivery goroutine to log,
-// so the lease operation that found it never pays for the Logger.
-const kindReport EventKind = 0
-
 // record is an event as the outbox holds it: smaller than an Event, with
 // times as router-clock integers, so emitting one under the lock builds no
 // time.Time. The delivery goroutine turns it into an Event.

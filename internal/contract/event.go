@@ -12,9 +12,10 @@ import (
 // internal/delivery's.
 
 // EventBacklog bounds the events waiting for delivery that new work may
-// add, on every backend: producers of new work (Enqueue, claims) wait
-// while this many are undelivered, until delivery has brought the backlog
-// down to half; lease operations never wait.
+// add, on every backend: a producer of new work (Enqueue, a claim) that
+// finds this many undelivered waits until delivery has brought the
+// backlog down to half; one that finds fewer goes on (delivery.Room);
+// lease operations never wait.
 const EventBacklog = 16384
 
 // BacklogFull reports whether a backlog of n undelivered events makes

@@ -223,6 +223,8 @@ var rowHookPanic = Row{Name: "user callbacks/a panicking OnEvent is reported thr
 	eventually(t, h, "the event reaches the Logger", func() bool { return rec.count("enqueued") > 0 })
 	reports := rec.Errors()
 	require.Equal(t, []string{"leaserouter: OnEvent panicked on enqueued: boom job_id=j"}, reports)
+	require.Equal(t, []string{"leaserouter: OnEvent panicked on enqueued: boom", "enqueued"}, rec.Messages(),
+		"the report first, then the event")
 	require.EqualValues(t, 1, stats(t, b).CallbackPanics)
 }}
 

@@ -20,7 +20,7 @@ import (
 
 // eventRows are the rows of event delivery.
 func eventRows() []Row {
-	return []Row{rowBacklogDecidedPerCall, rowLoggerPanics, rowLoggerGoexit}
+	return []Row{rowBacklogDecidedPerCall, rowHookCallsBack, rowLoggerPanics, rowLoggerGoexit}
 }
 
 // rowBacklogDecidedPerCall: whether a producer of new work waits is
@@ -58,6 +58,43 @@ var rowBacklogDecidedPerCall = Row{Name: "events/a producer arriving below the b
 	notYet(t, over, "the producer that found the bound returned before the backlog was down to half")
 	unblock()
 	require.NoError(t, await(t, h, "the waiting producer goes on once the backlog is down to half", over))
+}}
+
+// rowHookCallsBack: an OnEvent that calls back into the router while the
+// backlog is full is never made to wait for room (only its own return can
+// make it), and a Close it calls returns without waiting for the
+// delivery it is part of; the events left are still delivered, and a
+// Close from outside returns once they are.
+var rowHookCallsBack = Row{Name: "events/a hook calling back into the router never waits for room, and Close from a hook returns", Test: func(t T, h Harness) {
+	release := make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	follow, closed := make(chan error, 1), make(chan error, 1)
+	var b Backend
+	var delivered sync.WaitGroup
+	delivered.Add(eventBacklog + 1) // every job's enqueued, follow-up's included
+	b = open(t, h, Config{OnEvent: func(e leaserouter.Event) {
+		if e.Kind != leaserouter.EventEnqueued {
+			return
+		}
+		defer delivered.Done()
+		if e.JobID == "j0" {
+			<-release // the backlog fills behind this event
+			follow <- b.Enqueue(context.Background(), "follow-up", "")
+			closed <- b.Close(context.Background())
+		}
+	}})
+	t.Cleanup(unblock) // before the backend's Close, which waits for delivery
+	ctx := ctxOf(t)
+	enqueueAllButOne(t, b)
+	require.NoError(t, b.Enqueue(ctx, "full", ""), "the 16384th event has room")
+	unblock()
+	require.NoError(t, await(t, h, "an Enqueue from the hook with the backlog full returns", follow))
+	require.NoError(t, await(t, h, "a Close from the hook returns", closed))
+	require.NoError(t, b.Close(ctx), "Close returns once every event is delivered")
+	all := make(chan struct{})
+	go func() { delivered.Wait(); close(all) }()
+	await(t, h, "every event was delivered, the hook's own Enqueue's included", all)
 }}
 
 // enqueueAllButOne enqueues 16383 jobs in one EnqueueMany: with a hook

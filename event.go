@@ -1,5 +1,12 @@
 package leaserouter
 
+// Events: their kinds, what an Event carries, and how one is logged, the
+// same on every backend (pgrouter delivers these types; a report entry's
+// kind is contract.KindReport). TUNED to this backend: the record an
+// operation writes into the outbox under r.mu (small, times as
+// router-clock integers) and turned into an Event only by the delivery
+// goroutine (delivery.go), off the lock.
+
 import (
 	"context"
 	"fmt"

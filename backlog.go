@@ -3,13 +3,20 @@ package leaserouter
 // The bounded backlog of undelivered events, and the callers that wait
 // for delivery: producers of new work for room (awaitRoom), Flush for
 // every event so far. The delivery goroutine (delivery.go) lets them go
-// as it reports its progress.
+// as it reports its progress. SAME RULE on every backend: the bound, and
+// the producers' wait decided per call from the backlog they find until
+// it is down to half (contract.EventBacklog, BacklogFull, BacklogDrained;
+// delivery.Room). TUNED to this backend: the backlog is counted under
+// r.mu from the outbox and an atomic count in flight, the delivery
+// goroutine takes r.mu for its progress only when a caller waits or hooks
+// panicked, and Flush (this backend's alone) waits on the same progress.
 
 import (
 	"context"
 	"errors"
 
 	"github.com/leaserouter/leaserouter/internal/contract"
+	"github.com/leaserouter/leaserouter/internal/delivery"
 	"github.com/leaserouter/leaserouter/internal/goid"
 )
 
@@ -31,26 +38,20 @@ import (
 // every backend (contract.EventBacklog).
 const eventBacklog = contract.EventBacklog
 
-// progressEvery is how many events the delivery goroutine delivers between
-// updates of the backlog (an atomic add), on every backend.
-const progressEvery = contract.ProgressEvery
-
-// delivered records the progress of c through its batch and, when a
+// delivered records that n more events were delivered and, when a
 // caller waits for progress or hooks panicked, takes r.mu to count the
 // panics and let the caller go on (progressed). Called by the delivery
 // goroutine, without r.mu.
-func (r *Router[T]) delivered(c *cursor) {
+func (r *Router[T]) delivered(n int) {
 	d := r.delivery
-	n := c.i - c.logged
-	c.logged = c.i
 	d.inflight.Add(-int64(n))
 	d.delivered.Add(uint64(n))
-	if c.panics == 0 && !d.waiting.Load() {
+	if d.panics == 0 && !d.waiting.Load() {
 		return
 	}
 	r.mu.Lock()
-	r.stats.CallbackPanics += uint64(c.panics)
-	c.panics = 0
+	r.stats.CallbackPanics += uint64(d.panics)
+	d.panics = 0
 	r.progressed()
 	r.mu.Unlock() // not unlockAndDeliver: this goroutine is busy, nothing to hand it
 }
@@ -60,15 +61,12 @@ func (r *Router[T]) delivered(c *cursor) {
 // waits for is delivered. The caller holds r.mu.
 func (r *Router[T]) progressed() {
 	d := r.delivery
-	if r.room != nil && contract.BacklogDrained(r.backlog()) {
-		close(r.room)
-		r.room = nil
-	}
+	waiting := r.room.Progressed(r.backlog())
 	if r.flush != nil && d.delivered.Load() >= r.flushAt {
 		close(r.flush)
 		r.flush = nil
 	}
-	d.waiting.Store(r.room != nil || r.flush != nil)
+	d.waiting.Store(waiting || r.flush != nil)
 }
 
 // errDone is awaitRoom's report that its done channel fired.
@@ -110,18 +108,17 @@ func (r *Router[T]) backlog() int {
 // backlogFull reports whether eventBacklog events wait for delivery. The
 // caller holds r.mu.
 func (r *Router[T]) backlogFull() bool {
-	return r.hooked && contract.BacklogFull(r.backlog())
+	return r.hooked && delivery.Full(r.backlog())
 }
 
 // roomChan returns the channel closed when the backlog is down to half,
 // and tells the delivery goroutine that a producer waits. The caller holds
 // r.mu.
-func (r *Router[T]) roomChan() chan struct{} {
-	if r.room == nil {
-		r.room = make(chan struct{})
+func (r *Router[T]) roomChan() <-chan struct{} {
+	if !r.room.Waiting() {
 		r.delivery.waiting.Store(true)
 	}
-	return r.room
+	return r.room.Wait()
 }
 
 // Flush waits until every event of a transition made before the call has

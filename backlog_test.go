@@ -63,32 +63,6 @@ func TestBacklogBounded(t *testing.T) {
 	})
 }
 
-// TestBacklogProducerFromHook: an OnEvent that enqueues while the backlog
-// is full is not made to wait for its own delivery.
-func TestBacklogProducerFromHook(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		var r *router
-		release := make(chan struct{})
-		follow := make(chan error, 1)
-		r = setup(t, leaserouter.Options{OnEvent: func(e leaserouter.Event) {
-			if e.JobID == "first" && e.Kind == leaserouter.EventEnqueued {
-				<-release // let the test fill the backlog behind this event
-				follow <- r.Enqueue("follow-up", "")
-			}
-		}})
-		require.NoError(t, r.Enqueue("first", ""))
-		for i := range leaserouter.EventBacklog - 1 { // the backlog is full after these
-
-			require.NoError(t, r.Enqueue(time.Duration(i).String(), ""))
-		}
-		synctest.Wait()
-		close(release)
-		synctest.Wait()
-		require.NoError(t, receive(t, follow))
-		require.Equal(t, leaserouter.StatePending, get(t, r, "follow-up").State)
-	})
-}
-
 // TestRefusedOperationNeverWaitsForHooks: with the event backlog full and
 // the hook stuck, a worker's stale lease is refused at once by every lease
 // operation, again and again, while its healthy lease keeps heartbeating;

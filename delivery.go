@@ -1,5 +1,17 @@
 package leaserouter
 
+// Event delivery. SAME RULE on every backend, written once: the stepping
+// of the delivery goroutine through OnEvent and the Logger, with its
+// panic and Goexit recovery, report entries and progress cadence
+// (internal/delivery: Deliver, Exited; the report texts and bounds are
+// internal/contract/event.go's). TUNED to this backend: the hand-off of
+// the outbox to the delivery goroutine, shaped by r.mu (events are
+// emitted under it by every operation, so the goroutine must never queue
+// on it nor cost a caller a wake-up per batch: see handoff), the linger
+// of a dense stream, the reuse of outbox memory, records turned into
+// events only off the lock, and hook panics counted in Stats at progress
+// rather than one lock each.
+
 import (
 	"errors"
 	"fmt"
@@ -9,6 +21,7 @@ import (
 	"time"
 
 	"github.com/leaserouter/leaserouter/internal/contract"
+	"github.com/leaserouter/leaserouter/internal/delivery"
 	"github.com/leaserouter/leaserouter/internal/goid"
 )
 
@@ -67,7 +80,7 @@ func (r *Router[T]) runNote(n lostNote) {
 	n.w.leaseLost(n.cause)
 }
 
-// delivery is the delivery goroutine's side of the hand-off. The
+// handoff is the delivery goroutine's side of the hand-off. The
 // goroutine asks for a batch by moving state away from deliverBusy; the
 // caller that next releases r.mu with events waiting puts them in handed
 // and swaps state back to deliverBusy (handOff), and wakes the goroutine
@@ -77,18 +90,19 @@ func (r *Router[T]) runNote(n lostNote) {
 // of the goroutine that frees it (measured: tens of microseconds on a
 // 2-core virtual machine, most of BenchmarkLifecycleHooked's cost when
 // each batch needed one), and that goroutine would be a caller.
-type delivery struct {
-	state     atomic.Int32  // deliverBusy, deliverWants, deliverLingers or deliverIdle
-	inflight  atomic.Int64  // events handed over and not yet delivered
-	delivered atomic.Uint64 // events delivered since New (for Flush)
-	waiting   atomic.Bool   // a caller waits for progress (r.room or r.flush): the goroutine must look (progressed) and not linger
-	goid      atomic.Uint64 // the delivery goroutine's, so a hook calling back is recognised
-	handed    []record      // the batch handed over; written before state is swapped to deliverBusy
-	returned  []record      // the last batch's memory, for the next outbox; written before state leaves deliverBusy
-	batch     []record      // the batch in delivery; nil between batches (the goroutine's own)
-	cur       cursor        // the goroutine's place in batch (its own)
-	kick      chan struct{} // wakes the goroutine asleep in deliverLingers or deliverIdle; cap 1
-	done      chan struct{} // closed when the goroutine ends
+type handoff struct {
+	state     atomic.Int32    // deliverBusy, deliverWants, deliverLingers or deliverIdle
+	inflight  atomic.Int64    // events handed over and not yet delivered
+	delivered atomic.Uint64   // events delivered since New (for Flush)
+	waiting   atomic.Bool     // a caller waits for progress (r.room or r.flush): the goroutine must look (progressed) and not linger
+	goid      atomic.Uint64   // the delivery goroutine's, so a hook calling back is recognised
+	handed    []record        // the batch handed over; written before state is swapped to deliverBusy
+	returned  []record        // the last batch's memory, for the next outbox; written before state leaves deliverBusy
+	batch     []record        // the batch in delivery; nil between batches (the goroutine's own)
+	cur       delivery.Cursor // the goroutine's place in batch (its own)
+	panics    int             // hook panics not yet counted in Stats (the goroutine's own)
+	kick      chan struct{}   // wakes the goroutine asleep in deliverLingers or deliverIdle; cap 1
+	done      chan struct{}   // closed when the goroutine ends
 }
 
 // The delivery goroutine's states.
@@ -165,7 +179,8 @@ func (r *Router[T]) deliverLoop() {
 	goexit := true // until the loop returns: a hook called runtime.Goexit
 	defer func() {
 		if goexit {
-			r.resumeAfterGoexit()
+			delivery.Exited(&d.cur, d.batch, hooks[T]{r})
+			go r.deliverLoop() // owned by Close, as the one it replaces
 			return
 		}
 		close(d.done)
@@ -185,20 +200,12 @@ func (r *Router[T]) deliverLoop() {
 				lingering = false
 				continue
 			}
-			d.batch, d.cur = batch, cursor{}
+			d.batch, d.cur = batch, delivery.Cursor{}
 		}
-		batch, c := d.batch, &d.cur
-		if c.report != "" { // left by a delivery goroutine a hook ended
-			msg := c.report
-			c.report = ""
-			r.reportFrom(c, msg, c.reportJob)
-		}
-		for c.i < len(batch) {
-			r.deliverFrom(batch, c)
-		}
+		batch := d.batch
+		delivery.Deliver(&d.cur, batch, hooks[T]{r})
 		clear(batch) // drop references to errors and IDs; emit relies on zero slots
 		d.batch = nil
-		r.delivered(c)
 		lingering = len(batch) >= lingerAbove
 		if cap(batch) <= 2*eventBacklog {
 			d.returned = batch[:0] // reuse it, unless a burst made it large
@@ -272,7 +279,7 @@ func (r *Router[T]) nextBatch(lingering bool, timer *time.Timer) (batch []record
 
 // take returns the batch a caller handed over. The caller saw state
 // deliverBusy after asking for a batch.
-func (d *delivery) take() []record {
+func (d *handoff) take() []record {
 	batch := d.handed
 	d.handed = nil
 	return batch
@@ -288,86 +295,38 @@ func closed(ch <-chan struct{}) bool {
 	}
 }
 
-// resumeAfterGoexit runs as the delivery goroutine ends because a hook
-// called runtime.Goexit (t.FailNow in a test's OnEvent, say): it counts
-// that as a panic of the hook, steps past it as deliverFrom steps past a
-// panic, and starts a delivery goroutine to go on from there, so events
-// are neither lost nor stuck and Close still finds a goroutine to wait for.
-func (r *Router[T]) resumeAfterGoexit() {
-	d := r.delivery
-	c := &d.cur
-	c.panics++
-	if c.reporting { // the Logger ended it while reporting: the cursor is already past that
-		c.reporting = false
-		go r.deliverLoop()
-		return
+// hooks is the delivery goroutine's side of delivery.Deliver: the
+// Router's hooks, records turned into events, and its progress counted
+// without r.mu unless a caller waits or hooks panicked (delivered). A
+// value of one pointer, so that passing it allocates nothing.
+type hooks[T any] struct{ r *Router[T] }
+
+func (h hooks[T]) IsReport(rec *record) bool { return rec.kind == contract.KindReport }
+
+func (h hooks[T]) Report(rec *record) (msg, jobID string) { return rec.err.Error(), rec.jobID }
+
+func (h hooks[T]) Kind(rec *record) (fmt.Stringer, string) { return rec.kind, rec.jobID }
+
+func (h hooks[T]) OnEvent(rec *record) {
+	if f := h.r.opts.OnEvent; f != nil {
+		f(h.r.event(rec))
 	}
-	rec := &d.batch[c.i]
-	hook := contract.HookOnEvent
-	if c.logger {
-		hook = contract.HookLogger
-		c.i++
-	}
-	c.logger = !c.logger
-	c.report, c.reportJob = contract.HookGoexit(hook, rec.kind), rec.jobID
-	go r.deliverLoop() // owned by Close, as the one it replaces
 }
 
-// cursor is the delivery goroutine's place in a batch.
-type cursor struct {
-	i         int    // the record being delivered
-	logged    int    // records counted as delivered (inflight updated)
-	logger    bool   // OnEvent is done with record i: the Logger is next
-	reporting bool   // in reportFrom: a Goexit now is the Logger's, and the cursor is already past it
-	panics    int    // hook panics not yet counted in Stats
-	report    string // a report for the next delivery goroutine to log
-	reportJob string
-}
-
-// deliverFrom calls the hooks for batch[c.i:], in order, and updates the
-// backlog every progressEvery records. A panic in OnEvent or in the
-// Logger's handler is recovered and reported, and delivery resumes where
-// it stopped (the Logger still gets the event whose OnEvent panicked), so
-// one bad hook can neither stop delivery nor reach the goroutine that
-// caused the event. Recovery is set up once per call, not per event.
-func (r *Router[T]) deliverFrom(batch []record, c *cursor) {
-	defer func() {
-		if p := recover(); p != nil {
-			c.panics++
-			rec := &batch[c.i]
-			if !c.logger {
-				c.logger = true // moved on before reporting, which calls the Logger
-				r.reportFrom(c, contract.HookPanicked(contract.HookOnEvent, rec.kind, p), rec.jobID)
-				return
-			}
-			// Not through the Logger that just panicked.
-			contract.ReportTo(slog.Default(), contract.HookPanicked(contract.HookLogger, rec.kind, p), rec.jobID)
-			c.i, c.logger = c.i+1, false
-		}
-	}()
-	onEvent, logger := r.opts.OnEvent, r.opts.Logger
-	for ; c.i < len(batch); c.i, c.logger = c.i+1, false {
-		if c.i-c.logged >= progressEvery {
-			r.delivered(c)
-		}
-		rec := &batch[c.i]
-		if rec.kind == kindReport {
-			if !c.logger {
-				c.logger = true
-				r.reportFrom(c, rec.err.Error(), rec.jobID)
-			}
-			continue
-		}
-		e := r.event(rec)
-		if !c.logger && onEvent != nil {
-			onEvent(e)
-		}
-		c.logger = true
-		if logger != nil {
-			logEvent(logger, &e)
-		}
+func (h hooks[T]) Log(rec *record) {
+	if l := h.r.opts.Logger; l != nil {
+		e := h.r.event(rec)
+		logEvent(l, &e)
 	}
 }
+
+func (h hooks[T]) Logger() *slog.Logger { return h.r.opts.Logger }
+
+// Panicked counts the panic at the next progress (delivered), so that
+// the delivery goroutine takes r.mu once for many.
+func (h hooks[T]) Panicked() { h.r.delivery.panics++ }
+
+func (h hooks[T]) Progress(c *delivery.Cursor) { h.r.delivered(c.Delivered()) }
 
 // reportPanic counts a recovered panic of a user callback and queues its
 // report for the delivery goroutine, so the caller never waits for the
@@ -378,7 +337,7 @@ func (r *Router[T]) reportPanic(err error, jobID string) (queued bool) {
 	r.stats.CallbackPanics++
 	if r.hooked {
 		rec := r.push()
-		rec.kind, rec.jobID, rec.err = kindReport, jobID, err
+		rec.kind, rec.jobID, rec.err = contract.KindReport, jobID, err
 	}
 	return r.hooked
 }
@@ -397,7 +356,7 @@ func (r *Router[T]) reportUserCode(msg, jobID string, panicked bool) {
 		}
 		if r.hooked {
 			rec := r.push()
-			rec.kind, rec.jobID, rec.err = kindReport, jobID, errors.New(msg)
+			rec.kind, rec.jobID, rec.err = contract.KindReport, jobID, errors.New(msg)
 			queued = true
 		}
 	}
@@ -405,22 +364,4 @@ func (r *Router[T]) reportUserCode(msg, jobID string, panicked bool) {
 	if !queued {
 		contract.ReportTo(slog.Default(), msg, jobID)
 	}
-}
-
-// report logs a recovered panic of a user callback at level Error through
-// the Logger, or slog.Default() when none is set or when the Logger panics
-// too; it reports whether the Logger panicked (one more callback panic).
-func (r *Router[T]) report(msg, jobID string) (loggerPanicked bool) {
-	return contract.Report(r.opts.Logger, msg, jobID) // the same reports on every backend
-}
-
-// reportFrom is report called by the delivery goroutine at cursor c,
-// which has moved past what is reported, so that a Logger calling
-// runtime.Goexit here makes resumeAfterGoexit skip nothing more.
-func (r *Router[T]) reportFrom(c *cursor, msg, jobID string) {
-	c.reporting = true
-	if r.report(msg, jobID) {
-		c.panics++
-	}
-	c.reporting = false
 }

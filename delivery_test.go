@@ -121,24 +121,6 @@ func TestLoggerPanicRecovered(t *testing.T) {
 	})
 }
 
-// TestOnEventPanicReported: a panicking OnEvent is reported through the
-// Logger at level Error and counted.
-func TestOnEventPanicReported(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		h := &routertest.LogRecorder{}
-		r := setup(t, leaserouter.Options{Logger: slog.New(h), OnEvent: func(e leaserouter.Event) {
-			if e.Kind == leaserouter.EventEnqueued {
-				panic("bad hook")
-			}
-		}})
-		require.NoError(t, r.Enqueue("a", ""))
-		require.NoError(t, r.Close(context.Background()))
-		require.EqualValues(t, 1, r.Stats().CallbackPanics)
-		require.Equal(t, []string{"leaserouter: OnEvent panicked on enqueued: bad hook", "enqueued"}, h.Messages())
-		require.Equal(t, slog.LevelError, h.Records()[0].Level)
-	})
-}
-
 // TestCloseFromOnEvent: Close called from OnEvent, on an event of a
 // caller's transition or of the reaper's, returns without waiting for the
 // delivery it is part of (before, it waited for itself for ever); the
@@ -429,97 +411,5 @@ func TestBackoffPanicAfterClose(t *testing.T) {
 		require.ErrorIs(t, l.Fail(errors.New("late")), leaserouter.ErrLeaseLost)
 		require.Equal(t, before, r.Stats(), "after Close nothing changes")
 		require.Equal(t, []string{"leaserouter: Backoff(1) panicked: bad backoff; used DefaultBackoff"}, def.Messages())
-	})
-}
-
-// goexitHandler is a slog.Handler that calls runtime.Goexit on records at
-// or above min (as a test handler doing t.Fatal on errors would) and keeps
-// the rest.
-type goexitHandler struct {
-	routertest.LogRecorder
-	min slog.Level
-}
-
-func (h *goexitHandler) Handle(ctx context.Context, r slog.Record) error {
-	if r.Level >= h.min {
-		runtime.Goexit()
-	}
-	return h.LogRecorder.Handle(ctx, r)
-}
-
-func (h *goexitHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *goexitHandler) WithGroup(string) slog.Handler      { return h }
-
-// TestLoggerGoexitWhileReporting: a Logger that ends the delivery
-// goroutine while a panic is being reported through it, or on every
-// record, loses no event for OnEvent and crashes nothing. (Before, the
-// replacement goroutine blamed the next event, skipped hook calls and
-// indexed past the batch.)
-func TestLoggerGoexitWhileReporting(t *testing.T) {
-	for _, tt := range []struct {
-		name     string
-		min      slog.Level
-		panicsOn string
-	}{
-		{"on reports of an OnEvent panic", slog.LevelError, "a"},
-		{"on every record", slog.LevelDebug, ""},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				h := &goexitHandler{min: tt.min}
-				rec := &recorder{}
-				r := setup(t, leaserouter.Options{Logger: slog.New(h), OnEvent: func(e leaserouter.Event) {
-					if e.JobID == tt.panicsOn {
-						panic("bad hook")
-					}
-					rec.record(e)
-				}})
-				ids := []string{"a", "b", "c", "d"}
-				for _, id := range ids {
-					require.NoError(t, r.Enqueue(id, ""))
-				}
-				require.NoError(t, r.Close(context.Background()))
-				want := ids
-				if tt.panicsOn != "" {
-					want = ids[1:]
-				}
-				var got []string
-				for _, e := range rec.all() {
-					got = append(got, e.JobID)
-				}
-				require.Equal(t, want, got)
-				if tt.min == slog.LevelError {
-					require.Equal(t, []string{"enqueued", "enqueued", "enqueued", "enqueued"}, h.Messages(),
-						"the Logger got every event, the one OnEvent panicked on included")
-				}
-			})
-		})
-	}
-}
-
-// errorPanicHandler is a slog.Handler that panics on records at level
-// Error and keeps the rest.
-type errorPanicHandler struct{ routertest.LogRecorder }
-
-func (h *errorPanicHandler) Handle(ctx context.Context, r slog.Record) error {
-	if r.Level >= slog.LevelError {
-		panic("bad handler")
-	}
-	return h.LogRecorder.Handle(ctx, r)
-}
-
-// TestReportFallsBackWhenLoggerPanics: the report of an OnEvent panic goes
-// to slog.Default() when the Logger panics on it, and both panics count.
-func TestReportFallsBackWhenLoggerPanics(t *testing.T) {
-	def := &routertest.LogRecorder{}
-	useDefaultLogger(t, def)
-	synctest.Test(t, func(t *testing.T) {
-		h := &errorPanicHandler{}
-		r := setup(t, leaserouter.Options{Logger: slog.New(h), OnEvent: func(leaserouter.Event) { panic("bad hook") }})
-		require.NoError(t, r.Enqueue("a", ""))
-		require.NoError(t, r.Close(context.Background()))
-		require.Equal(t, []string{"leaserouter: OnEvent panicked on enqueued: bad hook"}, def.Messages())
-		require.Equal(t, []string{"enqueued"}, h.Messages())
-		require.EqualValues(t, 2, r.Stats().CallbackPanics)
 	})
 }

@@ -1,5 +1,12 @@
 package leaserouter
 
+// Events: their kinds, what an Event carries, and how one is logged, the
+// same on every backend (pgrouter delivers these types; a report entry's
+// kind is contract.KindReport). TUNED to this backend: the record an
+// operation writes into the outbox under r.mu (small, times as
+// router-clock integers) and turned into an Event only by the delivery
+// goroutine (delivery.go), off the lock.
+
 import (
 	"context"
 	"fmt"
@@ -74,11 +81,6 @@ type Event struct {
 	// and failed it is the job's run time.
 	Held time.Duration
 }
-
-// kindReport marks an entry of the outbox that is not an event but a
-// report (a recovered panic of Backoff) for the delivery goroutine to log,
-// so the lease operation that found it never pays for the Logger.
-const kindReport EventKind = 0
 
 // record is an event as the outbox holds it: smaller than an Event, with
 // times as router-clock integers, so emitting one under the lock builds no

@@ -211,23 +211,6 @@ func TestLoggerOneRecordPerEvent(t *testing.T) {
 	})
 }
 
-func TestOnEventPanicIsRecovered(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		var delivered atomic.Int64
-		onEvent := func(e leaserouter.Event) {
-			if delivered.Add(1) == 1 {
-				panic("bad hook")
-			}
-		}
-		r := setup(t, leaserouter.Options{OnEvent: onEvent, Logger: slog.New(&routertest.LogRecorder{})})
-		require.NoError(t, r.Enqueue("a", ""))
-		require.NoError(t, acquire(t, r, "w").Complete())
-		require.NoError(t, r.Close(context.Background()))
-		require.Equal(t, int64(3), delivered.Load(), "later events are still delivered")
-		require.Equal(t, leaserouter.StateSucceeded, get(t, r, "a").State)
-	})
-}
-
 func TestEventDurations(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := &recorder{}

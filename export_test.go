@@ -4,6 +4,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/leaserouter/leaserouter/internal/contract"
 	"github.com/leaserouter/leaserouter/internal/hook"
 )
 
@@ -48,7 +49,7 @@ const MaxShared = maxShared
 
 // ProgressEvery is how many events the delivery goroutine delivers between
 // reports of its progress.
-const ProgressEvery = progressEvery
+const ProgressEvery = contract.ProgressEvery
 
 // KeptIntervals returns the intervals at which KeepAlive keeps l alive,
 // one per KeepAlive call still keeping it, in the order of the calls

@@ -69,10 +69,11 @@ type Options struct {
 	// the delivery goroutine for each: an event then waits up to about a
 	// millisecond, plus the hooks' own time.
 	//
-	// Up to 16384 events wait for delivery. Beyond that Enqueue,
-	// TryAcquire and Acquire wait until delivery has brought the backlog
-	// down to half, so a hook slower than the event rate slows the
-	// producers of new work (and bounds the memory events hold: beyond
+	// Up to 16384 events wait for delivery. An Enqueue, TryAcquire or
+	// Acquire that finds 16384 waiting waits until delivery has brought
+	// the backlog down to half; one that finds fewer goes on, even while
+	// an earlier one still waits. So a hook slower than the event rate
+	// slows the producers of new work (and bounds the memory events hold: beyond
 	// 16384, only the leases already granted add events, one per heartbeat
 	// and a few when each ends); lease operations (Heartbeat, Complete,
 	// Fail, Release, KeepAlive's and Run's heartbeats) and Cancel never

@@ -43,7 +43,7 @@ func (r *Router[T]) reap() {
 			timerAt = next
 		}
 		r.armed = timerAt
-		var room chan struct{}
+		var room <-chan struct{}
 		if more && r.backlogFull() {
 			room = r.roomChan()
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leaserouter/leaserouter/internal/contract"
+	"github.com/leaserouter/leaserouter/internal/delivery"
 	"github.com/leaserouter/leaserouter/internal/heap"
 	"github.com/leaserouter/leaserouter/internal/hook"
 	"github.com/leaserouter/leaserouter/internal/order"
@@ -77,12 +78,12 @@ type Router[T any] struct {
 	// allocation so that its writes do not steal the cache lines the
 	// callers' critical sections use.
 	outbox   []record      // events emitted and not yet handed to the delivery goroutine, in order
-	room     chan struct{} // closed when the backlog is down to half; nil unless a producer waits
+	room     delivery.Room // the producers of new work that found the backlog full
 	pushed   uint64        // events recorded since New (Flush waits for them)
 	flush    chan struct{} // closed when flushAt events are delivered; nil unless Flush waits
 	flushAt  uint64
-	delivery *delivery // nil without hooks
-	growth   growHint  // what the ID index and the ready queue want for their next growth step (reserve.go)
+	delivery *handoff // nil without hooks
+	growth   growHint // what the ID index and the ready queue want for their next growth step (reserve.go)
 
 	periodics *periodics[T] // the scheduler of periodic jobs (periodic.go); nil until the first AddPeriodic; guarded by mu
 
@@ -121,7 +122,7 @@ func New[T any](opts Options) (*Router[T], error) {
 	r.lastToken = max(opts.TokenFloor, Token(max(r.epoch.UnixNano(), 0)))
 	r.reaper.Go(r.reap)
 	if r.hooked {
-		r.delivery = &delivery{kick: make(chan struct{}, 1), done: make(chan struct{})}
+		r.delivery = &handoff{kick: make(chan struct{}, 1), done: make(chan struct{})}
 		go r.deliverLoop() // owned by Close, which waits on delivery.done
 	}
 	return r, nil

@@ -29,7 +29,7 @@ func TestShare(t *testing.T) {
 		defer func(h bool) { r.waiters, r.woken, r.outbox, r.hooked, r.delivery = nil, 0, nil, h, nil }(r.hooked)
 		r.waiters, r.woken = make([]chan struct{}, waiters), woken
 		if backlog > 0 {
-			r.hooked, r.delivery = true, new(delivery) // as with OnEvent set
+			r.hooked, r.delivery = true, new(handoff) // as with OnEvent set
 			r.outbox = make([]record, backlog)
 		}
 		return r.share(want)

@@ -3,6 +3,7 @@ package pgrouter
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -10,15 +11,24 @@ import (
 
 	"github.com/leaserouter/leaserouter"
 	"github.com/leaserouter/leaserouter/internal/contract"
+	"github.com/leaserouter/leaserouter/internal/delivery"
 	"github.com/leaserouter/leaserouter/internal/goid"
 )
 
-// The event backlog's bound is the contract's (contract.EventBacklog,
-// BacklogFull, BacklogDrained): Enqueue, EnqueueMany and claims wait,
-// before their round trip, while the backlog is full, until delivery has
-// brought it down to half; lease operations never wait. Undelivered
-// events count until their hooks have returned, including the batch in
-// delivery.
+// Event delivery. SAME RULE on every backend, written once: the backlog's
+// bound and the producers' wait for room (contract.EventBacklog,
+// BacklogFull, BacklogDrained; delivery.Room: Enqueue, EnqueueMany and
+// claims wait, before their round trip, when they find the backlog full,
+// until delivery has brought it down to half; lease operations never
+// wait), the report texts (internal/contract/event.go), and the stepping
+// through OnEvent and the Logger with its panic and Goexit recovery and
+// progress cadence (delivery.Deliver, delivery.Exited). TUNED to this
+// backend: events arrive milliseconds apart, each after a round trip, so
+// they go into a plain queue under e.mu with a kick channel, the delivery
+// goroutine takes the whole queue as its batch, counts its progress under
+// e.mu and a hook's panic at once (Stats under r.mu), and the goroutine
+// after a Goexit runs in the Router's WaitGroup. Undelivered events count
+// until their hooks have returned, including the batch in delivery.
 
 // events delivers a Router's events to Options.OnEvent and Options.Logger
 // from a goroutine of its own, in the order this process recorded them,
@@ -31,13 +41,14 @@ type events struct {
 	deliverer atomic.Uint64   // the delivery goroutine's ID (internal/goid)
 	group     *sync.WaitGroup // the Router's stopped, where its delivery goroutines run
 	stopOnce  sync.Once
-	cur       cursor // the delivery goroutine's own (one at a time: the next starts as the last ends)
+	batch     []leaserouter.Event // the batch in delivery, and the place in it: the delivery goroutine's own
+	cur       delivery.Cursor     // (one at a time: the next starts as the last ends, and goes on from there)
 
 	mu        sync.Mutex
 	producers int // the Router's goroutines that may still add events (see producerDone)
 	queue     []leaserouter.Event
-	inflight  int           // events of the batch in delivery not yet delivered (counted by progressEvery)
-	room      chan struct{} // closed when the backlog falls to half; replaced when it fills
+	inflight  int           // events of the batch in delivery not yet counted as delivered (hooks.Progress)
+	room      delivery.Room // the producers that found the backlog full
 	kick      chan struct{} // cap 1: events are waiting
 	stop      chan struct{} // closed by Close: deliver what is left and end
 	ended     chan struct{} // closed when the delivery goroutine has ended
@@ -52,9 +63,8 @@ func newEvents(onEvent func(leaserouter.Event), logger *slog.Logger, panics func
 	if onEvent == nil && logger == nil {
 		return nil
 	}
-	e := &events{onEvent: onEvent, logger: logger, panics: panics, producers: producers, group: group, room: make(chan struct{}),
+	e := &events{onEvent: onEvent, logger: logger, panics: panics, producers: producers, group: group,
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), ended: make(chan struct{})}
-	close(e.room)
 	group.Go(e.deliver)
 	return e
 }
@@ -87,13 +97,6 @@ func (e *events) add(evs ...leaserouter.Event) {
 	}
 	e.mu.Lock()
 	e.queue = append(e.queue, evs...)
-	if contract.BacklogFull(len(e.queue) + e.inflight) {
-		select {
-		case <-e.room:
-			e.room = make(chan struct{})
-		default:
-		}
-	}
 	e.mu.Unlock()
 	select {
 	case e.kick <- struct{}{}:
@@ -101,31 +104,32 @@ func (e *events) add(evs ...leaserouter.Event) {
 	}
 }
 
-// awaitRoom waits while the backlog is full, or until ctx is done. A
-// call from a hook (the delivery goroutine) never waits: it would wait
-// for itself.
+// awaitRoom waits while the backlog is full (delivery.Room: decided by
+// the backlog this call finds), or until ctx is done (ctx.Err()) or Close
+// begins (nil: the round trip that follows says ErrClosed). A call from a
+// hook (the delivery goroutine) never waits: it would wait for itself.
 func (e *events) awaitRoom(ctx context.Context) error {
 	if e == nil {
 		return nil
 	}
-	e.mu.Lock()
-	room := e.room
-	e.mu.Unlock()
-	select {
-	case <-room:
-		return nil
-	default:
-	}
-	if e.inHook() {
-		return nil
-	}
-	select {
-	case <-room:
-		return nil
-	case <-e.stop:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+	for {
+		e.mu.Lock()
+		if !delivery.Full(len(e.queue) + e.inflight) {
+			e.mu.Unlock()
+			return nil
+		}
+		room := e.room.Wait()
+		e.mu.Unlock()
+		if e.inHook() {
+			return nil
+		}
+		select {
+		case <-room: // down to half: look again, another producer may have filled it
+		case <-e.stop:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 }
 
@@ -135,52 +139,40 @@ func (e *events) inHook() bool { return goid.Current() == e.deliverer.Load() }
 
 // deliver is the delivery goroutine, one of the Router's (in its stopped
 // WaitGroup, group): it ends once close was called, every producer has
-// ended and every event has been delivered. A hook that calls
-// runtime.Goexit (t.FailNow in a test's OnEvent, say) ends it:
-// resumeAfterGoexit then counts and reports that as a panic of the hook
-// and starts a delivery goroutine in the same group that goes on from the
-// same place, as the core's does, so no event is lost or stuck and Close
+// ended and every event has been delivered. It steps through each batch
+// with delivery.Deliver; a hook that calls runtime.Goexit (t.FailNow in a
+// test's OnEvent, say) ends it, and its deferred function steps past that
+// (delivery.Exited) and starts a delivery goroutine in the same group that
+// goes on from the same place, so no event is lost or stuck and Close
 // still finds a goroutine to wait for.
 func (e *events) deliver() {
 	e.deliverer.Store(goid.Current())
 	goexit := true // until the loop returns
 	defer func() {
 		if goexit {
-			e.resumeAfterGoexit()
+			delivery.Exited(&e.cur, e.batch, hooks{e})
+			e.group.Go(e.deliver) // this goroutine is still counted in group: Go is safe
 			return
 		}
 		close(e.ended)
 	}()
-	if msg := e.cur.report; msg != "" { // left by a delivery goroutine a hook ended
-		e.cur.report = ""
-		e.reportFrom(msg, e.cur.reportJob)
-	}
 	for {
-		if e.cur.batch == nil {
+		if e.batch == nil {
 			e.mu.Lock()
 			batch := e.queue
 			e.queue = nil
 			e.inflight = len(batch)
 			e.progressed(0)
 			e.mu.Unlock()
-			e.cur = cursor{batch: batch}
+			e.batch, e.cur = batch, delivery.Cursor{}
 		}
-		c := &e.cur
-		for c.at < len(c.batch) {
-			e.callFrom(c.batch[c.at])
-			c.at, c.stage = c.at+1, stageOnEvent
-			if c.at-c.counted >= progressEvery || c.at == len(c.batch) {
-				e.mu.Lock()
-				e.progressed(c.at - c.counted)
-				e.mu.Unlock()
-				c.counted = c.at
-			}
-		}
-		n := len(c.batch)
-		e.cur = cursor{}
+		n := len(e.batch)
 		if n > 0 {
+			delivery.Deliver(&e.cur, e.batch, hooks{e})
+			e.batch = nil
 			continue
 		}
+		e.batch = nil
 		select {
 		case <-e.stop:
 			e.mu.Lock()
@@ -202,116 +194,47 @@ func (e *events) deliver() {
 	}
 }
 
-// cursor is the delivery goroutine's place in its batch, kept on events
-// so that a delivery goroutine started after a hook's runtime.Goexit goes
-// on from there.
-type cursor struct {
-	batch     []leaserouter.Event
-	at        int    // the event being delivered
-	counted   int    // events of batch counted as delivered (progressed)
-	stage     int    // what of batch[at] is next: stageOnEvent, stageLogger, stageDone
-	reporting bool   // in reportFrom: a Goexit now is the Logger's, and the cursor is already past it
-	report    string // a report for the next delivery goroutine to log
-	reportJob string
-}
+// hooks is the delivery goroutine's side of delivery.Deliver: the
+// Router's hooks, and its progress counted under e.mu.
+type hooks struct{ e *events }
 
-// The stages of one event's delivery.
-const (
-	stageOnEvent = iota
-	stageLogger
-	stageDone
-)
+func (h hooks) IsReport(ev *leaserouter.Event) bool { return ev.Kind == contract.KindReport }
 
-// callFrom delivers ev from the cursor's stage on: to OnEvent, then to the
-// Logger, each panic recovered, counted and reported (contract.Report: through the Logger, or slog.Default() when there
-// is none or it panics too); a report entry (kindReport) is logged the
-// same way. The stage moves on before each report, so a Goexit in the
-// Logger while reporting skips only the report.
-func (e *events) callFrom(ev leaserouter.Event) {
-	c := &e.cur
-	if ev.Kind == kindReport {
-		if c.stage == stageOnEvent {
-			c.stage = stageDone
-			e.reportFrom(ev.Err.Error(), ev.JobID)
-		}
-		return
-	}
-	if c.stage == stageOnEvent {
-		if e.onEvent != nil {
-			if p := contract.Recovered(func() { e.onEvent(ev) }); p != nil {
-				e.panics()
-				c.stage = stageLogger
-				e.reportFrom(contract.HookPanicked(contract.HookOnEvent, ev.Kind, p), ev.JobID)
-			}
-		}
-		c.stage = stageLogger
-	}
-	if c.stage == stageLogger {
-		if e.logger != nil {
-			if p := contract.Recovered(func() { ev.Log(e.logger) }); p != nil {
-				e.panics()
-				// Not through the Logger that just panicked.
-				contract.ReportTo(slog.Default(), contract.HookPanicked(contract.HookLogger, ev.Kind, p), ev.JobID)
-			}
-		}
-		c.stage = stageDone
+func (h hooks) Report(ev *leaserouter.Event) (msg, jobID string) { return ev.Err.Error(), ev.JobID }
+
+func (h hooks) Kind(ev *leaserouter.Event) (fmt.Stringer, string) { return ev.Kind, ev.JobID }
+
+func (h hooks) OnEvent(ev *leaserouter.Event) {
+	if h.e.onEvent != nil {
+		h.e.onEvent(*ev)
 	}
 }
 
-// reportFrom reports msg (contract.Report) from the delivery goroutine,
-// counting a panic of the Logger as one more.
-func (e *events) reportFrom(msg, jobID string) {
-	e.cur.reporting = true
-	if contract.Report(e.logger, msg, jobID) {
-		e.panics()
+func (h hooks) Log(ev *leaserouter.Event) {
+	if h.e.logger != nil {
+		ev.Log(h.e.logger)
 	}
-	e.cur.reporting = false
 }
 
-// resumeAfterGoexit runs as the delivery goroutine ends because a hook
-// called runtime.Goexit: it counts that as a panic of the hook, steps past
-// it as callFrom steps past a panic (the Logger still gets the event
-// whose OnEvent ended the goroutine), leaves the report for the next
-// goroutine, and starts it.
-func (e *events) resumeAfterGoexit() {
-	e.panics()
-	c := &e.cur
-	switch {
-	case c.reporting: // the Logger ended a report: the cursor is already past it
-		c.reporting = false
-	case c.stage == stageOnEvent:
-		ev := c.batch[c.at]
-		c.stage, c.report, c.reportJob = stageLogger, contract.HookGoexit(contract.HookOnEvent, ev.Kind), ev.JobID
-	case c.stage == stageLogger:
-		ev := c.batch[c.at]
-		c.stage, c.report, c.reportJob = stageDone, contract.HookGoexit(contract.HookLogger, ev.Kind), ev.JobID
-	}
-	e.group.Go(e.deliver) // this goroutine is still counted in group: Add is safe
-}
+func (h hooks) Logger() *slog.Logger { return h.e.logger }
 
-// progressEvery is how many events the delivery goroutine delivers between
-// updates of the backlog, on every backend.
-const progressEvery = contract.ProgressEvery
+// Panicked counts the panic at once (it takes the Router's r.mu): Stats
+// shows it by the time the report is logged.
+func (h hooks) Panicked() { h.e.panics() }
+
+func (h hooks) Progress(c *delivery.Cursor) {
+	h.e.mu.Lock()
+	h.e.progressed(c.Delivered())
+	h.e.mu.Unlock()
+}
 
 // progressed counts n events of the batch in delivery as delivered and
-// opens room once the backlog is down to half. The caller holds e.mu.
+// lets the producers waiting for room go on once the backlog is down to
+// half. The caller holds e.mu.
 func (e *events) progressed(n int) {
 	e.inflight -= n
-	if !contract.BacklogDrained(len(e.queue) + e.inflight) {
-		return
-	}
-	select {
-	case <-e.room:
-	default:
-		close(e.room)
-	}
+	e.room.Progressed(len(e.queue) + e.inflight)
 }
-
-// kindReport marks an entry of the queue that is not an event but the
-// report of a recovered panic of a user callback (Backoff), its message in
-// Err, for the delivery goroutine to log: the lease
-// operation that found it never pays for the Logger.
-const kindReport leaserouter.EventKind = 0
 
 // report queues msg, the report of a user callback's recovered panic
 // concerning job jobID, for the delivery goroutine, and reports whether
@@ -327,7 +250,7 @@ func (e *events) report(msg, jobID string) bool {
 		return false
 	default:
 	}
-	e.add(leaserouter.Event{Kind: kindReport, JobID: jobID, Err: errors.New(msg)})
+	e.add(leaserouter.Event{Kind: contract.KindReport, JobID: jobID, Err: errors.New(msg)})
 	return true
 }
 

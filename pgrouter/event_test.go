@@ -15,35 +15,6 @@ import (
 	"github.com/leaserouter/leaserouter/pgrouter/pgtest"
 )
 
-// TestEventHookPanics: a panicking OnEvent is recovered and counted, and
-// delivery goes on.
-func TestEventHookPanics(t *testing.T) {
-	db := pgtest.New(t)
-	ctx := t.Context()
-	var mu sync.Mutex
-	n := 0
-	r, err := pgrouter.New[int](ctx, db, pgrouter.Options{OnEvent: func(e leaserouter.Event) {
-		mu.Lock()
-		n++
-		mu.Unlock()
-		if e.JobID == "boom" {
-			panic("hook")
-		}
-	}})
-	require.NoError(t, err)
-	require.NoError(t, r.Enqueue(ctx, "boom", 1))
-	require.NoError(t, r.Enqueue(ctx, "after", 1))
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	require.NoError(t, r.Close(cctx))
-	mu.Lock()
-	require.Equal(t, 2, n)
-	mu.Unlock()
-	s, err := r.Stats(ctx)
-	require.NoError(t, err)
-	require.EqualValues(t, 1, s.CallbackPanics)
-}
-
 // TestRunCleanReportsNoStaleRejections: a clean Run (one process, no
 // zombies, nothing lost) counts and reports no stale rejection, though
 // heartbeat rounds race with handlers returning.
@@ -104,67 +75,6 @@ func TestEventCompleteTxReportsNothingBeforeCommit(t *testing.T) {
 	defer mu.Unlock()
 	t.Logf("events: %v", kinds)
 	require.Equal(t, []string{"enqueued", "lease_acquired", "completed"}, kinds)
-}
-
-// TestEventHookEnqueueWithBacklogFull: an OnEvent that calls back into
-// the Router (Enqueue) while the backlog is full does not wait for room
-// only its own return can make.
-func TestEventHookEnqueueWithBacklogFull(t *testing.T) {
-	gate, blocked := make(chan struct{}), make(chan struct{})
-	var armed atomic.Bool
-	var r *pgrouter.Router[int]
-	hookErr := make(chan error, 1)
-	var once sync.Once
-	r, _ = newRouter[int](t, pgrouter.Options{OnEvent: func(e leaserouter.Event) {
-		if armed.Load() && e.JobID == "first-0" {
-			close(blocked)
-			<-gate
-			once.Do(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-				defer cancel()
-				hookErr <- r.Enqueue(ctx, "from-hook", 1)
-			})
-		}
-	}})
-	ctx := t.Context()
-	batch := func(prefix string) []leaserouter.JobSpec[int] {
-		s := make([]leaserouter.JobSpec[int], 5000)
-		for i := range s {
-			s[i] = leaserouter.JobSpec[int]{ID: fmt.Sprint(prefix, i), Payload: i}
-		}
-		return s
-	}
-	armed.Store(true)
-	_, err := r.EnqueueMany(ctx, batch("first-")) // the deliverer takes these and blocks on the first
-	require.NoError(t, err)
-	<-blocked
-	_, err = r.EnqueueMany(ctx, batch("second-")) // the backlog is now full
-	require.NoError(t, err)
-	close(gate)
-	start := time.Now()
-	err = <-hookErr
-	t.Logf("Enqueue from OnEvent returned %v after %v", err, time.Since(start))
-	require.NoError(t, err, "an OnEvent that calls back into the Router must not deadlock")
-}
-
-// TestEventCloseFromHook: Close called from OnEvent returns without
-// waiting for the delivery it is part of.
-func TestEventCloseFromHook(t *testing.T) {
-	var r *pgrouter.Router[int]
-	ret := make(chan error, 1)
-	r, _ = newRouter[int](t, pgrouter.Options{OnEvent: func(e leaserouter.Event) {
-		if e.JobID == "close" {
-			go func() {}()
-			ret <- r.Close(context.Background())
-		}
-	}})
-	require.NoError(t, r.Enqueue(t.Context(), "close", 1))
-	select {
-	case err := <-ret:
-		t.Logf("Close from OnEvent returned %v", err)
-	case <-time.After(5 * time.Second):
-		t.Fatal("Close(context.Background()) from OnEvent has not returned after 5s (deadlock)")
-	}
 }
 
 // TestEventSlowHookDoesNotExpireFinishedJobs: with a slow OnEvent, a Run

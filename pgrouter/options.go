@@ -62,12 +62,13 @@ type Options struct {
 	// that made the transition; calls are serial. Event.Time is the
 	// database's instant of the transition (for lease_expired, the expiry;
 	// for duplicate and stale_rejected, this process's clock). Up to 16384
-	// events wait for delivery; beyond that Enqueue, EnqueueMany and
-	// claims (Acquire, TryAcquire, Run taking jobs) wait before their
-	// round trip until delivery has brought the backlog down to half (the
-	// events of the batch in delivery count until their hooks return), so
-	// a hook slower than the event rate slows the producers
-	// of new work; lease operations never wait. A panic in OnEvent (or a
+	// events wait for delivery; an Enqueue, EnqueueMany or claim (Acquire,
+	// TryAcquire, Run taking jobs) that finds 16384 waiting waits before
+	// its round trip until delivery has brought the backlog down to half
+	// (the events of the batch in delivery count until their hooks
+	// return); one that finds fewer goes on, even while an earlier one
+	// still waits. So a hook slower than the event rate slows the
+	// producers of new work; lease operations never wait. A panic in OnEvent (or a
 	// runtime.Goexit, as t.FailNow does) is recovered, counted in
 	// Stats.CallbackPanics and reported at level Error through Logger
 	// (slog.Default() if Logger is nil); delivery goes on

@@ -7,12 +7,15 @@ import (
 
 // Events, on every backend: the bound of the backlog waiting for
 // delivery, the reports of hooks that panic or call runtime.Goexit, and
-// how those reports are logged.
+// how those reports are logged. The stepping of a delivery goroutine
+// through the hooks, and the producers' wait for room, are
+// internal/delivery's.
 
 // EventBacklog bounds the events waiting for delivery that new work may
-// add, on every backend: producers of new work (Enqueue, claims) wait
-// while this many are undelivered, until delivery has brought the backlog
-// down to half; lease operations never wait.
+// add, on every backend: a producer of new work (Enqueue, a claim) that
+// finds this many undelivered waits until delivery has brought the
+// backlog down to half; one that finds fewer goes on (delivery.Room);
+// lease operations never wait.
 const EventBacklog = 16384
 
 // BacklogFull reports whether a backlog of n undelivered events makes
@@ -28,6 +31,13 @@ func BacklogDrained(n int) bool { return n <= EventBacklog/2 }
 // updates of the backlog, so that waiting producers get room while a
 // large batch is still being delivered.
 const ProgressEvery = 256
+
+// KindReport is the EventKind (0, no event's) of an entry of a backend's
+// event queue that is not an event but the report of a recovered panic of
+// a user callback (Backoff, say), for the delivery goroutine to log
+// through the Logger: the operation that found the panic never pays for
+// the Logger.
+const KindReport = 0
 
 // The hooks whose panics and Goexits delivery reports.
 const (

@@ -7,7 +7,6 @@ package routertest
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"runtime"
 	"slices"
@@ -113,12 +112,7 @@ var rowEventBacklog = Row{Name: "events/the backlog is 16384 events, producers o
 	b := open(t, h, Config{OnEvent: func(leaserouter.Event) { <-gate }})
 	t.Cleanup(unblock) // before the backend's Close, which waits for delivery
 	ctx := ctxOf(t)
-	specs := make([]leaserouter.JobSpec[string], eventBacklog-1)
-	for i := range specs {
-		specs[i].ID = fmt.Sprint("j", i)
-	}
-	_, err := b.EnqueueMany(ctx, specs)
-	require.NoError(t, err)
+	enqueueAllButOne(t, b)
 	last := make(chan error, 1)
 	go func() { last <- b.Enqueue(ctx, "last", "") }()
 	require.NoError(t, await(t, h, "the 16384th event has room", last))
@@ -229,6 +223,8 @@ var rowHookPanic = Row{Name: "user callbacks/a panicking OnEvent is reported thr
 	eventually(t, h, "the event reaches the Logger", func() bool { return rec.count("enqueued") > 0 })
 	reports := rec.Errors()
 	require.Equal(t, []string{"leaserouter: OnEvent panicked on enqueued: boom job_id=j"}, reports)
+	require.Equal(t, []string{"leaserouter: OnEvent panicked on enqueued: boom", "enqueued"}, rec.Messages(),
+		"the report first, then the event")
 	require.EqualValues(t, 1, stats(t, b).CallbackPanics)
 }}
 

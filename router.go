@@ -37,7 +37,7 @@ const (
 // correctness never depends on it, because every call first settles what
 // is due. A second, started only when Options.OnEvent or Options.Logger
 // is set, delivers events; a third, started by the first AddPeriodic,
-// enqueues periodic jobs (periodic.go). The ID
+// enqueues periodic jobs (periodic_scheduler.go). The ID
 // index and the queues grow and shrink in steps of at most a few thousand
 // elements, so no call holds the lock for a resize of everything, and
 // memory follows the live jobs: after a burst drains they shrink (with

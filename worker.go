@@ -22,7 +22,9 @@ import (
 // rows: the next batch's size (NextBatch, in adapt), when a worker starts
 // no more jobs (Stopping), the handler's call with its panic caught
 // (CallHandler), what its return does (AfterHandler) and the attempt's
-// timeout (AttemptTimeout, in Router.limit).
+// timeout (AttemptTimeout, in Router.limit). Stopping's Close half is
+// pinned by contract's TestStopping only: no row can see it, because a
+// closing router also refuses the worker's next lease.
 //
 // TUNED to this backend, which pays for a lock hold where pgrouter pays
 // for a round trip: a batch's finished jobs are completed under the same

@@ -224,9 +224,10 @@ func (r *Router[T]) Retry(ctx context.Context, id string) error {
 // no longer leased). It emits leaserouter.EventPurged (Time: the
 // database's clock at the delete), counted in this Router's
 // Stats.Purged. It returns an error wrapping ErrLeased for a leased job,
-// naming its lease's fencing token and holder (Cancel it first), ErrNotFound for an unknown id or a finished job past
-// its Retention (for an id leaserouter.ValidateID refuses, "" included,
-// one wrapping both ErrInvalidJob and ErrNotFound, without a round trip),
+// naming its lease's fencing token and holder (Cancel it first),
+// ErrNotFound for an unknown id or a finished job past its Retention
+// (for an id leaserouter.ValidateID refuses, "" included, one wrapping
+// both ErrInvalidJob and ErrNotFound, without a round trip),
 // ErrClosed after Close, or one wrapping the driver's; in each case
 // nothing changed, unless the outcome is unknown (the connection failed
 // after the commit was sent: Get tells). One round trip, one transaction

@@ -18,8 +18,10 @@ import (
 // SAME RULE on every backend, written once in internal/contract
 // (worker.go) and pinned by internal/routertest's workers rows:
 // WorkerOptions' checks and defaults (WorkerDefaults), when a Run starts
-// no more jobs (Stopping, in stopped), and a batch cut at a heartbeat, so
-// that a job leased ahead waits at most one interval.
+// no more jobs (Stopping, in stopped; its Close half is pinned by
+// contract's TestStopping only, since a closing Router also refuses the
+// next claim), and a batch cut at a heartbeat, so that a job leased ahead
+// waits at most one interval.
 //
 // TUNED to this backend, where every lease operation is a round trip: a
 // heartbeat round per interval, on a connection of its own, hands back,

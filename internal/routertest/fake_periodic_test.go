@@ -70,7 +70,7 @@ func (f *fake) schedule(p leaserouter.Periodic[string], stop <-chan struct{}) {
 		default:
 		}
 		if ok {
-			_ = f.Enqueue(context.Background(), leaserouter.TickID(p.Name, tick), payload, p.Options...)
+			_ = f.enqueueTick(leaserouter.TickID(p.Name, tick), payload, p.Options)
 		}
 	}
 }

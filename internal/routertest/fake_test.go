@@ -36,7 +36,11 @@ type fake struct {
 	seq    int
 	token  leaserouter.Token
 	closed bool
-	st     leaserouter.Stats
+	// closing: Close has begun; calls are refused from then on, as on
+	// every backend, but a tick's enqueue (enqueueTick) is not: that
+	// the scheduler stops is the fake's own doing, checked by rows.
+	closing bool
+	st      leaserouter.Stats
 
 	periodics map[string]chan struct{} // each periodic job's stop, closed by RemovePeriodic or Close
 	scheduler sync.WaitGroup           // the periodic jobs' goroutines
@@ -153,7 +157,17 @@ func (f *fake) end(j *fakeJob, why leaserouter.LostReason, at time.Time, dead bo
 }
 
 func (f *fake) Enqueue(_ context.Context, id, payload string, opts ...leaserouter.EnqueueOption) error {
-	dups, err := f.enqueueMany([]leaserouter.JobSpec[string]{{ID: id, Payload: payload, Options: opts}}, false)
+	return f.enqueueOne(id, payload, opts, false)
+}
+
+// enqueueTick is the periodic scheduler's Enqueue: after Close has begun
+// too.
+func (f *fake) enqueueTick(id, payload string, opts []leaserouter.EnqueueOption) error {
+	return f.enqueueOne(id, payload, opts, true)
+}
+
+func (f *fake) enqueueOne(id, payload string, opts []leaserouter.EnqueueOption, tick bool) error {
+	dups, err := f.enqueueMany([]leaserouter.JobSpec[string]{{ID: id, Payload: payload, Options: opts}}, false, tick)
 	if len(dups) > 0 {
 		return leaserouter.ErrDuplicate
 	}
@@ -161,15 +175,15 @@ func (f *fake) Enqueue(_ context.Context, id, payload string, opts ...leaseroute
 }
 
 func (f *fake) EnqueueMany(_ context.Context, jobs []leaserouter.JobSpec[string]) ([]int, error) {
-	return f.enqueueMany(jobs, true)
+	return f.enqueueMany(jobs, true, false)
 }
 
 // enqueueMany is EnqueueMany; batch: an invalid job's error names its
-// index.
-func (f *fake) enqueueMany(jobs []leaserouter.JobSpec[string], batch bool) ([]int, error) {
+// index; tick: a periodic tick's, enqueued while Close begins.
+func (f *fake) enqueueMany(jobs []leaserouter.JobSpec[string], batch, tick bool) ([]int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.closed {
+	if f.closed || f.closing && !tick {
 		return nil, leaserouter.ErrClosed
 	}
 	now := time.Now()
@@ -418,6 +432,7 @@ func (f *fake) KeepAlive(ctx context.Context, l routertest.Lease, interval time.
 // whatever is held.
 func (f *fake) Close(context.Context) error {
 	f.mu.Lock()
+	f.closing = true
 	for name, stop := range f.periodics {
 		close(stop)
 		delete(f.periodics, name)

@@ -252,6 +252,12 @@ var rowPeriodicCloseWaits = Row{Name: "periodic/Close waits for the scheduler: a
 	eventually(t, h, "a Payload call", func() bool { return isClosed(entered) })
 	closed := make(chan error, 1)
 	go func() { closed <- b.Close(ctx) }()
+	// Close has begun once calls are refused with ErrClosed (a probe
+	// enqueued before that is a job like any other): only then may
+	// Payload return, or a late Close would rightly let its tick through.
+	eventually(t, h, "Close began", func() bool {
+		return errors.Is(b.Enqueue(ctx, "probe", ""), leaserouter.ErrClosed)
+	})
 	h.Advance(every)
 	select {
 	case err := <-closed:

@@ -24,9 +24,9 @@ import (
 // TUNED to this backend, where a heartbeat is one short lock hold: one
 // goroutine per Run sleeps until the earliest heartbeat due of any
 // worker's batch (on the router's clock), and heartbeats and cuts each
-// batch on its own; KeepAlive runs on a timer and each heartbeat takes
-// effect at the instant it was due. pgrouter instead heartbeats every
-// lease of a Run in one statement per round, on a ticker.
+// batch on its own, where pgrouter's Run heartbeats every lease of the
+// Run in one statement per round, on a ticker. KeepAlive runs on a
+// timer and each heartbeat takes effect at the instant it was due.
 
 // MinHeartbeatInterval is the floor of a heartbeat interval, for Run and
 // KeepAlive: a shorter positive interval is raised to it (or to a quarter

@@ -42,12 +42,7 @@ func adminRows() []Row {
 // admin returns b's Admin, failing t if it has none.
 func admin(t T, b Backend) Admin {
 	t.Helper()
-	a, ok := b.(Admin)
-	if !ok {
-		t.Errorf("the backend %T has no admin calls (List, Retry, Delete, Pause, Resume)", b)
-		t.FailNow()
-	}
-	return a
+	return offers[Admin](t, b, "admin calls (List, Retry, Delete, Pause, Resume)")
 }
 
 // listAll follows NextCursor from the first page of p to the last and

@@ -580,10 +580,6 @@ func Workload(t T, h Harness, cfg LinConfig, seed uint64) *History {
 // expirer returns b as an Expirer, failing t if the harness declared
 // ForcedExpiry of a Backend that does not implement it.
 func expirer(t T, b Backend) Expirer {
-	e, ok := b.(Expirer)
-	if !ok {
-		t.Errorf("the harness declares ForcedExpiry, but its Backend %T does not implement Expirer", b)
-		t.FailNow()
-	}
-	return e
+	t.Helper()
+	return offers[Expirer](t, b, "forced expiry (Expirer), which the harness declares (ForcedExpiry)")
 }

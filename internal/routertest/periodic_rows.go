@@ -43,12 +43,7 @@ func checkPeriodic(p leaserouter.Periodic[string], retention time.Duration) erro
 // periodics returns b's Periodics, failing t if it has none.
 func periodics(t T, b Backend) Periodics {
 	t.Helper()
-	p, ok := b.(Periodics)
-	if !ok {
-		t.Errorf("the backend %T has no periodic jobs (AddPeriodic, RemovePeriodic)", b)
-		t.FailNow()
-	}
-	return p
+	return offers[Periodics](t, b, "periodic jobs (AddPeriodic, RemovePeriodic)")
 }
 
 // tickJobs returns the jobs of the periodic job named name, oldest tick

@@ -760,12 +760,7 @@ var rowCloseRevokes = Row{Name: "close/revokes when ctx is done, refuses new wor
 	ev := newEvents()
 	b := open(t, h, Config{OnEvent: ev.record})
 	ctx := ctxOf(t)
-	require.NoError(t, b.Enqueue(ctx, "a", ""))
-	l := tryAcquire(t, b, "w")
-	done, cancel := context.WithCancel(ctx)
-	cancel()
-	require.ErrorIs(t, b.Close(done), context.Canceled, "cut short")
-	requireLost(t, l.Heartbeat(ctx, nil), l.Token(), l.Token(), leaserouter.LostRevoked)
+	l := leaseRevokedByClose(t, b)
 	requireLost(t, l.Complete(ctx), l.Token(), l.Token(), leaserouter.LostRevoked)
 	requireLost(t, l.Release(ctx), l.Token(), l.Token(), leaserouter.LostRevoked)
 	j := get(t, b, "a")
@@ -796,12 +791,12 @@ var rowCloseRevokes = Row{Name: "close/revokes when ctx is done, refuses new wor
 	require.NoError(t, b.Close(ctx), "a second Close")
 }}
 
-// rowCloseRevokesLastAttempt: Close's revocation is not one of the ends
-// the attempts rule makes dead (expiry, Fail, Release): a revoked job is
-// pending again at once (Close's doing, not the job's: a deploy does not
-// kill a job on its last attempt).
-var rowCloseRevokesLastAttempt = Row{Name: "close/a revoked job is pending again at once, even on its last attempt", Test: func(t T, h Harness) {
-	b := open(t, h, Config{MaxAttempts: 1})
+// leaseRevokedByClose enqueues and leases job "a" of b, then closes b
+// with a ctx already done, which revokes the lease at once (Close
+// returns context.Canceled): the lease's Heartbeat is refused as
+// revoked. It returns the revoked lease.
+func leaseRevokedByClose(t T, b Backend) Lease {
+	t.Helper()
 	ctx := ctxOf(t)
 	require.NoError(t, b.Enqueue(ctx, "a", ""))
 	l := tryAcquire(t, b, "w")
@@ -809,6 +804,16 @@ var rowCloseRevokesLastAttempt = Row{Name: "close/a revoked job is pending again
 	cancel()
 	require.ErrorIs(t, b.Close(done), context.Canceled, "cut short")
 	requireLost(t, l.Heartbeat(ctx, nil), l.Token(), l.Token(), leaserouter.LostRevoked)
+	return l
+}
+
+// rowCloseRevokesLastAttempt: Close's revocation is not one of the ends
+// the attempts rule makes dead (expiry, Fail, Release): a revoked job is
+// pending again at once (Close's doing, not the job's: a deploy does not
+// kill a job on its last attempt).
+var rowCloseRevokesLastAttempt = Row{Name: "close/a revoked job is pending again at once, even on its last attempt", Test: func(t T, h Harness) {
+	b := open(t, h, Config{MaxAttempts: 1})
+	leaseRevokedByClose(t, b)
 	j := get(t, b, "a")
 	require.Equal(t, leaserouter.StatePending, j.State, "revoked on its last attempt: pending again at once")
 	require.Equal(t, 1, j.Attempt)

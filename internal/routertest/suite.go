@@ -195,3 +195,15 @@ func first(evs []leaserouter.Event, id string, k leaserouter.EventKind) leaserou
 }
 
 var errBoom = errors.New("boom")
+
+// offers returns b as a C (one of the optional interfaces a Backend may
+// implement), failing t with what names the calls if b does not.
+func offers[C any](t T, b Backend, what string) C {
+	t.Helper()
+	c, ok := b.(C)
+	if !ok {
+		t.Errorf("the backend %T has no %s", b, what)
+		t.FailNow()
+	}
+	return c
+}

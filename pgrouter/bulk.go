@@ -214,10 +214,7 @@ func (r *Router[T]) retry(ctx context.Context, call string, ids, states []string
 	if err != nil {
 		return nil, err
 	}
-	r.mu.Lock()
-	r.stats.Retried += uint64(len(events))
-	r.mu.Unlock()
-	r.emit(events...)
+	r.counted(&r.stats.Retried, events)
 	return out, nil
 }
 
@@ -293,9 +290,16 @@ func (r *Router[T]) delete(ctx context.Context, call string, ids, states []strin
 	if err != nil {
 		return nil, err
 	}
+	r.counted(&r.stats.Purged, events)
+	return out, nil
+}
+
+// counted adds one per event to the Stats counter n (a field of
+// r.stats, under r.mu) and emits the events: the end of an admin
+// statement that acted on some jobs.
+func (r *Router[T]) counted(n *uint64, events []leaserouter.Event) {
 	r.mu.Lock()
-	r.stats.Purged += uint64(len(events))
+	*n += uint64(len(events))
 	r.mu.Unlock()
 	r.emit(events...)
-	return out, nil
 }

@@ -3,6 +3,7 @@ package leaserouter
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"slices"
 	"strconv"
@@ -152,6 +153,17 @@ func BenchmarkLifecycleHooked(b *testing.B) {
 // BenchmarkLifecycleMany: EnqueueMany of 64 jobs, TryAcquireMany(64) and
 // Complete of each, Retention -1; ns/op is per job, to compare with
 // BenchmarkLifecycle (target: <= 0.65 of it).
+// BenchmarkLifecycleHookedAndLogged is BenchmarkLifecycleHooked with a
+// Logger too (discarding), so that each event goes to both hooks.
+func BenchmarkLifecycleHookedAndLogged(b *testing.B) {
+	r := benchRouter(b, Options{Retention: -1, OnEvent: func(Event) {}, Logger: slog.New(slog.DiscardHandler)})
+	id := ids("j", 1<<10)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		lifecycle(b, r, id[i&(len(id)-1)])
+	}
+}
+
 func BenchmarkLifecycleMany(b *testing.B) {
 	const batch = 64
 	r := benchRouter(b, Options{Retention: -1})

@@ -307,15 +307,13 @@ func (h hooks[T]) Report(rec *record) (msg, jobID string) { return rec.err.Error
 
 func (h hooks[T]) Kind(rec *record) (fmt.Stringer, string) { return rec.kind, rec.jobID }
 
-func (h hooks[T]) OnEvent(rec *record) {
-	if f := h.r.opts.OnEvent; f != nil {
-		f(h.r.event(rec))
+func (h hooks[T]) Deliver(rec *record, c *delivery.Cursor) {
+	e := h.r.event(rec)
+	if f := h.r.opts.OnEvent; f != nil && c.OnEventDue() {
+		f(e)
 	}
-}
-
-func (h hooks[T]) Log(rec *record) {
+	c.LoggerNext()
 	if l := h.r.opts.Logger; l != nil {
-		e := h.r.event(rec)
 		logEvent(l, &e)
 	}
 }

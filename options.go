@@ -73,9 +73,9 @@ type Options struct {
 	// Acquire that finds 16384 waiting waits until delivery has brought
 	// the backlog down to half; one that finds fewer goes on, even while
 	// an earlier one still waits. So a hook slower than the event rate
-	// slows the producers of new work (and bounds the memory events hold: beyond
-	// 16384, only the leases already granted add events, one per heartbeat
-	// and a few when each ends); lease operations (Heartbeat, Complete,
+	// slows the producers of new work (and bounds the memory events hold:
+	// beyond 16384, only the leases already granted add events, one per
+	// heartbeat and a few when each ends); lease operations (Heartbeat, Complete,
 	// Fail, Release, KeepAlive's and Run's heartbeats) and Cancel never
 	// wait, accepted or refused, so a worker never loses a lease because
 	// hooks are slow, nor because one of its other leases is stale. A

@@ -204,13 +204,11 @@ func (h hooks) Report(ev *leaserouter.Event) (msg, jobID string) { return ev.Err
 
 func (h hooks) Kind(ev *leaserouter.Event) (fmt.Stringer, string) { return ev.Kind, ev.JobID }
 
-func (h hooks) OnEvent(ev *leaserouter.Event) {
-	if h.e.onEvent != nil {
+func (h hooks) Deliver(ev *leaserouter.Event, c *delivery.Cursor) {
+	if h.e.onEvent != nil && c.OnEventDue() {
 		h.e.onEvent(*ev)
 	}
-}
-
-func (h hooks) Log(ev *leaserouter.Event) {
+	c.LoggerNext()
 	if h.e.logger != nil {
 		ev.Log(h.e.logger)
 	}

@@ -20,10 +20,11 @@ type Hooks[R any] interface {
 	// Kind returns the kind of entry r (its String names it in reports)
 	// and its job.
 	Kind(r *R) (kind fmt.Stringer, jobID string)
-	// OnEvent calls Options.OnEvent with r's event, if it is set.
-	OnEvent(r *R)
-	// Log writes r's event to Options.Logger, if it is set.
-	Log(r *R)
+	// Deliver gives r's event to Options.OnEvent, if it is set and
+	// c.OnEventDue, then calls c.LoggerNext, then writes the event to
+	// Options.Logger, if it is set: the event built once for both (on
+	// the stack: a backend's own hooks, called directly).
+	Deliver(r *R, c *Cursor)
 	// Logger is Options.Logger, for reports; nil if unset.
 	Logger() *slog.Logger
 	// Panicked counts a recovered panic (or runtime.Goexit) of a hook in
@@ -111,13 +112,17 @@ func deliverFrom[R any, H Hooks[R]](c *Cursor, batch []R, h H) {
 			}
 			continue
 		}
-		if !c.logger {
-			h.OnEvent(r)
-		}
-		c.logger = true
-		h.Log(r)
+		h.Deliver(r, c)
 	}
 }
+
+// OnEventDue reports whether OnEvent is still to get the entry at c:
+// false once it returned, panicked or exited (the Logger's turn).
+func (c *Cursor) OnEventDue() bool { return !c.logger }
+
+// LoggerNext records that OnEvent is done with the entry at c (returned,
+// or not set): a panic or Goexit from here on is the Logger's.
+func (c *Cursor) LoggerNext() { c.logger = true }
 
 // reportFrom logs a report (contract.Report) with the cursor already past
 // what it reports, so that a Logger calling runtime.Goexit here makes

@@ -61,11 +61,12 @@ func (f *fake) add(s string) {
 func (f *fake) IsReport(r *entry) bool               { return r.report != "" }
 func (f *fake) Report(r *entry) (string, string)     { return r.report, r.job }
 func (f *fake) Kind(r *entry) (fmt.Stringer, string) { return kind("k"), r.job }
-func (f *fake) OnEvent(r *entry) {
-	f.add("OnEvent " + r.job)
-	act(f.onEvent[r.job])
-}
-func (f *fake) Log(r *entry) {
+func (f *fake) Deliver(r *entry, c *delivery.Cursor) {
+	if c.OnEventDue() {
+		f.add("OnEvent " + r.job)
+		act(f.onEvent[r.job])
+	}
+	c.LoggerNext()
 	f.add("Log " + r.job)
 	act(f.log[r.job])
 }
@@ -112,10 +113,11 @@ func (h handler) WithGroup(string) slog.Handler      { return h }
 // run delivers batch as a backend's delivery goroutine does: Deliver in a
 // goroutine, and after a hook's runtime.Goexit, Exited in its deferred
 // function and a new goroutine going on from the same cursor. It returns
-// how many goroutines it took.
+// how many goroutines it took, or 100 if that many did not end the
+// batch (a cursor that does not step past a Goexit).
 func run(f *fake, batch []entry) (goroutines int) {
 	var c delivery.Cursor
-	for {
+	for goroutines < 100 {
 		goroutines++
 		exited := make(chan bool)
 		go func() {
@@ -133,6 +135,7 @@ func run(f *fake, batch []entry) (goroutines int) {
 			return goroutines
 		}
 	}
+	return goroutines
 }
 
 // useDefault makes slog.Default() record into f's log as "default: ...",
@@ -198,6 +201,15 @@ func TestDeliverStepsThroughHooks(t *testing.T) {
 			batch: events("a", "b"), goroutines: 2,
 			want: []string{"OnEvent a", "panicked", "report: leaserouter: OnEvent panicked on k: boom job_id=a", "panicked",
 				"Log a", "OnEvent b", "Log b", "progress 2"}},
+		{name: "the Logger calls Goexit while reporting, then on a later event: that event's Goexit is stepped past too",
+			f: &fake{onEvent: map[string]string{"a": "panic"}, log: map[string]string{"b": "goexit"},
+				logger: func(msg string) string {
+					return map[bool]string{true: "goexit"}[strings.Contains(msg, "OnEvent panicked")]
+				}},
+			batch: events("a", "b"), goroutines: 3,
+			want: []string{"OnEvent a", "panicked", "report: leaserouter: OnEvent panicked on k: boom job_id=a", "panicked",
+				"Log a", "OnEvent b", "Log b", "panicked",
+				"report: leaserouter: Logger handler called runtime.Goexit on k job_id=b", "progress 2"}},
 		{name: "the Logger calls Goexit while reporting OnEvent's Goexit: only the report is skipped",
 			f:     &fake{onEvent: map[string]string{"a": "goexit"}, logger: func(string) string { return "goexit" }},
 			batch: events("a", "b"), goroutines: 3,

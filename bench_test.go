@@ -150,9 +150,6 @@ func BenchmarkLifecycleHooked(b *testing.B) {
 	}
 }
 
-// BenchmarkLifecycleMany: EnqueueMany of 64 jobs, TryAcquireMany(64) and
-// Complete of each, Retention -1; ns/op is per job, to compare with
-// BenchmarkLifecycle (target: <= 0.65 of it).
 // BenchmarkLifecycleHookedAndLogged is BenchmarkLifecycleHooked with a
 // Logger too (discarding), so that each event goes to both hooks.
 func BenchmarkLifecycleHookedAndLogged(b *testing.B) {
@@ -164,6 +161,9 @@ func BenchmarkLifecycleHookedAndLogged(b *testing.B) {
 	}
 }
 
+// BenchmarkLifecycleMany: EnqueueMany of 64 jobs, TryAcquireMany(64) and
+// Complete of each, Retention -1; ns/op is per job, to compare with
+// BenchmarkLifecycle (target: <= 0.65 of it).
 func BenchmarkLifecycleMany(b *testing.B) {
 	const batch = 64
 	r := benchRouter(b, Options{Retention: -1})

@@ -97,13 +97,9 @@ func (r *Router[T]) insertRoomed(ctx context.Context, q querier, b *batch) (map[
 // replaced (purged by that statement, as the maintenance loop purges
 // others), before the enqueue's own events.
 func (r *Router[T]) replacedPurged(purged []leaserouter.Event) {
-	if len(purged) == 0 {
-		return
+	if len(purged) > 0 {
+		r.counted(&r.stats.Purged, purged)
 	}
-	r.mu.Lock()
-	r.stats.Purged += uint64(len(purged))
-	r.mu.Unlock()
-	r.emit(purged...)
 }
 
 // enqueued reports the events of an enqueue of ids, in order: enqueued

@@ -9,8 +9,9 @@ import (
 
 // Hooks is a backend's side of the delivery of a batch of entries of
 // type R (an event, or a report entry: contract.KindReport). Every method
-// is called by the delivery goroutine with no lock held; OnEvent and Log
-// run user code.
+// is called by the delivery goroutine with no lock held; Deliver runs
+// user code (OnEvent and the Logger's handler), and so do the reports
+// through Logger.
 type Hooks[R any] interface {
 	// IsReport reports whether r is not an event but a report entry,
 	// logged through the Logger (contract.Report) with Report's text.

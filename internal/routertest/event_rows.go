@@ -20,7 +20,7 @@ import (
 
 // eventRows are the rows of event delivery.
 func eventRows() []Row {
-	return []Row{rowBacklogDecidedPerCall, rowHookCallsBack, rowLoggerPanics, rowLoggerGoexit}
+	return []Row{rowBacklogDecidedPerCall, rowHookCallsBack, rowLoggerPanics, rowLoggerOnlyPanics, rowLoggerGoexit}
 }
 
 // rowBacklogDecidedPerCall: whether a producer of new work waits is
@@ -193,6 +193,26 @@ var rowLoggerPanics = Row{Name: "user callbacks/a panicking Logger: reports to s
 	eventually(t, h, "three panics counted: OnEvent's, the Logger's on its report and on b's event", func() bool {
 		return stats(t, b).CallbackPanics == 3
 	})
+}}
+
+// rowLoggerOnlyPanics: with a Logger and no OnEvent, a panic of the
+// Logger's handler on an event is the Logger's: reported once to
+// slog.Default() as the Logger's, counted once, and the next events are
+// logged.
+var rowLoggerOnlyPanics = Row{Name: "user callbacks/a panicking Logger with no OnEvent: the Logger's panic, reported and counted once", Test: func(t T, h Harness) {
+	def := &LogRecorder{}
+	useDefaultLogger(t, def)
+	lh := &misbehavingHandler{}
+	b := open(t, h, Config{Logger: slog.New(lh)})
+	ctx := ctxOf(t)
+	for _, id := range []string{"a", "b", "c"} {
+		require.NoError(t, b.Enqueue(ctx, id, ""))
+	}
+	eventually(t, h, "the Logger gets every event", func() bool { return lh.count("enqueued") == 3 })
+	require.NoError(t, b.Close(ctx), "Close returns once every event is delivered")
+	require.Equal(t, []string{"leaserouter: Logger handler panicked on enqueued: bad handler job_id=b"}, def.Errors())
+	require.Equal(t, 3, lh.count("enqueued"), "b's event logged once")
+	require.EqualValues(t, 1, stats(t, b).CallbackPanics)
 }}
 
 // rowLoggerGoexit: a Logger whose handler calls runtime.Goexit (as

@@ -19,7 +19,7 @@ func (f *fake) AddPeriodic(_ context.Context, p leaserouter.Periodic[string]) er
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.closed {
+	if f.closed || f.closing {
 		return leaserouter.ErrClosed
 	}
 	if f.periodics[p.Name] != nil {

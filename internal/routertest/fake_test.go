@@ -36,9 +36,10 @@ type fake struct {
 	seq    int
 	token  leaserouter.Token
 	closed bool
-	// closing: Close has begun; calls are refused from then on, as on
-	// every backend, but a tick's enqueue (enqueueTick) is not: that
-	// the scheduler stops is the fake's own doing, checked by rows.
+	// closing: Close has begun; new work, Cancel and the periodic calls
+	// are refused from then on, as on every backend, but a tick's
+	// enqueue (enqueueTick) is not: that the scheduler stops is the
+	// fake's own doing, checked by rows.
 	closing bool
 	st      leaserouter.Stats
 
@@ -231,7 +232,7 @@ func (f *fake) tryAcquireMany(worker string, n int, call string) ([]routertest.L
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.closed {
+	if f.closed || f.closing {
 		return nil, leaserouter.ErrClosed
 	}
 	now := time.Now()
@@ -314,7 +315,7 @@ func (f *fake) Get(_ context.Context, id string) (leaserouter.Job[string], bool,
 func (f *fake) Cancel(_ context.Context, id string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.closed {
+	if f.closed || f.closing {
 		return leaserouter.ErrClosed
 	}
 	if err := leaserouter.ValidateID(id); err != nil {

@@ -301,12 +301,20 @@ func closed(ch <-chan struct{}) bool {
 // value of one pointer, so that passing it allocates nothing.
 type hooks[T any] struct{ r *Router[T] }
 
+// IsReport reports whether rec is a report entry (contract.KindReport),
+// logged through the Logger, not an event.
 func (h hooks[T]) IsReport(rec *record) bool { return rec.kind == contract.KindReport }
 
+// Report returns a report entry's message and job.
 func (h hooks[T]) Report(rec *record) (msg, jobID string) { return rec.err.Error(), rec.jobID }
 
+// Kind returns rec's kind (named in reports) and job.
 func (h hooks[T]) Kind(rec *record) (fmt.Stringer, string) { return rec.kind, rec.jobID }
 
+// Deliver builds rec's event once, on the stack, and gives it to OnEvent
+// (unless OnEvent already had it: c.OnEventDue), then to the Logger,
+// telling c when the Logger's turn begins (c.LoggerNext), so that a
+// panic is blamed on the hook that raised it. User code; no lock held.
 func (h hooks[T]) Deliver(rec *record, c *delivery.Cursor) {
 	e := h.r.event(rec)
 	if f := h.r.opts.OnEvent; f != nil && c.OnEventDue() {
@@ -318,12 +326,15 @@ func (h hooks[T]) Deliver(rec *record, c *delivery.Cursor) {
 	}
 }
 
+// Logger is Options.Logger, for reports; nil if unset.
 func (h hooks[T]) Logger() *slog.Logger { return h.r.opts.Logger }
 
 // Panicked counts the panic at the next progress (delivered), so that
 // the delivery goroutine takes r.mu once for many.
 func (h hooks[T]) Panicked() { h.r.delivery.panics++ }
 
+// Progress counts the entries delivered since its last call
+// (delivered: atomics, r.mu only if a producer waits or hooks panicked).
 func (h hooks[T]) Progress(c *delivery.Cursor) { h.r.delivered(c.Delivered()) }
 
 // reportPanic counts a recovered panic of a user callback and queues its

@@ -198,12 +198,20 @@ func (e *events) deliver() {
 // Router's hooks, and its progress counted under e.mu.
 type hooks struct{ e *events }
 
+// IsReport reports whether ev is a report entry (contract.KindReport),
+// logged through the Logger, not an event.
 func (h hooks) IsReport(ev *leaserouter.Event) bool { return ev.Kind == contract.KindReport }
 
+// Report returns a report entry's message and job.
 func (h hooks) Report(ev *leaserouter.Event) (msg, jobID string) { return ev.Err.Error(), ev.JobID }
 
+// Kind returns ev's kind (named in reports) and job.
 func (h hooks) Kind(ev *leaserouter.Event) (fmt.Stringer, string) { return ev.Kind, ev.JobID }
 
+// Deliver gives ev to OnEvent (unless OnEvent already had it:
+// c.OnEventDue), then to the Logger, telling c when the Logger's turn
+// begins (c.LoggerNext), so that a panic is blamed on the hook that
+// raised it. User code; no lock held.
 func (h hooks) Deliver(ev *leaserouter.Event, c *delivery.Cursor) {
 	if h.e.onEvent != nil && c.OnEventDue() {
 		h.e.onEvent(*ev)
@@ -214,12 +222,16 @@ func (h hooks) Deliver(ev *leaserouter.Event, c *delivery.Cursor) {
 	}
 }
 
+// Logger is Options.Logger, for reports; nil if unset.
 func (h hooks) Logger() *slog.Logger { return h.e.logger }
 
 // Panicked counts the panic at once (it takes the Router's r.mu): Stats
 // shows it by the time the report is logged.
 func (h hooks) Panicked() { h.e.panics() }
 
+// Progress counts the entries delivered since its last call, under
+// e.mu, and lets waiting producers go on once the backlog is down to
+// half.
 func (h hooks) Progress(c *delivery.Cursor) {
 	h.e.mu.Lock()
 	h.e.progressed(c.Delivered())

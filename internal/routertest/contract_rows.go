@@ -38,8 +38,10 @@ type LogRecorder struct {
 	recs []slog.Record
 }
 
+// Enabled is true at every level: h keeps every record.
 func (h *LogRecorder) Enabled(context.Context, slog.Level) bool { return true }
 
+// Handle keeps r; safe for concurrent use.
 func (h *LogRecorder) Handle(_ context.Context, r slog.Record) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -47,8 +49,10 @@ func (h *LogRecorder) Handle(_ context.Context, r slog.Record) error {
 	return nil
 }
 
+// WithAttrs returns h: attributes given this way are not kept.
 func (h *LogRecorder) WithAttrs([]slog.Attr) slog.Handler { return h }
 
+// WithGroup returns h: groups are not kept.
 func (h *LogRecorder) WithGroup(string) slog.Handler { return h }
 
 // Records returns the records kept so far, in order.

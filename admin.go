@@ -22,8 +22,13 @@ type ListParams struct {
 	States []State
 	// IDPrefix keeps the jobs whose ID starts with it; empty: every ID.
 	IDPrefix string
+	// Kinds keeps the jobs of one of these kinds (Job.Kind; "" is a
+	// Router's jobs); empty: every kind. A kind that is not valid UTF-8,
+	// holds NUL or is longer than MaxIDBytes is an error.
+	Kinds []string
 	// Cursor is "" for the first page, else the NextCursor of the page
-	// before, made with the same States and IDPrefix (Limit may change).
+	// before, made with the same States, Kinds and IDPrefix (Limit may
+	// change).
 	Cursor string
 	// Limit is the most jobs a page holds: 0 means DefaultListLimit, at
 	// most MaxListLimit; more, or negative, is an error.
@@ -78,9 +83,13 @@ func (r *Router[T]) List(p ListParams) (JobPage[T], error) {
 	if err != nil {
 		return page, err
 	}
+	kindKey, err := contract.ListKinds(ErrInvalidOptions, p.Kinds)
+	if err != nil {
+		return page, err
+	}
 	var before uint64
 	if p.Cursor != "" {
-		if before, err = listcursor.Decode(p.Cursor, mask, p.IDPrefix); err != nil {
+		if before, err = listcursor.Decode(p.Cursor, mask, p.IDPrefix+kindKey); err != nil {
 			return page, fmt.Errorf("%w: ListParams.Cursor: %w", ErrInvalidOptions, err)
 		}
 	}
@@ -106,7 +115,8 @@ func (r *Router[T]) List(p ListParams) (JobPage[T], error) {
 		r.lockSettled()
 		full, copied := false, 0
 		resume, more := r.order.Walk(before, mask, listBudget, func(j *job[T]) bool {
-			if mask&(1<<j.state) == 0 || !strings.HasPrefix(j.id, p.IDPrefix) {
+			if mask&(1<<j.state) == 0 || !strings.HasPrefix(j.id, p.IDPrefix) ||
+				kindKey != "" && !slices.Contains(p.Kinds, r.kinds[j.kind]) {
 				return true
 			}
 			if len(rows) == limit { // one more than the page: there is a next one
@@ -123,7 +133,7 @@ func (r *Router[T]) List(p ListParams) (JobPage[T], error) {
 		})
 		r.unlockAndDeliver()
 		if full {
-			page.NextCursor = listcursor.Encode(last, mask, p.IDPrefix)
+			page.NextCursor = listcursor.Encode(last, mask, p.IDPrefix+kindKey)
 		}
 		if full || !more {
 			break
@@ -223,7 +233,8 @@ func (r *Router[T]) retryLocked(j, fresh *job[T], now int64) {
 	r.retained.Remove(int(j.heapIndex))
 	*fresh = job[T]{id: j.id, payload: j.payload, progress: j.progress, lastErr: j.lastErr,
 		hash: j.hash, token: j.token, seq: j.seq, priority: j.priority, created: j.created,
-		updated: now, maxAttempts: j.maxAttempts, heapIndex: -1, state: j.state, timeout: j.timeout}
+		updated: now, maxAttempts: j.maxAttempts, heapIndex: -1, state: j.state, timeout: j.timeout,
+		meta: j.meta, kind: j.kind}
 	r.jobs.Delete(j, j.hash)
 	_, pos := r.jobs.Find(fresh.id, fresh.hash)
 	r.jobs.Insert(fresh, fresh.hash, pos)

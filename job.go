@@ -2,6 +2,7 @@ package leaserouter
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"time"
@@ -55,11 +56,13 @@ type Job[T any] struct {
 	MaxAttempts int   // attempts the job may have before it is dead
 	Token       Token // fencing token of the latest lease; 0 if never leased
 	Owner       string
-	LeaseExpiry time.Time     // zero unless StateLeased
-	RunAt       time.Time     // when a scheduled job becomes ready; zero otherwise
-	Progress    []byte        // last checkpoint reported by Lease.Heartbeat (a copy)
-	LastError   string        // most recent failure (error, panic, expiry); kept after a later success
-	Timeout     time.Duration // each attempt's limit set by WithTimeout; 0 if none (WorkerOptions.Timeout applies)
+	LeaseExpiry time.Time         // zero unless StateLeased
+	RunAt       time.Time         // when a scheduled job becomes ready; zero otherwise
+	Progress    []byte            // last checkpoint reported by Lease.Heartbeat (a copy)
+	LastError   string            // most recent failure (error, panic, expiry); kept after a later success
+	Timeout     time.Duration     // each attempt's limit set by WithTimeout; 0 if none (WorkerOptions.Timeout applies)
+	Kind        string            // the job's kind, as a Client registered it; "" for a Router's jobs
+	Metadata    map[string]string // WithMetadata's pairs (a copy); nil if none
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
 }
@@ -113,6 +116,7 @@ type job[T any] struct {
 	payload    T
 	progress   []byte
 	lastErr    string
+	meta       map[string]string    // WithMetadata's, merged; nil if none. Never written once stored: readers share it
 	lease      *Lease[T]            // the current lease; nil unless leased
 	orderChunk *order.Chunk[job[T]] // its place in enqueue order (List)
 
@@ -129,6 +133,7 @@ type job[T any] struct {
 	heapIndex   int32 // position in the index of its state (ready queue, scheduled or lease heap, retention queue); -1 if none
 	state       State
 	ended       endReason // why the latest lease ended
+	kind        uint16    // index of its kind in the router's kinds; 0: "", a Router's jobs. Set before the record is published and never changed
 }
 
 // endReason says why a job's latest lease ended; it becomes
@@ -208,6 +213,7 @@ func (r *Router[T]) row(x *job[T], progress bool) jobRow {
 		Attempt: int(x.attempt), MaxAttempts: int(x.maxAttempts), Token: x.token,
 		Owner: x.owner(), LastError: x.lastErr,
 		CreatedAt: r.timeAt(x.created), UpdatedAt: r.timeAt(x.updated), Timeout: x.timeout,
+		Kind: r.kinds[x.kind], Metadata: x.meta,
 	}
 	if progress {
 		j.Progress = x.progress
@@ -221,14 +227,16 @@ func (r *Router[T]) row(x *job[T], progress bool) jobRow {
 	return j
 }
 
-// withPayload is the Job of row w and payload p, its Progress a copy of
-// w's (shared with the record: see row). Called without r.mu.
+// withPayload is the Job of row w and payload p, its Progress and
+// Metadata copies of w's (shared with the record: see row). Called
+// without r.mu.
 func withPayload[T any](w *jobRow, p T) Job[T] {
 	return Job[T]{
 		ID: w.ID, Payload: p, State: w.State, Priority: w.Priority,
 		Attempt: w.Attempt, MaxAttempts: w.MaxAttempts, Token: w.Token, Owner: w.Owner,
 		LeaseExpiry: w.LeaseExpiry, RunAt: w.RunAt, Progress: slices.Clone(w.Progress),
-		LastError: w.LastError, Timeout: w.Timeout, CreatedAt: w.CreatedAt, UpdatedAt: w.UpdatedAt,
+		LastError: w.LastError, Timeout: w.Timeout, Kind: w.Kind, Metadata: maps.Clone(w.Metadata),
+		CreatedAt: w.CreatedAt, UpdatedAt: w.UpdatedAt,
 	}
 }
 
@@ -240,11 +248,12 @@ func addSat(t int64, d time.Duration) int64 {
 	return t + int64(d)
 }
 
-// enqueueSpec is one job's Enqueue options, checked, and its ID's hash:
-// what Enqueue and EnqueueMany work out before taking the lock.
+// enqueueSpec is one job's Enqueue options, checked, its ID's hash and
+// its kind: what Enqueue and EnqueueMany work out before taking the lock.
 type enqueueSpec struct {
 	contract.EnqueueSettings
 	hash uint64
+	kind uint16 // index in the router's kinds; 0 for a Router's Enqueue
 }
 
 // parseJob checks id and opts and fills s with what insert needs, or
@@ -253,6 +262,9 @@ type enqueueSpec struct {
 func (r *Router[T]) parseJob(s *enqueueSpec, id string, opts []EnqueueOption) error {
 	s.MaxAttempts = r.opts.MaxAttempts
 	if err := contract.ReadEnqueueOptions(ErrInvalidJob, &s.EnqueueSettings, id, opts); err != nil {
+		return err
+	}
+	if err := contract.CheckQueue(ErrInvalidJob, &s.EnqueueSettings, id, r.queue); err != nil {
 		return err
 	}
 	s.hash = r.jobs.Hash(id) // the seed never changes: no lock needed

@@ -1,6 +1,7 @@
 package leaserouter
 
 import (
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -30,6 +31,8 @@ func TestWithPayloadKeepsEveryField(t *testing.T) {
 			f.Set(reflect.ValueOf(time.Unix(int64(i+1), 0)))
 		case []byte:
 			f.SetBytes([]byte{byte(i)})
+		case map[string]string:
+			f.Set(reflect.ValueOf(map[string]string{"k": fmt.Sprint(i)}))
 		default:
 			t.Fatalf("Job.%s: a field of a type this test does not fill", v.Type().Field(i).Name)
 		}

@@ -404,3 +404,15 @@ func Permanent(err error) error { return contract.Permanent(err) }
 // Unwrap or As method panics on the way (the panic is recovered). Safe
 // for concurrent use.
 func IsPermanent(err error) bool { return contract.IsPermanent(err) }
+
+// Metadata returns the job's metadata (WithMetadata), nil if it has none.
+// The map is shared with the router's record of the job and its other
+// leases: read it, never write it. It takes no lock (a job's metadata
+// never changes once enqueued), works after the lease ends and after
+// Close, and returns nil for a nil *Lease.
+func (l *Lease[T]) Metadata() map[string]string {
+	if l == nil || l.j == nil {
+		return nil
+	}
+	return l.j.meta
+}

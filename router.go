@@ -47,6 +47,7 @@ type Router[T any] struct {
 	epoch     time.Time     // monotonic origin of the int64 times in job
 	epochUnix int64         // epoch in Unix nanoseconds (History's minutes)
 	hooked    bool          // OnEvent or Logger set: record events
+	queue     string        // the queue it serves (DefaultQueue; a Client's queue's name)
 	kick      chan struct{} // re-arms the reaper for an earlier deadline; cap 1
 	closing   chan struct{} // closed when Close starts
 	done      chan struct{} // closed when Close has finished
@@ -64,6 +65,7 @@ type Router[T any] struct {
 	hist          *[HistoryMinutes]histSlot // History's ring (apart: 2 KB the hot fields need not share lines with)
 	stats         Stats                     // totals; counts fill the per-state fields on read
 	lastToken     Token
+	kinds         []string // kind names by index (job.kind); kinds[0] is "", a Router's jobs
 	seq           uint64
 	armed         int64 // the reaper's next wake-up; math.MaxInt64 if none
 	waiters       []chan struct{}
@@ -103,6 +105,8 @@ func New[T any](opts Options) (*Router[T], error) {
 		opts:     opts,
 		epoch:    time.Now(),
 		hooked:   opts.OnEvent != nil || opts.Logger != nil,
+		queue:    DefaultQueue,
+		kinds:    []string{""},
 		kick:     make(chan struct{}, 1),
 		closing:  make(chan struct{}),
 		done:     make(chan struct{}),

@@ -311,6 +311,8 @@ func (r *Router[T]) forget(j *job[T]) {
 	var zero T
 	j.id, j.payload, j.progress, j.lastErr = "", zero, nil, ""
 	j.orderChunk = nil
+	// j.meta stays: Lease.Metadata reads it without the lock, and only a
+	// stale lease still points at j.
 }
 
 // setOrder records j's chunk of the enqueue order.
@@ -370,6 +372,7 @@ func (r *Router[T]) insert(id string, payload T, s *enqueueSpec, pos int, now in
 	// composite literal here would cost a copy.
 	j.id, j.payload, j.priority, j.maxAttempts = id, payload, s.Priority, int32(s.MaxAttempts)
 	j.hash, j.seq, j.created, j.updated, j.heapIndex, j.timeout = s.hash, r.seq, now, now, -1, s.Timeout
+	j.meta, j.kind = s.Metadata, s.kind
 	j.state = stateNew
 	r.jobs.Insert(j, s.hash, pos)
 	j.orderChunk = r.order.Append(j, j.seq, uint8(stateNew))

@@ -64,6 +64,12 @@ func (r *Router[T]) List(ctx context.Context, p leaserouter.ListParams) (leasero
 	if err != nil {
 		return page, err
 	}
+	if _, err := contract.ListKinds(leaserouter.ErrInvalidOptions, p.Kinds); err != nil {
+		return page, err
+	}
+	if len(p.Kinds) > 0 && !slices.Contains(p.Kinds, "") {
+		return page, nil // every job of a Router has kind ""
+	}
 	before := int64(firstPage)
 	if p.Cursor != "" {
 		// The queue is in the cursor's fingerprint: the queues share one

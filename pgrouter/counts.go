@@ -159,3 +159,14 @@ func (r *Router[T]) queues(ctx context.Context, call string, limit *int64) ([]Qu
 	}
 	return qs, nil
 }
+
+// QueueStats is Stats as a leaserouter.StatsReader reports it: one entry,
+// named Options.Queue, so the prometheus and otel modules observe a
+// pgrouter Router as they do a core one. Errors and cost are Stats'.
+func (r *Router[T]) QueueStats(ctx context.Context) ([]leaserouter.QueueStats, error) {
+	s, err := r.Stats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return []leaserouter.QueueStats{{Queue: r.opts.Queue, Stats: s}}, nil
+}

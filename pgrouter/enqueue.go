@@ -31,6 +31,13 @@ func addJob[T any](b *batch, r *Router[T], i int, id string, payload T, opts []l
 	if err := contract.ReadEnqueueOptions(leaserouter.ErrInvalidJob, &s, id, opts); err != nil {
 		return err
 	}
+	if err := contract.CheckQueue(leaserouter.ErrInvalidJob, &s, id, r.opts.Queue); err != nil {
+		return err
+	}
+	if s.Metadata != nil {
+		// Not stored yet on this backend: refused rather than dropped.
+		return fmt.Errorf("%w: WithMetadata for job %q: pgrouter does not store metadata yet", leaserouter.ErrInvalidJob, id)
+	}
 	p, err := encode(id, payload)
 	if err != nil {
 		return err

@@ -1,6 +1,10 @@
 package contract
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
 
 // The admin calls, on every backend: List's filter and page size,
 // Leases' limit, and Delete's refusal of a leased job, with one set of
@@ -57,4 +61,23 @@ func LeasesLimit(errInvalid error, limit int) (int, error) {
 // Cancel.
 func DeleteLeased(errLeased error, id string, token uint64, owner string) error {
 	return fmt.Errorf("%w: %q (token %d, held by %q)", errLeased, id, token, owner)
+}
+
+// ListKinds checks ListParams.Kinds on every backend and returns the
+// filter's key, to fold into a List cursor's fingerprint with the ID
+// prefix: "" for no kinds (every kind), else the kinds sorted and
+// deduplicated, each after a NUL (which no kind holds). A kind breaking
+// the rule for names (NameProblem with MaxIDBytes) is an error wrapping
+// errInvalid; "" is the kind of a Router's jobs, and allowed.
+func ListKinds(errInvalid error, kinds []string) (key string, err error) {
+	if len(kinds) == 0 {
+		return "", nil
+	}
+	for _, k := range kinds {
+		if p := NameProblem(k, MaxIDBytes, "MaxIDBytes"); p != "" {
+			return "", fmt.Errorf("%w: ListParams.Kinds: %s", errInvalid, p)
+		}
+	}
+	s := slices.Compact(slices.Sorted(slices.Values(kinds)))
+	return "\x00" + strings.Join(s, "\x00"), nil
 }

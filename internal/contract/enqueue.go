@@ -26,6 +26,8 @@ type option = struct {
 	n     int
 	d     time.Duration
 	runAt time.Time
+	str   string             // WithQueue's queue
+	meta  *map[string]string // WithMetadata's copy of the caller's map (a pointer keeps the option comparable)
 }
 
 // EnqueueOption is one option of Enqueue, as WithPriority and the other
@@ -46,6 +48,8 @@ const (
 	optRunAt
 	optMaxAttempts
 	optTimeout
+	optQueue
+	optMetadata
 )
 
 // WithPriority is leaserouter.WithPriority's option.
@@ -63,6 +67,20 @@ func WithMaxAttempts(n int) EnqueueOption { return EnqueueOption{kind: optMaxAtt
 // WithTimeout is leaserouter.WithTimeout's option.
 func WithTimeout(d time.Duration) EnqueueOption { return EnqueueOption{kind: optTimeout, d: d} }
 
+// WithQueue is leaserouter.WithQueue's option.
+func WithQueue(queue string) EnqueueOption { return EnqueueOption{kind: optQueue, str: queue} }
+
+// WithMetadata is leaserouter.WithMetadata's option: md is copied here,
+// so the caller may change its map afterwards. A nil or empty md adds
+// nothing.
+func WithMetadata(md map[string]string) EnqueueOption {
+	c := make(map[string]string, len(md))
+	for k, v := range md {
+		c[k] = v
+	}
+	return EnqueueOption{kind: optMetadata, meta: &c}
+}
+
 // EnqueueSettings is what a job's options ask for, as ReadEnqueueOptions
 // reads them. At most one of Delay and RunAt is set: the later of
 // WithDelay and WithRunAt in the list (a job is ready at its enqueue time
@@ -73,7 +91,13 @@ type EnqueueSettings struct {
 	Delay       time.Duration // WithDelay; 0 when not given
 	RunAt       time.Time     // WithRunAt; zero when not given
 	Timeout     time.Duration // WithTimeout: each attempt's limit; 0 when not given (WorkerOptions.Timeout applies)
-	timed       bool          // WithDelay or WithRunAt given (CheckPeriodic refuses both)
+	Queue       string        // WithQueue (the last one); "" when not given: the caller's queue
+	// Metadata is the WithMetadata maps merged in order (a later key
+	// wins), checked against the limits; nil when none is given or all
+	// are empty. Read-only: it may be shared with the option's own copy,
+	// and so with other jobs enqueued with the same option value.
+	Metadata map[string]string
+	timed    bool // WithDelay or WithRunAt given (CheckPeriodic refuses both)
 }
 
 // ReadEnqueueOptions checks id (ValidateID) and applies opts to s, in
@@ -108,9 +132,31 @@ func ReadEnqueueOptions[O AnyEnqueueOption](errInvalidJob error, s *EnqueueSetti
 				return fmt.Errorf("%w: WithTimeout(%v) for job %q, must be >= 0 (0 = WorkerOptions.Timeout)", errInvalidJob, o.d, id)
 			}
 			s.Timeout = o.d
+		case optQueue:
+			s.Queue = o.str
+		case optMetadata:
+			if o.meta != nil && len(*o.meta) > 0 {
+				s.Metadata = mergeMetadata(s.Metadata, *o.meta)
+			}
+		}
+	}
+	if s.Metadata != nil {
+		if p := MetadataProblem(s.Metadata); p != "" {
+			return fmt.Errorf("%w: WithMetadata for job %q: %s", errInvalidJob, id, p)
 		}
 	}
 	return nil
+}
+
+// CheckQueue is the check of a Router's Enqueue on every backend: nil
+// when s names no queue (WithQueue not given) or names own, the Router's
+// queue; else an error wrapping errInvalidJob. A Router serves one queue;
+// a Client routes a job to another of its queues.
+func CheckQueue(errInvalidJob error, s *EnqueueSettings, id, own string) error {
+	if s.Queue == "" || s.Queue == own {
+		return nil
+	}
+	return fmt.Errorf("%w: WithQueue(%s) for job %q: this Router serves queue %s only", errInvalidJob, Quote(s.Queue), id, Quote(own))
 }
 
 // AtBatchIndex is err, the error of job i of an EnqueueMany batch, naming

@@ -1,0 +1,74 @@
+package contract
+
+import (
+	"context"
+	"fmt"
+)
+
+// The rules of a Client on every backend: a kind's name, a queue's name,
+// the options a kind is registered with, and the middleware chain around
+// each attempt.
+
+// DefaultQueue is the queue of a Client with no Queues configured, the
+// queue of a kind registered without WithKindQueue, and the queue a core
+// Router serves (leaserouter.DefaultQueue).
+const DefaultQueue = "default"
+
+// KindOption is one option of Register (leaserouter.KindOption is a type
+// defined on it): a comparable value, as EnqueueOption is.
+type KindOption struct {
+	queue string
+}
+
+// WithKindQueue is leaserouter.WithKindQueue's option.
+func WithKindQueue(queue string) KindOption { return KindOption{queue: queue} }
+
+// AnyKindOption is the constraint of ReadKindOptions: KindOption and the
+// types defined on it.
+type AnyKindOption interface{ ~struct{ queue string } }
+
+// ReadKindOptions is the queue opts route a kind to: the last
+// WithKindQueue's, or DefaultQueue when none is given.
+func ReadKindOptions[O AnyKindOption](opts []O) (queue string) {
+	queue = DefaultQueue
+	for _, o := range opts {
+		if o := KindOption(o); o.queue != "" {
+			queue = o.queue
+		}
+	}
+	return queue
+}
+
+// CheckKindName returns nil for a valid kind or queue name (what is
+// "kind" or "queue", for the message): not empty, and the rule for IDs
+// (NameProblem with MaxIDBytes); else an error wrapping errInvalid.
+func CheckKindName(errInvalid error, what, name string) error {
+	if name == "" {
+		return fmt.Errorf("%w: empty %s name", errInvalid, what)
+	}
+	if p := NameProblem(name, MaxIDBytes, "MaxIDBytes"); p != "" {
+		return fmt.Errorf("%w: %s name %s", errInvalid, what, p)
+	}
+	return nil
+}
+
+// Chain composes mw around an attempt once, outermost first: the result
+// calls mw[0] with a next that calls mw[1], ..., and the last one's next
+// is inner. An empty mw gives inner's caller inner itself. M is
+// leaserouter.Middleware; A is leaserouter.Attempt.
+func Chain[M ~func(context.Context, A, func(context.Context) error) error, A any](mw []M) func(ctx context.Context, a A, inner func(context.Context) error) error {
+	if len(mw) == 0 {
+		return func(ctx context.Context, _ A, inner func(context.Context) error) error { return inner(ctx) }
+	}
+	return func(ctx context.Context, a A, inner func(context.Context) error) error {
+		return step(ctx, mw, 0, a, inner)
+	}
+}
+
+// step runs mw[i] with a next that runs the rest of the chain.
+func step[M ~func(context.Context, A, func(context.Context) error) error, A any](ctx context.Context, mw []M, i int, a A, inner func(context.Context) error) error {
+	if i == len(mw) {
+		return inner(ctx)
+	}
+	return mw[i](ctx, a, func(ctx context.Context) error { return step(ctx, mw, i+1, a, inner) })
+}

@@ -1,0 +1,248 @@
+package otel
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"sync"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/leaserouter/leaserouter"
+)
+
+// The attributes of an attempt's span that the messaging semantic
+// conventions have no name for.
+const (
+	// AttemptKey is the attempt number (leaserouter.Attempt.Attempt: 1
+	// for a job's first attempt).
+	AttemptKey = attribute.Key("leaserouter.job.attempt")
+	// KindKey is the job's kind (leaserouter.Attempt.Kind), set when the
+	// kind is not "".
+	KindKey = attribute.Key("leaserouter.job.kind")
+)
+
+// SnoozedEvent is the name of the span event an attempt's span gets when
+// the attempt ends in a Snooze; its attribute DelayKey is the delay.
+const SnoozedEvent = "snoozed"
+
+// DelayKey is the delay of a snooze, in seconds, on the SnoozedEvent.
+const DelayKey = attribute.Key("leaserouter.snooze.delay")
+
+// TracingOptions configure NewTracingMiddleware. The zero value is valid:
+// each attempt's span is a child of the span that enqueued the job, read
+// from the W3C traceparent that WithTraceContext stored.
+type TracingOptions struct {
+	// NewTrace makes each attempt's span the root of a trace of its own,
+	// linked to the enqueuing span instead of being its child: for jobs
+	// whose enqueuing trace is long over when they run (periodic or
+	// long-delayed jobs), so that one trace does not span days. Default
+	// false.
+	NewTrace bool
+	// Propagator reads the enqueuing span's context from the job's
+	// metadata. Default propagation.TraceContext{} (W3C traceparent and
+	// tracestate), what WithTraceContext writes; with another one, write
+	// the metadata with WithPropagatedContext and the same propagator.
+	Propagator propagation.TextMapPropagator
+}
+
+// NewTracingMiddleware returns a leaserouter.Middleware that runs each
+// attempt inside a span of kind Consumer, named "process <queue>", from
+// tp's tracer ScopeName; a nil tp uses the global TracerProvider
+// (otel.GetTracerProvider) at the time of the call.
+//
+// The span follows the OpenTelemetry messaging semantic conventions:
+// messaging.system "leaserouter", messaging.operation.name and
+// messaging.operation.type "process", messaging.destination.name the
+// queue and messaging.message.id the job ID, and AttemptKey and KindKey.
+// These are set only on a span that is recording, so a sampled-out or
+// no-op span costs no attribute.
+//
+// Its parent is the span that enqueued the job, when the job's metadata
+// holds its context (WithTraceContext), and the span also links to it;
+// with TracingOptions.NewTrace the span is a new root, linked to that
+// span. A job with no trace context in its metadata gets a span whose
+// parent is the span in the handler's ctx, if any (a root with NewTrace),
+// and no link. The handler's ctx
+// carries the attempt's span, so the handler's own spans are its
+// children.
+//
+// The attempt's outcome goes on the span: an error (including a
+// Permanent one) is recorded as an exception event, with error.type and
+// status Error; a Snooze is a SnoozedEvent and leaves the status unset;
+// a panic in the handler or in a middleware inside this one is recorded
+// as an error too, then goes on to the router, which fails the attempt
+// with it as ever. The span ends when the attempt's chain returns. The
+// middleware never calls a job's error's Error method unguarded: a panic
+// there is recorded as the message. It is safe for concurrent use.
+func NewTracingMiddleware(tp trace.TracerProvider, opts TracingOptions) leaserouter.Middleware {
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	t := &tracing{
+		tracer: tp.Tracer(ScopeName),
+		prop:   opts.Propagator,
+		start:  []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)},
+	}
+	if opts.NewTrace {
+		t.start = append(t.start, trace.WithNewRoot())
+	}
+	if t.prop == nil {
+		t.prop = propagation.TraceContext{}
+	}
+	return t.middleware
+}
+
+// WithTraceContext returns a leaserouter.EnqueueOption that stores the
+// context of the span in ctx with the job, as W3C traceparent and
+// tracestate metadata (propagation.TraceContext), so that the job's
+// attempts, traced by NewTracingMiddleware in this process or another
+// one sharing the job set, continue the caller's trace. When ctx has no
+// valid span context it adds nothing. It composes with WithMetadata (the
+// options merge), and the two keys count against the metadata limits
+// (a traceparent is 55 bytes).
+func WithTraceContext(ctx context.Context) leaserouter.EnqueueOption {
+	return WithPropagatedContext(ctx, propagation.TraceContext{})
+}
+
+// WithPropagatedContext is WithTraceContext with the propagator p, for a
+// middleware whose TracingOptions.Propagator is p (a composite with
+// baggage, or B3). What p writes is stored as metadata and must keep
+// within its limits, or Enqueue returns an error wrapping
+// leaserouter.ErrInvalidJob. A nil p is propagation.TraceContext{}.
+func WithPropagatedContext(ctx context.Context, p propagation.TextMapPropagator) leaserouter.EnqueueOption {
+	if p == nil {
+		p = propagation.TraceContext{}
+	}
+	c := propagation.MapCarrier{}
+	p.Inject(ctx, c)
+	return leaserouter.WithMetadata(c) // copies c; an empty c adds nothing
+}
+
+// tracing is one middleware's settings.
+type tracing struct {
+	tracer trace.Tracer
+	prop   propagation.TextMapPropagator
+	start  []trace.SpanStartOption // every span's: Consumer, and a new root with NewTrace
+	names  sync.Map                // queue -> "process <queue>": one concatenation per queue, not per attempt
+}
+
+// metadataCarrier reads a job's metadata in place for a propagator
+// (propagation.MapCarrier would do, but its Set writes, and the map is
+// shared with the job's other readers).
+type metadataCarrier map[string]string
+
+func (c metadataCarrier) Get(key string) string { return c[key] }
+func (c metadataCarrier) Set(string, string)    {} // read-only: Extract never sets
+func (c metadataCarrier) Keys() []string {
+	keys := make([]string, 0, len(c))
+	for k := range c {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+func (t *tracing) middleware(ctx context.Context, a leaserouter.Attempt, next func(context.Context) error) (err error) {
+	opts := t.start // no allocation for a job without trace context
+	if len(a.Metadata) > 0 {
+		mine := trace.SpanContextFromContext(ctx)
+		ectx := t.prop.Extract(ctx, metadataCarrier(a.Metadata))
+		if sc := trace.SpanContextFromContext(ectx); sc.IsValid() && !sc.Equal(mine) {
+			ctx = ectx // the enqueuing span as parent (and what else the propagator read, such as baggage)
+			opts = append(opts[:len(opts):len(opts)], trace.WithLinks(trace.Link{SpanContext: sc}))
+		}
+	}
+	ctx, span := t.tracer.Start(ctx, t.name(a.Queue), opts...)
+	defer func() {
+		if p := recover(); p != nil {
+			if span.IsRecording() {
+				msg := "panic: " + safeText(func() string { return fmt.Sprint(p) })
+				recordError(span, "panic", typeName(reflect.TypeOf(p)), msg)
+			}
+			span.End()
+			panic(p) // the router recovers it and fails the attempt, as without this middleware
+		}
+		span.End()
+	}()
+	if span.IsRecording() {
+		attrs := [...]attribute.KeyValue{
+			semconv.MessagingSystemKey.String(string(System)),
+			semconv.MessagingOperationName("process"),
+			semconv.MessagingOperationTypeProcess,
+			semconv.MessagingDestinationName(a.Queue),
+			semconv.MessagingMessageID(a.JobID),
+			AttemptKey.Int(a.Attempt),
+			KindKey.String(a.Kind),
+		}
+		if a.Kind == "" {
+			span.SetAttributes(attrs[:len(attrs)-1]...)
+		} else {
+			span.SetAttributes(attrs[:]...)
+		}
+	}
+	err = next(ctx)
+	if err != nil && span.IsRecording() {
+		if d, ok := leaserouter.SnoozeDelay(err); ok && d >= 0 {
+			span.AddEvent(SnoozedEvent, trace.WithAttributes(DelayKey.Float64(d.Seconds())))
+		} else {
+			recordError(span, typeName(reflect.TypeOf(err)), typeName(reflect.TypeOf(err)), safeText(func() string { return err.Error() }))
+		}
+	}
+	return err
+}
+
+// name is the span's name for queue, "process <queue>" as the messaging
+// conventions name a consumer's span.
+func (t *tracing) name(queue string) string {
+	if s, ok := t.names.Load(queue); ok {
+		return s.(string)
+	}
+	s := "process " + queue
+	t.names.Store(queue, s)
+	return s
+}
+
+// recordError puts an error on span as RecordError does (an exception
+// event), with error.type, and sets the status to Error. It takes the
+// message already made, so that no user code runs here.
+func recordError(span trace.Span, errType, excType, msg string) {
+	span.AddEvent(semconv.ExceptionEventName, trace.WithAttributes(
+		semconv.ExceptionType(excType), semconv.ExceptionMessage(msg)))
+	span.SetAttributes(semconv.ErrorTypeKey.String(errType))
+	span.SetStatus(codes.Error, msg)
+}
+
+// typeName is t's package-qualified name ("*errors.errorString" as
+// "errors.errorString"), or "_OTHER" for a type with no name: what
+// error.type asks for, read without calling the value's methods.
+func typeName(t reflect.Type) string {
+	if t == nil {
+		return semconv.ErrorTypeOther.Value.AsString()
+	}
+	for t.Kind() == reflect.Pointer && t.Name() == "" {
+		t = t.Elem()
+	}
+	if t.PkgPath() == "" || t.Name() == "" {
+		if t.Name() != "" {
+			return t.Name() // a predeclared type: a panic's string or int
+		}
+		return semconv.ErrorTypeOther.Value.AsString()
+	}
+	return t.PkgPath() + "." + t.Name()
+}
+
+// safeText returns f(), or a note if f panics (f is a user's Error or
+// String method).
+func safeText(f func() string) (s string) {
+	defer func() {
+		if p := recover(); p != nil {
+			s = "(panic in its Error or String method)"
+		}
+	}()
+	return f()
+}

@@ -24,11 +24,10 @@ import (
 // traced is a core Router whose Run handler goes through the tracing
 // middleware, as a Client's attempts do, and the spans it records.
 type traced struct {
-	r    *leaserouter.Router[string]
-	tp   *sdktrace.TracerProvider
-	rec  *tracetest.SpanRecorder
-	mw   leaserouter.Middleware
-	done chan struct{}
+	r   *leaserouter.Router[string]
+	tp  *sdktrace.TracerProvider
+	rec *tracetest.SpanRecorder
+	mw  leaserouter.Middleware
 }
 
 // newTraced makes a Router (Backoff 0, MaxAttempts 2) and a tracer

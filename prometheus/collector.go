@@ -1,13 +1,15 @@
-// Package prometheus exposes a leaserouter Router to Prometheus: gauges of
-// jobs by state and counters of every total in Stats, read at scrape time,
+// Package prometheus exposes leaserouter job sets to Prometheus: gauges
+// of jobs by state and counters of every total in Stats, per queue, read
+// at scrape time from any leaserouter.StatsReader (a core Router, a
+// pgrouter Router, or a Client of either backend, one series per queue),
 // and histograms of the durations the Router's events carry (lease wait,
 // requeue wait after an expiry, run time). It is a module of its own so
 // that the leaserouter module depends on nothing but the standard library.
 //
 // Wire it in three steps: the Collector's OnEvent goes into
 // leaserouter.Options (alone, or chained with your own hook), Observe
-// names the Router once New has returned it, and the Collector is
-// registered like any other:
+// names the job set once it is made, and the Collector is registered like
+// any other:
 //
 //	c := lrprom.NewCollector(lrprom.Options{})
 //	r, err := leaserouter.New[Payload](leaserouter.Options{OnEvent: c.Chain(myHook)})
@@ -17,21 +19,64 @@
 //
 // Metric names follow the Prometheus conventions (base units, _total for
 // counters, _seconds for durations) under the namespace "leaserouter".
+//
+// # Series
+//
+// Every gauge and counter read from Stats carries a "queue" label, the
+// queue's name as the StatsReader reports it ("default" for a core
+// Router, Options.Queue for a pgrouter Router). Earlier versions had no
+// such label, so their series (leaserouter_jobs{state="pending"}) are
+// replaced by new ones (leaserouter_jobs{queue="default",state="pending"}):
+// a query or alert that matches on the full label set, or a recording
+// rule that aggregates without "by", needs the label added or summed
+// away. ConstLabels may no longer name "queue" (registering the Collector
+// then fails). The histograms have no queue label.
 package prometheus
 
 import (
+	"context"
+	"fmt"
 	"sync/atomic"
+	"time"
 
 	prom "github.com/prometheus/client_golang/prometheus"
 
 	"github.com/leaserouter/leaserouter"
 )
 
-// StatsSource is what the Collector reads at scrape time: a
-// *leaserouter.Router of any payload type.
+// StatsSource is what Observe took before it took any
+// leaserouter.StatsReader: something with the Stats of one queue.
+//
+// Deprecated: pass a leaserouter.StatsReader to Observe (every Router and
+// Client of both backends is one); wrap a StatsSource of your own with
+// FromStats.
 type StatsSource interface {
 	Stats() leaserouter.Stats
 }
+
+// FromStats makes a leaserouter.StatsReader of s: one queue, named
+// leaserouter.DefaultQueue, whose Stats are s.Stats(); ctx is not passed
+// to s. A nil s gives nil (Observe(nil) then stops exporting Stats).
+func FromStats(s StatsSource) leaserouter.StatsReader {
+	if s == nil {
+		return nil
+	}
+	return statsSource{s}
+}
+
+type statsSource struct{ s StatsSource }
+
+func (s statsSource) QueueStats(context.Context) ([]leaserouter.QueueStats, error) {
+	return []leaserouter.QueueStats{{Queue: leaserouter.DefaultQueue, Stats: s.s.Stats()}}, nil
+}
+
+// DefaultScrapeTimeout bounds the QueueStats call of a scrape when
+// Options.ScrapeTimeout is not set.
+const DefaultScrapeTimeout = 5 * time.Second
+
+// QueueLabel is the label naming the queue on every metric read from
+// Stats.
+const QueueLabel = "queue"
 
 // Options configure a Collector. The zero value is valid.
 type Options struct {
@@ -43,6 +88,10 @@ type Options struct {
 	// Buckets are the upper bounds, in seconds, of every histogram.
 	// Default DefaultBuckets.
 	Buckets []float64
+	// ScrapeTimeout bounds how long a scrape waits for the observed
+	// StatsReader's QueueStats (a pgrouter job set asks its database).
+	// Zero or negative: DefaultScrapeTimeout.
+	ScrapeTimeout time.Duration
 }
 
 // DefaultBuckets span 10µs to about 42s, a factor of 4 apart: an in-process
@@ -50,11 +99,12 @@ type Options struct {
 // are not; run times span the same range.
 var DefaultBuckets = prom.ExponentialBuckets(10e-6, 4, 12)
 
-// Collector is a prometheus.Collector over one Router. Make one with
+// Collector is a prometheus.Collector over one job set. Make one with
 // NewCollector; it is safe for concurrent use (OnEvent from the Router's
 // event delivery, Collect from scrapes, Observe from anywhere).
 type Collector struct {
-	src atomic.Pointer[StatsSource]
+	src     atomic.Pointer[leaserouter.StatsReader]
+	timeout time.Duration
 
 	jobs     *prom.Desc
 	counters []counter
@@ -70,7 +120,7 @@ type counter struct {
 	value func(*leaserouter.Stats) uint64
 }
 
-// NewCollector returns a Collector with no Router yet: until Observe is
+// NewCollector returns a Collector with no job set yet: until Observe is
 // called, a scrape has only the histograms.
 func NewCollector(opts Options) *Collector {
 	ns := opts.Namespace
@@ -82,8 +132,12 @@ func NewCollector(opts Options) *Collector {
 		buckets = DefaultBuckets
 	}
 	c := &Collector{
+		timeout: opts.ScrapeTimeout,
 		jobs: prom.NewDesc(prom.BuildFQName(ns, "", "jobs"),
-			"Jobs in each state now; finished ones count while retained.", []string{"state"}, opts.ConstLabels),
+			"Jobs in each state now; finished ones count while retained.", []string{QueueLabel, "state"}, opts.ConstLabels),
+	}
+	if c.timeout <= 0 {
+		c.timeout = DefaultScrapeTimeout
 	}
 	for _, k := range []struct {
 		name, help string
@@ -104,7 +158,7 @@ func NewCollector(opts Options) *Collector {
 		{"callback_panics_total", "Panics recovered from user callbacks (Backoff, OnEvent, the Logger, periodic jobs' Schedule and Payload).", func(s *leaserouter.Stats) uint64 { return s.CallbackPanics }},
 	} {
 		c.counters = append(c.counters, counter{
-			desc:  prom.NewDesc(prom.BuildFQName(ns, "", k.name), k.help, nil, opts.ConstLabels),
+			desc:  prom.NewDesc(prom.BuildFQName(ns, "", k.name), k.help, []string{QueueLabel}, opts.ConstLabels),
 			value: k.value,
 		})
 	}
@@ -123,10 +177,13 @@ func NewCollector(opts Options) *Collector {
 	return c
 }
 
-// Observe makes the Collector export s's Stats at every scrape; s is
-// usually the *leaserouter.Router whose Options.OnEvent is c.OnEvent or
-// c.Chain(...). Calling it again replaces s; nil stops exporting Stats.
-func (c *Collector) Observe(s StatsSource) {
+// Observe makes the Collector export s's Stats at every scrape, one
+// series per queue that s.QueueStats reports; s is usually the Router or
+// Client whose Options.OnEvent is c.OnEvent or c.Chain(...). Calling it
+// again replaces s; nil stops exporting Stats. A Collector observes one
+// StatsReader: for several job sets, use a Collector each with distinct
+// ConstLabels, or a Client, which reports all its queues.
+func (c *Collector) Observe(s leaserouter.StatsReader) {
 	if s == nil {
 		c.src.Store(nil)
 		return
@@ -176,19 +233,65 @@ func (c *Collector) Describe(ch chan<- *prom.Desc) {
 }
 
 // Collect sends the current metrics (prometheus.Collector). The gauges and
-// counters come from one Stats call, so they are consistent with each
-// other and with Stats at that instant.
+// counters come from one QueueStats call, bounded by
+// Options.ScrapeTimeout, so they are consistent with each other and with
+// the StatsReader at that instant. When that call fails (or panics, or
+// reports a queue twice), the scrape gets an invalid metric carrying the
+// error, which a registry's Gather returns as an error, and no gauge or
+// counter; the histograms are sent all the same. It blocks for at most
+// the timeout, plus whatever a StatsReader that ignores its ctx takes.
 func (c *Collector) Collect(ch chan<- prom.Metric) {
 	if src := c.src.Load(); src != nil {
-		s := (*src).Stats()
-		for st, n := range s.ByState() {
-			ch <- prom.MustNewConstMetric(c.jobs, prom.GaugeValue, float64(n), st.String())
+		qs, err := readStats(*src, c.timeout)
+		if err != nil {
+			ch <- prom.NewInvalidMetric(c.jobs, err)
 		}
-		for _, k := range c.counters {
-			ch <- prom.MustNewConstMetric(k.desc, prom.CounterValue, float64(k.value(&s)))
+		for _, q := range qs {
+			for st, n := range q.Stats.ByState() {
+				ch <- constMetric(c.jobs, prom.GaugeValue, float64(n), q.Queue, st.String())
+			}
+			for _, k := range c.counters {
+				ch <- constMetric(k.desc, prom.CounterValue, float64(k.value(&q.Stats)), q.Queue)
+			}
 		}
 	}
 	c.leaseWait.Collect(ch)
 	c.requeueWait.Collect(ch)
 	c.run.Collect(ch)
+}
+
+// readStats calls src.QueueStats under timeout. A panic in it is
+// returned as an error (a StatsReader may be the user's), as is a queue
+// reported twice, which would make the registry refuse the whole scrape
+// with a message naming neither.
+func readStats(src leaserouter.StatsReader, timeout time.Duration) (qs []leaserouter.QueueStats, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	defer func() {
+		if p := recover(); p != nil {
+			qs, err = nil, fmt.Errorf("leaserouter/prometheus: QueueStats panicked: %v", p) // fmt recovers a panic in p's Error or String
+		}
+	}()
+	qs, err = src.QueueStats(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("leaserouter/prometheus: QueueStats: %w", err)
+	}
+	seen := make(map[string]bool, len(qs))
+	for _, q := range qs {
+		if seen[q.Queue] {
+			return nil, fmt.Errorf("leaserouter/prometheus: QueueStats reported queue %q twice", q.Queue)
+		}
+		seen[q.Queue] = true
+	}
+	return qs, nil
+}
+
+// constMetric is prom.MustNewConstMetric, or an invalid metric where that
+// would panic (a queue name that is not valid UTF-8).
+func constMetric(desc *prom.Desc, t prom.ValueType, v float64, labels ...string) prom.Metric {
+	m, err := prom.NewConstMetric(desc, t, v, labels...)
+	if err != nil {
+		return prom.NewInvalidMetric(desc, err)
+	}
+	return m
 }

@@ -96,36 +96,36 @@ func TestCollectorMatchesStats(t *testing.T) {
 		want := fmt.Sprintf(`
 # HELP leaserouter_jobs Jobs in each state now; finished ones count while retained.
 # TYPE leaserouter_jobs gauge
-leaserouter_jobs{state="canceled"} 1
-leaserouter_jobs{state="failed"} 0
-leaserouter_jobs{state="leased"} 2
-leaserouter_jobs{state="pending"} 0
-leaserouter_jobs{state="scheduled"} 0
-leaserouter_jobs{state="succeeded"} 1
+leaserouter_jobs{queue="default",state="canceled"} 1
+leaserouter_jobs{queue="default",state="failed"} 0
+leaserouter_jobs{queue="default",state="leased"} 2
+leaserouter_jobs{queue="default",state="pending"} 0
+leaserouter_jobs{queue="default",state="scheduled"} 0
+leaserouter_jobs{queue="default",state="succeeded"} 1
 # HELP leaserouter_enqueued_total Jobs accepted by Enqueue.
 # TYPE leaserouter_enqueued_total counter
-leaserouter_enqueued_total %d
+leaserouter_enqueued_total{queue="default"} %d
 # HELP leaserouter_duplicates_total Enqueue calls refused because the job ID was known.
 # TYPE leaserouter_duplicates_total counter
-leaserouter_duplicates_total %d
+leaserouter_duplicates_total{queue="default"} %d
 # HELP leaserouter_leases_granted_total Leases granted (attempts started).
 # TYPE leaserouter_leases_granted_total counter
-leaserouter_leases_granted_total %d
+leaserouter_leases_granted_total{queue="default"} %d
 # HELP leaserouter_heartbeats_total Heartbeats accepted.
 # TYPE leaserouter_heartbeats_total counter
-leaserouter_heartbeats_total %d
+leaserouter_heartbeats_total{queue="default"} %d
 # HELP leaserouter_heartbeats_refused_total Heartbeats refused because the lease was lost.
 # TYPE leaserouter_heartbeats_refused_total counter
-leaserouter_heartbeats_refused_total %d
+leaserouter_heartbeats_refused_total{queue="default"} %d
 # HELP leaserouter_lease_expirations_total Leases that expired (their holder stopped heartbeating).
 # TYPE leaserouter_lease_expirations_total counter
-leaserouter_lease_expirations_total %d
+leaserouter_lease_expirations_total{queue="default"} %d
 # HELP leaserouter_retries_total Jobs scheduled again after a failed attempt.
 # TYPE leaserouter_retries_total counter
-leaserouter_retries_total %d
+leaserouter_retries_total{queue="default"} %d
 # HELP leaserouter_stale_rejections_total Lease operations refused because the lease was lost (fencing at the router).
 # TYPE leaserouter_stale_rejections_total counter
-leaserouter_stale_rejections_total %d
+leaserouter_stale_rejections_total{queue="default"} %d
 # HELP leaserouter_lease_wait_seconds Time a job was ready before it was leased: since its enqueue, run-at, release or the expiry of its previous lease.
 # TYPE leaserouter_lease_wait_seconds histogram
 leaserouter_lease_wait_seconds_bucket{le="1"} 4
@@ -242,8 +242,10 @@ func TestScrapeOverHTTP(t *testing.T) {
 		require.NotNil(t, f, "%s missing from:\n%s", name, body)
 		require.Len(t, f.Metric, 1, name)
 		m := f.Metric[0]
-		require.Equal(t, "router", m.Label[0].GetName())
-		require.Equal(t, "test", m.Label[0].GetValue())
+		require.Equal(t, "queue", m.Label[0].GetName())
+		require.Equal(t, "default", m.Label[0].GetValue())
+		require.Equal(t, "router", m.Label[1].GetName())
+		require.Equal(t, "test", m.Label[1].GetValue())
 		return m.GetCounter().GetValue()
 	}
 	require.EqualValues(t, st.Enqueued, value("leaserouter_enqueued_total"))
@@ -252,8 +254,8 @@ func TestScrapeOverHTTP(t *testing.T) {
 	require.EqualValues(t, 7, value("leaserouter_leases_granted_total"))
 	require.EqualValues(t, st.Purged, value("leaserouter_purged_total"))
 	require.EqualValues(t, 7, families["leaserouter_lease_wait_seconds"].Metric[0].GetHistogram().GetSampleCount())
-	require.Contains(t, string(body), `leaserouter_jobs{router="test",state="pending"} 3`)
-	require.Contains(t, string(body), `leaserouter_jobs{router="test",state="succeeded"} 7`)
+	require.Contains(t, string(body), `leaserouter_jobs{queue="default",router="test",state="pending"} 3`)
+	require.Contains(t, string(body), `leaserouter_jobs{queue="default",router="test",state="succeeded"} 7`)
 }
 
 // TestCollectorBeforeObserve: with no Router yet (or after Observe(nil)),
@@ -272,7 +274,8 @@ func TestCollectorBeforeObserve(t *testing.T) {
 	require.NotNil(t, c.Chain(nil), "Chain(nil) is OnEvent alone")
 }
 
-// fixedStats is a StatsSource giving the same Stats at every scrape.
+// fixedStats is a (deprecated) StatsSource giving the same Stats at every
+// scrape, observed through FromStats.
 type fixedStats leaserouter.Stats
 
 func (f fixedStats) Stats() leaserouter.Stats { return leaserouter.Stats(f) }
@@ -291,7 +294,7 @@ func TestEveryStatsTotalExported(t *testing.T) {
 		}
 	}
 	c := lrprom.NewCollector(lrprom.Options{})
-	c.Observe(fixedStats(st))
+	c.Observe(lrprom.FromStats(fixedStats(st)))
 	ch := make(chan prom.Metric, 64)
 	c.Collect(ch)
 	close(ch)
@@ -303,4 +306,121 @@ func TestEveryStatsTotalExported(t *testing.T) {
 		}
 	}
 	require.Empty(t, want, "Stats totals with no counter")
+}
+
+// queues is a StatsReader of several queues, as a Client of either
+// backend is; err, when set, is what QueueStats returns instead, and
+// deadline records the deadline of the ctx it was last given.
+type queues struct {
+	qs       []leaserouter.QueueStats
+	err      error
+	panicV   any
+	block    bool // wait for ctx to end, as a database that does not answer
+	deadline time.Time
+}
+
+func (q *queues) QueueStats(ctx context.Context) ([]leaserouter.QueueStats, error) {
+	q.deadline, _ = ctx.Deadline()
+	if q.panicV != nil {
+		panic(q.panicV)
+	}
+	if q.block {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return q.qs, q.err
+}
+
+// TestCollectorReportsEveryQueue: a StatsReader's queues each get their
+// own series, labeled with the queue's name.
+func TestCollectorReportsEveryQueue(t *testing.T) {
+	c := lrprom.NewCollector(lrprom.Options{})
+	c.Observe(&queues{qs: []leaserouter.QueueStats{
+		{Queue: "email", Stats: leaserouter.Stats{Pending: 3, Leased: 1, Enqueued: 10, Dead: 2}},
+		{Queue: "reports", Stats: leaserouter.Stats{Scheduled: 5, Enqueued: 7}},
+	}})
+	reg := prom.NewPedanticRegistry()
+	reg.MustRegister(c)
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP leaserouter_jobs Jobs in each state now; finished ones count while retained.
+# TYPE leaserouter_jobs gauge
+leaserouter_jobs{queue="email",state="canceled"} 0
+leaserouter_jobs{queue="email",state="failed"} 0
+leaserouter_jobs{queue="email",state="leased"} 1
+leaserouter_jobs{queue="email",state="pending"} 3
+leaserouter_jobs{queue="email",state="scheduled"} 0
+leaserouter_jobs{queue="email",state="succeeded"} 0
+leaserouter_jobs{queue="reports",state="canceled"} 0
+leaserouter_jobs{queue="reports",state="failed"} 0
+leaserouter_jobs{queue="reports",state="leased"} 0
+leaserouter_jobs{queue="reports",state="pending"} 0
+leaserouter_jobs{queue="reports",state="scheduled"} 5
+leaserouter_jobs{queue="reports",state="succeeded"} 0
+# HELP leaserouter_enqueued_total Jobs accepted by Enqueue.
+# TYPE leaserouter_enqueued_total counter
+leaserouter_enqueued_total{queue="email"} 10
+leaserouter_enqueued_total{queue="reports"} 7
+# HELP leaserouter_dead_total Jobs that reached the dead state (attempts exhausted or permanent failure).
+# TYPE leaserouter_dead_total counter
+leaserouter_dead_total{queue="email"} 2
+leaserouter_dead_total{queue="reports"} 0
+`), "leaserouter_jobs", "leaserouter_enqueued_total", "leaserouter_dead_total"))
+}
+
+// TestCollectorReadErrorIsInvalidMetric: a QueueStats that fails, panics,
+// reports a queue twice or a name that is not UTF-8 makes the scrape an
+// error naming the problem, never a panic; the histograms are still
+// collected.
+func TestCollectorReadErrorIsInvalidMetric(t *testing.T) {
+	for name, tc := range map[string]struct {
+		src  *queues
+		want string
+	}{
+		"error":       {&queues{err: errors.New("connection refused")}, "QueueStats: connection refused"},
+		"panic":       {&queues{panicV: "boom"}, "QueueStats panicked: boom"},
+		"panic Error": {&queues{panicV: &panicky{}}, "QueueStats panicked: %!v(PANIC=Error method: Error() panicked)"},
+		"twice": {&queues{qs: []leaserouter.QueueStats{{Queue: "a"}, {Queue: "a"}}},
+			`reported queue "a" twice`},
+		"not UTF-8": {&queues{qs: []leaserouter.QueueStats{{Queue: "\xff"}}}, "not valid UTF-8"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := lrprom.NewCollector(lrprom.Options{})
+			c.Observe(tc.src)
+			reg := prom.NewRegistry()
+			reg.MustRegister(c)
+			families, err := reg.Gather()
+			require.ErrorContains(t, err, tc.want)
+			var names []string
+			for _, f := range families {
+				names = append(names, f.GetName())
+			}
+			require.Contains(t, names, "leaserouter_lease_wait_seconds")
+		})
+	}
+}
+
+// panicky's Error panics, as a user's type may.
+type panicky struct{}
+
+func (*panicky) Error() string { panic("Error() panicked") }
+
+// TestCollectorScrapeTimeout: QueueStats gets a ctx ending at the scrape
+// timeout (DefaultScrapeTimeout when unset), and a StatsReader that waits
+// for it makes the scrape an error, not a hang.
+func TestCollectorScrapeTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		opt, want time.Duration
+	}{{0, lrprom.DefaultScrapeTimeout}, {-time.Second, lrprom.DefaultScrapeTimeout}, {time.Second, time.Second}} {
+		synctest.Test(t, func(t *testing.T) {
+			c := lrprom.NewCollector(lrprom.Options{ScrapeTimeout: tc.opt})
+			src := &queues{block: true}
+			c.Observe(src)
+			reg := prom.NewRegistry()
+			reg.MustRegister(c)
+			start := time.Now()
+			_, err := reg.Gather()
+			require.ErrorContains(t, err, context.DeadlineExceeded.Error())
+			require.Equal(t, start.Add(tc.want), src.deadline)
+		})
+	}
 }

@@ -223,7 +223,12 @@ func consistent(scrape string, s leaserouter.Stats) error {
 		errs = append(errs, errors.New("leaserouter_jobs: missing or incomplete"))
 	} else {
 		for _, m := range f.Metric {
-			state := m.GetLabel()[0].GetValue()
+			var state string
+			for _, l := range m.GetLabel() { // queue="default", state=...
+				if l.GetName() == "state" {
+					state = l.GetValue()
+				}
+			}
 			if got := m.GetGauge().GetValue(); got != float64(byState[state]) {
 				errs = append(errs, fmt.Errorf("leaserouter_jobs{state=%q} is %v in the scrape, %d in Stats", state, got, byState[state]))
 			}

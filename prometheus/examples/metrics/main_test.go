@@ -26,7 +26,7 @@ func TestRun(t *testing.T) {
 		"leaserouter_lease_expirations_total", "leaserouter_retries_total",
 		"leaserouter_stale_rejections_total", "leaserouter_leases_granted_total",
 	} {
-		m := regexp.MustCompile(`(?m)^` + name + ` (\d+)$`).FindStringSubmatch(s)
+		m := regexp.MustCompile(`(?m)^` + name + `{queue="default"} (\d+)$`).FindStringSubmatch(s)
 		require.NotNil(t, m, "%s in:\n%s", name, s)
 		n, err := strconv.Atoi(m[1])
 		require.NoError(t, err)

@@ -1,15 +1,20 @@
-// Package otel records a leaserouter Router's metrics with OpenTelemetry:
-// the same figures as the Prometheus adapter, as OpenTelemetry
-// instruments. Where the OpenTelemetry semantic conventions for messaging
-// have an instrument, it is used: a job's run time is
-// messaging.process.duration and a lease granted is a message consumed
-// (messaging.client.consumed.messages), with messaging.system
-// "leaserouter". The rest are named under "leaserouter.". It is a module
-// of its own so that the leaserouter module depends on nothing but the
-// standard library.
+// Package otel brings leaserouter to OpenTelemetry: metrics, and tracing
+// of each attempt.
+//
+// # Metrics
+//
+// Metrics records the same figures as the Prometheus adapter, as
+// OpenTelemetry instruments, for any leaserouter.StatsReader (a core
+// Router, a pgrouter Router, or a Client of either backend). Where the
+// OpenTelemetry semantic conventions for messaging have an instrument, it
+// is used: a job's run time is messaging.process.duration and a lease
+// granted is a message consumed (messaging.client.consumed.messages),
+// with messaging.system "leaserouter". The rest are named under
+// "leaserouter.". It is a module of its own so that the leaserouter
+// module depends on nothing but the standard library.
 //
 // Wire it like the Prometheus adapter: OnEvent (or Chain) into
-// leaserouter.Options, then Observe the Router once New returns it:
+// leaserouter.Options, then Observe the job set once it is made:
 //
 //	m, err := lrotel.New(otel.GetMeterProvider(), lrotel.Options{})
 //	if err != nil { ... }
@@ -17,13 +22,37 @@
 //	r, err := leaserouter.New[Payload](leaserouter.Options{OnEvent: m.OnEvent})
 //	if err != nil { ... }
 //	m.Observe(r)
+//
+// Every measurement read from Stats carries messaging.destination.name,
+// the queue's name as the StatsReader reports it ("default" for a core
+// Router). Earlier versions had no such attribute, so each of those
+// instruments now has one series per queue where it had one: a query that
+// matched the attribute set exactly needs the attribute added or
+// aggregated away. The event histograms and the consumed-messages counter
+// carry no queue.
+//
+// # Tracing
+//
+// NewTracingMiddleware runs each attempt of a Client inside a consumer
+// span, a child of the span that enqueued the job, whose context
+// WithTraceContext stores in the job's metadata (W3C traceparent), so a
+// trace goes on across the queue and across processes:
+//
+//	tp := otel.GetTracerProvider()
+//	c, err := leaserouter.NewClient(leaserouter.ClientOptions{
+//		Middleware: []leaserouter.Middleware{lrotel.NewTracingMiddleware(tp, lrotel.TracingOptions{})},
+//	})
+//	...
+//	err = emails.Enqueue(ctx, id, payload, lrotel.WithTraceContext(ctx))
 package otel
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -41,25 +70,57 @@ const ScopeName = "github.com/leaserouter/leaserouter/otel"
 // instruments.
 const System messagingconv.SystemAttr = "leaserouter"
 
-// StatsSource is what the observable instruments read at collection: a
-// *leaserouter.Router of any payload type.
+// StatsSource is what Observe took before it took any
+// leaserouter.StatsReader: something with the Stats of one queue.
+//
+// Deprecated: pass a leaserouter.StatsReader to Observe (every Router and
+// Client of both backends is one); wrap a StatsSource of your own with
+// FromStats.
 type StatsSource interface {
 	Stats() leaserouter.Stats
 }
 
+// FromStats makes a leaserouter.StatsReader of s: one queue, named
+// leaserouter.DefaultQueue, whose Stats are s.Stats(); ctx is not passed
+// to s. A nil s gives nil (Observe(nil) then stops reading).
+func FromStats(s StatsSource) leaserouter.StatsReader {
+	if s == nil {
+		return nil
+	}
+	return statsSource{s}
+}
+
+type statsSource struct{ s StatsSource }
+
+func (s statsSource) QueueStats(context.Context) ([]leaserouter.QueueStats, error) {
+	return []leaserouter.QueueStats{{Queue: leaserouter.DefaultQueue, Stats: s.s.Stats()}}, nil
+}
+
+// DefaultCollectTimeout bounds the QueueStats call of a collection when
+// Options.CollectTimeout is not set.
+const DefaultCollectTimeout = 5 * time.Second
+
 // Options configure Metrics. The zero value is valid.
 type Options struct {
 	// Attributes are added to every measurement, for example the name of
-	// the Router when a process has several. Default none.
+	// the service when a process has several job sets. Default none.
 	Attributes []attribute.KeyValue
+	// CollectTimeout bounds how long a collection waits for the observed
+	// StatsReader's QueueStats (a pgrouter job set asks its database),
+	// within the collection's own ctx. Zero or negative:
+	// DefaultCollectTimeout.
+	CollectTimeout time.Duration
 }
 
-// Metrics records one Router's metrics. Make it with New and stop its
+// Metrics records one job set's metrics. Make it with New and stop its
 // collection callback with Close. It is safe for concurrent use.
 type Metrics struct {
-	src   atomic.Pointer[StatsSource]
-	attrs attribute.Set
-	reg   metric.Registration
+	src     atomic.Pointer[leaserouter.StatsReader]
+	attrs   attribute.Set
+	base    []attribute.KeyValue
+	timeout time.Duration
+	reg     metric.Registration
+	queues  sync.Map // queue name -> *queueOpts, made at its first collection
 
 	consumed    messagingconv.ClientConsumedMessages
 	process     messagingconv.ProcessDuration
@@ -93,17 +154,31 @@ var statsCounters = []struct {
 // StateKey is the attribute of leaserouter.jobs giving the jobs' state.
 const StateKey = attribute.Key("leaserouter.job.state")
 
+// queueOpts are one queue's measurement options: by state for
+// leaserouter.jobs, and for the counters.
+type queueOpts struct {
+	byState  []metric.ObserveOption
+	counters metric.ObserveOption
+}
+
 // New creates the instruments with mp's meter ScopeName and registers the
-// callback that reads Stats at every collection. A nil mp is an error
-// wrapping leaserouter.ErrInvalidOptions; an error from mp is returned as
-// it is. Until Observe is called, collections have the histograms and the
-// consumed-messages counter only.
+// callback that reads QueueStats at every collection. A nil mp is an
+// error wrapping leaserouter.ErrInvalidOptions; an error from mp is
+// returned as it is. Until Observe is called, collections have the
+// histograms and the consumed-messages counter only.
 func New(mp metric.MeterProvider, opts Options) (*Metrics, error) {
 	if mp == nil {
 		return nil, fmt.Errorf("%w: nil MeterProvider", leaserouter.ErrInvalidOptions)
 	}
 	meter := mp.Meter(ScopeName)
-	m := &Metrics{attrs: attribute.NewSet(opts.Attributes...)}
+	m := &Metrics{
+		attrs:   attribute.NewSet(opts.Attributes...),
+		base:    append([]attribute.KeyValue(nil), opts.Attributes...),
+		timeout: opts.CollectTimeout,
+	}
+	if m.timeout <= 0 {
+		m.timeout = DefaultCollectTimeout
+	}
 	var errs []error
 	add := func(err error) {
 		if err != nil {
@@ -146,24 +221,23 @@ func New(mp metric.MeterProvider, opts Options) (*Metrics, error) {
 	m.processOK = with(system, process)
 	// error.type: a handler error is not classified further here.
 	m.processFailed = with(system, process, semconv.ErrorTypeKey.String(string(messagingconv.ErrorTypeOther)))
-	var stateOpts []metric.ObserveOption // by State
-	for st := range (leaserouter.Stats{}).ByState() {
-		stateOpts = append(stateOpts, with(StateKey.String(st.String())))
-	}
 
-	m.reg, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+	m.reg, err = meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		src := m.src.Load()
 		if src == nil {
 			return nil
 		}
-		s := (*src).Stats()
-		for st, n := range s.ByState() {
-			o.ObserveInt64(jobs, int64(n), stateOpts[st])
+		qs, err := readStats(ctx, *src, m.timeout)
+		for _, q := range qs {
+			qo := m.queueOpts(q.Queue)
+			for st, n := range q.Stats.ByState() {
+				o.ObserveInt64(jobs, int64(n), qo.byState[st])
+			}
+			for i, k := range statsCounters {
+				o.ObserveInt64(counters[i], int64(k.value(&q.Stats)), qo.counters)
+			}
 		}
-		for i, k := range statsCounters {
-			o.ObserveInt64(counters[i], int64(k.value(&s)), m.withAttrs)
-		}
-		return nil
+		return err
 	}, observables...)
 	if err != nil {
 		return nil, err
@@ -171,11 +245,58 @@ func New(mp metric.MeterProvider, opts Options) (*Metrics, error) {
 	return m, nil
 }
 
-// Observe makes the observable instruments read s's Stats at every
-// collection; s is usually the *leaserouter.Router whose Options.OnEvent
-// is m.OnEvent or m.Chain(...). Calling it again replaces s; nil stops
-// reading.
-func (m *Metrics) Observe(s StatsSource) {
+// queueOpts returns queue's measurement options, made at its first
+// collection and kept (a StatsReader's queues are few and fixed).
+func (m *Metrics) queueOpts(queue string) *queueOpts {
+	if qo, ok := m.queues.Load(queue); ok {
+		return qo.(*queueOpts)
+	}
+	with := func(kv ...attribute.KeyValue) metric.MeasurementOption {
+		all := append(append([]attribute.KeyValue{}, m.base...), semconv.MessagingDestinationName(queue))
+		return metric.WithAttributeSet(attribute.NewSet(append(all, kv...)...))
+	}
+	qo := &queueOpts{counters: with()}
+	for st := range (leaserouter.Stats{}).ByState() {
+		qo.byState = append(qo.byState, with(StateKey.String(st.String())))
+	}
+	got, _ := m.queues.LoadOrStore(queue, qo)
+	return got.(*queueOpts)
+}
+
+// readStats calls src.QueueStats under timeout. A panic in it is
+// returned as an error (a StatsReader may be the user's), as is a queue
+// reported twice; on an error it returns no QueueStats.
+func readStats(ctx context.Context, src leaserouter.StatsReader, timeout time.Duration) (qs []leaserouter.QueueStats, err error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	defer func() {
+		if p := recover(); p != nil {
+			qs, err = nil, fmt.Errorf("leaserouter/otel: QueueStats panicked: %v", p) // fmt recovers a panic in p's Error or String
+		}
+	}()
+	qs, err = src.QueueStats(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("leaserouter/otel: QueueStats: %w", err)
+	}
+	seen := make(map[string]bool, len(qs))
+	for _, q := range qs {
+		if seen[q.Queue] {
+			return nil, fmt.Errorf("leaserouter/otel: QueueStats reported queue %q twice", q.Queue)
+		}
+		seen[q.Queue] = true
+	}
+	return qs, nil
+}
+
+// Observe makes the observable instruments read s's QueueStats at every
+// collection, one series per queue; s is usually the Router or Client
+// whose Options.OnEvent is m.OnEvent or m.Chain(...). Calling it again
+// replaces s; nil stops reading. A collection whose QueueStats fails (an
+// error, a panic, a queue reported twice, or CollectTimeout passed) has
+// none of the instruments read from Stats, and the error is the
+// callback's, which the SDK's reader returns from Collect and reports to
+// the global error handler.
+func (m *Metrics) Observe(s leaserouter.StatsReader) {
 	if s == nil {
 		m.src.Store(nil)
 		return

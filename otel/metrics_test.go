@@ -141,6 +141,8 @@ func TestMetricsMatchStats(t *testing.T) {
 			require.True(t, ok)
 			router, _ := dp.Attributes.Value("router")
 			require.Equal(t, "test", router.AsString(), "Options.Attributes on every measurement")
+			queue, _ := dp.Attributes.Value("messaging.destination.name")
+			require.Equal(t, "default", queue.AsString(), "a core Router's queue")
 			byState[v.AsString()] = dp.Value
 		}
 		require.Equal(t, map[string]int64{
@@ -193,7 +195,8 @@ func TestNewAndObserveEdges(t *testing.T) {
 	require.NoError(t, m.Close(), "Close twice")
 }
 
-// fixedStats is a StatsSource giving the same Stats at every collection.
+// fixedStats is a (deprecated) StatsSource giving the same Stats at every
+// collection, observed through FromStats.
 type fixedStats leaserouter.Stats
 
 func (f fixedStats) Stats() leaserouter.Stats { return leaserouter.Stats(f) }
@@ -215,11 +218,136 @@ func TestEveryStatsTotalExported(t *testing.T) {
 	m, err := lrotel.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), lrotel.Options{})
 	require.NoError(t, err)
 	defer m.Close()
-	m.Observe(fixedStats(st))
+	m.Observe(lrotel.FromStats(fixedStats(st)))
 	for _, got := range collect(t, reader) {
 		if s, ok := got.Data.(metricdata.Sum[int64]); ok && s.IsMonotonic && len(s.DataPoints) == 1 {
 			delete(want, s.DataPoints[0].Value)
 		}
 	}
 	require.Empty(t, want, "Stats totals with no counter")
+}
+
+// queues is a StatsReader of several queues, as a Client of either
+// backend is; err, when set, is what QueueStats returns instead.
+type queues struct {
+	qs       []leaserouter.QueueStats
+	err      error
+	panicV   any
+	block    bool // wait for ctx to end, as a database that does not answer
+	deadline time.Time
+}
+
+func (q *queues) QueueStats(ctx context.Context) ([]leaserouter.QueueStats, error) {
+	q.deadline, _ = ctx.Deadline()
+	if q.panicV != nil {
+		panic(q.panicV)
+	}
+	if q.block {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return q.qs, q.err
+}
+
+// byQueue is the value of each of metric name's data points by queue
+// (and state, for leaserouter.jobs).
+func (c collected) byQueue(t *testing.T, name string) map[string]int64 {
+	t.Helper()
+	out := map[string]int64{}
+	var dps []metricdata.DataPoint[int64]
+	switch d := c[name].Data.(type) {
+	case metricdata.Sum[int64]:
+		dps = d.DataPoints
+	case metricdata.Gauge[int64]:
+		dps = d.DataPoints
+	default:
+		t.Fatalf("%s is %T", name, d)
+	}
+	for _, dp := range dps {
+		q, ok := dp.Attributes.Value("messaging.destination.name")
+		require.True(t, ok, name)
+		key := q.AsString()
+		if st, ok := dp.Attributes.Value(lrotel.StateKey); ok {
+			key += "/" + st.AsString()
+		}
+		out[key] = dp.Value
+	}
+	return out
+}
+
+// TestMetricsReportEveryQueue: a StatsReader's queues each get their own
+// series, with messaging.destination.name the queue's name.
+func TestMetricsReportEveryQueue(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	m, err := lrotel.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), lrotel.Options{})
+	require.NoError(t, err)
+	defer m.Close()
+	m.Observe(&queues{qs: []leaserouter.QueueStats{
+		{Queue: "email", Stats: leaserouter.Stats{Pending: 3, Enqueued: 10, Dead: 2}},
+		{Queue: "reports", Stats: leaserouter.Stats{Scheduled: 5, Enqueued: 7}},
+	}})
+	got := collect(t, reader)
+	require.Equal(t, map[string]int64{"email": 10, "reports": 7}, got.byQueue(t, "leaserouter.jobs.enqueued"))
+	require.Equal(t, map[string]int64{"email": 2, "reports": 0}, got.byQueue(t, "leaserouter.jobs.dead"))
+	jobs := got.byQueue(t, "leaserouter.jobs")
+	require.Len(t, jobs, 12, "6 states of 2 queues")
+	require.EqualValues(t, 3, jobs["email/pending"])
+	require.EqualValues(t, 5, jobs["reports/scheduled"])
+	require.EqualValues(t, 0, jobs["reports/pending"])
+}
+
+// TestMetricsReadErrorIsReported: a QueueStats that fails, panics or
+// reports a queue twice makes the collection return an error naming the
+// problem, never a panic, and no measurement read from Stats; the rest of
+// the collection goes on.
+func TestMetricsReadErrorIsReported(t *testing.T) {
+	for name, tc := range map[string]struct {
+		src  *queues
+		want string
+	}{
+		"error": {&queues{err: errors.New("connection refused")}, "QueueStats: connection refused"},
+		"panic": {&queues{panicV: "boom"}, "QueueStats panicked: boom"},
+		"twice": {&queues{qs: []leaserouter.QueueStats{{Queue: "a"}, {Queue: "a"}}}, `reported queue "a" twice`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			reader := sdkmetric.NewManualReader()
+			m, err := lrotel.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), lrotel.Options{})
+			require.NoError(t, err)
+			defer m.Close()
+			m.Observe(tc.src)
+			m.OnEvent(leaserouter.Event{Kind: leaserouter.EventLeaseAcquired})
+			var rm metricdata.ResourceMetrics
+			require.ErrorContains(t, reader.Collect(context.Background(), &rm), tc.want)
+			names := map[string]bool{}
+			for _, sm := range rm.ScopeMetrics {
+				for _, x := range sm.Metrics {
+					names[x.Name] = true
+				}
+			}
+			require.True(t, names["messaging.client.consumed.messages"], "the synchronous instruments are collected")
+			require.False(t, names["leaserouter.jobs.enqueued"], "nothing read from a failed QueueStats")
+		})
+	}
+}
+
+// TestMetricsCollectTimeout: QueueStats gets a ctx ending at the collect
+// timeout (DefaultCollectTimeout when unset), and a StatsReader that waits
+// for it makes the collection an error, not a hang.
+func TestMetricsCollectTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		opt, want time.Duration
+	}{{0, lrotel.DefaultCollectTimeout}, {-time.Second, lrotel.DefaultCollectTimeout}, {time.Second, time.Second}} {
+		synctest.Test(t, func(t *testing.T) {
+			reader := sdkmetric.NewManualReader()
+			m, err := lrotel.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), lrotel.Options{CollectTimeout: tc.opt})
+			require.NoError(t, err)
+			defer m.Close()
+			src := &queues{block: true}
+			m.Observe(src)
+			start := time.Now()
+			var rm metricdata.ResourceMetrics
+			require.ErrorIs(t, reader.Collect(context.Background(), &rm), context.DeadlineExceeded)
+			require.Equal(t, start.Add(tc.want), src.deadline)
+		})
+	}
 }

@@ -95,6 +95,7 @@ func NewTracingMiddleware(tp trace.TracerProvider, opts TracingOptions) leaserou
 	if t.prop == nil {
 		t.prop = propagation.TraceContext{}
 	}
+	_, t.traceContext = t.prop.(propagation.TraceContext)
 	return t.middleware
 }
 
@@ -129,7 +130,10 @@ type tracing struct {
 	tracer trace.Tracer
 	prop   propagation.TextMapPropagator
 	start  []trace.SpanStartOption // every span's: Consumer, and a new root with NewTrace
-	names  sync.Map                // queue -> "process <queue>": one concatenation per queue, not per attempt
+	// traceContext: prop is propagation.TraceContext, which reads nothing
+	// but the span context.
+	traceContext bool
+	names        sync.Map // queue -> "process <queue>": one concatenation per queue, not per attempt
 }
 
 // metadataCarrier reads a job's metadata in place for a propagator
@@ -148,16 +152,21 @@ func (c metadataCarrier) Keys() []string {
 }
 
 func (t *tracing) middleware(ctx context.Context, a leaserouter.Attempt, next func(context.Context) error) (err error) {
-	opts := t.start // no allocation for a job without trace context
+	var enq trace.SpanContext // the enqueuing span's, when the metadata has it
 	if len(a.Metadata) > 0 {
-		mine := trace.SpanContextFromContext(ctx)
-		ectx := t.prop.Extract(ctx, metadataCarrier(a.Metadata))
-		if sc := trace.SpanContextFromContext(ectx); sc.IsValid() && !sc.Equal(mine) {
-			ctx = ectx // the enqueuing span as parent (and what else the propagator read, such as baggage)
-			opts = append(opts[:len(opts):len(opts)], trace.WithLinks(trace.Link{SpanContext: sc}))
+		// Extracted onto an empty ctx first: what the metadata holds, and
+		// only that. Asking the handler's ctx costs: a Run's is made only
+		// when first asked, and a parent put on top of it is found first.
+		c := metadataCarrier(a.Metadata)
+		if t.traceContext {
+			if enq = parseTraceContext(c); enq.IsValid() {
+				ctx = trace.ContextWithRemoteSpanContext(ctx, enq)
+			}
+		} else if enq = trace.SpanContextFromContext(t.prop.Extract(context.Background(), c)); enq.IsValid() {
+			ctx = t.prop.Extract(ctx, c) // again, for what else it reads, such as baggage
 		}
 	}
-	ctx, span := t.tracer.Start(ctx, t.name(a.Queue), opts...)
+	ctx, span := t.tracer.Start(ctx, t.name(a.Queue), t.start...)
 	defer func() {
 		if p := recover(); p != nil {
 			if span.IsRecording() {
@@ -170,6 +179,8 @@ func (t *tracing) middleware(ctx context.Context, a leaserouter.Attempt, next fu
 		span.End()
 	}()
 	if span.IsRecording() {
+		// Attributes and the link after Start, not as its options, so that
+		// a span not recording costs neither (a sampler sees neither).
 		attrs := [...]attribute.KeyValue{
 			semconv.MessagingSystemKey.String(string(System)),
 			semconv.MessagingOperationName("process"),
@@ -183,6 +194,9 @@ func (t *tracing) middleware(ctx context.Context, a leaserouter.Attempt, next fu
 			span.SetAttributes(attrs[:len(attrs)-1]...)
 		} else {
 			span.SetAttributes(attrs[:]...)
+		}
+		if enq.IsValid() {
+			span.AddLink(trace.Link{SpanContext: enq})
 		}
 	}
 	err = next(ctx)
@@ -205,6 +219,59 @@ func (t *tracing) name(queue string) string {
 	s := "process " + queue
 	t.names.Store(queue, s)
 	return s
+}
+
+// parseTraceContext is propagation.TraceContext's Extract without its
+// allocations (a ctx made only to be read back): the span context of the
+// W3C traceparent and tracestate in c, or an invalid one when c has no
+// valid traceparent. Like Extract it accepts a later version's longer
+// traceparent, refuses version ff, extra fields or reserved flags in
+// version 00, and upper-case hex, and ignores a tracestate it cannot
+// parse.
+func parseTraceContext(c metadataCarrier) trace.SpanContext {
+	h := c["traceparent"]
+	// version "-" trace-id "-" parent-id "-" flags: 2+1+32+1+16+1+2
+	if len(h) < 55 || h[2] != '-' || h[35] != '-' || h[52] != '-' || (len(h) > 55 && h[55] != '-') {
+		return trace.SpanContext{}
+	}
+	var ver, flags [1]byte
+	var scc trace.SpanContextConfig
+	if !unhex(ver[:], h[0:2]) || ver[0] == 0xff || !unhex(scc.TraceID[:], h[3:35]) ||
+		!unhex(scc.SpanID[:], h[36:52]) || !unhex(flags[:], h[53:55]) ||
+		(ver[0] == 0 && (len(h) != 55 || flags[0] > 3)) {
+		return trace.SpanContext{}
+	}
+	scc.TraceFlags = trace.TraceFlags(flags[0]) & (trace.FlagsSampled | trace.FlagsRandom)
+	if ts := c["tracestate"]; ts != "" {
+		scc.TraceState, _ = trace.ParseTraceState(ts) // a bad tracestate does not void the traceparent (W3C)
+	}
+	scc.Remote = true
+	if sc := trace.NewSpanContext(scc); sc.IsValid() { // not an all-zero trace or span ID
+		return sc
+	}
+	return trace.SpanContext{}
+}
+
+// unhex decodes the lower-case hex s into dst (len(s) == 2*len(dst)).
+func unhex(dst []byte, s string) bool {
+	for i := range dst {
+		hi, lo := nibble(s[2*i]), nibble(s[2*i+1])
+		if hi > 15 || lo > 15 {
+			return false
+		}
+		dst[i] = hi<<4 | lo
+	}
+	return true
+}
+
+func nibble(c byte) byte {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0'
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10
+	}
+	return 0xff
 }
 
 // recordError puts an error on span as RecordError does (an exception

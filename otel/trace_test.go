@@ -320,3 +320,46 @@ func TestNoopTracingBuildsNoAttributes(t *testing.T) {
 	})
 	require.Equal(t, start, testing.AllocsPerRun(100, func() { _ = mw(ctx, a, next) }))
 }
+
+// TestTraceContextParsedAsThePropagatorDoes: the middleware's own reading
+// of traceparent and tracestate gives what propagation.TraceContext's
+// Extract gives, valid or not.
+func TestTraceContextParsedAsThePropagatorDoes(t *testing.T) {
+	const tid, sid = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	for _, md := range []map[string]string{
+		{"traceparent": "00-" + tid + "-" + sid + "-01"},
+		{"traceparent": "00-" + tid + "-" + sid + "-00"},
+		{"traceparent": "00-" + tid + "-" + sid + "-03"},
+		{"traceparent": "00-" + tid + "-" + sid + "-04"}, // reserved flag in version 00
+		{"traceparent": "00-" + tid + "-" + sid + "-01", "tracestate": "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"},
+		{"traceparent": "00-" + tid + "-" + sid + "-01", "tracestate": "not a tracestate"},
+		{"traceparent": "01-" + tid + "-" + sid + "-09-extra"}, // a later version may add fields
+		{"traceparent": "01-" + tid + "-" + sid + "-09"},
+		{"traceparent": "00-" + tid + "-" + sid + "-01-extra"},
+		{"traceparent": "ff-" + tid + "-" + sid + "-01"},
+		{"traceparent": "00-" + "4BF92F3577B34DA6A3CE929D0E0E4736" + "-" + sid + "-01"},
+		{"traceparent": "00-00000000000000000000000000000000-" + sid + "-01"},
+		{"traceparent": "00-" + tid + "-0000000000000000-01"},
+		{"traceparent": "00-" + tid + "-" + sid},
+		{"traceparent": "00_" + tid + "-" + sid + "-01"},
+		{"traceparent": "0x-" + tid + "-" + sid + "-01"},
+		{"traceparent": ""},
+		{"tracestate": "a=b"},
+		{},
+	} {
+		want := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier(md)))
+		require.True(t, want.Equal(lrotel.ParseTraceContext(md)), "%v", md)
+	}
+}
+
+// FuzzTraceContextParsedAsThePropagatorDoes: likewise for any traceparent
+// and tracestate.
+func FuzzTraceContextParsedAsThePropagatorDoes(f *testing.F) {
+	f.Add("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "rojo=00f067aa0ba902b7")
+	f.Add("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-09-x", "")
+	f.Fuzz(func(t *testing.T, tp, ts string) {
+		md := map[string]string{"traceparent": tp, "tracestate": ts}
+		want := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier(md)))
+		require.True(t, want.Equal(lrotel.ParseTraceContext(md)), "%q %q", tp, ts)
+	})
+}

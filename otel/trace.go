@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -133,7 +134,8 @@ type tracing struct {
 	// traceContext: prop is propagation.TraceContext, which reads nothing
 	// but the span context.
 	traceContext bool
-	names        sync.Map // queue -> "process <queue>": one concatenation per queue, not per attempt
+	names        sync.Map                 // queue -> *spanName: one concatenation per queue, not per attempt
+	last         atomic.Pointer[spanName] // the name last used
 }
 
 // metadataCarrier reads a job's metadata in place for a propagator
@@ -211,15 +213,25 @@ func (t *tracing) middleware(ctx context.Context, a leaserouter.Attempt, next fu
 }
 
 // name is the span's name for queue, "process <queue>" as the messaging
-// conventions name a consumer's span.
+// conventions name a consumer's span: made once per queue, and the last
+// one kept at hand (most middlewares serve one queue at a time).
 func (t *tracing) name(queue string) string {
-	if s, ok := t.names.Load(queue); ok {
-		return s.(string)
+	if n := t.last.Load(); n != nil && n.queue == queue {
+		return n.name
 	}
-	s := "process " + queue
-	t.names.Store(queue, s)
-	return s
+	var n *spanName
+	if v, ok := t.names.Load(queue); ok {
+		n = v.(*spanName)
+	} else {
+		v, _ := t.names.LoadOrStore(queue, &spanName{queue, "process " + queue})
+		n = v.(*spanName)
+	}
+	t.last.Store(n)
+	return n.name
 }
+
+// spanName is a queue's span name.
+type spanName struct{ queue, name string }
 
 // parseTraceContext is propagation.TraceContext's Extract without its
 // allocations (a ctx made only to be read back): the span context of the

@@ -3,6 +3,8 @@ package otel_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"reflect"
 	"testing"
 	"testing/synctest"
@@ -16,9 +18,19 @@ import (
 
 	"github.com/leaserouter/leaserouter"
 	lrotel "github.com/leaserouter/leaserouter/otel"
+	"github.com/leaserouter/leaserouter/pgrouter/pgtest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	code := pgtest.Main(m) // stops the cluster BenchmarkTracingPG starts, before the leak check
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
 
 const ld = 10 * time.Second
 

@@ -104,10 +104,10 @@ func NewTracingMiddleware(tp trace.TracerProvider, opts TracingOptions) leaserou
 // context of the span in ctx with the job, as W3C traceparent and
 // tracestate metadata (propagation.TraceContext), so that the job's
 // attempts, traced by NewTracingMiddleware in this process or another
-// one sharing the job set, continue the caller's trace. When ctx has no
-// valid span context it adds nothing. It composes with WithMetadata (the
-// options merge), and the two keys count against the metadata limits
-// (a traceparent is 55 bytes).
+// one sharing the job set, continue the caller's trace. When ctx is nil
+// or has no valid span context it adds nothing. It composes with
+// WithMetadata (the options merge), and the two keys count against the
+// metadata limits (a traceparent is 55 bytes).
 func WithTraceContext(ctx context.Context) leaserouter.EnqueueOption {
 	return WithPropagatedContext(ctx, propagation.TraceContext{})
 }
@@ -116,8 +116,12 @@ func WithTraceContext(ctx context.Context) leaserouter.EnqueueOption {
 // middleware whose TracingOptions.Propagator is p (a composite with
 // baggage, or B3). What p writes is stored as metadata and must keep
 // within its limits, or Enqueue returns an error wrapping
-// leaserouter.ErrInvalidJob. A nil p is propagation.TraceContext{}.
+// leaserouter.ErrInvalidJob. A nil p is propagation.TraceContext{}; a nil
+// ctx adds nothing.
 func WithPropagatedContext(ctx context.Context, p propagation.TextMapPropagator) leaserouter.EnqueueOption {
+	if ctx == nil {
+		return leaserouter.WithMetadata(nil)
+	}
 	if p == nil {
 		p = propagation.TraceContext{}
 	}

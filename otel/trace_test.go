@@ -176,10 +176,15 @@ func TestNoTraceContextNoLink(t *testing.T) {
 		require.NoError(t, x.r.Enqueue("bare", "p", lrotel.WithTraceContext(context.Background())))
 		j, _ := x.r.Get("bare")
 		require.Nil(t, j.Metadata, "WithTraceContext with no span adds nothing")
+		p := propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+		//lint:ignore SA1012 a nil ctx is what this checks
+		require.NoError(t, x.r.Enqueue("nil-ctx", "p", lrotel.WithTraceContext(nil), lrotel.WithPropagatedContext(nil, p)))
+		j, _ = x.r.Get("nil-ctx")
+		require.Nil(t, j.Metadata, "nor with a nil ctx")
 		require.NoError(t, x.r.Enqueue("other", "p", leaserouter.WithMetadata(map[string]string{"tenant": "a"})))
 		x.run(t, func(context.Context, *leaserouter.Lease[string]) error { return nil })
 		spans := x.consumerSpans()
-		require.Len(t, spans, 2)
+		require.Len(t, spans, 3)
 		for _, s := range spans {
 			require.False(t, s.Parent().IsValid())
 			require.Empty(t, s.Links())

@@ -32,10 +32,13 @@ func (discard) Shutdown(context.Context) error                             { ret
 //   - RunTraceContext: plain Run, jobs carrying a traceparent (what the
 //     metadata alone costs);
 //   - Noop: the middleware with the no-op TracerProvider;
+//   - NoopBare: the same, jobs without metadata (the span's parent is
+//     then looked up in the handler's ctx, which Run makes on that first
+//     ask: what any middleware reading its ctx pays);
 //   - SDK: the middleware with the SDK, AlwaysSample, and a batch
 //     processor into an exporter that discards.
 //
-// In the last three, jobs are enqueued with WithTraceContext from a
+// In the others, jobs are enqueued with WithTraceContext from a
 // sampled span. Run the binary several times with -count 1, so the
 // variants alternate on a noisy machine.
 func BenchmarkTracing(b *testing.B) {
@@ -47,6 +50,9 @@ func BenchmarkTracing(b *testing.B) {
 		{"Run", false, nil},
 		{"RunTraceContext", true, nil},
 		{"Noop", true, func(*testing.B) leaserouter.Middleware {
+			return lrotel.NewTracingMiddleware(noop.NewTracerProvider(), lrotel.TracingOptions{})
+		}},
+		{"NoopBare", false, func(*testing.B) leaserouter.Middleware {
 			return lrotel.NewTracingMiddleware(noop.NewTracerProvider(), lrotel.TracingOptions{})
 		}},
 		{"SDK", true, func(b *testing.B) leaserouter.Middleware {

@@ -424,3 +424,11 @@ func TestCollectorScrapeTimeout(t *testing.T) {
 		})
 	}
 }
+
+// TestConstLabelQueueRefusedAtRegister: "queue" is the Collector's own
+// label, so a ConstLabel of that name makes Register fail (not a scrape,
+// not a panic).
+func TestConstLabelQueueRefusedAtRegister(t *testing.T) {
+	c := lrprom.NewCollector(lrprom.Options{ConstLabels: prom.Labels{"queue": "mail"}})
+	require.ErrorContains(t, prom.NewRegistry().Register(c), "queue")
+}

@@ -71,7 +71,11 @@ type Client struct {
 	queues map[string]*clientQueue // never changed after NewClient
 	names  []string                // the queues' names, sorted
 	mw     []Middleware
-	hookMu sync.Mutex // held by each call of OnEvent and the Logger: serial across queues
+	// hooks is held (a value in it) by each call of OnEvent and the
+	// Logger, so that they are serial across the queues: a channel of
+	// one, not a sync.Mutex, so that a goroutine waiting for it is seen
+	// as blocked (testing/synctest), as the library waits everywhere.
+	hooks chan struct{}
 
 	mu       sync.Mutex
 	state    clientState
@@ -124,6 +128,7 @@ func NewClient(opts ClientOptions) (*Client, error) {
 		kindName: []string{""},
 		ran:      make(chan struct{}),
 		stopped:  make(chan struct{}),
+		hooks:    make(chan struct{}, 1),
 	}
 	for i, m := range c.mw {
 		if m == nil {
@@ -158,13 +163,13 @@ func (c *Client) newQueue(name string, qc QueueConfig, base Options, tokens *tok
 	o := qc.Options.over(base)
 	if f := o.OnEvent; f != nil {
 		o.OnEvent = func(e Event) {
-			c.hookMu.Lock()
-			defer c.hookMu.Unlock()
+			c.hooks <- struct{}{}
+			defer func() { <-c.hooks }()
 			f(e)
 		}
 	}
 	if o.Logger != nil {
-		o.Logger = slog.New(lockedHandler{&c.hookMu, o.Logger.Handler()}).With(slog.String("queue", name))
+		o.Logger = slog.New(lockedHandler{c.hooks, o.Logger.Handler()}).With(slog.String("queue", name))
 	}
 	r, err := newRouter[any](o, name, tokens)
 	if err != nil {
@@ -228,7 +233,8 @@ func (c *Client) Start(ctx context.Context) error {
 			err := q.r.Run(ctx, opts, c.dispatch)
 			c.mu.Lock()
 			defer c.mu.Unlock()
-			if err != nil && c.runErr == nil {
+			// ErrClosed: Stop closed the queue before its Run began.
+			if err != nil && !errors.Is(err, ErrClosed) && c.runErr == nil {
 				c.runErr = fmt.Errorf("%w (queue %s)", err, contract.Quote(q.admin.name))
 			}
 			if c.running--; c.running == 0 {
@@ -414,19 +420,19 @@ func (r *Router[T]) idleSignal() (idle <-chan struct{}, entered uint64, closed b
 // the Client's hook lock, so that log calls are serial across queues as
 // OnEvent calls are.
 type lockedHandler struct {
-	mu *sync.Mutex
+	mu chan struct{} // Client.hooks
 	h  slog.Handler
 }
 
 func (h lockedHandler) Enabled(ctx context.Context, l slog.Level) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.mu <- struct{}{}
+	defer func() { <-h.mu }()
 	return h.h.Enabled(ctx, l)
 }
 
 func (h lockedHandler) Handle(ctx context.Context, r slog.Record) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.mu <- struct{}{}
+	defer func() { <-h.mu }()
 	return h.h.Handle(ctx, r)
 }
 

@@ -457,8 +457,9 @@ var rowDrained = ClientRow{Name: "lifecycle/Drained waits for pending, scheduled
 		ran.add(l.JobID())
 		h.Advance(h.Lease() / 10) // leased a while
 		return next.Enqueue(ctx, "then-"+l.JobID(), "", leaserouter.WithDelay(time.Second))
-	}, leaserouter.WithKindQueue("q1"))
-	next = register(t, c, "next", func(_ context.Context, l Lease) error { ran.add(l.JobID()); return nil }, leaserouter.WithKindQueue("q2"))
+	}, leaserouter.WithKindQueue("q2"))
+	// The follow-up goes to a queue a Drained may have seen empty before.
+	next = register(t, c, "next", func(_ context.Context, l Lease) error { ran.add(l.JobID()); return nil }, leaserouter.WithKindQueue("q1"))
 	require.NoError(t, first.Enqueue(ctx, "j", ""))
 	short, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
@@ -466,7 +467,7 @@ var rowDrained = ClientRow{Name: "lifecycle/Drained waits for pending, scheduled
 	require.NoError(t, c.Start(ctx))
 	drained(t, c)
 	require.Equal(t, []string{"j", "then-j"}, ran.list(), "drained only once the follow-up ran")
-	require.Equal(t, leaserouter.StateSucceeded, queueGet(t, c, "q2", "then-j").State)
+	require.Equal(t, leaserouter.StateSucceeded, queueGet(t, c, "q1", "then-j").State)
 	drained(t, c) // and at once when nothing is left
 }}
 

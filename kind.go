@@ -82,12 +82,22 @@ func Register[T any](c *Client, name string, h Handler[T], opts ...KindOption) (
 	return k, nil
 }
 
-// Name returns the kind's name.
-func (k *Kind[T]) Name() string { return k.name }
+// Name returns the kind's name ("" for a nil Kind).
+func (k *Kind[T]) Name() string {
+	if k == nil {
+		return ""
+	}
+	return k.name
+}
 
 // Queue returns the queue the kind's jobs go to unless WithQueue says
-// otherwise.
-func (k *Kind[T]) Queue() string { return k.queue }
+// otherwise ("" for a nil Kind).
+func (k *Kind[T]) Queue() string {
+	if k == nil {
+		return ""
+	}
+	return k.queue
+}
 
 // Enqueue adds a job of this kind with a unique id and its payload to the
 // kind's queue, or to the queue WithQueue names; before Start too (the
@@ -100,8 +110,12 @@ func (k *Kind[T]) Queue() string { return k.queue }
 // It blocks only on the queue's lock and, with OnEvent or a Logger set,
 // while the queue's event backlog is full, returning ctx.Err() if ctx is
 // done meanwhile (a done ctx does not stop an Enqueue that need not
-// wait). A nil ctx means context.Background().
+// wait). A nil ctx means context.Background(). A nil Kind (or one not
+// made by Register) returns an error wrapping ErrInvalidOptions.
 func (k *Kind[T]) Enqueue(ctx context.Context, id string, payload T, opts ...EnqueueOption) error {
+	if err := k.check(); err != nil {
+		return err
+	}
 	q, err := k.target(contract.QueueOf(opts, k.queue), id)
 	if err != nil {
 		return err
@@ -122,6 +136,9 @@ func (k *Kind[T]) Enqueue(ctx context.Context, id string, payload T, opts ...Enq
 // enqueued. It blocks as Enqueue does. An empty batch returns nil, nil.
 // specs is not retained.
 func (k *Kind[T]) EnqueueMany(ctx context.Context, specs []JobSpec[T]) (duplicates []int, err error) {
+	if err := k.check(); err != nil {
+		return nil, err
+	}
 	if len(specs) == 0 {
 		return nil, nil
 	}
@@ -146,11 +163,17 @@ func (k *Kind[T]) EnqueueMany(ctx context.Context, specs []JobSpec[T]) (duplicat
 	return duplicates, doneErr(ctx, err)
 }
 
+// check returns an error wrapping ErrInvalidOptions for a Kind that
+// Register did not make (nil, or a zero Kind).
+func (k *Kind[T]) check() error {
+	if k == nil || k.c == nil {
+		return fmt.Errorf("%w: a Kind not made by Register", ErrInvalidOptions)
+	}
+	return nil
+}
+
 // target is the Client's queue named queue, for job id.
 func (k *Kind[T]) target(queue, id string) (*clientQueue, error) {
-	if k == nil || k.c == nil {
-		return nil, fmt.Errorf("%w: a Kind not made by Register", ErrInvalidOptions)
-	}
 	q := k.c.queues[queue]
 	if q == nil {
 		return nil, contract.UnknownQueue(ErrInvalidJob, queue, id)

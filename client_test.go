@@ -1,0 +1,120 @@
+package leaserouter_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/leaserouter/leaserouter"
+)
+
+// newClient returns a Client stopped (revoking what is still held) when
+// the test ends.
+func newClient(t *testing.T, opts leaserouter.ClientOptions) *leaserouter.Client {
+	t.Helper()
+	c, err := leaserouter.NewClient(opts)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_ = c.Stop(ctx)
+	})
+	return c
+}
+
+// TestRouterEventsCarryDefaultQueue: a Router's events say its queue,
+// DefaultQueue, and the kind "" of its jobs, as a Client's say theirs.
+func TestRouterEventsCarryDefaultQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var evs []leaserouter.Event
+		r := setup(t, leaserouter.Options{OnEvent: func(e leaserouter.Event) { evs = append(evs, e) }})
+		require.NoError(t, r.Enqueue("a", ""))
+		require.NoError(t, r.Flush(t.Context()))
+		require.Len(t, evs, 1)
+		require.Equal(t, leaserouter.DefaultQueue, evs[0].Queue)
+		require.Empty(t, evs[0].JobKind)
+	})
+}
+
+// TestClientLoggerNamesTheQueue: a Client's Logger writes each queue's
+// events with the queue's name, so that two queues' lines tell apart.
+func TestClientLoggerNamesTheQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var buf bytes.Buffer
+		c := newClient(t, leaserouter.ClientOptions{
+			Options: leaserouter.Options{Logger: slog.New(slog.NewTextHandler(&buf, nil))},
+			Queues:  map[string]leaserouter.QueueConfig{"q1": {}},
+		})
+		k, err := leaserouter.Register(c, "k", func(context.Context, *leaserouter.Lease[int]) error { return nil }, leaserouter.WithKindQueue("q1"))
+		require.NoError(t, err)
+		require.NoError(t, k.Enqueue(t.Context(), "a", 1))
+		require.NoError(t, c.Queue("q1").Flush(t.Context()))
+		require.Contains(t, buf.String(), "queue=q1")
+		require.Contains(t, buf.String(), "event=enqueued")
+	})
+}
+
+// TestKindEnqueueChecksItsClient: a Kind's calls on a nil Kind, and a
+// Register on a nil Client, are errors, not panics.
+func TestKindEnqueueChecksItsClient(t *testing.T) {
+	var k *leaserouter.Kind[int]
+	require.ErrorIs(t, k.Enqueue(context.Background(), "a", 1), leaserouter.ErrInvalidOptions)
+	_, err := k.EnqueueMany(context.Background(), []leaserouter.JobSpec[int]{{ID: "a"}})
+	require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+	_, err = leaserouter.Register(nil, "k", func(context.Context, *leaserouter.Lease[int]) error { return nil })
+	require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+	_, err = leaserouter.NewClient(leaserouter.ClientOptions{Middleware: []leaserouter.Middleware{nil}})
+	require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+}
+
+// TestRaceClient: Enqueue from many goroutines and from handlers,
+// Drained, Stop and Start racing, under -race: every job enqueued and
+// accepted runs once or is left pending by Stop, and no call panics.
+func TestRaceClient(t *testing.T) {
+	c := newClient(t, leaserouter.ClientOptions{Queues: map[string]leaserouter.QueueConfig{"a": {Workers: 4}, "b": {Workers: 4}}})
+	var ran atomic.Int64
+	var follow *leaserouter.Kind[int]
+	first, err := leaserouter.Register(c, "first", func(ctx context.Context, l *leaserouter.Lease[int]) error {
+		ran.Add(1)
+		_ = follow.Enqueue(ctx, fmt.Sprint("f", l.JobID), l.Payload) // ErrClosed once Stop began
+		return nil
+	}, leaserouter.WithKindQueue("a"))
+	require.NoError(t, err)
+	follow, err = leaserouter.Register(c, "follow", func(context.Context, *leaserouter.Lease[int]) error {
+		ran.Add(1)
+		return nil
+	}, leaserouter.WithKindQueue("b"))
+	require.NoError(t, err)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	var accepted atomic.Int64
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 200 {
+				if first.Enqueue(ctx, fmt.Sprint(g, "-", i), i) == nil {
+					accepted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Go(func() { _ = c.Start(ctx) })
+	wg.Go(func() { _ = c.Drained(ctx) })
+	wg.Wait()
+	require.NoError(t, c.Drained(ctx))
+	require.EqualValues(t, 2*accepted.Load(), ran.Load(), "each job and its follow-up ran once")
+	var stops sync.WaitGroup
+	for range 3 {
+		stops.Go(func() { require.NoError(t, c.Stop(ctx)) })
+	}
+	stops.Wait()
+	for _, q := range c.QueueNames() {
+		require.NoError(t, c.Queue(q).Audit())
+	}
+}

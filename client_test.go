@@ -3,12 +3,14 @@ package leaserouter_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -117,4 +119,51 @@ func TestRaceClient(t *testing.T) {
 	for _, q := range c.QueueNames() {
 		require.NoError(t, c.Queue(q).Audit())
 	}
+}
+
+// TestClientQueueOptions: a queue's Options override the client's field
+// by field (a zero field takes the client's), and its Timeout limits each
+// attempt as WorkerOptions.Timeout does for Run.
+func TestClientQueueOptions(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newClient(t, leaserouter.ClientOptions{
+			Options: leaserouter.Options{MaxAttempts: 1, LeaseDuration: time.Minute},
+			Queues: map[string]leaserouter.QueueConfig{
+				"plain":   {},
+				"patient": {Options: leaserouter.Options{MaxAttempts: 3, Backoff: func(int) time.Duration { return 0 }}},
+				"timed":   {Timeout: time.Second},
+			},
+		})
+		causes := make(chan error, 1)
+		fail := func(ctx context.Context, l *leaserouter.Lease[int]) error {
+			if l.JobID == "slow" {
+				<-ctx.Done()
+				causes <- context.Cause(ctx)
+				return ctx.Err()
+			}
+			return errors.New("boom")
+		}
+		ks := map[string]*leaserouter.Kind[int]{}
+		for _, q := range []string{"plain", "patient", "timed"} {
+			k, err := leaserouter.Register(c, "k-"+q, fail, leaserouter.WithKindQueue(q))
+			require.NoError(t, err)
+			ks[q] = k
+			require.NoError(t, k.Enqueue(t.Context(), "j", 0))
+		}
+		require.NoError(t, ks["timed"].Enqueue(t.Context(), "slow", 0))
+		require.NoError(t, c.Start(t.Context()))
+		require.NoError(t, c.Drained(t.Context()))
+		for q, attempts := range map[string]int{"plain": 1, "patient": 3, "timed": 1} {
+			j, ok := c.Queue(q).Get("j")
+			require.True(t, ok)
+			require.Equal(t, leaserouter.StateFailed, j.State, q)
+			require.Equal(t, attempts, j.Attempt, q)
+		}
+		var te *leaserouter.TimeoutError
+		require.ErrorAs(t, <-causes, &te, "the queue's Timeout")
+		j, _ := c.Queue("patient").Get("j")
+		require.Equal(t, 3, j.MaxAttempts, "the queue's MaxAttempts")
+		j, _ = c.Queue("plain").Get("j")
+		require.Equal(t, 1, j.MaxAttempts, "the client's MaxAttempts")
+	})
 }

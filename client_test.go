@@ -167,3 +167,37 @@ func TestClientQueueOptions(t *testing.T) {
 		require.Equal(t, 1, j.MaxAttempts, "the client's MaxAttempts")
 	})
 }
+
+// TestClientLeaseActsOnTheJob: the *Lease[T] a kind's handler gets acts
+// on the job in its queue, as a Router's lease does: Heartbeat stores a
+// checkpoint, Expiry tells the lease's end, KeepAlive keeps it, and after
+// the attempt its operations are refused.
+func TestClientLeaseActsOnTheJob(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newClient(t, leaserouter.ClientOptions{Options: leaserouter.Options{LeaseDuration: time.Minute}})
+		var kept *leaserouter.Lease[string]
+		k, err := leaserouter.Register(c, "k", func(ctx context.Context, l *leaserouter.Lease[string]) error {
+			kept = l
+			kctx, stop := leaserouter.KeepAlive(ctx, l, 0)
+			defer stop()
+			if err := kctx.Err(); err != nil {
+				return fmt.Errorf("KeepAlive: %w", context.Cause(kctx))
+			}
+			if got := l.Expiry(); !got.Equal(time.Now().Add(time.Minute)) {
+				return fmt.Errorf("Expiry %v", got)
+			}
+			time.Sleep(3 * time.Minute) // kept alive meanwhile
+			return l.Heartbeat([]byte("checkpoint"))
+		})
+		require.NoError(t, err)
+		require.NoError(t, k.Enqueue(t.Context(), "a", "p"))
+		require.NoError(t, c.Start(t.Context()))
+		require.NoError(t, c.Drained(t.Context()))
+		j, ok := c.Queue(leaserouter.DefaultQueue).Get("a")
+		require.True(t, ok)
+		require.Equal(t, leaserouter.StateSucceeded, j.State, j.LastError)
+		require.Equal(t, 1, j.Attempt)
+		require.Equal(t, "checkpoint", string(j.Progress))
+		require.ErrorIs(t, kept.Heartbeat(nil), leaserouter.ErrLeaseLost, "refused once the attempt is over")
+	})
+}

@@ -15,7 +15,9 @@ import (
 // a *LeaseLostError otherwise, whether or not the reaper has noticed.
 //
 // The exported fields are set when the lease is granted and never change; a
-// holder may read them freely. Methods are safe for concurrent use. Leases
+// holder may read them freely. Methods are safe for concurrent use. The
+// Lease a Client's handler gets (Register) acts on the job in its queue,
+// as a Router's does. Leases
 // as a recoverable alternative to locks: Gray and Cheriton, "Leases", SOSP
 // 1989.
 type Lease[T any] struct {

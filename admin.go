@@ -116,7 +116,7 @@ func (r *Router[T]) List(p ListParams) (JobPage[T], error) {
 		full, copied := false, 0
 		resume, more := r.order.Walk(before, mask, listBudget, func(j *job[T]) bool {
 			if mask&(1<<j.state) == 0 || !strings.HasPrefix(j.id, p.IDPrefix) ||
-				kindKey != "" && !slices.Contains(p.Kinds, r.kinds[j.kind]) {
+				kindKey != "" && !slices.Contains(p.Kinds, r.kindName(j.kind)) {
 				return true
 			}
 			if len(rows) == limit { // one more than the page: there is a next one

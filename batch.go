@@ -27,6 +27,12 @@ import (
 // router's lock and, with a hook set, while the event backlog is full.
 // jobs is not retained.
 func (r *Router[T]) EnqueueMany(jobs []JobSpec[T]) (duplicates []int, err error) {
+	return r.enqueueMany(jobs, 0, nil)
+}
+
+// enqueueMany is EnqueueMany of jobs of kind, waiting for room as
+// enqueue does until done is closed.
+func (r *Router[T]) enqueueMany(jobs []JobSpec[T], kind uint16, done <-chan struct{}) (duplicates []int, err error) {
 	pooled := specPool.Get().(*[]enqueueSpec)
 	defer func() {
 		clear(*pooled)
@@ -40,6 +46,7 @@ func (r *Router[T]) EnqueueMany(jobs []JobSpec[T]) (duplicates []int, err error)
 		if err = r.parseJob(&specs[i], jobs[i].ID, jobs[i].Options); err != nil {
 			return nil, contract.AtBatchIndex(err, i)
 		}
+		specs[i].kind = kind
 	}
 	if len(jobs) == 0 {
 		return nil, nil
@@ -47,7 +54,7 @@ func (r *Router[T]) EnqueueMany(jobs []JobSpec[T]) (duplicates []int, err error)
 	// The batch's records, allocated before taking the lock.
 	records := makeBlocks[job[T]](len(jobs))
 	growth := r.prealloc() // the same, for the index and the ready queue (reserve.go)
-	now, err := r.lockOpen(true, nil)
+	now, err := r.lockOpen(true, done)
 	if err != nil {
 		return nil, err
 	}
@@ -65,7 +72,7 @@ func (r *Router[T]) EnqueueMany(jobs []JobSpec[T]) (duplicates []int, err error)
 		known, pos := r.jobs.Find(id, specs[i].hash)
 		if known != nil { // known before the batch, or repeated within it
 			duplicates = append(duplicates, i)
-			r.duplicate(id, known, now)
+			r.duplicate(id, specs[i].kind, known, now)
 			continue
 		}
 		r.insert(id, jobs[i].Payload, &specs[i], pos, now, records.at(i))

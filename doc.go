@@ -49,6 +49,21 @@
 // itself. Choose LeaseDuration above the longest pause a healthy worker can
 // have (GC, a slow call) and the heartbeat interval at a third of it or less.
 //
+// # Clients
+//
+// A service with several kinds of jobs holds one Client (NewClient) rather
+// than a Router and a Run per kind. Register gives each kind its name,
+// payload type and Handler, and a queue (WithKindQueue); Kind.Enqueue adds
+// a job of that kind, before Start too. Start runs every queue, each with
+// its own Workers, so a slow kind in one queue never holds back another;
+// one claim serves every kind of a queue in the queue's order. Middleware
+// runs around every attempt (tracing, logging), and WithMetadata carries
+// a small map of strings with a job, read back by the Middleware in
+// Attempt.Metadata. Drained waits until every queue is empty (for tests
+// and batch programs), Stop lets running handlers finish and closes the
+// queues, and Client.Queue gives one queue's operator calls. Fencing
+// tokens increase across all the queues of a Client.
+//
 // # Periodic jobs, timeouts and snooze
 //
 // Router.AddPeriodic enqueues a job at every tick of a Schedule (Every, or

@@ -63,6 +63,12 @@ type Event struct {
 	Token    Token  // the lease concerned, if any (for stale_rejected, the refused one)
 	Attempt  int    // the job's attempt count at the transition (for stale_rejected, the refused lease's attempt)
 	Err      error  // the cause, for duplicate, failed, dead, stale_rejected and released by Close
+	// Queue is the queue the job is in: DefaultQueue for a Router's
+	// events, the queue's name for a Client's.
+	Queue string
+	// JobKind is the job's kind, as a Client registered it; "" for a
+	// Router's jobs.
+	JobKind string
 
 	// Durations the transition closes, for histograms; zero where they do
 	// not apply. Measured on the router's monotonic clock.
@@ -95,6 +101,7 @@ type record struct {
 	attempt  int32
 	kind     EventKind
 	requeued bool
+	jobKind  uint16 // the job's kind (job.kind)
 }
 
 // event is rec as delivered.
@@ -102,6 +109,7 @@ func (r *Router[T]) event(rec *record) Event {
 	e := Event{
 		Kind: rec.kind, Time: r.timeAt(rec.at), JobID: rec.jobID, WorkerID: rec.workerID,
 		Token: rec.token, Attempt: int(rec.attempt), Err: rec.err, Requeued: rec.requeued,
+		Queue: r.queue, JobKind: r.kindName(rec.jobKind),
 	}
 	if rec.kind == EventLeaseAcquired {
 		e.Wait = time.Duration(rec.dur)
@@ -126,7 +134,7 @@ func (r *Router[T]) emit(kind EventKind, at int64, j *job[T], l *Lease[T], tok T
 // record is emit's work when a hook is configured.
 func (r *Router[T]) record(kind EventKind, at int64, j *job[T], l *Lease[T], tok Token, err error) *record {
 	rec := r.push()
-	rec.kind, rec.at, rec.token, rec.attempt, rec.jobID = kind, at, tok, j.attempt, j.id
+	rec.kind, rec.at, rec.token, rec.attempt, rec.jobID, rec.jobKind = kind, at, tok, j.attempt, j.id, j.kind
 	if l != nil {
 		rec.workerID = l.WorkerID
 	}

@@ -156,6 +156,9 @@ func KeepAlive[T any](ctx context.Context, l *Lease[T], interval time.Duration) 
 		ctx = context.Background()
 	}
 	if l == nil || l.r == nil {
+		if v := l.view(); v != nil {
+			return KeepAlive(ctx, v, interval)
+		}
 		return canceled(ctx, contract.KeepAliveNilLease(ErrInvalidOptions))
 	}
 	lease := l.r.opts.LeaseDuration

@@ -213,7 +213,7 @@ func (r *Router[T]) row(x *job[T], progress bool) jobRow {
 		Attempt: int(x.attempt), MaxAttempts: int(x.maxAttempts), Token: x.token,
 		Owner: x.owner(), LastError: x.lastErr,
 		CreatedAt: r.timeAt(x.created), UpdatedAt: r.timeAt(x.updated), Timeout: x.timeout,
-		Kind: r.kinds[x.kind], Metadata: x.meta,
+		Kind: r.kindName(x.kind), Metadata: x.meta,
 	}
 	if progress {
 		j.Progress = x.progress

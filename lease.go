@@ -15,7 +15,9 @@ import (
 // a *LeaseLostError otherwise, whether or not the reaper has noticed.
 //
 // The exported fields are set when the lease is granted and never change; a
-// holder may read them freely. Methods are safe for concurrent use. Leases
+// holder may read them freely. Methods are safe for concurrent use. The
+// Lease a Client's handler gets (Register) acts on the job in its queue,
+// as a Router's does. Leases
 // as a recoverable alternative to locks: Gray and Cheriton, "Leases", SOSP
 // 1989.
 type Lease[T any] struct {
@@ -41,6 +43,9 @@ type Lease[T any] struct {
 // expiry the lease had then). A nil *Lease returns the zero Time.
 func (l *Lease[T]) Expiry() time.Time {
 	if l == nil || l.r == nil {
+		if v := l.view(); v != nil {
+			return v.Expiry()
+		}
 		return time.Time{}
 	}
 	r := l.r
@@ -61,6 +66,9 @@ func (l *Lease[T]) Expiry() time.Time {
 // lease's events stay bounded).
 func (l *Lease[T]) Heartbeat(progress []byte) error {
 	if l == nil || l.r == nil {
+		if v := l.view(); v != nil {
+			return v.Heartbeat(progress)
+		}
 		return errNilLease()
 	}
 	r := l.r
@@ -110,6 +118,9 @@ func (r *Router[T]) extend(l *Lease[T], now int64, progress []byte) {
 // stale holder can never complete a job another worker now holds. Like
 // Heartbeat, it blocks only on the router's lock, accepted or refused.
 func (l *Lease[T]) Complete() error {
+	if v := l.view(); v != nil {
+		return v.Complete()
+	}
 	return l.end(func(r *Router[T], j *job[T], now int64) { r.complete(j, l, now) })
 }
 
@@ -146,6 +157,9 @@ func (l *Lease[T]) end(op func(r *Router[T], j *job[T], now int64)) error {
 // blocks only on the router's lock, accepted or refused.
 func (l *Lease[T]) Fail(cause error) error {
 	if l == nil || l.r == nil {
+		if v := l.view(); v != nil {
+			return v.Fail(cause)
+		}
 		return errNilLease()
 	}
 	// cause's Error, Unwrap and As are user code: read here, recovered and
@@ -190,6 +204,9 @@ func (r *Router[T]) backoff(attempt int) (d time.Duration, panicked error) {
 // the lease is no longer valid, changing nothing. Like Heartbeat, it
 // blocks only on the router's lock, accepted or refused.
 func (l *Lease[T]) Release() error {
+	if v := l.view(); v != nil {
+		return v.Release()
+	}
 	return l.end(func(r *Router[T], j *job[T], now int64) { r.release(j, l, now) })
 }
 
@@ -412,7 +429,34 @@ func IsPermanent(err error) bool { return contract.IsPermanent(err) }
 // Close, and returns nil for a nil *Lease.
 func (l *Lease[T]) Metadata() map[string]string {
 	if l == nil || l.j == nil {
+		if v := l.view(); v != nil {
+			return v.Metadata()
+		}
 		return nil
 	}
 	return l.j.meta
+}
+
+// A Client runs a kind's handler on a *Lease[T] that is a view of the
+// untyped lease its queue granted (a *Lease[any]): its exported fields
+// are the lease's, with the payload as a T, its r and j are nil, and its
+// lost field holds a viewOf that every method forwards to. The field
+// costs a view no size (Lease stays 128 bytes for small T), and the
+// forwarding costs a granted lease nothing, since it is tried only where
+// r is nil. A view's lost is set when it is made and never written again.
+
+// viewOf is the lostWatcher field of a view: the lease it shows. (A
+// struct of one pointer is stored in an interface without an
+// allocation.)
+type viewOf struct{ l *Lease[any] }
+
+func (viewOf) leaseLost(error) {}
+
+// view returns the lease l is a view of, or nil if l is not a view.
+func (l *Lease[T]) view() *Lease[any] {
+	if l == nil || l.r != nil {
+		return nil
+	}
+	v, _ := l.lost.(viewOf)
+	return v.l
 }

@@ -65,7 +65,6 @@ type Router[T any] struct {
 	hist          *[HistoryMinutes]histSlot // History's ring (apart: 2 KB the hot fields need not share lines with)
 	stats         Stats                     // totals; counts fill the per-state fields on read
 	lastToken     Token
-	kinds         []string // kind names by index (job.kind); kinds[0] is "", a Router's jobs
 	seq           uint64
 	armed         int64 // the reaper's next wake-up; math.MaxInt64 if none
 	waiters       []chan struct{}
@@ -87,6 +86,17 @@ type Router[T any] struct {
 	delivery *handoff // nil without hooks
 	growth   growHint // what the ID index and the ready queue want for their next growth step (reserve.go)
 
+	// kinds is the names of the kinds by index (job.kind); (*kinds)[0] is
+	// "", a Router's jobs. A Client's Register replaces it (copy on
+	// write, shared by the Client's queues); the delivery goroutine reads
+	// it without r.mu.
+	kinds atomic.Pointer[[]string]
+	// tokens is a Client's queues' one source of fencing tokens; nil for
+	// a lone Router, whose lastToken counts them. With it, lastToken is
+	// the last token this Router granted.
+	tokens *tokenSource
+	idle   chan struct{} // closed when no job is unfinished (noteIdle); nil unless a Client's Drained waits; guarded by mu
+
 	periodics *periodics[T] // the scheduler of periodic jobs (periodic.go); nil until the first AddPeriodic; guarded by mu
 
 	lostNotes []lostNote             // lease ends told under mu, their contexts canceled once it is released (tell); guarded by mu
@@ -97,6 +107,12 @@ type Router[T any] struct {
 // bad field returns an error wrapping ErrInvalidOptions that names it. New
 // starts the reaper goroutine: call Close to stop it.
 func New[T any](opts Options) (*Router[T], error) {
+	return newRouter[T](opts, DefaultQueue, nil)
+}
+
+// newRouter is New of a Router serving queue, drawing its tokens from
+// tokens if not nil (a Client's queues: client.go).
+func newRouter[T any](opts Options, queue string, tokens *tokenSource) (*Router[T], error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
@@ -105,8 +121,8 @@ func New[T any](opts Options) (*Router[T], error) {
 		opts:     opts,
 		epoch:    time.Now(),
 		hooked:   opts.OnEvent != nil || opts.Logger != nil,
-		queue:    DefaultQueue,
-		kinds:    []string{""},
+		queue:    queue,
+		tokens:   tokens,
 		kick:     make(chan struct{}, 1),
 		closing:  make(chan struct{}),
 		done:     make(chan struct{}),
@@ -121,15 +137,30 @@ func New[T any](opts Options) (*Router[T], error) {
 		armed:    math.MaxInt64,
 	}
 	r.epochUnix = r.epoch.UnixNano()
+	r.kinds.Store(&noKinds)
 	// Seed above the wall clock so a downstream that persisted yesterday's
 	// tokens still admits today's (see Token).
 	r.lastToken = max(opts.TokenFloor, Token(max(r.epoch.UnixNano(), 0)))
+	if tokens != nil {
+		tokens.seed(r.lastToken)
+	}
 	r.reaper.Go(r.reap)
 	if r.hooked {
 		r.delivery = &handoff{kick: make(chan struct{}, 1), done: make(chan struct{})}
 		go r.deliverLoop() // owned by Close, which waits on delivery.done
 	}
 	return r, nil
+}
+
+// noKinds is a Router's kinds: its jobs have kind "".
+var noKinds = []string{""}
+
+// kindName is the name of kind k.
+func (r *Router[T]) kindName(k uint16) string {
+	if k == 0 {
+		return ""
+	}
+	return (*r.kinds.Load())[k]
 }
 
 // lockOpen begins a call that needs the Router open (Enqueue,
@@ -216,19 +247,27 @@ func (r *Router[T]) timeAt(nanos int64) time.Time { return r.epoch.Add(time.Dura
 // the router's lock and, with a hook set, while the event backlog is full
 // (see Options.OnEvent). It wakes one blocked Acquire if the job is ready.
 func (r *Router[T]) Enqueue(id string, payload T, opts ...EnqueueOption) error {
+	return r.enqueue(id, payload, 0, opts, nil)
+}
+
+// enqueue is Enqueue of a job of kind (a Client's Kind; 0 for a Router's
+// Enqueue), waiting for room in the event backlog until done is closed
+// (then it returns errDone; nil: no limit).
+func (r *Router[T]) enqueue(id string, payload T, kind uint16, opts []EnqueueOption, done <-chan struct{}) error {
 	var spec enqueueSpec
 	if err := r.parseJob(&spec, id, opts); err != nil {
 		return err
 	}
+	spec.kind = kind
 	j, grow := new(job[T]), r.prealloc() // before the lock (reserve.go)
-	now, err := r.lockOpen(true, nil)
+	now, err := r.lockOpen(true, done)
 	if err != nil {
 		return err
 	}
 	r.stock(grow)
 	known, pos := r.jobs.Find(id, spec.hash)
 	if known != nil {
-		r.duplicate(id, known, now)
+		r.duplicate(id, spec.kind, known, now)
 		r.unlockAndDeliver()
 		return fmt.Errorf("%w: %q", ErrDuplicate, id)
 	}
@@ -245,11 +284,11 @@ func (r *Router[T]) Enqueue(id string, payload T, opts ...EnqueueOption) error {
 // duplicate counts and reports an Enqueue of id refused because the router
 // knows it (known; for an ID repeated within a batch, the job the batch
 // just enqueued). The caller holds r.mu.
-func (r *Router[T]) duplicate(id string, known *job[T], now int64) {
+func (r *Router[T]) duplicate(id string, kind uint16, known *job[T], now int64) {
 	r.stats.Duplicates++
 	if r.hooked {
 		// The known job's latest token, as on every event of that job.
-		r.emit(EventDuplicate, now, &job[T]{id: id}, nil, known.token, ErrDuplicate)
+		r.emit(EventDuplicate, now, &job[T]{id: id, kind: kind}, nil, known.token, ErrDuplicate)
 	}
 }
 

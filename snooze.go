@@ -27,6 +27,9 @@ func (l *Lease[T]) Snooze(d time.Duration) error {
 	if err := contract.CheckSnooze(ErrInvalidOptions, d); err != nil { // the same on every backend
 		return err
 	}
+	if v := l.view(); v != nil {
+		return v.Snooze(d)
+	}
 	return l.end(func(r *Router[T], j *job[T], now int64) { r.snooze(j, l, now, d) })
 }
 

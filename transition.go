@@ -3,6 +3,7 @@ package leaserouter
 import (
 	"errors"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/leaserouter/leaserouter/internal/contract"
@@ -46,7 +47,7 @@ func (r *Router[T]) grant(workerID string, now int64, l *Lease[T], was *readyAt)
 	if r.grantable() == 0 {
 		return nil, ErrNoJob
 	}
-	if r.lastToken >= maxToken {
+	if !r.nextToken() {
 		// Every waiter must learn it too (Run's workers stop on it): the
 		// wake-up for this job goes on, and each waiter passes it on.
 		r.wakeOne()
@@ -57,7 +58,6 @@ func (r *Router[T]) grant(workerID string, now int64, l *Lease[T], was *readyAt)
 	if was != nil {
 		*was = makeReadyAt(readyAt, requeued)
 	}
-	r.lastToken++
 	r.setState(j, StateLeased)
 	j.attempt++
 	j.token = r.lastToken
@@ -78,6 +78,52 @@ func (r *Router[T]) grant(workerID string, now int64, l *Lease[T], was *readyAt)
 		e.dur, e.requeued = now-readyAt, requeued
 	}
 	return l, nil
+}
+
+// nextToken makes r.lastToken the next fencing token and reports
+// whether there was one (tokens fit in an int64). A lone Router counts
+// under r.mu; a Client's queues draw from their shared source, so that
+// tokens increase across every queue of the Client. The caller holds
+// r.mu.
+func (r *Router[T]) nextToken() bool {
+	if r.tokens != nil {
+		t, ok := r.tokens.next()
+		r.lastToken = max(r.lastToken, t)
+		return ok
+	}
+	if r.lastToken >= maxToken {
+		return false
+	}
+	r.lastToken++
+	return true
+}
+
+// tokenSource is the fencing tokens of a Client's queues: one counter,
+// so a lease granted later in any queue has a higher token.
+type tokenSource struct{ last atomic.Uint64 }
+
+// seed raises the source to t, if it is below: every token it issues is
+// then above t (each queue's TokenFloor and the wall clock at its New).
+func (s *tokenSource) seed(t Token) {
+	for {
+		cur := s.last.Load()
+		if Token(cur) >= t || s.last.CompareAndSwap(cur, uint64(t)) {
+			return
+		}
+	}
+}
+
+// next returns the next token, or false if none fits in an int64.
+func (s *tokenSource) next() (Token, bool) {
+	for {
+		t := s.last.Load()
+		if Token(t) >= maxToken {
+			return 0, false
+		}
+		if s.last.CompareAndSwap(t, t+1) {
+			return Token(t + 1), true
+		}
+	}
 }
 
 // ownProgress gives l a copy of the checkpoint grant shared with its
@@ -302,6 +348,18 @@ func (r *Router[T]) drop(j *job[T], at int64) {
 	r.stats.Purged++
 	r.emit(EventPurged, at, j, nil, j.token, nil)
 	r.forget(j)
+	if r.idle != nil {
+		r.noteIdle()
+	}
+}
+
+// noteIdle closes r.idle, which a Client's Drained waits on, once no job
+// is unfinished. The caller holds r.mu and has checked r.idle != nil.
+func (r *Router[T]) noteIdle() {
+	if r.unfinished() == 0 {
+		close(r.idle)
+		r.idle = nil
+	}
 }
 
 // forget clears what a record no longer in the router carried: a stale
@@ -351,6 +409,9 @@ func (r *Router[T]) setState(j *job[T], s State) {
 		r.drained = nil
 	}
 	j.state = s
+	if r.idle != nil {
+		r.noteIdle()
+	}
 }
 
 // insert stores a new job at pos (from a Find that found nothing, with no

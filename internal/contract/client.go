@@ -72,3 +72,22 @@ func step[M ~func(context.Context, A, func(context.Context) error) error, A any]
 	}
 	return mw[i](ctx, a, func(ctx context.Context) error { return step(ctx, mw, i+1, a, inner) })
 }
+
+// QueueOf is the queue the last WithQueue of opts names, or dflt when
+// none does: the queue a Client sends a job to on every backend (dflt is
+// its kind's queue).
+func QueueOf[O AnyEnqueueOption](opts []O, dflt string) string {
+	q := dflt
+	for _, o := range opts {
+		if o := option(o); o.kind == optQueue && o.str != "" {
+			q = o.str
+		}
+	}
+	return q
+}
+
+// UnknownQueue is the error of an enqueue to a queue the Client has not
+// configured, wrapping errInvalidJob.
+func UnknownQueue(errInvalidJob error, queue, id string) error {
+	return fmt.Errorf("%w: WithQueue(%s) for job %q: the Client has no such queue", errInvalidJob, Quote(queue), id)
+}

@@ -89,6 +89,10 @@ type Caps struct {
 	// Audit: the Backends implement Auditor, checked once the
 	// linearizability workload is over.
 	Audit bool
+	// SharedClients: several Clients (processes) share one job set, each
+	// registering its own kinds (ClientHarness.Peer). An in-process
+	// Client's job set is its own, so every kind in it is registered.
+	SharedClients bool
 }
 
 // Expirer is the optional capability Caps.ForcedExpiry declares.
@@ -182,4 +186,87 @@ type Lease interface {
 	// Snooze ends the lease and has the job run again after d, the
 	// attempt not counted (the core's Lease.Snooze).
 	Snooze(ctx context.Context, d time.Duration) error
+}
+
+// ClientHarness is a backend's Client under test: the rows of
+// ClientRows run against it (RunClient). The Client's calls take a ctx
+// and may return a backend's error (a driver's), as pgrouter's do; an
+// in-process backend ignores ctx where its call never waits.
+type ClientHarness interface {
+	// Name names the backend in logs.
+	Name() string
+	// Caps declares what differs (SharedClients among them).
+	Caps() Caps
+	// Scope runs f as one test of the suite, as Harness.Scope does.
+	Scope(t *testing.T, f func(t *testing.T))
+	// Advance returns after at least d has passed on the backend's clock.
+	Advance(d time.Duration)
+	// Lease is the default lease duration of a ClientConfig.
+	Lease() time.Duration
+	// NewClient returns the backend's NewClient(cfg) on a fresh job set,
+	// its Stop called (with a done ctx) when t ends; or NewClient's
+	// error.
+	NewClient(t T, cfg ClientConfig) (Client, error)
+	// Peer returns another Client with cfg on c's job set, as another
+	// process would open it (only with Caps.SharedClients), stopped when
+	// t ends.
+	Peer(t T, c Client, cfg ClientConfig) (Client, error)
+}
+
+// ClientConfig is the options a row makes a Client with: Config is every
+// queue's default (zero fields as in Config: LeaseDuration
+// ClientHarness.Lease, Backoff none), Queues the queues (empty: one,
+// DefaultQueue), Middleware the middleware around every attempt.
+type ClientConfig struct {
+	Config
+	Queues     map[string]QueueConfig
+	Middleware []leaserouter.Middleware
+}
+
+// QueueConfig is one queue of a ClientConfig: its Workers and Timeout,
+// and Config's non-zero fields override the client's.
+type QueueConfig struct {
+	Workers int
+	Config  Config
+	Timeout time.Duration
+}
+
+// Client is a backend's Client, with string payloads.
+type Client interface {
+	// Register registers a kind whose handler is h (nil: a nil handler);
+	// each job's lease is a Lease (and a MetadataLease).
+	Register(kind string, h Handler, opts ...leaserouter.KindOption) (Kind, error)
+	Start(ctx context.Context) error
+	Stop(ctx context.Context) error
+	Drained(ctx context.Context) error
+	// Queue returns the queue's admin calls, nil for a queue the Client
+	// does not have.
+	Queue(name string) QueueAdmin
+	QueueNames() []string
+	QueueStats(ctx context.Context) ([]leaserouter.QueueStats, error)
+}
+
+// Kind is a registered kind of a Client.
+type Kind interface {
+	Name() string
+	Queue() string
+	Enqueue(ctx context.Context, id, payload string, opts ...leaserouter.EnqueueOption) error
+	EnqueueMany(ctx context.Context, specs []leaserouter.JobSpec[string]) (duplicates []int, err error)
+}
+
+// QueueAdmin is one queue of a Client: the admin calls the rows use, the
+// payloads as strings.
+type QueueAdmin interface {
+	Name() string
+	Get(ctx context.Context, id string) (leaserouter.Job[string], bool, error)
+	List(ctx context.Context, p leaserouter.ListParams) (leaserouter.JobPage[string], error)
+	Stats(ctx context.Context) (leaserouter.Stats, error)
+	Retry(ctx context.Context, id string) error
+	Cancel(ctx context.Context, id string) error
+}
+
+// MetadataLease is what a Client's lease adds to Lease: the job's
+// metadata (Lease.Metadata).
+type MetadataLease interface {
+	Metadata() map[string]string
 }

@@ -41,6 +41,8 @@ func needs(c Caps, name string) (bool, string) {
 		return c.Totals, "the backend does not declare its Stats totals exact over the workload's history"
 	case "Audit":
 		return c.Audit, "the backend offers no audit of its internal invariants"
+	case "SharedClients":
+		return c.SharedClients, "an in-process Client's job set is its own: every kind in it is registered, and no other process claims from it"
 	}
 	panic("routertest: unknown capability " + name)
 }
@@ -140,7 +142,7 @@ func expire(h Harness, l Lease, lease time.Duration) { h.Advance(lease + lease/4
 
 // eventually advances the backend's clock in small steps until cond
 // holds, failing t after 20s of the backend's clock.
-func eventually(t T, h Harness, what string, cond func() bool) {
+func eventually(t T, h interface{ Advance(time.Duration) }, what string, cond func() bool) {
 	t.Helper()
 	const step = 10 * time.Millisecond
 	for range int(20 * time.Second / step) {

@@ -1,0 +1,445 @@
+package leaserouter
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/leaserouter/leaserouter/internal/contract"
+)
+
+// The Client: one object a service holds for all its kinds of jobs and
+// queues. Each queue is a Router[any] of its own (one lock, one ready
+// heap: one claim serves every kind of the queue in the queue's order),
+// run by Run's workers with a dispatch by the job's kind in place of a
+// handler (Kind.serve, kind.go). The queues share the names of the
+// kinds (job.kind indexes one table) and one source of fencing tokens.
+
+// DefaultQueueWorkers is a queue's Workers when its QueueConfig leaves it
+// 0: handlers of a service are mostly waiting on I/O, so a queue runs
+// many at once (Run's default, GOMAXPROCS, suits CPU-bound handlers).
+const DefaultQueueWorkers = 100
+
+// QueueConfig configures one queue of a Client.
+type QueueConfig struct {
+	// Workers is how many handlers of this queue run at once in this
+	// process, across all its kinds. Default DefaultQueueWorkers;
+	// negative or above MaxWorkers is invalid.
+	Workers int
+	// Options overrides ClientOptions.Options for this queue, field by
+	// field: a zero field takes the client's value.
+	Options Options
+	// Timeout limits each attempt of this queue's jobs, as
+	// WorkerOptions.Timeout does for Run (a job's WithTimeout overrides
+	// it). Default 0: no limit; negative is invalid.
+	Timeout time.Duration
+}
+
+// ClientOptions configure NewClient.
+type ClientOptions struct {
+	// Options are every queue's defaults (LeaseDuration, MaxAttempts,
+	// Backoff, Retention, Capacity, TokenFloor, OnEvent, Logger), as for
+	// New. OnEvent and the Logger get the events of every queue, each
+	// Event with its Queue and JobKind; their calls are serial across the
+	// queues (never two at once), and in order within a queue. The
+	// Logger's records carry the queue ("queue").
+	Options
+	// Queues names the Client's queues with their configuration; empty,
+	// one queue, DefaultQueue, with a zero QueueConfig. A queue's name
+	// keeps the rule for IDs (see MaxIDBytes).
+	Queues map[string]QueueConfig
+	// Middleware wraps every attempt of every queue, Middleware[0]
+	// outermost (see Middleware).
+	Middleware []Middleware
+}
+
+// Client runs many kinds of jobs, each with its payload type and handler
+// (Register), over a few queues that keep them apart: a queue's Workers
+// bound its running handlers, so a slow kind in one queue never holds
+// back another queue. Each queue is one job set, in one order (priority,
+// ready time, enqueue order) whatever the kinds in it; fencing tokens
+// increase across all the Client's queues. Make one with NewClient,
+// Register its kinds, Start it, and Stop it. All methods are safe for
+// concurrent use.
+type Client struct {
+	queues map[string]*clientQueue // never changed after NewClient
+	names  []string                // the queues' names, sorted
+	mw     []Middleware
+	// hooks is held (a value in it) by each call of OnEvent and the
+	// Logger, so that they are serial across the queues: a channel of
+	// one, not a sync.Mutex, so that a goroutine waiting for it is seen
+	// as blocked (testing/synctest), as the library waits everywhere.
+	hooks chan struct{}
+
+	mu       sync.Mutex
+	state    clientState
+	kinds    []kindRunner // by kind index (job.kind); kinds[0] is nil, "" is no Kind's. Not written after Start
+	kindName []string     // by kind index; the queues' Routers share it (Router.kinds)
+	// chain is the middleware composed once at Start; nil without
+	// middleware. Written before the workers start, read by them.
+	chain   func(ctx context.Context, a Attempt, inner func(context.Context) error) error
+	running int           // Start's Run goroutines still running
+	ran     chan struct{} // closed when the last of them has returned (or at Stop if never started)
+	runErr  error         // the first error a queue's Run returned
+	stopped chan struct{} // closed when the first Stop has returned
+}
+
+type clientState uint8
+
+const (
+	clientNew clientState = iota
+	clientStarted
+	clientStopped
+)
+
+// clientQueue is one queue of a Client.
+type clientQueue struct {
+	r       *Router[any]
+	workers int
+	timeout time.Duration
+	admin   Queue
+}
+
+// NewClient returns a Client with the queues of opts, which accepts jobs
+// (Kind.Enqueue) at once and runs them from Start. Every queue's options
+// are checked as New checks them, a queue's Options merged over the
+// client's field by field; a bad field, a negative Workers (or above
+// MaxWorkers) or Timeout, or an invalid queue name (see MaxIDBytes)
+// returns an error wrapping ErrInvalidOptions that names the field and
+// the queue, and starts nothing. NewClient starts each queue's reaper
+// (and, with OnEvent or a Logger, its delivery goroutine): call Stop,
+// even if the Client never started.
+func NewClient(opts ClientOptions) (*Client, error) {
+	queues := opts.Queues
+	if len(queues) == 0 {
+		queues = map[string]QueueConfig{DefaultQueue: {}}
+	}
+	c := &Client{
+		queues:   make(map[string]*clientQueue, len(queues)),
+		names:    slices.Sorted(maps.Keys(queues)),
+		mw:       slices.Clone(opts.Middleware),
+		kinds:    []kindRunner{nil},
+		kindName: []string{""},
+		ran:      make(chan struct{}),
+		stopped:  make(chan struct{}),
+		hooks:    make(chan struct{}, 1),
+	}
+	for i, m := range c.mw {
+		if m == nil {
+			return nil, fmt.Errorf("%w: Middleware[%d] is nil", ErrInvalidOptions, i)
+		}
+	}
+	tokens := new(tokenSource)
+	for _, name := range c.names {
+		qc := queues[name]
+		q, err := c.newQueue(name, qc, opts.Options, tokens)
+		if err != nil {
+			_ = c.closeAll(context.Background()) // no lease, no event: at once
+			return nil, err
+		}
+		c.queues[name] = q
+	}
+	return c, nil
+}
+
+// newQueue checks qc and makes queue name's Router.
+func (c *Client) newQueue(name string, qc QueueConfig, base Options, tokens *tokenSource) (*clientQueue, error) {
+	if err := contract.CheckKindName(ErrInvalidOptions, "queue", name); err != nil {
+		return nil, err
+	}
+	if qc.Workers < 0 || qc.Workers > MaxWorkers {
+		return nil, fmt.Errorf("%w: queue %s: Workers is %d, must be in [0, %d] (0 = DefaultQueueWorkers)",
+			ErrInvalidOptions, contract.Quote(name), qc.Workers, MaxWorkers)
+	}
+	if qc.Timeout < 0 {
+		return nil, fmt.Errorf("%w: queue %s: Timeout is %v, must be >= 0 (0 = none)", ErrInvalidOptions, contract.Quote(name), qc.Timeout)
+	}
+	o := qc.Options.over(base)
+	if f := o.OnEvent; f != nil {
+		o.OnEvent = func(e Event) {
+			c.hooks <- struct{}{}
+			defer func() { <-c.hooks }()
+			f(e)
+		}
+	}
+	if o.Logger != nil {
+		o.Logger = slog.New(lockedHandler{c.hooks, o.Logger.Handler()}).With(slog.String("queue", name))
+	}
+	r, err := newRouter[any](o, name, tokens)
+	if err != nil {
+		return nil, fmt.Errorf("%w (queue %s)", err, contract.Quote(name))
+	}
+	r.kinds.Store(&c.kindName)
+	q := &clientQueue{r: r, workers: cmp.Or(qc.Workers, DefaultQueueWorkers), timeout: qc.Timeout}
+	q.admin = Queue{name: name, r: r}
+	return q, nil
+}
+
+// over is o with each zero field taken from base.
+func (o Options) over(base Options) Options {
+	o.LeaseDuration = cmp.Or(o.LeaseDuration, base.LeaseDuration)
+	o.MaxAttempts = cmp.Or(o.MaxAttempts, base.MaxAttempts)
+	o.Retention = cmp.Or(o.Retention, base.Retention)
+	o.Capacity = cmp.Or(o.Capacity, base.Capacity)
+	o.TokenFloor = cmp.Or(o.TokenFloor, base.TokenFloor)
+	if o.Backoff == nil {
+		o.Backoff = base.Backoff
+	}
+	if o.OnEvent == nil {
+		o.OnEvent = base.OnEvent
+	}
+	if o.Logger == nil {
+		o.Logger = base.Logger
+	}
+	return o
+}
+
+// Start starts the workers of every queue and returns at once: from now
+// on each queue runs its jobs, Workers handlers at a time, each job's
+// handler the one its kind registered, inside the middleware. ctx is the
+// parent of every handler's ctx: when it is done the queues lease no more
+// jobs and the handlers' contexts are canceled, as Run's are (Stop is
+// still needed to release what the Client holds). It returns an error
+// wrapping ErrInvalidOptions if the Client was started before, and
+// ErrClosed after Stop; it starts nothing then. A nil ctx means
+// context.Background().
+func (c *Client) Start(ctx context.Context) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch c.state {
+	case clientStarted:
+		return fmt.Errorf("%w: Client started twice", ErrInvalidOptions)
+	case clientStopped:
+		return ErrClosed
+	}
+	c.state = clientStarted
+	if len(c.mw) > 0 {
+		c.chain = chain(c.mw)
+	}
+	c.running = len(c.names)
+	for _, name := range c.names {
+		q := c.queues[name]
+		opts := WorkerOptions{Workers: q.workers, Timeout: q.timeout}
+		go func() { // owned by Stop, which waits for c.ran
+			err := q.r.Run(ctx, opts, c.dispatch)
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			// ErrClosed: Stop closed the queue before its Run began.
+			if err != nil && !errors.Is(err, ErrClosed) && c.runErr == nil {
+				c.runErr = fmt.Errorf("%w (queue %s)", err, contract.Quote(q.admin.name))
+			}
+			if c.running--; c.running == 0 {
+				close(c.ran)
+			}
+		}()
+	}
+	return nil
+}
+
+// dispatch is the handler of every queue's Run: it runs the handler of
+// l's kind (Kind.serve), inside Run's recover, so a panic in a
+// middleware is the attempt's. Workers call it without c.mu: c.kinds is
+// not written after Start.
+func (c *Client) dispatch(ctx context.Context, l *Lease[any]) error {
+	return c.kinds[l.j.kind].serve(ctx, l)
+}
+
+// Stop stops the Client: every queue, concurrently, stops leasing jobs
+// (the jobs a worker leased and had not started go back, unstarted, to
+// their place in the order) and refuses new ones (Enqueue returns
+// ErrClosed, from a handler too); handlers running go on until they
+// return or ctx is done; then the leases still held are revoked (their
+// handlers' contexts canceled, their jobs pending again, the attempt
+// counted) and the queues close as Router.Close does, events delivered.
+// Stop returns once every handler has returned and the queues are
+// closed, nil; or ctx.Err() when ctx is done first, within about 100 ms
+// of its end (a handler that ignores its canceled ctx is then left
+// running, and its lease refused). It also returns an error a queue's
+// workers stopped with (ErrTokensExhausted). Calling Stop again, or
+// concurrently, waits until ctx is done for the first call to finish
+// and returns nil. Stop of a Client never started closes its queues.
+// OnEvent must not call Stop (it would wait for its own delivery until
+// ctx is done). Jobs not run stay in the queues' closed job sets: a
+// Client keeps nothing across processes. A nil ctx means
+// context.Background().
+func (c *Client) Stop(ctx context.Context) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	c.mu.Lock()
+	if c.state == clientStopped {
+		c.mu.Unlock()
+		waitFor(ctx, c.stopped)
+		return nil
+	}
+	if c.state == clientNew {
+		close(c.ran)
+	}
+	c.state = clientStopped
+	c.mu.Unlock()
+	err := c.closeAll(ctx)
+	if !waitFor(ctx, c.ran) && err == nil {
+		err = ctx.Err()
+	}
+	c.mu.Lock()
+	if err == nil {
+		err = c.runErr
+	}
+	c.mu.Unlock()
+	close(c.stopped)
+	return err
+}
+
+// closeAll closes every queue at once, so that Stop's bound is ctx's
+// however many queues there are, and returns the first error.
+func (c *Client) closeAll(ctx context.Context) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(c.names))
+	for i, name := range c.names {
+		if q := c.queues[name]; q != nil {
+			wg.Go(func() { errs[i] = q.r.Close(ctx) })
+		}
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Drained waits until no job is pending, scheduled or leased in any of
+// the Client's queues at one instant, and returns nil: every job enqueued
+// before has finished (succeeded, dead or canceled), and so have the
+// jobs their handlers enqueued, into any queue. It waits on the job sets
+// themselves, not by polling. It returns ctx.Err() if ctx is done first,
+// and ErrClosed if the Client is stopped with jobs left (they would never
+// run). For tests and batch programs: a service taking new work is
+// rarely drained. A Client not started drains only if it has no jobs. A
+// nil ctx means context.Background().
+func (c *Client) Drained(ctx context.Context) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	entered := make([]uint64, len(c.names))
+	for {
+		// Each queue idle in turn, noting how many jobs had entered it
+		// then; then all of them still idle with none entered since: so
+		// all were idle at the instant the last of the first pass was,
+		// without holding two queues' locks at once.
+		for i, name := range c.names {
+			e, err := c.queues[name].r.waitIdle(ctx)
+			if err != nil {
+				return err
+			}
+			entered[i] = e
+		}
+		same := true
+		for i, name := range c.names {
+			idle, e, _ := c.queues[name].r.idleSignal()
+			if idle != nil || e != entered[i] {
+				same = false
+				break
+			}
+		}
+		if same {
+			return nil
+		}
+	}
+}
+
+// Queue returns the admin API of the queue named name (List, Retry,
+// Pause, ...), or nil if the Client has no such queue.
+func (c *Client) Queue(name string) *Queue {
+	if q := c.queues[name]; q != nil {
+		return &q.admin
+	}
+	return nil
+}
+
+// QueueNames returns the names of the Client's queues, sorted (a new
+// slice).
+func (c *Client) QueueNames() []string { return slices.Clone(c.names) }
+
+// QueueStats returns each queue's Stats, in the order of QueueNames. It
+// never fails and ignores ctx; it works after Stop. (Client is a
+// StatsReader.)
+func (c *Client) QueueStats(ctx context.Context) ([]QueueStats, error) {
+	s := make([]QueueStats, len(c.names))
+	for i, name := range c.names {
+		s[i] = QueueStats{Queue: name, Stats: c.queues[name].r.Stats()}
+	}
+	return s, nil
+}
+
+// waitIdle waits until r has no unfinished job and returns how many jobs
+// had entered it then (idleSignal), or ctx.Err(), or ErrClosed if r is
+// closed with jobs left.
+func (r *Router[T]) waitIdle(ctx context.Context) (uint64, error) {
+	for {
+		idle, entered, closed := r.idleSignal()
+		if idle == nil {
+			return entered, nil
+		}
+		if closed {
+			return 0, ErrClosed
+		}
+		select {
+		case <-idle:
+		case <-r.done: // closed: see again whether it is idle
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// idleSignal returns nil if r has no unfinished job, else a channel
+// closed when it has none (setState, drop); with how many jobs had
+// entered r (enqueued, or made pending by Retry), and whether r is
+// closed.
+func (r *Router[T]) idleSignal() (idle <-chan struct{}, entered uint64, closed bool) {
+	r.lockSettled()
+	entered = r.stats.Enqueued + r.stats.Retried
+	if r.unfinished() > 0 {
+		if r.idle == nil {
+			r.idle = make(chan struct{})
+		}
+		idle = r.idle
+	}
+	closed = r.phase == phaseClosed
+	r.unlockAndDeliver()
+	return idle, entered, closed
+}
+
+// lockedHandler is a Client's Logger handler: the user's, called under
+// the Client's hook lock, so that log calls are serial across queues as
+// OnEvent calls are.
+type lockedHandler struct {
+	mu chan struct{} // Client.hooks
+	h  slog.Handler
+}
+
+func (h lockedHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	h.mu <- struct{}{}
+	defer func() { <-h.mu }()
+	return h.h.Enabled(ctx, l)
+}
+
+func (h lockedHandler) Handle(ctx context.Context, r slog.Record) error {
+	h.mu <- struct{}{}
+	defer func() { <-h.mu }()
+	return h.h.Handle(ctx, r)
+}
+
+func (h lockedHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return lockedHandler{h.mu, h.h.WithAttrs(as)}
+}
+
+func (h lockedHandler) WithGroup(name string) slog.Handler {
+	return lockedHandler{h.mu, h.h.WithGroup(name)}
+}

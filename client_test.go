@@ -1,0 +1,203 @@
+package leaserouter_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/leaserouter/leaserouter"
+)
+
+// newClient returns a Client stopped (revoking what is still held) when
+// the test ends.
+func newClient(t *testing.T, opts leaserouter.ClientOptions) *leaserouter.Client {
+	t.Helper()
+	c, err := leaserouter.NewClient(opts)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_ = c.Stop(ctx)
+	})
+	return c
+}
+
+// TestRouterEventsCarryDefaultQueue: a Router's events say its queue,
+// DefaultQueue, and the kind "" of its jobs, as a Client's say theirs.
+func TestRouterEventsCarryDefaultQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var evs []leaserouter.Event
+		r := setup(t, leaserouter.Options{OnEvent: func(e leaserouter.Event) { evs = append(evs, e) }})
+		require.NoError(t, r.Enqueue("a", ""))
+		require.NoError(t, r.Flush(t.Context()))
+		require.Len(t, evs, 1)
+		require.Equal(t, leaserouter.DefaultQueue, evs[0].Queue)
+		require.Empty(t, evs[0].JobKind)
+	})
+}
+
+// TestClientLoggerNamesTheQueue: a Client's Logger writes each queue's
+// events with the queue's name, so that two queues' lines tell apart.
+func TestClientLoggerNamesTheQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var buf bytes.Buffer
+		c := newClient(t, leaserouter.ClientOptions{
+			Options: leaserouter.Options{Logger: slog.New(slog.NewTextHandler(&buf, nil))},
+			Queues:  map[string]leaserouter.QueueConfig{"q1": {}},
+		})
+		k, err := leaserouter.Register(c, "k", func(context.Context, *leaserouter.Lease[int]) error { return nil }, leaserouter.WithKindQueue("q1"))
+		require.NoError(t, err)
+		require.NoError(t, k.Enqueue(t.Context(), "a", 1))
+		require.NoError(t, c.Queue("q1").Flush(t.Context()))
+		require.Contains(t, buf.String(), "queue=q1")
+		require.Contains(t, buf.String(), "event=enqueued")
+	})
+}
+
+// TestKindEnqueueChecksItsClient: a Kind's calls on a nil Kind, and a
+// Register on a nil Client, are errors, not panics.
+func TestKindEnqueueChecksItsClient(t *testing.T) {
+	var k *leaserouter.Kind[int]
+	require.ErrorIs(t, k.Enqueue(context.Background(), "a", 1), leaserouter.ErrInvalidOptions)
+	_, err := k.EnqueueMany(context.Background(), []leaserouter.JobSpec[int]{{ID: "a"}})
+	require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+	_, err = leaserouter.Register(nil, "k", func(context.Context, *leaserouter.Lease[int]) error { return nil })
+	require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+	_, err = leaserouter.NewClient(leaserouter.ClientOptions{Middleware: []leaserouter.Middleware{nil}})
+	require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+}
+
+// TestRaceClient: Enqueue from many goroutines and from handlers,
+// Drained, Stop and Start racing, under -race: every job enqueued and
+// accepted runs once or is left pending by Stop, and no call panics.
+func TestRaceClient(t *testing.T) {
+	c := newClient(t, leaserouter.ClientOptions{Queues: map[string]leaserouter.QueueConfig{"a": {Workers: 4}, "b": {Workers: 4}}})
+	var ran atomic.Int64
+	var follow *leaserouter.Kind[int]
+	first, err := leaserouter.Register(c, "first", func(ctx context.Context, l *leaserouter.Lease[int]) error {
+		ran.Add(1)
+		_ = follow.Enqueue(ctx, fmt.Sprint("f", l.JobID), l.Payload) // ErrClosed once Stop began
+		return nil
+	}, leaserouter.WithKindQueue("a"))
+	require.NoError(t, err)
+	follow, err = leaserouter.Register(c, "follow", func(context.Context, *leaserouter.Lease[int]) error {
+		ran.Add(1)
+		return nil
+	}, leaserouter.WithKindQueue("b"))
+	require.NoError(t, err)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	var accepted atomic.Int64
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 200 {
+				if first.Enqueue(ctx, fmt.Sprint(g, "-", i), i) == nil {
+					accepted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Go(func() { _ = c.Start(ctx) })
+	wg.Go(func() { _ = c.Drained(ctx) })
+	wg.Wait()
+	require.NoError(t, c.Drained(ctx))
+	require.EqualValues(t, 2*accepted.Load(), ran.Load(), "each job and its follow-up ran once")
+	var stops sync.WaitGroup
+	for range 3 {
+		stops.Go(func() { require.NoError(t, c.Stop(ctx)) })
+	}
+	stops.Wait()
+	for _, q := range c.QueueNames() {
+		require.NoError(t, c.Queue(q).Audit())
+	}
+}
+
+// TestClientQueueOptions: a queue's Options override the client's field
+// by field (a zero field takes the client's), and its Timeout limits each
+// attempt as WorkerOptions.Timeout does for Run.
+func TestClientQueueOptions(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newClient(t, leaserouter.ClientOptions{
+			Options: leaserouter.Options{MaxAttempts: 1, LeaseDuration: time.Minute},
+			Queues: map[string]leaserouter.QueueConfig{
+				"plain":   {},
+				"patient": {Options: leaserouter.Options{MaxAttempts: 3, Backoff: func(int) time.Duration { return 0 }}},
+				"timed":   {Timeout: time.Second},
+			},
+		})
+		causes := make(chan error, 1)
+		fail := func(ctx context.Context, l *leaserouter.Lease[int]) error {
+			if l.JobID == "slow" {
+				<-ctx.Done()
+				causes <- context.Cause(ctx)
+				return ctx.Err()
+			}
+			return errors.New("boom")
+		}
+		ks := map[string]*leaserouter.Kind[int]{}
+		for _, q := range []string{"plain", "patient", "timed"} {
+			k, err := leaserouter.Register(c, "k-"+q, fail, leaserouter.WithKindQueue(q))
+			require.NoError(t, err)
+			ks[q] = k
+			require.NoError(t, k.Enqueue(t.Context(), "j", 0))
+		}
+		require.NoError(t, ks["timed"].Enqueue(t.Context(), "slow", 0))
+		require.NoError(t, c.Start(t.Context()))
+		require.NoError(t, c.Drained(t.Context()))
+		for q, attempts := range map[string]int{"plain": 1, "patient": 3, "timed": 1} {
+			j, ok := c.Queue(q).Get("j")
+			require.True(t, ok)
+			require.Equal(t, leaserouter.StateFailed, j.State, q)
+			require.Equal(t, attempts, j.Attempt, q)
+		}
+		var te *leaserouter.TimeoutError
+		require.ErrorAs(t, <-causes, &te, "the queue's Timeout")
+		j, _ := c.Queue("patient").Get("j")
+		require.Equal(t, 3, j.MaxAttempts, "the queue's MaxAttempts")
+		j, _ = c.Queue("plain").Get("j")
+		require.Equal(t, 1, j.MaxAttempts, "the client's MaxAttempts")
+	})
+}
+
+// TestClientLeaseActsOnTheJob: the *Lease[T] a kind's handler gets acts
+// on the job in its queue, as a Router's lease does: Heartbeat stores a
+// checkpoint, Expiry tells the lease's end, KeepAlive keeps it, and after
+// the attempt its operations are refused.
+func TestClientLeaseActsOnTheJob(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newClient(t, leaserouter.ClientOptions{Options: leaserouter.Options{LeaseDuration: time.Minute}})
+		var kept *leaserouter.Lease[string]
+		k, err := leaserouter.Register(c, "k", func(ctx context.Context, l *leaserouter.Lease[string]) error {
+			kept = l
+			kctx, stop := leaserouter.KeepAlive(ctx, l, 0)
+			defer stop()
+			if err := kctx.Err(); err != nil {
+				return fmt.Errorf("KeepAlive: %w", context.Cause(kctx))
+			}
+			if got := l.Expiry(); !got.Equal(time.Now().Add(time.Minute)) {
+				return fmt.Errorf("Expiry %v", got)
+			}
+			time.Sleep(3 * time.Minute) // kept alive meanwhile
+			return l.Heartbeat([]byte("checkpoint"))
+		})
+		require.NoError(t, err)
+		require.NoError(t, k.Enqueue(t.Context(), "a", "p"))
+		require.NoError(t, c.Start(t.Context()))
+		require.NoError(t, c.Drained(t.Context()))
+		j, ok := c.Queue(leaserouter.DefaultQueue).Get("a")
+		require.True(t, ok)
+		require.Equal(t, leaserouter.StateSucceeded, j.State, j.LastError)
+		require.Equal(t, 1, j.Attempt)
+		require.Equal(t, "checkpoint", string(j.Progress))
+		require.ErrorIs(t, kept.Heartbeat(nil), leaserouter.ErrLeaseLost, "refused once the attempt is over")
+	})
+}

@@ -1,5 +1,3 @@
-//go:build leaserouter_client
-
 package otel_test
 
 import (

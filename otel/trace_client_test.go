@@ -1,8 +1,3 @@
-//go:build leaserouter_client
-
-// The tests and benchmark of this file run through a core Client; they
-// build with -tags leaserouter_client until the root package has NewClient.
-
 package otel_test
 
 import (

@@ -247,7 +247,7 @@ func (k *keepers[T]) beat(ctx context.Context, ls []*Lease[T]) {
 	})
 	if err != nil {
 		beats.drop(q) // may be dead: a new one next time
-		return         // retried at the next interval; the timers cancel if this goes on
+		return        // retried at the next interval; the timers cancel if this goes on
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()

@@ -52,6 +52,9 @@ import (
 // with a cause wrapping ErrInvalidOptions. A nil ctx means
 // context.Background().
 func KeepAlive[T any](ctx context.Context, l *Lease[T], interval time.Duration) (context.Context, context.CancelFunc) {
+	if l != nil && l.via != nil { // a Client handler's view: the queue's lease acts
+		return KeepAlive(ctx, l.via, interval)
+	}
 	ctx = orBackground(ctx)
 	kctx, cancel := context.WithCancelCause(ctx)
 	stop := func() { cancel(context.Canceled) }

@@ -48,10 +48,13 @@ type Lease[T any] struct {
 	txAt   time.Time // txDone: the database's instant of that completion
 	cut    []int64   // ids of this lease's operations whose outcome is unknown and not yet resolved (see outcome.go)
 
-	granted  time.Time     // the database's instant of the grant
-	wait     time.Duration // how long the job was ready before this lease (Event.Wait)
-	requeued bool          // ready again because a lease expired (Event.Requeued)
-	timeout  time.Duration // the job's WithTimeout, 0 if none: Run's limit for this attempt (see limit)
+	granted  time.Time         // the database's instant of the grant
+	wait     time.Duration     // how long the job was ready before this lease (Event.Wait)
+	requeued bool              // ready again because a lease expired (Event.Requeued)
+	timeout  time.Duration     // the job's WithTimeout, 0 if none: Run's limit for this attempt (see limit)
+	kind     string            // the job's kind (Job.Kind)
+	arm      int               // the index of kind in the Router's Options.kinds (the claim's arm, less one)
+	meta     map[string]string // the job's metadata (WithMetadata); nil if none. Never written: readers share it
 
 	idle atomic.Bool // a Run's, not running: leased ahead, or finished (Close leaves it to the Run: see revokeHeld)
 
@@ -373,4 +376,16 @@ func (r *Router[T]) handBackErr(ctx context.Context, q querier, ls []*Lease[T]) 
 		r.notifyOn(ctx, q)
 	}
 	return err
+}
+
+// Metadata returns the job's metadata (leaserouter.WithMetadata), as
+// the claim read it; nil if it has none. The map is shared (with the
+// lease's Attempt in a Client, say): read it, never write it. It takes
+// no lock (a job's metadata never changes once enqueued), works after
+// the lease ends and after Close, and returns nil for a nil *Lease.
+func (l *Lease[T]) Metadata() map[string]string {
+	if l == nil {
+		return nil
+	}
+	return l.meta
 }

@@ -221,9 +221,10 @@ func (r *Router[T]) claimBatch(id int64, done []*Lease[T], workerID string, n in
 		b.Queue(endLeases, r.endManyArgs(done, leaserouter.LostCompleted, true))
 	}
 	r.queueSettle(b)
-	a := claimArgs(q, r.opts.kinds, r.lease)
+	kinds := r.claimKinds()
+	a := claimArgs(q, kinds, r.lease)
 	a["n"], a["worker"], a["claim"] = min(n, claimMax), workerID, id
-	b.Queue(claimStatement(len(r.opts.kinds)), a)
+	b.Queue(claimStatement(len(kinds)), a)
 	if withDue {
 		b.Queue(nextDue, args{"queue": q})
 	}

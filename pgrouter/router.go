@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -42,9 +43,11 @@ type Router[T any] struct {
 	tasks   *tasks   // background work: unknown outcomes resolved, a stopping Run's last round trips
 	keepers *keepers[T]
 	wake    *waker
-	sh      *shared            // the listener and the heartbeat connection: the Router's own, or its Client's
-	ownSh   bool               // sh is the Router's own: Close closes it
-	stop    context.CancelFunc // stops the background loops
+	sh      *shared                  // the listener and the heartbeat connection: the Router's own, or its Client's
+	ownSh   bool                     // sh is the Router's own: Close closes it
+	onIdle  func()                   // a Client's queue: called when a Run's claim finds no job (Client.Drained counts again); set before any Run
+	serving atomic.Pointer[[]string] // a Client's queue: the kinds its claims serve, set at Start (claimKinds)
+	stop    context.CancelFunc       // stops the background loops
 	stopped sync.WaitGroup
 	done    chan struct{} // closed when Close has finished
 }

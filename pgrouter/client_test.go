@@ -161,6 +161,7 @@ func TestClientEnqueueTxCommitsAndRollsBackWithTheCallersTx(t *testing.T) {
 
 	tx, err := db.Begin(ctx)
 	require.NoError(t, err)
+	defer tx.Rollback(context.Background()) // on a failure: the pool can close
 	require.NoError(t, k.EnqueueTx(ctx, tx, "a", 1))
 	_, err = k.EnqueueManyTx(ctx, tx, []leaserouter.JobSpec[int]{{ID: "b", Payload: 2}})
 	require.NoError(t, err)
@@ -169,8 +170,10 @@ func TestClientEnqueueTxCommitsAndRollsBackWithTheCallersTx(t *testing.T) {
 	require.False(t, exists("a"), "after the rollback")
 	require.False(t, exists("b"), "after the rollback")
 
-	tx, err = db.Begin(ctx)
+	tx2, err := db.Begin(ctx)
 	require.NoError(t, err)
+	defer tx2.Rollback(context.Background())
+	tx = tx2
 	require.NoError(t, k.EnqueueTx(ctx, tx, "a", 1))
 	require.ErrorIs(t, k.EnqueueTx(ctx, tx, "a", 9), leaserouter.ErrDuplicate)
 	dups, err := k.EnqueueManyTx(ctx, tx, []leaserouter.JobSpec[int]{{ID: "a", Payload: 9}, {ID: "b", Payload: 2}, {ID: "c", Payload: 3}})

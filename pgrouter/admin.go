@@ -59,8 +59,8 @@ const firstPage = math.MaxInt64
 // page of those have the prefix, its jobs with the prefix are read from
 // an index by ID instead, at a cost that grows with their number (not
 // with the state's). With OmitPayload the jobs carry a zero
-// Payload, a nil Progress and nil Metadata, and none of those columns is
-// read, so a page costs
+// Payload and a nil Progress and neither column is read (Metadata is
+// read: it is at most leaserouter.MaxMetadataBytes), so a page costs
 // the same whatever their size; otherwise a payload that does not decode
 // into T fails the page with the error Get would return. List works after
 // Close. A Kind breaking the rule for IDs is an error wrapping

@@ -38,8 +38,7 @@ func drained(t *testing.T, c *pgrouter.Client) {
 	require.NoError(t, c.Drained(ctx))
 }
 
-// email and report are two kinds' payloads.
-type email struct{ To string }
+// report is a kind's payload (email, kind_test.go's, is another's).
 type report struct{ Day int }
 
 // TestClientRunsEachKindWithItsTypedHandler: two kinds on two queues,

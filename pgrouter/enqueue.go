@@ -139,15 +139,19 @@ func (r *Router[T]) enqueued(ids []string, inserted map[string]time.Time) {
 	r.emit(evs...)
 }
 
-// Enqueue adds a job, pending at once or scheduled by WithDelay/WithRunAt
-// (times on the database's clock), and wakes Acquires of the queue in
+// Enqueue adds a job of the Router's kind (Options.Kind), pending at once
+// or scheduled by WithDelay/WithRunAt (times on the database's clock),
+// with WithMetadata's pairs if given, and wakes Acquires of the queue in
 // every process. It returns ErrDuplicate if the queue knows id (a
 // finished job past its Retention is not known any more), an error
 // wrapping ErrInvalidJob for an id that breaks the core's rule for IDs
 // (empty, not valid UTF-8, holding NUL, over leaserouter.MaxIDBytes; the
 // core's error, from leaserouter.ValidateID), bad options or a payload
 // that does not encode as JSON, ErrClosed after Close, or an error
-// wrapping the driver's. Invalid input is refused before any round trip.
+// wrapping the driver's. WithQueue naming another queue than
+// Options.Queue, and metadata over leaserouter.MaxMetadataPairs or
+// MaxMetadataBytes (or with an empty key or a NUL), are ErrInvalidJob
+// too. Invalid input is refused before any round trip.
 // It commits on its own; see EnqueueTx.
 func (r *Router[T]) Enqueue(ctx context.Context, id string, payload T, opts ...leaserouter.EnqueueOption) error {
 	return r.enqueue(orBackground(ctx), r.db, id, payload, opts)
@@ -199,7 +203,8 @@ func (r *Router[T]) enqueueKind(ctx context.Context, q querier, kind, id string,
 	return nil
 }
 
-// EnqueueMany enqueues jobs in slice order (their enqueue order, for
+// EnqueueMany enqueues jobs of the Router's kind, as Enqueue does, in
+// slice order (their enqueue order, for
 // ties in the ready order) in one statement (unnest arrays) and one
 // transaction. IDs the queue knows, or that repeat an earlier ID of the
 // batch, are skipped as duplicates and their indexes returned in order.

@@ -86,3 +86,6 @@ func ClaimStatement(k int) (sql string, names []string) {
 // ClaimTemplate is the claim statement for k kinds with named
 // parameters, as a reviewer reads it (the golden files).
 func ClaimTemplate(k int) string { return claimStatement(k) }
+
+// WithKinds is o serving kinds in its claim, as a Client's queue does.
+func WithKinds(o Options, kinds ...string) Options { o.kinds = kinds; return o }

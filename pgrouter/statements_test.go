@@ -260,6 +260,7 @@ type planNode struct {
 	Rows     float64    `json:"Actual Rows"`
 	Loops    float64    `json:"Actual Loops"`
 	Removed  float64    `json:"Rows Removed by Filter"`
+	Subplan  string     `json:"Subplan Name"`
 	Plans    []planNode `json:"Plans"`
 }
 

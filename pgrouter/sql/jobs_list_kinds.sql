@@ -9,14 +9,14 @@
 -- kind, never of the queue. With a prefix, a walk reads the kind's jobs
 -- of the state until it has found a page of them with the prefix.
 --
--- @omit (ListParams.OmitPayload): payload, progress and metadata read as
--- NULL, the columns never read.
+-- @omit (ListParams.OmitPayload): payload and progress read as NULL, the
+-- columns never read (metadata is read: at most MaxMetadataBytes).
 SELECT j.* FROM unnest(@states::text[]::leaserouter_job_state[]) AS s(state), unnest(@kinds::text[]) AS k(kind),
 LATERAL (
 	SELECT id, CASE WHEN NOT @omit THEN payload END, state::text, priority, attempt, max_attempts, token, owner,
 		lease_expires_at, ready_at, CASE WHEN NOT @omit THEN progress END, last_error, created_at, updated_at,
 		CASE WHEN timeout_of = created_at THEN timeout_us ELSE 0 END AS timeout_us, kind,
-		CASE WHEN NOT @omit THEN metadata END AS metadata, seq
+		metadata, seq
 	FROM leaserouter_jobs
 	WHERE queue = @queue AND kind = k.kind AND state = s.state AND seq < @before
 		AND starts_with(id, @prefix)

@@ -130,9 +130,12 @@
 //     database restart: it backs off and goes on, and a handler's ctx is
 //     canceled as soon as its lease can no longer be proven valid.
 //   - Heartbeats never wait for the caller's pool: Run and KeepAlive
-//     heartbeat on connections of their own (one per Run, one per Router
-//     for KeepAlive, made again when they fail), so a lease is kept while
-//     the caller's transactions hold every pooled connection.
+//     heartbeat on a connection of their own (one per Router, or per
+//     Client, whose rounds take turns; made again when it fails), so a
+//     lease is kept while the caller's transactions hold every pooled
+//     connection. With the listening connection, a Router or a Client
+//     holds two connections outside its pool, however many Runs, kinds
+//     and queues it has.
 //   - Close waits for an abandoned lease only until its expiry as proven
 //     by its last accepted heartbeat, then revokes what is still valid.
 //
@@ -222,6 +225,23 @@
 // jobs of a new kind on it. Their own jobs have kind "" and no metadata,
 // also where their enqueue takes the row of a finished job of another
 // kind past its retention (a trigger sees to it).
+//
+// # Clients
+//
+// A Client runs many kinds of jobs over a few queues, as the core's
+// Client does, with the same names: NewClient (on a pool), Register
+// (a kind's name, its payload type and Handler, its queue with
+// leaserouter.WithKindQueue), Kind.Enqueue, EnqueueMany, EnqueueTx and
+// EnqueueManyTx (with the caller's transaction), Start, Stop and
+// Drained, and Queue(name) for the admin calls. Each queue's claim takes
+// jobs of every kind the Client registered, in the queue's order, and
+// only those; a queue's QueueConfig.Workers bounds its handlers in this
+// process. ClientOptions.Middleware wraps every attempt (see
+// leaserouter.Middleware); the payload is decoded into the kind's type
+// inside it, so a payload that does not decode is the attempt's error
+// (the attempt fails, as a Router's would). Clients and Routers of
+// other kinds may share a queue: a Router is a Client of one kind, its
+// Options.Kind.
 //
 // # Transaction isolation
 //

@@ -330,13 +330,6 @@ func (c *ownConn) drop(q querier) {
 	}
 }
 
-// failed drops q (see drop) and returns what get returns now: for the
-// rest of a round whose statement on q failed.
-func (c *ownConn) failed(ctx context.Context, pool *pgxpool.Pool, q querier) querier {
-	c.drop(q)
-	return c.get(ctx, pool)
-}
-
 // close closes the connection, if made.
 func (c *ownConn) close() {
 	if c.conn != nil {

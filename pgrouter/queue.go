@@ -73,3 +73,7 @@ func (q *Queue) Pause(ctx context.Context) error { return q.r.Pause(ctx) }
 
 // Resume is Router.Resume of the queue.
 func (q *Queue) Resume(ctx context.Context) error { return q.r.Resume(ctx) }
+
+// Name returns the queue's name (as Queue does; the core's Queue has
+// Name).
+func (q *Queue) Name() string { return q.r.opts.Queue }

@@ -3,10 +3,14 @@ package pgrouter_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leaserouter/leaserouter"
 	"github.com/leaserouter/leaserouter/pgrouter"
@@ -17,6 +21,20 @@ import (
 // on one machine. Targets (issue 12): RunMany >= 20,000 jobs/s, Run >=
 // 1,500 jobs/s with RunMany >= 5x it, EnqueueMany >= 100,000 rows/s,
 // RequeueLatency p99 <= LeaseDuration + 100ms.
+
+// benchDB is a fresh database for a benchmark, without the index that
+// LEASEROUTER_BENCH_DROP_INDEX names, if set: the write cost of an index
+// (leaserouter_jobs_kind_order, say) is the difference between a run
+// with it and one without, alternated.
+func benchDB(b *testing.B) *pgxpool.Pool {
+	db := pgtest.New(b)
+	if name := os.Getenv("LEASEROUTER_BENCH_DROP_INDEX"); name != "" {
+		if _, err := db.Exec(context.Background(), "DROP INDEX "+pgx.Identifier{name}.Sanitize()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return db
+}
 
 // enqueueN enqueues n no-op jobs in batches of 1000.
 func enqueueN(b *testing.B, r *pgrouter.Router[int], n int) {
@@ -36,7 +54,7 @@ func enqueueN(b *testing.B, r *pgrouter.Router[int], n int) {
 // benchRun runs b.N pre-enqueued no-op jobs through Run with 2 workers
 // and the given batch ceiling, and reports jobs/s.
 func benchRun(b *testing.B, batch int) {
-	db := pgtest.New(b)
+	db := benchDB(b)
 	r, err := pgrouter.New[int](context.Background(), db, pgrouter.Options{Retention: -1})
 	if err != nil {
 		b.Fatal(err)
@@ -76,7 +94,7 @@ func BenchmarkRunMany(b *testing.B) { benchRun(b, 0) }
 
 // BenchmarkEnqueueMany: batches of 1000 jobs, reports rows/s.
 func BenchmarkEnqueueMany(b *testing.B) {
-	db := pgtest.New(b)
+	db := benchDB(b)
 	r, err := pgrouter.New[int](context.Background(), db, pgrouter.Options{})
 	if err != nil {
 		b.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -22,18 +23,30 @@ import (
 // 1,500 jobs/s with RunMany >= 5x it, EnqueueMany >= 100,000 rows/s,
 // RequeueLatency p99 <= LeaseDuration + 100ms.
 
-// benchDB is a fresh database for a benchmark, without the index that
-// LEASEROUTER_BENCH_DROP_INDEX names, if set: the write cost of an index
-// (leaserouter_jobs_kind_order, say) is the difference between a run
-// with it and one without, alternated.
+// benchDB is a fresh database for a benchmark, without the indexes that
+// LEASEROUTER_BENCH_DROP_INDEX names (comma-separated), if set: the
+// write cost of an index (leaserouter_jobs_kind_order, say) is the
+// difference between runs with it and without, alternated.
 func benchDB(b *testing.B) *pgxpool.Pool {
 	db := pgtest.New(b)
-	if name := os.Getenv("LEASEROUTER_BENCH_DROP_INDEX"); name != "" {
+	for name := range strings.SplitSeq(os.Getenv("LEASEROUTER_BENCH_DROP_INDEX"), ",") {
+		if name == "" {
+			continue
+		}
 		if _, err := db.Exec(context.Background(), "DROP INDEX "+pgx.Identifier{name}.Sanitize()); err != nil {
 			b.Fatal(err)
 		}
 	}
 	return db
+}
+
+// walAt is the server's current WAL position, in bytes.
+func walAt(b *testing.B, db *pgxpool.Pool) int64 {
+	var at int64
+	if err := db.QueryRow(context.Background(), "SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").Scan(&at); err != nil {
+		b.Fatal(err)
+	}
+	return at
 }
 
 // enqueueN enqueues n no-op jobs in batches of 1000.
@@ -66,6 +79,7 @@ func benchRun(b *testing.B, batch int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	b.ResetTimer()
+	wal := walAt(b, db)
 	start := time.Now()
 	err = r.Run(ctx, leaserouter.WorkerOptions{Workers: 2, Batch: batch}, func(context.Context, *pgrouter.Lease[int]) error {
 		if left.Add(-1) == 0 {
@@ -79,6 +93,8 @@ func benchRun(b *testing.B, batch int) {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "jobs/s")
+	// The index writes, which CPU time on a shared machine hides in its noise.
+	b.ReportMetric(float64(walAt(b, db)-wal)/float64(b.N), "wal-B/job")
 }
 
 // BenchmarkRun: single claims (Batch 1), 2 workers.
@@ -101,9 +117,11 @@ func BenchmarkEnqueueMany(b *testing.B) {
 	}
 	defer r.Close(context.Background())
 	b.ResetTimer()
+	wal := walAt(b, db)
 	start := time.Now()
 	enqueueN(b, r, b.N)
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "rows/s")
+	b.ReportMetric(float64(walAt(b, db)-wal)/float64(b.N), "wal-B/row")
 }
 
 // BenchmarkRequeueLatency: a lease abandoned at its grant; the time until

@@ -52,8 +52,9 @@ const firstPage = math.MaxInt64
 // ErrInvalidOptions, without a round trip. One round trip: each selected
 // state is a walk of the index leaserouter_jobs_order that stops after a
 // page, never a scan or sort of the queue; with Kinds, one walk per
-// state and kind (an index by kind), which with an IDPrefix too reads
-// the kinds' jobs until a page of them has it. With an IDPrefix, whatever the
+// state and kind (an index by kind; for kind "", the walk of the state's
+// jobs skips those of other kinds), which with an IDPrefix too reads the
+// kinds' jobs until a page of them has it. With an IDPrefix, whatever the
 // database's collation, a state's walk stops after its newest few
 // thousand jobs (20 pages' worth for a large Limit); when fewer than a
 // page of those have the prefix, its jobs with the prefix are read from
@@ -106,7 +107,8 @@ func (r *Router[T]) List(ctx context.Context, p leaserouter.ListParams) (leasero
 		"limit": limit + 1} // one more than the page: there is a next one
 	switch {
 	case kindKey != "":
-		a["kinds"], a["prefix"] = slices.Compact(slices.Sorted(slices.Values(p.Kinds))), p.IDPrefix
+		kinds := slices.DeleteFunc(slices.Compact(slices.Sorted(slices.Values(p.Kinds))), func(k string) bool { return k == "" })
+		a["kinds"], a["unkinded"], a["prefix"] = kinds, slices.Contains(p.Kinds, ""), p.IDPrefix
 		b.Queue(listJobsKinds, a)
 	case p.IDPrefix == "":
 		b.Queue(listJobs, a)

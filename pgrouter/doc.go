@@ -294,8 +294,8 @@
 // version before 14 takes a purged job's row), the index
 // leaserouter_jobs_kind_ready (queue, kind, priority DESC, ready_at,
 // seq) of pending jobs, which the claim walks kind by kind, and
-// leaserouter_jobs_kind_order (queue, kind, state, seq) for List by
-// kind, both built concurrently. The index of pending jobs of earlier
+// leaserouter_jobs_kind_order (queue, kind, state, seq) of the jobs of a
+// kind other than "" for List by kind, both built concurrently. The index of pending jobs of earlier
 // versions, leaserouter_jobs_ready, stays while processes of those
 // versions may claim with it.
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -119,7 +120,7 @@ func TestListByKinds(t *testing.T) {
 	page, err := ints.List(ctx, leaserouter.ListParams{Kinds: []string{""}})
 	require.NoError(t, err)
 	require.Equal(t, []string{"i4", "i3", "i2", "i1", "i0"}, ids(page))
-	page, err = ints.List(ctx, leaserouter.ListParams{Kinds: []string{"sms", "email"}, Limit: 4})
+	page, err = ints.List(ctx, leaserouter.ListParams{Kinds: []string{"sms", "email", "sms"}, Limit: 4})
 	require.NoError(t, err)
 	require.Equal(t, []string{"s4", "e4", "s3", "e3"}, ids(page))
 	next, err := ints.List(ctx, leaserouter.ListParams{Kinds: []string{"email", "sms"}, Cursor: page.NextCursor, Limit: 4})
@@ -296,4 +297,30 @@ func TestPreviousVersionOnKindSchema(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "", j.Kind)
 	require.Nil(t, j.Metadata)
+}
+
+// List by a kind walks that kind's jobs in the index of kinds
+// (leaserouter_jobs_kind_order), its generic plan too (the one a
+// connection keeps), reading about a page of them, not the state's jobs
+// of other kinds.
+func TestListByKindWalksTheKindIndex(t *testing.T) {
+	db := pgtest.New(t)
+	kindQueue(t, db, true)
+	_, err := db.Exec(t.Context(), `UPDATE leaserouter_jobs SET state = 'succeeded' WHERE kind IN ('k00', 'k01')`)
+	require.NoError(t, err)
+	_, err = db.Exec(t.Context(), `VACUUM ANALYZE leaserouter_jobs`)
+	require.NoError(t, err)
+	for _, generic := range []bool{true, false} {
+		t.Run(fmt.Sprintf("generic=%v", generic), func(t *testing.T) {
+			raw := explainStatement(t, db, "jobs_list_kinds", generic, map[string]any{"queue": "default",
+				"states": []string{"pending", "succeeded"}, "kinds": []string{"k17"}, "unkinded": false, "prefix": "",
+				"before": int64(math.MaxInt64), "omit": true, "limit": int64(101)})
+			var out []struct{ Plan planNode }
+			require.NoError(t, json.Unmarshal(raw, &out))
+			walks := out[0].Plan.count(func(p planNode) bool { return p.Index == "leaserouter_jobs_kind_order" })
+			require.Positive(t, walks, "no walk of the kinds' index:\n%s", raw)
+			read := out[0].Plan.read(func(p planNode) bool { return p.Relation == "leaserouter_jobs" })
+			require.LessOrEqual(t, read, 2*101+16, "rows read for a page of a kind of %d:\n%s", 24000/18, raw)
+		})
+	}
 }

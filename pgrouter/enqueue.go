@@ -122,7 +122,7 @@ func (r *Router[T]) replacedPurged(purged []leaserouter.Event) {
 
 // enqueued reports the events of an enqueue of ids, in order: enqueued
 // for those inserted, duplicate for the rest.
-func (r *Router[T]) enqueued(ids []string, inserted map[string]time.Time) {
+func (r *Router[T]) enqueued(kind string, ids []string, inserted map[string]time.Time) {
 	if r.ev == nil {
 		return
 	}
@@ -130,10 +130,10 @@ func (r *Router[T]) enqueued(ids []string, inserted map[string]time.Time) {
 	now := time.Now()
 	for i, id := range ids {
 		if at, ok := inserted[id]; ok {
-			evs[i] = leaserouter.Event{Kind: leaserouter.EventEnqueued, Time: at, JobID: id}
+			evs[i] = leaserouter.Event{Kind: leaserouter.EventEnqueued, Time: at, JobID: id, JobKind: kind}
 			delete(inserted, id) // a repeat within the batch is a duplicate
 		} else {
-			evs[i] = leaserouter.Event{Kind: leaserouter.EventDuplicate, Time: now, JobID: id, Err: leaserouter.ErrDuplicate}
+			evs[i] = leaserouter.Event{Kind: leaserouter.EventDuplicate, Time: now, JobID: id, Err: leaserouter.ErrDuplicate, JobKind: kind}
 		}
 	}
 	r.emit(evs...)
@@ -192,7 +192,7 @@ func (r *Router[T]) enqueueKind(ctx context.Context, q querier, kind, id string,
 	}
 	_, ok := inserted[id]
 	r.replacedPurged(purged)
-	r.enqueued(b.ids, inserted)
+	r.enqueued(b.kind, b.ids, inserted)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !ok {
@@ -267,7 +267,7 @@ func (r *Router[T]) enqueueManyKind(ctx context.Context, q querier, kind string,
 	slices.Sort(repeats)
 	duplicates = repeats
 	n := len(inserted)
-	r.enqueued(b.ids, inserted)
+	r.enqueued(b.kind, b.ids, inserted)
 	r.mu.Lock()
 	r.stats.Enqueued += uint64(n)
 	r.stats.Duplicates += uint64(len(duplicates))

@@ -69,7 +69,7 @@ type Lease[T any] struct {
 // grant.
 func (l *Lease[T]) event(kind leaserouter.EventKind, at time.Time) leaserouter.Event {
 	return leaserouter.Event{Kind: kind, Time: at, JobID: l.JobID, WorkerID: l.WorkerID, Token: l.Token,
-		Attempt: l.Attempt, Held: max(0, at.Sub(l.granted))}
+		Attempt: l.Attempt, Held: max(0, at.Sub(l.granted)), JobKind: l.kind}
 }
 
 // provenUntil is the instant, on the client's monotonic clock, until

@@ -231,7 +231,7 @@ func (r *Router[T]) enqueueTick(ctx context.Context, p Periodic[T], tick time.Ti
 	}
 	r.replacedPurged(purged)
 	_, ok := inserted[id]
-	r.enqueued(b.ids, inserted)
+	r.enqueued(b.kind, b.ids, inserted)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if ok {

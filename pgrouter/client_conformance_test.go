@@ -142,8 +142,8 @@ func (q pgQueue) List(ctx context.Context, p leaserouter.ListParams) (leaseroute
 }
 
 func (q pgQueue) Stats(ctx context.Context) (leaserouter.Stats, error) { return q.q.Stats(ctx) }
-func (q pgQueue) Retry(ctx context.Context, id string) error          { return q.q.Retry(ctx, id) }
-func (q pgQueue) Cancel(ctx context.Context, id string) error         { return q.q.Cancel(ctx, id) }
+func (q pgQueue) Retry(ctx context.Context, id string) error           { return q.q.Retry(ctx, id) }
+func (q pgQueue) Cancel(ctx context.Context, id string) error          { return q.q.Cancel(ctx, id) }
 
 // stringOf is j with its JSON payload (a string, as the rows' kinds
 // enqueue) decoded.

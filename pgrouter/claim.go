@@ -324,12 +324,16 @@ func (r *Router[T]) readClaim(res pgx.BatchResults, workerID string, sent time.T
 	if err != nil {
 		return c, err
 	}
+	// Declared once per claim, not per row: a variable Scan takes escapes,
+	// one allocation each (meta is decoded before the next row's scan).
+	var (
+		kind string
+		arm  int32
+		meta []byte
+	)
 	for rows.Next() {
 		var (
 			id       string
-			kind     string
-			arm      int32
-			meta     []byte
 			payload  []byte
 			attempt  int32
 			token    int64

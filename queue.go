@@ -89,15 +89,12 @@ func (q *Queue) Leases(limit int) ([]Job[any], error) {
 	return jobs, err
 }
 
-// A Client's queue stores each job's payload in the view its first
-// attempt's handler gets (Kind.Enqueue): a *Lease[T]. The admin calls
-// show the T.
+// A Client's queue stores each job's payload in a cell with the view its
+// first attempt's handler gets (kindCell, kind.go). The admin calls show
+// the T.
 
-// boxed is a *Lease[T] as a queue's payload.
+// boxed is a *kindCell[T] as a queue's payload.
 type boxed interface{ payloadAny() any }
-
-// payloadAny is the payload as any.
-func (l *Lease[T]) payloadAny() any { return l.Payload }
 
 // payloadOf is the T of a queue's payload p (nil for none).
 func payloadOf(p any) any {

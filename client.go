@@ -47,8 +47,11 @@ type ClientOptions struct {
 	// Backoff, Retention, Capacity, TokenFloor, OnEvent, Logger), as for
 	// New. OnEvent and the Logger get the events of every queue, each
 	// Event with its Queue and JobKind; their calls are serial across the
-	// queues (never two at once), and in order within a queue. The
-	// Logger's records carry the queue ("queue").
+	// queues (never two at once), and in order within a queue. OnEvent
+	// may call back into the Client as into a Router: a Kind's Enqueue
+	// or a Queue's Flush it calls, into any queue, never waits for event
+	// delivery (it must not call Stop). The Logger's records carry the
+	// queue ("queue").
 	Options
 	// Queues names the Client's queues with their configuration; empty,
 	// one queue, DefaultQueue, with a zero QueueConfig. A queue's name
@@ -136,6 +139,7 @@ func NewClient(opts ClientOptions) (*Client, error) {
 		}
 	}
 	tokens := new(tokenSource)
+	peers := new([]*handoff)
 	for _, name := range c.names {
 		qc := queues[name]
 		q, err := c.newQueue(name, qc, opts.Options, tokens)
@@ -144,6 +148,11 @@ func NewClient(opts ClientOptions) (*Client, error) {
 			return nil, err
 		}
 		c.queues[name] = q
+		if q.r.delivery != nil {
+			*peers = append(*peers, q.r.delivery)
+		}
+		// Read only by a hook calling back, after NewClient has returned.
+		q.r.peers = peers
 	}
 	return c, nil
 }

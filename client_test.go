@@ -201,3 +201,51 @@ func TestClientLeaseActsOnTheJob(t *testing.T) {
 		require.ErrorIs(t, kept.Heartbeat(nil), leaserouter.ErrLeaseLost, "refused once the attempt is over")
 	})
 }
+
+// TestClientOnEventMayEnqueueIntoAnotherQueue: OnEvent may call back
+// into the Client, as into a Router: an Enqueue it makes never waits for
+// room in the event backlog, whichever queue the job goes to. (The
+// Client's hooks are serial: waiting for another queue's delivery, which
+// waits for this OnEvent to return, would wait forever.)
+func TestClientOnEventMayEnqueueIntoAnotherQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		followUp := make(chan error, 1)
+		var kb *leaserouter.Kind[int]
+		c, err := leaserouter.NewClient(leaserouter.ClientOptions{
+			Options: leaserouter.Options{OnEvent: func(e leaserouter.Event) {
+				if e.Queue != "a" || e.Kind != leaserouter.EventEnqueued {
+					return
+				}
+				<-release // holds the Client's hooks meanwhile: b's delivery waits, b's backlog fills
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				followUp <- kb.Enqueue(ctx, "follow-up", 0)
+			}},
+			Queues: map[string]leaserouter.QueueConfig{"a": {}, "b": {}},
+		})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Stop(context.Background()) })
+		noop := func(context.Context, *leaserouter.Lease[int]) error { return nil }
+		ka, err := leaserouter.Register(c, "ka", noop, leaserouter.WithKindQueue("a"))
+		require.NoError(t, err)
+		kb, err = leaserouter.Register(c, "kb", noop, leaserouter.WithKindQueue("b"))
+		require.NoError(t, err)
+		ctx := context.Background()
+		require.NoError(t, ka.Enqueue(ctx, "trigger", 0))
+		synctest.Wait() // a's OnEvent holds the hooks
+		// Fill b's backlog: an Enqueue of the test waits once it is full.
+		for i := 0; ; i++ {
+			ctx, cancel := context.WithTimeout(ctx, time.Second)
+			err := kb.Enqueue(ctx, fmt.Sprint(i), 0)
+			cancel()
+			if err != nil {
+				require.ErrorIs(t, err, context.DeadlineExceeded)
+				break
+			}
+		}
+		close(release)
+		require.NoError(t, <-followUp, "the Enqueue OnEvent made")
+		require.NoError(t, c.Stop(ctx))
+	})
+}

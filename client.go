@@ -217,8 +217,12 @@ func (o Options) over(base Options) Options {
 // still needed to release what the Client holds). It returns an error
 // wrapping ErrInvalidOptions if the Client was started before, and
 // ErrClosed after Stop; it starts nothing then. A nil ctx means
-// context.Background().
+// context.Background(); a Client not made by NewClient (nil, or a zero
+// Client) returns an error wrapping ErrInvalidOptions.
 func (c *Client) Start(ctx context.Context) error {
+	if err := c.check(); err != nil {
+		return err
+	}
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -279,8 +283,12 @@ func (c *Client) dispatch(ctx context.Context, l *Lease[any]) error {
 // OnEvent must not call Stop (it would wait for its own delivery until
 // ctx is done). Jobs not run stay in the queues' closed job sets: a
 // Client keeps nothing across processes. A nil ctx means
-// context.Background().
+// context.Background(); a Client not made by NewClient (nil, or a zero
+// Client) returns an error wrapping ErrInvalidOptions.
 func (c *Client) Stop(ctx context.Context) error {
+	if err := c.check(); err != nil {
+		return err
+	}
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -330,8 +338,12 @@ func (c *Client) closeAll(ctx context.Context) error {
 // and ErrClosed if the Client is stopped with jobs left (they would never
 // run). For tests and batch programs: a service taking new work is
 // rarely drained. A Client not started drains only if it has no jobs. A
-// nil ctx means context.Background().
+// nil ctx means context.Background(); a Client not made by NewClient
+// (nil, or a zero Client) returns an error wrapping ErrInvalidOptions.
 func (c *Client) Drained(ctx context.Context) error {
+	if err := c.check(); err != nil {
+		return err
+	}
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -363,8 +375,13 @@ func (c *Client) Drained(ctx context.Context) error {
 }
 
 // Queue returns the admin API of the queue named name (List, Retry,
-// Pause, ...), or nil if the Client has no such queue.
+// Pause, ...), or nil if the Client has no such queue (or was not made by
+// NewClient). A nil Queue's methods return errors wrapping
+// ErrInvalidOptions, or zero answers.
 func (c *Client) Queue(name string) *Queue {
+	if c == nil {
+		return nil
+	}
 	if q := c.queues[name]; q != nil {
 		return &q.admin
 	}
@@ -372,18 +389,36 @@ func (c *Client) Queue(name string) *Queue {
 }
 
 // QueueNames returns the names of the Client's queues, sorted (a new
-// slice).
-func (c *Client) QueueNames() []string { return slices.Clone(c.names) }
+// slice; nil for a nil Client).
+func (c *Client) QueueNames() []string {
+	if c == nil {
+		return nil
+	}
+	return slices.Clone(c.names)
+}
 
 // QueueStats returns each queue's Stats, in the order of QueueNames. It
 // never fails and ignores ctx; it works after Stop. (Client is a
-// StatsReader.)
+// StatsReader.) A Client not made by NewClient (nil, or a zero Client)
+// returns an error wrapping ErrInvalidOptions.
 func (c *Client) QueueStats(ctx context.Context) ([]QueueStats, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
 	s := make([]QueueStats, len(c.names))
 	for i, name := range c.names {
 		s[i] = QueueStats{Queue: name, Stats: c.queues[name].r.Stats()}
 	}
 	return s, nil
+}
+
+// check returns an error wrapping ErrInvalidOptions for a Client that
+// NewClient did not make (nil, or a zero Client).
+func (c *Client) check() error {
+	if c == nil || c.queues == nil {
+		return fmt.Errorf("%w: a Client not made by NewClient", ErrInvalidOptions)
+	}
+	return nil
 }
 
 // waitIdle waits until r has no unfinished job and returns how many jobs
@@ -433,22 +468,26 @@ type lockedHandler struct {
 	h  slog.Handler
 }
 
+// Enabled asks the user's handler, under the hook lock.
 func (h lockedHandler) Enabled(ctx context.Context, l slog.Level) bool {
 	h.mu <- struct{}{}
 	defer func() { <-h.mu }()
 	return h.h.Enabled(ctx, l)
 }
 
+// Handle passes r to the user's handler, under the hook lock.
 func (h lockedHandler) Handle(ctx context.Context, r slog.Record) error {
 	h.mu <- struct{}{}
 	defer func() { <-h.mu }()
 	return h.h.Handle(ctx, r)
 }
 
+// WithAttrs is the user's handler's WithAttrs, still under the hook lock.
 func (h lockedHandler) WithAttrs(as []slog.Attr) slog.Handler {
 	return lockedHandler{h.mu, h.h.WithAttrs(as)}
 }
 
+// WithGroup is the user's handler's WithGroup, still under the hook lock.
 func (h lockedHandler) WithGroup(name string) slog.Handler {
 	return lockedHandler{h.mu, h.h.WithGroup(name)}
 }

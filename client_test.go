@@ -249,3 +249,50 @@ func TestClientOnEventMayEnqueueIntoAnotherQueue(t *testing.T) {
 		require.NoError(t, c.Stop(ctx))
 	})
 }
+
+// TestClientNotMadeByNewClientIsAnError: a nil or zero Client, and the
+// nil Queue that Client.Queue returns for a queue it does not have, give
+// errors wrapping ErrInvalidOptions (or zero answers), not panics.
+func TestClientNotMadeByNewClientIsAnError(t *testing.T) {
+	ctx := context.Background()
+	for name, c := range map[string]*leaserouter.Client{"nil": nil, "zero": {}} {
+		t.Run(name, func(t *testing.T) {
+			require.ErrorIs(t, c.Start(ctx), leaserouter.ErrInvalidOptions, "Start")
+			require.ErrorIs(t, c.Drained(ctx), leaserouter.ErrInvalidOptions, "Drained")
+			_, err := c.QueueStats(ctx)
+			require.ErrorIs(t, err, leaserouter.ErrInvalidOptions, "QueueStats")
+			require.Nil(t, c.Queue(leaserouter.DefaultQueue), "Queue")
+			require.Empty(t, c.QueueNames(), "QueueNames")
+			_, err = leaserouter.Register(c, "k", func(context.Context, *leaserouter.Lease[int]) error { return nil })
+			require.ErrorIs(t, err, leaserouter.ErrInvalidOptions, "Register")
+			require.ErrorIs(t, c.Stop(ctx), leaserouter.ErrInvalidOptions, "Stop")
+		})
+	}
+	t.Run("nil Queue", func(t *testing.T) {
+		c := newClient(t, leaserouter.ClientOptions{})
+		q := c.Queue("no-such-queue")
+		require.Nil(t, q)
+		require.Empty(t, q.Name())
+		require.Zero(t, q.Stats())
+		require.Empty(t, q.History())
+		_, ok := q.Get("a")
+		require.False(t, ok)
+		_, err := q.QueueStats(ctx)
+		require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+		_, err = q.List(leaserouter.ListParams{})
+		require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+		_, err = q.Leases(1)
+		require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+		for _, f := range []func(string) error{q.Retry, q.Cancel, q.Delete} {
+			require.ErrorIs(t, f("a"), leaserouter.ErrInvalidOptions)
+		}
+		for _, f := range []func([]string, []leaserouter.State) (leaserouter.BulkResult, error){q.RetryMany, q.CancelMany, q.DeleteMany} {
+			_, err := f([]string{"a"}, nil)
+			require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+		}
+		require.ErrorIs(t, q.Pause(), leaserouter.ErrInvalidOptions)
+		require.ErrorIs(t, q.Resume(), leaserouter.ErrInvalidOptions)
+		require.ErrorIs(t, q.Flush(ctx), leaserouter.ErrInvalidOptions)
+		require.ErrorIs(t, q.Audit(), leaserouter.ErrInvalidOptions)
+	})
+}

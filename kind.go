@@ -43,10 +43,11 @@ const MaxKinds = math.MaxUint16
 // registers nothing, when c has started, when name is empty, breaks the
 // rule for IDs (see MaxIDBytes) or is registered already, when h is nil,
 // when WithKindQueue names a queue c does not have, or beyond MaxKinds;
-// ErrClosed after Stop. A nil c is an error wrapping ErrInvalidOptions.
+// ErrClosed after Stop. A c not made by NewClient (nil, or a zero Client)
+// is an error wrapping ErrInvalidOptions.
 func Register[T any](c *Client, name string, h Handler[T], opts ...KindOption) (*Kind[T], error) {
-	if c == nil {
-		return nil, fmt.Errorf("%w: Register on a nil Client", ErrInvalidOptions)
+	if err := c.check(); err != nil {
+		return nil, err
 	}
 	if err := contract.CheckKindName(ErrInvalidOptions, "kind", name); err != nil {
 		return nil, err

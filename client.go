@@ -103,17 +103,17 @@ const (
 
 // clientQueue is one queue of a Client.
 type clientQueue struct {
-	r       *Router[any]
-	workers int
-	timeout time.Duration
-	admin   Queue
+	r     *Router[any]
+	run   WorkerOptions // its Run's, checked by NewClient
+	admin Queue
 }
 
 // NewClient returns a Client with the queues of opts, which accepts jobs
 // (Kind.Enqueue) at once and runs them from Start. Every queue's options
 // are checked as New checks them, a queue's Options merged over the
 // client's field by field; a bad field, a negative Workers (or above
-// MaxWorkers) or Timeout, or an invalid queue name (see MaxIDBytes)
+// MaxWorkers) or Timeout, a LeaseDuration too short for Run's heartbeat
+// interval, or an invalid queue name (see MaxIDBytes)
 // returns an error wrapping ErrInvalidOptions that names the field and
 // the queue, and starts nothing. NewClient starts each queue's reaper
 // (and, with OnEvent or a Logger, its delivery goroutine): call Stop,
@@ -184,8 +184,17 @@ func (c *Client) newQueue(name string, qc QueueConfig, base Options, tokens *tok
 	if err != nil {
 		return nil, fmt.Errorf("%w (queue %s)", err, contract.Quote(name))
 	}
+	// Run's own checks, now: a queue Start's Run would refuse (a
+	// LeaseDuration too short for a heartbeat interval) would otherwise
+	// stay idle, told only by Stop.
+	wo := WorkerOptions{Workers: cmp.Or(qc.Workers, DefaultQueueWorkers), Timeout: qc.Timeout}
+	if err := contract.WorkerDefaults(ErrInvalidOptions, false, r.opts.LeaseDuration,
+		&wo.Workers, &wo.WorkerID, &wo.HeartbeatInterval, &wo.Batch, wo.Timeout); err != nil {
+		_ = r.Close(context.Background()) // no lease, no event: at once
+		return nil, fmt.Errorf("%w (queue %s)", err, contract.Quote(name))
+	}
 	r.kinds.Store(&c.kindName)
-	q := &clientQueue{r: r, workers: cmp.Or(qc.Workers, DefaultQueueWorkers), timeout: qc.Timeout}
+	q := &clientQueue{r: r, run: wo}
 	q.admin = Queue{name: name, r: r}
 	return q, nil
 }
@@ -241,9 +250,8 @@ func (c *Client) Start(ctx context.Context) error {
 	c.running = len(c.names)
 	for _, name := range c.names {
 		q := c.queues[name]
-		opts := WorkerOptions{Workers: q.workers, Timeout: q.timeout}
 		go func() { // owned by Stop, which waits for c.ran
-			err := q.r.Run(ctx, opts, c.dispatch)
+			err := q.r.Run(ctx, q.run, c.dispatch)
 			c.mu.Lock()
 			defer c.mu.Unlock()
 			// ErrClosed: Stop closed the queue before its Run began.

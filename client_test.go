@@ -296,3 +296,20 @@ func TestClientNotMadeByNewClientIsAnError(t *testing.T) {
 		require.ErrorIs(t, q.Audit(), leaserouter.ErrInvalidOptions)
 	})
 }
+
+// TestNewClientRefusesQueueItCannotRun: a queue whose workers Run would
+// refuse (a LeaseDuration too short for any heartbeat interval) is
+// refused by NewClient, naming the queue, not left idle by a Start that
+// returned nil (Drained would wait forever; only Stop told).
+func TestNewClientRefusesQueueItCannotRun(t *testing.T) {
+	c, err := leaserouter.NewClient(leaserouter.ClientOptions{Queues: map[string]leaserouter.QueueConfig{
+		"fast": {Options: leaserouter.Options{LeaseDuration: time.Nanosecond}},
+	}})
+	if err == nil {
+		startErr := c.Start(context.Background())
+		t.Cleanup(func() { _ = c.Stop(context.Background()) })
+		require.NoError(t, startErr)
+	}
+	require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+	require.ErrorContains(t, err, `"fast"`)
+}

@@ -204,14 +204,16 @@ func TestClientLeaseActsOnTheJob(t *testing.T) {
 
 // TestClientOnEventMayEnqueueIntoAnotherQueue: OnEvent may call back
 // into the Client, as into a Router: an Enqueue it makes never waits for
-// room in the event backlog, whichever queue the job goes to. (The
+// room in the event backlog, nor a Flush for delivery, whichever queue
+// it names. (The
 // Client's hooks are serial: waiting for another queue's delivery, which
 // waits for this OnEvent to return, would wait forever.)
 func TestClientOnEventMayEnqueueIntoAnotherQueue(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		release := make(chan struct{})
-		followUp := make(chan error, 1)
+		followUp := make(chan error, 2)
 		var kb *leaserouter.Kind[int]
+		var c *leaserouter.Client
 		c, err := leaserouter.NewClient(leaserouter.ClientOptions{
 			Options: leaserouter.Options{OnEvent: func(e leaserouter.Event) {
 				if e.Queue != "a" || e.Kind != leaserouter.EventEnqueued {
@@ -221,6 +223,7 @@ func TestClientOnEventMayEnqueueIntoAnotherQueue(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				defer cancel()
 				followUp <- kb.Enqueue(ctx, "follow-up", 0)
+				followUp <- c.Queue("b").Flush(ctx)
 			}},
 			Queues: map[string]leaserouter.QueueConfig{"a": {}, "b": {}},
 		})
@@ -246,6 +249,7 @@ func TestClientOnEventMayEnqueueIntoAnotherQueue(t *testing.T) {
 		}
 		close(release)
 		require.NoError(t, <-followUp, "the Enqueue OnEvent made")
+		require.NoError(t, <-followUp, "the Flush OnEvent made")
 		require.NoError(t, c.Stop(ctx))
 	})
 }

@@ -30,14 +30,24 @@
 // a query or alert that matches on the full label set, or a recording
 // rule that aggregates without "by", needs the label added or summed
 // away. ConstLabels may no longer name "queue" (registering the Collector
-// then fails). The histograms have no queue label.
+// then fails).
+//
+// The histograms carry the "queue" label too, the Event.Queue of the
+// events they record (a Client's events name their queue, a core
+// Router's DefaultQueue, a pgrouter Router's its Options.Queue). Earlier
+// versions had none, so each histogram's series are replaced as the
+// counters' were (leaserouter_run_seconds_bucket{outcome="completed",le="1"}
+// becomes leaserouter_run_seconds_bucket{outcome="completed",queue="default",le="1"}),
+// and a histogram has no series until its first event of some queue.
 package prometheus
 
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	prom "github.com/prometheus/client_golang/prometheus"
 
@@ -74,8 +84,8 @@ func (s statsSource) QueueStats(context.Context) ([]leaserouter.QueueStats, erro
 // Options.ScrapeTimeout is not set.
 const DefaultScrapeTimeout = 5 * time.Second
 
-// QueueLabel is the label naming the queue on every metric read from
-// Stats.
+// QueueLabel is the label naming the queue on every metric: those read
+// from Stats, and the histograms (from Event.Queue).
 const QueueLabel = "queue"
 
 // Options configure a Collector. The zero value is valid.
@@ -109,9 +119,9 @@ type Collector struct {
 	jobs     *prom.Desc
 	counters []counter
 
-	leaseWait   prom.Histogram
-	requeueWait prom.Histogram
-	run         *prom.HistogramVec
+	leaseWait   *prom.HistogramVec // by queue
+	requeueWait *prom.HistogramVec // by queue
+	run         *prom.HistogramVec // by queue and outcome
 }
 
 // counter is one Stats total exported as a Prometheus counter.
@@ -162,18 +172,18 @@ func NewCollector(opts Options) *Collector {
 			value: k.value,
 		})
 	}
-	c.leaseWait = prom.NewHistogram(prom.HistogramOpts{
+	c.leaseWait = prom.NewHistogramVec(prom.HistogramOpts{
 		Namespace: ns, Name: "lease_wait_seconds", ConstLabels: opts.ConstLabels, Buckets: buckets,
 		Help: "Time a job was ready before it was leased: since its enqueue, run-at, release or the expiry of its previous lease.",
-	})
-	c.requeueWait = prom.NewHistogram(prom.HistogramOpts{
+	}, []string{QueueLabel})
+	c.requeueWait = prom.NewHistogramVec(prom.HistogramOpts{
 		Namespace: ns, Name: "requeue_wait_seconds", ConstLabels: opts.ConstLabels, Buckets: buckets,
 		Help: "Time from a lease's expiry to its job being leased again.",
-	})
+	}, []string{QueueLabel})
 	c.run = prom.NewHistogramVec(prom.HistogramOpts{
 		Namespace: ns, Name: "run_seconds", ConstLabels: opts.ConstLabels, Buckets: buckets,
 		Help: "Time from a lease's grant to its job's completion or failure, by outcome.",
-	}, []string{"outcome"})
+	}, []string{QueueLabel, "outcome"})
 	return c
 }
 
@@ -191,20 +201,36 @@ func (c *Collector) Observe(s leaserouter.StatsReader) {
 	c.src.Store(&s)
 }
 
-// OnEvent records the durations e carries in the histograms. Pass it as
-// leaserouter.Options.OnEvent; it never blocks and never calls back into
-// the Router.
+// OnEvent records the durations e carries in the histograms, labelled
+// with e.Queue (a Queue that is not valid UTF-8 has its bad bytes
+// replaced by U+FFFD). Pass it as leaserouter.Options.OnEvent; it never
+// blocks, never panics and never calls back into the Router.
 func (c *Collector) OnEvent(e leaserouter.Event) {
 	switch e.Kind {
 	case leaserouter.EventLeaseAcquired:
-		c.leaseWait.Observe(e.Wait.Seconds())
+		observe(c.leaseWait, e.Wait, e.Queue)
 		if e.Requeued {
-			c.requeueWait.Observe(e.Wait.Seconds())
+			observe(c.requeueWait, e.Wait, e.Queue)
 		}
 	case leaserouter.EventCompleted:
-		c.run.WithLabelValues("completed").Observe(e.Held.Seconds())
+		observe(c.run, e.Held, e.Queue, "completed")
 	case leaserouter.EventFailed:
-		c.run.WithLabelValues("failed").Observe(e.Held.Seconds())
+		observe(c.run, e.Held, e.Queue, "failed")
+	}
+}
+
+// observe records d in h's series for the queue and labels. The client
+// library panics on a label value that is not valid UTF-8 (WithLabelValues)
+// or refuses it (GetMetricWithLabelValues): such a queue is recorded with
+// its bad bytes replaced. Any other refusal (a ConstLabel "queue", which
+// Register refuses anyway) drops the observation.
+func observe(h *prom.HistogramVec, d time.Duration, queue string, labels ...string) {
+	o, err := h.GetMetricWithLabelValues(append([]string{queue}, labels...)...)
+	if err != nil && !utf8.ValidString(queue) {
+		o, err = h.GetMetricWithLabelValues(append([]string{strings.ToValidUTF8(queue, "\uFFFD")}, labels...)...)
+	}
+	if err == nil {
+		o.Observe(d.Seconds())
 	}
 }
 

@@ -128,30 +128,30 @@ leaserouter_retries_total{queue="default"} %d
 leaserouter_stale_rejections_total{queue="default"} %d
 # HELP leaserouter_lease_wait_seconds Time a job was ready before it was leased: since its enqueue, run-at, release or the expiry of its previous lease.
 # TYPE leaserouter_lease_wait_seconds histogram
-leaserouter_lease_wait_seconds_bucket{le="1"} 4
-leaserouter_lease_wait_seconds_bucket{le="10"} 5
-leaserouter_lease_wait_seconds_bucket{le="+Inf"} 6
-leaserouter_lease_wait_seconds_sum 21
-leaserouter_lease_wait_seconds_count 6
+leaserouter_lease_wait_seconds_bucket{queue="default",le="1"} 4
+leaserouter_lease_wait_seconds_bucket{queue="default",le="10"} 5
+leaserouter_lease_wait_seconds_bucket{queue="default",le="+Inf"} 6
+leaserouter_lease_wait_seconds_sum{queue="default"} 21
+leaserouter_lease_wait_seconds_count{queue="default"} 6
 # HELP leaserouter_requeue_wait_seconds Time from a lease's expiry to its job being leased again.
 # TYPE leaserouter_requeue_wait_seconds histogram
-leaserouter_requeue_wait_seconds_bucket{le="1"} 0
-leaserouter_requeue_wait_seconds_bucket{le="10"} 1
-leaserouter_requeue_wait_seconds_bucket{le="+Inf"} 1
-leaserouter_requeue_wait_seconds_sum 5
-leaserouter_requeue_wait_seconds_count 1
+leaserouter_requeue_wait_seconds_bucket{queue="default",le="1"} 0
+leaserouter_requeue_wait_seconds_bucket{queue="default",le="10"} 1
+leaserouter_requeue_wait_seconds_bucket{queue="default",le="+Inf"} 1
+leaserouter_requeue_wait_seconds_sum{queue="default"} 5
+leaserouter_requeue_wait_seconds_count{queue="default"} 1
 # HELP leaserouter_run_seconds Time from a lease's grant to its job's completion or failure, by outcome.
 # TYPE leaserouter_run_seconds histogram
-leaserouter_run_seconds_bucket{outcome="completed",le="1"} 0
-leaserouter_run_seconds_bucket{outcome="completed",le="10"} 1
-leaserouter_run_seconds_bucket{outcome="completed",le="+Inf"} 1
-leaserouter_run_seconds_sum{outcome="completed"} 2
-leaserouter_run_seconds_count{outcome="completed"} 1
-leaserouter_run_seconds_bucket{outcome="failed",le="1"} 0
-leaserouter_run_seconds_bucket{outcome="failed",le="10"} 1
-leaserouter_run_seconds_bucket{outcome="failed",le="+Inf"} 1
-leaserouter_run_seconds_sum{outcome="failed"} 2
-leaserouter_run_seconds_count{outcome="failed"} 1
+leaserouter_run_seconds_bucket{outcome="completed",queue="default",le="1"} 0
+leaserouter_run_seconds_bucket{outcome="completed",queue="default",le="10"} 1
+leaserouter_run_seconds_bucket{outcome="completed",queue="default",le="+Inf"} 1
+leaserouter_run_seconds_sum{outcome="completed",queue="default"} 2
+leaserouter_run_seconds_count{outcome="completed",queue="default"} 1
+leaserouter_run_seconds_bucket{outcome="failed",queue="default",le="1"} 0
+leaserouter_run_seconds_bucket{outcome="failed",queue="default",le="10"} 1
+leaserouter_run_seconds_bucket{outcome="failed",queue="default",le="+Inf"} 1
+leaserouter_run_seconds_sum{outcome="failed",queue="default"} 2
+leaserouter_run_seconds_count{outcome="failed",queue="default"} 1
 `, st.Enqueued, st.Duplicates, st.LeasesGranted, st.Heartbeats, st.HeartbeatsRefused,
 			st.Expirations, st.Retries, st.StaleRejections)
 		require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want),
@@ -259,10 +259,13 @@ func TestScrapeOverHTTP(t *testing.T) {
 }
 
 // TestCollectorBeforeObserve: with no Router yet (or after Observe(nil)),
-// a scrape has the histograms only, and nothing panics.
+// a scrape has the histograms only (a series per queue, from the first
+// event of that queue on), and nothing panics.
 func TestCollectorBeforeObserve(t *testing.T) {
 	c := lrprom.NewCollector(lrprom.Options{Namespace: "jobs"})
 	require.Zero(t, testutil.CollectAndCount(c, "jobs_jobs"))
+	require.Zero(t, testutil.CollectAndCount(c, "jobs_lease_wait_seconds"), "no event yet: no queue's series")
+	c.OnEvent(leaserouter.Event{Kind: leaserouter.EventLeaseAcquired, Queue: "mail"})
 	require.Equal(t, 1, testutil.CollectAndCount(c, "jobs_lease_wait_seconds"))
 	r, err := leaserouter.New[int](leaserouter.Options{})
 	require.NoError(t, err)
@@ -386,6 +389,7 @@ func TestCollectorReadErrorIsInvalidMetric(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			c := lrprom.NewCollector(lrprom.Options{})
 			c.Observe(tc.src)
+			c.OnEvent(leaserouter.Event{Kind: leaserouter.EventLeaseAcquired, Queue: "a"})
 			reg := prom.NewRegistry()
 			reg.MustRegister(c)
 			families, err := reg.Gather()
@@ -431,4 +435,86 @@ func TestCollectorScrapeTimeout(t *testing.T) {
 func TestConstLabelQueueRefusedAtRegister(t *testing.T) {
 	c := lrprom.NewCollector(lrprom.Options{ConstLabels: prom.Labels{"queue": "mail"}})
 	require.ErrorContains(t, prom.NewRegistry().Register(c), "queue")
+}
+
+// histogramCounts are the sample counts of the histogram family name, by
+// the label values of its series (queue, then outcome where it has one).
+func histogramCounts(t *testing.T, reg *prom.Registry, name string) map[string]uint64 {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	out := map[string]uint64{}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			var key []string
+			for _, l := range m.GetLabel() {
+				if l.GetName() == lrprom.QueueLabel {
+					key = append([]string{l.GetValue()}, key...)
+				} else {
+					key = append(key, l.GetValue())
+				}
+			}
+			out[strings.Join(key, "/")] = m.GetHistogram().GetSampleCount()
+		}
+	}
+	return out
+}
+
+// TestHistogramsCarryTheEventsQueue: each histogram has a series per
+// queue, from Event.Queue: a Client's queues by name, a Router's as
+// "default"; a queue name that is not UTF-8 is recorded with its bad bytes
+// replaced, never a panic.
+func TestHistogramsCarryTheEventsQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := lrprom.NewCollector(lrprom.Options{})
+		reg := prom.NewPedanticRegistry()
+		reg.MustRegister(c)
+		cl, err := leaserouter.NewClient(leaserouter.ClientOptions{
+			Options: leaserouter.Options{OnEvent: c.OnEvent, MaxAttempts: 1},
+			Queues:  map[string]leaserouter.QueueConfig{"mail": {Workers: 1}, "reports": {Workers: 1}},
+		})
+		require.NoError(t, err)
+		email, err := leaserouter.Register(cl, "email", func(context.Context, *leaserouter.Lease[string]) error { return nil },
+			leaserouter.WithKindQueue("mail"))
+		require.NoError(t, err)
+		report, err := leaserouter.Register(cl, "report", func(context.Context, *leaserouter.Lease[int]) error {
+			return errors.New("no data")
+		}, leaserouter.WithKindQueue("reports"))
+		require.NoError(t, err)
+		ctx := context.Background()
+		require.NoError(t, email.Enqueue(ctx, "a", "x"))
+		require.NoError(t, email.Enqueue(ctx, "b", "x"))
+		require.NoError(t, report.Enqueue(ctx, "weekly", 7))
+		require.NoError(t, cl.Start(ctx))
+		require.NoError(t, cl.Drained(ctx))
+		require.NoError(t, cl.Stop(ctx))
+
+		r, err := leaserouter.New[string](leaserouter.Options{OnEvent: c.OnEvent})
+		require.NoError(t, err)
+		require.NoError(t, r.Enqueue("c", "x"))
+		l, err := r.TryAcquire("w")
+		require.NoError(t, err)
+		require.NoError(t, l.Complete())
+		require.NoError(t, r.Close(ctx))
+
+		c.OnEvent(leaserouter.Event{Kind: leaserouter.EventLeaseAcquired, Queue: "bad\xff"})
+
+		require.Equal(t, map[string]uint64{"mail": 2, "reports": 1, "default": 1, "bad\uFFFD": 1},
+			histogramCounts(t, reg, "leaserouter_lease_wait_seconds"))
+		require.Equal(t, map[string]uint64{"mail/completed": 2, "reports/failed": 1, "default/completed": 1},
+			histogramCounts(t, reg, "leaserouter_run_seconds"))
+	})
+}
+
+// TestOnEventWithConstLabelQueueDoesNotPanic: with a ConstLabel "queue"
+// (which Register refuses), OnEvent still never panics.
+func TestOnEventWithConstLabelQueueDoesNotPanic(t *testing.T) {
+	c := lrprom.NewCollector(lrprom.Options{ConstLabels: prom.Labels{"queue": "mail"}})
+	require.NotPanics(t, func() {
+		c.OnEvent(leaserouter.Event{Kind: leaserouter.EventLeaseAcquired, Queue: "mail", Requeued: true})
+		c.OnEvent(leaserouter.Event{Kind: leaserouter.EventCompleted, Queue: "mail"})
+	})
 }

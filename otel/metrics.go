@@ -28,8 +28,16 @@
 // Router). Earlier versions had no such attribute, so each of those
 // instruments now has one series per queue where it had one: a query that
 // matched the attribute set exactly needs the attribute added or
-// aggregated away. The event histograms and the consumed-messages counter
-// carry no queue.
+// aggregated away.
+//
+// The measurements OnEvent records (the lease-wait, requeue-wait and
+// messaging.process.duration histograms, and the consumed-messages
+// counter) carry messaging.destination.name too, the Event.Queue of the
+// event (a Client's events name their queue, a core Router's "default",
+// a pgrouter Router's its Options.Queue). Earlier versions had none
+// there either: each of those instruments now has one series per queue
+// where it had one, and a query that matched the attribute set exactly
+// needs the attribute added or aggregated away.
 //
 // # Tracing
 //
@@ -50,6 +58,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -116,7 +125,6 @@ type Options struct {
 // collection callback with Close. It is safe for concurrent use.
 type Metrics struct {
 	src     atomic.Pointer[leaserouter.StatsReader]
-	attrs   attribute.Set
 	base    []attribute.KeyValue
 	timeout time.Duration
 	reg     metric.Registration
@@ -127,8 +135,16 @@ type Metrics struct {
 	leaseWait   metric.Float64Histogram
 	requeueWait metric.Float64Histogram
 
-	// Precomputed record options, so that OnEvent allocates nothing.
-	withAttrs, consumedAttrs, processOK, processFailed metric.MeasurementOption
+	// Each queue's record options for OnEvent, made at its first event:
+	// a map replaced whole (under eventMu) when a queue is added, so that
+	// OnEvent reads it with neither a lock nor an allocation.
+	eventQueues atomic.Pointer[map[string]*eventOpts]
+	eventMu     sync.Mutex
+}
+
+// eventOpts are one queue's record options for OnEvent.
+type eventOpts struct {
+	wait, consumed, processOK, processFailed metric.MeasurementOption
 }
 
 // gauge and counters read from Stats at every collection.
@@ -172,7 +188,6 @@ func New(mp metric.MeterProvider, opts Options) (*Metrics, error) {
 	}
 	meter := mp.Meter(ScopeName)
 	m := &Metrics{
-		attrs:   attribute.NewSet(opts.Attributes...),
 		base:    append([]attribute.KeyValue(nil), opts.Attributes...),
 		timeout: opts.CollectTimeout,
 	}
@@ -209,18 +224,7 @@ func New(mp metric.MeterProvider, opts Options) (*Metrics, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-
-	base := opts.Attributes
-	with := func(kv ...attribute.KeyValue) metric.MeasurementOption {
-		return metric.WithAttributeSet(attribute.NewSet(append(append([]attribute.KeyValue{}, base...), kv...)...))
-	}
-	m.withAttrs = metric.WithAttributeSet(m.attrs)
-	system := semconv.MessagingSystemKey.String(string(System))
-	m.consumedAttrs = with(system, semconv.MessagingOperationNameKey.String("acquire"))
-	process := semconv.MessagingOperationNameKey.String("process")
-	m.processOK = with(system, process)
-	// error.type: a handler error is not classified further here.
-	m.processFailed = with(system, process, semconv.ErrorTypeKey.String(string(messagingconv.ErrorTypeOther)))
+	m.eventQueues.Store(&map[string]*eventOpts{})
 
 	m.reg, err = meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		src := m.src.Load()
@@ -261,6 +265,38 @@ func (m *Metrics) queueOpts(queue string) *queueOpts {
 	}
 	got, _ := m.queues.LoadOrStore(queue, qo)
 	return got.(*queueOpts)
+}
+
+// eventOpts returns queue's record options for OnEvent, made at its
+// first event and kept.
+func (m *Metrics) eventOpts(queue string) *eventOpts {
+	if eo := (*m.eventQueues.Load())[queue]; eo != nil {
+		return eo
+	}
+	m.eventMu.Lock()
+	defer m.eventMu.Unlock()
+	old := *m.eventQueues.Load()
+	if eo := old[queue]; eo != nil {
+		return eo // added meanwhile
+	}
+	with := func(kv ...attribute.KeyValue) metric.MeasurementOption {
+		all := append(append([]attribute.KeyValue{}, m.base...), semconv.MessagingDestinationName(queue))
+		return metric.WithAttributeSet(attribute.NewSet(append(all, kv...)...))
+	}
+	system := semconv.MessagingSystemKey.String(string(System))
+	process := semconv.MessagingOperationNameKey.String("process")
+	eo := &eventOpts{
+		wait:      with(),
+		consumed:  with(system, semconv.MessagingOperationNameKey.String("acquire")),
+		processOK: with(system, process),
+		// error.type: a handler error is not classified further here.
+		processFailed: with(system, process, semconv.ErrorTypeKey.String(string(messagingconv.ErrorTypeOther))),
+	}
+	next := make(map[string]*eventOpts, len(old)+1)
+	maps.Copy(next, old)
+	next[queue] = eo
+	m.eventQueues.Store(&next)
+	return eo
 }
 
 // readStats calls src.QueueStats under timeout. A panic in it is
@@ -304,22 +340,24 @@ func (m *Metrics) Observe(s leaserouter.StatsReader) {
 	m.src.Store(&s)
 }
 
-// OnEvent records the measurements e carries. Pass it as
-// leaserouter.Options.OnEvent; it never blocks on the Router and records
-// with context.Background (events carry no context).
+// OnEvent records the measurements e carries, with e.Queue as
+// messaging.destination.name. Pass it as leaserouter.Options.OnEvent; it
+// never blocks on the Router and records with context.Background (events
+// carry no context).
 func (m *Metrics) OnEvent(e leaserouter.Event) {
 	ctx := context.Background()
 	switch e.Kind {
 	case leaserouter.EventLeaseAcquired:
-		m.consumed.Int64Counter.Add(ctx, 1, m.consumedAttrs)
-		m.leaseWait.Record(ctx, e.Wait.Seconds(), m.withAttrs)
+		eo := m.eventOpts(e.Queue)
+		m.consumed.Int64Counter.Add(ctx, 1, eo.consumed)
+		m.leaseWait.Record(ctx, e.Wait.Seconds(), eo.wait)
 		if e.Requeued {
-			m.requeueWait.Record(ctx, e.Wait.Seconds(), m.withAttrs)
+			m.requeueWait.Record(ctx, e.Wait.Seconds(), eo.wait)
 		}
 	case leaserouter.EventCompleted:
-		m.process.Float64Histogram.Record(ctx, e.Held.Seconds(), m.processOK)
+		m.process.Float64Histogram.Record(ctx, e.Held.Seconds(), m.eventOpts(e.Queue).processOK)
 	case leaserouter.EventFailed:
-		m.process.Float64Histogram.Record(ctx, e.Held.Seconds(), m.processFailed)
+		m.process.Float64Histogram.Record(ctx, e.Held.Seconds(), m.eventOpts(e.Queue).processFailed)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.uber.org/goleak"
 
 	"github.com/leaserouter/leaserouter"
@@ -362,4 +363,72 @@ func TestMetricsCollectTimeout(t *testing.T) {
 			require.Equal(t, start.Add(tc.want), src.deadline)
 		})
 	}
+}
+
+// histCounts are the sample counts of histogram name's data points by
+// queue (messaging.destination.name), with "/"+error.type where set.
+func (c collected) histCounts(t *testing.T, name string) map[string]uint64 {
+	t.Helper()
+	h, ok := c[name].Data.(metricdata.Histogram[float64])
+	require.True(t, ok, "%s is %T", name, c[name].Data)
+	out := map[string]uint64{}
+	for _, dp := range h.DataPoints {
+		q, ok := dp.Attributes.Value(semconv.MessagingDestinationNameKey)
+		require.True(t, ok, "%s has no queue", name)
+		v, ok := dp.Attributes.Value("service")
+		require.True(t, ok && v.AsString() == "shop", "%s keeps Options.Attributes", name)
+		key := q.AsString()
+		if e, ok := dp.Attributes.Value(semconv.ErrorTypeKey); ok {
+			key += "/" + e.AsString()
+		}
+		out[key] = dp.Count
+	}
+	return out
+}
+
+// TestEventMeasurementsCarryTheEventsQueue: what OnEvent records (lease
+// and requeue wait, run time, leases consumed) has a series per queue,
+// from Event.Queue: a Client's queues by name, a Router's as "default".
+func TestEventMeasurementsCarryTheEventsQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reader := sdkmetric.NewManualReader()
+		m, err := lrotel.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
+			lrotel.Options{Attributes: []attribute.KeyValue{attribute.String("service", "shop")}})
+		require.NoError(t, err)
+		defer m.Close()
+		c, err := leaserouter.NewClient(leaserouter.ClientOptions{
+			Options: leaserouter.Options{OnEvent: m.OnEvent, MaxAttempts: 1},
+			Queues:  map[string]leaserouter.QueueConfig{"mail": {Workers: 1}, "reports": {Workers: 1}},
+		})
+		require.NoError(t, err)
+		email, err := leaserouter.Register(c, "email", func(context.Context, *leaserouter.Lease[string]) error { return nil },
+			leaserouter.WithKindQueue("mail"))
+		require.NoError(t, err)
+		report, err := leaserouter.Register(c, "report", func(context.Context, *leaserouter.Lease[int]) error {
+			return errors.New("no data")
+		}, leaserouter.WithKindQueue("reports"))
+		require.NoError(t, err)
+		ctx := context.Background()
+		require.NoError(t, email.Enqueue(ctx, "a", "x"))
+		require.NoError(t, email.Enqueue(ctx, "b", "x"))
+		require.NoError(t, report.Enqueue(ctx, "weekly", 7))
+		require.NoError(t, c.Start(ctx))
+		require.NoError(t, c.Drained(ctx))
+		require.NoError(t, c.Stop(ctx))
+
+		r, err := leaserouter.New[string](leaserouter.Options{OnEvent: m.OnEvent})
+		require.NoError(t, err)
+		require.NoError(t, r.Enqueue("c", "x"))
+		l, err := r.TryAcquire("w")
+		require.NoError(t, err)
+		require.NoError(t, l.Complete())
+		require.NoError(t, r.Close(ctx))
+		m.OnEvent(leaserouter.Event{Kind: leaserouter.EventLeaseAcquired, Queue: "mail", Requeued: true, Wait: time.Second})
+
+		got := collect(t, reader)
+		require.Equal(t, map[string]uint64{"mail": 3, "reports": 1, "default": 1}, got.histCounts(t, "leaserouter.lease.wait.duration"))
+		require.Equal(t, map[string]uint64{"mail": 1}, got.histCounts(t, "leaserouter.requeue.wait.duration"))
+		require.Equal(t, map[string]uint64{"mail": 2, "reports/_OTHER": 1, "default": 1}, got.histCounts(t, "messaging.process.duration"))
+		require.Equal(t, map[string]int64{"mail": 3, "reports": 1, "default": 1}, got.byQueue(t, "messaging.client.consumed.messages"))
+	})
 }

@@ -38,16 +38,18 @@
 // versions had none, so each histogram's series are replaced as the
 // counters' were (leaserouter_run_seconds_bucket{outcome="completed",le="1"}
 // becomes leaserouter_run_seconds_bucket{outcome="completed",queue="default",le="1"}),
-// and a histogram has no series until its first event of some queue.
+// and a queue's histogram series appear at its first event, all of them
+// (each outcome of run_seconds too, at zero until it records).
 package prometheus
 
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	prom "github.com/prometheus/client_golang/prometheus"
 
@@ -122,6 +124,19 @@ type Collector struct {
 	leaseWait   *prom.HistogramVec // by queue
 	requeueWait *prom.HistogramVec // by queue
 	run         *prom.HistogramVec // by queue and outcome
+
+	// Each queue's histograms, found at its first event: a map replaced
+	// whole (under histMu) when a queue is added, so that OnEvent reads it
+	// with neither a lock nor an allocation.
+	hists  atomic.Pointer[map[string]*queueHists]
+	histMu sync.Mutex
+}
+
+// queueHists are one queue's histograms; nil where the client library
+// refused the series (a ConstLabel "queue": Register refuses the
+// Collector anyway).
+type queueHists struct {
+	leaseWait, requeueWait, completed, failed prom.Observer
 }
 
 // counter is one Stats total exported as a Prometheus counter.
@@ -184,6 +199,7 @@ func NewCollector(opts Options) *Collector {
 		Namespace: ns, Name: "run_seconds", ConstLabels: opts.ConstLabels, Buckets: buckets,
 		Help: "Time from a lease's grant to its job's completion or failure, by outcome.",
 	}, []string{QueueLabel, "outcome"})
+	c.hists.Store(&map[string]*queueHists{})
 	return c
 }
 
@@ -208,28 +224,57 @@ func (c *Collector) Observe(s leaserouter.StatsReader) {
 func (c *Collector) OnEvent(e leaserouter.Event) {
 	switch e.Kind {
 	case leaserouter.EventLeaseAcquired:
-		observe(c.leaseWait, e.Wait, e.Queue)
+		h := c.queueHists(e.Queue)
+		observe(h.leaseWait, e.Wait)
 		if e.Requeued {
-			observe(c.requeueWait, e.Wait, e.Queue)
+			observe(h.requeueWait, e.Wait)
 		}
 	case leaserouter.EventCompleted:
-		observe(c.run, e.Held, e.Queue, "completed")
+		observe(c.queueHists(e.Queue).completed, e.Held)
 	case leaserouter.EventFailed:
-		observe(c.run, e.Held, e.Queue, "failed")
+		observe(c.queueHists(e.Queue).failed, e.Held)
 	}
 }
 
-// observe records d in h's series for the queue and labels. The client
-// library panics on a label value that is not valid UTF-8 (WithLabelValues)
-// or refuses it (GetMetricWithLabelValues): such a queue is recorded with
-// its bad bytes replaced. Any other refusal (a ConstLabel "queue", which
-// Register refuses anyway) drops the observation.
-func observe(h *prom.HistogramVec, d time.Duration, queue string, labels ...string) {
-	o, err := h.GetMetricWithLabelValues(append([]string{queue}, labels...)...)
-	if err != nil && !utf8.ValidString(queue) {
-		o, err = h.GetMetricWithLabelValues(append([]string{strings.ToValidUTF8(queue, "\uFFFD")}, labels...)...)
+// queueHists returns queue's histograms, found at its first event and
+// kept.
+func (c *Collector) queueHists(queue string) *queueHists {
+	if h := (*c.hists.Load())[queue]; h != nil {
+		return h
 	}
-	if err == nil {
+	c.histMu.Lock()
+	defer c.histMu.Unlock()
+	old := *c.hists.Load()
+	if h := old[queue]; h != nil {
+		return h // added meanwhile
+	}
+	// The client library panics on a label value that is not valid UTF-8
+	// (WithLabelValues) or refuses it (GetMetricWithLabelValues): such a
+	// queue is recorded with its bad bytes replaced.
+	label := strings.ToValidUTF8(queue, "\uFFFD")
+	get := func(h *prom.HistogramVec, lvs ...string) prom.Observer {
+		o, err := h.GetMetricWithLabelValues(lvs...)
+		if err != nil {
+			return nil
+		}
+		return o
+	}
+	h := &queueHists{
+		leaseWait:   get(c.leaseWait, label),
+		requeueWait: get(c.requeueWait, label),
+		completed:   get(c.run, label, "completed"),
+		failed:      get(c.run, label, "failed"),
+	}
+	next := make(map[string]*queueHists, len(old)+1)
+	maps.Copy(next, old)
+	next[queue] = h
+	c.hists.Store(&next)
+	return h
+}
+
+// observe records d in o, unless o is nil.
+func observe(o prom.Observer, d time.Duration) {
+	if o != nil {
 		o.Observe(d.Seconds())
 	}
 }

@@ -21,9 +21,9 @@ import (
 // drained by a pgrouter Router's Run (2 workers, the default Batch, a
 // fresh database per sub-benchmark), plain (Run) and with each attempt
 // through the tracing middleware (Noop, SDK as in BenchmarkTracing).
-// ns/op is ns per job. The jobs carry no traceparent (pgrouter does not
-// store metadata yet); reading one costs the middleware tens of ns (see
-// BenchmarkTracingMiddleware), against tens of µs a job here. It needs
+// ns/op is ns per job. The jobs carry no traceparent; reading one costs
+// the middleware tens of ns (see BenchmarkTracingMiddleware), against
+// tens of µs a job here. It needs
 // PostgreSQL (pgtest); run the binary several times with -count 1, so
 // the variants alternate.
 func BenchmarkTracingPG(b *testing.B) {

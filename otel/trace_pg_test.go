@@ -57,7 +57,7 @@ func TestPgrouterAttemptSpansContinueTheEnqueuingTraceAcrossProcesses(t *testing
 		if tx {
 			pgtx, err := dbEnq.Begin(sctx)
 			require.NoError(t, err)
-			defer pgtx.Rollback(context.Background()) //nolint:errcheck // after Commit: a no-op
+			defer func() { _ = pgtx.Rollback(context.Background()) }() // after Commit: a no-op
 			require.NoError(t, send.EnqueueTx(sctx, pgtx, id, id+"@example.com", lrotel.WithTraceContext(sctx)))
 			require.NoError(t, pgtx.Commit(sctx))
 		} else {

@@ -80,7 +80,7 @@ var errDone = errors.New("leaserouter: done")
 // ErrClosed if the Router closed meanwhile, or errDone if done fired first.
 func (r *Router[T]) awaitRoom(done <-chan struct{}) error {
 	for r.backlogFull() {
-		if goid.Current() == r.delivery.goid.Load() {
+		if r.fromHook() {
 			return nil
 		}
 		room := r.roomChan()
@@ -98,6 +98,25 @@ func (r *Router[T]) awaitRoom(done <-chan struct{}) error {
 		}
 	}
 	return nil
+}
+
+// fromHook reports whether the caller is OnEvent or the Logger calling
+// back: r's delivery goroutine or, in a Client, any of its queues' (whose
+// hooks wait for each other). It costs a goroutine ID (about a
+// microsecond): for slow paths only. r has hooks.
+func (r *Router[T]) fromHook() bool {
+	g := goid.Current()
+	if g == r.delivery.goid.Load() {
+		return true
+	}
+	if r.peers != nil {
+		for _, d := range *r.peers {
+			if g == d.goid.Load() {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // backlog is how many events wait for delivery. The caller holds r.mu.
@@ -138,7 +157,7 @@ func (r *Router[T]) Flush(ctx context.Context) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	if !r.hooked || goid.Current() == r.delivery.goid.Load() {
+	if !r.hooked || r.fromHook() {
 		return nil
 	}
 	r.mu.Lock()

@@ -47,8 +47,11 @@ type ClientOptions struct {
 	// Backoff, Retention, Capacity, TokenFloor, OnEvent, Logger), as for
 	// New. OnEvent and the Logger get the events of every queue, each
 	// Event with its Queue and JobKind; their calls are serial across the
-	// queues (never two at once), and in order within a queue. The
-	// Logger's records carry the queue ("queue").
+	// queues (never two at once), and in order within a queue. OnEvent
+	// may call back into the Client as into a Router: a Kind's Enqueue
+	// or a Queue's Flush it calls, into any queue, never waits for event
+	// delivery (it must not call Stop). The Logger's records carry the
+	// queue ("queue").
 	Options
 	// Queues names the Client's queues with their configuration; empty,
 	// one queue, DefaultQueue, with a zero QueueConfig. A queue's name
@@ -100,17 +103,17 @@ const (
 
 // clientQueue is one queue of a Client.
 type clientQueue struct {
-	r       *Router[any]
-	workers int
-	timeout time.Duration
-	admin   Queue
+	r     *Router[any]
+	run   WorkerOptions // its Run's, checked by NewClient
+	admin Queue
 }
 
 // NewClient returns a Client with the queues of opts, which accepts jobs
 // (Kind.Enqueue) at once and runs them from Start. Every queue's options
 // are checked as New checks them, a queue's Options merged over the
 // client's field by field; a bad field, a negative Workers (or above
-// MaxWorkers) or Timeout, or an invalid queue name (see MaxIDBytes)
+// MaxWorkers) or Timeout, a LeaseDuration too short for Run's heartbeat
+// interval, or an invalid queue name (see MaxIDBytes)
 // returns an error wrapping ErrInvalidOptions that names the field and
 // the queue, and starts nothing. NewClient starts each queue's reaper
 // (and, with OnEvent or a Logger, its delivery goroutine): call Stop,
@@ -136,6 +139,7 @@ func NewClient(opts ClientOptions) (*Client, error) {
 		}
 	}
 	tokens := new(tokenSource)
+	peers := new([]*handoff)
 	for _, name := range c.names {
 		qc := queues[name]
 		q, err := c.newQueue(name, qc, opts.Options, tokens)
@@ -144,6 +148,11 @@ func NewClient(opts ClientOptions) (*Client, error) {
 			return nil, err
 		}
 		c.queues[name] = q
+		if q.r.delivery != nil {
+			*peers = append(*peers, q.r.delivery)
+		}
+		// Read only by a hook calling back, after NewClient has returned.
+		q.r.peers = peers
 	}
 	return c, nil
 }
@@ -175,8 +184,17 @@ func (c *Client) newQueue(name string, qc QueueConfig, base Options, tokens *tok
 	if err != nil {
 		return nil, fmt.Errorf("%w (queue %s)", err, contract.Quote(name))
 	}
+	// Run's own checks, now: a queue Start's Run would refuse (a
+	// LeaseDuration too short for a heartbeat interval) would otherwise
+	// stay idle, told only by Stop.
+	wo := WorkerOptions{Workers: cmp.Or(qc.Workers, DefaultQueueWorkers), Timeout: qc.Timeout}
+	if err := contract.WorkerDefaults(ErrInvalidOptions, false, r.opts.LeaseDuration,
+		&wo.Workers, &wo.WorkerID, &wo.HeartbeatInterval, &wo.Batch, wo.Timeout); err != nil {
+		_ = r.Close(context.Background()) // no lease, no event: at once
+		return nil, fmt.Errorf("%w (queue %s)", err, contract.Quote(name))
+	}
 	r.kinds.Store(&c.kindName)
-	q := &clientQueue{r: r, workers: cmp.Or(qc.Workers, DefaultQueueWorkers), timeout: qc.Timeout}
+	q := &clientQueue{r: r, run: wo}
 	q.admin = Queue{name: name, r: r}
 	return q, nil
 }
@@ -208,8 +226,12 @@ func (o Options) over(base Options) Options {
 // still needed to release what the Client holds). It returns an error
 // wrapping ErrInvalidOptions if the Client was started before, and
 // ErrClosed after Stop; it starts nothing then. A nil ctx means
-// context.Background().
+// context.Background(); a Client not made by NewClient (nil, or a zero
+// Client) returns an error wrapping ErrInvalidOptions.
 func (c *Client) Start(ctx context.Context) error {
+	if err := c.check(); err != nil {
+		return err
+	}
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -228,9 +250,8 @@ func (c *Client) Start(ctx context.Context) error {
 	c.running = len(c.names)
 	for _, name := range c.names {
 		q := c.queues[name]
-		opts := WorkerOptions{Workers: q.workers, Timeout: q.timeout}
 		go func() { // owned by Stop, which waits for c.ran
-			err := q.r.Run(ctx, opts, c.dispatch)
+			err := q.r.Run(ctx, q.run, c.dispatch)
 			c.mu.Lock()
 			defer c.mu.Unlock()
 			// ErrClosed: Stop closed the queue before its Run began.
@@ -270,8 +291,12 @@ func (c *Client) dispatch(ctx context.Context, l *Lease[any]) error {
 // OnEvent must not call Stop (it would wait for its own delivery until
 // ctx is done). Jobs not run stay in the queues' closed job sets: a
 // Client keeps nothing across processes. A nil ctx means
-// context.Background().
+// context.Background(); a Client not made by NewClient (nil, or a zero
+// Client) returns an error wrapping ErrInvalidOptions.
 func (c *Client) Stop(ctx context.Context) error {
+	if err := c.check(); err != nil {
+		return err
+	}
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -313,49 +338,14 @@ func (c *Client) closeAll(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Drained waits until no job is pending, scheduled or leased in any of
-// the Client's queues at one instant, and returns nil: every job enqueued
-// before has finished (succeeded, dead or canceled), and so have the
-// jobs their handlers enqueued, into any queue. It waits on the job sets
-// themselves, not by polling. It returns ctx.Err() if ctx is done first,
-// and ErrClosed if the Client is stopped with jobs left (they would never
-// run). For tests and batch programs: a service taking new work is
-// rarely drained. A Client not started drains only if it has no jobs. A
-// nil ctx means context.Background().
-func (c *Client) Drained(ctx context.Context) error {
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	entered := make([]uint64, len(c.names))
-	for {
-		// Each queue idle in turn, noting how many jobs had entered it
-		// then; then all of them still idle with none entered since: so
-		// all were idle at the instant the last of the first pass was,
-		// without holding two queues' locks at once.
-		for i, name := range c.names {
-			e, err := c.queues[name].r.waitIdle(ctx)
-			if err != nil {
-				return err
-			}
-			entered[i] = e
-		}
-		same := true
-		for i, name := range c.names {
-			idle, e, _ := c.queues[name].r.idleSignal()
-			if idle != nil || e != entered[i] {
-				same = false
-				break
-			}
-		}
-		if same {
-			return nil
-		}
-	}
-}
-
 // Queue returns the admin API of the queue named name (List, Retry,
-// Pause, ...), or nil if the Client has no such queue.
+// Pause, ...), or nil if the Client has no such queue (or was not made by
+// NewClient). A nil Queue's methods return errors wrapping
+// ErrInvalidOptions, or zero answers.
 func (c *Client) Queue(name string) *Queue {
+	if c == nil {
+		return nil
+	}
 	if q := c.queues[name]; q != nil {
 		return &q.admin
 	}
@@ -363,13 +353,22 @@ func (c *Client) Queue(name string) *Queue {
 }
 
 // QueueNames returns the names of the Client's queues, sorted (a new
-// slice).
-func (c *Client) QueueNames() []string { return slices.Clone(c.names) }
+// slice; nil for a nil Client).
+func (c *Client) QueueNames() []string {
+	if c == nil {
+		return nil
+	}
+	return slices.Clone(c.names)
+}
 
 // QueueStats returns each queue's Stats, in the order of QueueNames. It
 // never fails and ignores ctx; it works after Stop. (Client is a
-// StatsReader.)
+// StatsReader.) A Client not made by NewClient (nil, or a zero Client)
+// returns an error wrapping ErrInvalidOptions.
 func (c *Client) QueueStats(ctx context.Context) ([]QueueStats, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
 	s := make([]QueueStats, len(c.names))
 	for i, name := range c.names {
 		s[i] = QueueStats{Queue: name, Stats: c.queues[name].r.Stats()}
@@ -377,43 +376,13 @@ func (c *Client) QueueStats(ctx context.Context) ([]QueueStats, error) {
 	return s, nil
 }
 
-// waitIdle waits until r has no unfinished job and returns how many jobs
-// had entered it then (idleSignal), or ctx.Err(), or ErrClosed if r is
-// closed with jobs left.
-func (r *Router[T]) waitIdle(ctx context.Context) (uint64, error) {
-	for {
-		idle, entered, closed := r.idleSignal()
-		if idle == nil {
-			return entered, nil
-		}
-		if closed {
-			return 0, ErrClosed
-		}
-		select {
-		case <-idle:
-		case <-r.done: // closed: see again whether it is idle
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		}
+// check returns an error wrapping ErrInvalidOptions for a Client that
+// NewClient did not make (nil, or a zero Client).
+func (c *Client) check() error {
+	if c == nil || c.queues == nil {
+		return fmt.Errorf("%w: a Client not made by NewClient", ErrInvalidOptions)
 	}
-}
-
-// idleSignal returns nil if r has no unfinished job, else a channel
-// closed when it has none (setState, drop); with how many jobs had
-// entered r (enqueued, or made pending by Retry), and whether r is
-// closed.
-func (r *Router[T]) idleSignal() (idle <-chan struct{}, entered uint64, closed bool) {
-	r.lockSettled()
-	entered = r.stats.Enqueued + r.stats.Retried
-	if r.unfinished() > 0 {
-		if r.idle == nil {
-			r.idle = make(chan struct{})
-		}
-		idle = r.idle
-	}
-	closed = r.phase == phaseClosed
-	r.unlockAndDeliver()
-	return idle, entered, closed
+	return nil
 }
 
 // lockedHandler is a Client's Logger handler: the user's, called under
@@ -424,22 +393,26 @@ type lockedHandler struct {
 	h  slog.Handler
 }
 
+// Enabled asks the user's handler, under the hook lock.
 func (h lockedHandler) Enabled(ctx context.Context, l slog.Level) bool {
 	h.mu <- struct{}{}
 	defer func() { <-h.mu }()
 	return h.h.Enabled(ctx, l)
 }
 
+// Handle passes r to the user's handler, under the hook lock.
 func (h lockedHandler) Handle(ctx context.Context, r slog.Record) error {
 	h.mu <- struct{}{}
 	defer func() { <-h.mu }()
 	return h.h.Handle(ctx, r)
 }
 
+// WithAttrs is the user's handler's WithAttrs, still under the hook lock.
 func (h lockedHandler) WithAttrs(as []slog.Attr) slog.Handler {
 	return lockedHandler{h.mu, h.h.WithAttrs(as)}
 }
 
+// WithGroup is the user's handler's WithGroup, still under the hook lock.
 func (h lockedHandler) WithGroup(name string) slog.Handler {
 	return lockedHandler{h.mu, h.h.WithGroup(name)}
 }

@@ -150,6 +150,3 @@ func stringJob(j leaserouter.Job[any]) leaserouter.Job[string] {
 		LastError: j.LastError, Timeout: j.Timeout, Kind: j.Kind, Metadata: j.Metadata, CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt,
 	}
 }
-
-// Metadata is Lease.Metadata: routertest.MetadataLease.
-func (c coreLease) Metadata() map[string]string { return c.l.Metadata() }

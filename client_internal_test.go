@@ -3,6 +3,7 @@ package leaserouter
 import (
 	"context"
 	"strconv"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -84,4 +85,56 @@ func stopNow(c *Client) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_ = c.Stop(ctx)
+}
+
+// TestClientConcurrentAttemptsSeeTheirOwnLease: a job's first attempt
+// may still be on its way into its handler when its lease is lost and a
+// second attempt starts (a lease of a batch canceled and retried while
+// its worker runs the one before it, or an expiry while its worker is
+// descheduled): nothing orders the two dispatches. Each handler must get
+// a lease of its own, with its own Attempt and Token (fencing), and the
+// two dispatches must not race on the job's payload (run with -race).
+func TestClientConcurrentAttemptsSeeTheirOwnLease(t *testing.T) {
+	c, err := NewClient(ClientOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { stopNow(c) })
+	type seen struct {
+		attempt int
+		token   Token
+		payload string
+		l       *Lease[string]
+	}
+	got := make(chan seen, 2)
+	k, err := Register(c, "k", func(_ context.Context, l *Lease[string]) error {
+		got <- seen{l.Attempt, l.Token, l.Payload, l}
+		return nil
+	})
+	require.NoError(t, err)
+	ctx := context.Background()
+	q := c.Queue(DefaultQueue)
+	for i := range 50 {
+		id := "x" + strconv.Itoa(i)
+		require.NoError(t, k.Enqueue(ctx, id, "p"+id))
+		l1, err := q.r.TryAcquire("w1")
+		require.NoError(t, err)
+		// Lost before its worker dispatched it; the job runs again.
+		require.NoError(t, q.Cancel(id))
+		require.NoError(t, q.Retry(id))
+		l2, err := q.r.TryAcquire("w2")
+		require.NoError(t, err)
+		require.Equal(t, id, l2.JobID)
+		var wg sync.WaitGroup
+		for _, l := range []*Lease[any]{l1, l2} {
+			wg.Go(func() { _ = c.dispatch(ctx, l) })
+		}
+		wg.Wait()
+		a, b := <-got, <-got
+		if a.token > b.token { // tokens increase: a is the first attempt's
+			a, b = b, a
+		}
+		require.NotSame(t, a.l, b.l, "each attempt its own lease")
+		require.Equal(t, []any{l1.Attempt, l1.Token, "p" + id}, []any{a.attempt, a.token, a.payload}, "the first attempt's handler")
+		require.Equal(t, []any{l2.Attempt, l2.Token, "p" + id}, []any{b.attempt, b.token, b.payload}, "the second attempt's handler")
+		require.NoError(t, l2.Complete())
+	}
 }

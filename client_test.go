@@ -201,3 +201,119 @@ func TestClientLeaseActsOnTheJob(t *testing.T) {
 		require.ErrorIs(t, kept.Heartbeat(nil), leaserouter.ErrLeaseLost, "refused once the attempt is over")
 	})
 }
+
+// TestClientOnEventMayEnqueueIntoAnotherQueue: OnEvent may call back
+// into the Client, as into a Router: an Enqueue it makes never waits for
+// room in the event backlog, nor a Flush for delivery, whichever queue
+// it names. (The
+// Client's hooks are serial: waiting for another queue's delivery, which
+// waits for this OnEvent to return, would wait forever.)
+func TestClientOnEventMayEnqueueIntoAnotherQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		followUp := make(chan error, 2)
+		var kb *leaserouter.Kind[int]
+		var c *leaserouter.Client
+		c, err := leaserouter.NewClient(leaserouter.ClientOptions{
+			Options: leaserouter.Options{OnEvent: func(e leaserouter.Event) {
+				if e.Queue != "a" || e.Kind != leaserouter.EventEnqueued {
+					return
+				}
+				<-release // holds the Client's hooks meanwhile: b's delivery waits, b's backlog fills
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				followUp <- kb.Enqueue(ctx, "follow-up", 0)
+				followUp <- c.Queue("b").Flush(ctx)
+			}},
+			Queues: map[string]leaserouter.QueueConfig{"a": {}, "b": {}},
+		})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Stop(context.Background()) })
+		noop := func(context.Context, *leaserouter.Lease[int]) error { return nil }
+		ka, err := leaserouter.Register(c, "ka", noop, leaserouter.WithKindQueue("a"))
+		require.NoError(t, err)
+		kb, err = leaserouter.Register(c, "kb", noop, leaserouter.WithKindQueue("b"))
+		require.NoError(t, err)
+		ctx := context.Background()
+		require.NoError(t, ka.Enqueue(ctx, "trigger", 0))
+		synctest.Wait() // a's OnEvent holds the hooks
+		// Fill b's backlog: an Enqueue of the test waits once it is full.
+		for i := 0; ; i++ {
+			ctx, cancel := context.WithTimeout(ctx, time.Second)
+			err := kb.Enqueue(ctx, fmt.Sprint(i), 0)
+			cancel()
+			if err != nil {
+				require.ErrorIs(t, err, context.DeadlineExceeded)
+				break
+			}
+		}
+		close(release)
+		require.NoError(t, <-followUp, "the Enqueue OnEvent made")
+		require.NoError(t, <-followUp, "the Flush OnEvent made")
+		require.NoError(t, c.Stop(ctx))
+	})
+}
+
+// TestClientNotMadeByNewClientIsAnError: a nil or zero Client, and the
+// nil Queue that Client.Queue returns for a queue it does not have, give
+// errors wrapping ErrInvalidOptions (or zero answers), not panics.
+func TestClientNotMadeByNewClientIsAnError(t *testing.T) {
+	ctx := context.Background()
+	for name, c := range map[string]*leaserouter.Client{"nil": nil, "zero": {}} {
+		t.Run(name, func(t *testing.T) {
+			require.ErrorIs(t, c.Start(ctx), leaserouter.ErrInvalidOptions, "Start")
+			require.ErrorIs(t, c.Drained(ctx), leaserouter.ErrInvalidOptions, "Drained")
+			_, err := c.QueueStats(ctx)
+			require.ErrorIs(t, err, leaserouter.ErrInvalidOptions, "QueueStats")
+			require.Nil(t, c.Queue(leaserouter.DefaultQueue), "Queue")
+			require.Empty(t, c.QueueNames(), "QueueNames")
+			_, err = leaserouter.Register(c, "k", func(context.Context, *leaserouter.Lease[int]) error { return nil })
+			require.ErrorIs(t, err, leaserouter.ErrInvalidOptions, "Register")
+			require.ErrorIs(t, c.Stop(ctx), leaserouter.ErrInvalidOptions, "Stop")
+		})
+	}
+	t.Run("nil Queue", func(t *testing.T) {
+		c := newClient(t, leaserouter.ClientOptions{})
+		q := c.Queue("no-such-queue")
+		require.Nil(t, q)
+		require.Empty(t, q.Name())
+		require.Zero(t, q.Stats())
+		require.Empty(t, q.History())
+		_, ok := q.Get("a")
+		require.False(t, ok)
+		_, err := q.QueueStats(ctx)
+		require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+		_, err = q.List(leaserouter.ListParams{})
+		require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+		_, err = q.Leases(1)
+		require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+		for _, f := range []func(string) error{q.Retry, q.Cancel, q.Delete} {
+			require.ErrorIs(t, f("a"), leaserouter.ErrInvalidOptions)
+		}
+		for _, f := range []func([]string, []leaserouter.State) (leaserouter.BulkResult, error){q.RetryMany, q.CancelMany, q.DeleteMany} {
+			_, err := f([]string{"a"}, nil)
+			require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+		}
+		require.ErrorIs(t, q.Pause(), leaserouter.ErrInvalidOptions)
+		require.ErrorIs(t, q.Resume(), leaserouter.ErrInvalidOptions)
+		require.ErrorIs(t, q.Flush(ctx), leaserouter.ErrInvalidOptions)
+		require.ErrorIs(t, q.Audit(), leaserouter.ErrInvalidOptions)
+	})
+}
+
+// TestNewClientRefusesQueueItCannotRun: a queue whose workers Run would
+// refuse (a LeaseDuration too short for any heartbeat interval) is
+// refused by NewClient, naming the queue, not left idle by a Start that
+// returned nil (Drained would wait forever; only Stop told).
+func TestNewClientRefusesQueueItCannotRun(t *testing.T) {
+	c, err := leaserouter.NewClient(leaserouter.ClientOptions{Queues: map[string]leaserouter.QueueConfig{
+		"fast": {Options: leaserouter.Options{LeaseDuration: time.Nanosecond}},
+	}})
+	if err == nil {
+		startErr := c.Start(context.Background())
+		t.Cleanup(func() { _ = c.Stop(context.Background()) })
+		require.NoError(t, startErr)
+	}
+	require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+	require.ErrorContains(t, err, `"fast"`)
+}

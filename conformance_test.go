@@ -229,6 +229,7 @@ func (c coreLease) Attempt() int                                { return c.l.Att
 func (c coreLease) Token() leaserouter.Token                    { return c.l.Token }
 func (c coreLease) WorkerID() string                            { return c.l.WorkerID }
 func (c coreLease) Progress() []byte                            { return c.l.Progress }
+func (c coreLease) Metadata() map[string]string                 { return c.l.Metadata() }
 func (c coreLease) Expiry() time.Time                           { return c.l.Expiry() }
 func (c coreLease) Heartbeat(_ context.Context, p []byte) error { return c.l.Heartbeat(p) }
 func (c coreLease) Complete(context.Context) error              { return c.l.Complete() }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync/atomic"
 
 	"github.com/leaserouter/leaserouter/internal/contract"
 )
@@ -42,10 +43,11 @@ const MaxKinds = math.MaxUint16
 // registers nothing, when c has started, when name is empty, breaks the
 // rule for IDs (see MaxIDBytes) or is registered already, when h is nil,
 // when WithKindQueue names a queue c does not have, or beyond MaxKinds;
-// ErrClosed after Stop. A nil c is an error wrapping ErrInvalidOptions.
+// ErrClosed after Stop. A c not made by NewClient (nil, or a zero Client)
+// is an error wrapping ErrInvalidOptions.
 func Register[T any](c *Client, name string, h Handler[T], opts ...KindOption) (*Kind[T], error) {
-	if c == nil {
-		return nil, fmt.Errorf("%w: Register on a nil Client", ErrInvalidOptions)
+	if err := c.check(); err != nil {
+		return nil, err
 	}
 	if err := contract.CheckKindName(ErrInvalidOptions, "kind", name); err != nil {
 		return nil, err
@@ -120,10 +122,10 @@ func (k *Kind[T]) Enqueue(ctx context.Context, id string, payload T, opts ...Enq
 	if err != nil {
 		return err
 	}
-	// The job's payload is the view its first attempt's handler gets,
-	// holding the T: allocated here, with the payload, rather than per
-	// attempt (serve).
-	return doneErr(ctx, q.r.enqueue(id, any(&Lease[T]{Payload: payload}), k.index, opts, done(ctx)))
+	// The job's payload is a cell holding the T and the view its first
+	// attempt's handler gets: allocated here, with the payload, rather
+	// than per attempt (serve).
+	return doneErr(ctx, q.r.enqueue(id, any(&kindCell[T]{payload: payload}), k.index, opts, done(ctx)))
 }
 
 // EnqueueMany enqueues jobs of this kind, in slice order, into one queue,
@@ -148,16 +150,16 @@ func (k *Kind[T]) EnqueueMany(ctx context.Context, specs []JobSpec[T]) (duplicat
 		return nil, contract.AtBatchIndex(err, 0)
 	}
 	jobs := make([]JobSpec[any], len(specs))
-	views := makeBlocks[Lease[T]](len(specs)) // as Enqueue's, in blocks as the records are (batch.go)
+	cells := makeBlocks[kindCell[T]](len(specs)) // as Enqueue's, in blocks as the records are (batch.go)
 	for i := range specs {
 		s := &specs[i]
 		if qi := contract.QueueOf(s.Options, k.queue); qi != queue {
 			return nil, contract.AtBatchIndex(fmt.Errorf("%w: job %s goes to queue %s, the batch to queue %s: a batch goes to one queue",
 				ErrInvalidJob, contract.Quote(s.ID), contract.Quote(qi), contract.Quote(queue)), i)
 		}
-		v := views.at(i)
-		v.Payload = s.Payload
-		jobs[i] = JobSpec[any]{ID: s.ID, Payload: v, Options: s.Options}
+		cell := cells.at(i)
+		cell.payload = s.Payload
+		jobs[i] = JobSpec[any]{ID: s.ID, Payload: cell, Options: s.Options}
 	}
 	duplicates, err = q.r.enqueueMany(jobs, k.index, done(ctx))
 	return duplicates, doneErr(ctx, err)
@@ -203,22 +205,42 @@ type kindRunner interface {
 	serve(ctx context.Context, l *Lease[any]) error
 }
 
+// kindCell is the payload of a Client's job in its queue (a Router[any]):
+// the T given to Enqueue and the view of a lease typed for T that one
+// attempt's handler gets, so that a job's first attempt allocates
+// nothing. Which attempt takes the view is decided by taken, not by the
+// view's fields: two attempts of a job may be dispatched concurrently
+// (the first one's lease lost before its worker called its handler: a
+// lease of a batch canceled and retried, an expiry while its worker was
+// descheduled), with nothing ordering the two workers. payload is never
+// written after Enqueue, so the admin calls and any attempt may read it;
+// view is written only by the attempt that took it.
+type kindCell[T any] struct {
+	payload T
+	taken   atomic.Bool
+	view    Lease[T]
+}
+
+// payloadAny is the job's T as any (boxed, for the admin calls).
+func (c *kindCell[T]) payloadAny() any { return c.payload }
+
 // serve runs k's handler on l, the lease its queue's worker granted: with
-// a view of l typed for T (see Kind.Enqueue), inside the middleware when
-// there is some. Without middleware it allocates nothing for a job's
-// first attempt.
+// a view of l typed for T (see kindCell), inside the middleware when
+// there is some. Without middleware it allocates nothing for the attempt
+// that takes the job's view (its first, but for a race).
 func (k *Kind[T]) serve(ctx context.Context, l *Lease[any]) error {
-	v, _ := l.Payload.(*Lease[T])
-	if v == nil { // not a job of this Kind: cannot happen (only Enqueue makes them)
+	cell, _ := l.Payload.(*kindCell[T])
+	if cell == nil { // not a job of this Kind: cannot happen (only Enqueue makes them)
 		return Permanent(fmt.Errorf("leaserouter: job %s of kind %s has a payload of another type", contract.Quote(l.JobID), contract.Quote(k.name)))
 	}
-	if v.lost != nil {
-		// An earlier attempt's handler had this view, and may keep it:
-		// this attempt gets its own.
-		v = &Lease[T]{Payload: v.Payload}
+	v := &cell.view
+	if !cell.taken.CompareAndSwap(false, true) {
+		// Another attempt's handler has the job's view, and may keep it
+		// (or be writing it now): this attempt gets its own.
+		v = new(Lease[T])
 	}
 	// Field by field: the view's other fields are zero.
-	v.JobID, v.Attempt, v.Token, v.WorkerID = l.JobID, l.Attempt, l.Token, l.WorkerID
+	v.JobID, v.Payload, v.Attempt, v.Token, v.WorkerID = l.JobID, cell.payload, l.Attempt, l.Token, l.WorkerID
 	v.Progress, v.lost = l.Progress, viewOf{l}
 	chain := k.c.chain
 	if chain == nil {

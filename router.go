@@ -95,7 +95,12 @@ type Router[T any] struct {
 	// a lone Router, whose lastToken counts them. With it, lastToken is
 	// the last token this Router granted.
 	tokens *tokenSource
-	idle   chan struct{} // closed when no job is unfinished (noteIdle); nil unless a Client's Drained waits; guarded by mu
+	// peers is, in a Client, every one of its queues' delivery (its own
+	// among them), set before NewClient returns: their hooks are serial
+	// (client.go), so a hook calling back must not wait for the delivery
+	// of any of them (fromHook). nil for a lone Router.
+	peers *[]*handoff
+	idle  chan struct{} // closed when no job is unfinished (noteIdle); nil unless a Client's Drained waits; guarded by mu
 
 	periodics *periodics[T] // the scheduler of periodic jobs (periodic.go); nil until the first AddPeriodic; guarded by mu
 

@@ -40,32 +40,42 @@ const firstPage = math.MaxInt64
 // in this process or another (a cursor is valid in every process). Limit
 // 0 means leaserouter.DefaultListLimit (100); empty States, every state;
 // empty IDPrefix, every ID (compared byte by byte: no pattern
-// characters; one holding a NUL, which no ID holds, selects nothing).
+// characters; one holding a NUL, which no ID holds, selects nothing);
+// empty Kinds, every kind (a job's Kind: "" for the jobs of a Router
+// that sets no Options.Kind). A job of a kind the Router does not serve
+// (Options.Kind) is listed with a zero Payload (its payload is another
+// kind's type), unless T is json.RawMessage.
 // A State outside the constants, a Limit below 0 or above
 // leaserouter.MaxListLimit (1000), an IDPrefix that is not valid UTF-8
 // (the database's text cannot hold it: the core's List would match IDs
 // it is a byte prefix of), or a Cursor that is malformed, was made under
-// other States or IDPrefix (Limit may change) or by a Router of another
+// other States, Kinds or IDPrefix (Limit may change) or by a Router of another
 // queue (a cursor holds its queue) is an error wrapping
 // ErrInvalidOptions, without a round trip. One round trip: each selected
 // state is a walk of the index leaserouter_jobs_order that stops after a
-// page, never a scan or sort of the queue. With an IDPrefix, whatever the
+// page, never a scan or sort of the queue; with Kinds, one walk per
+// state and kind (an index by kind; for kind "", the walk of the state's
+// jobs skips those of other kinds), which with an IDPrefix too reads the
+// kinds' jobs until a page of them has it. With an IDPrefix, whatever the
 // database's collation, a state's walk stops after its newest few
 // thousand jobs (20 pages' worth for a large Limit); when fewer than a
 // page of those have the prefix, its jobs with the prefix are read from
 // an index by ID instead, at a cost that grows with their number (not
 // with the state's). With OmitPayload the jobs carry a zero
-// Payload and a nil Progress and neither column is read, so a page costs
+// Payload and a nil Progress and neither column is read (Metadata is
+// read: it is at most leaserouter.MaxMetadataBytes), so a page costs
 // the same whatever their size; otherwise a payload that does not decode
 // into T fails the page with the error Get would return. List works after
-// Close. Errors wrap the driver's. Safe for concurrent use.
+// Close. A Kind breaking the rule for IDs is an error wrapping
+// ErrInvalidOptions. Errors wrap the driver's. Safe for concurrent use.
 func (r *Router[T]) List(ctx context.Context, p leaserouter.ListParams) (leaserouter.JobPage[T], error) {
 	return list[T](ctx, r, p)
 }
 
 // ListJSON is List with each job's payload as JSON (json.RawMessage),
 // the bytes of the payload column as they are, never decoded into T: a
-// Router of any T lists its queue for the console this way, and a job
+// Router of any T lists its queue for the console this way, a job of
+// any kind with its payload (List leaves another kind's zero), and a job
 // whose payload would not decode into T is listed all the same. Its
 // filters, paging, cursors, cost and errors are List's (a cursor of one
 // is valid in the other).
@@ -82,18 +92,16 @@ func list[P, T any](ctx context.Context, r *Router[T], p leaserouter.ListParams)
 	if err != nil {
 		return page, err
 	}
-	if _, err := contract.ListKinds(leaserouter.ErrInvalidOptions, p.Kinds); err != nil {
+	kindKey, err := contract.ListKinds(leaserouter.ErrInvalidOptions, p.Kinds)
+	if err != nil {
 		return page, err
-	}
-	if len(p.Kinds) > 0 && !slices.Contains(p.Kinds, "") {
-		return page, nil // every job of a Router has kind ""
 	}
 	before := int64(firstPage)
 	if p.Cursor != "" {
 		// The queue is in the cursor's fingerprint: the queues share one
 		// sequence of enqueue orders, so another queue's cursor would read
 		// as a valid position here and select the wrong jobs (or none).
-		seq, err := listcursor.DecodeIn(r.opts.Queue, p.Cursor, mask, p.IDPrefix)
+		seq, err := listcursor.DecodeIn(r.opts.Queue, p.Cursor, mask, p.IDPrefix+kindKey)
 		if err == nil && seq > math.MaxInt64 {
 			err = listcursor.ErrMalformed
 		}
@@ -116,9 +124,14 @@ func list[P, T any](ctx context.Context, r *Router[T], p leaserouter.ListParams)
 	r.queueSettle(b)
 	a := args{"queue": r.opts.Queue, "before": before, "states": stateNames(mask), "omit": p.OmitPayload,
 		"limit": limit + 1} // one more than the page: there is a next one
-	if p.IDPrefix == "" {
+	switch {
+	case kindKey != "":
+		kinds := slices.DeleteFunc(slices.Compact(slices.Sorted(slices.Values(p.Kinds))), func(k string) bool { return k == "" })
+		a["kinds"], a["unkinded"], a["prefix"] = kinds, slices.Contains(p.Kinds, ""), p.IDPrefix
+		b.Queue(listJobsKinds, a)
+	case p.IDPrefix == "":
 		b.Queue(listJobs, a)
-	} else {
+	default:
 		a["prefix"], a["end"], a["walk"] = p.IDPrefix, prefixEnd(p.IDPrefix), prefixWalk(limit+1)
 		b.Queue(listJobsPrefix, a)
 	}
@@ -126,7 +139,7 @@ func list[P, T any](ctx context.Context, r *Router[T], p leaserouter.ListParams)
 	settled, err := readSettle(res)
 	var last int64 // the seq of the page's last job
 	if err == nil {
-		last, err = readPage(res, limit, &page)
+		last, err = readPage(res, limit, r.opts.kinds, &page)
 	}
 	if cerr := res.Close(); err == nil {
 		err = cerr
@@ -137,7 +150,7 @@ func list[P, T any](ctx context.Context, r *Router[T], p leaserouter.ListParams)
 	r.settled(ctx, settled)
 	if len(page.Jobs) > limit {
 		page.Jobs = page.Jobs[:limit]
-		page.NextCursor = listcursor.EncodeIn(r.opts.Queue, uint64(last), mask, p.IDPrefix)
+		page.NextCursor = listcursor.EncodeIn(r.opts.Queue, uint64(last), mask, p.IDPrefix+kindKey)
 	}
 	return page, nil
 }
@@ -184,7 +197,7 @@ func stateNames(mask uint8) []string {
 
 // readPage reads up to limit+1 jobs of jobs_list into page, and returns
 // the seq of the limit-th (the page's last, when there is a next one).
-func readPage[T any](res pgx.BatchResults, limit int, page *leaserouter.JobPage[T]) (int64, error) {
+func readPage[T any](res pgx.BatchResults, limit int, kinds []string, page *leaserouter.JobPage[T]) (int64, error) {
 	rows, err := res.Query()
 	if err != nil {
 		return 0, err
@@ -197,7 +210,7 @@ func readPage[T any](res pgx.BatchResults, limit int, page *leaserouter.JobPage[
 		if err := rows.Scan(append(jr.fields(), &seq)...); err != nil {
 			return 0, err
 		}
-		j, err := jobOf[T](&jr)
+		j, err := jobOf[T](&jr, kinds)
 		if err != nil {
 			return 0, err
 		}
@@ -451,7 +464,7 @@ func leases[P, T any](ctx context.Context, r *Router[T], limit int) ([]leaserout
 	settled, err := readSettle(res)
 	var out []leaserouter.Job[P]
 	if err == nil {
-		out, err = readJobs[P](res)
+		out, err = readJobs[P](res, r.opts.kinds)
 	}
 	if cerr := res.Close(); err == nil {
 		err = cerr
@@ -464,7 +477,7 @@ func leases[P, T any](ctx context.Context, r *Router[T], limit int) ([]leaserout
 }
 
 // readJobs reads rows of a job's columns (as job_get has them).
-func readJobs[T any](res pgx.BatchResults) ([]leaserouter.Job[T], error) {
+func readJobs[T any](res pgx.BatchResults, kinds []string) ([]leaserouter.Job[T], error) {
 	rows, err := res.Query()
 	if err != nil {
 		return nil, err
@@ -476,7 +489,7 @@ func readJobs[T any](res pgx.BatchResults) ([]leaserouter.Job[T], error) {
 		if err := rows.Scan(jr.fields()...); err != nil {
 			return nil, err
 		}
-		j, err := jobOf[T](&jr)
+		j, err := jobOf[T](&jr, kinds)
 		if err != nil {
 			return nil, err
 		}

@@ -3,10 +3,15 @@ package pgrouter_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leaserouter/leaserouter"
 	"github.com/leaserouter/leaserouter/pgrouter"
@@ -17,6 +22,32 @@ import (
 // on one machine. Targets (issue 12): RunMany >= 20,000 jobs/s, Run >=
 // 1,500 jobs/s with RunMany >= 5x it, EnqueueMany >= 100,000 rows/s,
 // RequeueLatency p99 <= LeaseDuration + 100ms.
+
+// benchDB is a fresh database for a benchmark, without the indexes that
+// LEASEROUTER_BENCH_DROP_INDEX names (comma-separated), if set: the
+// write cost of an index (leaserouter_jobs_kind_order, say) is the
+// difference between runs with it and without, alternated.
+func benchDB(b *testing.B) *pgxpool.Pool {
+	db := pgtest.New(b)
+	for name := range strings.SplitSeq(os.Getenv("LEASEROUTER_BENCH_DROP_INDEX"), ",") {
+		if name == "" {
+			continue
+		}
+		if _, err := db.Exec(context.Background(), "DROP INDEX "+pgx.Identifier{name}.Sanitize()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return db
+}
+
+// walAt is the server's current WAL position, in bytes.
+func walAt(b *testing.B, db *pgxpool.Pool) int64 {
+	var at int64
+	if err := db.QueryRow(context.Background(), "SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").Scan(&at); err != nil {
+		b.Fatal(err)
+	}
+	return at
+}
 
 // enqueueN enqueues n no-op jobs in batches of 1000.
 func enqueueN(b *testing.B, r *pgrouter.Router[int], n int) {
@@ -36,7 +67,7 @@ func enqueueN(b *testing.B, r *pgrouter.Router[int], n int) {
 // benchRun runs b.N pre-enqueued no-op jobs through Run with 2 workers
 // and the given batch ceiling, and reports jobs/s.
 func benchRun(b *testing.B, batch int) {
-	db := pgtest.New(b)
+	db := benchDB(b)
 	r, err := pgrouter.New[int](context.Background(), db, pgrouter.Options{Retention: -1})
 	if err != nil {
 		b.Fatal(err)
@@ -48,6 +79,7 @@ func benchRun(b *testing.B, batch int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	b.ResetTimer()
+	wal := walAt(b, db)
 	start := time.Now()
 	err = r.Run(ctx, leaserouter.WorkerOptions{Workers: 2, Batch: batch}, func(context.Context, *pgrouter.Lease[int]) error {
 		if left.Add(-1) == 0 {
@@ -61,6 +93,8 @@ func benchRun(b *testing.B, batch int) {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "jobs/s")
+	// The index writes, which CPU time on a shared machine hides in its noise.
+	b.ReportMetric(float64(walAt(b, db)-wal)/float64(b.N), "wal-B/job")
 }
 
 // BenchmarkRun: single claims (Batch 1), 2 workers.
@@ -76,16 +110,18 @@ func BenchmarkRunMany(b *testing.B) { benchRun(b, 0) }
 
 // BenchmarkEnqueueMany: batches of 1000 jobs, reports rows/s.
 func BenchmarkEnqueueMany(b *testing.B) {
-	db := pgtest.New(b)
+	db := benchDB(b)
 	r, err := pgrouter.New[int](context.Background(), db, pgrouter.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer r.Close(context.Background())
 	b.ResetTimer()
+	wal := walAt(b, db)
 	start := time.Now()
 	enqueueN(b, r, b.N)
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "rows/s")
+	b.ReportMetric(float64(walAt(b, db)-wal)/float64(b.N), "wal-B/row")
 }
 
 // BenchmarkRequeueLatency: a lease abandoned at its grant; the time until

@@ -206,9 +206,8 @@ func (r *Router[T]) claim(ctx context.Context, call, workerID string, n int, wit
 	return c.ls, c.due, nil
 }
 
-// claimMax is the most jobs one claim leases: claim.sql's bound on its
-// walk of the ready index, a constant so that the statement has one plan
-// whatever the claim's size (leaserouter.MaxBatch, Run's largest batch).
+// claimMax is the most jobs one claim leases (leaserouter.MaxBatch, Run's
+// largest batch).
 const claimMax = leaserouter.MaxBatch
 
 // claimBatch is a claim's one round trip: its advisory lock on the claim
@@ -222,7 +221,10 @@ func (r *Router[T]) claimBatch(id int64, done []*Lease[T], workerID string, n in
 		b.Queue(endLeases, r.endManyArgs(done, leaserouter.LostCompleted, true))
 	}
 	r.queueSettle(b)
-	b.Queue(claimJobs, args{"queue": q, "n": min(n, claimMax), "worker": workerID, "lease_us": r.lease, "claim": id})
+	kinds := r.claimKinds()
+	a := claimArgs(q, kinds, r.lease)
+	a["n"], a["worker"], a["claim"] = min(n, claimMax), workerID, id
+	b.Queue(claimStatement(len(kinds)), a)
 	if withDue {
 		b.Queue(nextDue, args{"queue": q})
 	}
@@ -322,6 +324,13 @@ func (r *Router[T]) readClaim(res pgx.BatchResults, workerID string, sent time.T
 	if err != nil {
 		return c, err
 	}
+	// Declared once per claim, not per row: a variable Scan takes escapes,
+	// one allocation each (meta is decoded before the next row's scan).
+	var (
+		kind string
+		arm  int32
+		meta []byte
+	)
 	for rows.Next() {
 		var (
 			id       string
@@ -335,14 +344,21 @@ func (r *Router[T]) readClaim(res pgx.BatchResults, workerID string, sent time.T
 			requeued bool
 			timeout  int64
 		)
-		if err := rows.Scan(&id, &payload, &attempt, &token, &progress, &expiry, &granted, &readyAt, &requeued, &timeout); err != nil {
+		if err := rows.Scan(&id, &kind, &arm, &meta, &payload, &attempt, &token, &progress, &expiry, &granted, &readyAt,
+			&requeued, &timeout); err != nil {
 			rows.Close()
 			return c, err
 		}
 		l := &Lease[T]{JobID: id, Attempt: int(attempt), Token: leaserouter.Token(token), WorkerID: workerID,
 			Progress: progress, r: r, expiry: expiry, proven: sent.Add(r.opts.LeaseDuration),
 			granted: granted, wait: max(0, granted.Sub(readyAt)), requeued: requeued,
-			timeout: microsDuration(timeout)}
+			timeout: microsDuration(timeout), kind: kind, arm: int(arm) - 1}
+		if meta != nil {
+			if l.meta, err = decodeMetadata(id, meta); err != nil {
+				c.bad, c.badPayload[l] = append(c.bad, l), err
+				continue
+			}
+		}
 		if l.Payload, err = decode[T](id, payload); err != nil {
 			c.bad, c.badPayload[l] = append(c.bad, l), err
 			continue

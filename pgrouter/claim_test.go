@@ -111,7 +111,7 @@ func claimByHand(t *testing.T, tx pgx.Tx, id int64) []string {
 	_, err := tx.Exec(t.Context(), lock, pgx.NamedArgs{"id": id})
 	require.NoError(t, err)
 	rows, err := tx.Query(t.Context(), claim, pgx.NamedArgs{"queue": pgrouter.DefaultQueue, "n": 1, "worker": "w",
-		"lease_us": time.Hour.Microseconds(), "claim": id})
+		"lease_us": time.Hour.Microseconds(), "claim": id, "kind_1": ""})
 	require.NoError(t, err)
 	var ids []string
 	for rows.Next() {
@@ -363,7 +363,7 @@ func lostClaim(t *testing.T, db *pgxpool.Pool, id int64, d time.Duration) (strin
 	_, err = tx.Exec(ctx, lock, pgx.NamedArgs{"id": id})
 	require.NoError(t, err)
 	rows, err := tx.Query(ctx, claim, pgx.NamedArgs{"queue": pgrouter.DefaultQueue, "n": 1, "worker": "w",
-		"lease_us": d.Microseconds(), "claim": id})
+		"lease_us": d.Microseconds(), "claim": id, "kind_1": ""})
 	require.NoError(t, err)
 	require.True(t, rows.Next(), "the claim leased a job")
 	vals, err := rows.Values()
@@ -372,7 +372,7 @@ func lostClaim(t *testing.T, db *pgxpool.Pool, id int64, d time.Duration) (strin
 	rows.Close()
 	require.NoError(t, rows.Err())
 	require.NoError(t, tx.Commit(ctx))
-	return vals[0].(string), vals[6].(time.Time), vals[5].(time.Time)
+	return vals[0].(string), vals[9].(time.Time), vals[8].(time.Time) // id, updated_at (the grant), lease_expires_at
 }
 
 // TestClaimResolverUndoesOnlyTheLostClaimsExpiry: the resolver of a lost

@@ -58,6 +58,9 @@ import (
 // heartbeat committed since tx's snapshot makes it fail with a
 // serialization error.
 func (l *Lease[T]) CompleteTx(ctx context.Context, tx pgx.Tx) error {
+	if l != nil && l.via != nil { // a Client handler's view: the queue's lease acts
+		return l.via.CompleteTx(ctx, tx)
+	}
 	if tx == nil {
 		return fmt.Errorf("%w: CompleteTx: nil tx", leaserouter.ErrInvalidOptions)
 	}

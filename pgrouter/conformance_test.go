@@ -270,13 +270,14 @@ func pgLeases(ls []*pgrouter.Lease[string], err error) ([]routertest.Lease, erro
 // pgLease adapts *pgrouter.Lease[string].
 type pgLease struct{ l *pgrouter.Lease[string] }
 
-func (p pgLease) JobID() string            { return p.l.JobID }
-func (p pgLease) Payload() string          { return p.l.Payload }
-func (p pgLease) Attempt() int             { return p.l.Attempt }
-func (p pgLease) Token() leaserouter.Token { return p.l.Token }
-func (p pgLease) WorkerID() string         { return p.l.WorkerID }
-func (p pgLease) Progress() []byte         { return p.l.Progress }
-func (p pgLease) Expiry() time.Time        { return p.l.Expiry() }
+func (p pgLease) JobID() string               { return p.l.JobID }
+func (p pgLease) Payload() string             { return p.l.Payload }
+func (p pgLease) Attempt() int                { return p.l.Attempt }
+func (p pgLease) Token() leaserouter.Token    { return p.l.Token }
+func (p pgLease) WorkerID() string            { return p.l.WorkerID }
+func (p pgLease) Metadata() map[string]string { return p.l.Metadata() }
+func (p pgLease) Progress() []byte            { return p.l.Progress }
+func (p pgLease) Expiry() time.Time           { return p.l.Expiry() }
 func (p pgLease) Heartbeat(ctx context.Context, progress []byte) error {
 	return p.l.Heartbeat(ctx, progress)
 }

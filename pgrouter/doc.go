@@ -53,9 +53,7 @@
 //     removes it.
 //   - Capacity is not offered: the table is the queue.
 //   - TryAcquireMany and AcquireMany lease at most leaserouter.MaxBatch
-//     (1024) jobs a call, whatever max asks (the claim statement's walk
-//     has a constant bound, so it keeps one plan for every claim); the
-//     core leases up to max.
+//     (1024) jobs a call, whatever max asks; the core leases up to max.
 //   - LeaseDuration has a floor, MinLeaseDuration (1ms): a positive one
 //     below it is refused by New (ErrInvalidOptions, with the core's
 //     message for the field, naming the floor), since the database keeps
@@ -132,9 +130,12 @@
 //     database restart: it backs off and goes on, and a handler's ctx is
 //     canceled as soon as its lease can no longer be proven valid.
 //   - Heartbeats never wait for the caller's pool: Run and KeepAlive
-//     heartbeat on connections of their own (one per Run, one per Router
-//     for KeepAlive, made again when they fail), so a lease is kept while
-//     the caller's transactions hold every pooled connection.
+//     heartbeat on a connection of their own (one per Router, or per
+//     Client, whose rounds take turns; made again when it fails), so a
+//     lease is kept while the caller's transactions hold every pooled
+//     connection. With the listening connection, a Router or a Client
+//     holds two connections outside its pool, however many Runs, kinds
+//     and queues it has.
 //   - Close waits for an abandoned lease only until its expiry as proven
 //     by its last accepted heartbeat, then revokes what is still valid.
 //
@@ -202,6 +203,47 @@
 // scheduler was down, the first back enqueues the latest missed tick
 // only, if younger than Options.Retention. See AddPeriodic.
 //
+// # Kinds and metadata
+//
+// Every job has a kind (leaserouter.Job.Kind), stored with it: the
+// Options.Kind of the Router that enqueued it, "" by default. A Router
+// leases only jobs of its kind, so Routers (and Clients) of different
+// kinds share a queue: a job of a kind a process does not serve is never
+// leased by it, and no attempt of it is counted; it waits, in its place
+// in the queue's order, for a process that serves its kind. Get, List
+// and Leases return jobs of every kind, each with its Kind; a job of
+// another kind than the Router's has a zero Payload (its payload is
+// another type), unless T is json.RawMessage. ListParams.Kinds selects
+// kinds.
+//
+// leaserouter.WithMetadata's pairs are stored with the job (a jsonb
+// object), kept across its attempts, Snooze and Retry, and read back in
+// Job.Metadata (Get, List, Leases) and Lease.Metadata.
+//
+// During a rolling upgrade from a version before kinds, the processes
+// of that version lease jobs of every kind in their queue (their claim
+// knows no kind): upgrade every process of a queue before enqueueing
+// jobs of a new kind on it. Their own jobs have kind "" and no metadata,
+// also where their enqueue takes the row of a finished job of another
+// kind past its retention (a trigger sees to it).
+//
+// # Clients
+//
+// A Client runs many kinds of jobs over a few queues, as the core's
+// Client does, with the same names: NewClient (on a pool), Register
+// (a kind's name, its payload type and Handler, its queue with
+// leaserouter.WithKindQueue), Kind.Enqueue, EnqueueMany, EnqueueTx and
+// EnqueueManyTx (with the caller's transaction), Start, Stop and
+// Drained, and Queue(name) for the admin calls. Each queue's claim takes
+// jobs of every kind the Client registered, in the queue's order, and
+// only those; a queue's QueueConfig.Workers bounds its handlers in this
+// process. ClientOptions.Middleware wraps every attempt (see
+// leaserouter.Middleware); the payload is decoded into the kind's type
+// inside it, so a payload that does not decode is the attempt's error
+// (the attempt fails, as a Router's would). Clients and Routers of
+// other kinds may share a queue: a Router is a Client of one kind, its
+// Options.Kind.
+//
 // # Transaction isolation
 //
 // pgrouter runs at READ COMMITTED, PostgreSQL's default: a statement that
@@ -246,7 +288,17 @@
 // (queue, state, id COLLATE "C", with seq and purge_at) for List's ID
 // prefix (schema version 11: Migrate builds it concurrently, writes to
 // the jobs table going on meanwhile), joint statistics of queue and
-// state (leaserouter_jobs_queue_state) for the estimated counts.
+// state (leaserouter_jobs_queue_state) for the estimated counts, and
+// (schema versions 14 to 16) the columns kind, metadata and kind_of
+// (the created_at of the job whose kind and metadata the row holds; the
+// trigger leaserouter_jobs_kind_reset resets both where an insert of a
+// version before 14 takes a purged job's row), the index
+// leaserouter_jobs_kind_ready (queue, kind, priority DESC, ready_at,
+// seq) of pending jobs, which the claim walks kind by kind, and
+// leaserouter_jobs_kind_order (queue, kind, state, seq) of the jobs of a
+// kind other than "" for List by kind, both built concurrently. The index of pending jobs of earlier
+// versions, leaserouter_jobs_ready, stays while processes of those
+// versions may claim with it.
 //
 // A concurrent index build that fails or is interrupted (Migrate's ctx
 // ended, its process killed, a statement_timeout on db's connections)
@@ -255,7 +307,7 @@
 //
 //	SELECT indexrelid::regclass FROM pg_index WHERE NOT indisvalid
 //
-// and is repaired by running Migrate again (version 11 is recorded only
+// and is repaired by running Migrate again (version 11, 15 or 16 is recorded only
 // once its index is valid and as the migration defines it; Migrate drops
 // an invalid one, or one of that name defined otherwise, with DROP INDEX
 // CONCURRENTLY, and builds it again). By hand, the same: DROP INDEX

@@ -2,6 +2,7 @@ package pgrouter
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -20,8 +21,10 @@ type batch struct {
 	payload  []string
 	runAt    []*time.Time
 	delay    []int64
-	timeout  []int64 // each attempt's limit (WithTimeout), microseconds; 0 for none
-	index    []int   // the caller's index of each row
+	timeout  []int64   // each attempt's limit (WithTimeout), microseconds; 0 for none
+	meta     []*string // WithMetadata's pairs as a JSON object; nil for none
+	index    []int     // the caller's index of each row
+	kind     string    // every row's kind
 }
 
 // addJob checks one job and appends it to b, or returns an error wrapping
@@ -34,13 +37,20 @@ func addJob[T any](b *batch, r *Router[T], i int, id string, payload T, opts []l
 	if err := contract.CheckQueue(leaserouter.ErrInvalidJob, &s, id, r.opts.Queue); err != nil {
 		return err
 	}
-	if s.Metadata != nil {
-		// Not stored yet on this backend: refused rather than dropped.
-		return fmt.Errorf("%w: WithMetadata for job %q: pgrouter does not store metadata yet", leaserouter.ErrInvalidJob, id)
-	}
 	p, err := encode(id, payload)
 	if err != nil {
 		return err
+	}
+	var meta *string
+	if s.Metadata != nil {
+		// Valid UTF-8 without NUL (contract.MetadataProblem): it encodes,
+		// and jsonb takes it.
+		m, err := json.Marshal(s.Metadata)
+		if err != nil {
+			return fmt.Errorf("%w: WithMetadata for job %q: %v", leaserouter.ErrInvalidJob, id, err)
+		}
+		ms := string(m)
+		meta = &ms
 	}
 	var at *time.Time
 	if !s.RunAt.IsZero() {
@@ -53,6 +63,7 @@ func addJob[T any](b *batch, r *Router[T], i int, id string, payload T, opts []l
 	b.runAt = append(b.runAt, at)
 	b.delay = append(b.delay, s.Delay.Microseconds())
 	b.timeout = append(b.timeout, ceilMicros(s.Timeout))
+	b.meta = append(b.meta, meta)
 	b.index = append(b.index, i)
 	return nil
 }
@@ -74,7 +85,7 @@ func (r *Router[T]) insert(ctx context.Context, q querier, b *batch) (map[string
 func (r *Router[T]) insertRoomed(ctx context.Context, q querier, b *batch) (map[string]time.Time, []leaserouter.Event, error) {
 	rows, err := q.Query(ctx, insertJobs, args{"queue": r.opts.Queue, "channel": channel, "ids": b.ids,
 		"priorities": b.priority, "max_attempts": b.maxAtt, "payloads": b.payload, "run_at": b.runAt, "delay_us": b.delay,
-		"timeout_us": b.timeout})
+		"timeout_us": b.timeout, "kind": b.kind, "metadata": b.meta})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -111,7 +122,7 @@ func (r *Router[T]) replacedPurged(purged []leaserouter.Event) {
 
 // enqueued reports the events of an enqueue of ids, in order: enqueued
 // for those inserted, duplicate for the rest.
-func (r *Router[T]) enqueued(ids []string, inserted map[string]time.Time) {
+func (r *Router[T]) enqueued(kind string, ids []string, inserted map[string]time.Time) {
 	if r.ev == nil {
 		return
 	}
@@ -119,24 +130,28 @@ func (r *Router[T]) enqueued(ids []string, inserted map[string]time.Time) {
 	now := time.Now()
 	for i, id := range ids {
 		if at, ok := inserted[id]; ok {
-			evs[i] = leaserouter.Event{Kind: leaserouter.EventEnqueued, Time: at, JobID: id}
+			evs[i] = leaserouter.Event{Kind: leaserouter.EventEnqueued, Time: at, JobID: id, JobKind: kind}
 			delete(inserted, id) // a repeat within the batch is a duplicate
 		} else {
-			evs[i] = leaserouter.Event{Kind: leaserouter.EventDuplicate, Time: now, JobID: id, Err: leaserouter.ErrDuplicate}
+			evs[i] = leaserouter.Event{Kind: leaserouter.EventDuplicate, Time: now, JobID: id, Err: leaserouter.ErrDuplicate, JobKind: kind}
 		}
 	}
 	r.emit(evs...)
 }
 
-// Enqueue adds a job, pending at once or scheduled by WithDelay/WithRunAt
-// (times on the database's clock), and wakes Acquires of the queue in
+// Enqueue adds a job of the Router's kind (Options.Kind), pending at once
+// or scheduled by WithDelay/WithRunAt (times on the database's clock),
+// with WithMetadata's pairs if given, and wakes Acquires of the queue in
 // every process. It returns ErrDuplicate if the queue knows id (a
 // finished job past its Retention is not known any more), an error
 // wrapping ErrInvalidJob for an id that breaks the core's rule for IDs
 // (empty, not valid UTF-8, holding NUL, over leaserouter.MaxIDBytes; the
 // core's error, from leaserouter.ValidateID), bad options or a payload
 // that does not encode as JSON, ErrClosed after Close, or an error
-// wrapping the driver's. Invalid input is refused before any round trip.
+// wrapping the driver's. WithQueue naming another queue than
+// Options.Queue, and metadata over leaserouter.MaxMetadataPairs or
+// MaxMetadataBytes (or with an empty key or a NUL), are ErrInvalidJob
+// too. Invalid input is refused before any round trip.
 // It commits on its own; see EnqueueTx.
 func (r *Router[T]) Enqueue(ctx context.Context, id string, payload T, opts ...leaserouter.EnqueueOption) error {
 	return r.enqueue(orBackground(ctx), r.db, id, payload, opts)
@@ -155,8 +170,16 @@ func (r *Router[T]) EnqueueTx(ctx context.Context, tx pgx.Tx, id string, payload
 	return r.enqueue(orBackground(ctx), tx, id, payload, opts)
 }
 
+// enqueue is Enqueue and EnqueueTx, of a job of r's kind.
 func (r *Router[T]) enqueue(ctx context.Context, q querier, id string, payload T, opts []leaserouter.EnqueueOption) error {
-	var b batch
+	return r.enqueueKind(ctx, q, r.opts.Kind, id, payload, opts)
+}
+
+// enqueueKind is Enqueue on q of a job of kind, which the caller checked
+// (a Client's, for its registered kinds: the queue's Router encodes the
+// payload, json.RawMessage or T).
+func (r *Router[T]) enqueueKind(ctx context.Context, q querier, kind, id string, payload T, opts []leaserouter.EnqueueOption) error {
+	b := batch{kind: kind}
 	if err := addJob(&b, r, 0, id, payload, opts); err != nil {
 		return err
 	}
@@ -169,7 +192,7 @@ func (r *Router[T]) enqueue(ctx context.Context, q querier, id string, payload T
 	}
 	_, ok := inserted[id]
 	r.replacedPurged(purged)
-	r.enqueued(b.ids, inserted)
+	r.enqueued(b.kind, b.ids, inserted)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !ok {
@@ -180,7 +203,8 @@ func (r *Router[T]) enqueue(ctx context.Context, q querier, id string, payload T
 	return nil
 }
 
-// EnqueueMany enqueues jobs in slice order (their enqueue order, for
+// EnqueueMany enqueues jobs of the Router's kind, as Enqueue does, in
+// slice order (their enqueue order, for
 // ties in the ready order) in one statement (unnest arrays) and one
 // transaction. IDs the queue knows, or that repeat an earlier ID of the
 // batch, are skipped as duplicates and their indexes returned in order.
@@ -191,8 +215,13 @@ func (r *Router[T]) enqueue(ctx context.Context, q querier, id string, payload T
 // enqueue nothing. An empty or
 // nil batch enqueues nothing and returns nil, nil. jobs is not retained.
 func (r *Router[T]) EnqueueMany(ctx context.Context, jobs []leaserouter.JobSpec[T]) (duplicates []int, err error) {
-	ctx = orBackground(ctx)
-	var b batch
+	return r.enqueueManyKind(orBackground(ctx), r.db, r.opts.Kind, jobs)
+}
+
+// enqueueManyKind is EnqueueMany on q of jobs of kind, which the caller
+// checked (see enqueueKind).
+func (r *Router[T]) enqueueManyKind(ctx context.Context, q querier, kind string, jobs []leaserouter.JobSpec[T]) (duplicates []int, err error) {
+	b := batch{kind: kind}
 	seen := make(map[string]bool, len(jobs))
 	for i, j := range jobs {
 		if err := addJob(&b, r, i, j.ID, j.Payload, j.Options); err != nil {
@@ -207,7 +236,7 @@ func (r *Router[T]) EnqueueMany(ctx context.Context, jobs []leaserouter.JobSpec[
 	}
 	// One statement cannot touch a row twice: a repeat within the batch
 	// is a duplicate on the client, before the database sees it.
-	var first batch
+	first := batch{kind: b.kind}
 	var repeats []int
 	for k, id := range b.ids {
 		if seen[id] {
@@ -222,9 +251,10 @@ func (r *Router[T]) EnqueueMany(ctx context.Context, jobs []leaserouter.JobSpec[
 		first.runAt = append(first.runAt, b.runAt[k])
 		first.delay = append(first.delay, b.delay[k])
 		first.timeout = append(first.timeout, b.timeout[k])
+		first.meta = append(first.meta, b.meta[k])
 		first.index = append(first.index, b.index[k])
 	}
-	inserted, purged, err := r.insert(ctx, r.db, &first)
+	inserted, purged, err := r.insert(ctx, q, &first)
 	if err != nil {
 		return nil, errWrap("EnqueueMany", err)
 	}
@@ -237,7 +267,7 @@ func (r *Router[T]) EnqueueMany(ctx context.Context, jobs []leaserouter.JobSpec[
 	slices.Sort(repeats)
 	duplicates = repeats
 	n := len(inserted)
-	r.enqueued(b.ids, inserted)
+	r.enqueued(b.kind, b.ids, inserted)
 	r.mu.Lock()
 	r.stats.Enqueued += uint64(n)
 	r.stats.Duplicates += uint64(len(duplicates))

@@ -287,6 +287,9 @@ func (e *events) close(ctx context.Context) error {
 // emit records evs: counted for History, and delivered to the hooks (if
 // any).
 func (r *Router[T]) emit(evs ...leaserouter.Event) {
+	for i := range evs {
+		evs[i].Queue = r.opts.Queue
+	}
 	r.hist.tally(evs)
 	r.ev.add(evs...)
 }

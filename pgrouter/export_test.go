@@ -9,7 +9,7 @@ import (
 // claim id, $1) and the claim itself ($1 queue, $2 how many, $3 worker,
 // $4 lease in microseconds, $5 claim id), for tests that run a claim's
 // transaction by hand to order it against its resolver.
-func ClaimStatements() (lock, claim string) { return claimLock, claimJobs }
+func ClaimStatements() (lock, claim string) { return claimLock, claimStatement(1) }
 
 // ResolveClaim resolves claim id as the Router does when the claim's
 // outcome is unknown, in the caller's goroutine.
@@ -27,6 +27,9 @@ func AwaitBackground[T any](ctx context.Context, r *Router[T]) error { return r.
 // Statement is the statement of sql/name.sql as it is sent: with $n
 // ordinals, names[i] being the parameter bound to $(i+1).
 func Statement(name string) (sql string, names []string) {
+	if name == "claim" { // a template: a Router's claim, of one kind
+		return ClaimStatement(1)
+	}
 	text, err := statementFiles.ReadFile("sql/" + name + ".sql")
 	if err != nil {
 		panic(err)
@@ -71,3 +74,18 @@ func WithGrace(ctx context.Context, grace time.Duration) (context.Context, conte
 
 // Graced marks ctx as a grace itself (tasks.go).
 func Graced(ctx context.Context) context.Context { return graced(ctx) }
+
+// ClaimStatement is the claim statement for k kinds as it is sent (see
+// Statement); its kinds are the parameters kind_1 ... kind_k.
+func ClaimStatement(k int) (sql string, names []string) {
+	text := claimStatement(k)
+	p, _ := renderedClaims.Load(text)
+	return p.(*positional).sql, p.(*positional).names
+}
+
+// ClaimTemplate is the claim statement for k kinds with named
+// parameters, as a reviewer reads it (the golden files).
+func ClaimTemplate(k int) string { return claimStatement(k) }
+
+// WithKinds is o serving kinds in its claim, as a Client's queue does.
+func WithKinds(o Options, kinds ...string) Options { o.kinds = kinds; return o }

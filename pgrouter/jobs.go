@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -23,8 +24,9 @@ func (r *Router[T]) Get(ctx context.Context, id string) (leaserouter.Job[T], boo
 
 // GetJSON is Get with the payload as JSON (json.RawMessage), the bytes
 // of the payload column as they are, never decoded into T: the console's
-// job page reads a Router of any T this way (console.Source), and a job
-// whose payload would not decode into T is shown all the same. It
+// job page reads a Router of any T this way (console.Source), a job of
+// any kind with its payload, and a job whose payload would not decode
+// into T is shown all the same. It
 // settles, costs and fails as Get does.
 func (r *Router[T]) GetJSON(ctx context.Context, id string) (leaserouter.Job[json.RawMessage], bool, error) {
 	return get[json.RawMessage](ctx, r, id)
@@ -63,34 +65,43 @@ func get[P, T any](ctx context.Context, r *Router[T], id string) (leaserouter.Jo
 	if err != nil {
 		return j, false, errWrap("Get", err)
 	}
-	j, err = jobOf[P](&jr)
+	j, err = jobOf[P](&jr, r.opts.kinds)
 	return j, err == nil, err
 }
 
 // jobRow is a job's row as job_get and jobs_list read it.
 type jobRow struct {
-	id, state, owner, lastErr string
-	payload, progress         []byte
-	prio, token, timeoutUS    int64
-	att, maxAtt               int32
-	expiry                    *time.Time
-	readyAt, created, upd     time.Time
+	id, state, owner, lastErr, kind string
+	payload, progress, meta         []byte
+	prio, token, timeoutUS          int64
+	att, maxAtt                     int32
+	expiry                          *time.Time
+	readyAt, created, upd           time.Time
 }
 
 // fields are the scan targets of jr, in the statements' column order.
 func (jr *jobRow) fields() []any {
 	return []any{&jr.id, &jr.payload, &jr.state, &jr.prio, &jr.att, &jr.maxAtt, &jr.token, &jr.owner, &jr.expiry,
-		&jr.readyAt, &jr.progress, &jr.lastErr, &jr.created, &jr.upd, &jr.timeoutUS}
+		&jr.readyAt, &jr.progress, &jr.lastErr, &jr.created, &jr.upd, &jr.timeoutUS, &jr.kind, &jr.meta}
 }
 
-// jobOf is the snapshot of jr, its payload decoded; a NULL payload (a
-// statement that did not read it: List with OmitPayload, Leases; the
-// column itself is NOT NULL) leaves Payload zero.
-func jobOf[T any](jr *jobRow) (leaserouter.Job[T], error) {
-	j := leaserouter.Job[T]{ID: jr.id}
-	if jr.payload != nil {
+// jobOf is the snapshot of jr, its payload decoded if its kind is one of
+// kinds (the Router's) or T is json.RawMessage (which takes any kind's):
+// a job of another kind, whose payload is another type, keeps a zero
+// Payload, and its Kind tells. A NULL payload (a statement that did not
+// read it: List with OmitPayload, Leases; the column itself is NOT NULL)
+// leaves Payload zero; a NULL metadata, Metadata nil.
+func jobOf[T any](jr *jobRow, kinds []string) (leaserouter.Job[T], error) {
+	j := leaserouter.Job[T]{ID: jr.id, Kind: jr.kind}
+	if jr.payload != nil && (slices.Contains(kinds, jr.kind) || isRaw[T]()) {
 		var err error
 		if j.Payload, err = decode[T](jr.id, jr.payload); err != nil {
+			return j, err
+		}
+	}
+	if jr.meta != nil {
+		var err error
+		if j.Metadata, err = decodeMetadata(jr.id, jr.meta); err != nil {
 			return j, err
 		}
 	}

@@ -27,9 +27,10 @@ import (
 // heartbeat round races it (no EventStaleRejected, nothing added to
 // StaleRejections or HeartbeatsRefused). The heartbeats of every lease kept alive by a Router that are
 // due together go in one statement, from one goroutine per Router (see
-// New), not one round trip per lease, on a connection of that
-// goroutine's own (made at the first heartbeat, again when it fails;
-// while none can be made, a round uses the pool): they never wait for
+// New), not one round trip per lease, on the heartbeat connection
+// (outside the pool, one per Router, or per Client, shared with the
+// heartbeat rounds of Run; made at the first heartbeat, again when it
+// fails; while none can be made, a round uses the pool): they never wait for
 // the caller's pool, so a lease is kept while the caller's transaction
 // (Fence + CompleteTx) holds every pooled connection. After CompleteTx
 // returned nil, the lease is kept for as long as its transaction is open
@@ -51,6 +52,9 @@ import (
 // with a cause wrapping ErrInvalidOptions. A nil ctx means
 // context.Background().
 func KeepAlive[T any](ctx context.Context, l *Lease[T], interval time.Duration) (context.Context, context.CancelFunc) {
+	if l != nil && l.via != nil { // a Client handler's view: the queue's lease acts
+		return KeepAlive(ctx, l.via, interval)
+	}
 	ctx = orBackground(ctx)
 	kctx, cancel := context.WithCancelCause(ctx)
 	stop := func() { cancel(context.Canceled) }
@@ -77,7 +81,6 @@ func KeepAlive[T any](ctx context.Context, l *Lease[T], interval time.Duration) 
 type keepers[T any] struct {
 	r    *Router[T]
 	kick chan struct{} // cap 1: a lease was added
-	conn ownConn       // the goroutine's own connection, made at its first heartbeat
 
 	mu    sync.Mutex
 	kept  map[*Lease[T]][]*kept // a lease kept alive by several KeepAlive calls has an entry for each
@@ -163,7 +166,6 @@ func (k *keepers[T]) stop(l *Lease[T], e *kept) {
 
 // run is the keepers' goroutine, until ctx is done.
 func (k *keepers[T]) run(ctx context.Context) {
-	defer k.conn.close()
 	defer func() {
 		// Close has revoked what was still held: the holders are told now,
 		// not when their leases can no longer be proven.
@@ -234,7 +236,12 @@ func (k *keepers[T]) run(ctx context.Context) {
 func (k *keepers[T]) beat(ctx context.Context, ls []*Lease[T]) {
 	ctx, cancel := context.WithTimeout(ctx, k.r.opts.LeaseDuration)
 	defer cancel()
-	q := k.conn.get(ctx, k.r.db)
+	beats := &k.r.sh.beats
+	if !beats.acquire(ctx) {
+		return // another round held the connection throughout: retried at the next interval
+	}
+	defer beats.release()
+	q := beats.get(ctx, k.r.db)
 	sent := time.Now()
 	res, err := k.r.heartbeatAll(ctx, q, ls, func(l *Lease[T]) bool {
 		k.mu.Lock()
@@ -242,8 +249,8 @@ func (k *keepers[T]) beat(ctx context.Context, ls []*Lease[T]) {
 		return len(k.kept[l]) > 0
 	})
 	if err != nil {
-		k.conn.drop(q) // may be dead: a new one next time
-		return         // retried at the next interval; the timers cancel if this goes on
+		beats.drop(q) // may be dead: a new one next time
+		return        // retried at the next interval; the timers cancel if this goes on
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -288,11 +295,12 @@ func (k *keepers[T]) holderEnded(l *Lease[T], reason leaserouter.LostReason) {
 	}
 }
 
-// ownConn is a connection of a heartbeat goroutine's own (Run's, and the
-// Router's KeepAlive goroutine's), outside the caller's pool, so
+// ownConn is the heartbeat connection (every Run's and the KeepAlive
+// goroutine's: beatConn, shared.go), outside the caller's pool, so
 // heartbeats never wait for a pool whose connections the caller's
 // transactions hold. It is made when first needed and made again after it
-// failed. Used by its one goroutine only; the zero value is ready.
+// failed. Used by the round holding beatConn's turn only; the zero value
+// is ready.
 type ownConn struct {
 	conn *pgx.Conn // nil until made, or after it failed
 }
@@ -320,13 +328,6 @@ func (c *ownConn) drop(q querier) {
 	if c.conn != nil && q == querier(c.conn) {
 		c.close()
 	}
-}
-
-// failed drops q (see drop) and returns what get returns now: for the
-// rest of a round whose statement on q failed.
-func (c *ownConn) failed(ctx context.Context, pool *pgxpool.Pool, q querier) querier {
-	c.drop(q)
-	return c.get(ctx, pool)
 }
 
 // close closes the connection, if made.

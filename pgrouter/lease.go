@@ -2,6 +2,7 @@ package pgrouter
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -47,19 +48,28 @@ type Lease[T any] struct {
 	txAt   time.Time // txDone: the database's instant of that completion
 	cut    []int64   // ids of this lease's operations whose outcome is unknown and not yet resolved (see outcome.go)
 
-	granted  time.Time     // the database's instant of the grant
-	wait     time.Duration // how long the job was ready before this lease (Event.Wait)
-	requeued bool          // ready again because a lease expired (Event.Requeued)
-	timeout  time.Duration // the job's WithTimeout, 0 if none: Run's limit for this attempt (see limit)
+	granted  time.Time         // the database's instant of the grant
+	wait     time.Duration     // how long the job was ready before this lease (Event.Wait)
+	requeued bool              // ready again because a lease expired (Event.Requeued)
+	timeout  time.Duration     // the job's WithTimeout, 0 if none: Run's limit for this attempt (see limit)
+	kind     string            // the job's kind (Job.Kind)
+	arm      int               // the index of kind in the Router's Options.kinds (the claim's arm, less one)
+	meta     map[string]string // the job's metadata (WithMetadata); nil if none. Never written: readers share it
 
 	idle atomic.Bool // a Run's, not running: leased ahead, or finished (Close leaves it to the Run: see revokeHeld)
+
+	// via is, in the lease a Client's handler gets (typed for its kind),
+	// the lease of the queue's Router that it views: every method acts on
+	// via, which Run's machinery holds, heartbeats and ends; nil in a
+	// Router's own leases.
+	via *Lease[json.RawMessage]
 }
 
 // event is an event of l at the instant at: Held is the time since the
 // grant.
 func (l *Lease[T]) event(kind leaserouter.EventKind, at time.Time) leaserouter.Event {
 	return leaserouter.Event{Kind: kind, Time: at, JobID: l.JobID, WorkerID: l.WorkerID, Token: l.Token,
-		Attempt: l.Attempt, Held: max(0, at.Sub(l.granted))}
+		Attempt: l.Attempt, Held: max(0, at.Sub(l.granted)), JobKind: l.kind}
 }
 
 // provenUntil is the instant, on the client's monotonic clock, until
@@ -106,6 +116,9 @@ func (l *Lease[T]) completedTx(ctx context.Context) bool {
 // of its grant or last accepted Heartbeat (it says nothing about whether
 // the lease is still valid). A nil *Lease returns the zero Time.
 func (l *Lease[T]) Expiry() time.Time {
+	if l != nil && l.via != nil { // a Client handler's view: the queue's lease acts
+		return l.via.Expiry()
+	}
 	if l == nil || l.r == nil {
 		return time.Time{}
 	}
@@ -120,6 +133,9 @@ func (l *Lease[T]) Expiry() time.Time {
 // this one is lost; nil keeps the last one, empty clears it. It returns a
 // *LeaseLostError if the lease is no longer valid, changing nothing.
 func (l *Lease[T]) Heartbeat(ctx context.Context, progress []byte) error {
+	if l != nil && l.via != nil { // a Client handler's view: the queue's lease acts
+		return l.via.Heartbeat(ctx, progress)
+	}
 	ctx = orBackground(ctx)
 	sent := time.Now()
 	var r *Router[T]
@@ -157,6 +173,9 @@ func (l *Lease[T]) Heartbeat(ctx context.Context, progress []byte) error {
 // and a retry tells (a second Complete of a lease that completed is
 // refused with reason completed).
 func (l *Lease[T]) Complete(ctx context.Context) error {
+	if l != nil && l.via != nil { // a Client handler's view: the queue's lease acts
+		return l.via.Complete(ctx)
+	}
 	ctx = orBackground(ctx)
 	res, err := l.end(ctx, "Complete", leaserouter.LostCompleted, nil)
 	at := time.Now()
@@ -184,6 +203,9 @@ func (l *Lease[T]) Complete(ctx context.Context) error {
 // lease is no longer valid, changing nothing. An unknown outcome is
 // resolved as Complete's is: nil if the row shows this lease failed.
 func (l *Lease[T]) Fail(ctx context.Context, cause error) error {
+	if l != nil && l.via != nil { // a Client handler's view: the queue's lease acts
+		return l.via.Fail(ctx, cause)
+	}
 	ctx = orBackground(ctx)
 	if l == nil || l.r == nil {
 		return &leaserouter.LeaseLostError{Reason: leaserouter.LostNilLease}
@@ -248,6 +270,9 @@ func (r *Router[T]) backoff(attempt int, jobID string) time.Duration {
 // nothing. An unknown outcome is resolved as Complete's is: nil if the
 // row shows this lease released.
 func (l *Lease[T]) Release(ctx context.Context) error {
+	if l != nil && l.via != nil { // a Client handler's view: the queue's lease acts
+		return l.via.Release(ctx)
+	}
 	ctx = orBackground(ctx)
 	res, answered, err := l.endByHolder(ctx, "Release", leaserouter.LostReleased, nil)
 	if !answered {
@@ -351,4 +376,16 @@ func (r *Router[T]) handBackErr(ctx context.Context, q querier, ls []*Lease[T]) 
 		r.notifyOn(ctx, q)
 	}
 	return err
+}
+
+// Metadata returns the job's metadata (leaserouter.WithMetadata), as
+// the claim read it; nil if it has none. The map is shared (with the
+// lease's Attempt in a Client, say): read it, never write it. It takes
+// no lock (a job's metadata never changes once enqueued), works after
+// the lease ends and after Close, and returns nil for a nil *Lease.
+func (l *Lease[T]) Metadata() map[string]string {
+	if l == nil {
+		return nil
+	}
+	return l.meta
 }

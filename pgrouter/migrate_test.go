@@ -23,7 +23,10 @@ import (
 // database migrated by an older pgrouter is.
 func toSchemaV2(t *testing.T, db *pgxpool.Pool) {
 	t.Helper()
-	_, err := db.Exec(t.Context(), `DROP STATISTICS leaserouter_jobs_queue_state; DROP FUNCTION leaserouter_count_estimate;
+	_, err := db.Exec(t.Context(), `DROP TRIGGER leaserouter_jobs_kind_reset ON leaserouter_jobs;
+		DROP FUNCTION leaserouter_jobs_kind_reset;
+		ALTER TABLE leaserouter_jobs DROP COLUMN kind, DROP COLUMN metadata, DROP COLUMN kind_of;
+		DROP STATISTICS leaserouter_jobs_queue_state; DROP FUNCTION leaserouter_count_estimate;
 		DROP TABLE leaserouter_queues; DROP TABLE leaserouter_history; DROP INDEX leaserouter_jobs_order;
 		ALTER TABLE leaserouter_jobs DROP COLUMN leased_at; ALTER TABLE leaserouter_jobs DROP COLUMN timeout_us;
 		ALTER TABLE leaserouter_jobs DROP COLUMN timeout_of;

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/leaserouter/leaserouter"
@@ -20,6 +21,16 @@ type Options struct {
 	// at most MaxQueueBytes bytes; New returns an error wrapping
 	// leaserouter.ErrInvalidOptions for any other.
 	Queue string
+	// Kind is the kind of this Router's jobs (leaserouter.Job.Kind):
+	// every job it enqueues has it, and it leases only jobs of this kind,
+	// so a Router shares its queue with processes serving other kinds (a
+	// Client's, say) and never takes, nor burns an attempt of, a job it
+	// cannot decode. Default "", the kind of every job written by a
+	// Router that sets none (and by versions before kinds). A kind
+	// follows the core's rule for IDs (valid UTF-8, no NUL, at most
+	// leaserouter.MaxIDBytes bytes); New returns an error wrapping
+	// leaserouter.ErrInvalidOptions for any other.
+	Kind string
 	// LeaseDuration is how long a lease lasts without a heartbeat, on the
 	// database's clock. Default leaserouter.DefaultLeaseDuration (30s);
 	// negative is invalid; a positive one below MinLeaseDuration (1ms) is
@@ -80,6 +91,12 @@ type Options struct {
 	// panic in its handler is recovered, counted in Stats.CallbackPanics
 	// and reported to slog.Default().
 	Logger *slog.Logger
+
+	// kinds are the kinds the Router's claim serves, in the order of the
+	// claim's arms (Lease.arm indexes it); nil means Kind alone. A
+	// Client's queue sets every kind it registered (withDefaults checks
+	// each as Kind).
+	kinds []string
 }
 
 // MinLeaseDuration is the shortest positive Options.LeaseDuration: the
@@ -119,8 +136,46 @@ func (o Options) withDefaults() (Options, error) {
 	if p := contract.NameProblem(o.Queue, MaxQueueBytes, "MaxQueueBytes"); p != "" {
 		return o, fmt.Errorf("%w: Queue %s", leaserouter.ErrInvalidOptions, p)
 	}
+	if err := checkKinds(o.Kind, o.kinds); err != nil {
+		return o, err
+	}
+	if o.kinds == nil {
+		o.kinds = []string{o.Kind}
+	} else {
+		o.kinds = slices.Clone(o.kinds)
+	}
 	o.LeaseDuration, o.MaxAttempts, o.Backoff, o.Retention = c.LeaseDuration, c.MaxAttempts, c.Backoff, c.Retention
 	o.Queue = cmp.Or(o.Queue, DefaultQueue)
 	o.PollInterval = cmp.Or(o.PollInterval, DefaultPollInterval)
 	return o, nil
 }
+
+// checkKinds checks Options.Kind and the kinds a claim serves: each
+// follows the rule for IDs ("" allowed: a Router's kind), none repeats,
+// and there are at most maxClaimKinds.
+func checkKinds(kind string, kinds []string) error {
+	if p := contract.NameProblem(kind, leaserouter.MaxIDBytes, "MaxIDBytes"); p != "" {
+		return fmt.Errorf("%w: Kind %s", leaserouter.ErrInvalidOptions, p)
+	}
+	if kinds == nil {
+		return nil
+	}
+	if len(kinds) == 0 || len(kinds) > maxClaimKinds {
+		return fmt.Errorf("%w: %d kinds served by one queue, must be 1 to %d", leaserouter.ErrInvalidOptions, len(kinds), maxClaimKinds)
+	}
+	for i, k := range kinds {
+		if p := contract.NameProblem(k, leaserouter.MaxIDBytes, "MaxIDBytes"); p != "" {
+			return fmt.Errorf("%w: kind %s", leaserouter.ErrInvalidOptions, p)
+		}
+		if slices.Contains(kinds[:i], k) {
+			return fmt.Errorf("%w: kind %s served twice", leaserouter.ErrInvalidOptions, contract.Quote(k))
+		}
+	}
+	return nil
+}
+
+// maxClaimKinds is the most kinds one queue's claim serves in a process:
+// the claim statement has an index walk per kind, and is planned once
+// per connection; a Client registering more kinds on one queue is
+// refused.
+const maxClaimKinds = 256

@@ -57,6 +57,9 @@ func TestOptionsRefusesBadFields(t *testing.T) {
 		{"LeaseDuration below MinLeaseDuration", pgrouter.Options{LeaseDuration: pgrouter.MinLeaseDuration - 1}, "LeaseDuration"},
 		{"negative MaxAttempts", pgrouter.Options{MaxAttempts: -1}, "MaxAttempts"},
 		{"MaxAttempts above the column's int4", pgrouter.Options{MaxAttempts: math.MaxInt32 + 1}, "MaxAttempts"},
+		{"Kind over MaxIDBytes", pgrouter.Options{Kind: strings.Repeat("k", leaserouter.MaxIDBytes+1)}, "Kind"},
+		{"Kind holding NUL", pgrouter.Options{Kind: "a\x00b"}, "Kind"},
+		{"Kind not UTF-8", pgrouter.Options{Kind: "a\xffb"}, "Kind"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := pgrouter.OptionsWithDefaults(c.o)

@@ -48,3 +48,21 @@ func decode[T any](id string, b []byte) (T, error) {
 	}
 	return v, nil
 }
+
+// isRaw reports whether T is json.RawMessage, whose payloads any kind's
+// rows decode into as they are.
+func isRaw[T any]() bool {
+	var v T
+	_, ok := any(&v).(*json.RawMessage)
+	return ok
+}
+
+// decodeMetadata reads a job's metadata from its jsonb column (an object
+// of strings, as Enqueue wrote it).
+func decodeMetadata(id string, b []byte) (map[string]string, error) {
+	var m map[string]string
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("pgrouter: metadata of job %q does not decode: %w", id, err)
+	}
+	return m, nil
+}

@@ -193,7 +193,7 @@ var errTickNotTaken = errors.New("pgrouter: tick not taken")
 // clock). An error wraps ErrInvalidJob (the payload does not encode:
 // nothing sent) or the driver's.
 func (r *Router[T]) enqueueTick(ctx context.Context, p Periodic[T], tick time.Time, id string, payload T) (locked bool, err error) {
-	var b batch
+	b := batch{kind: r.opts.Kind}
 	if err := addJob(&b, r, 0, id, payload, append(slices.Clip(p.Options), leaserouter.WithRunAt(tick))); err != nil {
 		return false, err
 	}
@@ -231,7 +231,7 @@ func (r *Router[T]) enqueueTick(ctx context.Context, p Periodic[T], tick time.Ti
 	}
 	r.replacedPurged(purged)
 	_, ok := inserted[id]
-	r.enqueued(b.ids, inserted)
+	r.enqueued(b.kind, b.ids, inserted)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if ok {

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -33,7 +35,13 @@ import (
 // LEASEROUTER_PROCS_ONLY=<P> runs P processes only. Use a fixed count, as the process start-up is
 // not timed but costs: -bench Processes -benchtime 30000x (-count for
 // alternating runs). LEASEROUTER_PROCS_CPUPROFILE=<dir> writes each
-// child's CPU profile there (<dir>/p<P>-<i>.prof).
+// child's CPU profile there (<dir>/p<P>-<i>.prof). With
+// LEASEROUTER_PROCS_CLIENT=1 each child is a Client instead, one kind on
+// one queue, Workers 2 (the jobs enqueued through that kind). It also
+// reports the server's CPU time per job (its processes', from /proc:
+// the postmaster's and its children's, those that exited included) and
+// cpu-busy, the CPU time of server and children over the wall time of
+// both cores: near 1, the machine is the bound.
 func BenchmarkProcesses(b *testing.B) {
 	b.StopTimer()
 	if only := os.Getenv(envProcsOnly); only != "" { // one configuration, for profiling
@@ -41,9 +49,10 @@ func BenchmarkProcesses(b *testing.B) {
 		if err != nil || p < 1 {
 			b.Fatalf("%s=%q: want a count of processes", envProcsOnly, only)
 		}
-		rate, cpu := procsRun(b, p, b.N, false)
-		b.ReportMetric(rate, fmt.Sprintf("p%d-jobs/s", p))
-		b.ReportMetric(cpu, fmt.Sprintf("p%d-cpu-us/job", p))
+		m := procsRun(b, p, b.N, false)
+		b.ReportMetric(m.rate, fmt.Sprintf("p%d-jobs/s", p))
+		b.ReportMetric(m.cpu, fmt.Sprintf("p%d-cpu-us/job", p))
+		b.ReportMetric(m.server, fmt.Sprintf("p%d-server-cpu-us/job", p))
 		return
 	}
 	procsCompare(b, false)
@@ -53,14 +62,24 @@ func BenchmarkProcesses(b *testing.B) {
 // both rates, their ratio and the children's CPU time per job (floor:
 // on the floor's table).
 func procsCompare(b *testing.B, floor bool) {
-	one, cpu1 := procsRun(b, 1, b.N, floor)
-	four, cpu4 := procsRun(b, 4, b.N, floor)
-	b.ReportMetric(one, "p1-jobs/s")
-	b.ReportMetric(four, "p4-jobs/s")
-	b.ReportMetric(four/one, "p4/p1")
-	b.ReportMetric(cpu1, "p1-cpu-us/job")
-	b.ReportMetric(cpu4, "p4-cpu-us/job")
+	one := procsRun(b, 1, b.N, floor)
+	four := procsRun(b, 4, b.N, floor)
+	b.ReportMetric(one.rate, "p1-jobs/s")
+	b.ReportMetric(four.rate, "p4-jobs/s")
+	b.ReportMetric(four.rate/one.rate, "p4/p1")
+	b.ReportMetric(one.cpu, "p1-cpu-us/job")
+	b.ReportMetric(four.cpu, "p4-cpu-us/job")
+	b.ReportMetric(one.server, "p1-server-cpu-us/job")
+	b.ReportMetric(four.server, "p4-server-cpu-us/job")
+	b.ReportMetric(one.busy, "p1-cpu-busy")
+	b.ReportMetric(four.busy, "p4-cpu-busy")
 }
+
+// procsMeasure is what procsRun measured: jobs/s, the children's and the
+// server's CPU time per job in microseconds, and the share of both cores
+// their CPU time took over the drain (start-up of the children
+// included).
+type procsMeasure struct{ rate, cpu, server, busy float64 }
 
 // BenchmarkProcessesFloor is BenchmarkProcesses on the least queue that
 // keeps the shape of Run's round trips: a bare table (a bigserial key, a
@@ -98,7 +117,11 @@ const (
 	envProcsProfile = "LEASEROUTER_PROCS_CPUPROFILE" // a file for the child's CPU profile (the parent: a directory)
 	envProcsOnly    = "LEASEROUTER_PROCS_ONLY"       // the parent: run this many processes only, no ratio
 	envProcsFloor   = "LEASEROUTER_PROCS_FLOOR"      // the child drains the floor's table (BenchmarkProcessesFloor)
+	envProcsClient  = "LEASEROUTER_PROCS_CLIENT"     // each child is a Client (one kind, one queue), not a Router
 )
+
+// procsKind is the one kind of the Client children (LEASEROUTER_PROCS_CLIENT).
+const procsKind = "noop"
 
 // procsLimit bounds a child's life, whatever its parent does.
 const procsLimit = 5 * time.Minute
@@ -109,7 +132,7 @@ const procsLimit = 5 * time.Minute
 // together had run n jobs: their completions committed) and the
 // children's CPU time (user and system, start-up included) per job in
 // microseconds. Every child has exited (or was killed) when it returns.
-func procsRun(b *testing.B, p, n int, floor bool) (float64, float64) {
+func procsRun(b *testing.B, p, n int, floor bool) procsMeasure {
 	b.Helper()
 	db := pgtest.New(b)
 	if floor {
@@ -119,6 +142,8 @@ func procsRun(b *testing.B, p, n int, floor bool) (float64, float64) {
 		if _, err := db.Exec(context.Background(), floorEnqueue, n); err != nil {
 			b.Fatal(err)
 		}
+	} else if os.Getenv(envProcsClient) != "" {
+		enqueueKind(b, db, n)
 	} else {
 		r, err := pgrouter.New[int](context.Background(), db, pgrouter.Options{Retention: -1})
 		if err != nil {
@@ -161,6 +186,7 @@ func procsRun(b *testing.B, p, n int, floor bool) (float64, float64) {
 		err      error
 	}
 	reports := make(chan report, p)
+	server0, serr := serverCPU(db)
 	start := time.Now()
 	b.StartTimer()
 	for i, c := range children {
@@ -207,6 +233,10 @@ func procsRun(b *testing.B, p, n int, floor bool) (float64, float64) {
 	}
 	elapsed := time.Since(start)
 	b.StopTimer()
+	server1, serr1 := serverCPU(db)
+	if serr == nil {
+		serr = serr1
+	}
 	cpu := time.Duration(0)
 	for _, c := range children {
 		if err := c.wait(); err != nil {
@@ -228,7 +258,97 @@ func procsRun(b *testing.B, p, n int, floor bool) (float64, float64) {
 	if left {
 		b.Fatalf("P=%d: jobs left pending or leased", p)
 	}
-	return float64(n) / elapsed.Seconds(), float64(cpu.Microseconds()) / float64(n)
+	m := procsMeasure{rate: float64(n) / elapsed.Seconds(), cpu: float64(cpu.Microseconds()) / float64(n)}
+	if serr == nil {
+		server := server1 - server0
+		m.server = float64(server.Microseconds()) / float64(n)
+		m.busy = (server + cpu).Seconds() / (float64(runtime.NumCPU()) * elapsed.Seconds())
+	} else {
+		b.Logf("server CPU not measured: %v", serr)
+	}
+	return m
+}
+
+// enqueueKind enqueues n no-op jobs of procsKind, in batches of 1000,
+// through a Client not started.
+func enqueueKind(b *testing.B, db *pgxpool.Pool, n int) {
+	b.Helper()
+	ctx := context.Background()
+	c, err := pgrouter.NewClient(ctx, db, pgrouter.ClientOptions{Options: pgrouter.Options{Retention: -1}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Stopped before the children start: its loops and listener would be
+	// one more process's.
+	defer c.Stop(ctx)
+	k, err := pgrouter.Register(c, procsKind, func(context.Context, *pgrouter.Lease[int]) error { return nil })
+	if err != nil {
+		b.Fatal(err)
+	}
+	specs := make([]leaserouter.JobSpec[int], 0, 1000)
+	for i := 0; i < n; i++ {
+		specs = append(specs, leaserouter.JobSpec[int]{ID: fmt.Sprint("j", i), Payload: i})
+		if len(specs) == cap(specs) || i == n-1 {
+			if _, err := k.EnqueueMany(ctx, specs); err != nil {
+				b.Fatal(err)
+			}
+			specs = specs[:0]
+		}
+	}
+}
+
+// serverCPU is the CPU time (user and system) of db's server so far: its
+// postmaster's (pid from postmaster.pid in the data directory, which
+// pgtest's clusters keep beside their socket) with its children's that
+// exited and were waited for, and its live children's. Linux only.
+func serverCPU(db *pgxpool.Pool) (time.Duration, error) {
+	pidFile, err := os.ReadFile(filepath.Join(db.Config().ConnConfig.Host, "data", "postmaster.pid"))
+	if err != nil {
+		return 0, err
+	}
+	master, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(pidFile), "\n", 2)[0]))
+	if err != nil {
+		return 0, err
+	}
+	// /proc/<pid>/stat: fields after the command's ")": state is the
+	// 1st, ppid the 2nd, utime/stime the 12th/13th, cutime/cstime the
+	// 14th/15th, in clock ticks (100 a second on Linux).
+	stat := func(pid int) ([]string, error) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return nil, err
+		}
+		s := string(b)
+		return strings.Fields(s[strings.LastIndexByte(s, ')')+1:]), nil
+	}
+	ticks := func(f []string, i ...int) (t int64) {
+		for _, k := range i {
+			v, _ := strconv.ParseInt(f[k], 10, 64)
+			t += v
+		}
+		return t
+	}
+	f, err := stat(master)
+	if err != nil {
+		return 0, err
+	}
+	total := ticks(f, 11, 12, 13, 14)
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range procs {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == master {
+			continue
+		}
+		f, err := stat(pid)
+		if err != nil || f[1] != strconv.Itoa(master) {
+			continue // gone, or not the server's
+		}
+		total += ticks(f, 11, 12)
+	}
+	return time.Duration(total) * time.Second / 100, nil
 }
 
 // startProcsChild starts a child of BenchmarkProcesses (procsChild) on
@@ -280,8 +400,24 @@ func procsChild(dsn string) int {
 	}
 	defer db.Close()
 	floor := os.Getenv(envProcsFloor) != ""
+	var handled atomic.Int64
 	var r *pgrouter.Router[int]
-	if !floor { // the floor's children have no Router, nor its loops
+	var c *pgrouter.Client
+	switch {
+	case floor: // the floor's children have no Router, nor its loops
+	case os.Getenv(envProcsClient) != "":
+		if c, err = pgrouter.NewClient(ctx, db, pgrouter.ClientOptions{Options: pgrouter.Options{Retention: -1},
+			Queues: map[string]pgrouter.QueueConfig{pgrouter.DefaultQueue: {Workers: 2}}}); err != nil {
+			return fail(err)
+		}
+		defer c.Stop(context.Background())
+		if _, err := pgrouter.Register(c, procsKind, func(context.Context, *pgrouter.Lease[int]) error {
+			handled.Add(1)
+			return nil
+		}); err != nil {
+			return fail(err)
+		}
+	default:
 		if r, err = pgrouter.New[int](ctx, db, pgrouter.Options{Retention: -1}); err != nil {
 			return fail(err)
 		}
@@ -309,7 +445,6 @@ func procsChild(dsn string) int {
 		}
 		stop()
 	}()
-	var handled atomic.Int64
 	ticks := time.NewTicker(2 * time.Millisecond)
 	defer ticks.Stop()
 	reported := make(chan struct{})
@@ -328,9 +463,17 @@ func procsChild(dsn string) int {
 			}
 		}
 	}()
-	if floor {
+	switch {
+	case floor:
 		err = floorDrain(runCtx, db, &handled)
-	} else {
+	case c != nil:
+		// Start, then Stop at stdin's end: Stop returns once the handlers
+		// have returned and the completions are committed, as Run does.
+		if err = c.Start(runCtx); err == nil {
+			<-runCtx.Done()
+			err = c.Stop(context.Background())
+		}
+	default:
 		err = r.Run(runCtx, leaserouter.WorkerOptions{Workers: 2}, func(context.Context, *pgrouter.Lease[int]) error {
 			handled.Add(1)
 			return nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -42,7 +43,11 @@ type Router[T any] struct {
 	tasks   *tasks   // background work: unknown outcomes resolved, a stopping Run's last round trips
 	keepers *keepers[T]
 	wake    *waker
-	stop    context.CancelFunc // stops the listener
+	sh      *shared                  // the listener and the heartbeat connection: the Router's own, or its Client's
+	ownSh   bool                     // sh is the Router's own: Close closes it
+	onIdle  func()                   // a Client's queue: called when a Run's claim finds no job (Client.Drained counts again); set before any Run
+	serving atomic.Pointer[[]string] // a Client's queue: the kinds its claims serve, set at Start (claimKinds)
+	stop    context.CancelFunc       // stops the background loops
 	stopped sync.WaitGroup
 	done    chan struct{} // closed when Close has finished
 }
@@ -54,8 +59,10 @@ type Router[T any] struct {
 // nanoseconds. It starts four goroutines (three with opts.NoVacuum): one holds a connection of its
 // own (not one of db's) to LISTEN for wake-ups, one is the maintenance
 // loop (settling what is due and deleting finished jobs past their
-// retention every PollInterval), one sends KeepAlive's heartbeats (on a
-// connection of its own, made at the first KeepAlive), and one vacuums
+// retention every PollInterval), one sends KeepAlive's heartbeats (on the
+// heartbeat connection, not one of db's either, made at the first
+// heartbeat and shared by KeepAlive and every Run of the Router: the
+// Router holds at most these two connections outside db), and one vacuums
 // and analyzes the jobs table, on a connection of db: a VACUUM (with
 // ANALYZE) when the statistics count at least 10,000 dead tuples in it,
 // an ANALYZE alone when at least 10,000 rows (and a tenth of the live
@@ -91,6 +98,13 @@ func New[T any](ctx context.Context, db *pgxpool.Pool, opts Options) (*Router[T]
 	if err := schemaReady(ctx, db, opts.TokenFloor); err != nil {
 		return nil, err
 	}
+	return newRouter[T](db, opts, nil), nil
+}
+
+// newRouter is New's Router once db and opts are checked (opts with
+// defaults), on sh, or on a private shared (started here, closed by
+// Close) if sh is nil.
+func newRouter[T any](db *pgxpool.Pool, opts Options, sh *shared) *Router[T] {
 	r := &Router[T]{
 		db: db, opts: opts,
 		lease: opts.LeaseDuration.Microseconds(),
@@ -101,6 +115,7 @@ func New[T any](ctx context.Context, db *pgxpool.Pool, opts Options) (*Router[T]
 		wake:  newWaker(),
 		tasks: newTasks(),
 		hist:  newHistory(),
+		sh:    sh,
 	}
 	r.ev = newEvents(opts.OnEvent, opts.Logger, func() {
 		r.mu.Lock()
@@ -111,13 +126,17 @@ func New[T any](ctx context.Context, db *pgxpool.Pool, opts Options) (*Router[T]
 	lctx, stop := context.WithCancel(context.Background())
 	r.stop = stop
 	r.keepers = newKeepers(r)
-	r.stopped.Go(func() { r.wake.listen(lctx, db, opts.Queue) })
+	if r.sh == nil {
+		r.sh, r.ownSh = newShared(db), true
+		r.sh.start(&r.stopped)
+	}
+	r.sh.add(opts.Queue, r.wake)
 	r.stopped.Go(func() { defer r.ev.producerDone(); r.maintain(lctx) })
 	if !opts.NoVacuum {
 		r.stopped.Go(func() { r.vacuumLoop(lctx) })
 	}
 	r.stopped.Go(func() { defer r.ev.producerDone(); r.keepers.run(lctx) })
-	return r, nil
+	return r
 }
 
 // readCommitted is the isolation of every transaction pgrouter begins,
@@ -245,6 +264,9 @@ func (r *Router[T]) Close(ctx context.Context) error {
 		err = ctx.Err()
 	}
 	r.stop()
+	if r.ownSh {
+		r.sh.close()
+	}
 	r.periodicStopped(ctx) // cut short by ctx, it leaves the result to draining
 	// The delivery goroutine ends once the others have and it has
 	// delivered what is left: Close waits for every goroutine of the

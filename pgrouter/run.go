@@ -24,7 +24,7 @@ import (
 // waits at most one interval.
 //
 // TUNED to this backend, where every lease operation is a round trip: a
-// heartbeat round per interval, on a connection of its own, hands back,
+// heartbeat round per interval, on the heartbeat connection, hands back,
 // completes and extends every lease of the Run in one statement each
 // (the core heartbeats each batch under its lock when it is due); the
 // client's own clock bounds a lease it cannot prove valid (held.timer,
@@ -74,10 +74,12 @@ type Handler[T any] func(ctx context.Context, l *Lease[T]) error
 // trip as its next lease. A worker with nothing to do takes the back half
 // of the jobs another worker of the Run leased and has not started (no
 // round trip: the leases are the Run's already), so a burst is spread.
-// One heartbeat goroutine per Run, on a connection of its own (made
-// again when it fails, so a pool whose connections the handlers hold
-// never starves it; only while no connection can be made does a round use
-// the pool), runs a round every opts.HeartbeatInterval: the jobs still
+// One heartbeat goroutine per Run, on the heartbeat connection (outside
+// the pool, one per Router, or per Client, its rounds taking turns with
+// those of the other Runs and of KeepAlive; made again when it fails, so
+// a pool whose connections the handlers hold never starves it; only while
+// no connection can be made does a round use the pool), runs a round
+// every opts.HeartbeatInterval: the jobs still
 // waiting their turn are handed back unstarted (pending again in their
 // old place, the lease not counted as an attempt), the finished ones not
 // yet completed are completed, and every running lease is extended in one
@@ -178,8 +180,7 @@ type runner[T any] struct {
 	quit     context.Context // done runGrace after the Run stopped and its last handler returned: bounds its last round trips
 	endQuit  context.CancelFunc
 
-	conn ownConn // the heartbeat goroutine's own connection
-	idle *waker  // wakes the Run's sleeping workers when one leased a batch they may steal from
+	idle *waker // wakes the Run's sleeping workers when one leased a batch they may steal from
 
 	mu      sync.Mutex
 	workers []*worker[T]
@@ -217,11 +218,13 @@ func (u *runner[T]) dbCtx() (context.Context, context.CancelFunc) {
 func (u *runner[T]) heartbeats(done <-chan struct{}) {
 	t := time.NewTicker(u.opts.HeartbeatInterval)
 	defer t.Stop()
-	defer u.conn.close()
 	func() { // the connection now, not at the first round: a stopping Run's last round has it
 		ctx, cancel := u.dbCtx()
 		defer cancel()
-		u.conn.get(ctx, u.r.db)
+		if beats := &u.r.sh.beats; beats.acquire(ctx) {
+			beats.get(ctx, u.r.db)
+			beats.release()
+		}
 	}()
 	stopping := u.stopping.Done()
 	for {
@@ -242,6 +245,16 @@ func (u *runner[T]) heartbeats(done <-chan struct{}) {
 // their turn are handed back, the finished ones completed, the running
 // leases extended; a lease found lost cancels its handler's ctx.
 func (u *runner[T]) beat() {
+	ctx, cancel := u.dbCtx()
+	defer cancel()
+	// The turn on the heartbeat connection first: the leases are taken
+	// from the workers only by a round that can send, and "proven until"
+	// counts from the send, after this wait.
+	beats := &u.r.sh.beats
+	if !beats.acquire(ctx) {
+		return // other rounds held it throughout: the next round goes on; the timers cancel the handlers if this goes on
+	}
+	defer beats.release()
 	u.mu.Lock()
 	var back, finished, keep []*Lease[T]
 	for _, w := range u.workers {
@@ -266,10 +279,8 @@ func (u *runner[T]) beat() {
 		}
 	}
 	u.mu.Unlock()
-	ctx, cancel := u.dbCtx()
-	defer cancel()
-	q := u.conn.get(ctx, u.r.db)
-	failed := func() { q = u.conn.failed(ctx, u.r.db, q) } // the rest of the round on a new connection
+	q := beats.get(ctx, u.r.db)
+	failed := func() { q = beats.failed(ctx, u.r.db, q) } // the rest of the round on a new connection
 	if !u.r.handBack(ctx, q, back) {
 		failed()
 	}

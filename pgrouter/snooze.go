@@ -32,6 +32,9 @@ import (
 // return leaserouter.Snooze(d) instead. A nil ctx means
 // context.Background().
 func (l *Lease[T]) Snooze(ctx context.Context, d time.Duration) error {
+	if l != nil && l.via != nil { // a Client handler's view: the queue's lease acts
+		return l.via.Snooze(ctx, d)
+	}
 	if err := contract.CheckSnooze(leaserouter.ErrInvalidOptions, d); err != nil { // the same on every backend
 		return err
 	}

@@ -47,25 +47,39 @@ var namedParam = regexp.MustCompile(`@[A-Za-z_][A-Za-z0-9_]*`)
 // missing file or a statement the rewriter refuses is a build mistake,
 // caught by the first test that loads the package.
 func statement(name string) string {
+	text := statementText(name)
+	p, err := compile(text)
+	if err != nil {
+		panic(fmt.Sprintf("pgrouter: statement %s: %v", name, err))
+	}
+	compiled[text] = p
+	return text
+}
+
+// statementText is the text of sql/name.sql.
+func statementText(name string) string {
 	b, err := statementFiles.ReadFile("sql/" + name + ".sql")
 	if err != nil {
 		panic(fmt.Sprintf("pgrouter: statement %s: %v", name, err))
 	}
-	text := string(b)
+	return string(b)
+}
+
+// compile rewrites text's @names as $n ordinals.
+func compile(text string) (*positional, error) {
 	probe := pgx.NamedArgs{}
 	for _, m := range namedParam.FindAllString(text, -1) {
 		probe[m[1:]] = m[1:]
 	}
 	sql, names, err := probe.RewriteQuery(context.Background(), nil, text, nil)
 	if err != nil {
-		panic(fmt.Sprintf("pgrouter: statement %s: %v", name, err))
+		return nil, err
 	}
 	p := &positional{sql: sql, names: make([]string, len(names))}
 	for i, n := range names {
 		p.names[i] = n.(string)
 	}
-	compiled[text] = p
-	return text
+	return p, nil
 }
 
 // args are a statement's named parameters, bound as pgx.StrictNamedArgs
@@ -76,6 +90,11 @@ type args map[string]any
 // RewriteQuery implements pgx.QueryRewriter.
 func (a args) RewriteQuery(_ context.Context, _ *pgx.Conn, sql string, _ []any) (string, []any, error) {
 	p := compiled[sql]
+	if p == nil {
+		if c, ok := renderedClaims.Load(sql); ok {
+			p = c.(*positional)
+		}
+	}
 	if p == nil {
 		return "", nil, fmt.Errorf("pgrouter: not a statement of sql/: %.40q", sql)
 	}
@@ -100,7 +119,6 @@ func (a args) RewriteQuery(_ context.Context, _ *pgx.Conn, sql string, _ []any) 
 var (
 	// Claims (claim.go).
 	claimLock = statement("claim_lock")
-	claimJobs = statement("claim")
 	nextDue   = statement("next_due")
 
 	// Settling and maintenance (settle.go).
@@ -147,6 +165,7 @@ var (
 	// The operator's side (admin.go).
 	listJobs       = statement("jobs_list")
 	listJobsPrefix = statement("jobs_list_prefix")
+	listJobsKinds  = statement("jobs_list_kinds")
 	settleJobs     = statement("jobs_settle")
 	retryJobs      = statement("jobs_retry")
 	deleteJobs     = statement("jobs_delete")

@@ -16,7 +16,8 @@ import (
 func TestStatementsCompiled(t *testing.T) {
 	files, err := fs.Glob(statementFiles, "sql/*.sql")
 	require.NoError(t, err)
-	require.Len(t, compiled, len(files), "a statement of sql/ not loaded, or loaded twice")
+	// claim.sql and claim_arm.sql are the claim's templates (claimStatement).
+	require.Len(t, compiled, len(files)-2, "a statement of sql/ not loaded, or loaded twice")
 	for text, p := range compiled {
 		for _, line := range strings.Split(p.sql, "\n") {
 			if code, _, _ := strings.Cut(line, "--"); namedParam.MatchString(code) {
@@ -53,8 +54,16 @@ func TestArgsBinding(t *testing.T) {
 	require.ErrorContains(t, err, "not a statement of sql/")
 }
 
-// The claim statement's bound on its walk is claimMax, the most the Go
-// side asks for.
-func TestClaimWalkBoundIsClaimMax(t *testing.T) {
-	require.Contains(t, claimJobs, fmt.Sprintf("LIMIT %d FOR UPDATE SKIP LOCKED", claimMax))
+// Each arm of the claim walks its kind unlocked, bounded by
+// claimArmBound, far above claimMax (the arms count rows other claims
+// hold against their bound: see claim.sql); the one lock is the lateral
+// one, by ctid, per row taken.
+func TestClaimArmBoundAndOneLockPerRow(t *testing.T) {
+	require.GreaterOrEqual(t, claimArmBound, 64*claimMax)
+	for _, k := range []int{1, 3} {
+		text := sqlStatement(claimStatement(k)) // without its comments
+		require.Equal(t, k, strings.Count(text, fmt.Sprintf("LIMIT %d) a", claimArmBound)), "k=%d", k)
+		require.Equal(t, 1, strings.Count(text, "FOR UPDATE SKIP LOCKED"), "k=%d", k)
+		require.Contains(t, text, "WHERE l.ctid = c.ctid")
+	}
 }

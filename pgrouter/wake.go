@@ -3,11 +3,6 @@ package pgrouter
 import (
 	"context"
 	"sync"
-	"sync/atomic"
-	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // channel is the LISTEN/NOTIFY channel of every queue; a notification's
@@ -16,11 +11,9 @@ import (
 const channel = "leaserouter"
 
 // waker tells blocked Acquires that a job may be ready: by a notification
-// from any process, or by Close. A missed notification costs at most
+// from any process (the listener of shared.go), or by Close. A missed notification costs at most
 // Options.PollInterval, as waiters also poll.
 type waker struct {
-	listening atomic.Bool // the listener's connection LISTENs (and has broadcast once since)
-
 	mu     sync.Mutex
 	ch     chan struct{} // closed by the next broadcast
 	parked int           // waiters parked on ch (see park)
@@ -70,41 +63,6 @@ func (w *waker) parkedNow() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.parked
-}
-
-// listen holds a connection of its own (not one of db's, so the pool keeps
-// its size) that LISTENs on channel, and broadcasts each notification for
-// queue, until ctx is done. A lost connection is made again with backoff
-// (50ms doubling to 1s); each new one broadcasts once, for what it may
-// have missed.
-func (w *waker) listen(ctx context.Context, db *pgxpool.Pool, queue string) {
-	backoff := 50 * time.Millisecond
-	for ctx.Err() == nil {
-		conn, err := pgx.ConnectConfig(ctx, db.Config().ConnConfig.Copy())
-		if err == nil {
-			if _, err = conn.Exec(ctx, "LISTEN "+channel); err == nil {
-				w.broadcast()
-				w.listening.Store(true)
-				backoff = 50 * time.Millisecond
-				for {
-					n, err := conn.WaitForNotification(ctx)
-					if err != nil {
-						break
-					}
-					if n.Payload == queue {
-						w.broadcast()
-					}
-				}
-			}
-			w.listening.Store(false)
-			_ = conn.Close(context.Background())
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, time.Second)
-	}
 }
 
 // notify wakes the Routers of this queue in every process (best effort:

@@ -8,4 +8,4 @@ func Parked[T any](r *Router[T]) int { return r.wake.parkedNow() }
 
 // Listening reports whether r's listener LISTENs (and has made its one
 // wake-up of a new connection already).
-func Listening[T any](r *Router[T]) bool { return r.wake.listening.Load() }
+func Listening[T any](r *Router[T]) bool { return r.sh.listening.Load() }

@@ -79,6 +79,9 @@ func (w *worker[T]) work() {
 		case errors.Is(err, leaserouter.ErrNoJob):
 			backoff = 0
 			wait = r.waitFor(due)
+			if r.onIdle != nil {
+				r.onIdle() // the claim completed this worker's finished jobs and found none ready
+			}
 		case errors.Is(err, leaserouter.ErrClosed):
 			w.flush()
 			return

@@ -37,7 +37,7 @@ func ClientRows() []ClientRow {
 		rowStartTwice, rowStopDrains, rowStopBounded, rowRegisterRefused, rowEnqueueBeforeStart, rowDrained,
 		rowClientOptions,
 		rowMiddlewareAround, rowMiddlewareOutcome, rowMiddlewarePanic, rowMiddlewareCtx, rowAttemptFields,
-		rowMetadataKept, rowMetadataLimits, rowMetadataMerge,
+		rowClientMetadataKept, rowMetadataLimits, rowMetadataMerge,
 		rowClientTokens, rowClientQueueStats, rowClientEvents,
 	}
 }
@@ -623,7 +623,7 @@ var rowAttemptFields = ClientRow{Name: "attempt/Attempt carries kind, queue, job
 	}
 }}
 
-var rowMetadataKept = ClientRow{Name: "metadata/read back in Job, Attempt and Lease; kept across attempts, Snooze and Retry", Test: func(t T, h ClientHarness) {
+var rowClientMetadataKept = ClientRow{Name: "metadata/read back in Job, Attempt and Lease; kept across attempts, Snooze and Retry", Test: func(t T, h ClientHarness) {
 	md := map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "tenant": "t1"}
 	seen := make(chan map[string]string, 16)
 	var attempt atomic.Int32

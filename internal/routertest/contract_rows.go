@@ -596,3 +596,4 @@ func (zeroLease) Fail(context.Context, error) error       { return leaserouter.E
 func (zeroLease) Release(context.Context) error           { return leaserouter.ErrLeaseLost }
 
 func (zeroLease) Snooze(context.Context, time.Duration) error { return leaserouter.ErrLeaseLost }
+func (zeroLease) Metadata() map[string]string                 { return nil }

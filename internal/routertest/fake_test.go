@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -88,6 +89,8 @@ const (
 	// pending (ready) when its run-at comes, as if it had not been
 	// canceled.
 	bugCanceledScheduledWakes = "a canceled scheduled job made ready at its run-at"
+	// bugSnoozeDropsMetadata: a snoozed job loses its metadata.
+	bugSnoozeDropsMetadata = "a snooze drops the job's metadata"
 )
 
 // leaseFor is how long a lease granted or heartbeated now lasts.
@@ -192,6 +195,9 @@ func (f *fake) enqueueMany(jobs []leaserouter.JobSpec[string], batch, tick bool)
 	settings := make([]contract.EnqueueSettings, len(jobs))
 	for i, s := range jobs {
 		err := contract.ReadEnqueueOptions(leaserouter.ErrInvalidJob, &settings[i], s.ID, s.Options)
+		if err == nil {
+			err = contract.CheckQueue(leaserouter.ErrInvalidJob, &settings[i], s.ID, leaserouter.DefaultQueue)
+		}
 		if err != nil && batch {
 			return nil, fmt.Errorf("%w (batch index %d)", err, i)
 		} else if err != nil {
@@ -209,7 +215,8 @@ func (f *fake) enqueueMany(jobs []leaserouter.JobSpec[string], batch, tick bool)
 		f.st.Enqueued++
 		e := settings[i]
 		f.jobs[s.ID] = &fakeJob{Job: leaserouter.Job[string]{ID: s.ID, Payload: s.Payload, State: leaserouter.StatePending,
-			Priority: e.Priority, MaxAttempts: cmp.Or(e.MaxAttempts, f.maxAt), CreatedAt: now, UpdatedAt: now},
+			Priority: e.Priority, MaxAttempts: cmp.Or(e.MaxAttempts, f.maxAt), CreatedAt: now, UpdatedAt: now,
+			Metadata: maps.Clone(e.Metadata)},
 			seq: f.seq, ready: now.Add(e.Delay)}
 	}
 	return dups, nil
@@ -256,7 +263,7 @@ func (f *fake) tryAcquireMany(worker string, n int, call string) ([]routertest.L
 		j.State, j.Token, j.Owner, j.LeaseExpiry = leaserouter.StateLeased, f.token, worker, now.Add(f.leaseFor())
 		j.Attempt++
 		out = append(out, &fakeLease{f: f, id: j.ID, payload: j.Payload, attempt: j.Attempt, token: j.Token,
-			worker: worker, progress: j.Progress, expiry: j.LeaseExpiry})
+			worker: worker, progress: j.Progress, expiry: j.LeaseExpiry, meta: j.Metadata})
 	}
 	return out, nil
 }
@@ -306,6 +313,7 @@ func (f *fake) Get(_ context.Context, id string) (leaserouter.Job[string], bool,
 	}
 	c := j.Job
 	c.Progress = slices.Clone(j.Progress)
+	c.Metadata = maps.Clone(j.Metadata)
 	if j.scheduled(time.Now()) {
 		c.State = leaserouter.StateScheduled
 	}
@@ -489,6 +497,7 @@ type fakeLease struct {
 	token    leaserouter.Token
 	worker   string
 	progress []byte
+	meta     map[string]string // the job's, shared
 	mu       sync.Mutex
 	expiry   time.Time
 	keepers  []context.CancelCauseFunc // its KeepAlives' contexts; guarded by f.mu
@@ -513,6 +522,9 @@ func (l *fakeLease) Attempt() int             { return l.attempt }
 func (l *fakeLease) Token() leaserouter.Token { return l.token }
 func (l *fakeLease) WorkerID() string         { return l.worker }
 func (l *fakeLease) Progress() []byte         { return l.progress }
+func (l *fakeLease) Metadata() map[string]string {
+	return l.meta
+}
 func (l *fakeLease) Expiry() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -602,6 +614,9 @@ func (l *fakeLease) Snooze(_ context.Context, d time.Duration) error {
 			j.Attempt--
 		} else if j.Attempt >= j.MaxAttempts {
 			j.State = leaserouter.StateFailed
+		}
+		if l.f.bug == bugSnoozeDropsMetadata {
+			j.Metadata = nil
 		}
 		l.f.st.Snoozed++
 		l.holderEnded(leaserouter.LostSnoozed)

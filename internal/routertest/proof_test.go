@@ -205,7 +205,8 @@ func TestSuiteCatchesHolderEndCountedAsRefusal(t *testing.T) {
 //     attempt;
 //   - a job canceled while scheduled made ready at its run-at: the row
 //     of a canceled scheduled job;
-//   - a tick whose Payload ran when Close began enqueued: the Close row.
+//   - a tick whose Payload ran when Close began enqueued: the Close row;
+//   - a snooze dropping the job's metadata: the metadata row.
 func TestSuiteCatchesPlantedBugs(t *testing.T) {
 	for _, c := range []struct{ bug, row, want string }{
 		{bugPanickedTickEnqueued, "periodic/a panicking Payload skips that tick only, counted in CallbackPanics",
@@ -219,6 +220,8 @@ func TestSuiteCatchesPlantedBugs(t *testing.T) {
 			"a canceled job never is"},
 		{bugStoppedTickEnqueued, "periodic/Close waits for the scheduler: a Payload in progress has returned, none called after",
 			"the tick whose Payload ran when Close began gets no job"},
+		{bugSnoozeDropsMetadata, "metadata/read back in Get and the lease; kept across a failed attempt and Snooze",
+			"kept across a Snooze"},
 	} {
 		t.Run(c.bug, func(t *testing.T) { requireRowCatches(t, c.row, c.bug, c.want) })
 	}

@@ -178,6 +178,9 @@ type Lease interface {
 	Token() leaserouter.Token
 	WorkerID() string
 	Progress() []byte
+	// Metadata is the job's metadata (WithMetadata) as the lease carries
+	// it; nil if none.
+	Metadata() map[string]string
 	Expiry() time.Time
 	Heartbeat(ctx context.Context, progress []byte) error
 	Complete(ctx context.Context) error

@@ -1,7 +1,9 @@
 -- Inserts the jobs of the arrays @ids, @priorities, @max_attempts,
 -- @payloads, @run_at, @delay_us, @timeout_us (each attempt's limit, 0 for
--- none; timeout_of marks it the job's: migration 0009) into @queue at
--- the database's clock:
+-- none; timeout_of marks it the job's: migration 0009), @metadata (a
+-- JSON object, NULL for none) into @queue, each of kind @kind (kind_of
+-- marks kind and metadata the job's: migration 0014), at the database's
+-- clock:
 -- pending at once, or scheduled until their run-at (a given run_at, or
 -- now + delay_us). Their enqueue order (seq) is taken in array order; the
 -- rows are then inserted in ID order, the order in which every batch
@@ -19,24 +21,24 @@ old AS (
 	WHERE queue = @queue AND id = ANY (@ids::text[]) AND state IN ('succeeded', 'failed', 'canceled')),
 v AS (
 	SELECT x.*, nextval('leaserouter_job_seq') AS seq
-	FROM (SELECT r.id, r.priority, r.max_attempts, r.payload, r.timeout_us, c.now,
+	FROM (SELECT r.id, r.priority, r.max_attempts, r.payload, r.timeout_us, r.metadata, c.now,
 			CASE WHEN r.run_at IS NOT NULL THEN greatest(r.run_at, c.now)
 				ELSE c.now + r.delay_us * interval '1 microsecond' END AS ready
 		FROM unnest(@ids::text[], @priorities::bigint[], @max_attempts::integer[], @payloads::text[],
-				@run_at::timestamptz[], @delay_us::bigint[], @timeout_us::bigint[])
-			WITH ORDINALITY AS r(id, priority, max_attempts, payload, run_at, delay_us, timeout_us, ord), c
+				@run_at::timestamptz[], @delay_us::bigint[], @timeout_us::bigint[], @metadata::text[])
+			WITH ORDINALITY AS r(id, priority, max_attempts, payload, run_at, delay_us, timeout_us, metadata, ord), c
 		ORDER BY r.ord) x),
 ins AS (
 	INSERT INTO leaserouter_jobs AS j (queue, id, seq, state, priority, ready_at, max_attempts, payload, timeout_us,
-		timeout_of, created_at, updated_at)
+		timeout_of, kind, metadata, kind_of, created_at, updated_at)
 	SELECT @queue, id, seq, CASE WHEN ready > now THEN 'scheduled'::leaserouter_job_state ELSE 'pending'::leaserouter_job_state END,
-		priority, ready, max_attempts, payload::jsonb, timeout_us, now, now, now
+		priority, ready, max_attempts, payload::jsonb, timeout_us, now, @kind, metadata::jsonb, now, now, now
 	FROM v ORDER BY id
 	ON CONFLICT (queue, id) DO UPDATE SET
 		seq = excluded.seq, state = excluded.state, priority = excluded.priority, ready_at = excluded.ready_at,
 		requeued = false, attempt = 0, max_attempts = excluded.max_attempts, token = 0, owner = '',
 		lease_expires_at = NULL, ended = '', payload = excluded.payload, timeout_us = excluded.timeout_us,
-		timeout_of = excluded.timeout_of,
+		timeout_of = excluded.timeout_of, kind = excluded.kind, metadata = excluded.metadata, kind_of = excluded.kind_of,
 		progress = NULL, last_error = '',
 		created_at = excluded.created_at, updated_at = excluded.updated_at, purge_at = NULL
 	WHERE leaserouter_past_retention(j.state, j.purge_at)

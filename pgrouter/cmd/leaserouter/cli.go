@@ -36,7 +36,7 @@ func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format
 const (
 	flagQueue   = 1 << iota // --queue
 	flagRouter              // --retention: the subcommand opens a Router
-	flagList                // --state, --prefix, --limit, --cursor
+	flagList                // --state, --kind, --prefix, --limit, --cursor
 	flagConsole             // --addr, --read-only
 	flagCreate              // --create: the subcommand may make a queue
 )
@@ -74,6 +74,7 @@ type opts struct {
 	retention time.Duration
 	states    []leaserouter.State
 	prefix    string
+	kinds     []string
 	limit     int
 	cursor    string
 	addr      string
@@ -179,9 +180,17 @@ func (cmd *command) flagSet() (*flag.FlagSet, *opts) {
 			}
 			return nil
 		})
+		fs.Func("kind", "only jobs of this kind (\"\" for a Router's jobs that set no Kind);\nrepeated or comma-separated (default every kind)", func(s string) error {
+			for name := range strings.SplitSeq(s, ",") {
+				if k := strings.TrimSpace(name); !slices.Contains(o.kinds, k) {
+					o.kinds = append(o.kinds, k)
+				}
+			}
+			return nil
+		})
 		fs.StringVar(&o.prefix, "prefix", "", "only jobs whose ID starts with this")
 		fs.IntVar(&o.limit, "limit", leaserouter.DefaultListLimit, fmt.Sprintf("jobs per page, 1 to %d", leaserouter.MaxListLimit))
-		fs.StringVar(&o.cursor, "cursor", "", "the page after the one that printed this cursor (same --state and --prefix)")
+		fs.StringVar(&o.cursor, "cursor", "", "the page after the one that printed this cursor (same --state, --kind and --prefix)")
 	}
 	if cmd.flags&flagCreate != 0 {
 		fs.BoolVar(&o.create, "create", false, "act on a queue the database does not know yet (no jobs, never paused or resumed);\n"+

@@ -129,7 +129,8 @@ func doStats(ctx context.Context, c *call) error {
 
 func doList(ctx context.Context, c *call) error {
 	return c.withRouter(ctx, func(r *router) error {
-		page, err := r.List(ctx, leaserouter.ListParams{States: c.opts.states, IDPrefix: c.opts.prefix, Cursor: c.opts.cursor, Limit: c.opts.limit})
+		page, err := r.List(ctx, leaserouter.ListParams{States: c.opts.states, Kinds: c.opts.kinds, IDPrefix: c.opts.prefix,
+			Cursor: c.opts.cursor, Limit: c.opts.limit})
 		if err != nil {
 			return err
 		}

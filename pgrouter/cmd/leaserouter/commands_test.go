@@ -94,15 +94,15 @@ func TestListPagesWithFilters(t *testing.T) {
 	out := d.ok(t, "list", "--limit", "2")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	require.Len(t, lines, 4, out) // header, 2 jobs, next page
-	require.Regexp(t, `^ID\s+STATE\s+ATTEMPT\s+PRIORITY\s+TOKEN\s+OWNER\s+UPDATED\s+LAST ERROR$`, lines[0])
-	require.Regexp(t, `^doc-1\s+pending\s+0/3\s+0\s+0\s+-\s+\S+ \S+\s+-$`, lines[1])
-	require.Regexp(t, `^img-2\s+canceled\s`, lines[2])
+	require.Regexp(t, `^ID\s+KIND\s+STATE\s+ATTEMPT\s+PRIORITY\s+TOKEN\s+OWNER\s+UPDATED\s+LAST ERROR$`, lines[0])
+	require.Regexp(t, `^doc-1\s+-\s+pending\s+0/3\s+0\s+0\s+-\s+\S+ \S+\s+-$`, lines[1])
+	require.Regexp(t, `^img-2\s+-\s+canceled\s`, lines[2])
 	m := regexp.MustCompile(`^next page: --cursor (\S+)$`).FindStringSubmatch(lines[3])
 	require.NotNil(t, m, lines[3])
 
 	out = d.ok(t, "list", "--limit", "2", "--cursor", m[1])
-	require.Regexp(t, `(?m)^img-1\s+pending\s`, out)
-	require.Regexp(t, `(?m)^img-dead\s+failed\s+1/3\s+0\s+[1-9]\d*\s+-\s+\S+ \S+\s+decode: unexpected EOF at line 2$`, out,
+	require.Regexp(t, `(?m)^img-1\s+-\s+pending\s`, out)
+	require.Regexp(t, `(?m)^img-dead\s+-\s+failed\s+1/3\s+0\s+[1-9]\d*\s+-\s+\S+ \S+\s+decode: unexpected EOF at line 2$`, out,
 		"the error on one line")
 	require.NotContains(t, out, "next page")
 
@@ -392,4 +392,41 @@ func TestPauseRefusesAQueueThatDoesNotExist(t *testing.T) {
 	require.Equal(t, "queue \"soon\" resumed\n", d.ok(t, "resume", "--queue", "soon"), "a queue with a row")
 	d.jsonOf(t, &qs, "queues")
 	require.Equal(t, []queueJSON{{Queue: "mail", counts: counts{Pending: 1}, Paused: true}, {Queue: "soon"}}, qs)
+}
+
+// TestListByKindAndGetShowsKindAndMetadata: list --kind (repeated or
+// comma-separated; "" for a Router's jobs) selects jobs by kind and shows
+// each one's; get prints the kind and the metadata; --json the same.
+func TestListByKindAndGetShowsKindAndMetadata(t *testing.T) {
+	d := newDB(t)
+	ctx := t.Context()
+	r := d.router(t, pgrouter.DefaultQueue)
+	emails, err := pgrouter.New[json.RawMessage](ctx, d.pool, pgrouter.Options{Kind: "email"})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, emails.Close(context.Background())) }()
+	sms, err := pgrouter.New[json.RawMessage](ctx, d.pool, pgrouter.Options{Kind: "sms"})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, sms.Close(context.Background())) }()
+	enqueue(t, r, "plain")
+	require.NoError(t, emails.Enqueue(ctx, "e1", json.RawMessage(`{}`), leaserouter.WithMetadata(map[string]string{"tenant": "t1", "b": "2"})))
+	require.NoError(t, sms.Enqueue(ctx, "s1", json.RawMessage(`{}`)))
+
+	var page pageJSON
+	d.jsonOf(t, &page, "list", "--kind", "email,sms")
+	require.Equal(t, []string{"s1", "e1"}, ids(page.Jobs))
+	d.jsonOf(t, &page, "list", "--kind", "email", "--kind", "")
+	require.Equal(t, []string{"e1", "plain"}, ids(page.Jobs))
+	require.Equal(t, "email", page.Jobs[0].Kind)
+	require.Equal(t, map[string]string{"tenant": "t1", "b": "2"}, page.Jobs[0].Metadata)
+	out := d.ok(t, "list", "--kind", "sms")
+	require.Regexp(t, `(?m)^s1\s+sms\s+pending\s`, out)
+
+	out = d.ok(t, "get", "e1")
+	require.Regexp(t, `(?m)^kind\s+email$`, out)
+	require.Regexp(t, `(?m)^metadata b\s+2\nmetadata tenant\s+t1$`, out, "sorted by key")
+	require.Regexp(t, `(?m)^kind\s+-$`, d.ok(t, "get", "plain"))
+	var j jobJSON
+	d.jsonOf(t, &j, "get", "e1")
+	require.Equal(t, "email", j.Kind)
+	require.Equal(t, map[string]string{"tenant": "t1", "b": "2"}, j.Metadata)
 }

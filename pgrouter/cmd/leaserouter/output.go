@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -35,22 +37,24 @@ type queueJSON struct {
 
 // jobJSON is a job of get and list.
 type jobJSON struct {
-	ID          string          `json:"id"`
-	Queue       string          `json:"queue"`
-	State       string          `json:"state"`
-	Attempt     int             `json:"attempt"`
-	MaxAttempts int             `json:"max_attempts"`
-	Priority    int             `json:"priority"`
-	Timeout     string          `json:"timeout,omitempty"` // each attempt's limit set by WithTimeout, as Go writes a duration ("1m30s"); omitted if none
-	Token       uint64          `json:"token"`
-	Owner       string          `json:"owner,omitempty"`
-	LeaseExpiry time.Time       `json:"lease_expiry,omitzero"`
-	RunAt       time.Time       `json:"run_at,omitzero"`
-	LastError   string          `json:"last_error,omitempty"`
-	Progress    []byte          `json:"progress,omitempty"` // base64
-	CreatedAt   time.Time       `json:"created_at"`
-	UpdatedAt   time.Time       `json:"updated_at"`
-	Payload     json.RawMessage `json:"payload"`
+	ID          string            `json:"id"`
+	Queue       string            `json:"queue"`
+	Kind        string            `json:"kind"`               // "" for a Router's jobs that set no Kind
+	Metadata    map[string]string `json:"metadata,omitempty"` // WithMetadata's pairs
+	State       string            `json:"state"`
+	Attempt     int               `json:"attempt"`
+	MaxAttempts int               `json:"max_attempts"`
+	Priority    int               `json:"priority"`
+	Timeout     string            `json:"timeout,omitempty"` // each attempt's limit set by WithTimeout, as Go writes a duration ("1m30s"); omitted if none
+	Token       uint64            `json:"token"`
+	Owner       string            `json:"owner,omitempty"`
+	LeaseExpiry time.Time         `json:"lease_expiry,omitzero"`
+	RunAt       time.Time         `json:"run_at,omitzero"`
+	LastError   string            `json:"last_error,omitempty"`
+	Progress    []byte            `json:"progress,omitempty"` // base64
+	CreatedAt   time.Time         `json:"created_at"`
+	UpdatedAt   time.Time         `json:"updated_at"`
+	Payload     json.RawMessage   `json:"payload"`
 }
 
 // durationText is d as Go writes it, "" for 0.
@@ -71,7 +75,8 @@ func utc(t time.Time) time.Time {
 func jobOf(queue string, j leaserouter.Job[json.RawMessage]) jobJSON {
 	return jobJSON{ID: j.ID, Queue: queue, State: j.State.String(), Attempt: j.Attempt, MaxAttempts: j.MaxAttempts,
 		Priority: j.Priority, Timeout: durationText(j.Timeout), Token: uint64(j.Token), Owner: j.Owner, LeaseExpiry: utc(j.LeaseExpiry), RunAt: utc(j.RunAt),
-		LastError: j.LastError, Progress: j.Progress, CreatedAt: utc(j.CreatedAt), UpdatedAt: utc(j.UpdatedAt), Payload: j.Payload}
+		LastError: j.LastError, Progress: j.Progress, CreatedAt: utc(j.CreatedAt), UpdatedAt: utc(j.UpdatedAt), Payload: j.Payload,
+		Kind: j.Kind, Metadata: j.Metadata}
 }
 
 // pageJSON is a page of list.
@@ -158,9 +163,9 @@ func queuesTable(w io.Writer, qs []queueJSON) error {
 
 func listTable(w io.Writer, p pageJSON) error {
 	tw := newTable(w)
-	row(tw, "ID", "STATE", "ATTEMPT", "PRIORITY", "TOKEN", "OWNER", "UPDATED", "LAST ERROR")
+	row(tw, "ID", "KIND", "STATE", "ATTEMPT", "PRIORITY", "TOKEN", "OWNER", "UPDATED", "LAST ERROR")
 	for _, j := range p.Jobs {
-		row(tw, j.ID, j.State, fmt.Sprintf("%d/%d", j.Attempt, j.MaxAttempts), strconv.Itoa(j.Priority),
+		row(tw, j.ID, clip(j.Kind, 40), j.State, fmt.Sprintf("%d/%d", j.Attempt, j.MaxAttempts), strconv.Itoa(j.Priority),
 			strconv.FormatUint(j.Token, 10), j.Owner, when(j.UpdatedAt), clip(j.LastError, 60))
 	}
 	if err := tw.Flush(); err != nil {
@@ -180,6 +185,7 @@ func jobTable(w io.Writer, j jobJSON) error {
 	tw := newTable(w)
 	row(tw, "id", j.ID)
 	row(tw, "queue", j.Queue)
+	row(tw, "kind", j.Kind)
 	row(tw, "state", j.State)
 	row(tw, "attempt", fmt.Sprintf("%d of %d", j.Attempt, j.MaxAttempts))
 	row(tw, "priority", strconv.Itoa(j.Priority))
@@ -196,6 +202,9 @@ func jobTable(w io.Writer, j jobJSON) error {
 		progress = fmt.Sprintf("%x", j.Progress)
 	}
 	row(tw, "progress", progress)
+	for _, k := range slices.Sorted(maps.Keys(j.Metadata)) {
+		row(tw, "metadata "+k, j.Metadata[k])
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}

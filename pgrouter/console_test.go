@@ -280,3 +280,32 @@ func TestConsoleOverPostgres(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, st.Paused)
 }
+
+// TestConsoleShowsKindsAndMetadataOverPostgres: the console of a typed
+// Router serving one kind shows every kind's jobs of its queue: the
+// jobs page filters by kind (kind=, repeated), and a job's page shows
+// the kind, the metadata and the payload of a job of another kind, whose
+// payload is another type, as the table's JSON.
+func TestConsoleShowsKindsAndMetadataOverPostgres(t *testing.T) {
+	r, db := newRouter[consoleEmail](t, pgrouter.Options{Kind: "email"})
+	ctx := t.Context()
+	require.NoError(t, r.Enqueue(ctx, "welcome-1", consoleEmail{To: "ada@example.com"}))
+	reports := routerOn[json.RawMessage](t, db, pgrouter.Options{Kind: "report"})
+	require.NoError(t, reports.Enqueue(ctx, "march", json.RawMessage(`{"month": 3}`),
+		leaserouter.WithMetadata(map[string]string{"tenant": "<acme>", "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"})))
+	q := "queue=" + pgrouter.DefaultQueue
+
+	body := consoleBody(t, "/jobs?"+q, r)
+	require.Equal(t, []string{"march", "welcome-1"}, testIDsOf(body, "job-row", "data-id"))
+	require.Equal(t, []string{"report", "email"}, testIDsOf(body, "job-row", "data-kind"))
+	body = consoleBody(t, "/jobs?"+q+"&kind=report", r)
+	require.Equal(t, []string{"march"}, testIDsOf(body, "job-row", "data-id"))
+	body = consoleBody(t, "/jobs?"+q+"&kind=report&kind=email", r)
+	require.Equal(t, []string{"march", "welcome-1"}, testIDsOf(body, "job-row", "data-id"))
+
+	body = consoleBody(t, "/job?"+q+"&id=march", r)
+	require.Contains(t, body, `data-testid="job-kind">report<`)
+	require.Contains(t, body, `<th scope="row">tenant</th><td>&lt;acme&gt;</td>`)
+	require.Contains(t, body, `<th scope="row">traceparent</th><td>00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01</td>`)
+	require.Contains(t, html.UnescapeString(body), `"month": 3`)
+}

@@ -94,7 +94,7 @@ func (h *handler) action(w http.ResponseWriter, r *http.Request) error {
 		h.render(w, r, http.StatusOK, "result", "Done", "", res)
 		return nil
 	}
-	lq, err := h.parseListQuery(url.Values{"queue": {res.Queue}, "state": f["state"], "prefix": {f.Get("prefix")}})
+	lq, err := h.parseListQuery(url.Values{"queue": {res.Queue}, "state": f["state"], "kind": f["kind"], "prefix": {f.Get("prefix")}})
 	if err != nil {
 		return err
 	}
@@ -207,7 +207,7 @@ func collect(ctx context.Context, lq listQuery) (shown []shownJobs, truncated bo
 	byState := map[leaserouter.State][]string{}
 	n := 0
 	for !truncated {
-		page, err := lq.source.List(ctx, p)
+		page, err := lq.source.ListJSON(ctx, p)
 		if err != nil {
 			return nil, false, err
 		}

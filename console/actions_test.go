@@ -329,7 +329,7 @@ func TestBackLinkStaysInTheConsole(t *testing.T) {
 	}
 }
 
-// movingSource is a Source whose List runs meanwhile once, after the
+// movingSource is a Source whose ListJSON runs meanwhile once, after the
 // page is read: what other workers and operators do between the moment
 // the console reads the jobs a filter matches and the moment it acts.
 type movingSource struct {
@@ -337,8 +337,8 @@ type movingSource struct {
 	meanwhile func()
 }
 
-func (s *movingSource) List(ctx context.Context, p leaserouter.ListParams) (leaserouter.JobPage[json.RawMessage], error) {
-	page, err := s.Source.List(ctx, p)
+func (s *movingSource) ListJSON(ctx context.Context, p leaserouter.ListParams) (leaserouter.JobPage[json.RawMessage], error) {
+	page, err := s.Source.ListJSON(ctx, p)
 	if f := s.meanwhile; f != nil {
 		s.meanwhile = nil
 		f()

@@ -272,3 +272,47 @@ func TestBrowserLiveRefreshCountsExactlyOnce(t *testing.T) {
 	require.EqualValues(t, 1, calls.Load(), "the refresh did not count exactly again")
 	require.Zero(t, b.count(t, sel("counted-exactly")))
 }
+
+// TestBrowserFiltersByKind: on the console of a Client's queues, the
+// jobs page's kind filter lists the kind's jobs only, and canceling "all
+// matching the filter" from there cancels those and no job of another
+// kind; a job's page shows its kind and metadata.
+func TestBrowserFiltersByKind(t *testing.T) {
+	ctx := t.Context()
+	c, mail, digest, _ := newClient(t)
+	for _, id := range []string{"welcome-1", "welcome-2", "welcome-3"} {
+		require.NoError(t, mail.Enqueue(ctx, id, email{To: id + "@example.com"}))
+	}
+	for _, id := range []string{"weekly-1", "weekly-2"} {
+		require.NoError(t, digest.Enqueue(ctx, id, email{To: "list@example.com"}, leaserouter.WithMetadata(map[string]string{"tenant": "acme"})))
+	}
+	h, err := console.New(console.Options{}, console.Client(c)...)
+	require.NoError(t, err)
+	b := newBrowser(t, h)
+
+	b.do(t, chromedp.Navigate(b.base+"jobs?queue=mail"), chromedp.WaitVisible(sel("filter-form")))
+	require.Equal(t, 5, b.count(t, sel("job-row")))
+	b.do(t, chromedp.SetValue(sel("filter-kind"), "digest"))
+	b.navigate(t, chromedp.Click(sel("filter-submit")))
+	b.do(t, chromedp.WaitVisible(sel("jobs-table")))
+	require.Equal(t, 2, b.count(t, sel("job-row")))
+	require.Equal(t, 2, b.count(t, sel("job-row")+`[data-kind="digest"]`))
+	require.Equal(t, "digest", b.text(t, sel("job-row")+" "+sel("job-kind")))
+
+	b.do(t, chromedp.Click(sel("select-all-matching")))
+	b.navigate(t, chromedp.Click(sel("jobs-form")+" "+sel("cancel-button"))) // its confirm() accepted
+	b.do(t, chromedp.WaitVisible(sel("result-message")))
+	for _, id := range []string{"weekly-1", "weekly-2", "welcome-1", "welcome-2", "welcome-3"} {
+		j, ok := c.Queue("mail").Get(id)
+		require.True(t, ok)
+		want := leaserouter.StatePending
+		if j.Kind == "digest" {
+			want = leaserouter.StateCanceled
+		}
+		require.Equal(t, want, j.State, id)
+	}
+
+	b.do(t, chromedp.Navigate(b.base+"job?queue=mail&id=weekly-1"), chromedp.WaitVisible(sel("job-id")))
+	require.Equal(t, "digest", b.text(t, sel("job-kind")))
+	require.Equal(t, "tenant\tacme", b.text(t, sel("metadata-pair")))
+}

@@ -24,14 +24,16 @@
 // exactly, once, on demand (Action CountExactly; one count of a queue at
 // a time, shared by the requests that ask for it meanwhile). The queues'
 // counts and histories are read concurrently, a few queues at a time.
-// The jobs page filters by queue, state and ID
-// prefix and pages by keyset (the NextCursor of List); jobs ticked, or
+// The jobs page filters by queue, state, kind (Job.Kind; the kind
+// parameter, repeated for several, is ListParams.Kinds) and ID
+// prefix, shows each job's kind, and pages by keyset (the NextCursor of List); jobs ticked, or
 // every job matching the filter (up to MaxBulk), can be retried, canceled
 // or deleted through the bulk calls of the Source (one per state shown):
 // each job only if it is still in the state it was shown in, with a
 // state filter or without, so a job that moved since it was shown (a
 // pending job a worker leased, a dead job someone retried) is left
-// alone, and the result page counts it. A job's page shows its fields,
+// alone, and the result page counts it. A job's page shows its fields
+// (its kind and its metadata among them, escaped as every field is),
 // its checkpoint, its payload through Options.Redact and, while it is
 // leased, the lease: holder, fencing token, expiry and last heartbeat. The leases page lists the
 // live leases expiring soonest first; the dead page, the failed jobs with
@@ -63,6 +65,19 @@
 // # Sources
 //
 // A Source is one queue. Router adapts an in-process
-// leaserouter.Router; pgrouter's Router has the same method set. One
-// console shows several sources, by their Queue names.
+// leaserouter.Router; Queue, one queue of a leaserouter.Client; Client,
+// every queue of a Client:
+//
+//	h, err := console.New(console.Options{}, console.Client(client)...)
+//
+// pgrouter's Router, of any payload type, has the method set of Source,
+// so it is a Source as it is. One console
+// shows several sources, by their Queue names.
+//
+// Sources written against an earlier version rename three methods: List,
+// Leases and Get are now ListJSON, LeasesJSON and GetJSON, with the same
+// signatures. The names say the payloads are JSON, and leave List, Leases
+// and Get to a backend's typed Router, whose payloads are its own type:
+// so a pgrouter.Router[T] of any T is a Source without a second Router of
+// json.RawMessage on the same queue.
 package console

@@ -3,6 +3,7 @@ package console
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -126,7 +127,8 @@ type jobsPage struct {
 	States    []string // the filter's states (none: every state)
 	State     string   // the one state the form's select shows ("" if none or several)
 	Prefix    string
-	Limit     int // 0: default
+	Kinds     []string // the filter's kinds (none: every kind)
+	Limit     int      // 0: default
 	Cursor    string
 	Jobs      []jobRow
 	NextLink  string
@@ -150,7 +152,10 @@ type listQuery struct {
 	params leaserouter.ListParams
 }
 
-// parseListQuery reads queue, state (repeated), prefix, cursor and limit.
+// parseListQuery reads queue, state (repeated), kind (repeated), prefix,
+// cursor and limit. An empty state or kind is the form's "any" and
+// selects nothing; a kind the backend refuses (ListParams.Kinds) is the
+// List call's error, a 400.
 func (h *handler) parseListQuery(q url.Values) (listQuery, error) {
 	var lq listQuery
 	var err error
@@ -168,6 +173,11 @@ func (h *handler) parseListQuery(q url.Values) (listQuery, error) {
 		}
 		lq.states = append(lq.states, s)
 		lq.params.States = append(lq.params.States, st)
+	}
+	for _, k := range q["kind"] {
+		if k != "" && !slices.Contains(lq.params.Kinds, k) {
+			lq.params.Kinds = append(lq.params.Kinds, k)
+		}
 	}
 	lq.params.IDPrefix = q.Get("prefix")
 	lq.params.OmitPayload = true // the jobs and dead pages show neither payload nor checkpoint
@@ -208,14 +218,14 @@ func (h *handler) dead(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (h *handler) listJobs(w http.ResponseWriter, r *http.Request, lq listQuery, dead bool) error {
-	page, err := lq.source.List(r.Context(), lq.params)
+	page, err := lq.source.ListJSON(r.Context(), lq.params)
 	if err != nil {
 		if statusOf(err) == http.StatusBadRequest {
 			return errorf(http.StatusBadRequest, "bad page request for queue %q: %v", lq.queue, err)
 		}
 		return err
 	}
-	p := jobsPage{Dead: dead, Queue: lq.queue, States: lq.states, Prefix: lq.params.IDPrefix,
+	p := jobsPage{Dead: dead, Queue: lq.queue, States: lq.states, Prefix: lq.params.IDPrefix, Kinds: lq.params.Kinds,
 		Limit: lq.params.Limit, Cursor: lq.params.Cursor, Action: "jobs", MaxBulk: MaxBulk}
 	if dead {
 		p.Action = "dead"
@@ -235,11 +245,11 @@ func (h *handler) listJobs(w http.ResponseWriter, r *http.Request, lq listQuery,
 		p.Jobs = append(p.Jobs, jobRow{j, link("job", "queue", lq.queue, "id", j.ID)})
 	}
 	if page.NextCursor != "" {
-		p.NextLink = link(p.Action, "queue", lq.queue, "state", states, "prefix", p.Prefix, "limit", limit, "cursor", page.NextCursor)
+		p.NextLink = link(p.Action, "queue", lq.queue, "state", states, "kind", p.Kinds, "prefix", p.Prefix, "limit", limit, "cursor", page.NextCursor)
 	}
-	p.Self = link(p.Action, "queue", lq.queue, "state", states, "prefix", p.Prefix, "limit", limit, "cursor", p.Cursor)
+	p.Self = link(p.Action, "queue", lq.queue, "state", states, "kind", p.Kinds, "prefix", p.Prefix, "limit", limit, "cursor", p.Cursor)
 	if p.Cursor != "" {
-		p.FirstLink = link(p.Action, "queue", lq.queue, "state", states, "prefix", p.Prefix, "limit", limit)
+		p.FirstLink = link(p.Action, "queue", lq.queue, "state", states, "kind", p.Kinds, "prefix", p.Prefix, "limit", limit)
 	}
 	if st, err := lq.source.Stats(r.Context()); err == nil {
 		p.Counts = stateCounts(lq.queue, st)
@@ -257,6 +267,7 @@ type jobPage struct {
 	Queue   string
 	Job     leaserouter.Job[json.RawMessage]
 	Payload string // pretty JSON, through Redact
+	Meta    []metaPair
 	Back    string // this page's own link, where actions return
 }
 
@@ -273,7 +284,7 @@ func (h *handler) job(w http.ResponseWriter, r *http.Request) error {
 	if id == "" {
 		return errorf(http.StatusBadRequest, "which job? the id parameter is missing")
 	}
-	j, ok, err := s.Get(r.Context(), id)
+	j, ok, err := s.GetJSON(r.Context(), id)
 	if err != nil {
 		return err
 	}
@@ -286,9 +297,16 @@ func (h *handler) job(w http.ResponseWriter, r *http.Request) error {
 	}
 	p := jobPage{Queue: s.Queue(), Job: j, Payload: prettyJSON(payload), Back: link("job", "queue", s.Queue(), "id", id)}
 	p.Job.Payload = nil // shown only as Payload, redacted
+	for _, k := range slices.Sorted(maps.Keys(j.Metadata)) {
+		p.Meta = append(p.Meta, metaPair{k, j.Metadata[k]})
+	}
 	h.render(w, r, http.StatusOK, "job", "Job "+shorten(60, id), "jobs", p)
 	return nil
 }
+
+// metaPair is one pair of a job's metadata, as the job page lists them:
+// by key.
+type metaPair struct{ Key, Value string }
 
 // leasesPage is the leases of every queue shown (or of the one asked).
 type leasesPage struct {
@@ -326,7 +344,7 @@ func (h *handler) leases(w http.ResponseWriter, r *http.Request) error {
 	}
 	for _, s := range sources {
 		lq := leaseQueue{Name: s.Queue()}
-		jobs, err := s.Leases(r.Context(), p.Limit)
+		jobs, err := s.LeasesJSON(r.Context(), p.Limit)
 		if err != nil {
 			lq.Err = err.Error()
 			h.log.Error("console: Leases", "queue", lq.Name, "err", err)

@@ -326,7 +326,7 @@ type failing struct{ console.Source }
 var errDown = errors.New("database is down")
 
 func (failing) Stats(context.Context) (leaserouter.Stats, error) { return leaserouter.Stats{}, errDown }
-func (failing) List(context.Context, leaserouter.ListParams) (leaserouter.JobPage[json.RawMessage], error) {
+func (failing) ListJSON(context.Context, leaserouter.ListParams) (leaserouter.JobPage[json.RawMessage], error) {
 	return leaserouter.JobPage[json.RawMessage]{}, errDown
 }
 
@@ -373,8 +373,8 @@ func TestStaticAssetsAreEmbeddedAndLocal(t *testing.T) {
 // (WithTimeout), as Get reports it.
 type timeoutSource struct{ console.Source }
 
-func (s timeoutSource) Get(ctx context.Context, id string) (leaserouter.Job[json.RawMessage], bool, error) {
-	j, ok, err := s.Source.Get(ctx, id)
+func (s timeoutSource) GetJSON(ctx context.Context, id string) (leaserouter.Job[json.RawMessage], bool, error) {
+	j, ok, err := s.Source.GetJSON(ctx, id)
 	j.Timeout = 90 * time.Second
 	return j, ok, err
 }
@@ -519,11 +519,11 @@ type listSpy struct {
 	params []leaserouter.ListParams
 }
 
-func (s *listSpy) List(ctx context.Context, p leaserouter.ListParams) (leaserouter.JobPage[json.RawMessage], error) {
+func (s *listSpy) ListJSON(ctx context.Context, p leaserouter.ListParams) (leaserouter.JobPage[json.RawMessage], error) {
 	s.mu.Lock()
 	s.params = append(s.params, p)
 	s.mu.Unlock()
-	return s.Source.List(ctx, p)
+	return s.Source.ListJSON(ctx, p)
 }
 
 // TestListPagesReadNoPayload: the jobs, dead and leases pages ask their

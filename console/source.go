@@ -9,11 +9,15 @@ import (
 )
 
 // Source is one queue the console shows and acts on. The in-process
-// adapter is Router; pgrouter's Router has this method set too (without
-// importing this package), and any other backend may implement it. Every
+// adapters are Router, Queue and Client; pgrouter's Router[T], of any
+// payload type T, has this method set too (without importing this
+// package), and any other backend may implement it. Every
 // method may be called concurrently, from the goroutines of the HTTP
 // server; ctx is the request's. Payloads are JSON (json.RawMessage), so
-// that one console shows queues of any payload type.
+// that one console shows queues of any payload type; the three methods
+// that return jobs say so in their names (ListJSON, LeasesJSON, GetJSON),
+// which lets a backend's typed Router, whose List, Leases and Get return
+// its payload type, be a Source as it is.
 //
 // The console maps errors by errors.Is: leaserouter.ErrNotFound (404),
 // ErrNotFinished and ErrLeased (409), ErrInvalidOptions (400, as List
@@ -28,16 +32,19 @@ type Source interface {
 	Stats(ctx context.Context) (leaserouter.Stats, error)
 	// History is leaserouter.Router.History: per minute, oldest first.
 	History(ctx context.Context) ([]leaserouter.Minute, error)
-	// List is leaserouter.Router.List. The console's list pages (jobs,
-	// dead) set ListParams.OmitPayload: they show neither payload nor
-	// checkpoint, and a Source should then read neither.
-	List(ctx context.Context, p leaserouter.ListParams) (leaserouter.JobPage[json.RawMessage], error)
-	// Leases is leaserouter.Router.Leases: the lease expiring soonest
+	// ListJSON is leaserouter.Router.List, payloads as JSON. The
+	// console's list pages (jobs, dead) set ListParams.OmitPayload: they
+	// show neither payload nor checkpoint, and a Source should then read
+	// neither. The jobs page's kind filter is ListParams.Kinds.
+	ListJSON(ctx context.Context, p leaserouter.ListParams) (leaserouter.JobPage[json.RawMessage], error)
+	// LeasesJSON is leaserouter.Router.Leases: the lease expiring soonest
 	// first, its jobs without payload or checkpoint (the page shows
 	// neither).
-	Leases(ctx context.Context, limit int) ([]leaserouter.Job[json.RawMessage], error)
-	// Get is leaserouter.Router.Get; ok is false for an unknown job.
-	Get(ctx context.Context, id string) (leaserouter.Job[json.RawMessage], bool, error)
+	LeasesJSON(ctx context.Context, limit int) ([]leaserouter.Job[json.RawMessage], error)
+	// GetJSON is leaserouter.Router.Get, the payload as JSON; ok is
+	// false for an unknown job. The job page shows every field, Kind and
+	// Metadata included.
+	GetJSON(ctx context.Context, id string) (leaserouter.Job[json.RawMessage], bool, error)
 	// Retry is leaserouter.Router.Retry.
 	Retry(ctx context.Context, id string) error
 	// Cancel is leaserouter.Router.Cancel.
@@ -71,9 +78,53 @@ func Router[T any](queue string, r *leaserouter.Router[T]) Source {
 	return &routerSource[T]{queue: queue, r: r}
 }
 
+// Queue returns the Source of one queue of an in-process Client
+// (leaserouter.Client.Queue), shown under the queue's name, its jobs of
+// every kind with their payloads marshaled as Router's are. Its calls
+// block, fail and work after the Client's Stop as Router's do. A nil q
+// makes every call of the Source panic.
+func Queue(q *leaserouter.Queue) Source {
+	return &routerSource[any]{queue: q.Name(), r: q}
+}
+
+// Client returns the Sources of every queue of an in-process Client, one
+// per queue (Queue), in the order of c.QueueNames; a nil c returns nil.
+// The Sources work after c's Stop as Queue's do.
+//
+//	h, err := console.New(console.Options{}, console.Client(client)...)
+func Client(c *leaserouter.Client) []Source {
+	if c == nil {
+		return nil
+	}
+	names := c.QueueNames()
+	out := make([]Source, len(names))
+	for i, name := range names {
+		out[i] = Queue(c.Queue(name))
+	}
+	return out
+}
+
+// admin is the admin API of an in-process job set: a Router[T], or a
+// Client's Queue (T any).
+type admin[T any] interface {
+	Stats() leaserouter.Stats
+	History() []leaserouter.Minute
+	List(p leaserouter.ListParams) (leaserouter.JobPage[T], error)
+	Leases(limit int) ([]leaserouter.Job[T], error)
+	Get(id string) (leaserouter.Job[T], bool)
+	Retry(id string) error
+	Cancel(id string) error
+	Delete(id string) error
+	RetryMany(ids []string, states []leaserouter.State) (leaserouter.BulkResult, error)
+	CancelMany(ids []string, states []leaserouter.State) (leaserouter.BulkResult, error)
+	DeleteMany(ids []string, states []leaserouter.State) (leaserouter.BulkResult, error)
+	Pause() error
+	Resume() error
+}
+
 type routerSource[T any] struct {
 	queue string
-	r     *leaserouter.Router[T]
+	r     admin[T]
 }
 
 func (s *routerSource[T]) Queue() string { return s.queue }
@@ -92,7 +143,7 @@ func (s *routerSource[T]) History(ctx context.Context) ([]leaserouter.Minute, er
 	return s.r.History(), nil
 }
 
-func (s *routerSource[T]) List(ctx context.Context, p leaserouter.ListParams) (leaserouter.JobPage[json.RawMessage], error) {
+func (s *routerSource[T]) ListJSON(ctx context.Context, p leaserouter.ListParams) (leaserouter.JobPage[json.RawMessage], error) {
 	var out leaserouter.JobPage[json.RawMessage]
 	if err := ctx.Err(); err != nil {
 		return out, err
@@ -109,7 +160,7 @@ func (s *routerSource[T]) List(ctx context.Context, p leaserouter.ListParams) (l
 	return out, nil
 }
 
-func (s *routerSource[T]) Leases(ctx context.Context, limit int) ([]leaserouter.Job[json.RawMessage], error) {
+func (s *routerSource[T]) LeasesJSON(ctx context.Context, limit int) ([]leaserouter.Job[json.RawMessage], error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -124,7 +175,7 @@ func (s *routerSource[T]) Leases(ctx context.Context, limit int) ([]leaserouter.
 	return out, nil
 }
 
-func (s *routerSource[T]) Get(ctx context.Context, id string) (leaserouter.Job[json.RawMessage], bool, error) {
+func (s *routerSource[T]) GetJSON(ctx context.Context, id string) (leaserouter.Job[json.RawMessage], bool, error) {
 	if err := ctx.Err(); err != nil {
 		return leaserouter.Job[json.RawMessage]{}, false, err
 	}
@@ -203,7 +254,7 @@ func rawJob[T any](j leaserouter.Job[T], withPayload bool) leaserouter.Job[json.
 		ID: j.ID, Payload: payload, State: j.State, Priority: j.Priority,
 		Attempt: j.Attempt, MaxAttempts: j.MaxAttempts, Token: j.Token, Owner: j.Owner,
 		LeaseExpiry: j.LeaseExpiry, RunAt: j.RunAt, Progress: j.Progress, LastError: j.LastError, Timeout: j.Timeout,
-		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt,
+		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, Kind: j.Kind, Metadata: j.Metadata,
 	}
 }
 

@@ -2,6 +2,7 @@ package pgrouter
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -19,10 +20,11 @@ import (
 // The operator's side: List, Retry, Delete, Pause and Resume, as the
 // core's with a ctx and an error, Queues, and the queue's name and live
 // leases (Queue, Leases). Pause and Resume act on the queue in the
-// database, for every process sharing it. With T = json.RawMessage a
-// Router has the method set of console.Source (module
-// github.com/leaserouter/leaserouter/console), without this module
-// importing it.
+// database, for every process sharing it. ListJSON, GetJSON and
+// LeasesJSON read the same jobs with their payloads as JSON, so that a
+// Router of any payload type has the method set of console.Source
+// (module github.com/leaserouter/leaserouter/console), without this
+// module importing it.
 
 // firstPage is the enqueue order a first page of List starts below: every
 // seq the sequence hands out is smaller.
@@ -67,8 +69,25 @@ const firstPage = math.MaxInt64
 // Close. A Kind breaking the rule for IDs is an error wrapping
 // ErrInvalidOptions. Errors wrap the driver's. Safe for concurrent use.
 func (r *Router[T]) List(ctx context.Context, p leaserouter.ListParams) (leaserouter.JobPage[T], error) {
+	return list[T](ctx, r, p)
+}
+
+// ListJSON is List with each job's payload as JSON (json.RawMessage),
+// the bytes of the payload column as they are, never decoded into T: a
+// Router of any T lists its queue for the console this way, a job of
+// any kind with its payload (List leaves another kind's zero), and a job
+// whose payload would not decode into T is listed all the same. Its
+// filters, paging, cursors, cost and errors are List's (a cursor of one
+// is valid in the other).
+func (r *Router[T]) ListJSON(ctx context.Context, p leaserouter.ListParams) (leaserouter.JobPage[json.RawMessage], error) {
+	return list[json.RawMessage](ctx, r, p)
+}
+
+// list is List with payloads of type P (T, or json.RawMessage: the
+// column as it is, see decode).
+func list[P, T any](ctx context.Context, r *Router[T], p leaserouter.ListParams) (leaserouter.JobPage[P], error) {
 	ctx = orBackground(ctx)
-	var page leaserouter.JobPage[T]
+	var page leaserouter.JobPage[P]
 	mask, limit, err := listFilter(p)
 	if err != nil {
 		return page, err
@@ -126,7 +145,7 @@ func (r *Router[T]) List(ctx context.Context, p leaserouter.ListParams) (leasero
 		err = cerr
 	}
 	if err != nil {
-		return leaserouter.JobPage[T]{}, errWrap("List", err)
+		return leaserouter.JobPage[P]{}, errWrap("List", err)
 	}
 	r.settled(ctx, settled)
 	if len(page.Jobs) > limit {
@@ -421,6 +440,18 @@ func (r *Router[T]) Queue() string { return r.opts.Queue }
 // index of leased jobs by expiry. It works after Close. Errors wrap the
 // driver's. Safe for concurrent use.
 func (r *Router[T]) Leases(ctx context.Context, limit int) ([]leaserouter.Job[T], error) {
+	return leases[T](ctx, r, limit)
+}
+
+// LeasesJSON is Leases for the console (console.Source): the same jobs,
+// without payload, as json.RawMessage jobs; its cost and errors are
+// Leases'.
+func (r *Router[T]) LeasesJSON(ctx context.Context, limit int) ([]leaserouter.Job[json.RawMessage], error) {
+	return leases[json.RawMessage](ctx, r, limit)
+}
+
+// leases is Leases with jobs of payload type P (none is read).
+func leases[P, T any](ctx context.Context, r *Router[T], limit int) ([]leaserouter.Job[P], error) {
 	ctx = orBackground(ctx)
 	limit, err := contract.LeasesLimit(leaserouter.ErrInvalidOptions, limit)
 	if err != nil {
@@ -431,9 +462,9 @@ func (r *Router[T]) Leases(ctx context.Context, limit int) ([]leaserouter.Job[T]
 	b.Queue(listLeases, args{"queue": r.opts.Queue, "limit": limit})
 	res := r.db.SendBatch(ctx, b)
 	settled, err := readSettle(res)
-	var out []leaserouter.Job[T]
+	var out []leaserouter.Job[P]
 	if err == nil {
-		out, err = readJobs[T](res, r.opts.kinds)
+		out, err = readJobs[P](res, r.opts.kinds)
 	}
 	if cerr := res.Close(); err == nil {
 		err = cerr

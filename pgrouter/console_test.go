@@ -18,12 +18,60 @@ import (
 	"github.com/leaserouter/leaserouter/pgrouter"
 )
 
-// A Router of raw JSON payloads is a console.Source as it is, and one
-// that counts exactly on demand.
+// A Router of any payload type is a console.Source as it is, and one
+// that counts exactly on demand: raw JSON, or a struct.
 var (
 	_ console.Source       = (*pgrouter.Router[json.RawMessage])(nil)
 	_ console.ExactCounter = (*pgrouter.Router[json.RawMessage])(nil)
+	_ console.Source       = (*pgrouter.Router[consoleEmail])(nil)
+	_ console.ExactCounter = (*pgrouter.Router[consoleEmail])(nil)
 )
+
+// consoleEmail is a typed payload shown on the console.
+type consoleEmail struct {
+	To      string `json:"to"`
+	Subject string `json:"subject"`
+}
+
+// TestConsoleShowsATypedRouter: a Router[T] of a struct is a Source as
+// it is: its jobs are listed, and a job's page shows its payload as the
+// JSON in the table, never decoded into T, so a job whose payload does
+// not decode into T (another process's, on the same queue) is shown all
+// the same, where Get fails.
+func TestConsoleShowsATypedRouter(t *testing.T) {
+	r, db := newRouter[consoleEmail](t, pgrouter.Options{})
+	ctx := t.Context()
+	require.NoError(t, r.Enqueue(ctx, "welcome-1", consoleEmail{To: "ada@example.com", Subject: "<hello>"}))
+	raw := routerOn[json.RawMessage](t, db, pgrouter.Options{})
+	require.NoError(t, raw.Enqueue(ctx, "odd-1", json.RawMessage(`["not", "an", "email"]`)))
+	_, _, err := r.Get(ctx, "odd-1")
+	require.Error(t, err, "Get decodes into T")
+
+	body := consoleBody(t, "/jobs?queue="+pgrouter.DefaultQueue, r)
+	require.Equal(t, []string{"odd-1", "welcome-1"}, testIDsOf(body, "job-row", "data-id"))
+
+	body = consoleBody(t, "/job?queue="+pgrouter.DefaultQueue+"&id=welcome-1", r)
+	payload := regexp.MustCompile(`(?s)data-testid="payload">(.*?)</pre>`).FindStringSubmatch(body)
+	require.NotNil(t, payload, body)
+	var got consoleEmail
+	require.NoError(t, json.Unmarshal([]byte(html.UnescapeString(payload[1])), &got))
+	require.Equal(t, consoleEmail{To: "ada@example.com", Subject: "<hello>"}, got)
+	require.NotContains(t, payload[1], "<hello>", "escaped")
+
+	body = consoleBody(t, "/job?queue="+pgrouter.DefaultQueue+"&id=odd-1", r)
+	require.Contains(t, html.UnescapeString(body), `"not",`)
+
+	j, ok, err := r.GetJSON(ctx, "welcome-1")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.JSONEq(t, `{"to":"ada@example.com","subject":"<hello>"}`, string(j.Payload))
+	page, err := r.ListJSON(ctx, leaserouter.ListParams{})
+	require.NoError(t, err)
+	require.Len(t, page.Jobs, 2)
+	require.JSONEq(t, `["not","an","email"]`, string(page.Jobs[0].Payload))
+	_, err = r.List(ctx, leaserouter.ListParams{})
+	require.Error(t, err, "List decodes into T")
+}
 
 // consoleBody is the body of GET target of a console over sources.
 func consoleBody(t *testing.T, target string, sources ...console.Source) string {
@@ -231,4 +279,33 @@ func TestConsoleOverPostgres(t *testing.T) {
 	st, err = r.Stats(ctx)
 	require.NoError(t, err)
 	require.False(t, st.Paused)
+}
+
+// TestConsoleShowsKindsAndMetadataOverPostgres: the console of a typed
+// Router serving one kind shows every kind's jobs of its queue: the
+// jobs page filters by kind (kind=, repeated), and a job's page shows
+// the kind, the metadata and the payload of a job of another kind, whose
+// payload is another type, as the table's JSON.
+func TestConsoleShowsKindsAndMetadataOverPostgres(t *testing.T) {
+	r, db := newRouter[consoleEmail](t, pgrouter.Options{Kind: "email"})
+	ctx := t.Context()
+	require.NoError(t, r.Enqueue(ctx, "welcome-1", consoleEmail{To: "ada@example.com"}))
+	reports := routerOn[json.RawMessage](t, db, pgrouter.Options{Kind: "report"})
+	require.NoError(t, reports.Enqueue(ctx, "march", json.RawMessage(`{"month": 3}`),
+		leaserouter.WithMetadata(map[string]string{"tenant": "<acme>", "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"})))
+	q := "queue=" + pgrouter.DefaultQueue
+
+	body := consoleBody(t, "/jobs?"+q, r)
+	require.Equal(t, []string{"march", "welcome-1"}, testIDsOf(body, "job-row", "data-id"))
+	require.Equal(t, []string{"report", "email"}, testIDsOf(body, "job-row", "data-kind"))
+	body = consoleBody(t, "/jobs?"+q+"&kind=report", r)
+	require.Equal(t, []string{"march"}, testIDsOf(body, "job-row", "data-id"))
+	body = consoleBody(t, "/jobs?"+q+"&kind=report&kind=email", r)
+	require.Equal(t, []string{"march", "welcome-1"}, testIDsOf(body, "job-row", "data-id"))
+
+	body = consoleBody(t, "/job?"+q+"&id=march", r)
+	require.Contains(t, body, `data-testid="job-kind">report<`)
+	require.Contains(t, body, `<th scope="row">tenant</th><td>&lt;acme&gt;</td>`)
+	require.Contains(t, body, `<th scope="row">traceparent</th><td>00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01</td>`)
+	require.Contains(t, html.UnescapeString(body), `"month": 3`)
 }

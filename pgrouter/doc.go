@@ -178,9 +178,10 @@
 //     the table leaserouter_history every PollInterval, off the hot path.
 //
 // Retry, Delete, the bulk calls, Pause and Resume return ErrClosed after
-// Close. With T =
-// json.RawMessage a Router is a console.Source (module
-// github.com/leaserouter/leaserouter/console) as it is; the command
+// Close. A Router of any payload type T is a console.Source (module
+// github.com/leaserouter/leaserouter/console) as it is: the console
+// reads it through ListJSON, GetJSON and LeasesJSON, which return the
+// payload column as JSON without decoding it into T; the command
 // pgrouter/cmd/leaserouter serves the console of every queue of a
 // database, and does the same from a shell.
 //

@@ -2,6 +2,7 @@ package pgrouter
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"time"
@@ -18,8 +19,24 @@ import (
 // leaserouter.ValidateID refuses ("" included) is not found, at once,
 // without a round trip. Errors wrap the driver's.
 func (r *Router[T]) Get(ctx context.Context, id string) (leaserouter.Job[T], bool, error) {
+	return get[T](ctx, r, id)
+}
+
+// GetJSON is Get with the payload as JSON (json.RawMessage), the bytes
+// of the payload column as they are, never decoded into T: the console's
+// job page reads a Router of any T this way (console.Source), a job of
+// any kind with its payload, and a job whose payload would not decode
+// into T is shown all the same. It
+// settles, costs and fails as Get does.
+func (r *Router[T]) GetJSON(ctx context.Context, id string) (leaserouter.Job[json.RawMessage], bool, error) {
+	return get[json.RawMessage](ctx, r, id)
+}
+
+// get is Get with a payload of type P (T, or json.RawMessage: the column
+// as it is, see decode).
+func get[P, T any](ctx context.Context, r *Router[T], id string) (leaserouter.Job[P], bool, error) {
 	ctx = orBackground(ctx)
-	var j leaserouter.Job[T]
+	var j leaserouter.Job[P]
 	if leaserouter.ValidateID(id) != nil {
 		return j, false, nil
 	}
@@ -48,7 +65,7 @@ func (r *Router[T]) Get(ctx context.Context, id string) (leaserouter.Job[T], boo
 	if err != nil {
 		return j, false, errWrap("Get", err)
 	}
-	j, err = jobOf[T](&jr, r.opts.kinds)
+	j, err = jobOf[P](&jr, r.opts.kinds)
 	return j, err == nil, err
 }
 

@@ -34,9 +34,15 @@ func hasNUL(b []byte) bool {
 	return false
 }
 
-// decode reads a payload from its jsonb column.
+// decode reads a payload from its jsonb column. A json.RawMessage takes
+// b as it is (b is the row's own copy, never reused): the column holds
+// valid JSON, so decoding it would only check and copy it again.
 func decode[T any](id string, b []byte) (T, error) {
 	var v T
+	if raw, ok := any(&v).(*json.RawMessage); ok {
+		*raw = b
+		return v, nil
+	}
 	if err := json.Unmarshal(b, &v); err != nil {
 		return v, fmt.Errorf("pgrouter: payload of job %q does not decode: %w", id, err)
 	}

@@ -24,6 +24,7 @@ var (
 	_ console.Source       = (*pgrouter.Router[json.RawMessage])(nil)
 	_ console.ExactCounter = (*pgrouter.Router[json.RawMessage])(nil)
 	_ console.Source       = (*pgrouter.Router[consoleEmail])(nil)
+	_ console.Source       = (*pgrouter.Queue)(nil) // a Client's queue
 	_ console.ExactCounter = (*pgrouter.Router[consoleEmail])(nil)
 )
 

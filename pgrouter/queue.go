@@ -33,6 +33,22 @@ func (q *Queue) List(ctx context.Context, p leaserouter.ListParams) (leaserouter
 	return q.r.List(ctx, p)
 }
 
+// ListJSON is List: the queue's payloads are the table's JSON already.
+// With it (and GetJSON and LeasesJSON) a Queue is a console.Source.
+func (q *Queue) ListJSON(ctx context.Context, p leaserouter.ListParams) (leaserouter.JobPage[json.RawMessage], error) {
+	return q.List(ctx, p)
+}
+
+// GetJSON is Get, for a console.
+func (q *Queue) GetJSON(ctx context.Context, id string) (leaserouter.Job[json.RawMessage], bool, error) {
+	return q.Get(ctx, id)
+}
+
+// LeasesJSON is Leases, for a console.
+func (q *Queue) LeasesJSON(ctx context.Context, limit int) ([]leaserouter.Job[json.RawMessage], error) {
+	return q.Leases(ctx, limit)
+}
+
 // Get is Router.Get of the queue.
 func (q *Queue) Get(ctx context.Context, id string) (leaserouter.Job[json.RawMessage], bool, error) {
 	return q.r.Get(ctx, id)

@@ -70,8 +70,8 @@
 //
 //	h, err := console.New(console.Options{}, console.Client(client)...)
 //
-// pgrouter's Router, of any payload type, has the method set of Source,
-// so it is a Source as it is. One console
+// pgrouter's Router, of any payload type, and its Client's queues have
+// the method set of Source, so they are Sources as they are. One console
 // shows several sources, by their Queue names.
 //
 // Sources written against an earlier version rename three methods: List,

@@ -10,8 +10,8 @@ import (
 
 // Source is one queue the console shows and acts on. The in-process
 // adapters are Router, Queue and Client; pgrouter's Router[T], of any
-// payload type T, has this method set too (without importing this
-// package), and any other backend may implement it. Every
+// payload type T, and its Queue have this method set too (without
+// importing this package), and any other backend may implement it. Every
 // method may be called concurrently, from the goroutines of the HTTP
 // server; ctx is the request's. Payloads are JSON (json.RawMessage), so
 // that one console shows queues of any payload type; the three methods

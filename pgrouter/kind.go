@@ -34,11 +34,11 @@ type Kind[T any] struct {
 // started, when name is empty, breaks the rule for IDs (see
 // leaserouter.MaxIDBytes) or is registered already, when h is nil, when
 // WithKindQueue names a queue c does not have, or beyond MaxClientKinds
-// kinds; leaserouter.ErrClosed after Stop. A nil c is an error wrapping
-// ErrInvalidOptions.
+// kinds; leaserouter.ErrClosed after Stop. A c not made by NewClient (nil,
+// or a zero Client) is an error wrapping ErrInvalidOptions.
 func Register[T any](c *Client, name string, h Handler[T], opts ...leaserouter.KindOption) (*Kind[T], error) {
-	if c == nil {
-		return nil, fmt.Errorf("%w: Register on a nil Client", leaserouter.ErrInvalidOptions)
+	if err := c.check(); err != nil {
+		return nil, err
 	}
 	if err := contract.CheckKindName(leaserouter.ErrInvalidOptions, "kind", name); err != nil {
 		return nil, err

@@ -9,7 +9,7 @@ import (
 	"github.com/leaserouter/leaserouter"
 )
 
-// clientUnfinished counts a Client's unfinished jobs (Drained).
+// clientUnfinished tells whether a Client has an unfinished job (Drained).
 var clientUnfinished = statement("client_unfinished")
 
 // Drained waits until no job of a kind the Client registered is
@@ -17,7 +17,7 @@ var clientUnfinished = statement("client_unfinished")
 // every such job enqueued before has finished (succeeded, dead or
 // canceled), in this process or another, and so have the jobs their
 // handlers enqueued. Jobs of kinds the Client did not register are not
-// counted (no process of this Client could run them). It counts in the
+// counted (no process of this Client could run them). It checks the
 // table when a queue of the Client's finds nothing to claim, when any
 // process enqueues, releases or retries a job of its queues, and at least
 // every PollInterval, never on a poll by the caller. It returns ctx.Err()
@@ -41,15 +41,15 @@ func (c *Client) Drained(ctx context.Context) error {
 	}
 	poll := c.queues[c.names[0]].r.opts.PollInterval
 	for {
-		woken := c.idle.wait() // before counting: a signal during the count is not missed
-		var n int64
-		if err := c.db.QueryRow(ctx, clientUnfinished, args{"queues": c.names, "kinds": kinds}).Scan(&n); err != nil {
+		woken := c.idle.wait() // before checking: a signal during the check is not missed
+		var left bool
+		if err := c.db.QueryRow(ctx, clientUnfinished, args{"queues": c.names, "kinds": kinds}).Scan(&left); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			return fmt.Errorf("pgrouter: Drained: %w", err)
 		}
-		if n == 0 {
+		if !left {
 			return nil
 		}
 		c.mu.Lock()

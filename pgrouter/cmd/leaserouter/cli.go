@@ -27,7 +27,10 @@ const envURL = "DATABASE_URL"
 // usageError is an error in the command line: exit status 2.
 type usageError struct{ err error }
 
+// Error is the wrapped error's message.
 func (e usageError) Error() string { return e.err.Error() }
+
+// Unwrap returns the wrapped error.
 func (e usageError) Unwrap() error { return e.err }
 
 func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }

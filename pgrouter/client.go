@@ -244,8 +244,12 @@ func (o Options) over(base Options) Options {
 // registered runs nothing. It returns an error wrapping
 // leaserouter.ErrInvalidOptions if the Client was started before, and
 // leaserouter.ErrClosed after Stop; it starts nothing then. A nil ctx
-// means context.Background().
+// means context.Background(); a Client not made by NewClient (nil, or a
+// zero Client) returns an error wrapping leaserouter.ErrInvalidOptions.
 func (c *Client) Start(ctx context.Context) error {
+	if err := c.check(); err != nil {
+		return err
+	}
 	ctx = orBackground(ctx)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -307,8 +311,13 @@ func (c *Client) dispatch(ctx context.Context, l *Lease[json.RawMessage]) error 
 // again, or concurrently, waits until ctx is done for the first call to
 // finish and returns nil. Stop of a Client never started closes its
 // queues. OnEvent must not call Stop. Jobs not run stay in the table for
-// the next process. A nil ctx means context.Background().
+// the next process. A nil ctx means context.Background(); a Client not
+// made by NewClient (nil, or a zero Client) returns an error wrapping
+// leaserouter.ErrInvalidOptions.
 func (c *Client) Stop(ctx context.Context) error {
+	if err := c.check(); err != nil {
+		return err
+	}
 	ctx = orBackground(ctx)
 	c.mu.Lock()
 	if c.state == clientStopped {
@@ -350,6 +359,16 @@ func (c *Client) closeAll(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// check returns an error wrapping leaserouter.ErrInvalidOptions for a
+// Client NewClient did not make (nil, or a zero Client: no queues, no
+// channels; its calls would panic).
+func (c *Client) check() error {
+	if c == nil || c.queues == nil {
+		return fmt.Errorf("%w: a Client not made by NewClient", leaserouter.ErrInvalidOptions)
+	}
+	return nil
+}
+
 // waitFor waits until ch is closed (true) or ctx is done (false).
 func waitFor(ctx context.Context, ch <-chan struct{}) bool {
 	select {
@@ -361,8 +380,13 @@ func waitFor(ctx context.Context, ch <-chan struct{}) bool {
 }
 
 // Queue returns the admin API of the queue named name (List, Retry,
-// Pause, ...), or nil if the Client has no such queue.
+// Pause, ...), or nil if the Client has no such queue (or was not made by
+// NewClient). A nil *Queue's calls return errors wrapping
+// leaserouter.ErrInvalidOptions, or zero answers.
 func (c *Client) Queue(name string) *Queue {
+	if c == nil {
+		return nil
+	}
 	if q := c.queues[name]; q != nil {
 		return &q.admin
 	}
@@ -370,14 +394,23 @@ func (c *Client) Queue(name string) *Queue {
 }
 
 // QueueNames returns the names of the Client's queues, sorted (a new
-// slice).
-func (c *Client) QueueNames() []string { return slices.Clone(c.names) }
+// slice; nil for a nil Client).
+func (c *Client) QueueNames() []string {
+	if c == nil {
+		return nil
+	}
+	return slices.Clone(c.names)
+}
 
 // QueueStats returns each queue's Stats (Router.Stats), in the order of
 // QueueNames, or the first error (the driver's, or ctx's). It works after
 // Stop. (Client is a leaserouter.StatsReader.) A nil ctx means
-// context.Background().
+// context.Background(); a Client not made by NewClient (nil, or a zero
+// Client) returns an error wrapping leaserouter.ErrInvalidOptions.
 func (c *Client) QueueStats(ctx context.Context) ([]leaserouter.QueueStats, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
 	ctx = orBackground(ctx)
 	s := make([]leaserouter.QueueStats, len(c.names))
 	for i, name := range c.names {
@@ -388,62 +421,6 @@ func (c *Client) QueueStats(ctx context.Context) ([]leaserouter.QueueStats, erro
 		s[i] = leaserouter.QueueStats{Queue: name, Stats: st}
 	}
 	return s, nil
-}
-
-// clientUnfinished counts a Client's unfinished jobs (Drained).
-var clientUnfinished = statement("client_unfinished")
-
-// Drained waits until no job of a kind the Client registered is
-// pending, scheduled or leased in any of its queues, and returns nil:
-// every such job enqueued before has finished (succeeded, dead or
-// canceled), in this process or another, and so have the jobs their
-// handlers enqueued. Jobs of kinds the Client did not register are not
-// counted (no process of this Client could run them). It counts in the
-// table when a queue of the Client's finds nothing to claim, when any
-// process enqueues, releases or retries a job of its queues, and at least
-// every PollInterval, never on a poll by the caller. It returns ctx.Err()
-// if ctx is done first, leaserouter.ErrClosed if the Client is stopped
-// with jobs left (they would not run here), or an error wrapping the
-// driver's. For tests and batch programs: a service taking new work is
-// rarely drained. A Client not started drains only if it has none of
-// those jobs. A nil ctx means context.Background().
-func (c *Client) Drained(ctx context.Context) error {
-	ctx = orBackground(ctx)
-	c.mu.Lock()
-	kinds := slices.Clone(c.kindNames)
-	c.mu.Unlock()
-	if len(kinds) == 0 {
-		return nil
-	}
-	poll := c.queues[c.names[0]].r.opts.PollInterval
-	for {
-		woken := c.idle.wait() // before counting: a signal during the count is not missed
-		var n int64
-		if err := c.db.QueryRow(ctx, clientUnfinished, args{"queues": c.names, "kinds": kinds}).Scan(&n); err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return fmt.Errorf("pgrouter: Drained: %w", err)
-		}
-		if n == 0 {
-			return nil
-		}
-		c.mu.Lock()
-		stopped := c.state == clientStopped
-		c.mu.Unlock()
-		if stopped {
-			return leaserouter.ErrClosed
-		}
-		t := time.NewTimer(poll)
-		select {
-		case <-woken:
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		}
-		t.Stop()
-	}
 }
 
 // serveKinds makes r's claims serve kinds, in this order (the claim's

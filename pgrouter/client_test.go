@@ -386,3 +386,48 @@ func TestClientStopReturnsWithinItsCtx(t *testing.T) {
 	require.True(t, errors.Is(err, context.DeadlineExceeded), "Stop: %v", err)
 	require.Less(t, time.Since(start), 5*time.Second, "Stop's return after its ctx ended")
 }
+
+// TestClientNotMadeByNewClientIsAnError: every call of a nil or zero
+// Client, and of the nil Queue Client.Queue returns for a queue it does
+// not have, is an error wrapping ErrInvalidOptions (or a zero answer),
+// never a panic.
+func TestClientNotMadeByNewClientIsAnError(t *testing.T) {
+	ctx := context.Background()
+	for name, c := range map[string]*pgrouter.Client{"nil": nil, "zero": {}} {
+		t.Run(name, func(t *testing.T) {
+			require.ErrorIs(t, c.Start(ctx), leaserouter.ErrInvalidOptions)
+			require.ErrorIs(t, c.Drained(ctx), leaserouter.ErrInvalidOptions)
+			_, err := c.QueueStats(ctx)
+			require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+			_, err = pgrouter.Register(c, "k", func(context.Context, *pgrouter.Lease[int]) error { return nil })
+			require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+			require.ErrorIs(t, c.Stop(ctx), leaserouter.ErrInvalidOptions)
+			require.Empty(t, c.QueueNames())
+			require.Nil(t, c.Queue(pgrouter.DefaultQueue))
+		})
+	}
+	var q *pgrouter.Queue
+	require.Empty(t, q.Name())
+	require.Empty(t, q.Queue())
+	_, err := q.Stats(ctx)
+	require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+	_, err = q.List(ctx, leaserouter.ListParams{})
+	require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+	_, _, err = q.Get(ctx, "a")
+	require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+	_, err = q.History(ctx)
+	require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+	_, err = q.Leases(ctx, 1)
+	require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+	require.ErrorIs(t, q.Retry(ctx, "a"), leaserouter.ErrInvalidOptions)
+	require.ErrorIs(t, q.Cancel(ctx, "a"), leaserouter.ErrInvalidOptions)
+	require.ErrorIs(t, q.Delete(ctx, "a"), leaserouter.ErrInvalidOptions)
+	_, err = q.RetryMany(ctx, []string{"a"}, nil)
+	require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+	_, err = q.CancelMany(ctx, []string{"a"}, nil)
+	require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+	_, err = q.DeleteMany(ctx, []string{"a"}, nil)
+	require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
+	require.ErrorIs(t, q.Pause(ctx), leaserouter.ErrInvalidOptions)
+	require.ErrorIs(t, q.Resume(ctx), leaserouter.ErrInvalidOptions)
+}

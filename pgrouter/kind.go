@@ -34,11 +34,11 @@ type Kind[T any] struct {
 // started, when name is empty, breaks the rule for IDs (see
 // leaserouter.MaxIDBytes) or is registered already, when h is nil, when
 // WithKindQueue names a queue c does not have, or beyond MaxClientKinds
-// kinds; leaserouter.ErrClosed after Stop. A nil c is an error wrapping
-// ErrInvalidOptions.
+// kinds; leaserouter.ErrClosed after Stop. A c not made by NewClient (nil,
+// or a zero Client) is an error wrapping ErrInvalidOptions.
 func Register[T any](c *Client, name string, h Handler[T], opts ...leaserouter.KindOption) (*Kind[T], error) {
-	if c == nil {
-		return nil, fmt.Errorf("%w: Register on a nil Client", leaserouter.ErrInvalidOptions)
+	if err := c.check(); err != nil {
+		return nil, err
 	}
 	if err := contract.CheckKindName(leaserouter.ErrInvalidOptions, "kind", name); err != nil {
 		return nil, err
@@ -100,7 +100,9 @@ func (k *Kind[T]) Enqueue(ctx context.Context, id string, payload T, opts ...lea
 // exists, and wakes other processes, only if tx commits. A known id
 // returns ErrDuplicate and leaves tx usable; an invalid id or option is
 // refused before any statement (tx stays usable). A nil tx is an error
-// wrapping leaserouter.ErrInvalidOptions.
+// wrapping leaserouter.ErrInvalidOptions. The queue's Stats and OnEvent
+// count the job as enqueued when the statement succeeds, whether or not
+// tx then commits.
 func (k *Kind[T]) EnqueueTx(ctx context.Context, tx pgx.Tx, id string, payload T, opts ...leaserouter.EnqueueOption) error {
 	if tx == nil {
 		return fmt.Errorf("%w: EnqueueTx: nil tx", leaserouter.ErrInvalidOptions)
@@ -136,7 +138,9 @@ func (k *Kind[T]) EnqueueMany(ctx context.Context, specs []leaserouter.JobSpec[T
 
 // EnqueueManyTx is EnqueueMany as part of the caller's transaction tx:
 // the jobs exist only if tx commits; duplicates leave tx usable. A nil tx
-// is an error wrapping leaserouter.ErrInvalidOptions.
+// is an error wrapping leaserouter.ErrInvalidOptions. The queue's Stats
+// and OnEvent count the jobs as enqueued when the statement succeeds,
+// whether or not tx then commits.
 func (k *Kind[T]) EnqueueManyTx(ctx context.Context, tx pgx.Tx, specs []leaserouter.JobSpec[T]) (duplicates []int, err error) {
 	if tx == nil {
 		return nil, fmt.Errorf("%w: EnqueueManyTx: nil tx", leaserouter.ErrInvalidOptions)

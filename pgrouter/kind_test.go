@@ -324,3 +324,46 @@ func TestListByKindWalksTheKindIndex(t *testing.T) {
 		})
 	}
 }
+
+// Metadata round-trips through the jsonb column exactly: keys and values
+// with quotes, backslashes, HTML characters JSON escapes, line separators
+// and other unicode, and empty values, in Get, List and the lease; no
+// metadata, or an empty map, reads back as nil.
+func TestMetadataRoundTripsExactly(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := t.Context()
+	r := routerOn[int](t, db, pgrouter.Options{})
+	md := map[string]string{`a"b`: `c"d\e`, "<&>": "\u2028\u2029", "ключ": "値 🚀", "empty": "", " ": "\t\n"}
+	require.NoError(t, r.Enqueue(ctx, "md", 1, leaserouter.WithMetadata(md)))
+	require.NoError(t, r.Enqueue(ctx, "none", 2))
+	require.NoError(t, r.Enqueue(ctx, "emptymap", 3, leaserouter.WithMetadata(map[string]string{})))
+	j, ok, err := r.Get(ctx, "md")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, md, j.Metadata)
+	for _, id := range []string{"none", "emptymap"} {
+		j, ok, err := r.Get(ctx, id)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Nil(t, j.Metadata, id)
+	}
+	page, err := r.List(ctx, leaserouter.ListParams{})
+	require.NoError(t, err)
+	for _, j := range page.Jobs {
+		if j.ID == "md" {
+			require.Equal(t, md, j.Metadata)
+		} else {
+			require.Nil(t, j.Metadata, j.ID)
+		}
+	}
+	for range 3 {
+		l, err := r.TryAcquire(ctx, "w")
+		require.NoError(t, err)
+		if l.JobID == "md" {
+			require.Equal(t, md, l.Metadata())
+		} else {
+			require.Nil(t, l.Metadata(), l.JobID)
+		}
+		require.NoError(t, l.Complete(ctx))
+	}
+}

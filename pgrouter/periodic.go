@@ -306,17 +306,27 @@ type periodicEntry[T any] struct {
 // tickHeap orders entries by next (container/heap).
 type tickHeap[T any] []*periodicEntry[T]
 
-func (h tickHeap[T]) Len() int           { return len(h) }
+// Len is heap.Interface's: the number of entries.
+func (h tickHeap[T]) Len() int { return len(h) }
+
+// Less is heap.Interface's: the entry due first is the smaller.
 func (h tickHeap[T]) Less(i, j int) bool { return h[i].next.Before(h[j].next) }
+
+// Swap is heap.Interface's, keeping each entry's index its position.
 func (h tickHeap[T]) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
 	h[i].index, h[j].index = i, j
 }
+
+// Push is heap.Interface's: x, a *periodicEntry[T], goes last.
 func (h *tickHeap[T]) Push(x any) {
 	e := x.(*periodicEntry[T])
 	e.index = len(*h)
 	*h = append(*h, e)
 }
+
+// Pop is heap.Interface's: it removes the last entry (index -1: out of
+// the heap) and returns it.
 func (h *tickHeap[T]) Pop() any {
 	old := *h
 	e := old[len(old)-1]

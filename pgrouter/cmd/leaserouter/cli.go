@@ -27,7 +27,10 @@ const envURL = "DATABASE_URL"
 // usageError is an error in the command line: exit status 2.
 type usageError struct{ err error }
 
+// Error is the wrapped error's message.
 func (e usageError) Error() string { return e.err.Error() }
+
+// Unwrap returns the wrapped error.
 func (e usageError) Unwrap() error { return e.err }
 
 func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
@@ -180,9 +183,14 @@ func (cmd *command) flagSet() (*flag.FlagSet, *opts) {
 			}
 			return nil
 		})
-		fs.Func("kind", "only jobs of this kind (\"\" for a Router's jobs that set no Kind);\nrepeated or comma-separated (default every kind)", func(s string) error {
+		fs.Func("kind", "only jobs of this kind (\"\" for a Router's jobs that set no Kind, as a flag of its own);\nrepeated or comma-separated (default every kind)", func(s string) error {
+			list := strings.Contains(s, ",")
 			for name := range strings.SplitSeq(s, ",") {
-				if k := strings.TrimSpace(name); !slices.Contains(o.kinds, k) {
+				k := strings.TrimSpace(name)
+				if list && k == "" { // "email," is a typo, not also the jobs of no kind: those are --kind "" alone
+					return errors.New(`an empty kind in a list (--kind "" as a flag of its own selects the jobs of no kind)`)
+				}
+				if !slices.Contains(o.kinds, k) {
 					o.kinds = append(o.kinds, k)
 				}
 			}

@@ -299,6 +299,8 @@ func TestBadInputIsAUsageError(t *testing.T) {
 		{d.url, []string{"list", "--cursor", "not-a-cursor"}, "Cursor"},
 		{d.url, []string{"list", "--state", "failed", "--cursor", cursorOf(t, d)}, "Cursor"}, // made under other filters
 		{d.url, []string{"list", "--state", "zombie"}, `unknown state "zombie"`},
+		{d.url, []string{"list", "--kind", "email,"}, `invalid value "email," for flag -kind: an empty kind in a list`}, // not also kind "": that is --kind "" alone
+		{d.url, []string{"list", "--kind", "a,,b"}, "an empty kind in a list"},
 		{d.url, []string{"list", "--limit", "5000"}, "--limit 5000"},
 		{d.url, []string{"retry", "--force", "dead"}, "flag provided but not defined: -force"},
 		{d.url, []string{"retry"}, "at least one ID"},

@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leaserouter/leaserouter"
 	"github.com/leaserouter/leaserouter/pgrouter"
@@ -17,19 +20,53 @@ import (
 // Start until Drained returns), against the same number drained by one
 // Router[int].Run with 2 workers (until Run returns, as BenchmarkRunMany),
 // in the same invocation, each half on a fresh database (Retention -1
-// both). It reports both rates and client/run (target >= 0.9). Use a
-// fixed count: -bench ClientDrain -benchtime 30000x -count 5.
+// both). It reports both rates and client/run (target >= 0.9), and each
+// half's CPU a job, the server's (Linux) and this process's, which a
+// busy machine disturbs less than the rates. Use a fixed count: -bench
+// ClientDrain -benchtime 30000x -count 5.
 func BenchmarkClientDrain(b *testing.B) {
 	b.StopTimer()
-	run := drainRun(b, b.N)
-	client := drainClient(b, b.N, 10)
-	b.ReportMetric(run, "run-jobs/s")
-	b.ReportMetric(client, "client-jobs/s")
-	b.ReportMetric(client/run, "client/run")
+	var run, client drainCPU
+	run.rate = drainRun(b, b.N, &run)
+	client.rate = drainClient(b, b.N, 10, &client)
+	b.ReportMetric(run.rate, "run-jobs/s")
+	b.ReportMetric(client.rate, "client-jobs/s")
+	b.ReportMetric(client.rate/run.rate, "client/run")
+	for _, h := range []struct {
+		name string
+		cpu  *drainCPU
+	}{{"run", &run}, {"client", &client}} {
+		b.ReportMetric(float64(h.cpu.server.Microseconds())/float64(b.N), h.name+"-server-cpu-us/job")
+		b.ReportMetric(float64(h.cpu.process.Microseconds())/float64(b.N), h.name+"-proc-cpu-us/job")
+	}
+}
+
+// drainCPU is one half's rate and the CPU its timed part took.
+type drainCPU struct {
+	rate            float64
+	server, process time.Duration
+	s0, p0          time.Duration
+}
+
+// start and stop bracket the timed part; a server whose CPU cannot be
+// read (not Linux) counts 0.
+func (d *drainCPU) start(db *pgxpool.Pool) { d.s0, _ = serverCPU(db); d.p0 = processCPU() }
+func (d *drainCPU) stop(db *pgxpool.Pool) {
+	s, _ := serverCPU(db)
+	d.server, d.process = s-d.s0, processCPU()-d.p0
+}
+
+// processCPU is this process's CPU time (user and system) so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // drainRun is BenchmarkRunMany's drain of n jobs, timed: jobs/s.
-func drainRun(b *testing.B, n int) float64 {
+func drainRun(b *testing.B, n int, cpu *drainCPU) float64 {
 	db := pgtest.New(b)
 	r, err := pgrouter.New[int](context.Background(), db, pgrouter.Options{Retention: -1})
 	if err != nil {
@@ -41,6 +78,7 @@ func drainRun(b *testing.B, n int) float64 {
 	left.Store(int64(n))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	cpu.start(db)
 	b.StartTimer()
 	start := time.Now()
 	err = r.Run(ctx, leaserouter.WorkerOptions{Workers: 2}, func(context.Context, *pgrouter.Lease[int]) error {
@@ -51,6 +89,7 @@ func drainRun(b *testing.B, n int) float64 {
 	})
 	elapsed := time.Since(start)
 	b.StopTimer()
+	cpu.stop(db)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -59,7 +98,7 @@ func drainRun(b *testing.B, n int) float64 {
 
 // drainClient drains n jobs round-robin over k kinds of one Client queue
 // (Workers 2), timed from Start until Drained returns: jobs/s.
-func drainClient(b *testing.B, n, k int) float64 {
+func drainClient(b *testing.B, n, k int, cpu *drainCPU) float64 {
 	db := pgtest.New(b)
 	ctx := context.Background()
 	c, err := pgrouter.NewClient(ctx, db, pgrouter.ClientOptions{Options: pgrouter.Options{Retention: -1},
@@ -97,6 +136,7 @@ func drainClient(b *testing.B, n, k int) float64 {
 			}
 		}
 	}
+	cpu.start(db)
 	b.StartTimer()
 	start := time.Now()
 	if err := c.Start(ctx); err != nil {
@@ -107,6 +147,7 @@ func drainClient(b *testing.B, n, k int) float64 {
 	}
 	elapsed := time.Since(start)
 	b.StopTimer()
+	cpu.stop(db)
 	if got := ran.Load(); got != int64(n) {
 		b.Fatalf("the Client ran %d jobs of %d", got, n)
 	}

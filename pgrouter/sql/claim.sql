@@ -13,8 +13,9 @@
 -- This is a template: claimStatement renders it for k kinds, the line
 -- {arms} becoming k arms (claim_arm.sql, arm N of the kind in parameter kind_N) joined by
 -- UNION ALL. Each arm walks leaserouter_jobs_kind_ready (queue, kind,
--- priority DESC, ready_at, seq) WHERE state = 'pending' (migration
--- 0015), and the planner merges the k walks (Merge Append: each is
+-- priority DESC, ready_at, seq) WHERE state <= 'pending' (migration
+-- 0015; its predicate, which the arms repeat, keeps every arm off the
+-- kindless leaserouter_jobs_ready), and the planner merges the k walks (Merge Append: each is
 -- already in the ready order), pulling each only as far as the LIMIT
 -- asks: n + k - 1 index entries read, plus those of rows other claims
 -- hold. The arms do not lock: a locking clause in an arm (LockRows)

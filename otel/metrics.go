@@ -69,6 +69,7 @@ import (
 	"go.opentelemetry.io/otel/semconv/v1.40.0/messagingconv"
 
 	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/statsread"
 )
 
 // ScopeName is the instrumentation scope (meter name) of every
@@ -231,7 +232,7 @@ func New(mp metric.MeterProvider, opts Options) (*Metrics, error) {
 		if src == nil {
 			return nil
 		}
-		qs, err := readStats(ctx, *src, m.timeout)
+		qs, err := statsread.Read(ctx, "leaserouter/otel", *src, m.timeout)
 		for _, q := range qs {
 			qo := m.queueOpts(q.Queue)
 			for st, n := range q.Stats.ByState() {
@@ -297,31 +298,6 @@ func (m *Metrics) eventOpts(queue string) *eventOpts {
 	next[queue] = eo
 	m.eventQueues.Store(&next)
 	return eo
-}
-
-// readStats calls src.QueueStats under timeout. A panic in it is
-// returned as an error (a StatsReader may be the user's), as is a queue
-// reported twice; on an error it returns no QueueStats.
-func readStats(ctx context.Context, src leaserouter.StatsReader, timeout time.Duration) (qs []leaserouter.QueueStats, err error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	defer func() {
-		if p := recover(); p != nil {
-			qs, err = nil, fmt.Errorf("leaserouter/otel: QueueStats panicked: %v", p) // fmt recovers a panic in p's Error or String
-		}
-	}()
-	qs, err = src.QueueStats(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("leaserouter/otel: QueueStats: %w", err)
-	}
-	seen := make(map[string]bool, len(qs))
-	for _, q := range qs {
-		if seen[q.Queue] {
-			return nil, fmt.Errorf("leaserouter/otel: QueueStats reported queue %q twice", q.Queue)
-		}
-		seen[q.Queue] = true
-	}
-	return qs, nil
 }
 
 // Observe makes the observable instruments read s's QueueStats at every

@@ -44,7 +44,6 @@ package prometheus
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"strings"
 	"sync"
@@ -54,6 +53,7 @@ import (
 	prom "github.com/prometheus/client_golang/prometheus"
 
 	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/statsread"
 )
 
 // StatsSource is what Observe took before it took any
@@ -313,7 +313,7 @@ func (c *Collector) Describe(ch chan<- *prom.Desc) {
 // the timeout, plus whatever a StatsReader that ignores its ctx takes.
 func (c *Collector) Collect(ch chan<- prom.Metric) {
 	if src := c.src.Load(); src != nil {
-		qs, err := readStats(*src, c.timeout)
+		qs, err := statsread.Read(context.Background(), "leaserouter/prometheus", *src, c.timeout)
 		if err != nil {
 			ch <- prom.NewInvalidMetric(c.jobs, err)
 		}
@@ -329,32 +329,6 @@ func (c *Collector) Collect(ch chan<- prom.Metric) {
 	c.leaseWait.Collect(ch)
 	c.requeueWait.Collect(ch)
 	c.run.Collect(ch)
-}
-
-// readStats calls src.QueueStats under timeout. A panic in it is
-// returned as an error (a StatsReader may be the user's), as is a queue
-// reported twice, which would make the registry refuse the whole scrape
-// with a message naming neither.
-func readStats(src leaserouter.StatsReader, timeout time.Duration) (qs []leaserouter.QueueStats, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	defer func() {
-		if p := recover(); p != nil {
-			qs, err = nil, fmt.Errorf("leaserouter/prometheus: QueueStats panicked: %v", p) // fmt recovers a panic in p's Error or String
-		}
-	}()
-	qs, err = src.QueueStats(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("leaserouter/prometheus: QueueStats: %w", err)
-	}
-	seen := make(map[string]bool, len(qs))
-	for _, q := range qs {
-		if seen[q.Queue] {
-			return nil, fmt.Errorf("leaserouter/prometheus: QueueStats reported queue %q twice", q.Queue)
-		}
-		seen[q.Queue] = true
-	}
-	return qs, nil
 }
 
 // constMetric is prom.MustNewConstMetric, or an invalid metric where that

@@ -173,6 +173,7 @@ func TestLifecycleStopIsBoundedByItsCtx(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := newTestLifecycle()
 		stuck := make(chan struct{})
+		defer close(stuck) // the Run ends with the test, not with Stop
 		require.NoError(t, l.Start(func([]string) []func() error {
 			return []func() error{func() error { <-stuck; return nil }}
 		}))
@@ -184,7 +185,6 @@ func TestLifecycleStopIsBoundedByItsCtx(t *testing.T) {
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		require.Equal(t, time.Second, time.Since(start), "returns at its ctx's end")
 		require.True(t, released)
-		close(stuck)
 	})
 }
 

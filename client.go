@@ -20,6 +20,21 @@ import (
 // run by Run's workers with a dispatch by the job's kind in place of a
 // handler (Kind.serve, kind.go). The queues share the names of the
 // kinds (job.kind indexes one table) and one source of fencing tokens.
+//
+// SAME RULE on every backend, written once in internal/contract
+// (lifecycle.go, client.go) and pinned by internal/routertest's client
+// rows: the lifecycle (Lifecycle: Start twice an error, Register's
+// checks and its add one step under one lock, the Run goroutines counted
+// and their first error kept, Stop idempotent and bounded by its ctx),
+// the hooks serial across queues (HookLock), a queue's and a kind's name
+// (CheckKindName), the middleware chain (Chain).
+//
+// TUNED to this backend: each queue is an in-process Router whose Close
+// is Stop's work; the kinds' table is shared with the queues' Routers by
+// an atomic pointer (Router.kinds) that Register replaces, so that their
+// delivery goroutines name a job's kind without the Client's lock; the
+// Logger is serial across queues too (HookLock.Handler), its records
+// carrying the queue.
 
 // DefaultQueueWorkers is a queue's Workers when its QueueConfig leaves it
 // 0: handlers of a service are mostly waiting on I/O, so a queue runs
@@ -74,32 +89,18 @@ type Client struct {
 	queues map[string]*clientQueue // never changed after NewClient
 	names  []string                // the queues' names, sorted
 	mw     []Middleware
-	// hooks is held (a value in it) by each call of OnEvent and the
-	// Logger, so that they are serial across the queues: a channel of
-	// one, not a sync.Mutex, so that a goroutine waiting for it is seen
-	// as blocked (testing/synctest), as the library waits everywhere.
-	hooks chan struct{}
+	hooks  contract.HookLock // held by each call of OnEvent and the Logger: serial across the queues
 
-	mu       sync.Mutex
-	state    clientState
-	kinds    []kindRunner // by kind index (job.kind); kinds[0] is nil, "" is no Kind's. Not written after Start
+	// life is the Client's lifecycle (New, Started, Stopped). Its lock
+	// guards the fields below: they are written only under it, by
+	// Register (kind.go) and Start, and not after Start.
+	life     *contract.Lifecycle
+	kinds    []kindRunner // by kind index (job.kind); kinds[0] is nil, "" is no Kind's
 	kindName []string     // by kind index; the queues' Routers share it (Router.kinds)
 	// chain is the middleware composed once at Start; nil without
 	// middleware. Written before the workers start, read by them.
-	chain   func(ctx context.Context, a Attempt, inner func(context.Context) error) error
-	running int           // Start's Run goroutines still running
-	ran     chan struct{} // closed when the last of them has returned (or at Stop if never started)
-	runErr  error         // the first error a queue's Run returned
-	stopped chan struct{} // closed when the first Stop has returned
+	chain func(ctx context.Context, a Attempt, inner func(context.Context) error) error
 }
-
-type clientState uint8
-
-const (
-	clientNew clientState = iota
-	clientStarted
-	clientStopped
-)
 
 // clientQueue is one queue of a Client.
 type clientQueue struct {
@@ -129,9 +130,8 @@ func NewClient(opts ClientOptions) (*Client, error) {
 		mw:       slices.Clone(opts.Middleware),
 		kinds:    []kindRunner{nil},
 		kindName: []string{""},
-		ran:      make(chan struct{}),
-		stopped:  make(chan struct{}),
-		hooks:    make(chan struct{}, 1),
+		hooks:    contract.NewHookLock(),
+		life:     contract.NewLifecycle(ErrInvalidOptions, ErrClosed),
 	}
 	for i, m := range c.mw {
 		if m == nil {
@@ -170,15 +170,9 @@ func (c *Client) newQueue(name string, qc QueueConfig, base Options, tokens *tok
 		return nil, fmt.Errorf("%w: queue %s: Timeout is %v, must be >= 0 (0 = none)", ErrInvalidOptions, contract.Quote(name), qc.Timeout)
 	}
 	o := qc.Options.over(base)
-	if f := o.OnEvent; f != nil {
-		o.OnEvent = func(e Event) {
-			c.hooks <- struct{}{}
-			defer func() { <-c.hooks }()
-			f(e)
-		}
-	}
+	o.OnEvent = contract.SerialHook(c.hooks, o.OnEvent)
 	if o.Logger != nil {
-		o.Logger = slog.New(lockedHandler{c.hooks, o.Logger.Handler()}).With(slog.String("queue", name))
+		o.Logger = slog.New(c.hooks.Handler(o.Logger.Handler())).With(slog.String("queue", name))
 	}
 	r, err := newRouter[any](o, name, tokens)
 	if err != nil {
@@ -235,35 +229,22 @@ func (c *Client) Start(ctx context.Context) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	switch c.state {
-	case clientStarted:
-		return fmt.Errorf("%w: Client started twice", ErrInvalidOptions)
-	case clientStopped:
-		return ErrClosed
-	}
-	c.state = clientStarted
-	if len(c.mw) > 0 {
-		c.chain = chain(c.mw)
-	}
-	c.running = len(c.names)
-	for _, name := range c.names {
-		q := c.queues[name]
-		go func() { // owned by Stop, which waits for c.ran
-			err := q.r.Run(ctx, q.run, c.dispatch)
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			// ErrClosed: Stop closed the queue before its Run began.
-			if err != nil && !errors.Is(err, ErrClosed) && c.runErr == nil {
-				c.runErr = fmt.Errorf("%w (queue %s)", err, contract.Quote(q.admin.name))
+	return c.life.Start(func([]string) []func() error {
+		if len(c.mw) > 0 {
+			c.chain = chain(c.mw)
+		}
+		runs := make([]func() error, len(c.names))
+		for i, name := range c.names {
+			q := c.queues[name]
+			runs[i] = func() error {
+				if err := q.r.Run(ctx, q.run, c.dispatch); err != nil {
+					return fmt.Errorf("%w (queue %s)", err, contract.Quote(name))
+				}
+				return nil
 			}
-			if c.running--; c.running == 0 {
-				close(c.ran)
-			}
-		}()
-	}
-	return nil
+		}
+		return runs
+	})
 }
 
 // dispatch is the handler of every queue's Run: it runs the handler of
@@ -300,28 +281,7 @@ func (c *Client) Stop(ctx context.Context) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	c.mu.Lock()
-	if c.state == clientStopped {
-		c.mu.Unlock()
-		waitFor(ctx, c.stopped)
-		return nil
-	}
-	if c.state == clientNew {
-		close(c.ran)
-	}
-	c.state = clientStopped
-	c.mu.Unlock()
-	err := c.closeAll(ctx)
-	if !waitFor(ctx, c.ran) && err == nil {
-		err = ctx.Err()
-	}
-	c.mu.Lock()
-	if err == nil {
-		err = c.runErr
-	}
-	c.mu.Unlock()
-	close(c.stopped)
-	return err
+	return c.life.Stop(ctx, c.closeAll, nil)
 }
 
 // closeAll closes every queue at once, so that Stop's bound is ctx's
@@ -383,36 +343,4 @@ func (c *Client) check() error {
 		return fmt.Errorf("%w: a Client not made by NewClient", ErrInvalidOptions)
 	}
 	return nil
-}
-
-// lockedHandler is a Client's Logger handler: the user's, called under
-// the Client's hook lock, so that log calls are serial across queues as
-// OnEvent calls are.
-type lockedHandler struct {
-	mu chan struct{} // Client.hooks
-	h  slog.Handler
-}
-
-// Enabled asks the user's handler, under the hook lock.
-func (h lockedHandler) Enabled(ctx context.Context, l slog.Level) bool {
-	h.mu <- struct{}{}
-	defer func() { <-h.mu }()
-	return h.h.Enabled(ctx, l)
-}
-
-// Handle passes r to the user's handler, under the hook lock.
-func (h lockedHandler) Handle(ctx context.Context, r slog.Record) error {
-	h.mu <- struct{}{}
-	defer func() { <-h.mu }()
-	return h.h.Handle(ctx, r)
-}
-
-// WithAttrs is the user's handler's WithAttrs, still under the hook lock.
-func (h lockedHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	return lockedHandler{h.mu, h.h.WithAttrs(as)}
-}
-
-// WithGroup is the user's handler's WithGroup, still under the hook lock.
-func (h lockedHandler) WithGroup(name string) slog.Handler {
-	return lockedHandler{h.mu, h.h.WithGroup(name)}
 }

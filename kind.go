@@ -60,26 +60,24 @@ func Register[T any](c *Client, name string, h Handler[T], opts ...KindOption) (
 		return nil, fmt.Errorf("%w: kind %s: WithKindQueue(%s): the Client has no such queue",
 			ErrInvalidOptions, contract.Quote(name), contract.Quote(queue))
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	switch {
-	case c.state == clientStarted:
-		return nil, fmt.Errorf("%w: Register of kind %s after Start", ErrInvalidOptions, contract.Quote(name))
-	case c.state == clientStopped:
-		return nil, ErrClosed
-	case slices.Contains(c.kindName, name):
-		return nil, fmt.Errorf("%w: kind %s is registered already", ErrInvalidOptions, contract.Quote(name))
-	case len(c.kindName) > MaxKinds:
-		return nil, fmt.Errorf("%w: more than MaxKinds (%d) kinds", ErrInvalidOptions, MaxKinds)
-	}
-	k := &Kind[T]{c: c, name: name, queue: queue, index: uint16(len(c.kindName)), h: h}
-	// A new table, not an append into the old one: the queues' delivery
-	// goroutines read the old one without c.mu.
-	names := append(slices.Clip(c.kindName), name)
-	c.kindName = names
-	c.kinds = append(c.kinds, k)
-	for _, q := range c.queues {
-		q.r.kinds.Store(&names)
+	var k *Kind[T]
+	err := c.life.Register(name, func() error { // under the lifecycle's lock, after its checks
+		if len(c.kindName) > MaxKinds {
+			return fmt.Errorf("%w: more than MaxKinds (%d) kinds", ErrInvalidOptions, MaxKinds)
+		}
+		k = &Kind[T]{c: c, name: name, queue: queue, index: uint16(len(c.kindName)), h: h}
+		// A new table, not an append into the old one: the queues'
+		// delivery goroutines read the old one without the lock.
+		names := append(slices.Clip(c.kindName), name)
+		c.kindName = names
+		c.kinds = append(c.kinds, k)
+		for _, q := range c.queues {
+			q.r.kinds.Store(&names)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return k, nil
 }

@@ -25,6 +25,22 @@ import (
 // whatever the kind) and whose Run dispatches each lease to its kind's
 // handler by the claim's arm (Kind.serve, kind.go). The queues share one
 // listener and one heartbeat connection (shared.go).
+//
+// SAME RULE on every backend, written once in internal/contract
+// (lifecycle.go, client.go) and pinned by internal/routertest's client
+// rows: the lifecycle (Lifecycle: Start twice an error, Register's
+// checks and its add one step under one lock, the Run goroutines counted
+// and their first error kept, Stop idempotent and bounded by its ctx),
+// OnEvent serial across queues (HookLock), a queue's and a kind's name
+// (CheckKindName), the middleware chain (Chain).
+//
+// TUNED to this backend: Start gives each queue's claim the registered
+// kinds (serveKinds: the claim's arms), and no Run when no kind is
+// registered (nothing to claim); Stop, once the queues are
+// closed and their Runs returned, closes the shared listening and
+// heartbeat connections and wakes Drained; the Logger is the user's,
+// with the queue added, not serialized (slog handlers are safe for
+// concurrent use; only OnEvent's calls are promised serial here).
 
 // DefaultQueueWorkers is a queue's Workers when its QueueConfig leaves it
 // 0: a service's handlers mostly wait on I/O, so a queue runs many at
@@ -87,28 +103,18 @@ type Client struct {
 	queues map[string]*clientQueue // never changed after NewClient
 	names  []string                // the queues' names, sorted
 	mw     []leaserouter.Middleware
-	hookMu sync.Mutex     // held by each OnEvent call: serial across queues
-	bg     sync.WaitGroup // the listener
+	hooks  contract.HookLock // held by each OnEvent call: serial across queues
+	bg     sync.WaitGroup    // the listener
+	idle   *waker            // broadcast when a queue's claim finds no job: Drained counts again
 
-	mu        sync.Mutex
-	state     clientState
-	kinds     []kindRunner                                                                              // by claim arm: kinds[i] is the i-th registered. Not written after Start
-	kindNames []string                                                                                  // the kinds' names, as kinds
-	chain     func(ctx context.Context, a leaserouter.Attempt, inner func(context.Context) error) error // Start's; nil without middleware
-	running   int                                                                                       // Start's Run goroutines still running
-	ran       chan struct{}                                                                             // closed when the last of them has returned (or at Stop if never started)
-	runErr    error                                                                                     // the first error a queue's Run returned
-	stopped   chan struct{}                                                                             // closed when the first Stop has returned
-	idle      *waker                                                                                    // broadcast when a queue's claim finds no job: Drained counts again
+	// life is the Client's lifecycle (New, Started, Stopped) and the
+	// registered kinds' names (life.Kinds: the claim's arms). Its lock
+	// guards the fields below: they are written only under it, by
+	// Register (kind.go) and Start, and not after Start.
+	life  *contract.Lifecycle
+	kinds []kindRunner                                                                              // by claim arm: kinds[i] is the i-th registered
+	chain func(ctx context.Context, a leaserouter.Attempt, inner func(context.Context) error) error // Start's; nil without middleware
 }
-
-type clientState uint8
-
-const (
-	clientNew clientState = iota
-	clientStarted
-	clientStopped
-)
 
 // clientQueue is one queue of a Client.
 type clientQueue struct {
@@ -139,13 +145,13 @@ func NewClient(ctx context.Context, db *pgxpool.Pool, opts ClientOptions) (*Clie
 		queues = map[string]QueueConfig{DefaultQueue: {}}
 	}
 	c := &Client{
-		db:      db,
-		queues:  make(map[string]*clientQueue, len(queues)),
-		names:   slices.Sorted(maps.Keys(queues)),
-		mw:      slices.Clone(opts.Middleware),
-		ran:     make(chan struct{}),
-		stopped: make(chan struct{}),
-		idle:    newWaker(),
+		db:     db,
+		queues: make(map[string]*clientQueue, len(queues)),
+		names:  slices.Sorted(maps.Keys(queues)),
+		mw:     slices.Clone(opts.Middleware),
+		hooks:  contract.NewHookLock(),
+		life:   contract.NewLifecycle(leaserouter.ErrInvalidOptions, leaserouter.ErrClosed),
+		idle:   newWaker(),
 	}
 	for i, m := range c.mw {
 		if m == nil {
@@ -198,13 +204,7 @@ func (c *Client) queueOptions(name string, qc QueueConfig, base Options, first b
 	o := qc.Options.over(base)
 	o.Queue, o.Kind = name, ""
 	o.NoVacuum = base.NoVacuum || !first // one vacuum loop per Client
-	if f := o.OnEvent; f != nil {
-		o.OnEvent = func(e leaserouter.Event) {
-			c.hookMu.Lock()
-			defer c.hookMu.Unlock()
-			f(e)
-		}
-	}
+	o.OnEvent = contract.SerialHook(c.hooks, o.OnEvent)
 	if o.Logger != nil {
 		o.Logger = o.Logger.With("queue", name)
 	}
@@ -251,43 +251,29 @@ func (c *Client) Start(ctx context.Context) error {
 		return err
 	}
 	ctx = orBackground(ctx)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	switch c.state {
-	case clientStarted:
-		return fmt.Errorf("%w: Client started twice", leaserouter.ErrInvalidOptions)
-	case clientStopped:
-		return leaserouter.ErrClosed
-	}
-	c.state = clientStarted
-	if len(c.mw) > 0 {
-		c.chain = contract.Chain[leaserouter.Middleware, leaserouter.Attempt](c.mw)
-	}
-	if len(c.kinds) == 0 {
-		close(c.ran)
-		return nil
-	}
-	host, _ := os.Hostname()
-	c.running = len(c.names)
-	for _, name := range c.names {
-		q := c.queues[name]
-		q.r.serveKinds(slices.Clone(c.kindNames))
-		opts := leaserouter.WorkerOptions{Workers: q.workers, Timeout: q.timeout,
-			WorkerID: fmt.Sprintf("%s-%d-%s", cmp.Or(host, "pgrouter"), os.Getpid(), name)}
-		go func() { // owned by Stop, which waits for c.ran
-			err := q.r.Run(ctx, opts, c.dispatch)
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			// ErrClosed: Stop closed the queue before its Run began.
-			if err != nil && !errors.Is(err, leaserouter.ErrClosed) && c.runErr == nil {
-				c.runErr = fmt.Errorf("%w (queue %s)", err, contract.Quote(name))
+	return c.life.Start(func(kinds []string) []func() error {
+		if len(c.mw) > 0 {
+			c.chain = contract.Chain[leaserouter.Middleware, leaserouter.Attempt](c.mw)
+		}
+		if len(kinds) == 0 {
+			return nil
+		}
+		host, _ := os.Hostname()
+		runs := make([]func() error, len(c.names))
+		for i, name := range c.names {
+			q := c.queues[name]
+			q.r.serveKinds(kinds)
+			opts := leaserouter.WorkerOptions{Workers: q.workers, Timeout: q.timeout,
+				WorkerID: fmt.Sprintf("%s-%d-%s", cmp.Or(host, "pgrouter"), os.Getpid(), name)}
+			runs[i] = func() error {
+				if err := q.r.Run(ctx, opts, c.dispatch); err != nil {
+					return fmt.Errorf("%w (queue %s)", err, contract.Quote(name))
+				}
+				return nil
 			}
-			if c.running--; c.running == 0 {
-				close(c.ran)
-			}
-		}()
-	}
-	return nil
+		}
+		return runs
+	})
 }
 
 // dispatch runs l's handler: its kind's (the claim's arm indexes the
@@ -319,31 +305,11 @@ func (c *Client) Stop(ctx context.Context) error {
 		return err
 	}
 	ctx = orBackground(ctx)
-	c.mu.Lock()
-	if c.state == clientStopped {
-		c.mu.Unlock()
-		waitFor(ctx, c.stopped)
-		return nil
-	}
-	if c.state == clientNew {
-		close(c.ran)
-	}
-	c.state = clientStopped
-	c.mu.Unlock()
-	err := c.closeAll(ctx)
-	if !waitFor(ctx, c.ran) && err == nil {
-		err = ctx.Err()
-	}
-	c.sh.close()
-	c.bg.Wait() // the listener ends as its connection's wait is canceled
-	c.idle.broadcast()
-	c.mu.Lock()
-	if err == nil {
-		err = c.runErr
-	}
-	c.mu.Unlock()
-	close(c.stopped)
-	return err
+	return c.life.Stop(ctx, c.closeAll, func() {
+		c.sh.close()
+		c.bg.Wait() // the listener ends as its connection's wait is canceled
+		c.idle.broadcast()
+	})
 }
 
 // closeAll closes every queue at once, so that Stop's bound is ctx's
@@ -367,16 +333,6 @@ func (c *Client) check() error {
 		return fmt.Errorf("%w: a Client not made by NewClient", leaserouter.ErrInvalidOptions)
 	}
 	return nil
-}
-
-// waitFor waits until ch is closed (true) or ctx is done (false).
-func waitFor(ctx context.Context, ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // Queue returns the admin API of the queue named name (List, Retry,

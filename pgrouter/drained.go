@@ -3,7 +3,6 @@ package pgrouter
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/leaserouter/leaserouter"
@@ -33,9 +32,7 @@ func (c *Client) Drained(ctx context.Context) error {
 		return err
 	}
 	ctx = orBackground(ctx)
-	c.mu.Lock()
-	kinds := slices.Clone(c.kindNames)
-	c.mu.Unlock()
+	kinds := c.life.Kinds()
 	if len(kinds) == 0 {
 		return nil
 	}
@@ -52,10 +49,7 @@ func (c *Client) Drained(ctx context.Context) error {
 		if !left {
 			return nil
 		}
-		c.mu.Lock()
-		stopped := c.state == clientStopped
-		c.mu.Unlock()
-		if stopped {
+		if c.life.Stopped() {
 			return leaserouter.ErrClosed
 		}
 		t := time.NewTimer(poll)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -51,21 +50,18 @@ func Register[T any](c *Client, name string, h Handler[T], opts ...leaserouter.K
 		return nil, fmt.Errorf("%w: kind %s: WithKindQueue(%s): the Client has no such queue",
 			leaserouter.ErrInvalidOptions, contract.Quote(name), contract.Quote(queue))
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	switch {
-	case c.state == clientStarted:
-		return nil, fmt.Errorf("%w: Register of kind %s after Start", leaserouter.ErrInvalidOptions, contract.Quote(name))
-	case c.state == clientStopped:
-		return nil, leaserouter.ErrClosed
-	case slices.Contains(c.kindNames, name):
-		return nil, fmt.Errorf("%w: kind %s is registered already", leaserouter.ErrInvalidOptions, contract.Quote(name))
-	case len(c.kindNames) >= MaxClientKinds:
-		return nil, fmt.Errorf("%w: more than MaxClientKinds (%d) kinds", leaserouter.ErrInvalidOptions, MaxClientKinds)
+	var k *Kind[T]
+	err := c.life.Register(name, func() error { // under the lifecycle's lock, after its checks
+		if len(c.kinds) >= MaxClientKinds {
+			return fmt.Errorf("%w: more than MaxClientKinds (%d) kinds", leaserouter.ErrInvalidOptions, MaxClientKinds)
+		}
+		k = &Kind[T]{c: c, name: name, queue: queue, h: h}
+		c.kinds = append(c.kinds, k)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	k := &Kind[T]{c: c, name: name, queue: queue, h: h}
-	c.kindNames = append(c.kindNames, name)
-	c.kinds = append(c.kinds, k)
 	return k, nil
 }
 

@@ -3,6 +3,7 @@ package contract
 import (
 	"context"
 	"fmt"
+	"log/slog"
 )
 
 // The rules of a Client on every backend: a kind's name, a queue's name,
@@ -90,4 +91,66 @@ func QueueOf[O AnyEnqueueOption](opts []O, dflt string) string {
 // configured, wrapping errInvalidJob.
 func UnknownQueue(errInvalidJob error, queue, id string) error {
 	return fmt.Errorf("%w: WithQueue(%s) for job %q: the Client has no such queue", errInvalidJob, Quote(queue), id)
+}
+
+// HookLock makes a Client's hooks serial across its queues: each call of
+// OnEvent (SerialHook) and of the Logger's handler (Handler) holds it, so
+// that no two run at once whatever queue's events they deliver. It is a
+// channel of one, not a sync.Mutex, so that a goroutine waiting for it is
+// seen as durably blocked (testing/synctest), as the library waits
+// everywhere. Make it with NewHookLock; the zero HookLock is not ready.
+type HookLock struct{ ch chan struct{} }
+
+// NewHookLock returns a HookLock no one holds.
+func NewHookLock() HookLock { return HookLock{make(chan struct{}, 1)} }
+
+func (h HookLock) lock()   { h.ch <- struct{}{} }
+func (h HookLock) unlock() { <-h.ch }
+
+// SerialHook returns f called while holding h (released if f panics),
+// or nil for a nil f. E is leaserouter.Event.
+func SerialHook[E any](h HookLock, f func(E)) func(E) {
+	if f == nil {
+		return nil
+	}
+	return func(e E) {
+		h.lock()
+		defer h.unlock()
+		f(e)
+	}
+}
+
+// Handler returns inner with each call made while holding h (released if
+// the call panics); the handlers its WithAttrs and WithGroup return hold
+// h too.
+func (h HookLock) Handler(inner slog.Handler) slog.Handler { return lockedHandler{h, inner} }
+
+// lockedHandler is HookLock.Handler's slog.Handler.
+type lockedHandler struct {
+	h     HookLock
+	inner slog.Handler
+}
+
+// Enabled asks the inner handler, holding the lock.
+func (l lockedHandler) Enabled(ctx context.Context, level slog.Level) bool {
+	l.h.lock()
+	defer l.h.unlock()
+	return l.inner.Enabled(ctx, level)
+}
+
+// Handle passes r to the inner handler, holding the lock.
+func (l lockedHandler) Handle(ctx context.Context, r slog.Record) error {
+	l.h.lock()
+	defer l.h.unlock()
+	return l.inner.Handle(ctx, r)
+}
+
+// WithAttrs is the inner handler's WithAttrs, still under the lock.
+func (l lockedHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return lockedHandler{l.h, l.inner.WithAttrs(as)}
+}
+
+// WithGroup is the inner handler's WithGroup, still under the lock.
+func (l lockedHandler) WithGroup(name string) slog.Handler {
+	return lockedHandler{l.h, l.inner.WithGroup(name)}
 }

@@ -16,6 +16,11 @@
 //   - outcome.go: how a lease ends: Fail's cause (FailCause, Permanent,
 //     "unknown error", "attempts exhausted"), a recovered Backoff, a
 //     snooze's delay (CheckSnooze), the holder's own ends (EndedByHolder);
+//   - client.go: a Client's names (CheckKindName, DefaultQueue), its
+//     kinds' options, the middleware chain (Chain), and its hooks
+//     serial across queues (HookLock);
+//   - lifecycle.go: a Client's lifecycle (Lifecycle: New, Started,
+//     Stopped; Register's and Start's checks, the Run goroutines, Stop);
 //   - periodic.go: AddPeriodic's checks (CheckPeriodic) and a tick's ID;
 //   - event.go: the event backlog's bound, the reports of hooks that panic,
 //     and History's counters;

@@ -341,7 +341,7 @@ var rowStartTwice = ClientRow{Name: "lifecycle/Start twice is an error, Start af
 	require.ErrorIs(t, c2.Start(ctx), leaserouter.ErrClosed)
 }}
 
-var rowStopDrains = ClientRow{Name: "lifecycle/Stop is idempotent, lets running handlers finish, starts nothing new", Test: func(t T, h ClientHarness) {
+var rowStopDrains = ClientRow{Name: "lifecycle/Stop is idempotent (a concurrent Stop waits for the first), lets running handlers finish, starts nothing new", Test: func(t T, h ClientHarness) {
 	c := newClient(t, h, ClientConfig{Queues: map[string]QueueConfig{leaserouter.DefaultQueue: {Workers: 1}}})
 	ctx := ctxOf(t)
 	started, release := make(chan struct{}), make(chan struct{})
@@ -358,17 +358,21 @@ var rowStopDrains = ClientRow{Name: "lifecycle/Stop is idempotent, lets running 
 	require.NoError(t, k.Enqueue(ctx, "second", ""))
 	require.NoError(t, c.Start(ctx))
 	<-started
-	stopped := make(chan error, 1)
+	// Two Stops at once: whichever is second waits for the first.
+	stopped := make(chan error, 2)
+	go func() { stopped <- c.Stop(ctx) }()
 	go func() { stopped <- c.Stop(ctx) }()
 	h.Advance(h.Lease() / 2)
 	select {
 	case err := <-stopped:
+		close(release) // the handler ends: no goroutine left behind the failure
 		t.Errorf("Stop returned %v while a handler ran", err)
 		t.FailNow()
 	default:
 	}
 	require.ErrorIs(t, k.Enqueue(ctx, "third", ""), leaserouter.ErrClosed, "Stop refuses new jobs at once")
 	close(release)
+	require.NoError(t, <-stopped)
 	require.NoError(t, <-stopped)
 	require.NoError(t, c.Stop(ctx), "again")
 	require.Equal(t, []string{"first"}, ran.list())

@@ -19,7 +19,7 @@ import (
 
 func clientPeriodicRows() []ClientRow {
 	return []ClientRow{rowKindPeriodicTicks, rowKindPeriodicRemoveOwn, rowKindPeriodicNameTaken,
-		rowKindPeriodicBadInput, rowKindPeriodicAfterStop}
+		rowKindPeriodicBadInput, rowKindPeriodicAfterStop, rowKindPeriodicOncePerTick}
 }
 
 // kindTicks returns the jobs in queue of the periodic job named name,
@@ -244,4 +244,38 @@ var rowKindPeriodicAfterStop = ClientRow{Name: "periodic/Stop ends a Kind's peri
 	require.ErrorIs(t, k.AddPeriodic(ctx, leaserouter.Periodic[string]{Name: "p", Schedule: leaserouter.Every(every)}), leaserouter.ErrClosed)
 	require.ErrorIs(t, k.RemovePeriodic("p"), leaserouter.ErrClosed)
 	require.ErrorIs(t, k.RemovePeriodic("unknown"), leaserouter.ErrClosed)
+}}
+
+// rowKindPeriodicOncePerTick: two processes whose Clients add the same
+// Kind's periodic job on a queue get one job per tick between them, run
+// once: the job set takes each tick once, so neither process even tries
+// to enqueue a tick the other took (no duplicate counted by either).
+var rowKindPeriodicOncePerTick = ClientRow{Name: "periodic/two processes adding a Kind's periodic job: each tick taken once, its job run once", Needs: "SharedClients", Test: func(t T, h ClientHarness) {
+	ctx := ctxOf(t)
+	var ran recorder
+	hd := func(_ context.Context, l Lease) error { ran.add(l.JobID()); return nil }
+	every := h.Lease() / 2
+	p := leaserouter.Periodic[string]{Name: "p", Schedule: leaserouter.Every(every)}
+	one := newClient(t, h, ClientConfig{})
+	two, err := h.Peer(t, one, ClientConfig{})
+	require.NoError(t, err)
+	for _, c := range []Client{one, two} {
+		require.NoError(t, register(t, c, "k", hd).AddPeriodic(ctx, p))
+		require.NoError(t, c.Start(ctx))
+	}
+	eventually(t, h, "four ticks run", func() bool { return len(ran.list()) >= 4 })
+	jobs := kindTicks(t, one, leaserouter.DefaultQueue, "p")
+	runs := ran.list()
+	require.Len(t, runs, len(slices.Compact(slices.Sorted(slices.Values(runs)))), "each tick's job ran once: %q", runs)
+	var enqueued, duplicates uint64
+	for _, c := range []Client{one, two} {
+		qs, err := c.QueueStats(ctx)
+		require.NoError(t, err)
+		enqueued, duplicates = enqueued+qs[0].Stats.Enqueued, duplicates+qs[0].Stats.Duplicates
+	}
+	require.Zero(t, duplicates, "a tick taken by one process is not tried by the other")
+	require.GreaterOrEqual(t, enqueued, uint64(len(runs)), "every job run was enqueued by one of them")
+	for _, j := range jobs {
+		require.Equal(t, "k", j.Kind)
+	}
 }}

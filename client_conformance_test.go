@@ -118,6 +118,12 @@ func (k coreKind) EnqueueMany(ctx context.Context, specs []leaserouter.JobSpec[s
 	return k.k.EnqueueMany(ctx, specs)
 }
 
+func (k coreKind) AddPeriodic(_ context.Context, p leaserouter.Periodic[string]) error {
+	return k.k.AddPeriodic(p)
+}
+
+func (k coreKind) RemovePeriodic(name string) error { return k.k.RemovePeriodic(name) }
+
 // coreQueue adapts *leaserouter.Queue, its payloads (the Kinds' strings)
 // as strings.
 type coreQueue struct{ q *leaserouter.Queue }

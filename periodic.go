@@ -77,6 +77,12 @@ import (
 // *Router and after Close (or once Close has begun). It does not block
 // beyond short locks. Safe for concurrent use; p.Options is copied.
 func (r *Router[T]) AddPeriodic(p Periodic[T]) error {
+	return r.addPeriodic(p, 0)
+}
+
+// addPeriodic is AddPeriodic of a periodic job whose ticks' jobs have
+// kind (a Client's Kind, kind_periodic.go; 0 for a Router's own).
+func (r *Router[T]) addPeriodic(p Periodic[T], kind uint16) error {
 	if r == nil {
 		return ErrClosed
 	}
@@ -106,11 +112,14 @@ func (r *Router[T]) AddPeriodic(p Periodic[T]) error {
 	switch {
 	case per.stopped:
 		return ErrClosed
-	case per.names[p.Name] != nil:
+	case per.names[p.Name] != nil && kind == 0:
 		return fmt.Errorf("%w: Periodic %s is already added on this Router", ErrInvalidOptions, contract.Quote(p.Name))
+	case per.names[p.Name] != nil:
+		// A Client's queue: its Kinds share the queue's names.
+		return fmt.Errorf("%w: Periodic %s is already added on queue %s", ErrInvalidOptions, contract.Quote(p.Name), contract.Quote(r.queue))
 	}
 	per.seq++
-	e := &periodicJob[T]{p: p, opts: opts, since: r.timeAt(now).Round(0), wake: now, seq: per.seq, idx: -1}
+	e := &periodicJob[T]{p: p, opts: opts, kind: kind, since: r.timeAt(now).Round(0), wake: now, seq: per.seq, idx: -1}
 	per.names[p.Name] = e
 	per.wakes.Push(e)
 	per.kickLocked()
@@ -125,6 +134,13 @@ func (r *Router[T]) AddPeriodic(p Periodic[T]) error {
 // and after Close. It does not block beyond short locks and does not wait
 // for a Payload or Schedule.Next in progress. Safe for concurrent use.
 func (r *Router[T]) RemovePeriodic(name string) error {
+	return r.removePeriodic(name, 0)
+}
+
+// removePeriodic is RemovePeriodic of the periodic job named name whose
+// ticks' jobs have kind: one of another kind (added by another Kind of
+// a Client's queue, or by the Router's own AddPeriodic) is not found.
+func (r *Router[T]) removePeriodic(name string, kind uint16) error {
 	if r == nil {
 		return ErrClosed
 	}
@@ -143,7 +159,7 @@ func (r *Router[T]) RemovePeriodic(name string) error {
 	switch {
 	case per.stopped:
 		return ErrClosed
-	case e == nil:
+	case e == nil, e.kind != kind:
 		return fmt.Errorf("%w: periodic job %s", ErrNotFound, contract.Quote(name))
 	}
 	delete(per.names, name)
@@ -176,6 +192,7 @@ type periodics[T any] struct {
 type periodicJob[T any] struct {
 	p       Periodic[T]
 	opts    []EnqueueOption // p.Options + WithRunAt(tick)
+	kind    uint16          // the kind of its ticks' jobs (a Client's Kind; 0: the Router's)
 	since   time.Time       // the router's clock at AddPeriodic (wall only)
 	last    time.Time       // the latest tick handled; zero for none
 	wake    int64           // when to run Due next, on the router's clock

@@ -167,7 +167,7 @@ func (r *Router[T]) enqueueTick(per *periodics[T], e *periodicJob[T], tick time.
 		return false
 	}
 	e.opts[len(e.opts)-1] = WithRunAt(tick)
-	err := r.Enqueue(id, payload, e.opts...)
+	err := r.enqueue(id, payload, e.kind, e.opts, nil)
 	switch {
 	case err == nil, errors.Is(err, ErrDuplicate):
 	case errors.Is(err, ErrClosed):

@@ -121,6 +121,12 @@ func (k pgKind) EnqueueMany(ctx context.Context, specs []leaserouter.JobSpec[str
 	return k.k.EnqueueMany(ctx, specs)
 }
 
+func (k pgKind) AddPeriodic(ctx context.Context, p leaserouter.Periodic[string]) error {
+	return k.k.AddPeriodic(ctx, p)
+}
+
+func (k pgKind) RemovePeriodic(name string) error { return k.k.RemovePeriodic(name) }
+
 // pgQueue adapts *pgrouter.Queue, its payloads (the Kinds' strings, as
 // JSON) as strings.
 type pgQueue struct{ q *pgrouter.Queue }

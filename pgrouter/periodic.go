@@ -1,6 +1,7 @@
 package pgrouter
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"errors"
@@ -153,12 +154,20 @@ type Periodic[T any] = leaserouter.Periodic[T]
 // scheduled). A nil ctx means context.Background(); ctx bounds the
 // registration only. Safe for concurrent use.
 func (r *Router[T]) AddPeriodic(ctx context.Context, p Periodic[T]) error {
+	return r.addPeriodic(ctx, p, "", nil)
+}
+
+// addPeriodic is AddPeriodic of a periodic job whose ticks' jobs have
+// kind ("": the Router's Options.Kind) and, when encode is not nil, the
+// payload encode gives for a tick in place of p.Payload's (a Client's
+// Kind, kind_periodic.go).
+func (r *Router[T]) addPeriodic(ctx context.Context, p Periodic[T], kind string, encode func(tick time.Time) (T, error)) error {
 	ctx = orBackground(ctx)
 	if err := contract.CheckPeriodic(leaserouter.ErrInvalidOptions, leaserouter.ErrInvalidJob, p.Name, p.Schedule, p.Options, r.opts.Retention); err != nil {
 		return err
 	}
 	p.Options = slices.Clone(p.Options)
-	e := &periodicEntry[T]{p: p, index: -1}
+	e := &periodicEntry[T]{p: p, kind: cmp.Or(kind, r.opts.Kind), encode: encode, index: -1}
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
@@ -231,13 +240,20 @@ func (r *Router[T]) AddPeriodic(ctx context.Context, p Periodic[T]) error {
 // leaserouter.ErrClosed after Close. It does not talk to the database.
 // Safe for concurrent use.
 func (r *Router[T]) RemovePeriodic(name string) error {
+	return r.removePeriodic(name, r.opts.Kind)
+}
+
+// removePeriodic is RemovePeriodic of the periodic job named name whose
+// ticks' jobs have kind: one of another kind (added by another Kind of a
+// Client's queue) is not found.
+func (r *Router[T]) removePeriodic(name, kind string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
 		return leaserouter.ErrClosed
 	}
 	e, ok := r.periodic.byName[name]
-	if !ok || !e.ready {
+	if !ok || !e.ready || e.kind != kind {
 		return fmt.Errorf("%w: no periodic job %s on queue %s", leaserouter.ErrNotFound, contract.Quote(name), contract.Quote(r.opts.Queue))
 	}
 	delete(r.periodic.byName, name)
@@ -292,15 +308,17 @@ func (p *periodics[T]) wake() {
 // scheduler, while it is out of due (popped under mu).
 type periodicEntry[T any] struct {
 	p        Periodic[T]
-	since    time.Time     // the first registration of (queue, name) ever, database clock
-	last     time.Time     // the latest tick handled here, or taken by anyone as AddPeriodic read it; zero: none
-	next     time.Time     // when to plan it again, database clock
-	index    int           // in due; -1 when out of it
-	ready    bool          // AddPeriodic's round trip succeeded
-	retry    time.Duration // the backoff after a database error of its tick; 0: none (written by the scheduler only)
-	deferred []time.Time   // ticks planned and not settled, oldest first (periodic_deferred.go; scheduler only)
-	ended    bool          // its schedule ended (Next panicked or stuck): only its deferred ticks are tried (scheduler only)
-	wait     time.Duration // the backoff of the deferred ticks' next try; 0: none (scheduler only)
+	kind     string                          // its ticks' jobs' kind
+	encode   func(tick time.Time) (T, error) // a tick's payload in place of p.Payload's; nil: p.Payload's
+	since    time.Time                       // the first registration of (queue, name) ever, database clock
+	last     time.Time                       // the latest tick handled here, or taken by anyone as AddPeriodic read it; zero: none
+	next     time.Time                       // when to plan it again, database clock
+	index    int                             // in due; -1 when out of it
+	ready    bool                            // AddPeriodic's round trip succeeded
+	retry    time.Duration                   // the backoff after a database error of its tick; 0: none (written by the scheduler only)
+	deferred []time.Time                     // ticks planned and not settled, oldest first (periodic_deferred.go; scheduler only)
+	ended    bool                            // its schedule ended (Next panicked or stuck): only its deferred ticks are tried (scheduler only)
+	wait     time.Duration                   // the backoff of the deferred ticks' next try; 0: none (scheduler only)
 }
 
 // tickHeap orders entries by next (container/heap).

@@ -157,12 +157,14 @@ func (r *Router[T]) planTick(ctx context.Context, e *periodicEntry[T], now time.
 // tick, reported.
 func (r *Router[T]) tryTick(ctx context.Context, e *periodicEntry[T], tick time.Time) (locked bool, err error) {
 	id := leaserouter.TickID(e.p.Name, tick)
-	payload, p := tickPayload(e.p, tick)
+	payload, p, err := e.tickPayload(tick)
 	if p != nil {
 		r.callbackPanicked(contract.PayloadPanicked(e.p.Name, p), id)
 		return false, nil
 	}
-	locked, err = r.enqueueTick(ctx, e.p, tick, id, payload)
+	if err == nil {
+		locked, err = r.enqueueTick(ctx, e, tick, id, payload)
+	}
 	if errors.Is(err, leaserouter.ErrInvalidJob) {
 		r.logPeriodic(slog.LevelError, contract.TickSkipped(e.p.Name, err), id)
 		return false, nil
@@ -170,14 +172,17 @@ func (r *Router[T]) tryTick(ctx context.Context, e *periodicEntry[T], tick time.
 	return locked, err
 }
 
-// tickPayload is p.Payload(tick), the zero T for a nil Payload, with a
-// panic recovered.
-func tickPayload[T any](p Periodic[T], tick time.Time) (payload T, panicked any) {
-	if p.Payload == nil {
-		return payload, nil
+// tickPayload is e's payload of tick: e.encode(tick) when set (its error
+// wraps ErrInvalidJob), else p.Payload(tick), the zero T for a nil
+// Payload; with a panic recovered.
+func (e *periodicEntry[T]) tickPayload(tick time.Time) (payload T, panicked any, err error) {
+	switch {
+	case e.encode != nil:
+		panicked = contract.Recovered(func() { payload, err = e.encode(tick) })
+	case e.p.Payload != nil:
+		panicked = contract.Recovered(func() { payload = e.p.Payload(tick) })
 	}
-	panicked = contract.Recovered(func() { payload = p.Payload(tick) })
-	return payload, panicked
+	return payload, panicked, err
 }
 
 // errTickNotTaken rolls back the transaction of a tick not taken (see
@@ -192,8 +197,9 @@ var errTickNotTaken = errors.New("pgrouter: tick not taken")
 // (another scheduler took it; out of its window on the database's
 // clock). An error wraps ErrInvalidJob (the payload does not encode:
 // nothing sent) or the driver's.
-func (r *Router[T]) enqueueTick(ctx context.Context, p Periodic[T], tick time.Time, id string, payload T) (locked bool, err error) {
-	b := batch{kind: r.opts.Kind}
+func (r *Router[T]) enqueueTick(ctx context.Context, e *periodicEntry[T], tick time.Time, id string, payload T) (locked bool, err error) {
+	p := e.p
+	b := batch{kind: e.kind}
 	if err := addJob(&b, r, 0, id, payload, append(slices.Clip(p.Options), leaserouter.WithRunAt(tick))); err != nil {
 		return false, err
 	}

@@ -31,7 +31,7 @@ type ClientRow struct {
 
 // ClientRows returns the Client's rows.
 func ClientRows() []ClientRow {
-	return []ClientRow{
+	rows := []ClientRow{
 		rowKindStored, rowKindOnlyRegistered, rowKindRunsWhenKnown,
 		rowQueueOrder, rowQueueWorkers, rowQueueIsolated, rowQueueRouting, rowQueueUniqueID, rowQueueEnqueueMany,
 		rowStartTwice, rowStopDrains, rowStopBounded, rowRegisterRefused, rowEnqueueBeforeStart, rowDrained,
@@ -40,6 +40,7 @@ func ClientRows() []ClientRow {
 		rowClientMetadataKept, rowMetadataLimits, rowMetadataMerge,
 		rowClientTokens, rowClientQueueStats, rowClientEvents,
 	}
+	return append(rows, clientPeriodicRows()...)
 }
 
 // RunClient runs every Client row against h, each as a subtest in

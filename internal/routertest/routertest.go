@@ -255,6 +255,10 @@ type Kind interface {
 	Queue() string
 	Enqueue(ctx context.Context, id, payload string, opts ...leaserouter.EnqueueOption) error
 	EnqueueMany(ctx context.Context, specs []leaserouter.JobSpec[string]) (duplicates []int, err error)
+	// AddPeriodic and RemovePeriodic are the Kind's periodic jobs (the
+	// core's take no ctx).
+	AddPeriodic(ctx context.Context, p leaserouter.Periodic[string]) error
+	RemovePeriodic(name string) error
 }
 
 // QueueAdmin is one queue of a Client: the admin calls the rows use, the

@@ -27,7 +27,7 @@ func toSchemaV2(t *testing.T, db *pgxpool.Pool) {
 		DROP FUNCTION leaserouter_jobs_kind_reset;
 		ALTER TABLE leaserouter_jobs DROP COLUMN kind, DROP COLUMN metadata, DROP COLUMN kind_of;
 		DROP STATISTICS leaserouter_jobs_queue_state; DROP FUNCTION leaserouter_count_estimate;
-		DROP TABLE leaserouter_queues; DROP TABLE leaserouter_history; DROP INDEX leaserouter_jobs_order;
+		DROP TABLE leaserouter_queues; DROP TABLE leaserouter_history;
 		ALTER TABLE leaserouter_jobs DROP COLUMN leased_at; ALTER TABLE leaserouter_jobs DROP COLUMN timeout_us;
 		ALTER TABLE leaserouter_jobs DROP COLUMN timeout_of;
 		DROP FUNCTION leaserouter_end_lease; DROP FUNCTION leaserouter_lease_valid;

@@ -311,7 +311,7 @@
 //
 //	SELECT indexrelid::regclass FROM pg_index WHERE NOT indisvalid
 //
-// and is repaired by running Migrate again (version 11, 15 or 16 is recorded only
+// and is repaired by running Migrate again (version 11, 15, 16 or 17 is recorded only
 // once its index is valid and as the migration defines it; Migrate drops
 // an invalid one, or one of that name defined otherwise, with DROP INDEX
 // CONCURRENTLY, and builds it again). By hand, the same: DROP INDEX

@@ -424,3 +424,54 @@ func TestListPagesNewestFirstAcrossKinds(t *testing.T) {
 		})
 	}
 }
+
+// A job of a kind is in as many of the jobs table's indexes as a job of
+// no kind (a Router's that sets no Kind), in each state of its life
+// (pending, leased, succeeded): every write of a job (its insert, its
+// claim, its lease's end; none is HOT, the state being a key) then adds
+// as many index entries for either, and a Client, whose jobs all have a
+// kind, drains no dearer than a Router. Counted as each index's entries
+// after a VACUUM (which counts them exactly), in two databases holding
+// the same jobs but for their kind.
+func TestAJobOfAKindHasNoMoreIndexEntriesThanAJobOfNone(t *testing.T) {
+	ctx := t.Context()
+	entries := func(kind string) map[string]float64 {
+		db := pgtest.New(t)
+		r := routerOn[int](t, db, pgrouter.Options{Kind: kind, Retention: time.Hour})
+		specs := make([]leaserouter.JobSpec[int], 300)
+		for i := range specs {
+			specs[i] = leaserouter.JobSpec[int]{ID: fmt.Sprint("j", i), Payload: i}
+		}
+		_, err := r.EnqueueMany(ctx, specs)
+		require.NoError(t, err)
+		for i := range 200 { // 100 pending, 100 leased, 100 succeeded
+			l, err := r.TryAcquire(ctx, "w")
+			require.NoError(t, err)
+			if i%2 == 0 {
+				require.NoError(t, l.Complete(ctx))
+			}
+		}
+		_, err = db.Exec(ctx, "VACUUM leaserouter_jobs")
+		require.NoError(t, err)
+		rows, err := db.Query(ctx, `SELECT c.relname, c.reltuples FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+			WHERE i.indrelid = 'leaserouter_jobs'::regclass`)
+		require.NoError(t, err)
+		n := map[string]float64{}
+		for rows.Next() {
+			var name string
+			var tuples float32
+			require.NoError(t, rows.Scan(&name, &tuples))
+			n[name] = float64(tuples)
+		}
+		require.NoError(t, rows.Err())
+		return n
+	}
+	none, kinded := entries(""), entries("k")
+	sum := func(m map[string]float64) (s float64) {
+		for _, n := range m {
+			s += n
+		}
+		return s
+	}
+	require.Equal(t, sum(none), sum(kinded), "index entries of 300 jobs of no kind: %v; of a kind: %v", none, kinded)
+}

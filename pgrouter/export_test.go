@@ -2,6 +2,7 @@ package pgrouter
 
 import (
 	"context"
+	"strings"
 	"time"
 )
 
@@ -25,10 +26,20 @@ func ResolveClaim[T any](ctx context.Context, r *Router[T], id int64) error {
 func AwaitBackground[T any](ctx context.Context, r *Router[T]) error { return r.tasks.wait(ctx) }
 
 // Statement is the statement of sql/name.sql as it is sent: with $n
-// ordinals, names[i] being the parameter bound to $(i+1).
+// ordinals, names[i] being the parameter bound to $(i+1). A statement
+// rendered in two lock forms (lockForms) is its waiting form; name
+// ":skip" its skipping form.
 func Statement(name string) (sql string, names []string) {
 	if name == "claim" { // a template: a Router's claim, of one kind
 		return ClaimStatement(1)
+	}
+	if base, ok := strings.CutSuffix(name, ":skip"); ok { // the skipping form (lockForms)
+		p := compiled[lockFormsOf[base+"FOR UPDATE SKIP LOCKED"]]
+		return p.sql, p.names
+	}
+	if text, ok := lockFormsOf[name+"FOR UPDATE"]; ok { // the waiting form
+		p := compiled[text]
+		return p.sql, p.names
 	}
 	text, err := statementFiles.ReadFile("sql/" + name + ".sql")
 	if err != nil {

@@ -100,3 +100,18 @@ func ClaimTemplate(k int) string { return claimStatement(k) }
 
 // WithKinds is o serving kinds in its claim, as a Client's queue does.
 func WithKinds(o Options, kinds ...string) Options { o.kinds = kinds; return o }
+
+// CompleteSkipping is a heartbeat round's completion of ls (the skipping
+// form, lockForms): how many it left for a later round, and whether its
+// statement ran.
+func CompleteSkipping[T any](ctx context.Context, r *Router[T], ls []*Lease[T]) (later int, ok bool) {
+	l, ok := r.completeAll(ctx, r.db, ls, true)
+	return len(l), ok
+}
+
+// CompleteUnread completes ls with the waiting form and reads no reply,
+// as a statement whose reply was lost.
+func CompleteUnread[T any](ctx context.Context, r *Router[T], ls []*Lease[T]) error {
+	_, err := r.db.Exec(ctx, endLeases, r.endManyArgs(ls, "completed", true))
+	return err
+}

@@ -355,7 +355,7 @@ func (r *Router[T]) completeAll(ctx context.Context, q querier, ls []*Lease[T], 
 		return nil, false
 	}
 	if skip {
-		later, ls = r.heldElsewhere(ctx, q, ls, func(l *Lease[T]) bool { _, ok := done[keyOf(l)]; return ok })
+		later, ls = r.heldElsewhere(ctx, q, ls, leaserouter.LostCompleted, func(l *Lease[T]) bool { _, ok := done[keyOf(l)]; return ok })
 	}
 	r.completedMany(ls, done)
 	return later, true
@@ -385,7 +385,7 @@ func (r *Router[T]) handBackErr(ctx context.Context, q querier, ls []*Lease[T], 
 	ids, tokens := leaseKeys(ls)
 	back, err := readInstants(q.Query(ctx, stmt, args{"queue": r.opts.Queue, "ids": ids, "tokens": tokens}))
 	if err == nil && skip {
-		later, ls = r.heldElsewhere(ctx, q, ls, func(l *Lease[T]) bool { _, ok := back[keyOf(l)]; return ok })
+		later, ls = r.heldElsewhere(ctx, q, ls, "", func(l *Lease[T]) bool { _, ok := back[keyOf(l)]; return ok })
 	}
 	for _, l := range ls {
 		if at, ok := back[keyOf(l)]; ok && r.ev != nil {
@@ -393,21 +393,24 @@ func (r *Router[T]) handBackErr(ctx context.Context, q querier, ls []*Lease[T], 
 		}
 		r.release(l)
 	}
-	if err == nil {
+	if err == nil && len(back) > 0 {
 		r.notifyOn(ctx, q)
 	}
 	return later, err
 }
 
 // heldElsewhere splits ls after a skipping statement (lockForms), whose
-// result has the leases for which in is true: later are those it left
-// alone whose row still shows the lease (leased, its token): another
-// transaction held the row; rest are the others, in its result or
-// refused. It reads the rows without locking them (leases_inspect.sql),
-// one round trip, and only if some lease is not in the result; if that
-// read fails, every such lease is later (the caller's next statement
-// tells).
-func (r *Router[T]) heldElsewhere(ctx context.Context, q querier, ls []*Lease[T], in func(*Lease[T]) bool) (later, rest []*Lease[T]) {
+// result has the leases for which in is true. later are those it left
+// alone because another transaction held the row: the row, read without
+// a lock, still shows the lease (leased, its token) unexpired, or, for a
+// completion (reason "completed"), shows it ended so already by an
+// earlier statement whose reply was lost (the next round's statement
+// accepts it as done). rest are the others: in its result, or refused
+// (an expired lease among them: the statement would refuse it whenever
+// it got the row). It reads the rows (leases_inspect.sql), one round
+// trip, only if some lease is not in the result; if that read fails,
+// every such lease is later (the caller's next statement tells).
+func (r *Router[T]) heldElsewhere(ctx context.Context, q querier, ls []*Lease[T], reason leaserouter.LostReason, in func(*Lease[T]) bool) (later, rest []*Lease[T]) {
 	var out []*Lease[T]
 	for _, l := range ls {
 		if !in(l) {
@@ -420,7 +423,8 @@ func (r *Router[T]) heldElsewhere(ctx context.Context, q querier, ls []*Lease[T]
 	found, err := r.inspect(ctx, q, out)
 	rest = make([]*Lease[T], 0, len(ls)-len(out))
 	for _, l := range ls {
-		if row, ok := found[l.JobID]; !in(l) && (err != nil || ok && stillHeld(l, row)) {
+		row, ok := found[l.JobID]
+		if !in(l) && (err != nil || ok && (stillHeld(l, row) && row.live || endedAlready(l, row, reason))) {
 			later = append(later, l)
 		} else {
 			rest = append(rest, l)
@@ -430,10 +434,17 @@ func (r *Router[T]) heldElsewhere(ctx context.Context, q querier, ls []*Lease[T]
 }
 
 // stillHeld reports whether row, read without a lock, still shows l's
-// lease: leased, its token (valid or not: the statements decide that,
-// with the row locked).
+// lease: leased, its token (expired or not).
 func stillHeld[T any](l *Lease[T], row opResult) bool {
 	return row.token != nil && leaserouter.Token(*row.token) == l.Token && isState(row.was, leaserouter.StateLeased)
+}
+
+// endedAlready reports whether row, read without a lock, shows l's lease
+// ended for reason (not "": a statement that accepts an end already
+// done), by l's holder.
+func endedAlready[T any](l *Lease[T], row opResult, reason leaserouter.LostReason) bool {
+	return reason != "" && row.token != nil && leaserouter.Token(*row.token) == l.Token &&
+		!isState(row.was, leaserouter.StateLeased) && row.ended != nil && *row.ended == string(reason)
 }
 
 // Metadata returns the job's metadata (leaserouter.WithMetadata), as

@@ -85,13 +85,16 @@ type Handler[T any] func(ctx context.Context, l *Lease[T]) error
 // yet completed are completed, and every running lease is extended in one
 // statement, however many there are. A round never waits for a row
 // another transaction holds (an operator's statement, say): that lease
-// is handed back, completed or extended by a later round instead, so one
+// is handed back, completed or extended by a later round instead (one
+// soon after: 10ms, doubling while the row stays held, up to 1s), so one
 // row held elsewhere never delays the heartbeats of the other Runs and
 // of KeepAlive that take turns on the connection; one held by its
-// handler's CompleteTx is proven by that transaction, as above. So a job leased
-// ahead waits at most one HeartbeatInterval and never loses its lease
-// while it waits, a finished one never expires before it is completed,
-// and a long job holds others back for at most one HeartbeatInterval.
+// handler's CompleteTx is proven by that transaction, as above. So a job
+// leased ahead waits at most one HeartbeatInterval and never loses its
+// lease while it waits, a finished one never expires before it is
+// completed (unless another transaction holds its row past its expiry:
+// no lease can be extended or ended meanwhile), and a long job holds
+// others back for at most one HeartbeatInterval.
 // When ctx is done or Close starts, workers start no more jobs and the
 // waiting ones are handed back at once.
 //

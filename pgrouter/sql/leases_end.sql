@@ -15,7 +15,10 @@
 -- UPDATE SKIP LOCKED, which a heartbeat round sends on the connection
 -- every Run and KeepAlive of the process share, so that a row held
 -- elsewhere never stalls them: a lease skipped so is neither ended nor
--- returned, and the round finds it still held and tries again.
+-- returned; the round reads its row without a lock and tries again
+-- later if it still shows the lease unexpired (or ended so already by an
+-- earlier statement whose reply was lost), and takes it as refused
+-- otherwise (lease.go, heldElsewhere).
 --
 -- The shape of l (leases_heartbeat.sql and leases_hand_back.sql lock
 -- their rows the same way) is for the planner. The arrays come through

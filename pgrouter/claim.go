@@ -271,7 +271,7 @@ func (r *Router[T]) giveBack(ctx context.Context, conn querier, release func(), 
 		return
 	}
 	release()
-	r.later(func(ctx context.Context) error { return r.handBackErr(ctx, r.db, back) })
+	r.handBackLater(back)
 }
 
 // failUndecodable fails the attempts of the leases whose payloads this

@@ -2,6 +2,7 @@ package pgrouter
 
 import (
 	"context"
+	"strings"
 	"time"
 )
 
@@ -25,10 +26,20 @@ func ResolveClaim[T any](ctx context.Context, r *Router[T], id int64) error {
 func AwaitBackground[T any](ctx context.Context, r *Router[T]) error { return r.tasks.wait(ctx) }
 
 // Statement is the statement of sql/name.sql as it is sent: with $n
-// ordinals, names[i] being the parameter bound to $(i+1).
+// ordinals, names[i] being the parameter bound to $(i+1). A statement
+// rendered in two lock forms (lockForms) is its waiting form; name
+// ":skip" its skipping form.
 func Statement(name string) (sql string, names []string) {
 	if name == "claim" { // a template: a Router's claim, of one kind
 		return ClaimStatement(1)
+	}
+	if base, ok := strings.CutSuffix(name, ":skip"); ok { // the skipping form (lockForms)
+		p := compiled[lockFormsOf[base+"FOR UPDATE SKIP LOCKED"]]
+		return p.sql, p.names
+	}
+	if text, ok := lockFormsOf[name+"FOR UPDATE"]; ok { // the waiting form
+		p := compiled[text]
+		return p.sql, p.names
 	}
 	text, err := statementFiles.ReadFile("sql/" + name + ".sql")
 	if err != nil {
@@ -89,3 +100,18 @@ func ClaimTemplate(k int) string { return claimStatement(k) }
 
 // WithKinds is o serving kinds in its claim, as a Client's queue does.
 func WithKinds(o Options, kinds ...string) Options { o.kinds = kinds; return o }
+
+// CompleteSkipping is a heartbeat round's completion of ls (the skipping
+// form, lockForms): how many it left for a later round, and whether its
+// statement ran.
+func CompleteSkipping[T any](ctx context.Context, r *Router[T], ls []*Lease[T]) (later int, ok bool) {
+	l, ok := r.completeAll(ctx, r.db, ls, true)
+	return len(l), ok
+}
+
+// CompleteUnread completes ls with the waiting form and reads no reply,
+// as a statement whose reply was lost.
+func CompleteUnread[T any](ctx context.Context, r *Router[T], ls []*Lease[T]) error {
+	_, err := r.db.Exec(ctx, endLeases, r.endManyArgs(ls, "completed", true))
+	return err
+}

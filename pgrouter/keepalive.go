@@ -430,7 +430,7 @@ func (r *Router[T]) heartbeatAll(ctx context.Context, q querier, ls []*Lease[T],
 	now := time.Now()
 	for _, l := range append(refused, unseen...) {
 		row, ok := found[l.JobID]
-		if !seen[l] && ok && row.token != nil && leaserouter.Token(*row.token) == l.Token && isState(row.was, leaserouter.StateLeased) {
+		if !seen[l] && ok && stillHeld(l, row) {
 			continue // locked by another transaction, still this lease's: unknown until the next round
 		}
 		if !still(l) {

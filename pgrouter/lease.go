@@ -341,14 +341,24 @@ func (r *Router[T]) revokeHeld(ctx context.Context) error {
 
 // completeAll completes ls on q in one statement (those still valid), as
 // Run does with finished jobs outside a claim, and reports whether the
-// statement ran (if not, none was completed).
-func (r *Router[T]) completeAll(ctx context.Context, q querier, ls []*Lease[T]) bool {
-	done, err := readEnded(q.Query(ctx, endLeases, r.endManyArgs(ls, leaserouter.LostCompleted, true)))
+// statement ran (if not, none was completed). With skip (a heartbeat
+// round's: lockForms), a lease whose row another transaction holds is
+// neither completed nor refused but returned in later, still held, for
+// the caller to try again.
+func (r *Router[T]) completeAll(ctx context.Context, q querier, ls []*Lease[T], skip bool) (later []*Lease[T], ok bool) {
+	stmt := endLeases
+	if skip {
+		stmt = endLeasesSkipping
+	}
+	done, err := readEnded(q.Query(ctx, stmt, r.endManyArgs(ls, leaserouter.LostCompleted, true)))
 	if err != nil {
-		return false
+		return nil, false
+	}
+	if skip {
+		later, ls = r.heldElsewhere(ctx, q, ls, leaserouter.LostCompleted, func(l *Lease[T]) bool { _, ok := done[keyOf(l)]; return ok })
 	}
 	r.completedMany(ls, done)
-	return true
+	return later, true
 }
 
 // handBack hands back ls on q (see handBackMany), wakes the queue's
@@ -356,26 +366,85 @@ func (r *Router[T]) completeAll(ctx context.Context, q querier, ls []*Lease[T]) 
 // leases stay until their expiry, unless the caller tries again (a lease
 // handed back already is left alone).
 func (r *Router[T]) handBack(ctx context.Context, q querier, ls []*Lease[T]) bool {
-	return r.handBackErr(ctx, q, ls) == nil
+	_, err := r.handBackErr(ctx, q, ls, false)
+	return err == nil
 }
 
-// handBackErr is handBack, returning the statement's error.
-func (r *Router[T]) handBackErr(ctx context.Context, q querier, ls []*Lease[T]) error {
+// handBackErr is handBack, returning the statement's error. With skip (a
+// heartbeat round's: lockForms), a lease whose row another transaction
+// holds is left as it is and returned in later, still held, for the
+// caller to try again.
+func (r *Router[T]) handBackErr(ctx context.Context, q querier, ls []*Lease[T], skip bool) (later []*Lease[T], err error) {
 	if len(ls) == 0 {
-		return nil
+		return nil, nil
+	}
+	stmt := handBackMany
+	if skip {
+		stmt = handBackManySkipping
 	}
 	ids, tokens := leaseKeys(ls)
-	back, err := readInstants(q.Query(ctx, handBackMany, args{"queue": r.opts.Queue, "ids": ids, "tokens": tokens}))
+	back, err := readInstants(q.Query(ctx, stmt, args{"queue": r.opts.Queue, "ids": ids, "tokens": tokens}))
+	if err == nil && skip {
+		later, ls = r.heldElsewhere(ctx, q, ls, "", func(l *Lease[T]) bool { _, ok := back[keyOf(l)]; return ok })
+	}
 	for _, l := range ls {
 		if at, ok := back[keyOf(l)]; ok && r.ev != nil {
 			r.emit(l.event(leaserouter.EventReleased, at))
 		}
 		r.release(l)
 	}
-	if err == nil {
+	if err == nil && len(back) > 0 {
 		r.notifyOn(ctx, q)
 	}
-	return err
+	return later, err
+}
+
+// heldElsewhere splits ls after a skipping statement (lockForms), whose
+// result has the leases for which in is true. later are those it left
+// alone because another transaction held the row: the row, read without
+// a lock, still shows the lease (leased, its token) unexpired, or, for a
+// completion (reason "completed"), shows it ended so already by an
+// earlier statement whose reply was lost (the next round's statement
+// accepts it as done). rest are the others: in its result, or refused
+// (an expired lease among them: the statement would refuse it whenever
+// it got the row). It reads the rows (leases_inspect.sql), one round
+// trip, only if some lease is not in the result; if that read fails,
+// every such lease is later (the caller's next statement tells).
+func (r *Router[T]) heldElsewhere(ctx context.Context, q querier, ls []*Lease[T], reason leaserouter.LostReason, in func(*Lease[T]) bool) (later, rest []*Lease[T]) {
+	var out []*Lease[T]
+	for _, l := range ls {
+		if !in(l) {
+			out = append(out, l)
+		}
+	}
+	if len(out) == 0 {
+		return nil, ls
+	}
+	found, err := r.inspect(ctx, q, out)
+	rest = make([]*Lease[T], 0, len(ls)-len(out))
+	for _, l := range ls {
+		row, ok := found[l.JobID]
+		if !in(l) && (err != nil || ok && (stillHeld(l, row) && row.live || endedAlready(l, row, reason))) {
+			later = append(later, l)
+		} else {
+			rest = append(rest, l)
+		}
+	}
+	return later, rest
+}
+
+// stillHeld reports whether row, read without a lock, still shows l's
+// lease: leased, its token (expired or not).
+func stillHeld[T any](l *Lease[T], row opResult) bool {
+	return row.token != nil && leaserouter.Token(*row.token) == l.Token && isState(row.was, leaserouter.StateLeased)
+}
+
+// endedAlready reports whether row, read without a lock, shows l's lease
+// ended for reason (not "": a statement that accepts an end already
+// done), by l's holder.
+func endedAlready[T any](l *Lease[T], row opResult, reason leaserouter.LostReason) bool {
+	return reason != "" && row.token != nil && leaserouter.Token(*row.token) == l.Token &&
+		!isState(row.was, leaserouter.StateLeased) && row.ended != nil && *row.ended == string(reason)
 }
 
 // Metadata returns the job's metadata (leaserouter.WithMetadata), as

@@ -53,6 +53,7 @@ type opResult struct {
 	token  *int64     // the job's token as found; nil if the row is gone
 	was    *string    // its state as found
 	ended  *string    // why its latest lease ended, as found
+	live   bool       // as found, its lease's expiry is ahead on the database's clock (leases_inspect.sql)
 	xid    uint64     // in a caller's transaction, done: the full ID of the (sub)transaction that wrote it
 }
 
@@ -308,8 +309,8 @@ func (r *Router[T]) completedMany(ls []*Lease[T], done map[leaseKey]ended) {
 }
 
 // inspect reads the rows of ls's jobs without locking them (current
-// token, state, why the last lease ended), by job ID; a job whose row is
-// gone is missing.
+// token, state, why the last lease ended, whether its lease is
+// unexpired), by job ID; a job whose row is gone is missing.
 func (r *Router[T]) inspect(ctx context.Context, q querier, ls []*Lease[T]) (map[string]opResult, error) {
 	found := map[string]opResult{}
 	if len(ls) == 0 {
@@ -322,7 +323,7 @@ func (r *Router[T]) inspect(ctx context.Context, q querier, ls []*Lease[T]) (map
 	}
 	for rows.Next() {
 		var res opResult
-		if err := rows.Scan(&res.id, &res.token, &res.was, &res.ended); err != nil {
+		if err := rows.Scan(&res.id, &res.token, &res.was, &res.ended, &res.live); err != nil {
 			rows.Close()
 			return nil, err
 		}

@@ -137,7 +137,7 @@ func (l *Lease[T]) resolved(ctx context.Context, reason leaserouter.LostReason) 
 	var row opResult
 	found := false
 	if err == nil {
-		err = br.QueryRow().Scan(&row.id, &row.token, &row.was, &row.ended)
+		err = br.QueryRow().Scan(&row.id, &row.token, &row.was, &row.ended, &row.live)
 		found = err == nil
 		if errors.Is(err, pgx.ErrNoRows) {
 			err = nil // the row is gone (purged)

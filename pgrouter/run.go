@@ -83,12 +83,18 @@ type Handler[T any] func(ctx context.Context, l *Lease[T]) error
 // waiting their turn are handed back unstarted (pending again in their
 // old place, the lease not counted as an attempt), the finished ones not
 // yet completed are completed, and every running lease is extended in one
-// statement, however many there are (rows another transaction holds are
-// skipped, never waited for: one held by its handler's CompleteTx is
-// proven by that transaction instead, as above). So a job leased
-// ahead waits at most one HeartbeatInterval and never loses its lease
-// while it waits, a finished one never expires before it is completed,
-// and a long job holds others back for at most one HeartbeatInterval.
+// statement, however many there are. A round never waits for a row
+// another transaction holds (an operator's statement, say): that lease
+// is handed back, completed or extended by a later round instead (one
+// soon after: 10ms, doubling while the row stays held, up to 1s), so one
+// row held elsewhere never delays the heartbeats of the other Runs and
+// of KeepAlive that take turns on the connection; one held by its
+// handler's CompleteTx is proven by that transaction, as above. So a job
+// leased ahead waits at most one HeartbeatInterval and never loses its
+// lease while it waits, a finished one never expires before it is
+// completed (unless another transaction holds its row past its expiry:
+// no lease can be extended or ended meanwhile), and a long job holds
+// others back for at most one HeartbeatInterval.
 // When ctx is done or Close starts, workers start no more jobs and the
 // waiting ones are handed back at once.
 //
@@ -155,7 +161,8 @@ func (r *Router[T]) Run(ctx context.Context, opts leaserouter.WorkerOptions, h H
 	unwatchClose()
 	unwatchStop()
 	u.stop()
-	r.completeLater(u.orphans) // finished, not completed by the last rounds
+	r.completeLater(u.orphans)  // finished, not completed by the last rounds
+	r.handBackLater(u.unhanded) // not started, not handed back by the last rounds
 	return nil
 }
 
@@ -182,13 +189,14 @@ type runner[T any] struct {
 
 	idle *waker // wakes the Run's sleeping workers when one leased a batch they may steal from
 
-	mu      sync.Mutex
-	workers []*worker[T]
-	held    map[*Lease[T]]*held // the Run's leases not yet ended: waiting or running
-	orphans []*Lease[T]         // finished leases a heartbeat round failed to complete: the next round tries again
-	running int                 // handlers running
-	wound   bool                // the Run stopped: quit ends once no handler runs
-	armed   bool                // quit's end is set
+	mu       sync.Mutex
+	workers  []*worker[T]
+	held     map[*Lease[T]]*held // the Run's leases not yet ended: waiting or running
+	orphans  []*Lease[T]         // finished leases a heartbeat round failed to complete, or found held by another transaction: the next round tries again
+	unhanded []*Lease[T]         // waiting leases a heartbeat round found held by another transaction: the next round hands them back
+	running  int                 // handlers running
+	wound    bool                // the Run stopped: quit ends once no handler runs
+	armed    bool                // quit's end is set
 }
 
 // stopped reports whether the Run is stopping (contract.Stopping): its
@@ -214,10 +222,26 @@ func (u *runner[T]) dbCtx() (context.Context, context.CancelFunc) {
 
 // heartbeats runs a heartbeat round each HeartbeatInterval, and one at
 // once when the Run stops (handing back the waiting jobs), until done;
-// then a last round completes what the workers could not.
+// then a last round completes what the workers could not. A round that
+// left a hand-back or completion because another transaction held its
+// row is followed by another soon (heldRetry, doubling up to
+// heldRetryMax), as a statement waiting for the row would have done it as
+// the row was let go.
 func (u *runner[T]) heartbeats(done <-chan struct{}) {
 	t := time.NewTicker(u.opts.HeartbeatInterval)
 	defer t.Stop()
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
+	wait := heldRetry
+	beat := func() {
+		if !u.beat() {
+			wait = heldRetry
+			return
+		}
+		retry.Reset(wait)
+		wait = min(2*wait, heldRetryMax, u.opts.HeartbeatInterval)
+	}
 	func() { // the connection now, not at the first round: a stopping Run's last round has it
 		ctx, cancel := u.dbCtx()
 		defer cancel()
@@ -234,17 +258,30 @@ func (u *runner[T]) heartbeats(done <-chan struct{}) {
 			return
 		case <-stopping:
 			stopping = nil
-			u.beat()
+			beat()
 		case <-t.C:
-			u.beat()
+			beat()
+		case <-retry.C:
+			beat()
 		}
 	}
 }
 
+// heldRetry is how soon a round follows one that found a row it had to
+// hand back or complete held by another transaction; it doubles while
+// the row stays held, up to heldRetryMax (or HeartbeatInterval, if
+// shorter).
+const (
+	heldRetry    = 10 * time.Millisecond
+	heldRetryMax = time.Second
+)
+
 // beat is one heartbeat round: the jobs of every batch still waiting
 // their turn are handed back, the finished ones completed, the running
-// leases extended; a lease found lost cancels its handler's ctx.
-func (u *runner[T]) beat() {
+// leases extended; a lease found lost cancels its handler's ctx. It
+// reports whether it left a hand-back or completion to a later round
+// because another transaction held the row.
+func (u *runner[T]) beat() (held bool) {
 	ctx, cancel := u.dbCtx()
 	defer cancel()
 	// The turn on the heartbeat connection first: the leases are taken
@@ -252,7 +289,7 @@ func (u *runner[T]) beat() {
 	// counts from the send, after this wait.
 	beats := &u.r.sh.beats
 	if !beats.acquire(ctx) {
-		return // other rounds held it throughout: the next round goes on; the timers cancel the handlers if this goes on
+		return false // other rounds held it throughout: the next round goes on; the timers cancel the handlers if this goes on
 	}
 	defer beats.release()
 	u.mu.Lock()
@@ -269,7 +306,8 @@ func (u *runner[T]) beat() {
 		w.done = nil
 	}
 	finished = append(finished, u.orphans...)
-	u.orphans = nil
+	back = append(back, u.unhanded...)
+	u.orphans, u.unhanded = nil, nil
 	for l, h := range u.held {
 		// Running; one its handler completed with CompleteTx is kept too:
 		// held by the handler's transaction while it is open (see pending),
@@ -281,13 +319,28 @@ func (u *runner[T]) beat() {
 	u.mu.Unlock()
 	q := beats.get(ctx, u.r.db)
 	failed := func() { q = beats.failed(ctx, u.r.db, q) } // the rest of the round on a new connection
-	if !u.r.handBack(ctx, q, back) {
+	// The skipping forms (lockForms): a row another transaction holds
+	// never holds the connection the other Runs and KeepAlive share; its
+	// lease is left to a later round (held).
+	unhanded, err := u.r.handBackErr(ctx, q, back, true)
+	if err != nil {
 		failed()
 	}
-	if len(finished) > 0 && !u.r.completeAll(ctx, q, finished) {
-		failed()
+	held = len(unhanded) > 0
+	var later []*Lease[T]
+	if len(finished) > 0 {
+		var ok bool
+		if later, ok = u.r.completeAll(ctx, q, finished, true); ok {
+			held = held || len(later) > 0
+		} else {
+			failed()
+			later = finished // the next round tries again
+		}
+	}
+	if len(later) > 0 || len(unhanded) > 0 {
 		u.mu.Lock()
-		u.orphans = append(u.orphans, finished...)
+		u.orphans = append(u.orphans, later...)
+		u.unhanded = append(u.unhanded, unhanded...)
 		u.mu.Unlock()
 	}
 	sent := time.Now()
@@ -298,7 +351,7 @@ func (u *runner[T]) beat() {
 	})
 	if err != nil {
 		failed()
-		return // not proven: the timers cancel the handlers if this goes on
+		return held // not proven: the timers cancel the handlers if this goes on
 	}
 	u.mu.Lock()
 	for l, exp := range res.alive {
@@ -311,7 +364,7 @@ func (u *runner[T]) beat() {
 	}
 	u.mu.Unlock()
 	if len(res.lost) == 0 {
-		return
+		return held
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -320,4 +373,5 @@ func (u *runner[T]) beat() {
 			h.cancel(e)
 		}
 	}
+	return held
 }

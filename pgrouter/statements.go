@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -55,6 +56,45 @@ func statement(name string) string {
 	compiled[text] = p
 	return text
 }
+
+// lockForms renders sql/name.sql, whose row lock is written {lock} in
+// its one place (outside comments), as two statements, compiled into
+// compiled: wait locks FOR UPDATE, waiting for a row another transaction
+// holds; skip locks FOR UPDATE SKIP LOCKED, leaving such a row alone. A
+// heartbeat round sends the skipping forms: it runs on the connection
+// that every Run and KeepAlive of the process take turns on, so a row
+// held elsewhere (an operator's statement, a caller's transaction) must
+// never hold that connection.
+func lockForms(name string) (wait, skip string) {
+	text := statementText(name)
+	render := func(lock string) string {
+		var b strings.Builder
+		n := 0
+		for l := range strings.Lines(text) {
+			if !strings.HasPrefix(l, "--") && strings.Contains(l, "{lock}") {
+				l = strings.Replace(l, "{lock}", lock, 1)
+				n++
+			}
+			b.WriteString(l)
+		}
+		if n != 1 {
+			panic(fmt.Sprintf("pgrouter: statement %s: %d {lock} placeholders, want 1", name, n))
+		}
+		out := b.String()
+		p, err := compile(out)
+		if err != nil {
+			panic(fmt.Sprintf("pgrouter: statement %s: %v", name, err))
+		}
+		compiled[out] = p
+		lockFormsOf[name+lock] = out
+		return out
+	}
+	return render("FOR UPDATE"), render("FOR UPDATE SKIP LOCKED")
+}
+
+// lockFormsOf is each form lockForms rendered, keyed by the statement's
+// name and its lock (for tests: Statement).
+var lockFormsOf = map[string]string{}
 
 // statementText is the text of sql/name.sql.
 func statementText(name string) string {
@@ -136,12 +176,14 @@ var (
 	lockRowOfToken = statement("lease_lock_of_token")
 	endLease       = statement("lease_end")
 	heartbeatLease = statement("lease_heartbeat")
-	endLeases      = statement("leases_end")
 	heartbeatMany  = statement("leases_heartbeat")
-	handBackMany   = statement("leases_hand_back")
-	inspectLeases  = statement("leases_inspect")
-	writerOf       = statement("writer_of")
-	txPending      = statement("tx_pending")
+	// Waiting for a row another transaction holds, and skipping it (a
+	// heartbeat round's: see lockForms).
+	endLeases, endLeasesSkipping       = lockForms("leases_end")
+	handBackMany, handBackManySkipping = lockForms("leases_hand_back")
+	inspectLeases                      = statement("leases_inspect")
+	writerOf                           = statement("writer_of")
+	txPending                          = statement("tx_pending")
 
 	// Unknown outcomes (outcome.go).
 	abandon         = statement("abandon")

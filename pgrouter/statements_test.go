@@ -17,7 +17,7 @@ import (
 )
 
 // The batch lease statements, with a value for each of their parameters.
-var batchStatements = []string{"leases_end", "leases_heartbeat", "leases_hand_back"}
+var batchStatements = []string{"leases_end", "leases_end:skip", "leases_heartbeat", "leases_hand_back", "leases_hand_back:skip"}
 
 func batchValues(ids []string, tokens []int64) map[string]any {
 	return map[string]any{"ids": ids, "tokens": tokens, "queue": "default", "reason": "completed",

@@ -15,7 +15,7 @@ func (r *Router[T]) completeLater(ls []*Lease[T]) {
 		return
 	}
 	r.later(func(ctx context.Context) error {
-		if !r.completeAll(ctx, r.db, ls) {
+		if _, ok := r.completeAll(ctx, r.db, ls, false); !ok {
 			return errNotDone
 		}
 		return nil
@@ -24,7 +24,10 @@ func (r *Router[T]) completeLater(ls []*Lease[T]) {
 
 // handBackLater hands ls back in the background (see handBack).
 func (r *Router[T]) handBackLater(ls []*Lease[T]) {
-	r.later(func(ctx context.Context) error { return r.handBackErr(ctx, r.db, ls) })
+	if len(ls) == 0 {
+		return
+	}
+	r.later(func(ctx context.Context) error { _, err := r.handBackErr(ctx, r.db, ls, false); return err })
 }
 
 // endOrLater ends l with end (Release or Fail) on ctx; if the database

@@ -254,7 +254,10 @@ func (w *worker[T]) flush() {
 	if !u.r.handBack(ctx, u.r.db, waiting) {
 		u.r.handBackLater(waiting)
 	}
-	if len(done) > 0 && !u.r.completeAll(ctx, u.r.db, done) {
+	if len(done) == 0 {
+		return
+	}
+	if _, ok := u.r.completeAll(ctx, u.r.db, done, false); !ok {
 		u.mu.Lock()
 		u.orphans = append(u.orphans, done...) // the heartbeat goroutine's last round tries again
 		u.mu.Unlock()

@@ -10,6 +10,16 @@
 -- statement whose reply was lost) too, with the instant it ended, so a
 -- retry of an unknown outcome is not a refusal.
 --
+-- {lock} is the row lock, rendered twice (lockForms in statements.go):
+-- FOR UPDATE, which waits for a row another transaction holds, and FOR
+-- UPDATE SKIP LOCKED, which a heartbeat round sends on the connection
+-- every Run and KeepAlive of the process share, so that a row held
+-- elsewhere never stalls them: a lease skipped so is neither ended nor
+-- returned; the round reads its row without a lock and tries again
+-- later if it still shows the lease unexpired (or ended so already by an
+-- earlier statement whose reply was lost), and takes it as refused
+-- otherwise (lease.go, heldElsewhere).
+--
 -- The shape of l (leases_heartbeat.sql and leases_hand_back.sql lock
 -- their rows the same way) is for the planner. The arrays come through
 -- an OFFSET 0 subquery, so it estimates them alike whatever their length
@@ -37,7 +47,7 @@ WITH l AS (
 		a.accept
 	FROM (SELECT @ids::text[], @tokens::bigint[], @accept_ended::boolean OFFSET 0) AS a(ids, tokens, accept),
 		LATERAL (SELECT * FROM unnest(a.ids, a.tokens) AS u(id, token) ORDER BY id) AS h,
-		LATERAL (SELECT * FROM leaserouter_jobs j WHERE j.queue = @queue AND j.id = h.id FOR UPDATE) AS j),
+		LATERAL (SELECT * FROM leaserouter_jobs j WHERE j.queue = @queue AND j.id = h.id {lock}) AS j),
 x AS (
 	UPDATE leaserouter_jobs j SET
 		(state, ready_at, purge_at, owner, lease_expires_at, ended, requeued, updated_at, last_error) =

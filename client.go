@@ -269,8 +269,9 @@ func (c *Client) dispatch(ctx context.Context, l *Lease[any]) error {
 // workers stopped with (ErrTokensExhausted). Calling Stop again, or
 // concurrently, waits until ctx is done for the first call to finish
 // and returns nil. Stop of a Client never started closes its queues.
-// OnEvent must not call Stop (it would wait for its own delivery until
-// ctx is done). Jobs not run stay in the queues' closed job sets: a
+// OnEvent, a handler, and a periodic job's Payload or Schedule must not
+// call Stop (each would wait for itself until ctx is done: call it from
+// another goroutine). Jobs not run stay in the queues' closed job sets: a
 // Client keeps nothing across processes. A nil ctx means
 // context.Background(); a Client not made by NewClient (nil, or a zero
 // Client) returns an error wrapping ErrInvalidOptions.

@@ -7,6 +7,7 @@ import (
 	"context"
 	"runtime"
 
+	"github.com/leaserouter/leaserouter/internal/contract"
 	"github.com/leaserouter/leaserouter/internal/goid"
 )
 
@@ -136,28 +137,7 @@ func (r *Router[T]) revoke(limit int) (more bool) {
 // done; it reports whether they did.
 func (r *Router[T]) waitClosed(ctx context.Context) bool {
 	if !r.hooked {
-		return waitFor(ctx, r.done)
+		return contract.WaitFor(ctx, r.done)
 	}
-	return waitFor(ctx, r.done) && waitFor(ctx, r.delivery.done)
-}
-
-// waitFor waits until ch is closed or ctx is done, and reports whether ch
-// was closed (preferred when both are).
-func waitFor(ctx context.Context, ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-	}
-	select {
-	case <-ch:
-		return true
-	case <-ctx.Done():
-		select {
-		case <-ch:
-			return true
-		default:
-			return false
-		}
-	}
+	return contract.WaitFor(ctx, r.done) && contract.WaitFor(ctx, r.delivery.done)
 }

@@ -47,8 +47,7 @@ func (k *Kind[T]) AddPeriodic(p Periodic[T]) error {
 	queue := contract.QueueOf(p.Options, k.queue)
 	q := k.c.queues[queue]
 	if q == nil {
-		return fmt.Errorf("%w: Periodic %s: %w", ErrInvalidOptions, contract.Quote(p.Name),
-			contract.UnknownQueue(ErrInvalidJob, queue, TickID(p.Name, time.Unix(0, 0))))
+		return contract.UnknownPeriodicQueue(ErrInvalidOptions, p.Name, queue)
 	}
 	payload := p.Payload
 	return q.r.addPeriodic(Periodic[any]{

@@ -40,7 +40,7 @@ func (per *periodics[T]) wait(ctx context.Context, inUser bool) {
 	if goid.Current() == per.goid.Load() {
 		return
 	}
-	waitFor(ctx, per.done)
+	contract.WaitFor(ctx, per.done)
 }
 
 // enter marks the goroutine as calling user code, unless Close has begun;

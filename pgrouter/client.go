@@ -71,9 +71,14 @@ type ClientOptions struct {
 	// Backoff, Retention, TokenFloor, PollInterval, NoVacuum, OnEvent,
 	// Logger), as for New; Queue and Kind are ignored. OnEvent gets the
 	// events of every queue; its calls are serial across the queues
-	// (never two at once), and in order within a queue. The Logger's
-	// records carry the queue ("queue"). Only the first queue, in name
-	// order, vacuums the jobs table (see New), unless NoVacuum.
+	// (never two at once), and in order within a queue. While it runs,
+	// the other queues' events wait for it: an OnEvent that enqueues into
+	// another queue whose event backlog is full (see Options.OnEvent)
+	// waits until its ctx ends, as that backlog drains only after it
+	// returns. The Logger's records carry the queue ("queue"); its calls
+	// are not serial (the background loops log while an OnEvent runs).
+	// Only the first queue, in name order, vacuums the jobs table (see
+	// New), unless NoVacuum.
 	Options
 	// Queues names the Client's queues with their configuration; empty,
 	// one queue, DefaultQueue, with a zero QueueConfig. A queue's name
@@ -296,7 +301,9 @@ func (c *Client) dispatch(ctx context.Context, l *Lease[json.RawMessage]) error 
 // canceled ctx is then left running, and its lease refused). Calling Stop
 // again, or concurrently, waits until ctx is done for the first call to
 // finish and returns nil. Stop of a Client never started closes its
-// queues. OnEvent must not call Stop. Jobs not run stay in the table for
+// queues. OnEvent, a handler, and a periodic job's Payload or Schedule
+// must not call Stop (each would wait for itself until ctx is done: call
+// it from another goroutine). Jobs not run stay in the table for
 // the next process. A nil ctx means context.Background(); a Client not
 // made by NewClient (nil, or a zero Client) returns an error wrapping
 // leaserouter.ErrInvalidOptions.

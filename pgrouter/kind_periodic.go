@@ -57,8 +57,7 @@ func (k *Kind[T]) AddPeriodic(ctx context.Context, p Periodic[T]) error {
 	queue := contract.QueueOf(p.Options, k.queue)
 	q := k.c.queues[queue]
 	if q == nil {
-		return fmt.Errorf("%w: Periodic %s: %w", leaserouter.ErrInvalidOptions, contract.Quote(p.Name),
-			contract.UnknownQueue(leaserouter.ErrInvalidJob, queue, leaserouter.TickID(p.Name, time.Unix(0, 0))))
+		return contract.UnknownPeriodicQueue(leaserouter.ErrInvalidOptions, p.Name, queue)
 	}
 	payload, name := p.Payload, p.Name
 	return q.r.addPeriodic(ctx, Periodic[json.RawMessage]{Name: p.Name, Schedule: p.Schedule, Options: p.Options}, k.name,

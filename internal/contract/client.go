@@ -93,6 +93,12 @@ func UnknownQueue(errInvalidJob error, queue, id string) error {
 	return fmt.Errorf("%w: WithQueue(%s) for job %q: the Client has no such queue", errInvalidJob, Quote(queue), id)
 }
 
+// UnknownPeriodicQueue is the error of a Kind's AddPeriodic whose
+// WithQueue names a queue the Client lacks.
+func UnknownPeriodicQueue(errInvalidOptions error, name, queue string) error {
+	return fmt.Errorf("%w: Periodic %s: WithQueue(%s): the Client has no such queue", errInvalidOptions, Quote(name), Quote(queue))
+}
+
 // HookLock makes a Client's hooks serial across its queues: each call of
 // OnEvent (SerialHook) and of the Logger's handler (Handler) holds it, so
 // that no two run at once whatever queue's events they deliver. It is a

@@ -149,8 +149,9 @@ func (l *Lifecycle) Stopped() bool {
 // lock: closeAll(ctx) (the backend closes its queues, which ends their
 // Runs), then a wait for Start's Run goroutines until ctx is done, then
 // release (if not nil: what the backend holds besides its queues). It
-// returns closeAll's error; else ctx.Err() if ctx was done before the
-// Runs returned; else the first error a Run returned (one wrapping
+// returns closeAll's error (ctx.Err() itself if that wraps it: a Close
+// of each queue cut short by ctx); else ctx.Err() if ctx was done before
+// the Runs returned; else the first error a Run returned (one wrapping
 // errClosed excepted); else nil. A later or concurrent call waits for the
 // first to return, until ctx is done, and returns nil. A nil ctx means
 // context.Background(). Stop of a Lifecycle never started runs nothing
@@ -177,6 +178,9 @@ func (l *Lifecycle) Stop(ctx context.Context, closeAll func(context.Context) err
 	if !WaitFor(ctx, l.ran) && err == nil {
 		err = ctx.Err()
 	}
+	if cerr := ctx.Err(); cerr != nil && err != nil && errors.Is(err, cerr) {
+		err = cerr // once, not once per queue whose Close it cut short
+	}
 	if release != nil {
 		release()
 	}
@@ -188,12 +192,25 @@ func (l *Lifecycle) Stop(ctx context.Context, closeAll func(context.Context) err
 	return err
 }
 
-// WaitFor waits until ch is closed (true) or ctx is done (false).
+// WaitFor waits until ch is closed (true) or ctx is done (false). A ch
+// closed already counts, even with ctx done: which of two ready cases a
+// select takes is random, so ch is looked at first and again at ctx's
+// end.
 func WaitFor(ctx context.Context, ch <-chan struct{}) bool {
 	select {
 	case <-ch:
 		return true
+	default:
+	}
+	select {
+	case <-ch:
+		return true
 	case <-ctx.Done():
-		return false
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
 	}
 }

@@ -299,3 +299,30 @@ func (c countingHandler) Handle(context.Context, slog.Record) error {
 }
 func (c countingHandler) WithAttrs([]slog.Attr) slog.Handler { return c }
 func (c countingHandler) WithGroup(string) slog.Handler      { return c }
+
+// TestLifecycleStopWithADoneCtxAndNothingToWaitForReturnsNil: Stop with
+// a ctx done already, and no Run to wait for, returns nil every time
+// (a select of a closed channel and a done ctx picks either at random:
+// the channel is looked at first).
+func TestLifecycleStopWithADoneCtxAndNothingToWaitForReturnsNil(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i := range 200 {
+		l := newTestLifecycle()
+		if i%2 == 1 {
+			require.NoError(t, l.Start(func([]string) []func() error { return nil }))
+		}
+		require.NoError(t, l.Stop(ctx, noClose, nil), "round %d", i)
+	}
+}
+
+// TestLifecycleStopCutShortReturnsCtxErrOnce: a Stop whose ctx ends
+// while each queue's Close waits returns ctx.Err() itself, not one
+// copy per queue joined.
+func TestLifecycleStopCutShortReturnsCtxErrOnce(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	l := newTestLifecycle()
+	closeAll := func(ctx context.Context) error { return errors.Join(ctx.Err(), ctx.Err()) }
+	require.Equal(t, context.Canceled, l.Stop(ctx, closeAll, nil))
+}

@@ -34,6 +34,18 @@ func (s *statementSeen) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.
 }
 func (s *statementSeen) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
+// seenPool returns a pool of two connections on a fresh database whose
+// statements seen watches, closed when t ends.
+func seenPool(t *testing.T, seen *statementSeen) *pgxpool.Pool {
+	cfg := pgtest.New(t).Config().Copy()
+	cfg.MaxConns = 2
+	cfg.ConnConfig.Tracer = seen
+	db, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(db.Close)
+	return db
+}
+
 // TestRowHeldElsewhereNeverStallsTheSharedHeartbeats: the queues of a
 // Client take turns on one heartbeat connection. Queue a's heartbeat
 // round has a completion, or a hand-back of a job leased ahead, to send
@@ -64,12 +76,7 @@ func rowHeldElsewhere(t *testing.T, handBack bool) {
 		held, want = "ahead", "leaserouter_hand_back("
 	}
 	seen := &statementSeen{want: want, seen: make(chan struct{})}
-	cfg := pgtest.New(t).Config().Copy()
-	cfg.MaxConns = 2
-	cfg.ConnConfig.Tracer = seen
-	db, err := pgxpool.NewWithConfig(t.Context(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(db.Close)
+	db := seenPool(t, seen)
 	const bLease = 2 * time.Second
 	c := newClient(t, db, pgrouter.ClientOptions{Queues: map[string]pgrouter.QueueConfig{
 		"a": {Workers: 1, Options: pgrouter.Options{LeaseDuration: 45 * time.Second}},
@@ -210,12 +217,7 @@ func TestSkippedCompletionEndedAlreadyIsNoRefusal(t *testing.T) {
 // lease, expired.
 func TestSkippedCompletionOfAnExpiredLeaseIsRefusedAtOnce(t *testing.T) {
 	seen := &statementSeen{want: "leaserouter_end_lease(", seen: make(chan struct{})}
-	cfg := pgtest.New(t).Config().Copy()
-	cfg.MaxConns = 2
-	cfg.ConnConfig.Tracer = seen
-	db, err := pgxpool.NewWithConfig(t.Context(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(db.Close)
+	db := seenPool(t, seen)
 	var stale atomic.Int32
 	r := routerOn[int](t, db, pgrouter.Options{LeaseDuration: 2 * time.Second, PollInterval: time.Minute,
 		OnEvent: func(e leaserouter.Event) {

@@ -46,27 +46,28 @@ const firstPage = math.MaxInt64
 // (Options.Kind) is listed with a zero Payload (its payload is another
 // kind's type), unless T is json.RawMessage.
 // A State outside the constants, a Limit below 0 or above
-// leaserouter.MaxListLimit (1000), an IDPrefix that is not valid UTF-8 (the
-// database's text cannot hold it: the core's List would match IDs it is a
-// byte prefix of), or a Cursor that is malformed, was made under other
-// States, Kinds or IDPrefix (Limit may change) or by a Router of another
-// queue (a cursor holds its queue) is an error wrapping ErrInvalidOptions,
-// without a round trip. One round trip: each selected state and kind
-// (without Kinds, each kind the state's jobs have, found by a probe each)
-// is a walk of the index leaserouter_jobs_list that stops after a page,
-// never a scan or sort of the queue; with Kinds and an IDPrefix, a kind's
-// walk reads until a page has it. With an IDPrefix, whatever the database's
-// collation, a state's walks stop after its newest few thousand jobs (20
-// pages' worth for a large Limit); when fewer than a page of those have the
-// prefix, its jobs with the prefix are read from an index by ID instead, at
-// a cost that grows with their number (not with the state's). With
-// OmitPayload the jobs carry a zero Payload and a nil Progress and neither
-// column is read (Metadata is read: it is at most
-// leaserouter.MaxMetadataBytes), so a page costs the same whatever their
-// size; otherwise a payload that does not decode into T fails the page with
-// the error Get would return. List works after Close. A Kind breaking the
-// rule for IDs is an error wrapping ErrInvalidOptions. Errors wrap the
-// driver's. Safe for concurrent use.
+// leaserouter.MaxListLimit (1000), an IDPrefix that is not valid UTF-8
+// (the database's text cannot hold it: the core's List would match IDs
+// it is a byte prefix of), or a Cursor that is malformed, was made under
+// other States, Kinds or IDPrefix (Limit may change) or by a Router of another
+// queue (a cursor holds its queue) is an error wrapping
+// ErrInvalidOptions, without a round trip. One round trip: each selected
+// state is a walk of the index leaserouter_jobs_order that stops after a
+// page, never a scan or sort of the queue; with Kinds, one walk per
+// state and kind (an index by kind; for kind "", the walk of the state's
+// jobs skips those of other kinds), which with an IDPrefix too reads the
+// kinds' jobs until a page of them has it. With an IDPrefix, whatever the
+// database's collation, a state's walk stops after its newest few
+// thousand jobs (20 pages' worth for a large Limit); when fewer than a
+// page of those have the prefix, its jobs with the prefix are read from
+// an index by ID instead, at a cost that grows with their number (not
+// with the state's). With OmitPayload the jobs carry a zero
+// Payload and a nil Progress and neither column is read (Metadata is
+// read: it is at most leaserouter.MaxMetadataBytes), so a page costs
+// the same whatever their size; otherwise a payload that does not decode
+// into T fails the page with the error Get would return. List works after
+// Close. A Kind breaking the rule for IDs is an error wrapping
+// ErrInvalidOptions. Errors wrap the driver's. Safe for concurrent use.
 func (r *Router[T]) List(ctx context.Context, p leaserouter.ListParams) (leaserouter.JobPage[T], error) {
 	return list[T](ctx, r, p)
 }
@@ -121,12 +122,12 @@ func list[P, T any](ctx context.Context, r *Router[T], p leaserouter.ListParams)
 	}
 	b := &pgx.Batch{}
 	r.queueSettle(b)
-	b.Queue(jitOff, args{}) // the skip to each kind is costed high: compiling took 0.5 s, the page 20 ms
 	a := args{"queue": r.opts.Queue, "before": before, "states": stateNames(mask), "omit": p.OmitPayload,
 		"limit": limit + 1} // one more than the page: there is a next one
 	switch {
 	case kindKey != "":
-		a["kinds"], a["prefix"] = slices.Compact(slices.Sorted(slices.Values(p.Kinds))), p.IDPrefix
+		kinds := slices.DeleteFunc(slices.Compact(slices.Sorted(slices.Values(p.Kinds))), func(k string) bool { return k == "" })
+		a["kinds"], a["unkinded"], a["prefix"] = kinds, slices.Contains(p.Kinds, ""), p.IDPrefix
 		b.Queue(listJobsKinds, a)
 	case p.IDPrefix == "":
 		b.Queue(listJobs, a)
@@ -136,10 +137,8 @@ func list[P, T any](ctx context.Context, r *Router[T], p leaserouter.ListParams)
 	}
 	res := r.db.SendBatch(ctx, b)
 	settled, err := readSettle(res)
-	var last int64                                        // the seq of the page's last job
-	if _, jerr := res.Exec(); err == nil && jerr != nil { // jit_off
-		err = jerr
-	} else if err == nil {
+	var last int64 // the seq of the page's last job
+	if err == nil {
 		last, err = readPage(res, limit, r.opts.kinds, &page)
 	}
 	if cerr := res.Close(); err == nil {

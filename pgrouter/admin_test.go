@@ -108,68 +108,49 @@ func TestResumeWakesAcquireInEveryProcess(t *testing.T) {
 	}
 }
 
-// A page of List walks the list index, a state and a kind at a time, and
-// stops at the page's end: no scan or sort of the queue, about a page of
-// rows read a state and kind (the kinds of a state found by a skip over
-// the index, a probe a kind), with and without a filter by state, in the
-// plan a connection keeps (generic) and in the first ones (custom), among
-// 20,000 jobs of one kind (a queue of Routers), then of four, on a young
-// table (never analyzed) and an analyzed one.
-func TestListWalksTheListIndex(t *testing.T) {
+// A page of List walks the order index, a state at a time, and stops at
+// the page's end: no scan or sort of the queue, about a page of rows read
+// a state, with and without a filter by state, in the plan a connection
+// keeps (generic) and in the first ones (custom), among 20,000 jobs.
+func TestListWalksTheOrderIndex(t *testing.T) {
 	const n, limit = 20000, 101
 	db := youngQueue(t, n) // every other job leased, the rest pending
 	_, err := db.Exec(t.Context(), `
 		UPDATE leaserouter_jobs SET state = 'succeeded', purge_at = now() + interval '1 hour'
-			WHERE state = 'pending' AND substr(id, 2)::int % 20 = 3`)
+			WHERE state = 'pending' AND substr(id, 2)::int % 20 = 3;
+		ANALYZE leaserouter_jobs`)
 	require.NoError(t, err)
 	every := []string{"pending", "scheduled", "leased", "succeeded", "failed", "canceled"}
-	for _, step := range []struct {
-		name, sql string
-		kinds     int
-	}{
-		{"one kind/young", "", 1},
-		{"one kind/analyzed", "ANALYZE leaserouter_jobs", 1},
-		{"four kinds/young", `UPDATE leaserouter_jobs SET kind = CASE WHEN substr(id, 2)::int % 4 = 0 THEN ''
-			ELSE 'k' || substr(id, 2)::int % 4 END`, 4},
-		{"four kinds/analyzed", "ANALYZE leaserouter_jobs", 4},
-	} {
-		if step.sql != "" {
-			_, err := db.Exec(t.Context(), step.sql)
-			require.NoError(t, err)
-		}
-		for name, states := range map[string][]string{"every state": every, "pending": {"pending"},
-			"succeeded": {"succeeded"}, "succeeded or failed": {"succeeded", "failed"}} {
-			for _, before := range []int64{math.MaxInt64, n / 2} {
-				for _, generic := range []bool{false, true} {
-					t.Run(fmt.Sprintf("%s/%s/before=%d/generic=%v", step.name, name, before, generic), func(t *testing.T) {
-						plan := explainList(t, db, generic, map[string]any{"queue": "default", "before": before,
-							"states": states, "limit": int64(limit), "omit": true})
-						var out []struct{ Plan planNode }
-						require.NoError(t, json.Unmarshal(plan, &out))
-						require.Equal(t, float64(limit), out[0].Plan.Rows, "a full page")
-						walks := len(states) * step.kinds
-						for _, s := range out[0].Plan.nodes("Sort") {
-							require.LessOrEqual(t, s.Plans[0].Rows*s.Plans[0].Loops, float64(walks*limit),
-								"a sort of more than a page a state and kind:\n%s", plan)
-						}
-						for _, typ := range []string{"Seq Scan", "Bitmap Heap Scan"} {
-							require.Empty(t, out[0].Plan.nodes(typ), "%s", plan)
-						}
-						var read, probes float64
-						scans := out[0].Plan.nodes("Index Scan")
-						require.NotEmpty(t, scans)
-						for _, s := range scans {
-							require.Equal(t, "leaserouter_jobs_list", s.Index, "%s", plan)
-							read += (s.Rows + s.Removed) * s.Loops
-						}
-						for _, s := range out[0].Plan.nodes("Index Only Scan") { // the skip to each kind
-							require.Equal(t, "leaserouter_jobs_list", s.Index, "%s", plan)
-							probes += s.Loops
-						}
-						require.LessOrEqual(t, int(read), walks*(limit+1), "rows read for a page of %d among %d:\n%s", limit, n, plan)
-						require.LessOrEqual(t, int(probes), len(states)*(step.kinds+1), "probes for the kinds:\n%s", plan)
-					})
-				}
+	for name, states := range map[string][]string{"every state": every, "pending": {"pending"},
+		"succeeded": {"succeeded"}, "succeeded or failed": {"succeeded", "failed"}} {
+		for _, before := range []int64{math.MaxInt64, n / 2} {
+			for _, c := range []struct {
+				generic bool
+				prefix  string
+			}{{false, ""}, {true, ""}} {
+				t.Run(fmt.Sprintf("%s/before=%d/generic=%v/prefix=%q", name, before, c.generic, c.prefix), func(t *testing.T) {
+					plan := explainList(t, db, c.generic, map[string]any{"queue": "default", "before": before,
+						"prefix": c.prefix, "states": states, "limit": int64(limit)})
+					var out []struct{ Plan planNode }
+					require.NoError(t, json.Unmarshal(plan, &out))
+					require.Equal(t, float64(limit), out[0].Plan.Rows, "a full page")
+					for _, s := range out[0].Plan.nodes("Sort") {
+						require.LessOrEqual(t, s.Plans[0].Rows*s.Plans[0].Loops, float64(len(states)*limit),
+							"a sort of more than a page a state:\n%s", plan)
+					}
+					var read float64
+					for _, typ := range []string{"Seq Scan", "Bitmap Heap Scan", "Index Only Scan"} {
+						require.Empty(t, out[0].Plan.nodes(typ), "%s", plan)
+					}
+					scans := out[0].Plan.nodes("Index Scan")
+					require.NotEmpty(t, scans)
+					for _, s := range scans {
+						require.Equal(t, "leaserouter_jobs_order", s.Index, "%s", plan)
+						read += (s.Rows + s.Removed) * s.Loops
+					}
+					bound := len(states) * (limit + 1)
+					require.LessOrEqual(t, int(read), bound, "rows read for a page of %d among %d:\n%s", limit, n, plan)
+				})
 			}
 		}
 	}
@@ -183,8 +164,7 @@ func TestListWalksTheListIndex(t *testing.T) {
 // order is byte order there too) and under ICU's root collation (where
 // the IDs with a prefix are no range of the primary key), in the plan a
 // connection keeps (generic) and in the first ones (custom), among
-// 20,000 jobs of one kind, then of three (the walk then one a kind, each
-// stopping after a page of hits or its share of the walk).
+// 20,000 jobs.
 func TestListPrefixReadsLittleUnderAnyCollation(t *testing.T) {
 	const n, limit = 20000, 101
 	walk := pgrouter.PrefixWalk(limit)
@@ -199,70 +179,49 @@ func TestListPrefixReadsLittleUnderAnyCollation(t *testing.T) {
 			db = pgtest.NewLocale(t, locale)
 		}
 		fillYoungQueue(t, db, n) // j1 to j20000, every other one leased, the rest pending
+		_, err := db.Exec(t.Context(), "ANALYZE leaserouter_jobs")
+		require.NoError(t, err)
 		every := []string{"pending", "scheduled", "leased", "succeeded", "failed", "canceled"}
-		for _, kinds := range []int{1, 3} {
-			// Three kinds: "", "k1" and "k2" by the job's number, the walk
-			// shared among them (each kind's at least a page).
-			_, err := db.Exec(t.Context(), `UPDATE leaserouter_jobs SET kind = CASE WHEN substr(id, 2)::int % $1 = 0 THEN ''
-				ELSE 'k' || substr(id, 2)::int % $1 END`, kinds)
-			require.NoError(t, err)
-			_, err = db.Exec(t.Context(), "ANALYZE leaserouter_jobs")
-			require.NoError(t, err)
-			walks := max(walk, kinds*(limit+1)) // a state's
-			for _, c := range []struct {
-				prefix         string
-				found, pending int // on the page: of every state, pending
-				bound          func(states int) int
-			}{
-				// j1, j10 to j19, ..., j10000 to j19999: more than half, the newest.
-				{"j1", limit, limit, func(states int) int { return states*(limit+1)*3*kinds + limit }},
-				// j1234 (leased) and j12340 to j12349: the walks, then the index.
-				{"j1234", 11, 5, func(states int) int { return states*walks + 11 + 11 }},
-				// j5, ..., j5000 to j5999: a twentieth, none among the newest.
-				{"j5", limit, limit, func(states int) int { return states*walks + 1111 + limit }},
-			} {
-				for name, states := range map[string][]string{"every state": every, "pending": {"pending"}} {
-					for _, generic := range []bool{false, true} {
-						t.Run(fmt.Sprintf("locale=%q/kinds=%d/%s/generic=%v/prefix=%q", locale, kinds, name, generic, c.prefix),
-							func(t *testing.T) {
-								plan := explainStatement(t, db, "jobs_list_prefix", generic, map[string]any{"queue": "default",
-									"before": int64(math.MaxInt64), "prefix": c.prefix, "end": pgrouter.PrefixEnd(c.prefix),
-									"walk": walk, "omit": true, "states": states, "limit": int64(limit)})
-								want := c.found
-								if len(states) == 1 {
-									want = c.pending
-								}
-								requirePrefixPlan(t, plan, want, c.bound(len(states)))
-							})
-					}
+		for _, c := range []struct {
+			prefix         string
+			found, pending int // on the page: of every state, pending
+			bound          func(states int) int
+		}{
+			// j1, j10 to j19, ..., j10000 to j19999: more than half, the newest.
+			{"j1", limit, limit, func(states int) int { return states*(limit+1)*3 + limit }},
+			// j1234 (leased) and j12340 to j12349: the walk, then the index.
+			{"j1234", 11, 5, func(states int) int { return states*walk + 11 + 11 }},
+			// j5, ..., j5000 to j5999: a twentieth, none among the newest.
+			{"j5", limit, limit, func(states int) int { return states*walk + 1111 + limit }},
+		} {
+			for name, states := range map[string][]string{"every state": every, "pending": {"pending"}} {
+				for _, generic := range []bool{false, true} {
+					t.Run(fmt.Sprintf("locale=%q/%s/generic=%v/prefix=%q", locale, name, generic, c.prefix), func(t *testing.T) {
+						plan := explainStatement(t, db, "jobs_list_prefix", generic, map[string]any{"queue": "default",
+							"before": int64(math.MaxInt64), "prefix": c.prefix, "end": pgrouter.PrefixEnd(c.prefix),
+							"walk": walk, "omit": true, "states": states, "limit": int64(limit)})
+						var out []struct{ Plan planNode }
+						require.NoError(t, json.Unmarshal(plan, &out))
+						want := c.found
+						if len(states) == 1 {
+							want = c.pending
+						}
+						require.Equal(t, float64(want), out[0].Plan.Rows, "%s", plan)
+						for _, typ := range []string{"Seq Scan", "Bitmap Heap Scan"} {
+							require.Empty(t, out[0].Plan.nodes(typ), "%s", plan)
+						}
+						var read float64
+						for _, typ := range []string{"Index Scan", "Index Only Scan"} {
+							for _, s := range out[0].Plan.nodes(typ) {
+								read += (s.Rows + s.Removed) * s.Loops
+							}
+						}
+						require.LessOrEqual(t, int(read), c.bound(len(states)), "rows read for a page of %d among %d:\n%s", limit, n, plan)
+					})
 				}
 			}
 		}
 	}
-}
-
-// requirePrefixPlan requires of plan (jobs_list_prefix's, EXPLAIN ANALYZE
-// in JSON) a page of want jobs, no scan of the table, and at most bound
-// rows read.
-func requirePrefixPlan(t *testing.T, plan []byte, want, bound int) {
-	t.Helper()
-	var out []struct{ Plan planNode }
-	require.NoError(t, json.Unmarshal(plan, &out))
-	require.Equal(t, float64(want), out[0].Plan.Rows, "%s", plan)
-	require.Empty(t, out[0].Plan.nodes("Seq Scan"), "%s", plan)
-	// The range may be planned as a bitmap scan of the index by ID (a
-	// custom plan, for a prefix that many jobs have, with the visibility
-	// map unset): what it reads counts as the rest.
-	for _, s := range out[0].Plan.nodes("Bitmap Index Scan") {
-		require.Equal(t, "leaserouter_jobs_id", s.Index, "%s", plan)
-	}
-	var read float64
-	for _, typ := range []string{"Index Scan", "Index Only Scan", "Bitmap Heap Scan"} {
-		for _, s := range out[0].Plan.nodes(typ) {
-			read += (s.Rows + s.Removed) * s.Loops
-		}
-	}
-	require.LessOrEqual(t, int(read), bound, "rows read for a page:\n%s", plan)
 }
 
 // explainList is EXPLAIN (ANALYZE, FORMAT JSON) of jobs_list with values:

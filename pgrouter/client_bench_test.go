@@ -22,8 +22,7 @@ import (
 // in the same invocation, each half on a fresh database (Retention -1
 // both). It reports both rates and client/run (target >= 0.9), and each
 // half's CPU a job, the server's (Linux) and this process's, which a
-// busy machine disturbs less than the rates, and the WAL it wrote a job,
-// which it does not disturb. Use a fixed count: -bench
+// busy machine disturbs less than the rates. Use a fixed count: -bench
 // ClientDrain -benchtime 30000x -count 5.
 func BenchmarkClientDrain(b *testing.B) {
 	b.StopTimer()
@@ -39,30 +38,22 @@ func BenchmarkClientDrain(b *testing.B) {
 	}{{"run", &run}, {"client", &client}} {
 		b.ReportMetric(float64(h.cpu.server.Microseconds())/float64(b.N), h.name+"-server-cpu-us/job")
 		b.ReportMetric(float64(h.cpu.process.Microseconds())/float64(b.N), h.name+"-proc-cpu-us/job")
-		b.ReportMetric(float64(h.cpu.wal)/float64(b.N), h.name+"-wal-B/job")
 	}
 }
 
-// drainCPU is one half's rate and the CPU its timed part took, and the
-// WAL it wrote (bytes: index entries are most of a drained job's, and
-// unlike CPU, no other load on the machine changes them).
+// drainCPU is one half's rate and the CPU its timed part took.
 type drainCPU struct {
 	rate            float64
 	server, process time.Duration
 	s0, p0          time.Duration
-	wal, w0         int64
 }
 
 // start and stop bracket the timed part; a server whose CPU cannot be
 // read (not Linux) counts 0.
-func (d *drainCPU) start(b *testing.B, db *pgxpool.Pool) {
-	d.w0, d.p0 = walAt(b, db), processCPU()
-	d.s0, _ = serverCPU(db)
-}
-func (d *drainCPU) stop(b *testing.B, db *pgxpool.Pool) {
+func (d *drainCPU) start(db *pgxpool.Pool) { d.s0, _ = serverCPU(db); d.p0 = processCPU() }
+func (d *drainCPU) stop(db *pgxpool.Pool) {
 	s, _ := serverCPU(db)
 	d.server, d.process = s-d.s0, processCPU()-d.p0
-	d.wal = walAt(b, db) - d.w0
 }
 
 // processCPU is this process's CPU time (user and system) so far.
@@ -87,7 +78,7 @@ func drainRun(b *testing.B, n int, cpu *drainCPU) float64 {
 	left.Store(int64(n))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cpu.start(b, db)
+	cpu.start(db)
 	b.StartTimer()
 	start := time.Now()
 	err = r.Run(ctx, leaserouter.WorkerOptions{Workers: 2}, func(context.Context, *pgrouter.Lease[int]) error {
@@ -98,7 +89,7 @@ func drainRun(b *testing.B, n int, cpu *drainCPU) float64 {
 	})
 	elapsed := time.Since(start)
 	b.StopTimer()
-	cpu.stop(b, db)
+	cpu.stop(db)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -145,7 +136,7 @@ func drainClient(b *testing.B, n, k int, cpu *drainCPU) float64 {
 			}
 		}
 	}
-	cpu.start(b, db)
+	cpu.start(db)
 	b.StartTimer()
 	start := time.Now()
 	if err := c.Start(ctx); err != nil {
@@ -156,7 +147,7 @@ func drainClient(b *testing.B, n, k int, cpu *drainCPU) float64 {
 	}
 	elapsed := time.Since(start)
 	b.StopTimer()
-	cpu.stop(b, db)
+	cpu.stop(db)
 	if got := ran.Load(); got != int64(n) {
 		b.Fatalf("the Client ran %d jobs of %d", got, n)
 	}

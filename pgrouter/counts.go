@@ -17,8 +17,8 @@ import (
 // millions of jobs; ExactStats and ExactQueues count every job.
 
 // countCap is the most jobs of a queue in one state that Stats and Queues
-// count one by one: a walk of the state's entries in the index
-// leaserouter_jobs_list, index only where the visibility map covers the
+// count one by one: a walk of the index leaserouter_jobs_order from the
+// state's oldest job, index only where the visibility map covers the
 // rows, else a read of each row (jobs changed since the last vacuum). A
 // state with more is estimated (a plan: ~1ms). Measured on a busy 2-core
 // machine at 10M rows, a Stats whose six states all have more than the
@@ -57,7 +57,7 @@ func (r *Router[T]) Stats(ctx context.Context) (leaserouter.Stats, error) {
 
 // ExactStats is Stats with every state counted exactly, however many jobs
 // the queue has: it reads every job of the queue (its entries in the
-// index leaserouter_jobs_list, and the rows the visibility map does not
+// index leaserouter_jobs_order, and the rows the visibility map does not
 // cover), which takes seconds at millions of jobs; Stats.Estimated is
 // false. Use it where a count must be exact (a test, an audit); a
 // dashboard should call Stats. One round trip, as long as the count
@@ -132,7 +132,7 @@ func readStats(res pgx.BatchResults) (by [6]int, estimated, paused bool, err err
 
 // ExactQueues is Queues with every state of every queue counted exactly,
 // as ExactStats counts one queue's: it reads every job of the table (its
-// entries in leaserouter_jobs_list), which takes seconds at millions of
+// entries in leaserouter_jobs_order), which takes seconds at millions of
 // jobs; no QueueInfo is Estimated. One round trip. It works after Close.
 // Errors wrap the driver's. Safe for concurrent use.
 func (r *Router[T]) ExactQueues(ctx context.Context) ([]QueueInfo, error) {

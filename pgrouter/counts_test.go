@@ -201,14 +201,14 @@ func TestCountsEstimatedWhenManyPastRetention(t *testing.T) {
 	require.Equal(t, counts{10, 0, 0, 60, 0, 0}, queueCounts(queueNamed(t, qs, "q")))
 }
 
-// TestCountsWalkTheListIndex: Stats' and Queues' statements count a
-// state by a walk of leaserouter_jobs_list that stops after the cap, in
+// TestCountsWalkTheOrderIndex: Stats' and Queues' statements count a
+// state by a walk of leaserouter_jobs_order that stops after the cap, in
 // the plan a connection keeps (generic) and in the first ones (custom),
 // on a table analyzed but never vacuumed (a walk reads rows then): never
 // a scan of the table, which stops early only where the state's jobs lie
 // early in it (a queue enqueued last, at the table's end, was read whole
 // for each state: seconds at 10M rows).
-func TestCountsWalkTheListIndex(t *testing.T) {
+func TestCountsWalkTheOrderIndex(t *testing.T) {
 	db := pgtest.New(t)
 	addJobs(t, db, "a", "as", leaserouter.StateSucceeded, 20000, false)
 	addJobs(t, db, "a", "ap", leaserouter.StatePending, 5000, false)

@@ -146,8 +146,8 @@
 //
 //   - List: a page of the queue's jobs, newest first by enqueue order,
 //     filtered by states and ID prefix, paged by an opaque keyset cursor
-//     valid in every process (one walk of the index leaserouter_jobs_list
-//     per selected state and kind, stopping after a page; with an ID prefix few of
+//     valid in every process (one walk of the index leaserouter_jobs_order
+//     per selected state, stopping after a page; with an ID prefix few of
 //     a state's newest jobs have, a range of the index leaserouter_jobs_id,
 //     whatever the database's collation). With ListParams.OmitPayload
 //     (the console's list pages) neither payload nor checkpoint is read.
@@ -283,7 +283,8 @@
 // (fencing tokens: cache 1, raised by New above TokenFloor and the Unix
 // time in nanoseconds, never lowered) and leaserouter_job_seq (enqueue
 // order), partial indexes for the ready order, scheduled run-ats, lease
-// expiries and purge times, the index leaserouter_jobs_id
+// expiries and purge times, the index leaserouter_jobs_order (queue,
+// state, seq) for List and the counts, the index leaserouter_jobs_id
 // (queue, state, id COLLATE "C", with seq and purge_at) for List's ID
 // prefix (schema version 11: Migrate builds it concurrently, writes to
 // the jobs table going on meanwhile), joint statistics of queue and
@@ -293,16 +294,11 @@
 // trigger leaserouter_jobs_kind_reset resets both where an insert of a
 // version before 14 takes a purged job's row), the index
 // leaserouter_jobs_kind_ready (queue, kind, priority DESC, ready_at,
-// seq) of pending jobs, which the claim walks kind by kind, built
-// concurrently; and (schema versions 17 and 18) the index
-// leaserouter_jobs_list (queue, state, kind, seq) for List and the
-// counts, built concurrently, which replaces the list indexes of earlier
-// versions (leaserouter_jobs_order of version 6, leaserouter_jobs_kind_order
-// of version 16: a process of version 16 or earlier still running during
-// a rolling upgrade then pays a read of a state's jobs and a sort for
-// each List page, and for the count of each state Stats reads). The
-// index of pending jobs of earlier versions, leaserouter_jobs_ready,
-// stays while processes of those versions may claim with it.
+// seq) of pending jobs, which the claim walks kind by kind, and
+// leaserouter_jobs_kind_order (queue, kind, state, seq) of the jobs of a
+// kind other than "" for List by kind, both built concurrently. The index of pending jobs of earlier
+// versions, leaserouter_jobs_ready, stays while processes of those
+// versions may claim with it.
 //
 // A concurrent index build that fails or is interrupted (Migrate's ctx
 // ended, its process killed, a statement_timeout on db's connections)
@@ -311,7 +307,7 @@
 //
 //	SELECT indexrelid::regclass FROM pg_index WHERE NOT indisvalid
 //
-// and is repaired by running Migrate again (version 11, 15, 16 or 17 is recorded only
+// and is repaired by running Migrate again (version 11, 15 or 16 is recorded only
 // once its index is valid and as the migration defines it; Migrate drops
 // an invalid one, or one of that name defined otherwise, with DROP INDEX
 // CONCURRENTLY, and builds it again). By hand, the same: DROP INDEX

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"strings"
 	"testing"
 	"time"
 
@@ -300,11 +299,11 @@ func TestPreviousVersionOnKindSchema(t *testing.T) {
 	require.Nil(t, j.Metadata)
 }
 
-// List by a kind walks that kind's jobs in the list index
-// (leaserouter_jobs_list), its generic plan too (the one a
+// List by a kind walks that kind's jobs in the index of kinds
+// (leaserouter_jobs_kind_order), its generic plan too (the one a
 // connection keeps), reading about a page of them, not the state's jobs
 // of other kinds.
-func TestListByKindWalksTheListIndex(t *testing.T) {
+func TestListByKindWalksTheKindIndex(t *testing.T) {
 	db := pgtest.New(t)
 	kindQueue(t, db, true)
 	_, err := db.Exec(t.Context(), `UPDATE leaserouter_jobs SET state = 'succeeded' WHERE kind IN ('k00', 'k01')`)
@@ -314,11 +313,11 @@ func TestListByKindWalksTheListIndex(t *testing.T) {
 	for _, generic := range []bool{true, false} {
 		t.Run(fmt.Sprintf("generic=%v", generic), func(t *testing.T) {
 			raw := explainStatement(t, db, "jobs_list_kinds", generic, map[string]any{"queue": "default",
-				"states": []string{"pending", "succeeded"}, "kinds": []string{"k17"}, "prefix": "",
+				"states": []string{"pending", "succeeded"}, "kinds": []string{"k17"}, "unkinded": false, "prefix": "",
 				"before": int64(math.MaxInt64), "omit": true, "limit": int64(101)})
 			var out []struct{ Plan planNode }
 			require.NoError(t, json.Unmarshal(raw, &out))
-			walks := out[0].Plan.count(func(p planNode) bool { return p.Index == "leaserouter_jobs_list" })
+			walks := out[0].Plan.count(func(p planNode) bool { return p.Index == "leaserouter_jobs_kind_order" })
 			require.Positive(t, walks, "no walk of the kinds' index:\n%s", raw)
 			read := out[0].Plan.read(func(p planNode) bool { return p.Relation == "leaserouter_jobs" })
 			require.LessOrEqual(t, read, 2*101+16, "rows read for a page of a kind of %d:\n%s", 24000/18, raw)
@@ -367,111 +366,4 @@ func TestMetadataRoundTripsExactly(t *testing.T) {
 		}
 		require.NoError(t, l.Complete(ctx))
 	}
-}
-
-// List with an ID prefix, over a queue of several kinds, pages the jobs
-// with the prefix newest first whatever the kind, when a kind's newest
-// jobs lack the prefix and its older ones have it: the walk of that kind
-// stops at its share of the walk without a hit, and the jobs of another
-// kind with the prefix found meanwhile, older than what that walk left
-// unread, are not a page (the page comes from the index by ID instead).
-// Without a prefix, the page is every kind's newest jobs.
-func TestListPagesNewestFirstAcrossKinds(t *testing.T) {
-	db := pgtest.New(t)
-	ctx := t.Context()
-	var all []string // enqueue order
-	add := func(kind, format string, n int) {
-		r := routerOn[int](t, db, pgrouter.Options{Kind: kind})
-		specs := make([]leaserouter.JobSpec[int], n)
-		for i := range specs {
-			specs[i] = leaserouter.JobSpec[int]{ID: fmt.Sprintf(format, i), Payload: i}
-			all = append(all, specs[i].ID)
-		}
-		_, err := r.EnqueueMany(ctx, specs)
-		require.NoError(t, err)
-	}
-	add("b", "pb%d", 100)  // the oldest: with the prefix
-	add("", "pu%d", 30)    // no kind, with the prefix
-	add("a", "pa%d", 50)   // with the prefix
-	add("a", "xa%d", 1500) // the newest of a: without it
-	add("", "xu%d", 40)    // without it
-	add("b", "xb%d", 5)    // the newest of b: without it
-	r := routerOn[json.RawMessage](t, db, pgrouter.Options{})
-	for _, c := range []struct {
-		prefix string
-		limit  int
-	}{{"p", 10}, {"p", 101}, {"pa", 7}, {"", 250}} {
-		t.Run(fmt.Sprintf("prefix=%q/limit=%d", c.prefix, c.limit), func(t *testing.T) {
-			var want, got []string
-			for i := len(all) - 1; i >= 0; i-- {
-				if strings.HasPrefix(all[i], c.prefix) {
-					want = append(want, all[i])
-				}
-			}
-			p := leaserouter.ListParams{IDPrefix: c.prefix, Limit: c.limit, OmitPayload: true}
-			for {
-				page, err := r.List(ctx, p)
-				require.NoError(t, err)
-				for _, j := range page.Jobs {
-					got = append(got, j.ID)
-				}
-				if page.NextCursor == "" {
-					break
-				}
-				p.Cursor = page.NextCursor
-			}
-			require.Equal(t, want, got)
-		})
-	}
-}
-
-// A job of a kind is in as many of the jobs table's indexes as a job of
-// no kind (a Router's that sets no Kind), in each state of its life
-// (pending, leased, succeeded): every write of a job (its insert, its
-// claim, its lease's end; none is HOT, the state being a key) then adds
-// as many index entries for either, and a Client, whose jobs all have a
-// kind, drains no dearer than a Router. Counted as each index's entries
-// after a VACUUM (which counts them exactly), in two databases holding
-// the same jobs but for their kind.
-func TestAJobOfAKindHasNoMoreIndexEntriesThanAJobOfNone(t *testing.T) {
-	ctx := t.Context()
-	entries := func(kind string) map[string]float64 {
-		db := pgtest.New(t)
-		r := routerOn[int](t, db, pgrouter.Options{Kind: kind, Retention: time.Hour})
-		specs := make([]leaserouter.JobSpec[int], 300)
-		for i := range specs {
-			specs[i] = leaserouter.JobSpec[int]{ID: fmt.Sprint("j", i), Payload: i}
-		}
-		_, err := r.EnqueueMany(ctx, specs)
-		require.NoError(t, err)
-		for i := range 200 { // 100 pending, 100 leased, 100 succeeded
-			l, err := r.TryAcquire(ctx, "w")
-			require.NoError(t, err)
-			if i%2 == 0 {
-				require.NoError(t, l.Complete(ctx))
-			}
-		}
-		_, err = db.Exec(ctx, "VACUUM leaserouter_jobs")
-		require.NoError(t, err)
-		rows, err := db.Query(ctx, `SELECT c.relname, c.reltuples FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-			WHERE i.indrelid = 'leaserouter_jobs'::regclass`)
-		require.NoError(t, err)
-		n := map[string]float64{}
-		for rows.Next() {
-			var name string
-			var tuples float32
-			require.NoError(t, rows.Scan(&name, &tuples))
-			n[name] = float64(tuples)
-		}
-		require.NoError(t, rows.Err())
-		return n
-	}
-	none, kinded := entries(""), entries("k")
-	sum := func(m map[string]float64) (s float64) {
-		for _, n := range m {
-			s += n
-		}
-		return s
-	}
-	require.Equal(t, sum(none), sum(kinded), "index entries of 300 jobs of no kind: %v; of a kind: %v", none, kinded)
 }

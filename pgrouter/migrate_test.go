@@ -27,7 +27,7 @@ func toSchemaV2(t *testing.T, db *pgxpool.Pool) {
 		DROP FUNCTION leaserouter_jobs_kind_reset;
 		ALTER TABLE leaserouter_jobs DROP COLUMN kind, DROP COLUMN metadata, DROP COLUMN kind_of;
 		DROP STATISTICS leaserouter_jobs_queue_state; DROP FUNCTION leaserouter_count_estimate;
-		DROP TABLE leaserouter_queues; DROP TABLE leaserouter_history;
+		DROP TABLE leaserouter_queues; DROP TABLE leaserouter_history; DROP INDEX leaserouter_jobs_order;
 		ALTER TABLE leaserouter_jobs DROP COLUMN leased_at; ALTER TABLE leaserouter_jobs DROP COLUMN timeout_us;
 		ALTER TABLE leaserouter_jobs DROP COLUMN timeout_of;
 		DROP FUNCTION leaserouter_end_lease; DROP FUNCTION leaserouter_lease_valid;
@@ -345,39 +345,4 @@ func TestMigrateCanceledReleasesItsLocks(t *testing.T) {
 	require.NoError(t, db.QueryRow(ctx, `SELECT coalesce(array_agg(a.state || ': ' || left(a.query, 60)), '{}') FROM pg_locks l JOIN pg_stat_activity a USING (pid)
 		WHERE l.locktype = 'advisory' AND l.granted AND (l.classid::bigint << 32 | l.objid::bigint) IN ($1, $2)`, migrateXactLock, migrateSessionLock).Scan(&holders))
 	require.Empty(t, holders, "sessions still holding Migrate's advisory lock 1s after Migrate returned")
-}
-
-// A database migrated to version 16 (List's two indexes: by state, and
-// by kind for the jobs of a kind) upgrades to one list index: Migrate
-// builds leaserouter_jobs_list and drops the two, and List and Stats
-// answer from it.
-func TestMigrateFromVersion16KeepsOneListIndex(t *testing.T) {
-	db := pgtest.New(t)
-	ctx := t.Context()
-	r := routerOn[int](t, db, pgrouter.Options{Kind: "k"})
-	require.NoError(t, r.Enqueue(ctx, "a", 1))
-	_, err := db.Exec(ctx, `DROP INDEX leaserouter_jobs_list;
-		CREATE INDEX leaserouter_jobs_order ON leaserouter_jobs (queue, state, seq);
-		CREATE INDEX leaserouter_jobs_kind_order ON leaserouter_jobs (queue, kind, state, seq) WHERE (kind <> ''::text);
-		DELETE FROM leaserouter_migrations WHERE version > 16`)
-	require.NoError(t, err)
-	require.NoError(t, pgrouter.Migrate(ctx, db))
-	var names []string
-	rows, err := db.Query(ctx, `SELECT indexname FROM pg_indexes
-		WHERE tablename = 'leaserouter_jobs' AND indexname IN ('leaserouter_jobs_order', 'leaserouter_jobs_kind_order',
-			'leaserouter_jobs_list') ORDER BY 1`)
-	require.NoError(t, err)
-	for rows.Next() {
-		var n string
-		require.NoError(t, rows.Scan(&n))
-		names = append(names, n)
-	}
-	require.NoError(t, rows.Err())
-	require.Equal(t, []string{"leaserouter_jobs_list"}, names)
-	page, err := r.List(ctx, leaserouter.ListParams{Kinds: []string{"k"}})
-	require.NoError(t, err)
-	require.Len(t, page.Jobs, 1)
-	s, err := r.Stats(ctx)
-	require.NoError(t, err)
-	require.Equal(t, 1, s.Pending)
 }

@@ -1,12 +1,11 @@
 -- Counts @queue's jobs by state, finished ones while retained: one row
 -- per state (all six), with its count and whether that count is
 -- estimated. A state is counted exactly when it has at most @cap jobs: a
--- walk of leaserouter_jobs_list (queue, state, kind, seq) over the
--- state's entries, index only where the visibility map allows, that
--- stops after @cap + 1 of them. ORDER BY kind, seq makes it the index's
--- walk: without it, a scan of the table stopping at @cap + 1 matches was
--- planned, which reads the whole table for a queue whose jobs lie at its
--- end. A state
+-- walk of leaserouter_jobs_order (queue, state, seq) from the state's
+-- oldest job, index only where the visibility map allows, that stops
+-- after @cap + 1 entries. ORDER BY seq makes it the index's walk: without
+-- it, a scan of the table stopping at @cap + 1 matches was planned, which
+-- reads the whole table for a queue whose jobs lie at its end. A state
 -- with more is estimated by the planner (leaserouter_count_estimate,
 -- migration 0008), never below the @cap + 1 jobs found. @cap NULL: every
 -- state counted exactly (LIMIT NULL is no limit), however long it takes.
@@ -17,7 +16,7 @@
 -- BY: a bitmap scan of them all), and taken off their state's count (the
 -- maintenance loop purges them: normally there are few); with more than
 -- @cap of them, the finished states' counts are estimated too (those
--- found taken off). The list index holds no purge_at: testing the rule
+-- found taken off). The order index holds no purge_at: testing the rule
 -- in the walk would read every finished job's row.
 WITH past AS MATERIALIZED (
 	SELECT state FROM leaserouter_jobs
@@ -30,5 +29,5 @@ SELECT s.state::text,
 	coalesce(n.n > @cap OR s.state >= 'succeeded' AND (SELECT n FROM past_all) > @cap, false)
 FROM unnest(enum_range(NULL::leaserouter_job_state)) AS s(state),
 	LATERAL (SELECT count(*) AS n FROM (SELECT FROM leaserouter_jobs j
-		WHERE j.queue = @queue AND j.state = s.state ORDER BY j.kind, j.seq LIMIT @cap + 1) w) n,
+		WHERE j.queue = @queue AND j.state = s.state ORDER BY j.seq LIMIT @cap + 1) w) n,
 	LATERAL (SELECT count(*) AS n FROM past WHERE past.state = s.state) p

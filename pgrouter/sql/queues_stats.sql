@@ -27,7 +27,7 @@ SELECT * FROM (
 		coalesce(n.n > @cap OR s.state >= 'succeeded' AND pa.n > @cap, false) AS estimated
 	FROM q CROSS JOIN unnest(enum_range(NULL::leaserouter_job_state)) AS s(state)
 		CROSS JOIN LATERAL (SELECT count(*) AS n FROM (SELECT FROM leaserouter_jobs j
-			WHERE j.queue = q.queue AND j.state = s.state ORDER BY j.kind, j.seq LIMIT @cap + 1) w) n
+			WHERE j.queue = q.queue AND j.state = s.state ORDER BY j.seq LIMIT @cap + 1) w) n
 		LEFT JOIN past_state ps ON ps.queue = q.queue AND ps.state = s.state
 		LEFT JOIN past_all pa ON pa.queue = q.queue) c
 WHERE n > 0 OR estimated

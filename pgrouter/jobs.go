@@ -112,7 +112,9 @@ func jobOf[T any](jr *jobRow, kinds []string) (leaserouter.Job[T], error) {
 	j.Timeout = microsDuration(jr.timeoutUS)
 	switch j.State {
 	case leaserouter.StateLeased:
-		j.LeaseExpiry = *jr.expiry
+		if jr.expiry != nil { // NULL only in a row written by hand: a zero expiry, not a panic
+			j.LeaseExpiry = *jr.expiry
+		}
 	case leaserouter.StateScheduled:
 		j.RunAt = jr.readyAt
 	}

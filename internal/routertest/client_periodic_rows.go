@@ -32,14 +32,6 @@ func kindTicks(t T, c Client, queue, name string) []leaserouter.Job[string] {
 	return res.Jobs
 }
 
-// queueHas reports whether queue of c knows job id.
-func queueHas(t T, c Client, queue, id string) bool {
-	t.Helper()
-	_, ok, err := c.Queue(queue).Get(ctxOf(t), id)
-	require.NoError(t, err)
-	return ok
-}
-
 // rowKindPeriodicTicks: a Kind's periodic job, added before Start, gets
 // one job per tick, of that Kind, with ID TickID(name, tick) and payload
 // Payload(tick), none before AddPeriodic; the jobs wait for Start, then

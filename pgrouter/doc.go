@@ -133,7 +133,9 @@
 //     heartbeat on a connection of their own (one per Router, or per
 //     Client, whose rounds take turns; made again when it fails), so a
 //     lease is kept while the caller's transactions hold every pooled
-//     connection. With the listening connection, a Router or a Client
+//     connection; a round never waits for a row another transaction
+//     holds (that lease is left to a round soon after), so one held row
+//     never delays the others' heartbeats. With the listening connection, a Router or a Client
 //     holds two connections outside its pool, however many Runs, kinds
 //     and queues it has.
 //   - Close waits for an abandoned lease only until its expiry as proven

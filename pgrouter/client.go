@@ -256,6 +256,7 @@ func (c *Client) Start(ctx context.Context) error {
 		return err
 	}
 	ctx = orBackground(ctx)
+	host, _ := os.Hostname() // a system call: not under the lifecycle's lock
 	return c.life.Start(func(kinds []string) []func() error {
 		if len(c.mw) > 0 {
 			c.chain = contract.Chain[leaserouter.Middleware, leaserouter.Attempt](c.mw)
@@ -263,7 +264,6 @@ func (c *Client) Start(ctx context.Context) error {
 		if len(kinds) == 0 {
 			return nil
 		}
-		host, _ := os.Hostname()
 		runs := make([]func() error, len(c.names))
 		for i, name := range c.names {
 			q := c.queues[name]

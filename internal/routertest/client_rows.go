@@ -62,23 +62,6 @@ func RunClient(t *testing.T, h ClientHarness) {
 	}
 }
 
-// RunClientRow runs the Client row named name against h with t.
-func RunClientRow(t T, h ClientHarness, name string) {
-	t.Helper()
-	for _, row := range ClientRows() {
-		if row.Name == name {
-			if ok, why := needs(h.Caps(), row.Needs); !ok {
-				t.Logf("not applicable on %s (needs %s): %s", h.Name(), row.Needs, why)
-				return
-			}
-			row.Test(t, h)
-			return
-		}
-	}
-	t.Errorf("routertest: no client row %q", name)
-	t.FailNow()
-}
-
 func newClient(t T, h ClientHarness, cfg ClientConfig) Client {
 	t.Helper()
 	c, err := h.NewClient(t, cfg)

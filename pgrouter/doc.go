@@ -291,16 +291,19 @@
 // prefix (schema version 11: Migrate builds it concurrently, writes to
 // the jobs table going on meanwhile), joint statistics of queue and
 // state (leaserouter_jobs_queue_state) for the estimated counts, and
-// (schema versions 14 to 16) the columns kind, metadata and kind_of
+// (schema versions 14 to 18) the columns kind, metadata and kind_of
 // (the created_at of the job whose kind and metadata the row holds; the
 // trigger leaserouter_jobs_kind_reset resets both where an insert of a
 // version before 14 takes a purged job's row), the index
 // leaserouter_jobs_kind_ready (queue, kind, priority DESC, ready_at,
 // seq) of pending jobs, which the claim walks kind by kind, and
-// leaserouter_jobs_kind_order (queue, kind, state, seq) of the jobs of a
-// kind other than "" for List by kind, both built concurrently. The index of pending jobs of earlier
-// versions, leaserouter_jobs_ready, stays while processes of those
-// versions may claim with it.
+// leaserouter_jobs_kind_list (queue, kind, state, seq) of the jobs of a
+// kind other than "" that are not leased, for List by kind (leased jobs
+// are listed by kind from the queue's leases in flight), both built
+// concurrently; version 18 drops version 16's
+// leaserouter_jobs_kind_order, which held the leased jobs too. The index
+// of pending jobs of earlier versions, leaserouter_jobs_ready, stays
+// while processes of those versions may claim with it.
 //
 // A concurrent index build that fails or is interrupted (Migrate's ctx
 // ended, its process killed, a statement_timeout on db's connections)
@@ -309,7 +312,7 @@
 //
 //	SELECT indexrelid::regclass FROM pg_index WHERE NOT indisvalid
 //
-// and is repaired by running Migrate again (version 11, 15 or 16 is recorded only
+// and is repaired by running Migrate again (version 11, 15, 16 or 17 is recorded only
 // once its index is valid and as the migration defines it; Migrate drops
 // an invalid one, or one of that name defined otherwise, with DROP INDEX
 // CONCURRENTLY, and builds it again). By hand, the same: DROP INDEX

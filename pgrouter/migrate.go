@@ -43,7 +43,7 @@ const (
 // leaserouter_migrations, one missing below the highest recorded
 // included (an error for versions 1 to 3, which cannot be applied over
 // later ones): those in a row in one transaction, and each index
-// build (schema versions 11, 15 and 16) on its own, outside a
+// build (schema versions 11, 15, 16 and 17) on its own, outside a
 // transaction (CREATE INDEX CONCURRENTLY), after the ones before it are
 // committed. It is idempotent and safe when many processes run it at
 // once (they wait on an advisory lock, polled every 10ms to 1s, on one

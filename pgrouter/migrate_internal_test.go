@@ -18,7 +18,7 @@ func TestConcurrentIndexMigrations(t *testing.T) {
 			indexes[s.version] = s.index
 		}
 	}
-	require.Equal(t, map[int]string{11: "leaserouter_jobs_id", 15: "leaserouter_jobs_kind_ready", 16: "leaserouter_jobs_kind_order"}, indexes)
+	require.Equal(t, map[int]string{11: "leaserouter_jobs_id", 15: "leaserouter_jobs_kind_ready", 16: "leaserouter_jobs_kind_order", 17: "leaserouter_jobs_kind_list"}, indexes)
 }
 
 // TestConcurrentIndexStatement: a concurrent index build's text is one

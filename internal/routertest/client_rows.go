@@ -111,10 +111,18 @@ func (r *recorder) list() []string {
 	return slices.Clone(r.got)
 }
 
-var rowKindStored = ClientRow{Name: "kind/stored with the job: Job.Kind, List by Kinds", Test: func(t T, h ClientHarness) {
+var rowKindStored = ClientRow{Name: "kind/stored with the job: Job.Kind, List by Kinds in every state, leased too", Test: func(t T, h ClientHarness) {
 	c := newClient(t, h, ClientConfig{})
 	ctx := ctxOf(t)
-	a, b := register(t, c, "a", noop), register(t, c, "b", noop)
+	held, release := make(chan struct{}), make(chan struct{})
+	a := register(t, c, "a", func(_ context.Context, l Lease) error {
+		if l.JobID() == "x" {
+			close(held)
+			<-release
+		}
+		return nil
+	})
+	b := register(t, c, "b", noop)
 	require.Equal(t, "a", a.Name())
 	require.Equal(t, leaserouter.DefaultQueue, a.Queue())
 	require.NoError(t, a.Enqueue(ctx, "x", "px"))
@@ -124,17 +132,34 @@ var rowKindStored = ClientRow{Name: "kind/stored with the job: Job.Kind, List by
 	require.Equal(t, "a", x.Kind)
 	require.Equal(t, "px", x.Payload)
 	require.Equal(t, "b", queueGet(t, c, leaserouter.DefaultQueue, "y").Kind)
-	page, err := c.Queue(leaserouter.DefaultQueue).List(ctx, leaserouter.ListParams{Kinds: []string{"a"}})
-	require.NoError(t, err)
-	var ids []string
-	for _, j := range page.Jobs {
-		require.Equal(t, "a", j.Kind)
-		ids = append(ids, j.ID)
+	listed := func(p leaserouter.ListParams) map[string]leaserouter.State {
+		t.Helper()
+		page, err := c.Queue(leaserouter.DefaultQueue).List(ctx, p)
+		require.NoError(t, err)
+		got := map[string]leaserouter.State{}
+		for _, j := range page.Jobs {
+			require.Contains(t, p.Kinds, j.Kind, "job %q", j.ID)
+			got[j.ID] = j.State
+		}
+		return got
 	}
-	require.ElementsMatch(t, []string{"x", "z"}, ids)
+	pending := leaserouter.StatePending
+	require.Equal(t, map[string]leaserouter.State{"x": pending, "z": pending}, listed(leaserouter.ListParams{Kinds: []string{"a"}}))
 	require.NoError(t, c.Start(ctx))
+	<-held
+	leased := []leaserouter.State{leaserouter.StateLeased}
+	got := listed(leaserouter.ListParams{Kinds: []string{"a"}, States: leased})
+	require.Equal(t, leaserouter.StateLeased, got["x"], "a leased job listed by its kind")
+	delete(got, "z") // z may be leased too, or done already
+	require.Len(t, got, 1, "only the kind's leased jobs")
+	require.NotContains(t, listed(leaserouter.ListParams{Kinds: []string{"b"}, States: leased}), "x", "and not by another")
+	require.Equal(t, leaserouter.StateLeased, listed(leaserouter.ListParams{Kinds: []string{"a", "b"}})["x"])
+	close(release)
 	drained(t, c)
 	require.Equal(t, "a", queueGet(t, c, leaserouter.DefaultQueue, "x").Kind, "kept once finished")
+	done := leaserouter.StateSucceeded
+	require.Equal(t, map[string]leaserouter.State{"x": done, "z": done},
+		listed(leaserouter.ListParams{Kinds: []string{"a"}, States: []leaserouter.State{done}}))
 }}
 
 var rowKindOnlyRegistered = ClientRow{Name: "kind/a process claims only the kinds it registered; no attempt counted on a kind it lacks", Needs: "SharedClients", Test: func(t T, h ClientHarness) {

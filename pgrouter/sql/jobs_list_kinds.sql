@@ -3,14 +3,18 @@
 -- whose ID starts with @prefix ("" for every ID; compared byte by byte,
 -- starts_with).
 --
--- Each pair of a state and a kind of @kinds is a walk backward of
--- leaserouter_jobs_kind_order (queue, kind, state, seq) WHERE kind <> ''
--- (migration 0016), and kind "" a walk of each state's
--- leaserouter_jobs_order (queue, state, seq) that skips the jobs of
--- other kinds; each stops after @limit rows with the prefix, and the
--- page is the newest @limit of those: a sort of at most six times @limit
--- rows per kind, never of the queue. With a prefix, a walk reads its
--- kind's jobs of the state until it has found a page of them with it.
+-- Each pair of a state other than leased and a kind of @kinds is a walk
+-- backward of leaserouter_jobs_kind_list (queue, kind, state, seq) WHERE
+-- kind <> '' AND state <> 'leased' (migration 0017: the walk says both,
+-- so the planner proves the predicate); the leased jobs of @kinds are one
+-- walk of leaserouter_jobs_order (queue, state, seq) over the queue's
+-- leased jobs, which skips the jobs of other kinds (bounded by the leases
+-- in flight; a claim writes no entry in a kind's index); and kind "" a
+-- walk of each state's leaserouter_jobs_order that skips the jobs of
+-- other kinds. Each stops after @limit rows with the prefix, and the page
+-- is the newest @limit of those: a sort of at most six times @limit rows
+-- per kind, never of the queue. With a prefix, a walk reads its kind's
+-- jobs of the state until it has found a page of them with it.
 --
 -- @omit (ListParams.OmitPayload): payload and progress read as NULL, the
 -- columns never read (metadata is read: at most MaxMetadataBytes).
@@ -21,11 +25,20 @@ SELECT * FROM (
 			lease_expires_at, ready_at, CASE WHEN NOT @omit THEN progress END, last_error, created_at, updated_at,
 			CASE WHEN timeout_of = created_at THEN timeout_us ELSE 0 END AS timeout_us, kind, metadata, seq
 		FROM leaserouter_jobs
-		WHERE queue = @queue AND kind = k.kind AND kind <> '' AND state = s.state AND seq < @before
-			AND starts_with(id, @prefix)
+		WHERE queue = @queue AND kind = k.kind AND kind <> '' AND state = s.state AND state <> 'leased'
+			AND seq < @before AND starts_with(id, @prefix)
 			AND NOT leaserouter_past_retention(state, purge_at)
 		ORDER BY seq DESC
 		LIMIT @limit) AS j
+	UNION ALL
+	(SELECT id, CASE WHEN NOT @omit THEN payload END, state::text, priority, attempt, max_attempts, token, owner,
+		lease_expires_at, ready_at, CASE WHEN NOT @omit THEN progress END, last_error, created_at, updated_at,
+		CASE WHEN timeout_of = created_at THEN timeout_us ELSE 0 END AS timeout_us, kind, metadata, seq
+	FROM leaserouter_jobs
+	WHERE 'leased' = ANY(@states::text[]) AND queue = @queue AND state = 'leased' AND kind = ANY(@kinds::text[])
+		AND seq < @before AND starts_with(id, @prefix)
+	ORDER BY seq DESC
+	LIMIT @limit)
 	UNION ALL
 	SELECT j.* FROM unnest(@states::text[]::leaserouter_job_state[]) AS s(state),
 	LATERAL (

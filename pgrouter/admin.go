@@ -56,7 +56,9 @@ const firstPage = math.MaxInt64
 // page, never a scan or sort of the queue; with Kinds, one walk per
 // state and kind (an index by kind; for kind "", the walk of the state's
 // jobs skips those of other kinds), which with an IDPrefix too reads the
-// kinds' jobs until a page of them has it. With an IDPrefix, whatever the
+// kinds' jobs until a page of them has it, except the leased state: one
+// walk of the queue's leased jobs that skips those of other kinds
+// (bounded by the queue's leases, expired ones not yet settled included). With an IDPrefix, whatever the
 // database's collation, a state's walk stops after its newest few
 // thousand jobs (20 pages' worth for a large Limit); when fewer than a
 // page of those have the prefix, its jobs with the prefix are read from

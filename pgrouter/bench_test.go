@@ -25,7 +25,7 @@ import (
 
 // benchDB is a fresh database for a benchmark, without the indexes that
 // LEASEROUTER_BENCH_DROP_INDEX names (comma-separated), if set: the
-// write cost of an index (leaserouter_jobs_kind_order, say) is the
+// write cost of an index (leaserouter_jobs_kind_list, say) is the
 // difference between runs with it and without, alternated.
 func benchDB(b *testing.B) *pgxpool.Pool {
 	db := pgtest.New(b)

@@ -227,7 +227,12 @@
 // knows no kind): upgrade every process of a queue before enqueueing
 // jobs of a new kind on it. Their own jobs have kind "" and no metadata,
 // also where their enqueue takes the row of a finished job of another
-// kind past its retention (a trigger sees to it).
+// kind past its retention (a trigger sees to it). During an upgrade from
+// schema version 16 (the first version with Clients), the processes of
+// that version stay correct once version 18 dropped the index their List
+// by kind and their Client's Drained check walked, but those two then
+// read every job of the queue in the states asked, not a page of the
+// kinds': replace them before listing large queues by kind.
 //
 // # Clients
 //
@@ -301,7 +306,8 @@
 // kind other than "" that are not leased, for List by kind (leased jobs
 // are listed by kind from the queue's leases in flight), both built
 // concurrently; version 18 drops version 16's
-// leaserouter_jobs_kind_order, which held the leased jobs too. The index
+// leaserouter_jobs_kind_order, which held the leased jobs too (DROP
+// INDEX CONCURRENTLY: reads and writes go on meanwhile). The index
 // of pending jobs of earlier versions, leaserouter_jobs_ready, stays
 // while processes of those versions may claim with it.
 //
@@ -312,8 +318,9 @@
 //
 //	SELECT indexrelid::regclass FROM pg_index WHERE NOT indisvalid
 //
-// and is repaired by running Migrate again (version 11, 15, 16 or 17 is recorded only
-// once its index is valid and as the migration defines it; Migrate drops
+// and is repaired by running Migrate again (version 11, 15, 16 or 17 is
+// recorded only once its index is valid and as the migration defines it,
+// version 18 only once its index is gone; Migrate drops
 // an invalid one, or one of that name defined otherwise, with DROP INDEX
 // CONCURRENTLY, and builds it again). By hand, the same: DROP INDEX
 // CONCURRENTLY leaserouter_jobs_id, then CREATE INDEX CONCURRENTLY

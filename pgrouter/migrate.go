@@ -43,8 +43,8 @@ const (
 // leaserouter_migrations, one missing below the highest recorded
 // included (an error for versions 1 to 3, which cannot be applied over
 // later ones): those in a row in one transaction, and each index
-// build (schema versions 11, 15, 16 and 17) on its own, outside a
-// transaction (CREATE INDEX CONCURRENTLY), after the ones before it are
+// build or drop (schema versions 11, 15, 16, 17 and 18) on its own,
+// outside a transaction (CREATE or DROP INDEX CONCURRENTLY), after the ones before it are
 // committed. It is idempotent and safe when many processes run it at
 // once (they wait on an advisory lock, polled every 10ms to 1s, on one
 // connection of db each; the later ones find nothing to do). A database
@@ -298,23 +298,31 @@ type migrationStep struct {
 	version int
 	name    string
 	sql     string
-	index   string // a concurrent index build's index (concurrentMarker), or ""
+	index   string // a concurrent step's index (concurrentMarker), or ""
+	drop    bool   // the concurrent step drops index rather than builds it
 }
 
 // concurrentMarker, a migration file's first line, makes it a concurrent
-// index build: its one statement, CREATE INDEX CONCURRENTLY IF NOT EXISTS
-// name ON ..., runs outside a transaction (where CONCURRENTLY must), so
-// that writes to the table go on while it builds; Migrate's advisory
-// lock keeps other Migrates out meanwhile. An index of that name left
-// INVALID by a failed or canceled build (Migrate's own, killed midway,
-// or one by hand), or of another definition, is dropped (DROP INDEX
-// CONCURRENTLY) and built again; once built, it must be valid and as the
-// statement says, or Migrate fails without recording the migration.
+// index step, run outside a transaction (where CONCURRENTLY must), so
+// that reads and writes of the table go on meanwhile; Migrate's advisory
+// lock keeps other Migrates out. Its one statement is either
+//
+//   - CREATE INDEX CONCURRENTLY IF NOT EXISTS name ON ...: an index of
+//     that name left INVALID by a failed or canceled build (Migrate's
+//     own, killed midway, or one by hand), or of another definition, is
+//     dropped (DROP INDEX CONCURRENTLY) and built again; once built, it
+//     must be valid and as the statement says, or Migrate fails without
+//     recording the migration; or
+//   - DROP INDEX CONCURRENTLY IF EXISTS name: once it ran, no index of
+//     that name may be left (an interrupted drop leaves it INVALID, and
+//     the next Migrate drops it again).
+//
 // Every other migration runs in a transaction.
 const concurrentMarker = "-- pgrouter:concurrent-index"
 
-// concurrentIndex is the one statement a concurrentMarker migration holds.
-var concurrentIndex = regexp.MustCompile(`^CREATE INDEX CONCURRENTLY IF NOT EXISTS ([a-z_][a-z0-9_]*) ON [^;]+;?$`)
+// concurrentIndex is the one statement a concurrentMarker migration holds:
+// a build (the index's name in group 1) or a drop (group 2).
+var concurrentIndex = regexp.MustCompile(`^(?:CREATE INDEX CONCURRENTLY IF NOT EXISTS ([a-z_][a-z0-9_]*) ON [^;]+|DROP INDEX CONCURRENTLY IF EXISTS ([a-z_][a-z0-9_]*));?$`)
 
 // sqlStatement is text without its "--" comment lines, its whitespace
 // runs made one space.
@@ -349,9 +357,9 @@ func migrationSteps() ([]migrationStep, error) {
 		if strings.HasPrefix(step.sql, concurrentMarker+"\n") {
 			m := concurrentIndex.FindStringSubmatch(sqlStatement(step.sql))
 			if m == nil {
-				return nil, fmt.Errorf("pgrouter: migration %s: a concurrent index build holds one CREATE INDEX CONCURRENTLY IF NOT EXISTS", base)
+				return nil, fmt.Errorf("pgrouter: migration %s: a concurrent index step holds one CREATE INDEX CONCURRENTLY IF NOT EXISTS or DROP INDEX CONCURRENTLY IF EXISTS", base)
 			}
-			step.index = m[1]
+			step.index, step.drop = m[1]+m[2], m[2] != ""
 		}
 		steps = append(steps, step)
 	}

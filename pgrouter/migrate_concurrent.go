@@ -1,6 +1,7 @@
 package pgrouter
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,10 +12,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// buildConcurrently applies the concurrent index build s (concurrentMarker)
-// on conn, outside a transaction, under Migrate's session lock: an index
-// of s's name that is invalid or not as s defines it is dropped first,
-// then s runs, and the index it leaves must be valid and as s defines it.
+// buildConcurrently applies the concurrent index step s (concurrentMarker)
+// on conn, outside a transaction, under Migrate's session lock. A build:
+// an index of s's name that is invalid or not as s defines it is dropped
+// first, then s runs, and the index it leaves must be valid and as s
+// defines it. A drop: s runs, and no index of its name may be left.
 // The build waits for the transactions open on the table without holding
 // up their statements (its SHARE UPDATE EXCLUSIVE lock lets writes go on),
 // so no timeout bounds it; ctx does: the session's statement_timeout,
@@ -31,6 +33,15 @@ func buildConcurrently(ctx context.Context, conn *pgxpool.Conn, s migrationStep)
 			err = fail(rerr)
 		}
 	}()
+	if s.drop {
+		if _, err := conn.Exec(ctx, s.sql); err != nil {
+			return fail(err)
+		}
+		if _, def, err := indexAsDefined(ctx, conn, s); err != nil || def != "" {
+			return fail(cmp.Or(err, fmt.Errorf("index %s left after its drop: %s", s.index, def)))
+		}
+		return nil
+	}
 	ok, def, err := indexAsDefined(ctx, conn, s)
 	if err != nil {
 		return fail(err)

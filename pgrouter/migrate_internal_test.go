@@ -1,6 +1,7 @@
 package pgrouter
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -18,7 +19,7 @@ func TestConcurrentIndexMigrations(t *testing.T) {
 			indexes[s.version] = s.index
 		}
 	}
-	require.Equal(t, map[int]string{11: "leaserouter_jobs_id", 15: "leaserouter_jobs_kind_ready", 16: "leaserouter_jobs_kind_order", 17: "leaserouter_jobs_kind_list"}, indexes)
+	require.Equal(t, map[int]string{11: "leaserouter_jobs_id", 15: "leaserouter_jobs_kind_ready", 16: "leaserouter_jobs_kind_order", 17: "leaserouter_jobs_kind_list", 18: "leaserouter_jobs_kind_order"}, indexes)
 }
 
 // TestConcurrentIndexStatement: a concurrent index build's text is one
@@ -31,12 +32,20 @@ func TestConcurrentIndexStatement(t *testing.T) {
 		"CREATE INDEX CONCURRENTLY x ON t (a);":                                       "",
 		"CREATE INDEX CONCURRENTLY IF NOT EXISTS x ON t (a); DROP TABLE t;":           "",
 		"CREATE INDEX IF NOT EXISTS x ON t (a);":                                      "",
+		"DROP INDEX CONCURRENTLY IF EXISTS x_y;":                                      "drop x_y",
+		"DROP INDEX CONCURRENTLY x_y;":                                                "",
+		"DROP INDEX IF EXISTS x_y;":                                                   "",
+		"DROP INDEX CONCURRENTLY IF EXISTS x_y; DROP TABLE t;":                        "",
 	} {
 		m := concurrentIndex.FindStringSubmatch(sqlStatement(text))
 		if index == "" {
 			require.Nil(t, m, text)
 			continue
 		}
-		require.Equal(t, index, m[1], text)
+		if name, ok := strings.CutPrefix(index, "drop "); ok {
+			require.Equal(t, []string{name, ""}, []string{m[2], m[1]}, text)
+			continue
+		}
+		require.Equal(t, []string{index, ""}, []string{m[1], m[2]}, text)
 	}
 }

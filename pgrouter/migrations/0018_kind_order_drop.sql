@@ -1,7 +1,13 @@
+-- pgrouter:concurrent-index
 -- pgrouter schema, version 18: version 16's index goes, replaced by
--- version 17's. Every write of a Client's job paid an entry in it. A
--- process of version 16 or 17 still lists by kind and checks Drained
--- correctly without it, through the indexes that remain. DROP INDEX
--- takes the table's ACCESS EXCLUSIVE lock for a moment: Migrate's
--- lock_timeout and retries apply.
-DROP INDEX IF EXISTS leaserouter_jobs_kind_order;
+-- version 17's: every write of a Client's job (its claim, each heartbeat,
+-- its end) paid an entry in it. A concurrent drop (see version 11): reads
+-- and writes of the jobs table go on while it waits for the transactions
+-- using the index, a vacuum's too.
+--
+-- A process of version 16 still running during the upgrade (its List by
+-- kind and its Client's Drained check name no state <> 'leased', so
+-- cannot use version 17's index) stays correct, but those two read the
+-- queue's jobs of the state, not a page of the kind's, until it is
+-- replaced: see "During a rolling upgrade" in the package documentation.
+DROP INDEX CONCURRENTLY IF EXISTS leaserouter_jobs_kind_order;

@@ -1,5 +1,6 @@
 -- A page of List of some kinds: as jobs_list, of the jobs whose kind is
--- one of @kinds (not empty, "" not among them) or, if @unkinded, ""; and
+-- one of @kinds ("" not among them; empty when only "" is asked) or, if
+-- @unkinded, ""; and
 -- whose ID starts with @prefix ("" for every ID; compared byte by byte,
 -- starts_with).
 --
@@ -35,7 +36,8 @@ SELECT * FROM (
 		lease_expires_at, ready_at, CASE WHEN NOT @omit THEN progress END, last_error, created_at, updated_at,
 		CASE WHEN timeout_of = created_at THEN timeout_us ELSE 0 END AS timeout_us, kind, metadata, seq
 	FROM leaserouter_jobs
-	WHERE 'leased' = ANY(@states::text[]) AND queue = @queue AND state = 'leased' AND kind = ANY(@kinds::text[])
+	WHERE 'leased' = ANY(@states::text[]) AND cardinality(@kinds::text[]) > 0
+		AND queue = @queue AND state = 'leased' AND kind = ANY(@kinds::text[])
 		AND seq < @before AND starts_with(id, @prefix)
 	ORDER BY seq DESC
 	LIMIT @limit)

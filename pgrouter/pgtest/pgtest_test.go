@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
 	"testing"
 
@@ -33,21 +32,27 @@ func onGoroutine(f func()) {
 	<-done
 }
 
-// TestNeed: no PostgreSQL skips with the install command, unless
+// TestNeed: no PostgreSQL skips with the ways to get one (install
+// commands, LEASEROUTER_TEST_DATABASE_URL), unless
 // LEASEROUTER_REQUIRE_POSTGRES=1, which fails; any other start failure
 // fails.
 func TestNeed(t *testing.T) {
+	err := errNoServer // StartCluster's, when it finds no server binaries
 	t.Setenv(EnvRequire, "")
 	f := &fakeTB{TB: t}
-	onGoroutine(func() { need(f, ErrNoPostgres) })
-	require.Contains(t, f.skipped, "apt-get install -y postgresql")
+	onGoroutine(func() { need(f, err) })
+	require.Contains(t, f.skipped, EnvURL)
+	if runtime.GOOS != "windows" {
+		require.Contains(t, f.skipped, "apt-get install postgresql")
+		require.Contains(t, f.skipped, "brew install postgresql@15")
+	}
 	require.Empty(t, f.failed)
 
 	t.Setenv(EnvRequire, "1")
 	f = &fakeTB{TB: t}
-	onGoroutine(func() { need(f, ErrNoPostgres) })
+	onGoroutine(func() { need(f, err) })
 	require.Empty(t, f.skipped)
-	require.Contains(t, f.failed, "no PostgreSQL server found")
+	require.Contains(t, f.failed, "no PostgreSQL server")
 
 	t.Setenv(EnvRequire, "")
 	f = &fakeTB{TB: t}
@@ -100,37 +105,4 @@ func TestNewICULocaleHasThatCollation(t *testing.T) {
 	require.True(t, between)
 	var n int
 	require.NoError(t, db.QueryRow(ctx, "SELECT count(*) FROM leaserouter_jobs").Scan(&n), "migrated")
-}
-
-// TestClusterStopStart: a cluster of the test's own stops (fast or as a
-// crash) and starts again with its data.
-func TestClusterStopStart(t *testing.T) {
-	c := NewCluster(t)
-	db := c.Pool(t)
-	ctx := context.Background()
-	_, err := db.Exec(ctx, "INSERT INTO leaserouter_fences VALUES ('k', 7)")
-	require.NoError(t, err)
-	for _, crash := range []bool{false, true} {
-		require.NoError(t, c.Stop(crash))
-		require.Error(t, db.Ping(ctx), "down")
-		require.NoError(t, c.Start(ctx))
-		var tok int64
-		require.NoError(t, db.QueryRow(ctx, "SELECT token FROM leaserouter_fences WHERE key = 'k'").Scan(&tok))
-		require.EqualValues(t, 7, tok)
-	}
-}
-
-// TestSweepRemovesDeadProcessesDirs: a directory left by a test process
-// that is gone is removed; one of a live process is kept.
-func TestSweepRemovesDeadProcessesDirs(t *testing.T) {
-	dead, err := os.MkdirTemp("", dirPrefix+"999999999-")
-	require.NoError(t, err)
-	live, err := os.MkdirTemp("", dirPrefix+fmt.Sprint(os.Getppid())+"-")
-	require.NoError(t, err)
-	defer os.RemoveAll(live)
-	sweep()
-	_, err = os.Stat(dead)
-	require.True(t, os.IsNotExist(err), "dead process's directory kept")
-	_, err = os.Stat(filepath.Join(live))
-	require.NoError(t, err, "live process's directory removed")
 }

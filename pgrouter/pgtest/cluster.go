@@ -48,9 +48,20 @@ type Cluster struct {
 // dirPrefix names a cluster's temporary directory: dirPrefix + pid + "-".
 const dirPrefix = "leaserouter-pgtest-"
 
+// installs are where PostgreSQL's server binaries are installed, by
+// package: Debian's, the PGDG's RPMs, Homebrew's (Apple silicon and
+// Intel; postgresql@15 is keg-only, not in $PATH), Postgres.app's.
+var installs = []string{
+	"/usr/lib/postgresql/*/bin",
+	"/usr/pgsql-*/bin",
+	"/opt/homebrew/opt/postgresql@*/bin",
+	"/usr/local/opt/postgresql@*/bin",
+	"/Applications/Postgres.app/Contents/Versions/*/bin",
+}
+
 // bindir finds the PostgreSQL server's binaries: $PG_BINDIR, then
-// `pg_config --bindir`, then the newest /usr/lib/postgresql/*/bin (the
-// Debian packages' place). It returns "" when none has initdb.
+// `pg_config --bindir`, then the newest of installs. It returns "" when
+// none has initdb.
 func bindir() string {
 	var dirs []string
 	if d := os.Getenv("PG_BINDIR"); d != "" {
@@ -59,8 +70,12 @@ func bindir() string {
 	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
 		dirs = append(dirs, strings.TrimSpace(string(out)))
 	}
-	found, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	sort.Slice(found, func(i, j int) bool { return version(found[i]) > version(found[j]) })
+	var found []string
+	for _, pattern := range installs {
+		m, _ := filepath.Glob(pattern)
+		found = append(found, m...)
+	}
+	sort.SliceStable(found, func(i, j int) bool { return version(found[i]) > version(found[j]) })
 	dirs = append(dirs, found...)
 	for _, d := range dirs {
 		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
@@ -70,16 +85,20 @@ func bindir() string {
 	return ""
 }
 
-// version is the major version in a /usr/lib/postgresql/<v>/bin path.
+// version is the major version in the name of a bin directory's parent
+// (/usr/lib/postgresql/15/bin, /usr/pgsql-15/bin, .../postgresql@15/bin,
+// .../Versions/15/bin); 0 when it has none (.../Versions/latest/bin).
 func version(dir string) int {
-	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(dir)))
+	name := strings.TrimLeftFunc(filepath.Base(filepath.Dir(dir)), func(r rune) bool { return r < '0' || r > '9' })
+	v, _ := strconv.Atoi(strings.SplitN(name, ".", 2)[0])
 	return v
 }
 
 // StartCluster initdbs and starts a new cluster; Stop it when done (it
 // also dies with the process). The server's binaries are found at
-// $PG_BINDIR, else `pg_config --bindir`, else the newest
-// /usr/lib/postgresql/*/bin. It returns an error wrapping ErrNoPostgres
+// $PG_BINDIR, else `pg_config --bindir`, else the newest of the places
+// packages install them (Debian's /usr/lib/postgresql/*/bin, the PGDG's
+// /usr/pgsql-*/bin, Homebrew's postgresql@*, Postgres.app). It returns an error wrapping ErrNoPostgres
 // when no server binaries are found (always on Windows), and ctx's error
 // if ctx ends before the server accepts connections. initdb takes about a
 // second, the start a tenth.
@@ -126,7 +145,7 @@ func startCluster(ctx context.Context, watchdog bool) (*Cluster, error) {
 }
 
 // errNoServer is StartCluster's error when it finds no server binaries.
-var errNoServer = fmt.Errorf("%w: no server binaries in $PG_BINDIR, `pg_config --bindir` or /usr/lib/postgresql/*/bin; %s",
+var errNoServer = fmt.Errorf("%w: no server binaries ($PG_BINDIR, `pg_config --bindir`, where packages install them); %s",
 	ErrNoPostgres, installHint)
 
 // tempBase is the directory clusters' directories are made in: the

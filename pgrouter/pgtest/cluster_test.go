@@ -161,3 +161,17 @@ func exited(pid int) bool {
 	out, err := exec.Command("ps", "-o", "stat=", "-p", strconv.Itoa(pid)).Output()
 	return err != nil || strings.HasPrefix(strings.TrimSpace(string(out)), "Z")
 }
+
+// TestBinDirVersions: the newest install is chosen by the major version
+// in its directory's name, whichever package put it there.
+func TestBinDirVersions(t *testing.T) {
+	for dir, want := range map[string]int{
+		"/usr/lib/postgresql/15/bin":                              15,
+		"/usr/pgsql-16/bin":                                       16,
+		"/opt/homebrew/opt/postgresql@14/bin":                     14,
+		"/Applications/Postgres.app/Contents/Versions/17/bin":     17,
+		"/Applications/Postgres.app/Contents/Versions/latest/bin": 0,
+	} {
+		require.Equal(t, want, version(dir), dir)
+	}
+}

@@ -55,14 +55,17 @@ func TestSweepRemovesDeadProcessesDirs(t *testing.T) {
 // TestServerAtTheURLGivesEachTestAFreshDatabaseClonedFromOneTemplate:
 // with LEASEROUTER_TEST_DATABASE_URL naming a server (here a cluster of
 // the test's own, as a role that may only create databases), each New is
-// a fresh migrated database of that server, owned by that role, cloned
-// from one template the process migrated there; Main's dropTemplate
-// drops it.
+// a fresh migrated database of that server, as that role, collated C
+// whatever the server's default, cloned from one template the process
+// migrated there; Main's dropTemplate drops it.
 func TestServerAtTheURLGivesEachTestAFreshDatabaseClonedFromOneTemplate(t *testing.T) {
 	c := NewCluster(t)
 	ctx := context.Background()
 	admin := c.Pool(t)
 	_, err := admin.Exec(ctx, "CREATE ROLE tester LOGIN CREATEDB")
+	require.NoError(t, err)
+	// A server whose default collation is not C, as a container's.
+	_, err = admin.Exec(ctx, "UPDATE pg_database SET datcollate = 'C.UTF-8', datctype = 'C.UTF-8' WHERE datname = 'template1'")
 	require.NoError(t, err)
 	url := c.URL("postgres") + " user=tester" // the last user= wins
 	t.Setenv(EnvURL, url)
@@ -76,10 +79,18 @@ func TestServerAtTheURLGivesEachTestAFreshDatabaseClonedFromOneTemplate(t *testi
 	require.Zero(t, n, "a's row is not in b")
 	var names []string
 	for _, db := range []*pgxpool.Pool{a, b} {
-		var name, user string
-		require.NoError(t, db.QueryRow(ctx, "SELECT current_database(), current_user").Scan(&name, &user))
+		var name, user, collate string
+		require.NoError(t, db.QueryRow(ctx, `SELECT current_database(), current_user, datcollate
+			FROM pg_database WHERE datname = current_database()`).Scan(&name, &user, &collate))
 		require.Equal(t, "tester", user)
+		require.Equal(t, "C", collate, "as on a throwaway cluster")
 		names = append(names, name)
+		conn, err := pgx.Connect(ctx, db.Config().ConnString())
+		require.NoError(t, err)
+		var same string
+		require.NoError(t, conn.QueryRow(ctx, "SELECT current_database()").Scan(&same))
+		require.NoError(t, conn.Close(ctx))
+		require.Equal(t, name, same, "the pool's connection string names its database")
 	}
 	require.NotEqual(t, names[0], names[1])
 	require.NoError(t, admin.QueryRow(ctx, "SELECT count(*) FROM pg_database WHERE datname = ANY($1)", names).Scan(&n))

@@ -6,8 +6,9 @@
 // The server is the one at LEASEROUTER_TEST_DATABASE_URL when that is set
 // (a connection string, as for pgx, of a role that may create databases:
 // CREATEDB or a superuser), on any system, Windows included: pgtest
-// creates there a template database migrated once per test process, and
-// each test's database is cloned from it. Otherwise it is a throwaway
+// creates there a template database migrated once per test process
+// (collation C, UTF-8, as a throwaway cluster's), and each test's
+// database is cloned from it. Otherwise it is a throwaway
 // cluster started from the PostgreSQL server binaries on the machine
 // (see StartCluster; Unix systems only), one per test process, with each
 // test's database cloned from a migrated template (about 0.1 s). With
@@ -35,6 +36,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -75,7 +77,9 @@ var shared struct {
 
 // New returns a pool on a fresh database migrated with pgrouter.Migrate,
 // on the shared server (see the package doc). The pool is closed and the
-// database dropped when t ends. No server: t is skipped, or fails under
+// database dropped when t ends. The pool's Config().ConnString() is the
+// database's connection string, for a program under test that connects
+// by itself (a child process, a command's main). No server: t is skipped, or fails under
 // LEASEROUTER_REQUIRE_POSTGRES=1; any other failure fails t.
 func New(t testing.TB) *pgxpool.Pool {
 	t.Helper()
@@ -102,7 +106,8 @@ type urlServer struct {
 // urlTemplate is the migrated template of the server at url, created at
 // the first call. It is the process's own (named for it, dropped by
 // Main): processes sharing a server, or testing other versions of the
-// schema, never clone each other's. A failure fails t.
+// schema, never clone each other's. Its collation is C, its encoding
+// UTF-8, whatever the server's default. A failure fails t.
 func urlTemplate(t testing.TB, url string) string {
 	t.Helper()
 	servers.mu.Lock()
@@ -256,15 +261,13 @@ func createTemplate(ctx context.Context, adminURL, name string) error {
 		return err
 	}
 	defer admin.Close(ctx)
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+	// Collation C and UTF-8 whatever the server's default (a container's
+	// is often en_US.utf8): the tests' databases are alike on every
+	// server, as on a throwaway cluster.
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE template0 ENCODING 'UTF8' LOCALE 'C'"); err != nil {
 		return fmt.Errorf("pgtest: create template: %w", err)
 	}
-	cfg, err := pgxpool.ParseConfig(adminURL)
-	if err != nil {
-		return err
-	}
-	cfg.ConnConfig.Database = name
-	db, err := pgxpool.NewWithConfig(ctx, cfg)
+	db, err := pgxpool.New(ctx, withDatabase(adminURL, name))
 	if err == nil {
 		err = pgrouter.Migrate(ctx, db)
 		db.Close() // CREATE DATABASE ... TEMPLATE needs it unused
@@ -311,12 +314,7 @@ func freshLocale(t testing.TB, adminURL, template string, locale dbLocale) *pgxp
 	if _, err := admin.Exec(ctx, create); err != nil {
 		t.Fatalf("pgtest: %s: %v", create, err)
 	}
-	cfg, err := pgxpool.ParseConfig(adminURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.Database = name
-	db, err := pgxpool.NewWithConfig(ctx, cfg)
+	db, err := pgxpool.New(ctx, withDatabase(adminURL, name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,6 +361,17 @@ func Main(m *testing.M) int {
 		}
 	}
 	return code
+}
+
+// withDatabase is the connection string conn (a URL or keyword/value
+// settings) with its database name set to name, everything else kept
+// (TLS settings, passwords, options).
+func withDatabase(conn, name string) string {
+	if u, err := url.Parse(conn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		u.Path, u.RawPath = "/"+name, ""
+		return u.String()
+	}
+	return conn + " dbname=" + name // the last setting of a name wins
 }
 
 // quote is s as an SQL string literal.

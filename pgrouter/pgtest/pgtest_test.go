@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
 
@@ -105,4 +106,27 @@ func TestNewICULocaleHasThatCollation(t *testing.T) {
 	require.True(t, between)
 	var n int
 	require.NoError(t, db.QueryRow(ctx, "SELECT count(*) FROM leaserouter_jobs").Scan(&n), "migrated")
+}
+
+// TestWithDatabaseKeepsTheRest: a connection string, as a URL or as
+// keyword/value settings, names another database and keeps its other
+// settings.
+func TestWithDatabaseKeepsTheRest(t *testing.T) {
+	for conn, want := range map[string]string{
+		"postgres://u:p%40ss@db.example:5433/postgres?sslmode=require": "postgres://u:p%40ss@db.example:5433/t1?sslmode=require",
+		"postgresql://localhost":                              "postgresql://localhost/t1",
+		"host=/tmp/x port=5432 user=postgres dbname=postgres": "host=/tmp/x port=5432 user=postgres dbname=postgres dbname=t1",
+	} {
+		got := withDatabase(conn, "t1")
+		require.Equal(t, want, got)
+		cfg, err := pgx.ParseConfig(got)
+		require.NoError(t, err, got)
+		require.Equal(t, "t1", cfg.Database, got)
+		orig, err := pgx.ParseConfig(conn)
+		require.NoError(t, err)
+		require.Equal(t, orig.Host, cfg.Host)
+		require.Equal(t, orig.User, cfg.User)
+		require.Equal(t, orig.Password, cfg.Password)
+		require.Equal(t, orig.TLSConfig == nil, cfg.TLSConfig == nil)
+	}
 }

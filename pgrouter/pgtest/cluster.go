@@ -144,6 +144,10 @@ func startCluster(ctx context.Context, watchdog bool) (*Cluster, error) {
 	return c, nil
 }
 
+// installHint says how to get a server for the tests.
+const installHint = "install PostgreSQL's server (apt-get install postgresql; brew install postgresql@15; " +
+	"or Postgres.app, with its bin directory in $PATH or $PG_BINDIR), or set " + EnvURL + " to a server's URL"
+
 // errNoServer is StartCluster's error when it finds no server binaries.
 var errNoServer = fmt.Errorf("%w: no server binaries ($PG_BINDIR, `pg_config --bindir`, where packages install them); %s",
 	ErrNoPostgres, installHint)

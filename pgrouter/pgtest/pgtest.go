@@ -65,10 +65,6 @@ const template = "leaserouter_template"
 // cluster from. StartCluster's error wraps it and says how to get one.
 var ErrNoPostgres = errors.New("pgtest: no PostgreSQL server")
 
-// installHint says how to get a server for the tests.
-const installHint = "install PostgreSQL's server (apt-get install postgresql; brew install postgresql@15; " +
-	"or Postgres.app, with its bin directory in $PATH or $PG_BINDIR), or set " + EnvURL + " to a server's URL"
-
 var shared struct {
 	once    sync.Once
 	cluster *Cluster

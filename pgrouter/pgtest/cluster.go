@@ -45,6 +45,9 @@ type Cluster struct {
 	cmd     *exec.Cmd
 }
 
+// clusters: throwaway clusters can run on this system.
+const clusters = true
+
 // dirPrefix names a cluster's temporary directory: dirPrefix + pid + "-".
 const dirPrefix = "leaserouter-pgtest-"
 

@@ -15,6 +15,9 @@ import (
 // LEASEROUTER_TEST_DATABASE_URL.
 type Cluster struct{}
 
+// clusters: no throwaway cluster can run on this system.
+const clusters = false
+
 // errNoServer is StartCluster's error on this system.
 var errNoServer = fmt.Errorf("%w: no throwaway clusters on %s; set %s to a server's URL", ErrNoPostgres, runtime.GOOS, EnvURL)
 

@@ -8,9 +8,9 @@
 // CREATEDB or a superuser), on any system, Windows included: pgtest
 // creates there a template database migrated once per test process
 // (collation C, UTF-8, as a throwaway cluster's), and each test's
-// database is cloned from it. Otherwise it is a throwaway
-// cluster started from the PostgreSQL server binaries on the machine
-// (see StartCluster; Unix systems only), one per test process, with each
+// database is cloned from it. Otherwise it is a throwaway cluster
+// started from the PostgreSQL server binaries on the machine (see
+// StartCluster; Unix systems only), one per test process, with each
 // test's database cloned from a migrated template (about 0.1 s). With
 // neither, the test is skipped with a message saying how to get a
 // server — unless LEASEROUTER_REQUIRE_POSTGRES=1, which makes it fail
@@ -76,8 +76,10 @@ var shared struct {
 // on the shared server (see the package doc). The pool is closed and the
 // database dropped when t ends. The pool's Config().ConnString() is the
 // database's connection string, for a program under test that connects
-// by itself (a child process, a command's main). No server: t is skipped, or fails under
-// LEASEROUTER_REQUIRE_POSTGRES=1; any other failure fails t.
+// by itself (a child process, a command's main). No server: t is
+// skipped, or fails under LEASEROUTER_REQUIRE_POSTGRES=1; a server at
+// LEASEROUTER_TEST_DATABASE_URL that refuses the connection or the
+// template fails t, as does any other failure.
 func New(t testing.TB) *pgxpool.Pool {
 	t.Helper()
 	if url := os.Getenv(EnvURL); url != "" {

@@ -20,9 +20,25 @@ import (
 )
 
 // TestClusterStopStart: a cluster of the test's own stops (fast or as a
-// crash) and starts again with its data.
+// crash) and starts again with its data; so does one whose server is
+// watched by a watchdog (as on macOS), a new watchdog at each start.
 func TestClusterStopStart(t *testing.T) {
-	c := NewCluster(t)
+	t.Run("default", func(t *testing.T) { stopStart(t, NewCluster(t)) })
+	t.Run("watchdog", func(t *testing.T) {
+		if bindir() == "" {
+			need(t, errNoServer)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		c, err := startCluster(ctx, true)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		require.NoError(t, c.migrateTemplate(ctx))
+		stopStart(t, c)
+	})
+}
+
+func stopStart(t *testing.T, c *Cluster) {
 	db := c.Pool(t)
 	ctx := context.Background()
 	_, err := db.Exec(ctx, "INSERT INTO leaserouter_fences VALUES ('k', 7)")

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -19,13 +18,10 @@ import (
 // stdout and ends at its stdin's end, so that none outlives a parent
 // that died without cleaning up.
 
-// childDSN is a connection string for db's database (the pool's
-// ConnString is the server's, not the database's), for a child.
-func childDSN(db *pgxpool.Pool) string {
-	cc := db.Config().ConnConfig
-	return fmt.Sprintf("host=%s port=%d user=%s password='%s' dbname=%s sslmode=disable",
-		cc.Host, cc.Port, cc.User, strings.ReplaceAll(cc.Password, "'", `\'`), cc.Database)
-}
+// childDSN is a connection string for db's database, for a child: the
+// pool's own (pgtest's names the test's database), TLS settings and
+// password kept.
+func childDSN(db *pgxpool.Pool) string { return db.Config().ConnString() }
 
 // child is a running child process.
 type child struct {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -49,20 +48,12 @@ type drainCPU struct {
 }
 
 // start and stop bracket the timed part; a server whose CPU cannot be
-// read (not Linux) counts 0.
+// read (not Linux) counts 0, as does the process's where it cannot be
+// (not Unix).
 func (d *drainCPU) start(db *pgxpool.Pool) { d.s0, _ = serverCPU(db); d.p0 = processCPU() }
 func (d *drainCPU) stop(db *pgxpool.Pool) {
 	s, _ := serverCPU(db)
 	d.server, d.process = s-d.s0, processCPU()-d.p0
-}
-
-// processCPU is this process's CPU time (user and system) so far.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // analyzeBeforeTimer analyzes the jobs table once its backlog is in, in

@@ -4,15 +4,32 @@
 //	db := pgtest.New(t) // *pgxpool.Pool; the database is dropped when t ends
 //
 // The server is the one at LEASEROUTER_TEST_DATABASE_URL when that is set
-// (a role that may create databases; each test's database is created and
-// migrated there). Otherwise it is a throwaway cluster started from the
-// system's PostgreSQL binaries (see StartCluster), one per test binary,
-// with each test's database cloned from a migrated template (about 0.1 s).
-// With neither, the test is skipped with the install command — unless
-// LEASEROUTER_REQUIRE_POSTGRES=1, which makes it fail (CI sets it).
+// (a connection string, as for pgx, of a role that may create databases:
+// CREATEDB or a superuser), on any system, Windows included: pgtest
+// creates there a template database migrated once per test process
+// (collation C, UTF-8, as a throwaway cluster's), and each test's
+// database is cloned from it. Otherwise it is a throwaway cluster
+// started from the PostgreSQL server binaries on the machine (see
+// StartCluster; Unix systems only), one per test process, with each
+// test's database cloned from a migrated template (about 0.1 s). With
+// neither, the test is skipped with a message saying how to get a
+// server — unless LEASEROUTER_REQUIRE_POSTGRES=1, which makes it fail
+// (CI sets it).
+//
+// pgtest reads LEASEROUTER_TEST_DATABASE_URL only, never DATABASE_URL:
+// it creates and drops databases on the server it is given, which a
+// general DATABASE_URL (a development or production database) should not
+// get by accident. To run the tests against it, say so:
+// LEASEROUTER_TEST_DATABASE_URL=$DATABASE_URL go test ./... . The
+// databases pgtest creates there are named leaserouter_test_* and
+// leaserouter_template_*; they are dropped when their test (template:
+// process, through Main) ends, and a process killed before then leaves
+// them behind to be dropped by hand.
 //
 // Tests that stop and restart the server take a cluster of their own with
-// NewCluster, so they never disturb the shared one.
+// NewCluster, so they never disturb the shared one; they need the server
+// binaries, even when LEASEROUTER_TEST_DATABASE_URL is set (on Windows
+// they are skipped).
 package pgtest
 
 import (
@@ -20,6 +37,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -39,8 +57,14 @@ const (
 	EnvRequire = "LEASEROUTER_REQUIRE_POSTGRES"  // "1": no PostgreSQL fails the test instead of skipping it
 )
 
-// template is the migrated database every test's database is cloned from.
+// template is the migrated database every test's database on a throwaway
+// cluster is cloned from.
 const template = "leaserouter_template"
+
+// ErrNoPostgres: no PostgreSQL server to run the tests against — neither
+// LEASEROUTER_TEST_DATABASE_URL nor server binaries to start a throwaway
+// cluster from. StartCluster's error wraps it and says how to get one.
+var ErrNoPostgres = errors.New("pgtest: no PostgreSQL server")
 
 var shared struct {
 	once    sync.Once
@@ -50,14 +74,86 @@ var shared struct {
 
 // New returns a pool on a fresh database migrated with pgrouter.Migrate,
 // on the shared server (see the package doc). The pool is closed and the
-// database dropped when t ends. No server: t is skipped, or fails under
-// LEASEROUTER_REQUIRE_POSTGRES=1; any other failure fails t.
+// database dropped when t ends. The pool's Config().ConnString() is the
+// database's connection string, for a program under test that connects
+// by itself (a child process, a command's main). No server: t is
+// skipped, or fails under LEASEROUTER_REQUIRE_POSTGRES=1; a server at
+// LEASEROUTER_TEST_DATABASE_URL that refuses the connection or the
+// template fails t, as does any other failure.
 func New(t testing.TB) *pgxpool.Pool {
 	t.Helper()
 	if url := os.Getenv(EnvURL); url != "" {
-		return fresh(t, url, "")
+		return fresh(t, url, urlTemplate(t, url))
 	}
 	return fresh(t, sharedCluster(t).URL("postgres"), template)
+}
+
+// servers are the servers named by LEASEROUTER_TEST_DATABASE_URL that
+// this process has used, by URL, each with its template.
+var servers struct {
+	mu    sync.Mutex
+	byURL map[string]*urlServer
+}
+
+// urlServer is a server named by LEASEROUTER_TEST_DATABASE_URL.
+type urlServer struct {
+	once     sync.Once
+	template string // the migrated template, "" until created
+	err      error
+}
+
+// urlTemplate is the migrated template of the server at url, created at
+// the first call. It is the process's own (named for it, dropped by
+// Main): processes sharing a server, or testing other versions of the
+// schema, never clone each other's. Its collation is C, its encoding
+// UTF-8, whatever the server's default. A failure fails t.
+func urlTemplate(t testing.TB, url string) string {
+	t.Helper()
+	servers.mu.Lock()
+	if servers.byURL == nil {
+		servers.byURL = map[string]*urlServer{}
+	}
+	s := servers.byURL[url]
+	if s == nil {
+		s = &urlServer{}
+		servers.byURL[url] = s
+	}
+	servers.mu.Unlock()
+	s.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		name := fmt.Sprintf("leaserouter_template_%d_%08x", os.Getpid(), rand.Uint32())
+		if s.err = createTemplate(ctx, url, name); s.err == nil {
+			s.template = name
+		}
+	})
+	if s.err != nil {
+		t.Fatalf("pgtest: %s: %v", EnvURL, s.err)
+	}
+	return s.template
+}
+
+// dropTemplate drops the template this process made on the server at url
+// (if any), and forgets the server.
+func dropTemplate(url string) error {
+	servers.mu.Lock()
+	s := servers.byURL[url]
+	delete(servers.byURL, url)
+	servers.mu.Unlock()
+	if s == nil || s.template == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return fmt.Errorf("drop %s: %w", s.template, err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+s.template+" WITH (FORCE)"); err != nil {
+		return fmt.Errorf("drop %s: %w", s.template, err)
+	}
+	return nil
 }
 
 // sharedCluster is the shared cluster, started with its migrated template
@@ -117,12 +213,17 @@ type dbLocale struct{ os, icu string }
 
 // NewCluster starts a cluster of the test's own, with a migrated template
 // for its Pool; it is stopped and removed when t ends. For tests that stop
-// or crash the server.
+// or crash the server. Without server binaries t is skipped, or fails
+// under LEASEROUTER_REQUIRE_POSTGRES=1; on a system with no throwaway
+// clusters (Windows) t is always skipped; any other failure fails t.
 func NewCluster(t testing.TB) *Cluster {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c, err := StartCluster(ctx)
+	if err != nil && !clusters {
+		t.Skip(err.Error()) // even under LEASEROUTER_REQUIRE_POSTGRES=1: no system setting makes one here
+	}
 	if err != nil {
 		need(t, err)
 	}
@@ -140,7 +241,8 @@ func (c *Cluster) Pool(t testing.TB) *pgxpool.Pool {
 	return fresh(t, c.URL("postgres"), template)
 }
 
-// need skips or fails t for err, a failure to start a server.
+// need skips or fails t for err, a failure to start a server: skips it
+// for ErrNoPostgres unless LEASEROUTER_REQUIRE_POSTGRES=1.
 func need(t testing.TB, err error) {
 	t.Helper()
 	if errors.Is(err, ErrNoPostgres) && os.Getenv(EnvRequire) != "1" {
@@ -149,22 +251,36 @@ func need(t testing.TB, err error) {
 	t.Fatalf("%v (%s=%s)", err, EnvRequire, os.Getenv(EnvRequire))
 }
 
-// migrateTemplate creates the template database and migrates it.
+// migrateTemplate creates the cluster's template database and migrates
+// it.
 func (c *Cluster) migrateTemplate(ctx context.Context) error {
-	admin, err := pgx.Connect(ctx, c.URL("postgres"))
+	return createTemplate(ctx, c.URL("postgres"), template)
+}
+
+// createTemplate creates database name on the server at adminURL and
+// migrates it; a database that fails to migrate is dropped.
+func createTemplate(ctx context.Context, adminURL, name string) error {
+	admin, err := pgx.Connect(ctx, adminURL)
 	if err != nil {
 		return err
 	}
 	defer admin.Close(ctx)
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+template); err != nil {
+	// Collation C and UTF-8 whatever the server's default (a container's
+	// is often en_US.utf8): the tests' databases are alike on every
+	// server, as on a throwaway cluster.
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE template0 ENCODING 'UTF8' LOCALE 'C'"); err != nil {
 		return fmt.Errorf("pgtest: create template: %w", err)
 	}
-	db, err := pgxpool.New(ctx, c.URL(template))
-	if err != nil {
-		return err
+	db, err := pgxpool.New(ctx, withDatabase(adminURL, name))
+	if err == nil {
+		err = pgrouter.Migrate(ctx, db)
+		db.Close() // CREATE DATABASE ... TEMPLATE needs it unused
 	}
-	defer db.Close() // CREATE DATABASE ... TEMPLATE needs it unused
-	return pgrouter.Migrate(ctx, db)
+	if err != nil {
+		_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+		return fmt.Errorf("pgtest: migrate template: %w", err)
+	}
+	return nil
 }
 
 var dbSeq atomic.Int64
@@ -202,12 +318,7 @@ func freshLocale(t testing.TB, adminURL, template string, locale dbLocale) *pgxp
 	if _, err := admin.Exec(ctx, create); err != nil {
 		t.Fatalf("pgtest: %s: %v", create, err)
 	}
-	cfg, err := pgxpool.ParseConfig(adminURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.Database = name
-	db, err := pgxpool.NewWithConfig(ctx, cfg)
+	db, err := pgxpool.New(ctx, withDatabase(adminURL, name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,19 +340,42 @@ func freshLocale(t testing.TB, adminURL, template string, locale dbLocale) *pgxp
 }
 
 // Main runs m's tests, then stops the shared cluster (if one was started)
-// and removes its directory, and returns the exit code; call it from
+// and removes its directory, drops the templates made on servers named by
+// LEASEROUTER_TEST_DATABASE_URL, and returns the exit code; call it from
 // TestMain, as os.Exit(pgtest.Main(m)). Without it the shared server
 // still dies with the test process (its directory is then removed by the
 // next cluster started on the machine), but goroutine-leak checks would
-// see the one that waits for it.
+// see the one that waits for it, and the templates stay on their server.
 func Main(m *testing.M) int {
 	code := m.Run()
+	servers.mu.Lock()
+	var urls []string
+	for url := range servers.byURL {
+		urls = append(urls, url)
+	}
+	servers.mu.Unlock()
+	for _, url := range urls {
+		if err := dropTemplate(url); err != nil {
+			fmt.Fprintln(os.Stderr, "pgtest:", err)
+		}
+	}
 	if shared.cluster != nil {
 		if err := shared.cluster.Close(); err != nil {
 			fmt.Fprintln(os.Stderr, "pgtest:", err)
 		}
 	}
 	return code
+}
+
+// withDatabase is the connection string conn (a URL or keyword/value
+// settings) with its database name set to name, everything else kept
+// (TLS settings, passwords, options).
+func withDatabase(conn, name string) string {
+	if u, err := url.Parse(conn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		u.Path, u.RawPath = "/"+name, ""
+		return u.String()
+	}
+	return conn + " dbname=" + name // the last setting of a name wins
 }
 
 // quote is s as an SQL string literal.

@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
 
@@ -33,21 +33,27 @@ func onGoroutine(f func()) {
 	<-done
 }
 
-// TestNeed: no PostgreSQL skips with the install command, unless
+// TestNeed: no PostgreSQL skips with the ways to get one (install
+// commands, LEASEROUTER_TEST_DATABASE_URL), unless
 // LEASEROUTER_REQUIRE_POSTGRES=1, which fails; any other start failure
 // fails.
 func TestNeed(t *testing.T) {
+	err := errNoServer // StartCluster's, when it finds no server binaries
 	t.Setenv(EnvRequire, "")
 	f := &fakeTB{TB: t}
-	onGoroutine(func() { need(f, ErrNoPostgres) })
-	require.Contains(t, f.skipped, "apt-get install -y postgresql")
+	onGoroutine(func() { need(f, err) })
+	require.Contains(t, f.skipped, EnvURL)
+	if runtime.GOOS != "windows" {
+		require.Contains(t, f.skipped, "apt-get install postgresql")
+		require.Contains(t, f.skipped, "brew install postgresql@15")
+	}
 	require.Empty(t, f.failed)
 
 	t.Setenv(EnvRequire, "1")
 	f = &fakeTB{TB: t}
-	onGoroutine(func() { need(f, ErrNoPostgres) })
+	onGoroutine(func() { need(f, err) })
 	require.Empty(t, f.skipped)
-	require.Contains(t, f.failed, "no PostgreSQL server found")
+	require.Contains(t, f.failed, "no PostgreSQL server")
 
 	t.Setenv(EnvRequire, "")
 	f = &fakeTB{TB: t}
@@ -102,35 +108,25 @@ func TestNewICULocaleHasThatCollation(t *testing.T) {
 	require.NoError(t, db.QueryRow(ctx, "SELECT count(*) FROM leaserouter_jobs").Scan(&n), "migrated")
 }
 
-// TestClusterStopStart: a cluster of the test's own stops (fast or as a
-// crash) and starts again with its data.
-func TestClusterStopStart(t *testing.T) {
-	c := NewCluster(t)
-	db := c.Pool(t)
-	ctx := context.Background()
-	_, err := db.Exec(ctx, "INSERT INTO leaserouter_fences VALUES ('k', 7)")
-	require.NoError(t, err)
-	for _, crash := range []bool{false, true} {
-		require.NoError(t, c.Stop(crash))
-		require.Error(t, db.Ping(ctx), "down")
-		require.NoError(t, c.Start(ctx))
-		var tok int64
-		require.NoError(t, db.QueryRow(ctx, "SELECT token FROM leaserouter_fences WHERE key = 'k'").Scan(&tok))
-		require.EqualValues(t, 7, tok)
+// TestWithDatabaseKeepsTheRest: a connection string, as a URL or as
+// keyword/value settings, names another database and keeps its other
+// settings.
+func TestWithDatabaseKeepsTheRest(t *testing.T) {
+	for conn, want := range map[string]string{
+		"postgres://u:p%40ss@db.example:5433/postgres?sslmode=require": "postgres://u:p%40ss@db.example:5433/t1?sslmode=require",
+		"postgresql://localhost":                              "postgresql://localhost/t1",
+		"host=/tmp/x port=5432 user=postgres dbname=postgres": "host=/tmp/x port=5432 user=postgres dbname=postgres dbname=t1",
+	} {
+		got := withDatabase(conn, "t1")
+		require.Equal(t, want, got)
+		cfg, err := pgx.ParseConfig(got)
+		require.NoError(t, err, got)
+		require.Equal(t, "t1", cfg.Database, got)
+		orig, err := pgx.ParseConfig(conn)
+		require.NoError(t, err)
+		require.Equal(t, orig.Host, cfg.Host)
+		require.Equal(t, orig.User, cfg.User)
+		require.Equal(t, orig.Password, cfg.Password)
+		require.Equal(t, orig.TLSConfig == nil, cfg.TLSConfig == nil)
 	}
-}
-
-// TestSweepRemovesDeadProcessesDirs: a directory left by a test process
-// that is gone is removed; one of a live process is kept.
-func TestSweepRemovesDeadProcessesDirs(t *testing.T) {
-	dead, err := os.MkdirTemp("", dirPrefix+"999999999-")
-	require.NoError(t, err)
-	live, err := os.MkdirTemp("", dirPrefix+fmt.Sprint(os.Getppid())+"-")
-	require.NoError(t, err)
-	defer os.RemoveAll(live)
-	sweep()
-	_, err = os.Stat(dead)
-	require.True(t, os.IsNotExist(err), "dead process's directory kept")
-	_, err = os.Stat(filepath.Join(live))
-	require.NoError(t, err, "live process's directory removed")
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -145,6 +146,9 @@ func TestConsoleAddressInUse(t *testing.T) {
 // TestConsoleStopsOnSIGINT: the command, as a process, shuts the console
 // down on SIGINT and exits with status 0.
 func TestConsoleStopsOnSIGINT(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("no SIGINT can be sent to a process on Windows")
+	}
 	d := newDB(t)
 	cmd := exec.Command(os.Args[0], "console", "--addr", "127.0.0.1:0")
 	cmd.Env = append(os.Environ(), envMain+"=1", envURL+"="+d.url)

@@ -48,8 +48,10 @@ func newDB(t *testing.T) db {
 	return db{url: urlOf(pool), pool: pool}
 }
 
-// urlOf is a connection string for pool's database (pgtest sets the
-// database name in the pool's config, not in its connection string).
+// urlOf is a connection string for pool's database, read from its
+// config: a pool made from a config whose database was set by hand (as
+// TestMigrateBringsAnEmptyDatabaseToTheSchema's) has a connection
+// string naming another.
 func urlOf(pool *pgxpool.Pool) string {
 	cc := pool.Config().ConnConfig
 	url := fmt.Sprintf("host=%s port=%d user=%s dbname=%s sslmode=disable", cc.Host, cc.Port, cc.User, cc.Database)

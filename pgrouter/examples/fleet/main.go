@@ -12,7 +12,9 @@
 // stale worker's write is refused by the database. Every -pause, a random
 // worker process is stopped (SIGSTOP, as a long GC pause or a frozen VM
 // would) for one and a half leases, and then goes on writing what it was
-// writing: the database refuses those stale writes. While it runs, the
+// writing: the database refuses those stale writes (Unix systems only: on
+// Windows -pause must be 0, its default there, and the workers are killed
+// at the end rather than sent SIGTERM). While it runs, the
 // parent process serves the web console of the fleet's queue (module
 // github.com/leaserouter/leaserouter/console) on -console-addr, a free
 // port of 127.0.0.1 by default, and prints its URL ("" disables it).
@@ -99,7 +101,7 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	cfg := config{}
 	fl.IntVar(&cfg.procs, "procs", 4, "worker processes")
 	fl.DurationVar(&cfg.kill, "kill", 500*time.Millisecond, "SIGKILL a random worker process this often (0: never)")
-	fl.DurationVar(&cfg.pause, "pause", 500*time.Millisecond, "SIGSTOP a random worker process for 1.5 leases this often (0: never)")
+	fl.DurationVar(&cfg.pause, "pause", defaultPause, "SIGSTOP a random worker process for 1.5 leases this often (0: never; Unix only)")
 	fl.DurationVar(&cfg.lease, "lease", time.Second, "lease duration")
 	fl.BoolVar(&cfg.restart, "restart", true, "crash and restart the throwaway server when half the files are done")
 	fl.StringVar(&cfg.console, "console-addr", "127.0.0.1:0", "serve the web console of the fleet's queue on this address while it runs (\"\": none)")
@@ -113,6 +115,8 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 		return cfg, fmt.Errorf("-kill %v, must be >= 0", cfg.kill)
 	case cfg.pause < 0:
 		return cfg, fmt.Errorf("-pause %v, must be >= 0", cfg.pause)
+	case cfg.pause > 0 && !canPause:
+		return cfg, fmt.Errorf("-pause %v: no process can be paused (SIGSTOP) on this system, must be 0", cfg.pause)
 	case cfg.lease < 100*time.Millisecond:
 		return cfg, fmt.Errorf("-lease %v, must be >= 100ms", cfg.lease)
 	}
@@ -225,13 +229,13 @@ func coordinate(cfg config, stderr io.Writer) (summary, error) {
 		}
 	}()
 	stopped := false
-	stopProcs := func() { // SIGTERM: Run lets running handlers finish (stalled ones write, late)
+	stopProcs := func() {
 		if stopped {
 			return
 		}
 		stopped = true
 		for _, p := range procs {
-			_ = p.Process.Signal(syscall.SIGTERM)
+			_ = stopProc(p.Process)
 		}
 		for _, p := range procs {
 			_ = p.Wait()
@@ -295,10 +299,10 @@ func coordinate(cfg config, stderr io.Writer) (summary, error) {
 		case <-pause:
 			i := rand.IntN(len(procs))
 			p := procs[i].Process
-			if time.Now().After(pausedUntil[i].Add(cfg.lease)) && p.Signal(syscall.SIGSTOP) == nil {
+			if time.Now().After(pausedUntil[i].Add(cfg.lease)) && pauseProc(p) == nil {
 				s.pauses++
 				pausedUntil[i] = time.Now().Add(cfg.lease + cfg.lease/2)
-				time.AfterFunc(cfg.lease+cfg.lease/2, func() { _ = p.Signal(syscall.SIGCONT) })
+				time.AfterFunc(cfg.lease+cfg.lease/2, func() { _ = resumeProc(p) })
 				fmt.Fprintf(stderr, "fleet: paused worker process %d for %v\n", p.Pid, cfg.lease+cfg.lease/2)
 			}
 		case <-check.C:

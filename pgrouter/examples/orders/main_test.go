@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"testing"
 
@@ -13,7 +14,16 @@ import (
 )
 
 // TestMain fails the tests if a Client's goroutine outlives serve.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	code := pgtest.Main(m)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
 
 // TestEveryOrderChargedOnceWithOneReceipt: with a fifth of the attempts
 // failed by the middleware and two Clients sharing the job set, every
@@ -21,6 +31,12 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // exactly once and gets exactly one receipt (a follow-up of another
 // kind, enqueued in the charge's transaction).
 func TestEveryOrderChargedOnceWithOneReceipt(t *testing.T) {
+	// A fresh database of the server at LEASEROUTER_TEST_DATABASE_URL
+	// when that is set and LEASEROUTER_DATABASE_URL is not (else serve
+	// uses LEASEROUTER_DATABASE_URL, or starts a throwaway cluster).
+	if os.Getenv(pgtest.EnvURL) != "" && os.Getenv(envURL) == "" {
+		t.Setenv(envURL, pgtest.New(t).Config().ConnString())
+	}
 	var log bytes.Buffer
 	s, err := serve(t.Context(), config{orders: 200, fail: 0.2}, &log)
 	if errors.Is(err, pgtest.ErrNoPostgres) && os.Getenv(pgtest.EnvRequire) != "1" {

@@ -415,7 +415,15 @@ var rowStopBounded = ClientRow{Name: "lifecycle/Stop returns within 100 ms of it
 	err := c.Stop(stopCtx)
 	took := time.Since(begun)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.Less(t, took, grace+100*time.Millisecond, "Stop's bound, the queues closed at once")
+	// 100 ms on an exact clock, which also tells the queues closed at once
+	// from one after another; on a real one (a busy machine's scheduler
+	// between ctx's end and Stop's return), generously: a Stop that waits
+	// past its ctx for the handlers still fails.
+	bound := 100 * time.Millisecond
+	if !h.Caps().ExactClock {
+		bound = grace / 2
+	}
+	require.Less(t, took, grace+bound, "Stop's bound, the queues closed at once")
 	for range 3 {
 		require.ErrorIs(t, <-causes, leaserouter.ErrLeaseLost)
 	}

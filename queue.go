@@ -167,6 +167,15 @@ func (q *Queue) Retry(id string) error {
 	return r.Retry(id)
 }
 
+// RunNow makes a scheduled job pending now (Router.RunNow).
+func (q *Queue) RunNow(id string) error {
+	r, err := q.router()
+	if err != nil {
+		return err
+	}
+	return r.RunNow(id)
+}
+
 // Cancel cancels a job that has not finished (Router.Cancel).
 func (q *Queue) Cancel(id string) error {
 	r, err := q.router()

@@ -156,6 +156,8 @@
 //     It works after Close.
 //   - Retry: a finished job pending again at once, attempt 0, in its
 //     place in the order; emits retried (Stats.Retried: this Router's).
+//   - RunNow: a scheduled job (a delay, or a retry waiting out its
+//     backoff) pending at once, its attempt count kept.
 //   - Delete: a job not leased removed, its row deleted (its ID may be
 //     enqueued again); emits purged (Stats.Purged).
 //   - Pause and Resume: the queue's, stored in the table
@@ -179,7 +181,7 @@
 //     deaths, expiries, stale refusals): each process adds its counts to
 //     the table leaserouter_history every PollInterval, off the hot path.
 //
-// Retry, Delete, the bulk calls, Pause and Resume return ErrClosed after
+// Retry, RunNow, Delete, the bulk calls, Pause and Resume return ErrClosed after
 // Close. A Router of any payload type T is a console.Source (module
 // github.com/leaserouter/leaserouter/console) as it is: the console
 // reads it through ListJSON, GetJSON and LeasesJSON, which return the

@@ -210,6 +210,7 @@ var (
 	listJobsKinds  = statement("jobs_list_kinds")
 	settleJobs     = statement("jobs_settle")
 	retryJobs      = statement("jobs_retry")
+	runNowJobs     = statement("jobs_run_now")
 	deleteJobs     = statement("jobs_delete")
 	pauseQueue     = statement("queue_pause")
 	queuePaused    = statement("queue_paused")

@@ -23,6 +23,7 @@ import (
 type Admin interface {
 	List(ctx context.Context, p leaserouter.ListParams) (leaserouter.JobPage[string], error)
 	Retry(ctx context.Context, id string) error
+	RunNow(ctx context.Context, id string) error
 	Delete(ctx context.Context, id string) error
 	Pause(ctx context.Context) error
 	Resume(ctx context.Context) error
@@ -35,7 +36,7 @@ type Admin interface {
 }
 
 func adminRows() []Row {
-	return append([]Row{rowListPages, rowListBadInput, rowRetry, rowDelete, rowPause, rowAdminAfterClose, rowAdminSettles,
+	return append([]Row{rowListPages, rowListBadInput, rowRetry, rowRunNow, rowDelete, rowPause, rowAdminAfterClose, rowAdminSettles,
 		rowLeasesOrder, rowHistory, rowHistoryMinutes, rowPagesOmitPayload, rowListPrefixIsLiteral, rowDeleteLeasedText}, bulkRows()...)
 }
 
@@ -346,7 +347,7 @@ var rowAdminAfterClose = Row{Name: "admin/after Close: List answers, the actions
 	require.NoError(t, err)
 	require.Equal(t, []string{"pending", "done"}, ids(res.Jobs))
 	for what, err := range map[string]error{
-		"Retry": a.Retry(ctx, "done"), "Delete": a.Delete(ctx, "pending"),
+		"Retry": a.Retry(ctx, "done"), "Delete": a.Delete(ctx, "pending"), "RunNow": a.RunNow(ctx, "pending"),
 		"Pause": a.Pause(ctx), "Resume": a.Resume(ctx),
 	} {
 		require.ErrorIs(t, err, leaserouter.ErrClosed, what)

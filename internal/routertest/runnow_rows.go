@@ -1,0 +1,61 @@
+package routertest
+
+import (
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/leaserouter/leaserouter"
+)
+
+// rowRunNow: RunNow makes a scheduled job pending now — a delayed one,
+// and a retry waiting out its backoff, which keeps its attempt count,
+// LastError and token — and refuses a job that is not scheduled
+// (pending, leased, finished) with ErrNotScheduled, changing nothing; an
+// unknown ID is ErrNotFound (after Close, ErrClosed: rowAdminAfterClose).
+var rowRunNow = Row{Name: "admin/RunNow a scheduled job: pending now, attempt kept; one not scheduled refused", Test: func(t T, h Harness) {
+	b := open(t, h, Config{MaxAttempts: 3, Backoff: func(int) time.Duration { return time.Hour }})
+	a := admin(t, b)
+	ctx := ctxOf(t)
+	require.NoError(t, b.Enqueue(ctx, "retrying", "r"))
+	first := tryAcquire(t, b, "w")
+	require.NoError(t, first.Fail(ctx, errBoom))
+	require.NoError(t, b.Enqueue(ctx, "delayed", "d", leaserouter.WithDelay(time.Hour)))
+	require.NoError(t, b.Enqueue(ctx, "done", ""))
+	require.NoError(t, tryAcquire(t, b, "w").Complete(ctx))
+	require.NoError(t, b.Enqueue(ctx, "leased", ""))
+	leased := tryAcquire(t, b, "w")
+	require.Equal(t, "leased", leased.JobID())
+	require.NoError(t, b.Enqueue(ctx, "pending", ""))
+	require.Equal(t, leaserouter.StateScheduled, get(t, b, "retrying").State)
+
+	for _, id := range []string{"pending", "leased", "done"} {
+		before := get(t, b, id)
+		require.ErrorIs(t, a.RunNow(ctx, id), leaserouter.ErrNotScheduled, id)
+		require.Equal(t, before, get(t, b, id), "%s: nothing changed", id)
+	}
+	require.ErrorIs(t, a.RunNow(ctx, "unknown"), leaserouter.ErrNotFound)
+
+	require.NoError(t, a.RunNow(ctx, "retrying"))
+	j := get(t, b, "retrying")
+	require.Equal(t, leaserouter.StatePending, j.State)
+	require.True(t, j.RunAt.IsZero(), "pending: no run-at")
+	require.Equal(t, 1, j.Attempt, "the attempt count kept")
+	require.Equal(t, "boom", j.LastError, "LastError kept")
+	require.Equal(t, first.Token(), j.Token)
+	require.ErrorIs(t, a.RunNow(ctx, "retrying"), leaserouter.ErrNotScheduled, "pending now: not again")
+	require.NoError(t, a.RunNow(ctx, "delayed"))
+	require.Equal(t, leaserouter.StatePending, get(t, b, "delayed").State)
+
+	// Leased at once, not in an hour: "pending" first (ready before
+	// them), then the two made ready now; the retry as its second attempt.
+	got := map[string]int{}
+	for range 3 {
+		l := tryAcquire(t, b, "w")
+		got[l.JobID()] = l.Attempt()
+		require.Greater(t, l.Token(), leased.Token())
+		require.NoError(t, l.Complete(ctx))
+	}
+	require.Equal(t, map[string]int{"pending": 1, "retrying": 2, "delayed": 1}, got)
+	require.NoError(t, leased.Complete(ctx))
+}}

@@ -137,6 +137,30 @@ type jobsPage struct {
 	Action    string // where the filter form goes: jobs or dead
 	Self      string // this page's link, where its actions return
 	MaxBulk   int
+	Offer     bulkOffer // the bulk buttons shown
+}
+
+// bulkOffer is which bulk buttons a list page shows: those whose action
+// can apply to a job in one of the page's states (Retry: a finished one;
+// Cancel: one not finished; Delete: one not leased). A page of every
+// state offers all three. The server still judges each job as it is when
+// the action runs (a button not shown, posted all the same, is refused
+// per job as ever).
+type bulkOffer struct{ Retry, Cancel, Delete bool }
+
+// offerFor is the bulkOffer of a page of jobs in states (none: every
+// state).
+func offerFor(states []leaserouter.State) bulkOffer {
+	if len(states) == 0 {
+		return bulkOffer{true, true, true}
+	}
+	var o bulkOffer
+	for _, s := range states {
+		o.Retry = o.Retry || s.Terminal()
+		o.Cancel = o.Cancel || !s.Terminal()
+		o.Delete = o.Delete || s != leaserouter.StateLeased
+	}
+	return o
 }
 
 type jobRow struct {
@@ -226,7 +250,7 @@ func (h *handler) listJobs(w http.ResponseWriter, r *http.Request, lq listQuery,
 		return err
 	}
 	p := jobsPage{Dead: dead, Queue: lq.queue, States: lq.states, Prefix: lq.params.IDPrefix, Kinds: lq.params.Kinds,
-		Limit: lq.params.Limit, Cursor: lq.params.Cursor, Action: "jobs", MaxBulk: MaxBulk}
+		Limit: lq.params.Limit, Cursor: lq.params.Cursor, Action: "jobs", MaxBulk: MaxBulk, Offer: offerFor(lq.params.States)}
 	if dead {
 		p.Action = "dead"
 	}

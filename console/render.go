@@ -76,19 +76,20 @@ func (h *handler) render(w http.ResponseWriter, r *http.Request, status int, nam
 }
 
 var funcs = template.FuncMap{
-	"num":      num,
-	"state":    func(s leaserouter.State) string { return s.String() },
-	"when":     when,
-	"expires":  expires,
-	"ago":      ago,
-	"rfc3339":  func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) },
-	"isoshort": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
-	"link":     link,
-	"terminal": func(s leaserouter.State) bool { return s.Terminal() },
-	"leased":   func(s leaserouter.State) bool { return s == leaserouter.StateLeased },
-	"states":   func() []leaserouter.State { return allStates },
-	"progress": progressText,
-	"short":    shorten,
+	"num":       num,
+	"state":     func(s leaserouter.State) string { return s.String() },
+	"when":      when,
+	"expires":   expires,
+	"ago":       ago,
+	"rfc3339":   func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) },
+	"isoshort":  func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
+	"link":      link,
+	"terminal":  func(s leaserouter.State) bool { return s.Terminal() },
+	"leased":    func(s leaserouter.State) bool { return s == leaserouter.StateLeased },
+	"scheduled": func(s leaserouter.State) bool { return s == leaserouter.StateScheduled },
+	"states":    func() []leaserouter.State { return allStates },
+	"progress":  progressText,
+	"short":     shorten,
 }
 
 // allStates are the states in the order of their constants.

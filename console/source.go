@@ -20,7 +20,7 @@ import (
 // its payload type, be a Source as it is.
 //
 // The console maps errors by errors.Is: leaserouter.ErrNotFound (404),
-// ErrNotFinished and ErrLeased (409), ErrInvalidOptions (400, as List
+// ErrNotFinished, ErrNotScheduled and ErrLeased (409), ErrInvalidOptions (400, as List
 // returns for a bad cursor); any other error is the backend's failure
 // (500, its message shown, never a stack).
 type Source interface {
@@ -47,6 +47,8 @@ type Source interface {
 	GetJSON(ctx context.Context, id string) (leaserouter.Job[json.RawMessage], bool, error)
 	// Retry is leaserouter.Router.Retry.
 	Retry(ctx context.Context, id string) error
+	// RunNow is leaserouter.Router.RunNow: a scheduled job pending now.
+	RunNow(ctx context.Context, id string) error
 	// Cancel is leaserouter.Router.Cancel.
 	Cancel(ctx context.Context, id string) error
 	// Delete is leaserouter.Router.Delete.
@@ -113,6 +115,7 @@ type admin[T any] interface {
 	Leases(limit int) ([]leaserouter.Job[T], error)
 	Get(id string) (leaserouter.Job[T], bool)
 	Retry(id string) error
+	RunNow(id string) error
 	Cancel(id string) error
 	Delete(id string) error
 	RetryMany(ids []string, states []leaserouter.State) (leaserouter.BulkResult, error)
@@ -191,6 +194,13 @@ func (s *routerSource[T]) Retry(ctx context.Context, id string) error {
 		return err
 	}
 	return s.r.Retry(id)
+}
+
+func (s *routerSource[T]) RunNow(ctx context.Context, id string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return s.r.RunNow(id)
 }
 
 func (s *routerSource[T]) Cancel(ctx context.Context, id string) error {

@@ -1,0 +1,87 @@
+package console_test
+
+import (
+	"net/http"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/console"
+)
+
+// TestRunNowMakesScheduledJobPending: "run now" on a scheduled job's
+// page makes it pending at once, its attempt count kept; on a job not
+// scheduled it is refused (409, nothing changed); the button shows on a
+// scheduled job's page only.
+func TestRunNowMakesScheduledJobPending(t *testing.T) {
+	r, h := setup(t, console.Options{})
+	require.NoError(t, r.Enqueue("later", item{Path: "/src/later"}, leaserouter.WithDelay(time.Hour)))
+	enqueue(t, r, "now")
+	require.Contains(t, testIDs(requireOK(t, get(t, h, "/job?queue=files&id=later")), "run-now-button", "value"), "run-now")
+	require.Empty(t, testIDs(requireOK(t, get(t, h, "/job?queue=files&id=now")), "run-now-button", "value"))
+
+	body := requireOK(t, post(t, h, "/action", url.Values{"action": {"run-now"}, "queue": {"files"}, "id": {"later"}}))
+	require.Contains(t, body, `data-testid="result-done">1<`)
+	require.Equal(t, leaserouter.StatePending, state(t, r, "later"))
+
+	before := r.Stats()
+	requireStatus(t, post(t, h, "/action", url.Values{"action": {"run-now"}, "queue": {"files"}, "id": {"now"}}),
+		http.StatusConflict, "job not scheduled")
+	require.Equal(t, before, r.Stats())
+	requireStatus(t, post(t, h, "/action", url.Values{"action": {"run-now"}, "queue": {"files"}}), http.StatusBadRequest, "the id field is missing")
+}
+
+// TestBulkButtonsOnlyWhereTheyApply: a list page offers the bulk actions
+// that can apply to a job in its states (no Cancel on the dead page, no
+// Retry on the pending one), and the server still refuses, job by job,
+// an action posted where it does not apply.
+func TestBulkButtonsOnlyWhereTheyApply(t *testing.T) {
+	r, h := setup(t, console.Options{})
+	kill(t, r, "dead")
+	buttons := func(target string) []string {
+		var out []string
+		body := requireOK(t, get(t, h, target))
+		for _, id := range []string{"retry-button", "cancel-button", "delete-button"} {
+			out = append(out, testIDs(body, id, "value")...)
+		}
+		return out
+	}
+	require.Equal(t, []string{"retry", "delete"}, buttons("/dead?queue=files"))
+	require.Equal(t, []string{"cancel", "delete"}, buttons("/jobs?queue=files&state=pending"))
+	require.Equal(t, []string{"cancel"}, buttons("/jobs?queue=files&state=leased"))
+	require.Equal(t, []string{"retry", "delete"}, buttons("/jobs?queue=files&state=succeeded&state=canceled"))
+	require.Equal(t, []string{"retry", "cancel", "delete"}, buttons("/jobs?queue=files"))
+
+	body := requireOK(t, post(t, h, "/action", url.Values{"action": {"cancel"}, "queue": {"files"}, "id.failed": {"dead"}}))
+	require.Contains(t, body, `data-testid="result-done">0<`)
+	require.Equal(t, leaserouter.StateFailed, state(t, r, "dead"), "Cancel of a dead job still refused")
+}
+
+// TestBrowserRunNowAndBulkButtons: in Chromium, a scheduled job's page
+// runs it now (pending, as the Router says), and the dead page offers
+// Retry and Delete but no Cancel.
+func TestBrowserRunNowAndBulkButtons(t *testing.T) {
+	r, h := setup(t, console.Options{})
+	require.NoError(t, r.Enqueue("nightly-report", item{Path: "/reports"}, leaserouter.WithDelay(2*time.Hour)))
+	kill(t, r, "img-009.png")
+	b := newBrowser(t, h)
+
+	b.do(t, chromedp.Navigate(b.base+"job?queue=files&id=nightly-report"), chromedp.WaitVisible(sel("job-id")))
+	require.Contains(t, b.text(t, sel("job-state")), "scheduled")
+	b.navigate(t, chromedp.Click(sel("job-actions")+" "+sel("run-now-button")))
+	b.do(t, chromedp.WaitVisible(sel("result-message")))
+	b.navigate(t, chromedp.Click(sel("back-link")))
+	b.do(t, chromedp.WaitVisible(sel("job-state")))
+	require.Contains(t, b.text(t, sel("job-state")), "pending")
+	require.Zero(t, b.count(t, sel("run-now-button")), "pending: no run now")
+	require.Equal(t, leaserouter.StatePending, state(t, r, "nightly-report"))
+
+	b.do(t, chromedp.Navigate(b.base+"dead?queue=files"), chromedp.WaitVisible(sel("bulk-bar")))
+	require.Equal(t, 1, b.count(t, sel("bulk-bar")+" "+sel("retry-button")))
+	require.Equal(t, 1, b.count(t, sel("bulk-bar")+" "+sel("delete-button")))
+	require.Zero(t, b.count(t, sel("bulk-bar")+" "+sel("cancel-button")), "no Cancel on the dead page")
+}

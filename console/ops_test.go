@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"context"
 	"net/http"
 	"net/url"
 	"testing"
@@ -84,4 +85,45 @@ func TestBrowserRunNowAndBulkButtons(t *testing.T) {
 	require.Equal(t, 1, b.count(t, sel("bulk-bar")+" "+sel("retry-button")))
 	require.Equal(t, 1, b.count(t, sel("bulk-bar")+" "+sel("delete-button")))
 	require.Zero(t, b.count(t, sel("bulk-bar")+" "+sel("cancel-button")), "no Cancel on the dead page")
+}
+
+// waitingSource is a Source whose ready order's head has been ready
+// since a given instant.
+type waitingSource struct {
+	console.Source
+	since time.Time
+}
+
+func (s waitingSource) Stats(ctx context.Context) (leaserouter.Stats, error) {
+	st, err := s.Source.Stats(ctx)
+	st.ReadySince = s.since
+	return st, err
+}
+
+// TestOverviewShowsQueueLatency: each queue's card says how long the
+// next job to lease has waited (Stats.ReadySince), in minutes and hours,
+// or that none is pending.
+func TestOverviewShowsQueueLatency(t *testing.T) {
+	idle := newRouter(t, leaserouter.Options{})
+	busy := newRouter(t, leaserouter.Options{})
+	enqueue(t, busy, "a")
+	since := time.Now().Add(-37*time.Minute - 44*time.Second)
+	h, err := console.New(console.Options{}, console.Router("idle", idle), waitingSource{console.Router("busy", busy), since})
+	require.NoError(t, err)
+	body := requireOK(t, get(t, h, "/"))
+	require.Regexp(t, `data-queue="idle">Latency: <span data-testid="latency-value">none pending<`, body)
+	require.Regexp(t, `data-testid="latency-value">37m 4[45]s<`, body)
+	require.Contains(t, testIDs(body, "latency-value", "datetime"), since.UTC().Format(time.RFC3339Nano))
+}
+
+// TestBrowserOverviewShowsLatency: in Chromium, the overview's card says
+// how long the next job to lease has waited, in minutes and seconds.
+func TestBrowserOverviewShowsLatency(t *testing.T) {
+	r := newRouter(t, leaserouter.Options{})
+	enqueue(t, r, "a")
+	h, err := console.New(console.Options{}, waitingSource{console.Router("files", r), time.Now().Add(-2*time.Hour - 5*time.Minute)})
+	require.NoError(t, err)
+	b := newBrowser(t, h)
+	b.do(t, chromedp.Navigate(b.base), chromedp.WaitVisible(sel("queue-latency")))
+	require.Equal(t, "2h 5m", b.text(t, sel("latency-value")))
 }

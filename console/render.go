@@ -81,6 +81,7 @@ var funcs = template.FuncMap{
 	"when":      when,
 	"expires":   expires,
 	"ago":       ago,
+	"waited":    waited,
 	"rfc3339":   func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) },
 	"isoshort":  func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
 	"link":      link,
@@ -157,6 +158,10 @@ func expires(t, now time.Time) string {
 	}
 	return "in " + human(t.Sub(now))
 }
+
+// waited is how long since t, as human says it ("3m 12s"): a queue's
+// latency from Stats.ReadySince.
+func waited(t, now time.Time) string { return human(max(0, now.Sub(t))) }
 
 func ago(t, now time.Time) string {
 	if t.IsZero() {

@@ -214,6 +214,7 @@ var (
 	deleteJobs     = statement("jobs_delete")
 	pauseQueue     = statement("queue_pause")
 	queuePaused    = statement("queue_paused")
+	readyHead      = statement("ready_head")
 	queuesStats    = statement("queues_stats")
 	queuesPaused   = statement("queues_paused")
 	listLeases     = statement("leases_list")

@@ -59,3 +59,27 @@ var rowRunNow = Row{Name: "admin/RunNow a scheduled job: pending now, attempt ke
 	require.Equal(t, map[string]int{"pending": 1, "retrying": 2, "delayed": 1}, got)
 	require.NoError(t, leased.Complete(ctx))
 }}
+
+// rowReadySince: Stats.ReadySince is the ready time of the job first in
+// the ready order (the next a lease takes), the zero Time when none is
+// pending, and stays put while nothing changes (an instant, not an age).
+var rowReadySince = Row{Name: "admin/Stats.ReadySince is the head of the ready order's ready time, zero when none pending", Test: func(t T, h Harness) {
+	b := open(t, h, Config{})
+	ctx := ctxOf(t)
+	require.True(t, stats(t, b).ReadySince.IsZero(), "nothing pending")
+	require.NoError(t, b.Enqueue(ctx, "old", ""))
+	old := get(t, b, "old")
+	require.True(t, stats(t, b).ReadySince.Equal(old.CreatedAt), "the oldest pending job's enqueue time")
+	h.Advance(h.Lease() / 10)
+	require.True(t, stats(t, b).ReadySince.Equal(old.CreatedAt), "an instant: unchanged as time passes")
+	require.NoError(t, b.Enqueue(ctx, "urgent", "", leaserouter.WithPriority(5)))
+	urgent := get(t, b, "urgent")
+	require.True(t, stats(t, b).ReadySince.Equal(urgent.CreatedAt), "the head of the ready order: priority first")
+	l := tryAcquire(t, b, "w")
+	require.Equal(t, "urgent", l.JobID())
+	require.True(t, stats(t, b).ReadySince.Equal(old.CreatedAt))
+	l2 := tryAcquire(t, b, "w")
+	require.True(t, stats(t, b).ReadySince.IsZero(), "nothing pending again")
+	require.NoError(t, l.Complete(ctx))
+	require.NoError(t, l2.Complete(ctx))
+}}

@@ -21,7 +21,7 @@ func TestNumHasThousandsSeparators(t *testing.T) {
 // in its two largest units ("in 37m 44s", not "in 2264s").
 func TestDurationsReadInMinutesAndHours(t *testing.T) {
 	for d, want := range map[time.Duration]string{
-		0: "0s", 850 * time.Millisecond: "850ms", 4210 * time.Millisecond: "4.2s", 12 * time.Second: "12s",
+		0: "0s", 850 * time.Millisecond: "850ms", 4210 * time.Millisecond: "4.2s", 5 * time.Second: "5s", 12 * time.Second: "12s",
 		59600 * time.Millisecond: "1m", 2264 * time.Second: "37m 44s", 240 * time.Second: "4m",
 		time.Hour: "1h", 2*time.Hour + 5*time.Minute + 10*time.Second: "2h 5m",
 		47*time.Hour + 59*time.Minute + 50*time.Second: "2d", 123 * time.Hour: "5d 3h",

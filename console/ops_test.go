@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/chromedp/chromedp"
@@ -126,4 +127,45 @@ func TestBrowserOverviewShowsLatency(t *testing.T) {
 	b := newBrowser(t, h)
 	b.do(t, chromedp.Navigate(b.base), chromedp.WaitVisible(sel("queue-latency")))
 	require.Equal(t, "2h 5m", b.text(t, sel("latency-value")))
+}
+
+// TestLeaseWithoutHeartbeatSaysNever: a lease that has had no heartbeat
+// shows "never" as its last heartbeat (on the leases page and the job's
+// page), not its grant time; after one, the heartbeat's age.
+func TestLeaseWithoutHeartbeatSaysNever(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r, err := leaserouter.New[item](leaserouter.Options{LeaseDuration: time.Minute})
+		require.NoError(t, err)
+		defer closeNow(r)
+		h, err := console.New(console.Options{}, console.Router("files", r))
+		require.NoError(t, err)
+		enqueue(t, r, "a")
+		l, err := r.TryAcquire("indexer-3")
+		require.NoError(t, err)
+		time.Sleep(20 * time.Second)
+
+		leases := requireOK(t, get(t, h, "/leases"))
+		require.Regexp(t, `data-testid="lease-heartbeat"><span[^>]*>never</span> <span class="muted">\(granted 20s ago\)`, leases)
+		require.Regexp(t, `data-testid="lease-expiry"[^>]*>in 40s<`, leases)
+		job := requireOK(t, get(t, h, "/job?queue=files&id=a"))
+		require.Regexp(t, `data-testid="lease-heartbeat">never `, job)
+
+		require.NoError(t, l.Heartbeat(nil))
+		time.Sleep(5 * time.Second)
+		leases = requireOK(t, get(t, h, "/leases"))
+		require.Regexp(t, `data-testid="lease-heartbeat"><time [^>]*>5s ago<`, leases)
+		require.NotContains(t, requireOK(t, get(t, h, "/job?queue=files&id=a")), ">never")
+	})
+}
+
+// TestBrowserLeaseWithoutHeartbeatSaysNever: in Chromium, the leases
+// page says "never" for a lease with no heartbeat yet.
+func TestBrowserLeaseWithoutHeartbeatSaysNever(t *testing.T) {
+	r, h := setup(t, console.Options{})
+	enqueue(t, r, "video-2.mp4")
+	_, err := r.TryAcquire("transcoder-1")
+	require.NoError(t, err)
+	b := newBrowser(t, h)
+	b.do(t, chromedp.Navigate(b.base+"leases"), chromedp.WaitVisible(sel("leases-table")))
+	require.Contains(t, b.text(t, sel("lease-row")+`[data-id="video-2.mp4"] `+sel("lease-heartbeat")), "never")
 }

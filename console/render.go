@@ -82,6 +82,7 @@ var funcs = template.FuncMap{
 	"expires":   expires,
 	"ago":       ago,
 	"waited":    waited,
+	"noBeat":    noBeat,
 	"rfc3339":   func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) },
 	"isoshort":  func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
 	"link":      link,
@@ -159,6 +160,14 @@ func expires(t, now time.Time) string {
 	return "in " + human(t.Sub(now))
 }
 
+// noBeat reports whether a lease granted at leasedAt has had no
+// heartbeat: the job's UpdatedAt is still the grant. A backend that
+// leaves LeasedAt zero (unknown) is taken to have had one: UpdatedAt is
+// shown, as before LeasedAt existed.
+func noBeat(leasedAt, updated time.Time) bool {
+	return !leasedAt.IsZero() && !updated.After(leasedAt)
+}
+
 // waited is how long since t, as human says it ("3m 12s"): a queue's
 // latency from Stats.ReadySince.
 func waited(t, now time.Time) string { return human(max(0, now.Sub(t))) }
@@ -171,7 +180,7 @@ func ago(t, now time.Time) string {
 }
 
 // human is d (not negative), rounded for reading, in its two largest
-// units: "850ms", "4.2s", "44s", "37m 44s", "2h 5m", "5d 3h" (a zero
+// units: "850ms", "4.2s", "5s", "44s", "37m 44s", "2h 5m", "5d 3h" (a zero
 // lower unit left out: "4m", "2h"). Every duration the pages print goes
 // through it, and console.js's countdown (tick) writes the same words.
 func human(d time.Duration) string {
@@ -179,7 +188,7 @@ func human(d time.Duration) string {
 	switch {
 	case d < time.Second:
 		return d.Round(time.Millisecond).String()
-	case d < 10*time.Second:
+	case d < 10*time.Second && d.Round(100*time.Millisecond)%time.Second != 0:
 		return fmt.Sprintf("%.1fs", d.Round(100*time.Millisecond).Seconds())
 	case d.Round(time.Second) < time.Minute:
 		return fmt.Sprintf("%ds", d.Round(time.Second)/time.Second)

@@ -61,7 +61,7 @@
       var b = Math.floor(n / big), rest = Math.floor((n % big) / per);
       return b + bigName + (rest > 0 ? " " + rest + smallName : "");
     }
-    if (s < 10) return s.toFixed(1) + "s";
+    if (s < 10 && Math.round(s * 10) % 10 !== 0) return s.toFixed(1) + "s";
     var sec = Math.round(s);
     if (sec < 60) return sec + "s";
     if (sec < 3600) return two(sec, 60, "m", "s", 1);

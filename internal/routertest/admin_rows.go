@@ -36,7 +36,7 @@ type Admin interface {
 }
 
 func adminRows() []Row {
-	return append([]Row{rowListPages, rowListBadInput, rowRetry, rowRunNow, rowReadySince, rowDelete, rowPause, rowAdminAfterClose, rowAdminSettles,
+	return append([]Row{rowListPages, rowListBadInput, rowRetry, rowRunNow, rowReadySince, rowLeasedAt, rowDelete, rowPause, rowAdminAfterClose, rowAdminSettles,
 		rowLeasesOrder, rowHistory, rowHistoryMinutes, rowPagesOmitPayload, rowListPrefixIsLiteral, rowDeleteLeasedText}, bulkRows()...)
 }
 

@@ -83,3 +83,30 @@ var rowReadySince = Row{Name: "admin/Stats.ReadySince is the head of the ready o
 	require.NoError(t, l.Complete(ctx))
 	require.NoError(t, l2.Complete(ctx))
 }}
+
+// rowLeasedAt: a leased job's LeasedAt is its lease's grant instant, and
+// UpdatedAt equals it until the lease's first heartbeat, after which it
+// is that heartbeat's instant; a job not leased has a zero LeasedAt (Get
+// and Leases alike).
+var rowLeasedAt = Row{Name: "admin/Job.LeasedAt is the lease's grant; UpdatedAt equals it until a heartbeat", Test: func(t T, h Harness) {
+	b := open(t, h, Config{})
+	a := admin(t, b)
+	ctx := ctxOf(t)
+	require.NoError(t, b.Enqueue(ctx, "j", ""))
+	require.True(t, get(t, b, "j").LeasedAt.IsZero(), "pending: never leased")
+	l := tryAcquire(t, b, "w")
+	j := get(t, b, "j")
+	require.False(t, j.LeasedAt.IsZero())
+	require.True(t, j.UpdatedAt.Equal(j.LeasedAt), "no heartbeat yet: UpdatedAt is the grant")
+	leases, err := a.Leases(ctx, 0)
+	require.NoError(t, err)
+	require.Len(t, leases, 1)
+	require.True(t, leases[0].LeasedAt.Equal(j.LeasedAt), "Leases says the same")
+	h.Advance(h.Lease() / 10)
+	require.NoError(t, l.Heartbeat(ctx, nil))
+	hb := get(t, b, "j")
+	require.True(t, hb.LeasedAt.Equal(j.LeasedAt), "a heartbeat keeps the grant")
+	require.True(t, hb.UpdatedAt.After(hb.LeasedAt), "UpdatedAt: the heartbeat's instant")
+	require.NoError(t, l.Complete(ctx))
+	require.True(t, get(t, b, "j").LeasedAt.IsZero(), "finished: no lease")
+}}

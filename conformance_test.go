@@ -250,3 +250,7 @@ func (b coreBackend) CancelMany(_ context.Context, ids []string, states []leaser
 func (b coreBackend) DeleteMany(_ context.Context, ids []string, states []leaserouter.State) (leaserouter.BulkResult, error) {
 	return b.r.DeleteMany(ids, states)
 }
+
+func (b coreBackend) LeasePage(_ context.Context, p leaserouter.LeasesParams) (leaserouter.JobPage[string], error) {
+	return b.r.LeasePage(p)
+}

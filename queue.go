@@ -136,6 +136,18 @@ func (q *Queue) Leases(limit int) ([]Job[any], error) {
 	return jobs, err
 }
 
+// LeasePage returns a page of the leased jobs, soonest expiry first
+// (Router.LeasePage).
+func (q *Queue) LeasePage(p LeasesParams) (JobPage[any], error) {
+	r, err := q.router()
+	if err != nil {
+		return JobPage[any]{}, err
+	}
+	page, err := r.LeasePage(p)
+	unbox(page.Jobs)
+	return page, err
+}
+
 // A Client's queue stores each job's payload in a cell with the view its
 // first attempt's handler gets (kindCell, kind.go). The admin calls show
 // the T.

@@ -300,3 +300,7 @@ func (b pgBackend) CancelMany(ctx context.Context, ids []string, states []leaser
 func (b pgBackend) DeleteMany(ctx context.Context, ids []string, states []leaserouter.State) (leaserouter.BulkResult, error) {
 	return b.r.DeleteMany(ctx, ids, states)
 }
+
+func (b pgBackend) LeasePage(ctx context.Context, p leaserouter.LeasesParams) (leaserouter.JobPage[string], error) {
+	return b.r.LeasePage(ctx, p)
+}

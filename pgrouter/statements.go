@@ -218,6 +218,7 @@ var (
 	queuesStats    = statement("queues_stats")
 	queuesPaused   = statement("queues_paused")
 	listLeases     = statement("leases_list")
+	leasesPage     = statement("leases_page")
 	historyAdd     = statement("history_add")
 	historyRead    = statement("history_read")
 

@@ -28,6 +28,7 @@ type Admin interface {
 	Pause(ctx context.Context) error
 	Resume(ctx context.Context) error
 	Leases(ctx context.Context, limit int) ([]leaserouter.Job[string], error)
+	LeasePage(ctx context.Context, p leaserouter.LeasesParams) (leaserouter.JobPage[string], error)
 	History(ctx context.Context) ([]leaserouter.Minute, error)
 	// The bulk actions (bulk_rows.go).
 	RetryMany(ctx context.Context, ids []string, states []leaserouter.State) (leaserouter.BulkResult, error)
@@ -36,7 +37,7 @@ type Admin interface {
 }
 
 func adminRows() []Row {
-	return append([]Row{rowListPages, rowListBadInput, rowRetry, rowRunNow, rowReadySince, rowLeasedAt, rowDelete, rowPause, rowAdminAfterClose, rowAdminSettles,
+	return append([]Row{rowListPages, rowListBadInput, rowRetry, rowRunNow, rowReadySince, rowLeasedAt, rowLeasePages, rowDelete, rowPause, rowAdminAfterClose, rowAdminSettles,
 		rowLeasesOrder, rowHistory, rowHistoryMinutes, rowPagesOmitPayload, rowListPrefixIsLiteral, rowDeleteLeasedText}, bulkRows()...)
 }
 

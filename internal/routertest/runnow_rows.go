@@ -1,6 +1,7 @@
 package routertest
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -109,4 +110,62 @@ var rowLeasedAt = Row{Name: "admin/Job.LeasedAt is the lease's grant; UpdatedAt 
 	require.True(t, hb.UpdatedAt.After(hb.LeasedAt), "UpdatedAt: the heartbeat's instant")
 	require.NoError(t, l.Complete(ctx))
 	require.True(t, get(t, b, "j").LeasedAt.IsZero(), "finished: no lease")
+}}
+
+// rowLeasePages: LeasePage pages the live leases in Leases' order
+// (expiry, then enqueue order) by a cursor: every lease once, NextCursor
+// "" on the last page, and a lease heartbeated meanwhile (moved later)
+// is not skipped; a malformed cursor, a List cursor, or a bad Limit is
+// ErrInvalidOptions.
+var rowLeasePages = Row{Name: "admin/LeasePage pages the leases soonest expiry first by a cursor", Test: func(t T, h Harness) {
+	b := open(t, h, Config{})
+	a := admin(t, b)
+	ctx := ctxOf(t)
+	var held []Lease
+	for i := range 7 {
+		require.NoError(t, b.Enqueue(ctx, fmt.Sprintf("j%d", i), ""))
+		held = append(held, tryAcquire(t, b, "w"))
+	}
+	all, err := a.Leases(ctx, 0)
+	require.NoError(t, err)
+	require.Len(t, all, 7)
+	var got []string
+	p := leaserouter.LeasesParams{Limit: 3}
+	for page := 0; ; page++ {
+		require.Less(t, page, 4, "the pages end")
+		res, err := a.LeasePage(ctx, p)
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(res.Jobs), 3)
+		for _, j := range res.Jobs {
+			require.Equal(t, leaserouter.StateLeased, j.State)
+			require.Equal(t, "w", j.Owner)
+			got = append(got, j.ID)
+		}
+		if res.NextCursor == "" {
+			break
+		}
+		if page == 0 { // a lease not listed yet, heartbeated: later, not skipped
+			h.Advance(h.Lease() / 100)
+			require.NoError(t, held[5].Heartbeat(ctx, nil))
+		}
+		p.Cursor = res.NextCursor
+	}
+	want := ids(all)
+	require.Equal(t, want[:3], got[:3], "the first page is Leases' first")
+	require.ElementsMatch(t, want, got, "every lease once")
+	require.Equal(t, "j5", got[len(got)-1], "the heartbeated lease last: its expiry is the latest")
+
+	list, err := a.List(ctx, leaserouter.ListParams{Limit: 1})
+	require.NoError(t, err)
+	for _, bad := range []leaserouter.LeasesParams{{Cursor: "x"}, {Cursor: list.NextCursor}, {Limit: -1}, {Limit: leaserouter.MaxListLimit + 1}} {
+		_, err := a.LeasePage(ctx, bad)
+		require.ErrorIs(t, err, leaserouter.ErrInvalidOptions, "%+v", bad)
+	}
+	for _, l := range held {
+		require.NoError(t, l.Complete(ctx))
+	}
+	res, err := a.LeasePage(ctx, leaserouter.LeasesParams{})
+	require.NoError(t, err)
+	require.Empty(t, res.Jobs)
+	require.Empty(t, res.NextCursor)
 }}

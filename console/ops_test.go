@@ -2,8 +2,11 @@ package console_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -168,4 +171,89 @@ func TestBrowserLeaseWithoutHeartbeatSaysNever(t *testing.T) {
 	b := newBrowser(t, h)
 	b.do(t, chromedp.Navigate(b.base+"leases"), chromedp.WaitVisible(sel("leases-table")))
 	require.Contains(t, b.text(t, sel("lease-row")+`[data-id="video-2.mp4"] `+sel("lease-heartbeat")), "never")
+}
+
+// leaseAll leases every job of r (worker-7), returning the leases.
+func leaseAll(t *testing.T, r *leaserouter.Router[item]) []*leaserouter.Lease[item] {
+	t.Helper()
+	var out []*leaserouter.Lease[item]
+	for {
+		ls, err := r.TryAcquireMany("worker-7", 1000)
+		if errors.Is(err, leaserouter.ErrNoJob) {
+			return out
+		}
+		require.NoError(t, err)
+		out = append(out, ls...)
+	}
+}
+
+// TestLeasesPagesBeyondTheFirst: the leases page pages by a cursor, with
+// next, previous and first page links that keep the queue and limit, so
+// every lease is reachable (not only the first 1,000); a bad cursor is a
+// 400 page, and so is a cursor without a queue when there are several.
+func TestLeasesPagesBeyondTheFirst(t *testing.T) {
+	r, h := setup(t, console.Options{})
+	for i := range 5 {
+		enqueue(t, r, fmt.Sprintf("j%d", i))
+	}
+	leaseAll(t, r)
+	target := "/leases?queue=files&limit=2"
+	var pages [][]string
+	for range 3 {
+		body := requireOK(t, get(t, h, target))
+		pages = append(pages, testIDs(body, "lease-row", "data-id"))
+		next := testIDs(body, "next-page", "href")
+		if len(pages) == 3 {
+			require.Empty(t, next, "the last page")
+			prev := testIDs(body, "prev-page", "href")
+			require.Len(t, prev, 1)
+			back := requireOK(t, get(t, h, "/"+prev[0]))
+			require.Equal(t, pages[1], testIDs(back, "lease-row", "data-id"), "previous page: the one before")
+			first := testIDs(body, "first-page", "href")
+			require.Equal(t, pages[0], testIDs(requireOK(t, get(t, h, "/"+first[0])), "lease-row", "data-id"))
+			break
+		}
+		require.Len(t, next, 1)
+		require.Contains(t, next[0], "limit=2")
+		target = "/" + next[0]
+	}
+	require.Equal(t, [][]string{{"j0", "j1"}, {"j2", "j3"}, {"j4"}}, pages)
+	requireStatus(t, get(t, h, "/leases?queue=files&cursor=bogus"), http.StatusBadRequest, "LeasesParams.Cursor is malformed")
+	two, err := console.New(console.Options{}, console.Router("files", r), console.Router("other", newRouter(t, leaserouter.Options{})))
+	require.NoError(t, err)
+	requireStatus(t, get(t, two, "/leases?cursor=bogus"), http.StatusBadRequest, "the queue parameter is missing")
+}
+
+// TestBrowserPagesThroughLeasesBeyondAThousand: in Chromium, the leases
+// page's next-page links reach all of 1,500 leases (it stopped at 1,000),
+// each once, and "previous page" goes back.
+func TestBrowserPagesThroughLeasesBeyondAThousand(t *testing.T) {
+	r, h := setup(t, console.Options{})
+	for i := range 1500 {
+		require.NoError(t, r.Enqueue(fmt.Sprintf("job-%04d", i), item{Path: "/src"}))
+	}
+	leaseAll(t, r)
+	b := newBrowser(t, h)
+	b.do(t, chromedp.Navigate(b.base+"leases?queue=files&limit=1000"), chromedp.WaitVisible(sel("leases-table")))
+	rowIDs := func() []string {
+		ids, err := chromedp.Run(b.ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('[data-testid="lease-row"]')].map(e => e.dataset.id)`))
+		require.NoError(t, err)
+		return ids
+	}
+	first := rowIDs()
+	require.Len(t, first, 1000)
+	b.navigate(t, chromedp.Click(sel("next-page")))
+	b.do(t, chromedp.WaitVisible(sel("leases-table")))
+	second := rowIDs()
+	require.Len(t, second, 500)
+	require.Zero(t, b.count(t, sel("next-page")), "the last page")
+	seen := map[string]bool{}
+	for _, id := range append(slices.Clone(first), second...) {
+		require.False(t, seen[id], "%s listed twice", id)
+		seen[id] = true
+	}
+	require.Len(t, seen, 1500)
+	b.navigate(t, chromedp.Click(sel("prev-page")))
+	b.do(t, chromedp.WaitVisible(sel("leases-table")))
+	require.Equal(t, first, rowIDs())
 }

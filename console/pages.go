@@ -1,6 +1,7 @@
 package console
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -339,11 +340,24 @@ type leasesPage struct {
 }
 
 type leaseQueue struct {
-	Name   string
-	Err    string
-	Leases []jobRow
-	More   bool // the limit cut the list
+	Name      string
+	Err       string
+	Leases    []jobRow
+	More      bool   // there is a next page
+	Paged     bool   // not the first page
+	NextLink  string // the next page of this queue's leases
+	PrevLink  string // the page before (not on the first)
+	FirstLink string // the first page (not on the first)
 }
+
+// maxPrevPages bounds the cursors of the pages before that a leases
+// page's URL carries for its previous-page link (each a few dozen
+// bytes); beyond it, the oldest are dropped and "first page" goes back.
+const maxPrevPages = 100
+
+// firstPageMark stands for the first page's cursor ("") among the
+// cursors of the pages before (an empty value is left out of a link).
+const firstPageMark = "-"
 
 func (h *handler) leases(w http.ResponseWriter, r *http.Request) error {
 	if err := h.authorize(r, ViewLeases); err != nil {
@@ -366,17 +380,42 @@ func (h *handler) leases(w http.ResponseWriter, r *http.Request) error {
 		}
 		p.Limit = n
 	}
+	cursor, prev := q.Get("cursor"), q["prev"]
+	if cursor != "" && len(sources) != 1 {
+		return errorf(http.StatusBadRequest, "a page of leases after the first is of one queue: the queue parameter is missing")
+	}
+	limit := ""
+	if q.Get("limit") != "" {
+		limit = strconv.Itoa(p.Limit)
+	}
 	for _, s := range sources {
-		lq := leaseQueue{Name: s.Queue()}
-		jobs, err := s.LeasesJSON(r.Context(), p.Limit)
+		lq := leaseQueue{Name: s.Queue(), Paged: cursor != ""}
+		page, err := s.LeasePageJSON(r.Context(), leaserouter.LeasesParams{Cursor: cursor, Limit: p.Limit})
 		if err != nil {
+			if cursor != "" && statusOf(err) == http.StatusBadRequest {
+				return errorf(http.StatusBadRequest, "bad page of leases for queue %q: %v", lq.Name, err)
+			}
 			lq.Err = err.Error()
 			h.log.Error("console: Leases", "queue", lq.Name, "err", err)
 		}
-		for _, j := range jobs {
+		for _, j := range page.Jobs {
 			lq.Leases = append(lq.Leases, jobRow{j, link("job", "queue", lq.Name, "id", j.ID)})
 		}
-		lq.More = len(jobs) == p.Limit
+		if lq.More = page.NextCursor != ""; lq.More {
+			here := cmp.Or(cursor, firstPageMark)
+			lq.NextLink = link("leases", "queue", lq.Name, "limit", limit, "cursor", page.NextCursor,
+				"prev", append(slices.Clone(prev[max(0, len(prev)+1-maxPrevPages):]), here))
+		}
+		if cursor != "" {
+			lq.FirstLink = link("leases", "queue", lq.Name, "limit", limit)
+			if n := len(prev); n > 0 {
+				before := prev[n-1]
+				if before == firstPageMark {
+					before = ""
+				}
+				lq.PrevLink = link("leases", "queue", lq.Name, "limit", limit, "cursor", before, "prev", prev[:n-1])
+			}
+		}
 		p.Queues = append(p.Queues, lq)
 	}
 	h.render(w, r, http.StatusOK, "leases", "Leases", "leases", p)

@@ -15,7 +15,7 @@ import (
 // method may be called concurrently, from the goroutines of the HTTP
 // server; ctx is the request's. Payloads are JSON (json.RawMessage), so
 // that one console shows queues of any payload type; the three methods
-// that return jobs say so in their names (ListJSON, LeasesJSON, GetJSON),
+// that return jobs say so in their names (ListJSON, LeasePageJSON, GetJSON),
 // which lets a backend's typed Router, whose List, Leases and Get return
 // its payload type, be a Source as it is.
 //
@@ -37,10 +37,10 @@ type Source interface {
 	// show neither payload nor checkpoint, and a Source should then read
 	// neither. The jobs page's kind filter is ListParams.Kinds.
 	ListJSON(ctx context.Context, p leaserouter.ListParams) (leaserouter.JobPage[json.RawMessage], error)
-	// LeasesJSON is leaserouter.Router.Leases: the lease expiring soonest
-	// first, its jobs without payload or checkpoint (the page shows
-	// neither).
-	LeasesJSON(ctx context.Context, limit int) ([]leaserouter.Job[json.RawMessage], error)
+	// LeasePageJSON is leaserouter.Router.LeasePage: a page of the
+	// leases, the lease expiring soonest first, its jobs without payload
+	// or checkpoint (the page shows neither), paged by a cursor.
+	LeasePageJSON(ctx context.Context, p leaserouter.LeasesParams) (leaserouter.JobPage[json.RawMessage], error)
 	// GetJSON is leaserouter.Router.Get, the payload as JSON; ok is
 	// false for an unknown job. The job page shows every field, Kind and
 	// Metadata included.
@@ -112,7 +112,7 @@ type admin[T any] interface {
 	Stats() leaserouter.Stats
 	History() []leaserouter.Minute
 	List(p leaserouter.ListParams) (leaserouter.JobPage[T], error)
-	Leases(limit int) ([]leaserouter.Job[T], error)
+	LeasePage(p leaserouter.LeasesParams) (leaserouter.JobPage[T], error)
 	Get(id string) (leaserouter.Job[T], bool)
 	Retry(id string) error
 	RunNow(id string) error
@@ -163,17 +163,19 @@ func (s *routerSource[T]) ListJSON(ctx context.Context, p leaserouter.ListParams
 	return out, nil
 }
 
-func (s *routerSource[T]) LeasesJSON(ctx context.Context, limit int) ([]leaserouter.Job[json.RawMessage], error) {
+func (s *routerSource[T]) LeasePageJSON(ctx context.Context, p leaserouter.LeasesParams) (leaserouter.JobPage[json.RawMessage], error) {
+	var out leaserouter.JobPage[json.RawMessage]
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return out, err
 	}
-	jobs, err := s.r.Leases(limit)
+	page, err := s.r.LeasePage(p)
 	if err != nil {
-		return nil, err
+		return out, err
 	}
-	out := make([]leaserouter.Job[json.RawMessage], len(jobs))
-	for i, j := range jobs {
-		out[i] = rawJob(j, false) // Leases carries no payload
+	out.NextCursor = page.NextCursor
+	out.Jobs = make([]leaserouter.Job[json.RawMessage], len(page.Jobs))
+	for i, j := range page.Jobs {
+		out.Jobs[i] = rawJob(j, false) // LeasePage carries no payload
 	}
 	return out, nil
 }

@@ -184,7 +184,7 @@
 // Retry, RunNow, Delete, the bulk calls, Pause and Resume return ErrClosed after
 // Close. A Router of any payload type T is a console.Source (module
 // github.com/leaserouter/leaserouter/console) as it is: the console
-// reads it through ListJSON, GetJSON and LeasesJSON, which return the
+// reads it through ListJSON, GetJSON and LeasePageJSON, which return the
 // payload column as JSON without decoding it into T; the command
 // pgrouter/cmd/leaserouter serves the console of every queue of a
 // database, and does the same from a shell.

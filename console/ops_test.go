@@ -257,3 +257,33 @@ func TestBrowserPagesThroughLeasesBeyondAThousand(t *testing.T) {
 	b.do(t, chromedp.WaitVisible(sel("leases-table")))
 	require.Equal(t, first, rowIDs())
 }
+
+// TestJobsPagePreviousLink: a jobs page after the first links back to
+// the page before it (and the first), keeping the filter and limit.
+func TestJobsPagePreviousLink(t *testing.T) {
+	r, h := setup(t, console.Options{})
+	for i := range 5 {
+		enqueue(t, r, fmt.Sprintf("j%d", i))
+	}
+	ids := func(target string) ([]string, string) {
+		body := requireOK(t, get(t, h, target))
+		next := testIDs(body, "next-page", "href")
+		prev := testIDs(body, "prev-page", "href")
+		if target == "/jobs?queue=files&state=pending&limit=2" {
+			require.Empty(t, prev, "no page before the first")
+		}
+		if len(next) == 0 {
+			require.Len(t, prev, 1)
+			return testIDs(body, "job-row", "data-id"), "/" + prev[0]
+		}
+		return testIDs(body, "job-row", "data-id"), "/" + next[0]
+	}
+	first, next := ids("/jobs?queue=files&state=pending&limit=2")
+	second, next := ids(next)
+	third, prev := ids(next)
+	require.Equal(t, [][]string{{"j4", "j3"}, {"j2", "j1"}, {"j0"}}, [][]string{first, second, third})
+	back, _ := ids(prev)
+	require.Equal(t, second, back, "previous page: the one before")
+	require.Contains(t, prev, "state=pending")
+	require.Contains(t, prev, "limit=2")
+}

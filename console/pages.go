@@ -133,6 +133,7 @@ type jobsPage struct {
 	Cursor    string
 	Jobs      []jobRow
 	NextLink  string
+	PrevLink  string // when not on the first page
 	FirstLink string // when not on the first page
 	Counts    []stateCount
 	Action    string // where the filter form goes: jobs or dead
@@ -269,13 +270,10 @@ func (h *handler) listJobs(w http.ResponseWriter, r *http.Request, lq listQuery,
 	for _, j := range page.Jobs {
 		p.Jobs = append(p.Jobs, jobRow{j, link("job", "queue", lq.queue, "id", j.ID)})
 	}
-	if page.NextCursor != "" {
-		p.NextLink = link(p.Action, "queue", lq.queue, "state", states, "kind", p.Kinds, "prefix", p.Prefix, "limit", limit, "cursor", page.NextCursor)
-	}
 	p.Self = link(p.Action, "queue", lq.queue, "state", states, "kind", p.Kinds, "prefix", p.Prefix, "limit", limit, "cursor", p.Cursor)
-	if p.Cursor != "" {
-		p.FirstLink = link(p.Action, "queue", lq.queue, "state", states, "kind", p.Kinds, "prefix", p.Prefix, "limit", limit)
-	}
+	pg := pagerLinks(p.Action, []any{"queue", lq.queue, "state", states, "kind", p.Kinds, "prefix", p.Prefix, "limit", limit},
+		p.Cursor, page.NextCursor, r.URL.Query()["prev"])
+	p.NextLink, p.PrevLink, p.FirstLink = pg.Next, pg.Prev, pg.First
 	if st, err := lq.source.Stats(r.Context()); err == nil {
 		p.Counts = stateCounts(lq.queue, st)
 	}
@@ -359,6 +357,35 @@ const maxPrevPages = 100
 // cursors of the pages before (an empty value is left out of a link).
 const firstPageMark = "-"
 
+// pager is the links of a list paged by a keyset cursor: Next when there
+// is a next page, Prev and First when not on the first. Each page's URL
+// carries the cursors of the pages before it (prev, the first page's as
+// firstPageMark), so "previous page" goes back without a query backward.
+type pager struct{ Next, Prev, First string }
+
+// pagerLinks is the pager of the page of cursor, its NextCursor next,
+// after the pages of prev, on the console page named page with the
+// query kv (its filters and limit).
+func pagerLinks(page string, kv []any, cursor, next string, prev []string) pager {
+	var p pager
+	if next != "" {
+		here := cmp.Or(cursor, firstPageMark)
+		p.Next = link(page, append(slices.Clone(kv), "cursor", next,
+			"prev", append(slices.Clone(prev[max(0, len(prev)+1-maxPrevPages):]), here))...)
+	}
+	if cursor != "" {
+		p.First = link(page, kv...)
+		if n := len(prev); n > 0 {
+			before := prev[n-1]
+			if before == firstPageMark {
+				before = ""
+			}
+			p.Prev = link(page, append(slices.Clone(kv), "cursor", before, "prev", prev[:n-1])...)
+		}
+	}
+	return p
+}
+
 func (h *handler) leases(w http.ResponseWriter, r *http.Request) error {
 	if err := h.authorize(r, ViewLeases); err != nil {
 		return err
@@ -401,21 +428,9 @@ func (h *handler) leases(w http.ResponseWriter, r *http.Request) error {
 		for _, j := range page.Jobs {
 			lq.Leases = append(lq.Leases, jobRow{j, link("job", "queue", lq.Name, "id", j.ID)})
 		}
-		if lq.More = page.NextCursor != ""; lq.More {
-			here := cmp.Or(cursor, firstPageMark)
-			lq.NextLink = link("leases", "queue", lq.Name, "limit", limit, "cursor", page.NextCursor,
-				"prev", append(slices.Clone(prev[max(0, len(prev)+1-maxPrevPages):]), here))
-		}
-		if cursor != "" {
-			lq.FirstLink = link("leases", "queue", lq.Name, "limit", limit)
-			if n := len(prev); n > 0 {
-				before := prev[n-1]
-				if before == firstPageMark {
-					before = ""
-				}
-				lq.PrevLink = link("leases", "queue", lq.Name, "limit", limit, "cursor", before, "prev", prev[:n-1])
-			}
-		}
+		lq.More = page.NextCursor != ""
+		pg := pagerLinks("leases", []any{"queue", lq.Name, "limit", limit}, cursor, page.NextCursor, prev)
+		lq.NextLink, lq.PrevLink, lq.FirstLink = pg.Next, pg.Prev, pg.First
 		p.Queues = append(p.Queues, lq)
 	}
 	h.render(w, r, http.StatusOK, "leases", "Leases", "leases", p)

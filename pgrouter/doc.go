@@ -167,7 +167,8 @@
 //   - Queues: the database's queues, with counts by state (as Stats
 //     counts them: QueueInfo.Estimated; ExactQueues counts every job) and
 //     whether each is paused.
-//   - Leases: the queue's live leases, expiring soonest first.
+//   - Leases: the queue's live leases, expiring soonest first;
+//     LeasePage pages through them by a cursor valid in every process.
 //   - RetryMany, CancelMany, DeleteMany: the action on up to
 //     leaserouter.MaxBulkIDs jobs in one round trip and one transaction
 //     (the jobs' rows locked in ID order, their expired leases settled,

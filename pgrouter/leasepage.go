@@ -27,7 +27,9 @@ var firstLeases = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)
 // malformed, not of a leases page or made on another queue, is an error
 // wrapping ErrInvalidOptions, without a round trip. One round trip, a
 // walk of the index of leased jobs by expiry from the cursor's instant,
-// whatever the page's number. It works after Close. Errors wrap the
+// whatever the page's number (leases granted by one claim share their
+// expiry: those of the instant a page starts or ends at are read
+// together, at most a claim's batch). It works after Close. Errors wrap the
 // driver's. Safe for concurrent use.
 func (r *Router[T]) LeasePage(ctx context.Context, p leaserouter.LeasesParams) (leaserouter.JobPage[T], error) {
 	return leasePage[T](ctx, r, p)

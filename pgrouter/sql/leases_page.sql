@@ -4,8 +4,9 @@
 -- lease): up to @limit rows, with the columns of a job as Get reads them
 -- but payload and progress (NULL: the page shows neither), and seq. A
 -- walk of leaserouter_jobs_leased (queue, lease_expires_at) from
--- @after_at, whatever the page's number: the leases of one expiry
--- instant sorted by seq (few).
+-- @after_at, whatever the page's number; the leases of one expiry
+-- instant are sorted by seq (an incremental sort: leases granted by one
+-- claim share their expiry, so at most a claim's batch, 1024, at once).
 SELECT id, NULL::jsonb, state::text, priority, attempt, max_attempts, token, owner, lease_expires_at, ready_at,
 	NULL::bytea, last_error, created_at, updated_at, CASE WHEN timeout_of = created_at THEN timeout_us ELSE 0 END,
 	kind, metadata, leased_at, seq

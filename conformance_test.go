@@ -156,6 +156,7 @@ func (b coreBackend) List(_ context.Context, p leaserouter.ListParams) (leaserou
 }
 
 func (b coreBackend) Retry(_ context.Context, id string) error  { return b.r.Retry(id) }
+func (b coreBackend) RunNow(_ context.Context, id string) error { return b.r.RunNow(id) }
 func (b coreBackend) Delete(_ context.Context, id string) error { return b.r.Delete(id) }
 func (b coreBackend) Pause(context.Context) error               { return b.r.Pause() }
 func (b coreBackend) Resume(context.Context) error              { return b.r.Resume() }
@@ -248,4 +249,8 @@ func (b coreBackend) CancelMany(_ context.Context, ids []string, states []leaser
 
 func (b coreBackend) DeleteMany(_ context.Context, ids []string, states []leaserouter.State) (leaserouter.BulkResult, error) {
 	return b.r.DeleteMany(ids, states)
+}
+
+func (b coreBackend) LeasePage(_ context.Context, p leaserouter.LeasesParams) (leaserouter.JobPage[string], error) {
+	return b.r.LeasePage(p)
 }

@@ -96,8 +96,11 @@
 //
 // The operator's calls: Router.List pages through the
 // jobs newest first by a keyset cursor, filtered by state and ID prefix;
-// Router.Leases lists the live leases, expiring soonest first; Router.Retry
-// runs a finished job again with a fresh attempt budget; Router.Delete
+// Router.Leases lists the live leases, expiring soonest first, and
+// Router.LeasePage pages through them by a cursor; Router.Retry
+// runs a finished job again with a fresh attempt budget; Router.RunNow
+// runs a scheduled job (delayed, or a retry waiting out its backoff) now;
+// Router.Delete
 // removes a job that is not leased, with its dedup record; Router.Pause and
 // Router.Resume stop and restart the granting of leases (everything else
 // goes on); Router.History counts what happened in each of the last 60

@@ -28,6 +28,10 @@ var (
 	// scheduled or leased): only a succeeded, dead or canceled job can
 	// run again.
 	ErrNotFinished = errors.New("leaserouter: job not finished")
+	// ErrNotScheduled: RunNow of a job that is not scheduled (pending,
+	// leased or finished): only a job waiting for its run-at, a delay or
+	// a retry's backoff, can be made to run now.
+	ErrNotScheduled = errors.New("leaserouter: job not scheduled")
 	// ErrLeased: Delete of a leased job; cancel it first (Cancel ends the
 	// lease, its holder refused from then on).
 	ErrLeased = errors.New("leaserouter: job is leased")

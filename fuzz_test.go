@@ -835,7 +835,14 @@ func (h *fuzzHarness) check() {
 	if err := h.r.Audit(); err != nil {
 		require.NoError(t, err, "%v", h)
 	}
-	fuzzEqual(t, h.m.wantStats(), h.r.Stats(), "Stats %v", h)
+	got := h.r.Stats()
+	readySince := time.Duration(-1) // none pending
+	if j := h.m.next(); j != nil {
+		readySince = j.readyAt
+	}
+	fuzzEqual(t, readySince, h.rel(got.ReadySince), "Stats.ReadySince %v", h)
+	got.ReadySince = time.Time{}
+	fuzzEqual(t, h.m.wantStats(), got, "Stats %v", h)
 	for _, fl := range h.m.leases {
 		fuzzEqual(t, fl.expiry, h.rel(fl.l.Expiry()), "Expiry of lease rank %d %v", fl.rank, h)
 	}

@@ -56,15 +56,19 @@ type Job[T any] struct {
 	MaxAttempts int   // attempts the job may have before it is dead
 	Token       Token // fencing token of the latest lease; 0 if never leased
 	Owner       string
-	LeaseExpiry time.Time         // zero unless StateLeased
-	RunAt       time.Time         // when a scheduled job becomes ready; zero otherwise
-	Progress    []byte            // last checkpoint reported by Lease.Heartbeat (a copy)
-	LastError   string            // most recent failure (error, panic, expiry); kept after a later success
-	Timeout     time.Duration     // each attempt's limit set by WithTimeout; 0 if none (WorkerOptions.Timeout applies)
-	Kind        string            // the job's kind, as a Client registered it; "" for a Router's jobs
-	Metadata    map[string]string // WithMetadata's pairs (a copy); nil if none
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
+	LeaseExpiry time.Time // zero unless StateLeased
+	// LeasedAt is when the current lease was granted; zero unless
+	// StateLeased. While leased, UpdatedAt is the instant of the lease's
+	// last accepted heartbeat, or LeasedAt when it has had none.
+	LeasedAt  time.Time
+	RunAt     time.Time         // when a scheduled job becomes ready; zero otherwise
+	Progress  []byte            // last checkpoint reported by Lease.Heartbeat (a copy)
+	LastError string            // most recent failure (error, panic, expiry); kept after a later success
+	Timeout   time.Duration     // each attempt's limit set by WithTimeout; 0 if none (WorkerOptions.Timeout applies)
+	Kind      string            // the job's kind, as a Client registered it; "" for a Router's jobs
+	Metadata  map[string]string // WithMetadata's pairs (a copy); nil if none
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }
 
 // EnqueueOption changes how one job is enqueued. Options are made by the
@@ -221,6 +225,7 @@ func (r *Router[T]) row(x *job[T], progress bool) jobRow {
 	switch x.state {
 	case StateLeased:
 		j.LeaseExpiry = r.timeAt(x.at)
+		j.LeasedAt = r.timeAt(x.lease.granted)
 	case StateScheduled:
 		j.RunAt = r.timeAt(x.at)
 	}
@@ -234,7 +239,7 @@ func withPayload[T any](w *jobRow, p T) Job[T] {
 	return Job[T]{
 		ID: w.ID, Payload: p, State: w.State, Priority: w.Priority,
 		Attempt: w.Attempt, MaxAttempts: w.MaxAttempts, Token: w.Token, Owner: w.Owner,
-		LeaseExpiry: w.LeaseExpiry, RunAt: w.RunAt, Progress: slices.Clone(w.Progress),
+		LeaseExpiry: w.LeaseExpiry, LeasedAt: w.LeasedAt, RunAt: w.RunAt, Progress: slices.Clone(w.Progress),
 		LastError: w.LastError, Timeout: w.Timeout, Kind: w.Kind, Metadata: maps.Clone(w.Metadata),
 		CreatedAt: w.CreatedAt, UpdatedAt: w.UpdatedAt,
 	}

@@ -136,6 +136,18 @@ func (q *Queue) Leases(limit int) ([]Job[any], error) {
 	return jobs, err
 }
 
+// LeasePage returns a page of the leased jobs, soonest expiry first
+// (Router.LeasePage).
+func (q *Queue) LeasePage(p LeasesParams) (JobPage[any], error) {
+	r, err := q.router()
+	if err != nil {
+		return JobPage[any]{}, err
+	}
+	page, err := r.LeasePage(p)
+	unbox(page.Jobs)
+	return page, err
+}
+
 // A Client's queue stores each job's payload in a cell with the view its
 // first attempt's handler gets (kindCell, kind.go). The admin calls show
 // the T.
@@ -165,6 +177,15 @@ func (q *Queue) Retry(id string) error {
 		return err
 	}
 	return r.Retry(id)
+}
+
+// RunNow makes a scheduled job pending now (Router.RunNow).
+func (q *Queue) RunNow(id string) error {
+	r, err := q.router()
+	if err != nil {
+		return err
+	}
+	return r.RunNow(id)
 }
 
 // Cancel cancels a job that has not finished (Router.Cancel).

@@ -32,6 +32,17 @@ type Stats struct {
 	Snoozed           uint64 // leases ended by Lease.Snooze or a Run handler's Snooze error (EventSnoozed)
 	CallbackPanics    uint64 // panics recovered from Backoff, OnEvent, the Logger's handler, and a periodic job's Schedule.Next and Payload
 
+	// ReadySince is when the job first in the ready order (the next a
+	// lease would take: highest priority, then earliest ready, then
+	// enqueue order) became ready: the queue's latency is the time since
+	// (with one priority, the age of the oldest pending job). A job's
+	// ready time is its enqueue time, its run-at, or the instant it was
+	// pending again (an expired or released lease, Retry, RunNow). The
+	// zero Time when no job is pending. An instant, not a duration, so
+	// that two Stats of an unchanged queue are equal; pgrouter's is on
+	// the database's clock.
+	ReadySince time.Time
+
 	Paused bool // no lease is granted until Resume (Router.Pause)
 	// Estimated: the per-state counts are estimates, not exact counts
 	// (never on the in-process Router; pgrouter's for a large queue, see
@@ -57,13 +68,16 @@ func (s Stats) ByState() iter.Seq2[State, int] {
 	}
 }
 
-// Stats returns the counts and totals, after settling what is due. It is
-// O(1) and works after Close.
+// Stats returns the counts, the ready order's ReadySince and the totals, after
+// settling what is due. It is O(1) and works after Close.
 func (r *Router[T]) Stats() Stats {
 	r.mu.Lock()
 	r.settleNow()
 	s := r.stats
 	s.Paused = r.paused
+	if j, ok := r.ready.Peek(); ok {
+		s.ReadySince = r.timeAt(j.at)
+	}
 	c := r.counts
 	r.unlockAndDeliver()
 	s.Pending, s.Scheduled, s.Leased = c[StatePending], c[StateScheduled], c[StateLeased]

@@ -13,9 +13,9 @@ import (
 
 // The actions, all POSTs to "action" with the form fields
 //
-//	action  an Action that Mutates: one of jobActions or queueActions
+//	action  an Action that Mutates: one of jobActions, ActionRunNow or queueActions
 //	queue   the queue's name (required)
-//	id        a job's ID, repeated for several (jobActions)
+//	id        a job's ID, repeated for several (jobActions; ActionRunNow: one)
 //	id.STATE  a job's ID ticked on a row shown in STATE (a State's name:
 //	          id.pending, id.failed, ...), repeated for several
 //	all       "1": every job the filter below matches instead of the ids
@@ -91,6 +91,22 @@ func (h *handler) action(w http.ResponseWriter, r *http.Request) error {
 		}
 		h.log.Info("console: "+string(a), "queue", res.Queue)
 		res.Done, res.Message = 1, fmt.Sprintf("Queue %s %s.", res.Queue, verb)
+		h.render(w, r, http.StatusOK, "result", "Done", "", res)
+		return nil
+	}
+	if a == ActionRunNow { // one job: a job's page offers it
+		id := f.Get("id")
+		if id == "" {
+			return errorf(http.StatusBadRequest, "which job? the id field is missing")
+		}
+		if err := s.RunNow(r.Context(), id); err != nil {
+			return err
+		}
+		res.Done = 1
+		res.JobLink = link("job", "queue", res.Queue, "id", id)
+		res.Back = safeBack(f.Get("back"), res.JobLink)
+		res.Message = fmt.Sprintf("Job %s is pending: it runs now.", id)
+		h.log.Info("console: "+string(a), "queue", res.Queue, "id", id)
 		h.render(w, r, http.StatusOK, "result", "Done", "", res)
 		return nil
 	}

@@ -65,7 +65,10 @@ const (
 	// asked after ViewOverview. Not a change: ReadOnly allows it.
 	CountExactly Action = "count-exactly"
 
-	ActionRetry  Action = "retry"  // Source.Retry: a finished job runs again
+	ActionRetry Action = "retry" // Source.Retry: a finished job runs again
+	// ActionRunNow: Source.RunNow, a scheduled job (delayed, or a retry
+	// waiting out its backoff) runs now; one job at a time (a job's page).
+	ActionRunNow Action = "run-now"
 	ActionCancel Action = "cancel" // Source.Cancel: a job not finished is canceled (its lease lost)
 	ActionDelete Action = "delete" // Source.Delete: a job not leased is removed
 	ActionPause  Action = "pause"  // Source.Pause: the queue grants no lease until Resume
@@ -77,7 +80,7 @@ const (
 var (
 	jobActions   = []Action{ActionRetry, ActionCancel, ActionDelete}
 	queueActions = []Action{ActionPause, ActionResume}
-	mutating     = slices.Concat(jobActions, queueActions)
+	mutating     = slices.Concat(jobActions, []Action{ActionRunNow}, queueActions)
 )
 
 // Mutates reports whether a changes a queue or a job (an action, not a
@@ -269,7 +272,7 @@ func statusOf(err error) int {
 	switch {
 	case errors.Is(err, leaserouter.ErrNotFound):
 		return http.StatusNotFound
-	case errors.Is(err, leaserouter.ErrNotFinished), errors.Is(err, leaserouter.ErrLeased),
+	case errors.Is(err, leaserouter.ErrNotFinished), errors.Is(err, leaserouter.ErrLeased), errors.Is(err, leaserouter.ErrNotScheduled),
 		errors.Is(err, leaserouter.ErrClosed), errors.Is(err, leaserouter.ErrFull):
 		return http.StatusConflict
 	case errors.Is(err, leaserouter.ErrInvalidOptions), errors.Is(err, leaserouter.ErrInvalidJob):

@@ -79,5 +79,7 @@
 // signatures. The names say the payloads are JSON, and leave List, Leases
 // and Get to a backend's typed Router, whose payloads are its own type:
 // so a pgrouter.Router[T] of any T is a Source without a second Router of
-// json.RawMessage on the same queue.
+// json.RawMessage on the same queue. Sources of an earlier version also
+// gain RunNow (a scheduled job runs now) and LeasePageJSON, which pages
+// the leases by a cursor and replaces LeasesJSON.
 package console

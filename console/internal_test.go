@@ -17,16 +17,26 @@ func TestNumHasThousandsSeparators(t *testing.T) {
 	}
 }
 
-func TestHumanDurations(t *testing.T) {
+// TestDurationsReadInMinutesAndHours: every duration the pages print is
+// in its two largest units ("in 37m 44s", not "in 2264s").
+func TestDurationsReadInMinutesAndHours(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		0: "0s", 850 * time.Millisecond: "850ms", 4210 * time.Millisecond: "4.2s", 5 * time.Second: "5s", 12 * time.Second: "12s",
+		59600 * time.Millisecond: "1m", 2264 * time.Second: "37m 44s", 240 * time.Second: "4m",
+		time.Hour: "1h", 2*time.Hour + 5*time.Minute + 10*time.Second: "2h 5m",
+		47*time.Hour + 59*time.Minute + 50*time.Second: "2d", 123 * time.Hour: "5d 3h",
+	} {
+		require.Equal(t, want, human(d), "%v", d)
+	}
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	require.Equal(t, "in 12s", when(now.Add(12*time.Second), now))
-	require.Equal(t, "4m10s ago", when(now.Add(-250*time.Second), now))
-	require.Equal(t, "4m ago", when(now.Add(-240*time.Second), now))
-	require.Equal(t, "3h2m ago", ago(now.Add(-3*time.Hour-2*time.Minute), now))
-	require.Equal(t, "5d3h ago", ago(now.Add(-123*time.Hour), now))
+	require.Equal(t, "4m 10s ago", when(now.Add(-250*time.Second), now))
+	require.Equal(t, "3h 2m ago", ago(now.Add(-3*time.Hour-2*time.Minute), now))
 	require.Equal(t, "", when(time.Time{}, now))
-	require.Equal(t, int64(13), until(now.Add(12100*time.Millisecond), now), "rounded up: not expired yet")
-	require.Equal(t, int64(0), until(now.Add(-time.Second), now))
+	require.Equal(t, "in 37m 44s", expires(now.Add(2264*time.Second), now))
+	require.Equal(t, "in 2h 5m", expires(now.Add(2*time.Hour+5*time.Minute), now))
+	require.Equal(t, "expired", expires(now, now), "expired at its instant")
+	require.Equal(t, "expired", expires(now.Add(-time.Second), now))
 }
 
 func TestChartScalesEachBand(t *testing.T) {

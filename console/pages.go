@@ -1,6 +1,7 @@
 package console
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -132,11 +133,36 @@ type jobsPage struct {
 	Cursor    string
 	Jobs      []jobRow
 	NextLink  string
+	PrevLink  string // when not on the first page
 	FirstLink string // when not on the first page
 	Counts    []stateCount
 	Action    string // where the filter form goes: jobs or dead
 	Self      string // this page's link, where its actions return
 	MaxBulk   int
+	Offer     bulkOffer // the bulk buttons shown
+}
+
+// bulkOffer is which bulk buttons a list page shows: those whose action
+// can apply to a job in one of the page's states (Retry: a finished one;
+// Cancel: one not finished; Delete: one not leased). A page of every
+// state offers all three. The server still judges each job as it is when
+// the action runs (a button not shown, posted all the same, is refused
+// per job as ever).
+type bulkOffer struct{ Retry, Cancel, Delete bool }
+
+// offerFor is the bulkOffer of a page of jobs in states (none: every
+// state).
+func offerFor(states []leaserouter.State) bulkOffer {
+	if len(states) == 0 {
+		return bulkOffer{true, true, true}
+	}
+	var o bulkOffer
+	for _, s := range states {
+		o.Retry = o.Retry || s.Terminal()
+		o.Cancel = o.Cancel || !s.Terminal()
+		o.Delete = o.Delete || s != leaserouter.StateLeased
+	}
+	return o
 }
 
 type jobRow struct {
@@ -226,7 +252,7 @@ func (h *handler) listJobs(w http.ResponseWriter, r *http.Request, lq listQuery,
 		return err
 	}
 	p := jobsPage{Dead: dead, Queue: lq.queue, States: lq.states, Prefix: lq.params.IDPrefix, Kinds: lq.params.Kinds,
-		Limit: lq.params.Limit, Cursor: lq.params.Cursor, Action: "jobs", MaxBulk: MaxBulk}
+		Limit: lq.params.Limit, Cursor: lq.params.Cursor, Action: "jobs", MaxBulk: MaxBulk, Offer: offerFor(lq.params.States)}
 	if dead {
 		p.Action = "dead"
 	}
@@ -244,13 +270,10 @@ func (h *handler) listJobs(w http.ResponseWriter, r *http.Request, lq listQuery,
 	for _, j := range page.Jobs {
 		p.Jobs = append(p.Jobs, jobRow{j, link("job", "queue", lq.queue, "id", j.ID)})
 	}
-	if page.NextCursor != "" {
-		p.NextLink = link(p.Action, "queue", lq.queue, "state", states, "kind", p.Kinds, "prefix", p.Prefix, "limit", limit, "cursor", page.NextCursor)
-	}
 	p.Self = link(p.Action, "queue", lq.queue, "state", states, "kind", p.Kinds, "prefix", p.Prefix, "limit", limit, "cursor", p.Cursor)
-	if p.Cursor != "" {
-		p.FirstLink = link(p.Action, "queue", lq.queue, "state", states, "kind", p.Kinds, "prefix", p.Prefix, "limit", limit)
-	}
+	pg := pagerLinks(p.Action, []any{"queue", lq.queue, "state", states, "kind", p.Kinds, "prefix", p.Prefix, "limit", limit},
+		p.Cursor, page.NextCursor, r.URL.Query()["prev"])
+	p.NextLink, p.PrevLink, p.FirstLink = pg.Next, pg.Prev, pg.First
 	if st, err := lq.source.Stats(r.Context()); err == nil {
 		p.Counts = stateCounts(lq.queue, st)
 	}
@@ -315,10 +338,52 @@ type leasesPage struct {
 }
 
 type leaseQueue struct {
-	Name   string
-	Err    string
-	Leases []jobRow
-	More   bool // the limit cut the list
+	Name      string
+	Err       string
+	Leases    []jobRow
+	More      bool   // there is a next page
+	Paged     bool   // not the first page
+	NextLink  string // the next page of this queue's leases
+	PrevLink  string // the page before (not on the first)
+	FirstLink string // the first page (not on the first)
+}
+
+// maxPrevPages bounds the cursors of the pages before that a leases
+// page's URL carries for its previous-page link (each a few dozen
+// bytes); beyond it, the oldest are dropped and "first page" goes back.
+const maxPrevPages = 100
+
+// firstPageMark stands for the first page's cursor ("") among the
+// cursors of the pages before (an empty value is left out of a link).
+const firstPageMark = "-"
+
+// pager is the links of a list paged by a keyset cursor: Next when there
+// is a next page, Prev and First when not on the first. Each page's URL
+// carries the cursors of the pages before it (prev, the first page's as
+// firstPageMark), so "previous page" goes back without a query backward.
+type pager struct{ Next, Prev, First string }
+
+// pagerLinks is the pager of the page of cursor, its NextCursor next,
+// after the pages of prev, on the console page named page with the
+// query kv (its filters and limit).
+func pagerLinks(page string, kv []any, cursor, next string, prev []string) pager {
+	var p pager
+	if next != "" {
+		here := cmp.Or(cursor, firstPageMark)
+		p.Next = link(page, append(slices.Clone(kv), "cursor", next,
+			"prev", append(slices.Clone(prev[max(0, len(prev)+1-maxPrevPages):]), here))...)
+	}
+	if cursor != "" {
+		p.First = link(page, kv...)
+		if n := len(prev); n > 0 {
+			before := prev[n-1]
+			if before == firstPageMark {
+				before = ""
+			}
+			p.Prev = link(page, append(slices.Clone(kv), "cursor", before, "prev", prev[:n-1])...)
+		}
+	}
+	return p
 }
 
 func (h *handler) leases(w http.ResponseWriter, r *http.Request) error {
@@ -342,17 +407,30 @@ func (h *handler) leases(w http.ResponseWriter, r *http.Request) error {
 		}
 		p.Limit = n
 	}
+	cursor, prev := q.Get("cursor"), q["prev"]
+	if cursor != "" && len(sources) != 1 {
+		return errorf(http.StatusBadRequest, "a page of leases after the first is of one queue: the queue parameter is missing")
+	}
+	limit := ""
+	if q.Get("limit") != "" {
+		limit = strconv.Itoa(p.Limit)
+	}
 	for _, s := range sources {
-		lq := leaseQueue{Name: s.Queue()}
-		jobs, err := s.LeasesJSON(r.Context(), p.Limit)
+		lq := leaseQueue{Name: s.Queue(), Paged: cursor != ""}
+		page, err := s.LeasePageJSON(r.Context(), leaserouter.LeasesParams{Cursor: cursor, Limit: p.Limit})
 		if err != nil {
+			if cursor != "" && statusOf(err) == http.StatusBadRequest {
+				return errorf(http.StatusBadRequest, "bad page of leases for queue %q: %v", lq.Name, err)
+			}
 			lq.Err = err.Error()
 			h.log.Error("console: Leases", "queue", lq.Name, "err", err)
 		}
-		for _, j := range jobs {
+		for _, j := range page.Jobs {
 			lq.Leases = append(lq.Leases, jobRow{j, link("job", "queue", lq.Name, "id", j.ID)})
 		}
-		lq.More = len(jobs) == p.Limit
+		lq.More = page.NextCursor != ""
+		pg := pagerLinks("leases", []any{"queue", lq.Name, "limit", limit}, cursor, page.NextCursor, prev)
+		lq.NextLink, lq.PrevLink, lq.FirstLink = pg.Next, pg.Prev, pg.First
 		p.Queues = append(p.Queues, lq)
 	}
 	h.render(w, r, http.StatusOK, "leases", "Leases", "leases", p)

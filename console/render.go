@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"html/template"
-	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -77,19 +76,22 @@ func (h *handler) render(w http.ResponseWriter, r *http.Request, status int, nam
 }
 
 var funcs = template.FuncMap{
-	"num":      num,
-	"state":    func(s leaserouter.State) string { return s.String() },
-	"when":     when,
-	"until":    until,
-	"ago":      ago,
-	"rfc3339":  func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) },
-	"isoshort": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
-	"link":     link,
-	"terminal": func(s leaserouter.State) bool { return s.Terminal() },
-	"leased":   func(s leaserouter.State) bool { return s == leaserouter.StateLeased },
-	"states":   func() []leaserouter.State { return allStates },
-	"progress": progressText,
-	"short":    shorten,
+	"num":       num,
+	"state":     func(s leaserouter.State) string { return s.String() },
+	"when":      when,
+	"expires":   expires,
+	"ago":       ago,
+	"waited":    waited,
+	"noBeat":    noBeat,
+	"rfc3339":   func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) },
+	"isoshort":  func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
+	"link":      link,
+	"terminal":  func(s leaserouter.State) bool { return s.Terminal() },
+	"leased":    func(s leaserouter.State) bool { return s == leaserouter.StateLeased },
+	"scheduled": func(s leaserouter.State) bool { return s == leaserouter.StateScheduled },
+	"states":    func() []leaserouter.State { return allStates },
+	"progress":  progressText,
+	"short":     shorten,
 }
 
 // allStates are the states in the order of their constants.
@@ -148,10 +150,27 @@ func when(t, now time.Time) string {
 	return human(-d) + " ago"
 }
 
-// until is the whole seconds left until t (0 once it has passed).
-func until(t, now time.Time) int64 {
-	return max(0, int64(math.Ceil(t.Sub(now).Seconds())))
+// expires is a lease's expiry t relative to now, as the pages print it:
+// "in 37m 44s" (human), or "expired" once t has passed. console.js
+// counts it down in the same words.
+func expires(t, now time.Time) string {
+	if !t.After(now) {
+		return "expired"
+	}
+	return "in " + human(t.Sub(now))
 }
+
+// noBeat reports whether a lease granted at leasedAt has had no
+// heartbeat: the job's UpdatedAt is still the grant. A backend that
+// leaves LeasedAt zero (unknown) is taken to have had one: UpdatedAt is
+// shown, as before LeasedAt existed.
+func noBeat(leasedAt, updated time.Time) bool {
+	return !leasedAt.IsZero() && !updated.After(leasedAt)
+}
+
+// waited is how long since t, as human says it ("3m 12s"): a queue's
+// latency from Stats.ReadySince.
+func waited(t, now time.Time) string { return human(max(0, now.Sub(t))) }
 
 func ago(t, now time.Time) string {
 	if t.IsZero() {
@@ -160,25 +179,33 @@ func ago(t, now time.Time) string {
 	return human(max(0, now.Sub(t))) + " ago"
 }
 
-// human is d, rounded for reading: "850ms", "12s", "4m10s", "3h2m", "5d3h".
+// human is d (not negative), rounded for reading, in its two largest
+// units: "850ms", "4.2s", "5s", "44s", "37m 44s", "2h 5m", "5d 3h" (a zero
+// lower unit left out: "4m", "2h"). Every duration the pages print goes
+// through it, and console.js's countdown (tick) writes the same words.
 func human(d time.Duration) string {
+	const day = 24 * time.Hour
 	switch {
 	case d < time.Second:
 		return d.Round(time.Millisecond).String()
-	case d < time.Minute:
-		return d.Round(100 * time.Millisecond).String()
-	case d < time.Hour:
-		return trimZeroSeconds(d.Round(time.Second).String())
-	case d < 48*time.Hour:
-		return trimZeroSeconds(d.Round(time.Minute).String())
+	case d < 10*time.Second && d.Round(100*time.Millisecond)%time.Second != 0:
+		return fmt.Sprintf("%.1fs", d.Round(100*time.Millisecond).Seconds())
+	case d.Round(time.Second) < time.Minute:
+		return fmt.Sprintf("%ds", d.Round(time.Second)/time.Second)
+	case d.Round(time.Second) < time.Hour:
+		return twoUnits(d.Round(time.Second), time.Minute, "m", time.Second, "s")
+	case d.Round(time.Minute) < 2*day:
+		return twoUnits(d.Round(time.Minute), time.Hour, "h", time.Minute, "m")
 	}
-	return fmt.Sprintf("%dd%dh", d/(24*time.Hour), d%(24*time.Hour)/time.Hour)
+	return twoUnits(d.Round(time.Hour), day, "d", time.Hour, "h")
 }
 
-// trimZeroSeconds drops the "0s" of "4m0s", not that of "4m10s".
-func trimZeroSeconds(s string) string {
-	if strings.HasSuffix(s, "m0s") {
-		return s[:len(s)-2]
+// twoUnits is d in whole big units and the small ones left ("37m 44s"),
+// the small ones left out when none.
+func twoUnits(d, big time.Duration, bigName string, small time.Duration, smallName string) string {
+	s := fmt.Sprintf("%d%s", d/big, bigName)
+	if rest := d % big / small; rest > 0 {
+		s += fmt.Sprintf(" %d%s", rest, smallName)
 	}
 	return s
 }

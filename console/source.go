@@ -15,12 +15,12 @@ import (
 // method may be called concurrently, from the goroutines of the HTTP
 // server; ctx is the request's. Payloads are JSON (json.RawMessage), so
 // that one console shows queues of any payload type; the three methods
-// that return jobs say so in their names (ListJSON, LeasesJSON, GetJSON),
+// that return jobs say so in their names (ListJSON, LeasePageJSON, GetJSON),
 // which lets a backend's typed Router, whose List, Leases and Get return
 // its payload type, be a Source as it is.
 //
 // The console maps errors by errors.Is: leaserouter.ErrNotFound (404),
-// ErrNotFinished and ErrLeased (409), ErrInvalidOptions (400, as List
+// ErrNotFinished, ErrNotScheduled and ErrLeased (409), ErrInvalidOptions (400, as List
 // returns for a bad cursor); any other error is the backend's failure
 // (500, its message shown, never a stack).
 type Source interface {
@@ -37,16 +37,18 @@ type Source interface {
 	// show neither payload nor checkpoint, and a Source should then read
 	// neither. The jobs page's kind filter is ListParams.Kinds.
 	ListJSON(ctx context.Context, p leaserouter.ListParams) (leaserouter.JobPage[json.RawMessage], error)
-	// LeasesJSON is leaserouter.Router.Leases: the lease expiring soonest
-	// first, its jobs without payload or checkpoint (the page shows
-	// neither).
-	LeasesJSON(ctx context.Context, limit int) ([]leaserouter.Job[json.RawMessage], error)
+	// LeasePageJSON is leaserouter.Router.LeasePage: a page of the
+	// leases, the lease expiring soonest first, its jobs without payload
+	// or checkpoint (the page shows neither), paged by a cursor.
+	LeasePageJSON(ctx context.Context, p leaserouter.LeasesParams) (leaserouter.JobPage[json.RawMessage], error)
 	// GetJSON is leaserouter.Router.Get, the payload as JSON; ok is
 	// false for an unknown job. The job page shows every field, Kind and
 	// Metadata included.
 	GetJSON(ctx context.Context, id string) (leaserouter.Job[json.RawMessage], bool, error)
 	// Retry is leaserouter.Router.Retry.
 	Retry(ctx context.Context, id string) error
+	// RunNow is leaserouter.Router.RunNow: a scheduled job pending now.
+	RunNow(ctx context.Context, id string) error
 	// Cancel is leaserouter.Router.Cancel.
 	Cancel(ctx context.Context, id string) error
 	// Delete is leaserouter.Router.Delete.
@@ -110,9 +112,10 @@ type admin[T any] interface {
 	Stats() leaserouter.Stats
 	History() []leaserouter.Minute
 	List(p leaserouter.ListParams) (leaserouter.JobPage[T], error)
-	Leases(limit int) ([]leaserouter.Job[T], error)
+	LeasePage(p leaserouter.LeasesParams) (leaserouter.JobPage[T], error)
 	Get(id string) (leaserouter.Job[T], bool)
 	Retry(id string) error
+	RunNow(id string) error
 	Cancel(id string) error
 	Delete(id string) error
 	RetryMany(ids []string, states []leaserouter.State) (leaserouter.BulkResult, error)
@@ -160,17 +163,19 @@ func (s *routerSource[T]) ListJSON(ctx context.Context, p leaserouter.ListParams
 	return out, nil
 }
 
-func (s *routerSource[T]) LeasesJSON(ctx context.Context, limit int) ([]leaserouter.Job[json.RawMessage], error) {
+func (s *routerSource[T]) LeasePageJSON(ctx context.Context, p leaserouter.LeasesParams) (leaserouter.JobPage[json.RawMessage], error) {
+	var out leaserouter.JobPage[json.RawMessage]
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return out, err
 	}
-	jobs, err := s.r.Leases(limit)
+	page, err := s.r.LeasePage(p)
 	if err != nil {
-		return nil, err
+		return out, err
 	}
-	out := make([]leaserouter.Job[json.RawMessage], len(jobs))
-	for i, j := range jobs {
-		out[i] = rawJob(j, false) // Leases carries no payload
+	out.NextCursor = page.NextCursor
+	out.Jobs = make([]leaserouter.Job[json.RawMessage], len(page.Jobs))
+	for i, j := range page.Jobs {
+		out.Jobs[i] = rawJob(j, false) // LeasePage carries no payload
 	}
 	return out, nil
 }
@@ -191,6 +196,13 @@ func (s *routerSource[T]) Retry(ctx context.Context, id string) error {
 		return err
 	}
 	return s.r.Retry(id)
+}
+
+func (s *routerSource[T]) RunNow(ctx context.Context, id string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return s.r.RunNow(id)
 }
 
 func (s *routerSource[T]) Cancel(ctx context.Context, id string) error {
@@ -253,7 +265,7 @@ func rawJob[T any](j leaserouter.Job[T], withPayload bool) leaserouter.Job[json.
 	return leaserouter.Job[json.RawMessage]{
 		ID: j.ID, Payload: payload, State: j.State, Priority: j.Priority,
 		Attempt: j.Attempt, MaxAttempts: j.MaxAttempts, Token: j.Token, Owner: j.Owner,
-		LeaseExpiry: j.LeaseExpiry, RunAt: j.RunAt, Progress: j.Progress, LastError: j.LastError, Timeout: j.Timeout,
+		LeaseExpiry: j.LeaseExpiry, LeasedAt: j.LeasedAt, RunAt: j.RunAt, Progress: j.Progress, LastError: j.LastError, Timeout: j.Timeout,
 		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, Kind: j.Kind, Metadata: j.Metadata,
 	}
 }

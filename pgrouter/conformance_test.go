@@ -231,6 +231,7 @@ func (b pgBackend) List(ctx context.Context, p leaserouter.ListParams) (leaserou
 }
 
 func (b pgBackend) Retry(ctx context.Context, id string) error  { return b.r.Retry(ctx, id) }
+func (b pgBackend) RunNow(ctx context.Context, id string) error { return b.r.RunNow(ctx, id) }
 func (b pgBackend) Delete(ctx context.Context, id string) error { return b.r.Delete(ctx, id) }
 func (b pgBackend) Pause(ctx context.Context) error             { return b.r.Pause(ctx) }
 func (b pgBackend) Resume(ctx context.Context) error            { return b.r.Resume(ctx) }
@@ -298,4 +299,8 @@ func (b pgBackend) CancelMany(ctx context.Context, ids []string, states []leaser
 
 func (b pgBackend) DeleteMany(ctx context.Context, ids []string, states []leaserouter.State) (leaserouter.BulkResult, error) {
 	return b.r.DeleteMany(ctx, ids, states)
+}
+
+func (b pgBackend) LeasePage(ctx context.Context, p leaserouter.LeasesParams) (leaserouter.JobPage[string], error) {
+	return b.r.LeasePage(ctx, p)
 }

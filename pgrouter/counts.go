@@ -49,6 +49,10 @@ const countCap = 20000
 // table holds at that moment, without settling: a lease past its expiry
 // still counts as leased until some process settles it.
 //
+// Stats.ReadySince is when the job first in the queue's ready order
+// became ready, on the database's clock (zero when none is pending): one
+// probe of the ready index, whatever the queue's size.
+//
 // One round trip. It works after Close. Errors wrap the driver's. Safe
 // for concurrent use.
 func (r *Router[T]) Stats(ctx context.Context) (leaserouter.Stats, error) {
@@ -74,11 +78,19 @@ func (r *Router[T]) countStats(ctx context.Context, call string, limit *int64) (
 	b.Queue(statsByState, args{"queue": r.opts.Queue, "cap": limit})
 	b.Queue(queuePaused, args{"queue": r.opts.Queue})
 	b.Queue(jobsAnalyzed, args{})
+	b.Queue(readyHead, args{"queue": r.opts.Queue})
 	res := r.db.SendBatch(ctx, b)
 	by, estimated, paused, err := readStats(res)
 	var analyzed *time.Time
 	if err == nil {
 		err = res.QueryRow().Scan(&analyzed)
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = nil
+		}
+	}
+	var readySince time.Time // none pending: zero
+	if err == nil {
+		err = res.QueryRow().Scan(&readySince)
 		if errors.Is(err, pgx.ErrNoRows) {
 			err = nil
 		}
@@ -94,6 +106,7 @@ func (r *Router[T]) countStats(ctx context.Context, call string, limit *int64) (
 	r.mu.Unlock()
 	s.Pending, s.Scheduled, s.Leased, s.Succeeded, s.Failed, s.Canceled = by[0], by[1], by[2], by[3], by[4], by[5]
 	s.Paused, s.Estimated = paused, estimated
+	s.ReadySince = readySince
 	if estimated && analyzed != nil {
 		s.EstimatedAsOf = *analyzed
 	}

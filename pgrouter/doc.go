@@ -156,6 +156,8 @@
 //     It works after Close.
 //   - Retry: a finished job pending again at once, attempt 0, in its
 //     place in the order; emits retried (Stats.Retried: this Router's).
+//   - RunNow: a scheduled job (a delay, or a retry waiting out its
+//     backoff) pending at once, its attempt count kept.
 //   - Delete: a job not leased removed, its row deleted (its ID may be
 //     enqueued again); emits purged (Stats.Purged).
 //   - Pause and Resume: the queue's, stored in the table
@@ -165,7 +167,8 @@
 //   - Queues: the database's queues, with counts by state (as Stats
 //     counts them: QueueInfo.Estimated; ExactQueues counts every job) and
 //     whether each is paused.
-//   - Leases: the queue's live leases, expiring soonest first.
+//   - Leases: the queue's live leases, expiring soonest first;
+//     LeasePage pages through them by a cursor valid in every process.
 //   - RetryMany, CancelMany, DeleteMany: the action on up to
 //     leaserouter.MaxBulkIDs jobs in one round trip and one transaction
 //     (the jobs' rows locked in ID order, their expired leases settled,
@@ -179,10 +182,10 @@
 //     deaths, expiries, stale refusals): each process adds its counts to
 //     the table leaserouter_history every PollInterval, off the hot path.
 //
-// Retry, Delete, the bulk calls, Pause and Resume return ErrClosed after
+// Retry, RunNow, Delete, the bulk calls, Pause and Resume return ErrClosed after
 // Close. A Router of any payload type T is a console.Source (module
 // github.com/leaserouter/leaserouter/console) as it is: the console
-// reads it through ListJSON, GetJSON and LeasesJSON, which return the
+// reads it through ListJSON, GetJSON and LeasePageJSON, which return the
 // payload column as JSON without decoding it into T; the command
 // pgrouter/cmd/leaserouter serves the console of every queue of a
 // database, and does the same from a shell.

@@ -75,14 +75,14 @@ type jobRow struct {
 	payload, progress, meta         []byte
 	prio, token, timeoutUS          int64
 	att, maxAtt                     int32
-	expiry                          *time.Time
+	expiry, leasedAt                *time.Time // leasedAt: NULL unless leased (or granted before schema version 4)
 	readyAt, created, upd           time.Time
 }
 
 // fields are the scan targets of jr, in the statements' column order.
 func (jr *jobRow) fields() []any {
 	return []any{&jr.id, &jr.payload, &jr.state, &jr.prio, &jr.att, &jr.maxAtt, &jr.token, &jr.owner, &jr.expiry,
-		&jr.readyAt, &jr.progress, &jr.lastErr, &jr.created, &jr.upd, &jr.timeoutUS, &jr.kind, &jr.meta}
+		&jr.readyAt, &jr.progress, &jr.lastErr, &jr.created, &jr.upd, &jr.timeoutUS, &jr.kind, &jr.meta, &jr.leasedAt}
 }
 
 // jobOf is the snapshot of jr, its payload decoded if its kind is one of
@@ -114,6 +114,9 @@ func jobOf[T any](jr *jobRow, kinds []string) (leaserouter.Job[T], error) {
 	case leaserouter.StateLeased:
 		if jr.expiry != nil { // NULL only in a row written by hand: a zero expiry, not a panic
 			j.LeaseExpiry = *jr.expiry
+		}
+		if jr.leasedAt != nil {
+			j.LeasedAt = *jr.leasedAt
 		}
 	case leaserouter.StateScheduled:
 		j.RunAt = jr.readyAt

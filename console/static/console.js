@@ -54,13 +54,29 @@
     if (s > 0 && !document.hidden) timer = setTimeout(refresh, s * 1000);
   }
 
+  // human is s seconds in the words of the server's human (render.go):
+  // "4.2s", "44s", "37m 44s", "2h 5m", "5d 3h".
+  function human(s) {
+    function two(n, big, bigName, smallName, per) {
+      var b = Math.floor(n / big), rest = Math.floor((n % big) / per);
+      return b + bigName + (rest > 0 ? " " + rest + smallName : "");
+    }
+    if (s < 10 && Math.round(s * 10) % 10 !== 0) return s.toFixed(1) + "s";
+    var sec = Math.round(s);
+    if (sec < 60) return sec + "s";
+    if (sec < 3600) return two(sec, 60, "m", "s", 1);
+    var min = Math.round(s / 60) * 60;
+    if (min < 48 * 3600) return two(min, 3600, "h", "m", 60);
+    return two(Math.round(s / 3600) * 3600, 86400, "d", "h", 3600);
+  }
+
   function tick() {
     var now = Date.now();
     document.querySelectorAll("time[data-expiry]").forEach(function (t) {
       var at = Date.parse(t.getAttribute("data-expiry"));
       if (isNaN(at)) return;
       var left = (at - now) / 1000;
-      t.textContent = left > 0 ? "in " + (left < 10 ? left.toFixed(1) : Math.ceil(left)) + "s" : "expired";
+      t.textContent = left > 0 ? "in " + human(left) : "expired";
       t.classList.toggle("soon", left > 0 && left < 5);
       t.classList.toggle("gone", left <= 0);
     });

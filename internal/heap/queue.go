@@ -450,17 +450,32 @@ func (q *Queue[E]) Upcoming(i int) E {
 // with the heap's smallest, found by a walk of the heap's tree from its
 // root (a candidate's children join the candidates when it is taken), so
 // it costs O(k log k) however long the queue.
-func (q *Queue[E]) Smallest(k int, yield func(E) bool) {
+func (q *Queue[E]) Smallest(k int, yield func(E) bool) { q.SmallestAfter(nil, k, yield) }
+
+// SmallestAfter is Smallest of the elements that before does not hold
+// for (nil: every element). before must hold for a prefix of the order
+// (for every element less than one it holds for): it says which
+// elements come at or before where a page of them ended. Whole chunks
+// of the ring before are skipped by their last element, and the heap's
+// elements before are walked past, so it costs O(k log k), plus a step
+// per chunk of the ring and per heap element before.
+func (q *Queue[E]) SmallestAfter(before func(E) bool, k int, yield func(E) bool) {
 	var zero E
 	c, s := q.head, 0
+	if before != nil {
+		for c != nil && c.hi > c.lo && c.slots[c.hi-1] != zero && before(c.slots[c.hi-1]) {
+			c = c.next
+		}
+	}
 	if c != nil {
 		s = c.lo
 	}
+	skip := func(e E) bool { return before != nil && before(e) }
 	// ringNext returns the ring's next element, or false.
 	ringNext := func() (E, bool) {
 		for c != nil {
 			for ; s < c.hi; s++ {
-				if e := c.slots[s]; e != zero {
+				if e := c.slots[s]; e != zero && !skip(e) {
 					return e, true
 				}
 			}
@@ -516,6 +531,10 @@ func (q *Queue[E]) Smallest(k int, yield func(E) bool) {
 			i := pop()
 			push(2*i + 1)
 			push(2*i + 2)
+			if skip(q.heap.At(i)) {
+				n-- // walked past, not yielded
+				continue
+			}
 			if !yield(q.heap.At(i)) {
 				return
 			}

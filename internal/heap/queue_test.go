@@ -173,3 +173,52 @@ func TestSmallestInOrder(t *testing.T) {
 		require.Equal(t, n, q.Len(), "unchanged")
 	}
 }
+
+// TestSmallestAfterPagesInOrder: following pages of SmallestAfter, each
+// after the last element of the one before, yields every element once,
+// in order, whether it is in the ring (removals leave holes) or the heap.
+func TestSmallestAfterPagesInOrder(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for round := range 50 {
+		q := NewQueue(func(a, b *[2]int) bool { return a[0] < b[0] || a[0] == b[0] && a[1] < b[1] }, func(*[2]int, int) {})
+		var all [][2]int
+		n := rng.IntN(5000)
+		for i := range n {
+			v := [2]int{i * 2, i} // mostly in order: the ring
+			if rng.IntN(4) == 0 {
+				v[0] = rng.IntN(2 * n) // out of order: the heap
+			}
+			if rng.IntN(3) == 0 {
+				v[0] = max(0, i*2-1) // a tie broken by the second key
+			}
+			q.Push(&v)
+			all = append(all, v)
+		}
+		slices.SortFunc(all, func(a, b [2]int) int {
+			if a[0] != b[0] {
+				return a[0] - b[0]
+			}
+			return a[1] - b[1]
+		})
+		k := 1 + rng.IntN(300)
+		var got [][2]int
+		var last *[2]int
+		for page := 0; ; page++ {
+			require.LessOrEqual(t, page, n/k+1, "round %d: pages never end", round)
+			var before func(*[2]int) bool
+			if last != nil {
+				l := *last
+				before = func(e *[2]int) bool { return e[0] < l[0] || e[0] == l[0] && e[1] <= l[1] }
+			}
+			m := 0
+			q.SmallestAfter(before, k, func(e *[2]int) bool { got = append(got, *e); last = e; m++; return true })
+			if m < k {
+				break
+			}
+		}
+		if len(all) == 0 {
+			all = nil
+		}
+		require.Equal(t, all, got, "round %d: %d elements, pages of %d", round, n, k)
+	}
+}

@@ -23,10 +23,12 @@ import (
 type Admin interface {
 	List(ctx context.Context, p leaserouter.ListParams) (leaserouter.JobPage[string], error)
 	Retry(ctx context.Context, id string) error
+	RunNow(ctx context.Context, id string) error
 	Delete(ctx context.Context, id string) error
 	Pause(ctx context.Context) error
 	Resume(ctx context.Context) error
 	Leases(ctx context.Context, limit int) ([]leaserouter.Job[string], error)
+	LeasePage(ctx context.Context, p leaserouter.LeasesParams) (leaserouter.JobPage[string], error)
 	History(ctx context.Context) ([]leaserouter.Minute, error)
 	// The bulk actions (bulk_rows.go).
 	RetryMany(ctx context.Context, ids []string, states []leaserouter.State) (leaserouter.BulkResult, error)
@@ -35,7 +37,7 @@ type Admin interface {
 }
 
 func adminRows() []Row {
-	return append([]Row{rowListPages, rowListBadInput, rowRetry, rowDelete, rowPause, rowAdminAfterClose, rowAdminSettles,
+	return append([]Row{rowListPages, rowListBadInput, rowRetry, rowRunNow, rowReadySince, rowLeasedAt, rowLeasePages, rowDelete, rowPause, rowAdminAfterClose, rowAdminSettles,
 		rowLeasesOrder, rowHistory, rowHistoryMinutes, rowPagesOmitPayload, rowListPrefixIsLiteral, rowDeleteLeasedText}, bulkRows()...)
 }
 
@@ -346,7 +348,7 @@ var rowAdminAfterClose = Row{Name: "admin/after Close: List answers, the actions
 	require.NoError(t, err)
 	require.Equal(t, []string{"pending", "done"}, ids(res.Jobs))
 	for what, err := range map[string]error{
-		"Retry": a.Retry(ctx, "done"), "Delete": a.Delete(ctx, "pending"),
+		"Retry": a.Retry(ctx, "done"), "Delete": a.Delete(ctx, "pending"), "RunNow": a.RunNow(ctx, "pending"),
 		"Pause": a.Pause(ctx), "Resume": a.Resume(ctx),
 	} {
 		require.ErrorIs(t, err, leaserouter.ErrClosed, what)

@@ -18,7 +18,7 @@ LATERAL (
 	SELECT id, CASE WHEN NOT @omit THEN payload END, state::text, priority, attempt, max_attempts, token, owner,
 		lease_expires_at, ready_at, CASE WHEN NOT @omit THEN progress END, last_error, created_at, updated_at,
 		CASE WHEN timeout_of = created_at THEN timeout_us ELSE 0 END AS timeout_us, kind,
-		metadata, seq
+		metadata, CASE WHEN state = 'leased' THEN leased_at END, seq
 	FROM leaserouter_jobs
 	WHERE queue = @queue AND state = s.state AND seq < @before
 		AND NOT leaserouter_past_retention(state, purge_at)

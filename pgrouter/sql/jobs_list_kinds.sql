@@ -24,7 +24,7 @@ SELECT * FROM (
 	LATERAL (
 		SELECT id, CASE WHEN NOT @omit THEN payload END, state::text, priority, attempt, max_attempts, token, owner,
 			lease_expires_at, ready_at, CASE WHEN NOT @omit THEN progress END, last_error, created_at, updated_at,
-			CASE WHEN timeout_of = created_at THEN timeout_us ELSE 0 END AS timeout_us, kind, metadata, seq
+			CASE WHEN timeout_of = created_at THEN timeout_us ELSE 0 END AS timeout_us, kind, metadata, CASE WHEN state = 'leased' THEN leased_at END, seq
 		FROM leaserouter_jobs
 		WHERE queue = @queue AND kind = k.kind AND kind <> '' AND state = s.state AND state <> 'leased'
 			AND seq < @before AND starts_with(id, @prefix)
@@ -34,7 +34,7 @@ SELECT * FROM (
 	UNION ALL
 	(SELECT id, CASE WHEN NOT @omit THEN payload END, state::text, priority, attempt, max_attempts, token, owner,
 		lease_expires_at, ready_at, CASE WHEN NOT @omit THEN progress END, last_error, created_at, updated_at,
-		CASE WHEN timeout_of = created_at THEN timeout_us ELSE 0 END AS timeout_us, kind, metadata, seq
+		CASE WHEN timeout_of = created_at THEN timeout_us ELSE 0 END AS timeout_us, kind, metadata, CASE WHEN state = 'leased' THEN leased_at END, seq
 	FROM leaserouter_jobs
 	WHERE 'leased' = ANY(@states::text[]) AND cardinality(@kinds::text[]) > 0
 		AND queue = @queue AND state = 'leased' AND kind = ANY(@kinds::text[])
@@ -46,7 +46,7 @@ SELECT * FROM (
 	LATERAL (
 		SELECT id, CASE WHEN NOT @omit THEN payload END, state::text, priority, attempt, max_attempts, token, owner,
 			lease_expires_at, ready_at, CASE WHEN NOT @omit THEN progress END, last_error, created_at, updated_at,
-			CASE WHEN timeout_of = created_at THEN timeout_us ELSE 0 END AS timeout_us, kind, metadata, seq
+			CASE WHEN timeout_of = created_at THEN timeout_us ELSE 0 END AS timeout_us, kind, metadata, CASE WHEN state = 'leased' THEN leased_at END, seq
 		FROM leaserouter_jobs
 		WHERE @unkinded AND queue = @queue AND kind = '' AND state = s.state AND seq < @before
 			AND starts_with(id, @prefix)

@@ -40,7 +40,7 @@ const (
 	flagQueue   = 1 << iota // --queue
 	flagRouter              // --retention: the subcommand opens a Router
 	flagList                // --state, --kind, --prefix, --limit, --cursor
-	flagConsole             // --addr, --read-only
+	flagConsole             // --addr, --read-only, the login (auth.go)
 	flagCreate              // --create: the subcommand may make a queue
 )
 
@@ -83,6 +83,11 @@ type opts struct {
 	addr      string
 	readOnly  bool
 	create    bool
+
+	// The console's login (auth.go).
+	user, passwordFile, tokenFile string
+	insecureNoAuth                bool
+	auth                          consoleAuth
 }
 
 // call is one run of a subcommand.
@@ -205,8 +210,15 @@ func (cmd *command) flagSet() (*flag.FlagSet, *opts) {
 			"without it such a queue, a typo most likely, is refused")
 	}
 	if cmd.flags&flagConsole != 0 {
-		fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "the address to listen on (host:port; port 0 picks a free one);\nthe console has no login of its own: keep it on a trusted interface")
-		fs.BoolVar(&o.readOnly, "read-only", false, "refuse every action (retry, cancel, delete, pause, resume) and hide their buttons")
+		fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "the address to listen on (host:port; port 0 picks a free one); an address beyond\n"+
+			"loopback is refused without a login (--user or a token) unless --insecure-no-auth")
+		fs.BoolVar(&o.readOnly, "read-only", false, "refuse every action (retry, cancel, delete, run now, pause, resume) and hide their buttons")
+		fs.StringVar(&o.user, "user", "", "ask for this user and a password (basic auth); the password is $"+envConsolePassword+"\n"+
+			"or the first line of --password-file, never a flag (default $"+envConsoleUser+")")
+		fs.StringVar(&o.passwordFile, "password-file", "", "a file whose first line is the password of --user (when $"+envConsolePassword+" is unset)")
+		fs.StringVar(&o.tokenFile, "token-file", "", "a file whose first line is a token the console accepts as \"Authorization: Bearer TOKEN\"\n"+
+			"(when $"+envConsoleToken+" is unset); with --user too, either login is accepted")
+		fs.BoolVar(&o.insecureNoAuth, "insecure-no-auth", false, "serve an address beyond loopback without a login (something in front of the console authenticates)")
 	}
 	return fs, o
 }
@@ -235,6 +247,13 @@ func (c *call) parse(args []string, env func(string) string) error {
 	}
 	if o.url == "" {
 		o.url = env(envURL)
+	}
+	if c.cmd.flags&flagConsole != 0 {
+		auth, err := readConsoleAuth(o, env)
+		if err != nil {
+			return err
+		}
+		o.auth = auth
 	}
 	c.opts = *o
 	switch n := len(c.args); {

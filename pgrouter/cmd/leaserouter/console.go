@@ -62,7 +62,7 @@ func doConsole(ctx context.Context, c *call) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: c.opts.auth.wrap(h), ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	fmt.Fprintf(c.stdout, "console: %s (%d queues; stop with Ctrl-C)\n", consoleURL(ln.Addr()), len(sources))

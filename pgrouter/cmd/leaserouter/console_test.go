@@ -33,6 +33,13 @@ type consoleRun struct {
 // returns once it printed its URL.
 func startConsole(t *testing.T, d db, args ...string) *consoleRun {
 	t.Helper()
+	return startConsoleEnv(t, d, nil, args...)
+}
+
+// startConsoleEnv is startConsole with the environment variables vars
+// set too.
+func startConsoleEnv(t *testing.T, d db, vars map[string]string, args ...string) *consoleRun {
+	t.Helper()
 	ctx, stop := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	var errOut strings.Builder
@@ -41,7 +48,7 @@ func startConsole(t *testing.T, d db, args ...string) *consoleRun {
 		if k == envURL {
 			return d.url
 		}
-		return ""
+		return vars[k]
 	}
 	go func() {
 		code := run(ctx, append([]string{"console", "--addr", "127.0.0.1:0"}, args...), env, pw, &errOut)

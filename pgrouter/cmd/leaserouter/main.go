@@ -15,6 +15,11 @@
 // state, a malformed cursor); the error goes to stderr. Run
 // "leaserouter help" for the subcommands and "leaserouter help SUBCOMMAND"
 // for one's flags.
+//
+// The console subcommand serves the console with no login on a loopback
+// address; on any other it asks for one (basic auth: --user with
+// $LEASEROUTER_CONSOLE_PASSWORD or --password-file; a bearer token:
+// $LEASEROUTER_CONSOLE_TOKEN or --token-file) unless --insecure-no-auth.
 package main
 
 import (

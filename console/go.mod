@@ -1,6 +1,6 @@
 module github.com/leaserouter/leaserouter/console
 
-go 1.26.0
+go 1.25.0
 
 require (
 	github.com/chromedp/cdproto v0.159.0

@@ -14,5 +14,3 @@ require (
 	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 )
-
-replace github.com/leaserouter/leaserouter => ../

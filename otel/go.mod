@@ -29,9 +29,3 @@ require (
 	golang.org/x/sys v0.47.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 )
-
-replace github.com/leaserouter/leaserouter => ../
-
-replace github.com/leaserouter/leaserouter/pgrouter => ../pgrouter
-
-replace github.com/leaserouter/leaserouter/console => ../console

@@ -20,7 +20,3 @@ require (
 	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 )
-
-replace github.com/leaserouter/leaserouter => ../
-
-replace github.com/leaserouter/leaserouter/console => ../console

@@ -28,7 +28,3 @@ require (
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/text v0.43.0 // indirect
 )
-
-replace github.com/leaserouter/leaserouter => ../
-
-replace github.com/leaserouter/leaserouter/pgrouter => ../pgrouter

@@ -1,6 +1,6 @@
 module github.com/leaserouter/leaserouter/console
 
-go 1.26.0
+go 1.25.0
 
 require (
 	github.com/chromedp/cdproto v0.159.0
@@ -14,5 +14,3 @@ require (
 	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 )
-
-replace github.com/leaserouter/leaserouter => ../

@@ -1,6 +1,6 @@
 module github.com/leaserouter/leaserouter/pgrouter
 
-go 1.26.0
+go 1.25.0
 
 require (
 	github.com/jackc/pgx/v5 v5.12.0
@@ -20,7 +20,3 @@ require (
 	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 )
-
-replace github.com/leaserouter/leaserouter => ../
-
-replace github.com/leaserouter/leaserouter/console => ../console

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -119,6 +120,9 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 			return exitOK
 		}
 		fmt.Fprint(stdout, mainUsage())
+		return exitOK
+	case "version", "-version", "--version":
+		fmt.Fprint(stdout, version(debug.ReadBuildInfo()))
 		return exitOK
 	}
 	cmd := lookup(args[0])
@@ -300,7 +304,8 @@ subcommands:
 	fmt.Fprintf(&b, `
 The database is $%s or --database-url. Tables by default, --json for
 one JSON document. Exit status: 0 success, 1 an operation failed, 2 bad usage.
-Run 'leaserouter help SUBCOMMAND' for a subcommand's flags.
+Run 'leaserouter help SUBCOMMAND' for a subcommand's flags,
+'leaserouter version' for the version.
 `, envURL)
 	return b.String()
 }

@@ -3,8 +3,9 @@
 // retries, cancels and deletes jobs, pauses and resumes queues, and serves
 // the web console of every queue.
 //
-//	cd pgrouter && go install ./cmd/leaserouter    # from a checkout of the repository
+//	go install github.com/leaserouter/leaserouter/pgrouter/cmd/leaserouter@latest
 //	leaserouter SUBCOMMAND [flags] [args]
+//	leaserouter version    # the module version it was built from ("(devel)" from a checkout)
 //
 // The database is $DATABASE_URL, or the --database-url flag of every
 // subcommand (a URL or a key=value connection string, as pgx takes them).

@@ -252,7 +252,7 @@ func TestConsoleOverPostgres(t *testing.T) {
 		code, body := post(c.url, c.form, c.header...)
 		require.Equal(t, c.code, code, "%s: %s", c.name, body)
 	}
-	require.Equal(t, leaserouter.StateFailed, state("dead.png"))
+	require.Equal(t, leaserouter.StateDead, state("dead.png"))
 	require.Equal(t, leaserouter.StateLeased, state("held.png"))
 	require.Equal(t, leaserouter.StatePending, state("wait.png"))
 

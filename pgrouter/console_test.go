@@ -213,7 +213,8 @@ func TestConsoleOverPostgres(t *testing.T) {
 	for _, p := range []struct{ path, want string }{
 		{"", pgrouter.DefaultQueue},
 		{"jobs?" + q, "wait.png"},
-		{"jobs?" + q + "&state=failed", "dead.png"},
+		{"jobs?" + q + "&state=dead", "dead.png"},
+		{"jobs?" + q + "&state=failed", "dead.png"}, // the dead state's former name
 		{"dead?" + q, "dead.png"},
 		{"leases", "holder-9"},
 		{"job?" + q + "&id=held.png", "holder-9"},

@@ -1,6 +1,7 @@
 package leaserouter
 
 import (
+	"cmp"
 	"iter"
 	"time"
 )
@@ -51,11 +52,13 @@ type Stats struct {
 }
 
 // ByState yields every State, in the order of the constants, with the
-// number of jobs in it (StateDead: DeadJobs), so code that exports
-// per-state figures need not list the states itself.
+// number of jobs in it, so code that exports per-state figures need not
+// list the states itself. StateDead's is DeadJobs, or the deprecated
+// Failed when DeadJobs is 0 (a Stats filled by code written before
+// DeadJobs, a StatsReader of another backend say).
 func (s Stats) ByState() iter.Seq2[State, int] {
 	return func(yield func(State, int) bool) {
-		for st, n := range [numStates]int{s.Pending, s.Scheduled, s.Leased, s.Succeeded, s.DeadJobs, s.Canceled} {
+		for st, n := range [numStates]int{s.Pending, s.Scheduled, s.Leased, s.Succeeded, cmp.Or(s.DeadJobs, s.Failed), s.Canceled} {
 			if !yield(State(st), n) {
 				return
 			}

@@ -30,6 +30,23 @@ func TestStatsByState(t *testing.T) {
 	require.Equal(t, 1, seen)
 }
 
+// TestStatsByStateReadsDeprecatedFailed: a Stats that sets only the
+// deprecated Failed (code written before DeadJobs) still yields its dead
+// jobs under StateDead; DeadJobs wins when both are set.
+func TestStatsByStateReadsDeprecatedFailed(t *testing.T) {
+	dead := func(s leaserouter.Stats) int {
+		for st, n := range s.ByState() {
+			if st == leaserouter.StateDead {
+				return n
+			}
+		}
+		return -1
+	}
+	require.Equal(t, 5, dead(leaserouter.Stats{Failed: 5}))
+	require.Equal(t, 3, dead(leaserouter.Stats{DeadJobs: 3, Failed: 3}))
+	require.Equal(t, 3, dead(leaserouter.Stats{DeadJobs: 3}))
+}
+
 func TestStatsHeartbeatsRefused(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := setup(t, leaserouter.Options{LeaseDuration: ld})

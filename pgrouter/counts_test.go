@@ -89,6 +89,7 @@ func TestCountsExactBelowTheCap(t *testing.T) {
 	s, err := r.Stats(ctx)
 	require.NoError(t, err)
 	require.Equal(t, want, countsOf(s))
+	//lint:ignore SA1019 the deprecated name is what is checked
 	require.Equal(t, s.DeadJobs, s.Failed, "the deprecated name counts the dead jobs too")
 	require.False(t, s.Estimated)
 	e, err := r.ExactStats(ctx)

@@ -366,6 +366,7 @@ func (f *fake) Stats(context.Context) (leaserouter.Stats, error) {
 			s.Canceled++
 		}
 	}
+	//lint:ignore SA1019 the deprecated name is filled for one release, as both backends do
 	s.Failed = s.DeadJobs
 	return s, nil
 }

@@ -255,6 +255,7 @@ var rowAttemptsDead = Row{Name: "attempts/expiry or release with attempts used u
 	require.NotEmpty(t, j.LastError)
 	s := stats(t, b)
 	require.Equal(t, 2, s.DeadJobs)
+	//lint:ignore SA1019 the deprecated name is what is checked
 	require.Equal(t, 2, s.Failed, "the deprecated name counts the dead jobs too")
 	require.EqualValues(t, 2, s.Dead)
 }}

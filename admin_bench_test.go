@@ -44,7 +44,7 @@ func BenchmarkList(b *testing.B) {
 			}
 		}
 	}
-	dead := []State{StateFailed}
+	dead := []State{StateDead}
 	// The cursor of the page that ends in the middle, found by paging.
 	p := ListParams{Limit: MaxListLimit}
 	for range n / 2 / MaxListLimit {

@@ -35,7 +35,7 @@ func badAdminRows() []badRow {
 		}}
 	}
 	rows := []badRow{
-		list("unknown state", leaserouter.ListParams{States: []leaserouter.State{leaserouter.StateFailed, 6}}),
+		list("unknown state", leaserouter.ListParams{States: []leaserouter.State{leaserouter.StateDead, 6}}),
 		list("state 255", leaserouter.ListParams{States: []leaserouter.State{255}}),
 		list("negative limit", leaserouter.ListParams{Limit: -1}),
 		list("limit past MaxListLimit", leaserouter.ListParams{Limit: leaserouter.MaxListLimit + 1}),
@@ -158,7 +158,7 @@ func TestAdminAgainstModel(t *testing.T) {
 						m.state, m.done = leaserouter.StateSucceeded, time.Now()
 					} else {
 						require.NoError(t, l.Fail(leaserouter.Permanent(errors.New("boom"))))
-						m.state, m.done = leaserouter.StateFailed, time.Now()
+						m.state, m.done = leaserouter.StateDead, time.Now()
 					}
 				case 5: // cancel
 					err := r.Cancel(id)

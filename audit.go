@@ -81,7 +81,7 @@ func (r *Router[T]) Audit() error {
 	if r.order.Len() != r.jobs.Len() {
 		bad("the enqueue order holds %d jobs, the ID index %d", r.order.Len(), r.jobs.Len())
 	}
-	if n, want := r.retained.Len(), counts[StateSucceeded]+counts[StateFailed]+counts[StateCanceled]; n != want {
+	if n, want := r.retained.Len(), counts[StateSucceeded]+counts[StateDead]+counts[StateCanceled]; n != want {
 		bad("retention queue holds %d jobs, but %d are finished", n, want)
 	}
 	if !r.kept.Valid(func(k *keeper[T]) int { return int(k.keptIndex) }) {

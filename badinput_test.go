@@ -79,7 +79,7 @@ func badSetup(t *testing.T) *badFx {
 	synctest.Wait()
 	st := r.Stats()
 	require.Equal(t, [6]int{1, 1, 2, 1, 1, 1},
-		[6]int{st.Pending, st.Scheduled, st.Leased, st.Succeeded, st.Failed, st.Canceled}, "fixture states")
+		[6]int{st.Pending, st.Scheduled, st.Leased, st.Succeeded, st.DeadJobs, st.Canceled}, "fixture states")
 	require.NoError(t, r.Audit())
 	return fx
 }
@@ -988,7 +988,7 @@ func badLeaseRows() []badRow {
 				bad := errors.New("bad")
 				require.NoError(t, fx.l.Fail(fmt.Errorf("wrapped: %w", leaserouter.Permanent(bad))))
 				j := get(t, fx.r, "leased")
-				require.Equal(t, leaserouter.StateFailed, j.State)
+				require.Equal(t, leaserouter.StateDead, j.State)
 				require.Equal(t, "wrapped: bad", j.LastError)
 				require.Less(t, j.Attempt, j.MaxAttempts, "attempts were left")
 				synctest.Wait() // events are delivered by the router's own goroutine
@@ -996,7 +996,7 @@ func badLeaseRows() []badRow {
 				require.Equal(t, leaserouter.EventDead, e.Kind)
 			},
 			touched: []string{"leased"},
-			stats:   func(s *leaserouter.Stats) { s.Dead++; s.Leased--; s.Failed++ },
+			stats:   func(s *leaserouter.Stats) { s.Dead++; s.Leased--; s.DeadJobs++; s.Failed++ },
 			events:  []string{"failed:leased", "dead:leased"},
 		},
 	)

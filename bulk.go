@@ -42,7 +42,7 @@ type BulkResult struct {
 
 // The states each bulk action applies to (bit s: State s).
 const (
-	retryApplies  = 1<<StateSucceeded | 1<<StateFailed | 1<<StateCanceled
+	retryApplies  = 1<<StateSucceeded | 1<<StateDead | 1<<StateCanceled
 	cancelApplies = 1<<StatePending | 1<<StateScheduled | 1<<StateLeased
 	deleteApplies = (1<<numStates - 1) &^ (1 << StateLeased)
 )
@@ -93,7 +93,7 @@ func (r *Router[T]) CancelMany(ids []string, states []State) (BulkResult, error)
 // with its dedup record, as Delete removes it (EventPurged,
 // Stats.Purged). A job in none of states is left alone and counted in
 // BulkResult.Moved — a dead job someone retried meanwhile survives when
-// states is failed only —; a leased one in NotApplicable; an unknown or
+// states is dead only —; a leased one in NotApplicable; an unknown or
 // invalid ID, or a finished job past its Retention, in NotFound. Errors,
 // chunks and blocking are RetryMany's (without ErrFull).
 func (r *Router[T]) DeleteMany(ids []string, states []State) (BulkResult, error) {

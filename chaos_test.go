@@ -261,7 +261,7 @@ func TestChaosSoak(t *testing.T) {
 				case x < 13:
 					n.fails.Add(1)
 					if try(leaserouter.EventFailed, l, l.Fail(leaserouter.Permanent(errors.New("chaos: fatal")))) {
-						if j, ok := r.Get(l.JobID); !ok || j.State != leaserouter.StateFailed || j.Token != l.Token {
+						if j, ok := r.Get(l.JobID); !ok || j.State != leaserouter.StateDead || j.Token != l.Token {
 							fails.addf("after a permanent Fail of %s/%d: %+v", l.JobID, l.Token, j)
 						}
 					}

@@ -156,7 +156,7 @@ func TestClientQueueOptions(t *testing.T) {
 		for q, attempts := range map[string]int{"plain": 1, "patient": 3, "timed": 1} {
 			j, ok := c.Queue(q).Get("j")
 			require.True(t, ok)
-			require.Equal(t, leaserouter.StateFailed, j.State, q)
+			require.Equal(t, leaserouter.StateDead, j.State, q)
 			require.Equal(t, attempts, j.Attempt, q)
 		}
 		var te *leaserouter.TimeoutError

@@ -24,7 +24,7 @@
 // exactly its expiry whether or not the reaper — the one background
 // goroutine, which sleeps until the next deadline — has run. A lease that
 // expires counts as an attempt; after Options.MaxAttempts attempts a job is
-// dead (StateFailed). Lease.Fail schedules a retry after Options.Backoff.
+// dead (StateDead). Lease.Fail schedules a retry after Options.Backoff.
 // Heartbeats may carry progress, a checkpoint handed to the next lease.
 //
 // # Fencing

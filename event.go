@@ -26,9 +26,9 @@ const (
 	EventLeaseExtended                       // a heartbeat extended a lease
 	EventLeaseExpired                        // a lease expired; Time is its expiry instant
 	EventCompleted                           // the job succeeded
-	EventFailed                              // one failed attempt (Lease.Fail, or a Run handler's error or panic), not a dead job: StateFailed and Stats.Failed mean dead (no attempts left, or a Permanent error), announced by EventDead; Err is the attempt's cause
+	EventFailed                              // one failed attempt (Lease.Fail, or a Run handler's error or panic), not a dead job (StateDead, Stats.DeadJobs: no attempts left, or a Permanent error), which EventDead announces; Err is the attempt's cause
 	EventRetryScheduled                      // a failed job will be retried after its backoff
-	EventDead                                // the job is dead: it reached StateFailed (Stats.Failed, Stats.Dead); Err is its last error
+	EventDead                                // the job is dead: it reached StateDead (Stats.DeadJobs, Stats.Dead); Err is its last error
 	EventStaleRejected                       // an operation on a lost lease was refused; Token is the lease's
 	EventReleased                            // the holder (or Close, or Run for a job it had not started) handed the lease back
 	EventCanceled                            // the job was canceled

@@ -264,7 +264,7 @@ func (m *fuzzModel) kill(j *fuzzJob, at time.Duration) {
 		j.lastErr = "attempts exhausted"
 	}
 	m.stats.Dead++
-	m.finish(j, leaserouter.StateFailed, at)
+	m.finish(j, leaserouter.StateDead, at)
 }
 
 func (m *fuzzModel) finish(j *fuzzJob, s leaserouter.State, at time.Duration) {
@@ -499,12 +499,13 @@ func (m *fuzzModel) wantStats() leaserouter.Stats {
 			s.Leased++
 		case leaserouter.StateSucceeded:
 			s.Succeeded++
-		case leaserouter.StateFailed:
-			s.Failed++
+		case leaserouter.StateDead:
+			s.DeadJobs++
 		case leaserouter.StateCanceled:
 			s.Canceled++
 		}
 	}
+	s.Failed = s.DeadJobs // the deprecated name, filled alike
 	return s
 }
 

@@ -449,7 +449,7 @@ func harnessReaperRace(t *testing.T, name string, do func(*lease) error, inWindo
 		st := r.Stats()
 		require.EqualValues(t, 1, st.Expirations)
 		require.EqualValues(t, len(rec.ofKind(leaserouter.EventDead)), st.Dead)
-		require.Equal(t, maxAtt == 1, get(t, r, "j").State == leaserouter.StateFailed)
+		require.Equal(t, maxAtt == 1, get(t, r, "j").State == leaserouter.StateDead)
 		require.NoError(t, r.Audit())
 	}
 }
@@ -495,7 +495,7 @@ func harnessReaperOutcome(t *testing.T, r *router, rec *recorder, name string, a
 	require.Nil(t, j.Progress, "the refused heartbeat stored nothing")
 	want, kinds := leaserouter.StatePending, []string{"enqueued", "lease_acquired", "lease_expired", "stale_rejected"}
 	if maxAtt == 1 {
-		want, kinds = leaserouter.StateFailed, []string{"enqueued", "lease_acquired", "lease_expired", "dead", "stale_rejected"}
+		want, kinds = leaserouter.StateDead, []string{"enqueued", "lease_acquired", "lease_expired", "dead", "stale_rejected"}
 	}
 	require.Equal(t, want, j.State)
 	require.Equal(t, kinds, rec.kinds("j"))
@@ -518,7 +518,7 @@ var harnessEndings = []harnessEnding{
 	{"Fail", func(l *lease) error { return l.Fail(errors.New("harness: retry")) },
 		leaserouter.StateScheduled, "failed", []string{"failed", "retry_scheduled"}, "harness: retry"},
 	{"FailPermanent", func(l *lease) error { return l.Fail(leaserouter.Permanent(errors.New("harness: fatal"))) },
-		leaserouter.StateFailed, "failed", []string{"failed", "dead"}, "harness: fatal"},
+		leaserouter.StateDead, "failed", []string{"failed", "dead"}, "harness: fatal"},
 	{"Release", (*lease).Release, leaserouter.StatePending, "released", []string{"released"}, ""},
 }
 
@@ -784,7 +784,7 @@ func TestCrashedWorkersJobLeasedUntilExactlyItsExpiry(t *testing.T) {
 			if attempt < maxAtt {
 				require.Equal(t, leaserouter.StatePending, j.State, "attempt %d at expiry", attempt)
 			} else {
-				require.Equal(t, leaserouter.StateFailed, j.State, "attempts exhausted: dead at the last expiry")
+				require.Equal(t, leaserouter.StateDead, j.State, "attempts exhausted: dead at the last expiry")
 			}
 			for k, old := range leases {
 				reason := map[bool]string{true: "expired", false: "superseded"}[k == len(leases)-1]
@@ -811,7 +811,8 @@ func TestCrashedWorkersJobLeasedUntilExactlyItsExpiry(t *testing.T) {
 		require.EqualValues(t, maxAtt, st.Expirations)
 		require.EqualValues(t, maxAtt, st.LeasesGranted)
 		require.EqualValues(t, 1, st.Dead)
-		require.Equal(t, 1, st.Failed)
+		require.Equal(t, 1, st.DeadJobs)
+		require.Equal(t, 1, st.Failed, "the deprecated name counts the same")
 
 		// Dead never changes again.
 		nEvents := len(rec.all())

@@ -15,24 +15,31 @@ import (
 type State uint8
 
 // The states of a job. A job moves pending -> leased -> (succeeded | pending |
-// scheduled | failed), scheduled -> pending when its run-at comes, and any
-// unfinished state -> canceled. Succeeded, failed and canceled are terminal:
+// scheduled | dead), scheduled -> pending when its run-at comes, and any
+// unfinished state -> canceled. Succeeded, dead and canceled are terminal:
 // a job in one of them never changes again.
 const (
 	StatePending   State = iota // ready to be leased
 	StateScheduled              // waiting for its run-at time (delay or retry backoff)
 	StateLeased                 // held by one worker under a lease
 	StateSucceeded              // terminal: completed by the holder of a valid lease
-	StateFailed                 // terminal: dead, with no attempts left or after a Permanent error (EventDead); one failed attempt is EventFailed, after which a job with attempts left is scheduled or pending again
+	StateDead                   // terminal: no attempts left, or after a Permanent error (EventDead); one failed attempt is EventFailed, after which a job with attempts left is scheduled or pending again
 	StateCanceled               // terminal: canceled by Router.Cancel
 	numStates
 	stateNew = numStates // a job being enqueued, before its first state
 )
 
-var stateNames = [numStates]string{"pending", "scheduled", "leased", "succeeded", "failed", "canceled"}
+// StateFailed is the dead state under its former name.
+//
+// Deprecated: use StateDead. "Failed" names one failed attempt
+// (EventFailed); a job with no attempts left is dead.
+const StateFailed = StateDead
 
-// String returns the state's lower-case name ("pending", "leased", ...), or
-// "State(n)" for a value outside the constants.
+var stateNames = [numStates]string{"pending", "scheduled", "leased", "succeeded", "dead", "canceled"}
+
+// String returns the state's lower-case name ("pending", "leased", "dead",
+// ...), or "State(n)" for a value outside the constants. ParseState reads
+// it back.
 func (s State) String() string {
 	if s < numStates {
 		return stateNames[s]
@@ -40,7 +47,25 @@ func (s State) String() string {
 	return fmt.Sprintf("State(%d)", uint8(s))
 }
 
-// Terminal reports whether s is succeeded, failed or canceled: a job in a
+// ParseState returns the State named name, as State.String writes it
+// ("pending", "scheduled", "leased", "succeeded", "dead", "canceled"). It
+// also accepts "failed", the dead state's former name, for one release
+// (deprecated: write "dead"). Names are exact (lower case, no spaces);
+// any other name, "" included, returns an error wrapping
+// ErrInvalidOptions (a bad state filter) that names it.
+func ParseState(name string) (State, error) {
+	if name == "failed" {
+		return StateDead, nil
+	}
+	for s, n := range stateNames {
+		if n == name {
+			return State(s), nil
+		}
+	}
+	return 0, fmt.Errorf("%w: unknown state %q (one of pending, scheduled, leased, succeeded, dead, canceled)", ErrInvalidOptions, name)
+}
+
+// Terminal reports whether s is succeeded, dead or canceled: a job in a
 // terminal state never changes again.
 func (s State) Terminal() bool { return s >= StateSucceeded && s < numStates }
 

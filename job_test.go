@@ -2,6 +2,7 @@ package leaserouter_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -20,7 +21,7 @@ func TestStateStringAndTerminal(t *testing.T) {
 		{leaserouter.StateScheduled, "scheduled", false},
 		{leaserouter.StateLeased, "leased", false},
 		{leaserouter.StateSucceeded, "succeeded", true},
-		{leaserouter.StateFailed, "failed", true},
+		{leaserouter.StateDead, "dead", true},
 		{leaserouter.StateCanceled, "canceled", true},
 	}
 	for _, tt := range tests {
@@ -28,6 +29,35 @@ func TestStateStringAndTerminal(t *testing.T) {
 		require.Equal(t, tt.terminal, tt.s.Terminal(), tt.name)
 	}
 	require.Equal(t, leaserouter.State(0), leaserouter.StatePending, "zero State is pending")
+}
+
+// TestStateFailedIsStateDead: the deprecated name is the same constant,
+// so code written against it keeps compiling and comparing equal.
+func TestStateFailedIsStateDead(t *testing.T) {
+	require.Equal(t, leaserouter.StateDead, leaserouter.StateFailed)
+	require.Equal(t, "dead", leaserouter.StateFailed.String())
+}
+
+// TestParseStateReadsEveryNameAndFailedAsDead: every state's String reads
+// back as itself, "failed" (the dead state's former name) reads as
+// StateDead, and any other name is an error wrapping ErrInvalidOptions
+// that names it.
+func TestParseStateReadsEveryNameAndFailedAsDead(t *testing.T) {
+	for s := leaserouter.StatePending; s <= leaserouter.StateCanceled; s++ {
+		got, err := leaserouter.ParseState(s.String())
+		require.NoError(t, err)
+		require.Equal(t, s, got)
+	}
+	for _, name := range []string{"dead", "failed"} {
+		got, err := leaserouter.ParseState(name)
+		require.NoError(t, err, name)
+		require.Equal(t, leaserouter.StateDead, got, name)
+	}
+	for _, name := range []string{"", "Dead", "FAILED", " dead", "State(6)", "done"} {
+		_, err := leaserouter.ParseState(name)
+		require.ErrorIs(t, err, leaserouter.ErrInvalidOptions, "%q", name)
+		require.ErrorContains(t, err, fmt.Sprintf("%q", name))
+	}
 }
 
 func TestOrderReleasedJobReadyAtTheCall(t *testing.T) {

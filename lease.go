@@ -149,7 +149,7 @@ func (l *Lease[T]) end(op func(r *Router[T], j *job[T], now int64)) error {
 // panicked and with what, and events carry an error whose Error() says
 // the same and whose Unwrap gives cause. If cause is (or wraps) a
 // Permanent error, or the job has used all its attempts, the job becomes
-// StateFailed (dead); otherwise it is scheduled again after
+// StateDead; otherwise it is scheduled again after
 // Options.Backoff(attempt), or made pending at once if that is <= 0.
 // Backoff is called before the lease is checked, outside the router's
 // lock, even if the call is then refused. It returns a *LeaseLostError if
@@ -199,8 +199,8 @@ func (r *Router[T]) backoff(attempt int) (d time.Duration, panicked error) {
 }
 
 // Release hands the lease back now instead of letting it expire. The
-// attempt still counts: the job becomes pending at once, or StateFailed
-// (dead) if it has used all its attempts. It returns a *LeaseLostError if
+// attempt still counts: the job becomes pending at once, or dead
+// (StateDead) if it has used all its attempts. It returns a *LeaseLostError if
 // the lease is no longer valid, changing nothing. Like Heartbeat, it
 // blocks only on the router's lock, accepted or refused.
 func (l *Lease[T]) Release() error {
@@ -409,7 +409,7 @@ func (l *Lease[T]) watch(k *keeper[T]) (first time.Duration, ok bool) {
 }
 
 // Permanent marks err as not worth retrying: Lease.Fail(Permanent(err)) makes
-// the job StateFailed (dead) at once, whatever attempts it has left. The
+// the job StateDead at once, whatever attempts it has left. The
 // result's message is err's, and errors.Is/As see err through it.
 // Permanent(nil) is nil.
 func Permanent(err error) error { return contract.Permanent(err) }

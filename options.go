@@ -35,7 +35,7 @@ type Options struct {
 	// calls), not from the average job length.
 	LeaseDuration time.Duration
 	// MaxAttempts is how many attempts (leases granted, less those Run
-	// hands back unstarted) a job may have before it is dead (StateFailed). Default DefaultMaxAttempts (5); negative or above
+	// hands back unstarted) a job may have before it is dead (StateDead). Default DefaultMaxAttempts (5); negative or above
 	// math.MaxInt32 is invalid.
 	// WithMaxAttempts overrides it per job.
 	MaxAttempts int

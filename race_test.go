@@ -813,7 +813,7 @@ func raceReconcile(t *testing.T, r *router, evs []leaserouter.Event, ops *raceOp
 	}
 	wantState := map[leaserouter.EventKind]leaserouter.State{
 		leaserouter.EventCompleted: leaserouter.StateSucceeded,
-		leaserouter.EventDead:      leaserouter.StateFailed,
+		leaserouter.EventDead:      leaserouter.StateDead,
 		leaserouter.EventCanceled:  leaserouter.StateCanceled,
 	}
 	for _, id := range ids {
@@ -839,8 +839,8 @@ func raceReconcile(t *testing.T, r *router, evs []leaserouter.Event, ops *raceOp
 	require.EqualValues(t, count[leaserouter.EventStaleRejected], st.StaleRejections)
 	require.EqualValues(t, count[leaserouter.EventPurged], st.Purged)
 	require.Equal(t, count[leaserouter.EventCompleted], st.Succeeded)
-	require.Equal(t, count[leaserouter.EventDead], st.Failed)
+	require.Equal(t, count[leaserouter.EventDead], st.DeadJobs)
 	require.Equal(t, count[leaserouter.EventCanceled], st.Canceled)
-	require.Equal(t, len(ids), st.Succeeded+st.Failed+st.Canceled)
+	require.Equal(t, len(ids), st.Succeeded+st.DeadJobs+st.Canceled)
 	return count
 }

@@ -117,7 +117,7 @@ func TestExpiredLeaseOperationSettlesLikeReaper(t *testing.T) {
 				}
 				requireLost(t, l.Fail(errors.New("late")), l.Token, l.Token)
 				j := get(t, r, "a")
-				require.Equal(t, leaserouter.StateFailed, j.State)
+				require.Equal(t, leaserouter.StateDead, j.State)
 				require.NotEqual(t, "late", j.LastError, "the refused Fail changed nothing")
 				require.NotEmpty(t, j.LastError, "expiry is recorded as the failure")
 				st := r.Stats()

@@ -129,7 +129,7 @@ func TestGetReturnsACopy(t *testing.T) {
 
 		j := get(t, r, "a")
 		j.Progress[0] = 'X'
-		j.State = leaserouter.StateFailed
+		j.State = leaserouter.StateDead
 		j.Owner = "thief"
 		j = get(t, r, "a")
 		require.Equal(t, "abc", string(j.Progress))

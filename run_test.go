@@ -500,7 +500,7 @@ func TestNoUserCodeUnderLockRunHandlerTypedNilError(t *testing.T) {
 		synctest.Wait()
 
 		j := get(t, r, "a")
-		require.Equal(t, leaserouter.StateFailed, j.State, "a failed attempt, the last one: dead")
+		require.Equal(t, leaserouter.StateDead, j.State, "a failed attempt, the last one: dead")
 		require.Contains(t, j.LastError, "Error() of *leaserouter_test.nilErr panicked")
 
 		require.NoError(t, r.Enqueue("b", ""))

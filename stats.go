@@ -1,6 +1,7 @@
 package leaserouter
 
 import (
+	"cmp"
 	"iter"
 	"time"
 )
@@ -15,8 +16,14 @@ type Stats struct {
 	Scheduled int // jobs waiting for their run-at (delay or retry backoff)
 	Leased    int // jobs held under a lease
 	Succeeded int // completed jobs, while retained
-	Failed    int // dead jobs (StateFailed: no attempts left, or a Permanent error), while retained; not failed attempts (EventFailed)
+	DeadJobs  int // jobs in StateDead now (no attempts left, or a Permanent error), while retained; Dead below is a total since New
 	Canceled  int // canceled jobs, while retained
+	// Failed is DeadJobs under its former name, filled with the same
+	// value for one release.
+	//
+	// Deprecated: use DeadJobs. "Failed" names one failed attempt
+	// (EventFailed); a job with no attempts left is dead.
+	Failed int
 
 	Enqueued          uint64 // jobs accepted by Enqueue
 	Duplicates        uint64 // Enqueue calls refused with ErrDuplicate
@@ -25,7 +32,7 @@ type Stats struct {
 	HeartbeatsRefused uint64 // heartbeats refused because the lease was lost (also counted in StaleRejections)
 	Expirations       uint64 // leases that expired
 	Retries           uint64 // jobs scheduled again by Fail (EventRetryScheduled)
-	Dead              uint64 // jobs that reached StateFailed (EventDead); not EventFailed, which is one failed attempt
+	Dead              uint64 // jobs that reached StateDead since New (EventDead), a total; DeadJobs counts those dead now; not EventFailed, which is one failed attempt
 	StaleRejections   uint64 // lease operations refused because the lease was lost
 	Purged            uint64 // jobs dropped: finished ones at once or after Retention, and those Router.Delete removed
 	Retried           uint64 // finished jobs made pending again by Router.Retry (EventRetried)
@@ -57,10 +64,12 @@ type Stats struct {
 
 // ByState yields every State, in the order of the constants, with the
 // number of jobs in it, so code that exports per-state figures need not
-// list the states itself.
+// list the states itself. StateDead's is DeadJobs, or the deprecated
+// Failed when DeadJobs is 0 (a Stats filled by code written before
+// DeadJobs, a StatsReader of another backend say).
 func (s Stats) ByState() iter.Seq2[State, int] {
 	return func(yield func(State, int) bool) {
-		for st, n := range [numStates]int{s.Pending, s.Scheduled, s.Leased, s.Succeeded, s.Failed, s.Canceled} {
+		for st, n := range [numStates]int{s.Pending, s.Scheduled, s.Leased, s.Succeeded, cmp.Or(s.DeadJobs, s.Failed), s.Canceled} {
 			if !yield(State(st), n) {
 				return
 			}
@@ -81,6 +90,7 @@ func (r *Router[T]) Stats() Stats {
 	c := r.counts
 	r.unlockAndDeliver()
 	s.Pending, s.Scheduled, s.Leased = c[StatePending], c[StateScheduled], c[StateLeased]
-	s.Succeeded, s.Failed, s.Canceled = c[StateSucceeded], c[StateFailed], c[StateCanceled]
+	s.Succeeded, s.DeadJobs, s.Canceled = c[StateSucceeded], c[StateDead], c[StateCanceled]
+	s.Failed = s.DeadJobs
 	return s
 }

@@ -19,9 +19,9 @@ import (
 //	insert       new -> pending or scheduled (Enqueue)
 //	grant        pending -> leased (Acquire, Run)
 //	complete     leased -> succeeded (Lease.Complete, Run)
-//	fail         leased -> scheduled, pending or failed (Lease.Fail)
-//	release      leased -> pending or failed (Lease.Release)
-//	expire       leased -> pending or failed (the lease's expiry)
+//	fail         leased -> scheduled, pending or dead (Lease.Fail)
+//	release      leased -> pending or dead (Lease.Release)
+//	expire       leased -> pending or dead (the lease's expiry)
 //	handBack     leased -> pending, no attempt counted (Run)
 //	revokeLease  leased -> pending (Close, after draining)
 //	cancel       pending, scheduled or leased -> canceled (Cancel)
@@ -269,7 +269,7 @@ func (r *Router[T]) requeue(j *job[T], readyAt, at int64) {
 	r.makeReady(j, readyAt)
 }
 
-// kill makes a job dead (StateFailed).
+// kill makes a job dead (StateDead).
 func (r *Router[T]) kill(j *job[T], at int64) {
 	if j.lastErr == "" {
 		j.lastErr = contract.AttemptsExhausted
@@ -281,7 +281,7 @@ func (r *Router[T]) kill(j *job[T], at int64) {
 		err = errors.New(j.lastErr)
 	}
 	r.emit(EventDead, at, j, nil, j.token, err)
-	r.finish(j, StateFailed, at)
+	r.finish(j, StateDead, at)
 }
 
 // makeReady makes j pending with ready time at and wakes one waiter.

@@ -52,11 +52,11 @@ func TestWithMaxAttemptsOverrides(t *testing.T) {
 			require.Equal(t, attempt, l.Attempt)
 			require.NoError(t, l.Fail(errors.New("boom")))
 		}
-		require.Equal(t, leaserouter.StateFailed, get(t, r, "three").State)
+		require.Equal(t, leaserouter.StateDead, get(t, r, "three").State)
 
 		r2 := setup(t, leaserouter.Options{MaxAttempts: 5, Backoff: noBackoff})
 		require.NoError(t, r2.Enqueue("one", "", leaserouter.WithMaxAttempts(1)))
 		require.NoError(t, acquire(t, r2, "w").Fail(errors.New("boom")))
-		require.Equal(t, leaserouter.StateFailed, get(t, r2, "one").State)
+		require.Equal(t, leaserouter.StateDead, get(t, r2, "one").State)
 	})
 }

@@ -17,7 +17,8 @@ import (
 //	queue   the queue's name (required)
 //	id        a job's ID, repeated for several (jobActions; ActionRunNow: one)
 //	id.STATE  a job's ID ticked on a row shown in STATE (a State's name:
-//	          id.pending, id.failed, ...), repeated for several
+//	          id.pending, id.dead, ...; id.failed is read as id.dead),
+//	          repeated for several
 //	all       "1": every job the filter below matches instead of the ids
 //	          (at most MaxBulk), with state (repeated) and prefix as on
 //	          the jobs page
@@ -196,7 +197,11 @@ type shownJobs struct {
 func ticked(f url.Values, filter []leaserouter.State) []shownJobs {
 	var out []shownJobs
 	for _, st := range allStates {
-		if ids := f["id."+st.String()]; len(ids) > 0 {
+		ids := f["id."+st.String()]
+		if st == leaserouter.StateDead { // a page rendered before the state was named dead
+			ids = append(ids, f["id.failed"]...)
+		}
+		if len(ids) > 0 {
 			out = append(out, shownJobs{states: []leaserouter.State{st}, ids: ids})
 		}
 	}

@@ -94,17 +94,17 @@ func TestBulkAllMatchingTheFilter(t *testing.T) {
 	kill(t, r, "b-1")
 	enqueue(t, r, "a-pending")
 	body := requireOK(t, post(t, h, "/action", url.Values{"action": {"retry"}, "queue": {"files"}, "all": {"1"},
-		"state": {"failed"}, "prefix": {"a-"}, "id": {"b-1"}}))
+		"state": {"dead"}, "prefix": {"a-"}, "id": {"b-1"}}))
 	require.Contains(t, body, `data-testid="result-done">30<`)
 	require.Contains(t, body, `data-testid="result-refused">0<`)
 	require.NotContains(t, body, `data-testid="result-truncated"`)
-	require.Equal(t, leaserouter.StateFailed, state(t, r, "b-1"), "outside the filter: the ticked ids are ignored")
+	require.Equal(t, leaserouter.StateDead, state(t, r, "b-1"), "outside the filter: the ticked ids are ignored")
 	s := r.Stats()
-	require.Equal(t, 1, s.Failed)
+	require.Equal(t, 1, s.DeadJobs)
 	require.Equal(t, 31, s.Pending)
 
-	requireStatus(t, post(t, h, "/action", url.Values{"action": {"retry"}, "queue": {"files"}, "all": {"1"}, "state": {"dead"}}),
-		http.StatusBadRequest, `unknown state &#34;dead&#34;`)
+	requireStatus(t, post(t, h, "/action", url.Values{"action": {"retry"}, "queue": {"files"}, "all": {"1"}, "state": {"done"}}),
+		http.StatusBadRequest, `unknown state &#34;done&#34;`)
 }
 
 func TestBulkAllIsBounded(t *testing.T) {
@@ -176,8 +176,8 @@ func TestBadInputGetsClearPageAndChangesNothing(t *testing.T) {
 		{"unknown job", "GET", "/job?queue=files&id=zzz", nil, 404, `no job &#34;zzz&#34;`},
 		{"no job id", "GET", "/job?queue=files", nil, 400, "id parameter is missing"},
 		{"malformed cursor", "GET", "/jobs?queue=files&cursor=garbage", nil, 400, "Cursor"},
-		{"cursor of another filter", "GET", "/jobs?queue=files&state=failed&cursor=" + url.QueryEscape(cursorOf(t, h)), nil, 400, "Cursor"},
-		{"unknown state", "GET", "/jobs?state=dead", nil, 400, `unknown state &#34;dead&#34;`},
+		{"cursor of another filter", "GET", "/jobs?queue=files&state=dead&cursor=" + url.QueryEscape(cursorOf(t, h)), nil, 400, "Cursor"},
+		{"unknown state", "GET", "/jobs?state=done", nil, 400, `unknown state &#34;done&#34;`},
 		{"bad limit", "GET", "/jobs?limit=0", nil, 400, `bad limit &#34;0&#34;`},
 		{"limit too big", "GET", "/jobs?limit=1001", nil, 400, `bad limit &#34;1001&#34;`},
 		{"limit not a number", "GET", "/jobs?limit=ten", nil, 400, `bad limit &#34;ten&#34;`},
@@ -204,7 +204,7 @@ func TestBadInputGetsClearPageAndChangesNothing(t *testing.T) {
 			}
 			require.Equal(t, before, r.Stats())
 			require.Equal(t, leaserouter.StatePending, state(t, r, "a"))
-			require.Equal(t, leaserouter.StateFailed, state(t, r, "dead"))
+			require.Equal(t, leaserouter.StateDead, state(t, r, "dead"))
 		})
 	}
 }
@@ -236,7 +236,7 @@ func TestReadOnlyRefusesActionsAndHidesButtons(t *testing.T) {
 			http.StatusForbidden, "read-only")
 	}
 	require.Equal(t, before, r.Stats())
-	require.Equal(t, leaserouter.StateFailed, state(t, r, "dead"))
+	require.Equal(t, leaserouter.StateDead, state(t, r, "dead"))
 }
 
 func TestAuthorizeDecidesEveryPageAndAction(t *testing.T) {
@@ -305,7 +305,7 @@ func TestCrossOriginPostIsRefused(t *testing.T) {
 				req.Header.Set(k, v)
 			}
 			requireStatus(t, serve(h, req), http.StatusForbidden, "cross-origin request")
-			require.Equal(t, leaserouter.StateFailed, state(t, r, "dead"))
+			require.Equal(t, leaserouter.StateDead, state(t, r, "dead"))
 		})
 	}
 	req := httptestPost("/action", form)
@@ -378,7 +378,7 @@ func TestBulkDeleteTickedDeadSparesJobRetriedMeanwhile(t *testing.T) {
 	}
 	require.NoError(t, r.Retry("d2")) // meanwhile, another operator retries one
 	body := requireOK(t, post(t, h, "/action", url.Values{"action": {"delete"}, "queue": {"files"},
-		"state": {"failed"}, "id": {"d1", "d2", "d3"}}))
+		"state": {"dead"}, "id": {"d1", "d2", "d3"}}))
 	require.Contains(t, body, `data-testid="result-done">2<`)
 	require.Contains(t, body, `data-testid="result-moved">1<`)
 	require.Equal(t, leaserouter.StatePending, state(t, r, "d2"), "the retried job survives")
@@ -389,10 +389,20 @@ func TestBulkDeleteTickedDeadSparesJobRetriedMeanwhile(t *testing.T) {
 
 	// One job ticked under the filter: the same rule.
 	body = requireOK(t, post(t, h, "/action", url.Values{"action": {"delete"}, "queue": {"files"},
-		"state": {"failed"}, "id": {"d2"}}))
+		"state": {"dead"}, "id": {"d2"}}))
 	require.Contains(t, body, `data-testid="result-done">0<`)
 	require.Contains(t, body, `data-testid="result-moved">1<`)
 	require.Equal(t, leaserouter.StatePending, state(t, r, "d2"), "the retried job survives")
+}
+
+// A row ticked as id.failed (the dead state's former name, on a page an
+// older console rendered) is read as id.dead: the dead job is acted on.
+func TestBulkReadsTickedFailedAsDead(t *testing.T) {
+	r, h := setup(t, console.Options{})
+	kill(t, r, "d1")
+	body := requireOK(t, post(t, h, "/action", url.Values{"action": {"retry"}, "queue": {"files"}, "id.failed": {"d1"}}))
+	require.Contains(t, body, `data-testid="result-done">1<`)
+	require.Equal(t, leaserouter.StatePending, state(t, r, "d1"))
 }
 
 // tickedForm is the form of the jobs page body with the rows of ids

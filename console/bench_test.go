@@ -41,7 +41,7 @@ func BenchmarkPagesAt1MJobs(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, target := range []string{"/", "/jobs", "/jobs?state=failed", "/jobs?state=canceled", "/jobs?prefix=job-05",
+	for _, target := range []string{"/", "/jobs", "/jobs?state=dead", "/jobs?state=canceled", "/jobs?prefix=job-05",
 		"/jobs?limit=1000", "/job?queue=files&id=job-0500000", "/leases", "/dead"} {
 		b.Run(target, func(b *testing.B) {
 			for b.Loop() {

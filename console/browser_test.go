@@ -173,7 +173,7 @@ func TestBrowserOverviewFilterDeadAndRetry(t *testing.T) {
 
 	b.do(t, chromedp.Navigate(b.base), chromedp.WaitVisible(sel("queue-card")))
 	require.Equal(t, "files", b.text(t, sel("queue-name")))
-	require.Equal(t, "2", b.text(t, sel("state-count")+`[data-state="failed"]`))
+	require.Equal(t, "2", b.text(t, sel("state-count")+`[data-state="dead"]`))
 	png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100)) // 100: PNG
 	require.NoError(t, err)
 	require.Greater(t, len(png), 10_000, "a screenshot of the overview")
@@ -183,11 +183,12 @@ func TestBrowserOverviewFilterDeadAndRetry(t *testing.T) {
 
 	// The dead jobs, by the state filter of the jobs page.
 	b.navigate(t, chromedp.Click(sel("nav-jobs")))
-	b.do(t, chromedp.WaitVisible(sel("filter-form")), chromedp.SetValue(sel("filter-state"), "failed"))
+	b.do(t, chromedp.WaitVisible(sel("filter-form")), chromedp.SetValue(sel("filter-state"), "dead"))
 	b.navigate(t, chromedp.Click(sel("filter-submit")))
 	b.do(t, chromedp.WaitVisible(sel("jobs-table")))
 	require.Equal(t, 2, b.count(t, sel("job-row")))
-	require.Equal(t, 2, b.count(t, sel("job-row")+`[data-state="failed"]`))
+	require.Equal(t, 2, b.count(t, sel("job-row")+`[data-state="dead"]`))
+	require.Equal(t, "dead", b.text(t, sel("job-row")+` .state`), "the state shown in the row")
 
 	// Retry one from its page.
 	b.navigate(t, chromedp.Click(sel("job-row")+`[data-id="img-001.png"] `+sel("job-link")))

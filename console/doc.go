@@ -36,7 +36,7 @@
 // (its kind and its metadata among them, escaped as every field is),
 // its checkpoint, its payload through Options.Redact and, while it is
 // leased, the lease: holder, fencing token, expiry and last heartbeat. The leases page lists the
-// live leases expiring soonest first; the dead page, the failed jobs with
+// live leases expiring soonest first; the dead page, the dead jobs with
 // their errors. The jobs, dead and leases pages show neither payload nor
 // checkpoint and ask their source for none (ListParams.OmitPayload; a
 // Source's Leases returns none), so they cost the same whatever their

@@ -62,7 +62,7 @@ func kill(t *testing.T, r *leaserouter.Router[item], id string) {
 	lease := leaseID(t, r, id)
 	require.NoError(t, lease.Fail(leaserouter.Permanent(errors.New("disk on fire: "+id))))
 	j, _ := r.Get(id)
-	require.Equal(t, leaserouter.StateFailed, j.State)
+	require.Equal(t, leaserouter.StateDead, j.State)
 }
 
 // leaseID leases jobs until it holds id's (the others are released).

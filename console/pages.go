@@ -14,7 +14,7 @@ import (
 	"github.com/leaserouter/leaserouter"
 )
 
-// The pages: overview, jobs (and dead, the jobs page of failed jobs), job,
+// The pages: overview, jobs (and dead, the jobs page of dead jobs), job,
 // leases. Each reads its query, asks the sources, and renders; an error
 // returned becomes the error page (ServeHTTP).
 
@@ -118,12 +118,12 @@ func (h *handler) queueCard(r *http.Request, s Source, exact bool, c *queueCard)
 		h.log.Error("console: History", "queue", c.Name, "err", err)
 	}
 	c.Chart, c.Hour = makeChart(hist)
-	c.Trouble = st.Paused || st.Failed > 0 || c.Hour.Expired > 0 || c.Hour.StaleRejected > 0
+	c.Trouble = st.Paused || st.DeadJobs > 0 || c.Hour.Expired > 0 || c.Hour.StaleRejected > 0
 }
 
 // jobsPage is the jobs page (and the dead page).
 type jobsPage struct {
-	Dead      bool // the dead page: failed jobs only, errors first
+	Dead      bool // the dead page: dead jobs only, errors first
 	Queue     string
 	States    []string // the filter's states (none: every state)
 	State     string   // the one state the form's select shows ("" if none or several)
@@ -193,11 +193,11 @@ func (h *handler) parseListQuery(q url.Values) (listQuery, error) {
 		if s == "" { // the form's "any state"
 			continue
 		}
-		st, ok := parseState(s)
-		if !ok {
-			return lq, errorf(http.StatusBadRequest, "unknown state %q (the states: pending, scheduled, leased, succeeded, failed, canceled)", s)
+		st, err := leaserouter.ParseState(s) // "failed" too: a link made before the state was named dead
+		if err != nil {
+			return lq, errorf(http.StatusBadRequest, "unknown state %q (the states: pending, scheduled, leased, succeeded, dead, canceled)", s)
 		}
-		lq.states = append(lq.states, s)
+		lq.states = append(lq.states, st.String())
 		lq.params.States = append(lq.params.States, st)
 	}
 	for _, k := range q["kind"] {
@@ -239,7 +239,7 @@ func (h *handler) dead(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	lq.states, lq.params.States = []string{"failed"}, []leaserouter.State{leaserouter.StateFailed}
+	lq.states, lq.params.States = []string{leaserouter.StateDead.String()}, []leaserouter.State{leaserouter.StateDead}
 	return h.listJobs(w, r, lq, true)
 }
 

@@ -50,10 +50,10 @@ func TestOverviewShowsCountsTroubleAndChart(t *testing.T) {
 	require.Contains(t, body, "Acme jobs")
 	require.Contains(t, body, `data-queue="files"`)
 	counts := testIDs(body, "state-count", "data-state")
-	require.Equal(t, []string{"pending", "scheduled", "leased", "succeeded", "failed", "canceled"}, counts)
+	require.Equal(t, []string{"pending", "scheduled", "leased", "succeeded", "dead", "canceled"}, counts)
 	require.Regexp(t, `data-testid="state-count" data-state="pending">1,236<`, body, "thousands separators")
-	require.Regexp(t, `data-testid="state-count" data-state="failed">1<`, body)
-	require.Contains(t, testIDs(body, "state-link", "href"), "jobs?queue=files&state=failed")
+	require.Regexp(t, `data-testid="state-count" data-state="dead">1<`, body)
+	require.Contains(t, testIDs(body, "state-link", "href"), "jobs?queue=files&state=dead")
 	require.Contains(t, body, `class="card trouble"`, "a dead job is trouble")
 	require.Contains(t, body, "<svg", "the chart")
 	require.Contains(t, body, `class="bar-completed"`, "a completion in the last hour is drawn")
@@ -159,8 +159,8 @@ func TestJobsFilterByStatePrefixAndQueue(t *testing.T) {
 	require.Equal(t, []string{"img-3", "doc-1", "img-2", "img-1"}, ids("/jobs"), "the first queue, newest first")
 	require.Equal(t, []string{"img-2", "img-1"}, ids("/jobs?queue=files&state=pending&prefix=img-"))
 	require.Equal(t, []string{"img-3", "img-2", "img-1"}, ids("/jobs?prefix=img-"))
-	require.Equal(t, []string{"img-3", "doc-1"}, ids("/jobs?state=failed&state=pending&prefix=&limit=2")[:2])
-	require.Equal(t, []string{"img-3"}, ids("/jobs?state=failed"))
+	require.Equal(t, []string{"img-3", "doc-1"}, ids("/jobs?state=dead&state=pending&prefix=&limit=2")[:2])
+	require.Equal(t, []string{"img-3"}, ids("/jobs?state=dead"))
 	require.Equal(t, []string{"mail-1"}, ids("/jobs?queue=mail"))
 	require.Empty(t, ids("/jobs?queue=mail&state=leased"))
 	require.Contains(t, requireOK(t, get(t, h, "/jobs?queue=mail&state=leased")), `data-testid="no-jobs"`)
@@ -169,7 +169,25 @@ func TestJobsFilterByStatePrefixAndQueue(t *testing.T) {
 	require.Contains(t, body, `<option value="pending" selected>`)
 	require.Contains(t, body, `<option value="files" selected>`)
 	require.Contains(t, body, `data-testid="filter-form"`)
-	require.Contains(t, testIDs(body, "state-filter", "href"), "jobs?queue=files&state=failed")
+	require.Contains(t, testIDs(body, "state-filter", "href"), "jobs?queue=files&state=dead")
+}
+
+// TestJobsShowsDeadAndReadsStateFailedAsDead: the dead state is "dead"
+// in the filter, the rows and the links; state=failed, its former name (a
+// bookmark, a link from an older console), still selects the dead jobs,
+// and the page shows and links that filter as dead.
+func TestJobsShowsDeadAndReadsStateFailedAsDead(t *testing.T) {
+	r, h := setup(t, console.Options{})
+	enqueue(t, r, "img-1")
+	kill(t, r, "img-2")
+	for _, target := range []string{"/jobs?state=dead", "/jobs?state=failed"} {
+		body := requireOK(t, get(t, h, target))
+		require.Equal(t, []string{"img-2"}, testIDs(body, "job-row", "data-id"), target)
+		require.Equal(t, []string{"dead"}, testIDs(body, "job-row", "data-state"), target)
+		require.Contains(t, body, `<option value="dead" selected>dead</option>`, target)
+		require.Equal(t, []string{"id.dead"}, testIDs(body, "job-select", "name"), target)
+		require.NotContains(t, body, "failed", target)
+	}
 }
 
 // TestJobsPagingFollowsNextCursor pages through 25 jobs 10 at a time by

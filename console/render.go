@@ -96,17 +96,7 @@ var funcs = template.FuncMap{
 
 // allStates are the states in the order of their constants.
 var allStates = []leaserouter.State{leaserouter.StatePending, leaserouter.StateScheduled, leaserouter.StateLeased,
-	leaserouter.StateSucceeded, leaserouter.StateFailed, leaserouter.StateCanceled}
-
-// parseState is the State named s ("pending", ...).
-func parseState(s string) (leaserouter.State, bool) {
-	for _, st := range allStates {
-		if st.String() == s {
-			return st, true
-		}
-	}
-	return 0, false
-}
+	leaserouter.StateSucceeded, leaserouter.StateDead, leaserouter.StateCanceled}
 
 // num formats an integer with thousands separators: 1234567 -> "1,234,567".
 func num(v any) string {

@@ -39,6 +39,11 @@
 // where it had one, and a query that matched the attribute set exactly
 // needs the attribute added or aggregated away.
 //
+// The jobs with no attempts left are leaserouter.jobs with
+// leaserouter.job.state "dead" (leaserouter.StateDead). Earlier versions
+// named that state "failed": that series is replaced by "dead", with the
+// same value, and a query on "failed" needs "dead" instead.
+//
 // # Tracing
 //
 // NewTracingMiddleware runs each attempt of a Client inside a consumer
@@ -168,7 +173,9 @@ var statsCounters = []struct {
 	{"leaserouter.callback_panics", "{panic}", "Panics recovered from user callbacks (Backoff, OnEvent, the Logger, periodic jobs' Schedule and Payload).", func(s *leaserouter.Stats) uint64 { return s.CallbackPanics }},
 }
 
-// StateKey is the attribute of leaserouter.jobs giving the jobs' state.
+// StateKey is the attribute of leaserouter.jobs giving the jobs' state,
+// as leaserouter.State.String names it ("pending", ..., "dead",
+// "canceled").
 const StateKey = attribute.Key("leaserouter.job.state")
 
 // queueOpts are one queue's measurement options: by state for

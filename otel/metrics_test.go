@@ -159,7 +159,7 @@ func TestMetricsMatchStats(t *testing.T) {
 			byState[v.AsString()] = dp.Value
 		}
 		require.Equal(t, map[string]int64{
-			"pending": 0, "scheduled": 0, "leased": 2, "succeeded": 1, "failed": 0, "canceled": 0,
+			"pending": 0, "scheduled": 0, "leased": 2, "succeeded": 1, "dead": 0, "canceled": 0,
 		}, byState)
 
 		wait := got.hist(t, "leaserouter.lease.wait.duration")

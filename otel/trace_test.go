@@ -213,7 +213,7 @@ func TestErrorSetsStatusError(t *testing.T) {
 			require.Equal(t, "exception", s.Events()[0].Name)
 		}
 		j, _ := x.r.Get("job-1")
-		require.Equal(t, leaserouter.StateFailed, j.State, "the error is the attempt's outcome, unchanged")
+		require.Equal(t, leaserouter.StateDead, j.State, "the error is the attempt's outcome, unchanged")
 	})
 }
 
@@ -235,7 +235,7 @@ func TestPanicRecordedAndAttemptFails(t *testing.T) {
 		require.Equal(t, attribute.StringValue("panic"), attrs(s)["error.type"])
 		require.Equal(t, "exception", s.Events()[0].Name)
 		j, _ := x.r.Get("job-1")
-		require.Equal(t, leaserouter.StateFailed, j.State)
+		require.Equal(t, leaserouter.StateDead, j.State)
 		require.Contains(t, j.LastError, "boom", "the router saw the panic")
 		require.Contains(t, j.LastError, "panic")
 	})

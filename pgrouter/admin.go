@@ -186,12 +186,13 @@ func prefixEnd(prefix string) string {
 // index (the state's jobs with the prefix read, index only).
 func prefixWalk(page int) int { return max(2000, 20*page) }
 
-// stateNames are the names of the states of mask (bit s: State s).
+// stateNames are the enum labels (dbState) of the states of mask (bit
+// s: State s).
 func stateNames(mask uint8) []string {
 	var names []string
 	for s := leaserouter.StatePending; s <= leaserouter.StateCanceled; s++ {
 		if mask&(1<<s) != 0 {
-			names = append(names, s.String())
+			names = append(names, dbState(s))
 		}
 	}
 	return names
@@ -319,8 +320,14 @@ func (r *Router[T]) setPaused(ctx context.Context, call string, paused bool) err
 type QueueInfo struct {
 	Name string // Options.Queue of the Routers on it
 
-	// Jobs by state, as Stats counts them (Failed: dead).
-	Pending, Scheduled, Leased, Succeeded, Failed, Canceled int
+	// Jobs by state, as Stats counts them (Dead: Stats.DeadJobs).
+	Pending, Scheduled, Leased, Succeeded, Dead, Canceled int
+	// Failed is Dead under its former name, filled with the same value
+	// for one release.
+	//
+	// Deprecated: use Dead. "Failed" names one failed attempt
+	// (leaserouter.EventFailed); a job with no attempts left is dead.
+	Failed int
 
 	Paused bool // no lease is granted until Resume
 
@@ -370,7 +377,8 @@ func readQueues(res pgx.BatchResults) ([]QueueInfo, error) {
 		}
 		q := info(name)
 		if st, ok := stateNamed(state); ok {
-			*[...]*int{&q.Pending, &q.Scheduled, &q.Leased, &q.Succeeded, &q.Failed, &q.Canceled}[st] = int(max(n, 0))
+			*[...]*int{&q.Pending, &q.Scheduled, &q.Leased, &q.Succeeded, &q.Dead, &q.Canceled}[st] = int(max(n, 0))
+			q.Failed = q.Dead
 		}
 		q.Estimated = q.Estimated || est
 	}

@@ -74,7 +74,7 @@ func (r *Router[T]) CancelMany(ctx context.Context, ids []string, states []lease
 // deleted, its ID free to be enqueued again, as Delete does (EventPurged,
 // Stats.Purged). A job in none of states is left alone and counted in
 // leaserouter.BulkResult.Moved — a dead job someone retried meanwhile
-// survives when states is failed only —; a leased one in NotApplicable;
+// survives when states is dead only —; a leased one in NotApplicable;
 // an unknown or invalid ID, or a finished job past its Retention, in
 // NotFound. Errors, round trips and locks are RetryMany's.
 func (r *Router[T]) DeleteMany(ctx context.Context, ids []string, states []leaserouter.State) (leaserouter.BulkResult, error) {
@@ -129,12 +129,10 @@ func (r *Router[T]) bulk(ctx context.Context, call string, ids []string, states 
 	return res, nil
 }
 
-// stateOf is the State named name (a state column's text).
+// stateOf is the State whose label is name (a state column's text).
 func stateOf(name string) leaserouter.State {
-	for s := leaserouter.StatePending; s <= leaserouter.StateCanceled; s++ {
-		if s.String() == name {
-			return s
-		}
+	if s, ok := stateNamed(name); ok {
+		return s
 	}
 	return leaserouter.StateCanceled + 1
 }
@@ -244,7 +242,7 @@ func (r *Router[T]) cancel(ctx context.Context, call string, ids, states []strin
 				// latest lease's (0 if never leased), as the core's.
 				e := leaserouter.Event{Kind: leaserouter.EventCanceled, Time: *at, JobID: j.id, Attempt: int(*attempt),
 					Token: leaserouter.Token(*token)}
-				if j.was == leaserouter.StateLeased.String() {
+				if j.was == dbState(leaserouter.StateLeased) {
 					e.WorkerID, e.Held = owner, heldFor(granted, *at)
 					ended[j.id] = e.Token
 				}

@@ -121,7 +121,7 @@ func TestBulkCallsJudgeALeasePastItsExpiryAsTheExpiryLeftIt(t *testing.T) {
 	j, ok, err := r.Get(ctx, "can")
 	require.NoError(t, err)
 	require.True(t, ok)
-	require.Equal(t, leaserouter.StateFailed, j.State, "dead by its expiry, not canceled")
+	require.Equal(t, leaserouter.StateDead, j.State, "dead by its expiry, not canceled")
 	_, ok, err = r.Get(ctx, "del")
 	require.NoError(t, err)
 	require.False(t, ok, "deleted")

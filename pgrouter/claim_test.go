@@ -332,7 +332,7 @@ func TestClaimWithLostReplyCountsNoAttemptAfterExpiry(t *testing.T) {
 	require.EqualValues(t, 1, p.cut.Load())
 	eventually(t, 10*time.Second, "the lease nobody received expired and settled (dead) elsewhere", func() bool {
 		st, _ := jobState(t, base, "a")
-		return st == leaserouter.StateFailed
+		return st == leaserouter.StateDead
 	})
 	var marks int
 	require.NoError(t, base.QueryRow(ctx, "SELECT count(*) FROM leaserouter_abandoned_claims").Scan(&marks))
@@ -403,7 +403,7 @@ func TestClaimResolverUndoesOnlyTheLostClaimsExpiry(t *testing.T) {
 	id, granted, expiry := lostClaim(t, db, 101, lease)
 	require.Equal(t, "first", id)
 	settleAfter(id, expiry)
-	require.Equal(t, leaserouter.StateFailed, readJob(t, db, id).state, "dead of the expiry")
+	require.Equal(t, leaserouter.StateDead, readJob(t, db, id).state, "dead of the expiry")
 	resolve(101)
 	j := readJob(t, db, id)
 	require.Equal(t, leaserouter.StatePending, j.state)

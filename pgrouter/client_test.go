@@ -129,7 +129,7 @@ func TestClientPayloadThatDoesNotDecodeFailsTheAttempt(t *testing.T) {
 	j, ok, err := c.Queue(pgrouter.DefaultQueue).Get(t.Context(), "bad")
 	require.NoError(t, err)
 	require.True(t, ok)
-	require.Equal(t, leaserouter.StateFailed, j.State)
+	require.Equal(t, leaserouter.StateDead, j.State)
 	require.Contains(t, j.LastError, "does not decode")
 	require.Contains(t, seen.Load(), "does not decode")
 }

@@ -213,7 +213,8 @@ func TestConsoleOverPostgres(t *testing.T) {
 	for _, p := range []struct{ path, want string }{
 		{"", pgrouter.DefaultQueue},
 		{"jobs?" + q, "wait.png"},
-		{"jobs?" + q + "&state=failed", "dead.png"},
+		{"jobs?" + q + "&state=dead", "dead.png"},
+		{"jobs?" + q + "&state=failed", "dead.png"}, // the dead state's former name
 		{"dead?" + q, "dead.png"},
 		{"leases", "holder-9"},
 		{"job?" + q + "&id=held.png", "holder-9"},
@@ -252,7 +253,7 @@ func TestConsoleOverPostgres(t *testing.T) {
 		code, body := post(c.url, c.form, c.header...)
 		require.Equal(t, c.code, code, "%s: %s", c.name, body)
 	}
-	require.Equal(t, leaserouter.StateFailed, state("dead.png"))
+	require.Equal(t, leaserouter.StateDead, state("dead.png"))
 	require.Equal(t, leaserouter.StateLeased, state("held.png"))
 	require.Equal(t, leaserouter.StatePending, state("wait.png"))
 

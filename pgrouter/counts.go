@@ -104,7 +104,9 @@ func (r *Router[T]) countStats(ctx context.Context, call string, limit *int64) (
 	r.mu.Lock()
 	s := r.stats
 	r.mu.Unlock()
-	s.Pending, s.Scheduled, s.Leased, s.Succeeded, s.Failed, s.Canceled = by[0], by[1], by[2], by[3], by[4], by[5]
+	s.Pending, s.Scheduled, s.Leased, s.Succeeded, s.DeadJobs, s.Canceled = by[0], by[1], by[2], by[3], by[4], by[5]
+	//lint:ignore SA1019 the deprecated name is filled for one release
+	s.Failed = s.DeadJobs
 	s.Paused, s.Estimated = paused, estimated
 	s.ReadySince = readySince
 	if estimated && analyzed != nil {

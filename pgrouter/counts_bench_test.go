@@ -134,8 +134,8 @@ func measureCounts(b *testing.B, r *pgrouter.Router[int], phase string) {
 	timed("Stats", func() error { _, err := r.Stats(ctx); return err })
 	timed("Queues", func() error { _, err := r.Queues(ctx); return err })
 	timed("List", func() error { _, err := r.List(ctx, leaserouter.ListParams{}); return err })
-	timed("ListFailed", func() error {
-		_, err := r.List(ctx, leaserouter.ListParams{States: []leaserouter.State{leaserouter.StateFailed}})
+	timed("ListDead", func() error {
+		_, err := r.List(ctx, leaserouter.ListParams{States: []leaserouter.State{leaserouter.StateDead}})
 		return err
 	})
 	s, err := r.Stats(ctx)

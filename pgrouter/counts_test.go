@@ -41,7 +41,7 @@ func addJobs(t *testing.T, db *pgxpool.Pool, queue, prefix string, st leaseroute
 			CASE WHEN $3 IN ('succeeded', 'failed', 'canceled') THEN %s END,
 			CASE WHEN $3 = 'leased' THEN now() + interval '1 hour' END,
 			CASE WHEN $3 = 'leased' THEN 'w' ELSE '' END, 1, 1
-		FROM generate_series(1, $4::int) AS i`, purge), queue, prefix, st.String(), n)
+		FROM generate_series(1, $4::int) AS i`, purge), queue, prefix, pgrouter.StateLabel(st), n)
 	require.NoError(t, err)
 }
 
@@ -49,11 +49,11 @@ func addJobs(t *testing.T, db *pgxpool.Pool, queue, prefix string, st leaseroute
 type counts [6]int
 
 func countsOf(s leaserouter.Stats) counts {
-	return counts{s.Pending, s.Scheduled, s.Leased, s.Succeeded, s.Failed, s.Canceled}
+	return counts{s.Pending, s.Scheduled, s.Leased, s.Succeeded, s.DeadJobs, s.Canceled}
 }
 
 func queueCounts(q pgrouter.QueueInfo) counts {
-	return counts{q.Pending, q.Scheduled, q.Leased, q.Succeeded, q.Failed, q.Canceled}
+	return counts{q.Pending, q.Scheduled, q.Leased, q.Succeeded, q.Dead, q.Canceled}
 }
 
 // queueNamed is the QueueInfo of name in qs.
@@ -81,7 +81,7 @@ func TestCountsExactBelowTheCap(t *testing.T) {
 	}
 	// Past retention: not counted (each state still within the cap).
 	addJobs(t, db, "q", "old-s-", leaserouter.StateSucceeded, 7, true)
-	addJobs(t, db, "q", "old-f-", leaserouter.StateFailed, 6, true)
+	addJobs(t, db, "q", "old-d-", leaserouter.StateDead, 6, true)
 	addJobs(t, db, "q", "old-c-", leaserouter.StateCanceled, 5, true)
 	addJobs(t, db, "other", "x", leaserouter.StatePending, 19, false) // another queue: not counted
 	ctx := t.Context()
@@ -89,6 +89,8 @@ func TestCountsExactBelowTheCap(t *testing.T) {
 	s, err := r.Stats(ctx)
 	require.NoError(t, err)
 	require.Equal(t, want, countsOf(s))
+	//lint:ignore SA1019 the deprecated name is what is checked
+	require.Equal(t, s.DeadJobs, s.Failed, "the deprecated name counts the dead jobs too")
 	require.False(t, s.Estimated)
 	e, err := r.ExactStats(ctx)
 	require.NoError(t, err)
@@ -101,6 +103,7 @@ func TestCountsExactBelowTheCap(t *testing.T) {
 		require.Len(t, qs, 2)
 		q := queueNamed(t, qs, "q")
 		require.Equal(t, want, queueCounts(q))
+		require.Equal(t, q.Dead, q.Failed, "the deprecated name counts the dead jobs too")
 		require.False(t, q.Estimated)
 		o := queueNamed(t, qs, "other")
 		require.Equal(t, counts{19}, queueCounts(o))
@@ -129,7 +132,7 @@ func TestCountsEstimatedAboveTheCap(t *testing.T) {
 	addJobs(t, db, "a", "ac", leaserouter.StateCanceled, 10, false) // exact, after an estimated state
 	addJobs(t, db, "b", "bp", leaserouter.StatePending, 4000, false)
 	addJobs(t, db, "b", "bs", leaserouter.StateSucceeded, 200, false)
-	addJobs(t, db, "small", "s", leaserouter.StateFailed, 50, false)
+	addJobs(t, db, "small", "s", leaserouter.StateDead, 50, false)
 	_, err := db.Exec(t.Context(), "ANALYZE leaserouter_jobs")
 	require.NoError(t, err)
 	ctx := t.Context()
@@ -144,7 +147,7 @@ func TestCountsEstimatedAboveTheCap(t *testing.T) {
 	require.True(t, s.Estimated)
 	near("a succeeded", 4000, s.Succeeded)
 	require.Equal(t, 60, s.Pending) // within the cap: exact
-	require.Zero(t, s.Failed)
+	require.Zero(t, s.DeadJobs)
 	e, err := r.ExactStats(ctx)
 	require.NoError(t, err)
 	require.False(t, e.Estimated)
@@ -181,7 +184,7 @@ func TestCountsEstimatedWhenManyPastRetention(t *testing.T) {
 	r, db := newRouter[int](t, countOpts("q"))
 	pgrouter.SetCountCap(r, 100)
 	addJobs(t, db, "q", "s", leaserouter.StateSucceeded, 60, false)
-	addJobs(t, db, "q", "f", leaserouter.StateFailed, 60, true)
+	addJobs(t, db, "q", "f", leaserouter.StateDead, 60, true)
 	addJobs(t, db, "q", "c", leaserouter.StateCanceled, 60, true)
 	addJobs(t, db, "q", "p", leaserouter.StatePending, 10, false)
 	ctx := t.Context()
@@ -213,7 +216,7 @@ func TestCountsWalkTheOrderIndex(t *testing.T) {
 	addJobs(t, db, "a", "as", leaserouter.StateSucceeded, 20000, false)
 	addJobs(t, db, "a", "ap", leaserouter.StatePending, 5000, false)
 	addJobs(t, db, "z", "zp", leaserouter.StatePending, 300, false) // at the table's end
-	addJobs(t, db, "z", "zf", leaserouter.StateFailed, 300, false)
+	addJobs(t, db, "z", "zf", leaserouter.StateDead, 300, false)
 	_, err := db.Exec(t.Context(), "ANALYZE leaserouter_jobs")
 	require.NoError(t, err)
 	const limit = 100

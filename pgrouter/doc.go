@@ -340,7 +340,11 @@
 //
 // A job's state is the enum leaserouter_job_state, whose labels are
 // leaserouter.State's names ('pending', 'scheduled', 'leased',
-// 'succeeded', 'failed' for dead, 'canceled'). The rules every lease
+// 'succeeded', 'canceled'), except that the label 'failed' is the dead
+// state (leaserouter.StateDead, the state's name before it was renamed
+// "dead"): the label is kept, so that processes of older versions go on
+// working during a rolling upgrade, and SQL written against the table
+// says state = 'failed' for the dead jobs. The rules every lease
 // statement shares are SQL functions: leaserouter_lease_valid (the one
 // invariant) and leaserouter_end_lease (how a lease ends and where its job
 // goes, a snooze included). Every statement pgrouter runs is a file of the module's sql/

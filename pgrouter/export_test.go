@@ -4,6 +4,8 @@ import (
 	"context"
 	"strings"
 	"time"
+
+	"github.com/leaserouter/leaserouter"
 )
 
 // ClaimStatements are a claim's first statement (its advisory lock on the
@@ -115,3 +117,7 @@ func CompleteUnread[T any](ctx context.Context, r *Router[T], ls []*Lease[T]) er
 	_, err := r.db.Exec(ctx, endLeases, r.endManyArgs(ls, "completed", true))
 	return err
 }
+
+// StateLabel is s's label in the state column's enum (dbState): its
+// name, but 'failed' for StateDead.
+func StateLabel(s leaserouter.State) string { return dbState(s) }

@@ -81,12 +81,12 @@ func leaseOn(t *testing.T, r *pgrouter.Router[int], id string) *pgrouter.Lease[i
 	return l
 }
 
-// stateNamed is the leaserouter.State whose String() is name (a label of
+// stateNamed is the leaserouter.State whose label is name (a label of
 // the state column's enum, read as text).
 func stateNamed(t *testing.T, name string) leaserouter.State {
 	t.Helper()
 	for s := leaserouter.StatePending; s <= leaserouter.StateCanceled; s++ {
-		if s.String() == name {
+		if pgrouter.StateLabel(s) == name {
 			return s
 		}
 	}

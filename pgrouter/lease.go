@@ -197,7 +197,7 @@ func (l *Lease[T]) Complete(ctx context.Context) error {
 // with a panic recovered: a cause whose Error() panics (a typed nil
 // pointer returned as an error is the common case) still fails the
 // attempt, with a LastError saying so. A Permanent cause, or a job out of
-// attempts, makes it dead (StateFailed); otherwise it is scheduled again
+// attempts, makes it dead (StateDead); otherwise it is scheduled again
 // after Options.Backoff(attempt) (called here, before the statement), or
 // pending at once if that is <= 0. It returns a *LeaseLostError if the
 // lease is no longer valid, changing nothing. An unknown outcome is
@@ -232,7 +232,7 @@ func (l *Lease[T]) Fail(ctx context.Context, cause error) error {
 	next := l.event(leaserouter.EventRetryScheduled, *res.at)
 	next.Held = 0
 	r.mu.Lock()
-	if isState(res.state, leaserouter.StateFailed) {
+	if isState(res.state, leaserouter.StateDead) {
 		r.stats.Dead++
 		next.Kind, next.Err = leaserouter.EventDead, cause
 	} else {
@@ -240,7 +240,7 @@ func (l *Lease[T]) Fail(ctx context.Context, cause error) error {
 	}
 	r.mu.Unlock()
 	r.emit(failed, next)
-	if !isState(res.state, leaserouter.StateFailed) {
+	if !isState(res.state, leaserouter.StateDead) {
 		r.notify(ctx) // ready, or a new due instant for the waiters' timers
 	}
 	return nil
@@ -281,7 +281,7 @@ func (l *Lease[T]) Release(ctx context.Context) error {
 	r := l.r
 	defer r.release(l) // after the events
 	r.emit(l.event(leaserouter.EventReleased, *res.at))
-	if isState(res.state, leaserouter.StateFailed) {
+	if isState(res.state, leaserouter.StateDead) {
 		dead := l.event(leaserouter.EventDead, *res.at)
 		dead.Held, dead.Err = 0, errExhausted
 		r.emit(dead)

@@ -228,14 +228,29 @@ func (l *Lease[T]) lost(res opResult) *leaserouter.LeaseLostError {
 }
 
 // isState reports whether name (a state column's label) is s.
-func isState(name *string, s leaserouter.State) bool { return name != nil && *name == s.String() }
+func isState(name *string, s leaserouter.State) bool { return name != nil && *name == dbState(s) }
 
-// stateNamed is the leaserouter.State whose name (State.String) is name,
-// a label of the state column's enum (migration 0003), and whether there
-// is one.
+// deadLabel is StateDead's label in the state column's enum: the state's
+// name when migration 0003 made the enum. The label stays: renaming it
+// (ALTER TYPE ... RENAME VALUE) would lock the type, and every process of
+// an older version still running in a rolling upgrade writes and reads
+// 'failed'. The SQL files say 'failed' too.
+const deadLabel = "failed"
+
+// dbState is s's label in the state column's enum (migration 0003):
+// State.String, but deadLabel for StateDead.
+func dbState(s leaserouter.State) string {
+	if s == leaserouter.StateDead {
+		return deadLabel
+	}
+	return s.String()
+}
+
+// stateNamed is the leaserouter.State whose label (dbState) is name, a
+// label of the state column's enum, and whether there is one.
 func stateNamed(name string) (leaserouter.State, bool) {
 	for s := leaserouter.StatePending; s <= leaserouter.StateCanceled; s++ {
-		if s.String() == name {
+		if dbState(s) == name {
 			return s, true
 		}
 	}

@@ -155,7 +155,8 @@ func TestMigrateDoesNotStallTheQueue(t *testing.T) {
 
 // TestStateEnumIsState pins the state column's enum (migration 0003)
 // against leaserouter.State: the same names, in the same order (so
-// comparisons of states in SQL follow the core's order).
+// comparisons of states in SQL follow the core's order), but the label
+// 'failed' for StateDead (named "dead"): the database keeps its label.
 func TestStateEnumIsState(t *testing.T) {
 	db := pgtest.New(t)
 	var labels []string
@@ -165,7 +166,11 @@ func TestStateEnumIsState(t *testing.T) {
 	for s := leaserouter.StatePending; s <= leaserouter.StateCanceled; s++ {
 		want = append(want, s.String())
 	}
+	want[leaserouter.StateDead] = "failed"
 	require.Equal(t, want, labels)
+	for s := leaserouter.StatePending; s <= leaserouter.StateCanceled; s++ {
+		require.Equal(t, want[s], pgrouter.StateLabel(s), "the label pgrouter writes for %s", s)
+	}
 	require.Equal(t, "State(6)", (leaserouter.StateCanceled + 1).String(), "a state the enum lacks")
 }
 
@@ -193,7 +198,7 @@ func TestMigrateConvertsStates(t *testing.T) {
 	for s := leaserouter.StatePending; s <= leaserouter.StateCanceled; s++ {
 		var label string
 		require.NoError(t, db.QueryRow(ctx, "SELECT state::text FROM leaserouter_jobs WHERE id = $1", s.String()).Scan(&label))
-		require.Equal(t, s.String(), label)
+		require.Equal(t, pgrouter.StateLabel(s), label)
 	}
 	r := routerOn[int](t, db, pgrouter.Options{})
 	for s := leaserouter.StatePending; s <= leaserouter.StateCanceled; s++ {

@@ -45,6 +45,6 @@ func TestPayloadThatDoesNotDecodeFailsOnlyItsAttempt(t *testing.T) {
 	require.Equal(t, leaserouter.StateLeased, j.State)
 	js, _, err := strs.Get(ctx, "bad")
 	require.NoError(t, err)
-	require.Equal(t, leaserouter.StateFailed, js.State, "its one attempt failed")
+	require.Equal(t, leaserouter.StateDead, js.State, "its one attempt failed")
 	require.Contains(t, js.LastError, "does not decode")
 }

@@ -183,7 +183,7 @@ func TestRevokedLastAttemptIsPendingAgain(t *testing.T) {
 	require.NoError(t, l.Release(ctx))
 	j, _, err = other.Get(ctx, "a")
 	require.NoError(t, err)
-	require.Equal(t, leaserouter.StateFailed, j.State, "attempts used up by a release")
+	require.Equal(t, leaserouter.StateDead, j.State, "attempts used up by a release")
 }
 
 // TestCloseHonoursCtxWithServerStalled: Close with a lease still held and

@@ -287,7 +287,7 @@ func TestNoUserCodeUnrecoveredFailWithPanickingError(t *testing.T) {
 		j, ok, err := r.Get(ctx, id)
 		require.NoError(t, err)
 		require.True(t, ok)
-		require.Equal(t, leaserouter.StateFailed, j.State, id)
+		require.Equal(t, leaserouter.StateDead, j.State, id)
 		require.Contains(t, j.LastError, want, id)
 	}
 }

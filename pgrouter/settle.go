@@ -61,7 +61,7 @@ func (s *settling) readExpired(res pgx.BatchResults) error {
 		e := leaserouter.Event{Kind: leaserouter.EventLeaseExpired, Time: expiry, JobID: id, WorkerID: owner,
 			Token: leaserouter.Token(token), Attempt: int(attempt), Held: heldFor(granted, expiry)}
 		s.expired = append(s.expired, e)
-		if isState(&state, leaserouter.StateFailed) {
+		if isState(&state, leaserouter.StateDead) {
 			e.Kind, e.Err, e.Held = leaserouter.EventDead, errLeaseExpired, 0
 			s.expired = append(s.expired, e)
 			s.dead++

@@ -40,6 +40,13 @@
 // becomes leaserouter_run_seconds_bucket{outcome="completed",queue="default",le="1"}),
 // and a queue's histogram series appear at its first event, all of them
 // (each outcome of run_seconds too, at zero until it records).
+//
+// The jobs with no attempts left are leaserouter_jobs{state="dead"}
+// (leaserouter.StateDead). Earlier versions named that state "failed":
+// their leaserouter_jobs{state="failed"} series is replaced by
+// state="dead", with the same value, and a query or alert on
+// state="failed" needs state="dead" instead. "failed" stays only where it
+// means one failed attempt: leaserouter_run_seconds{outcome="failed"}.
 package prometheus
 
 import (

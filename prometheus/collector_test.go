@@ -97,7 +97,7 @@ func TestCollectorMatchesStats(t *testing.T) {
 # HELP leaserouter_jobs Jobs in each state now; finished ones count while retained.
 # TYPE leaserouter_jobs gauge
 leaserouter_jobs{queue="default",state="canceled"} 1
-leaserouter_jobs{queue="default",state="failed"} 0
+leaserouter_jobs{queue="default",state="dead"} 0
 leaserouter_jobs{queue="default",state="leased"} 2
 leaserouter_jobs{queue="default",state="pending"} 0
 leaserouter_jobs{queue="default",state="scheduled"} 0
@@ -277,6 +277,30 @@ func TestCollectorBeforeObserve(t *testing.T) {
 	require.NotNil(t, c.Chain(nil), "Chain(nil) is OnEvent alone")
 }
 
+// TestDeadJobsAreStateDead: the jobs with no attempts left are
+// leaserouter_jobs{state="dead"}; no series says "failed".
+func TestDeadJobsAreStateDead(t *testing.T) {
+	c := lrprom.NewCollector(lrprom.Options{})
+	r, err := leaserouter.New[int](leaserouter.Options{})
+	require.NoError(t, err)
+	defer r.Close(context.Background())
+	require.NoError(t, r.Enqueue("a", 1))
+	l, err := r.TryAcquire("w")
+	require.NoError(t, err)
+	require.NoError(t, l.Fail(leaserouter.Permanent(errors.New("boom"))))
+	c.Observe(r)
+	require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(`
+# HELP leaserouter_jobs Jobs in each state now; finished ones count while retained.
+# TYPE leaserouter_jobs gauge
+leaserouter_jobs{queue="default",state="canceled"} 0
+leaserouter_jobs{queue="default",state="dead"} 1
+leaserouter_jobs{queue="default",state="leased"} 0
+leaserouter_jobs{queue="default",state="pending"} 0
+leaserouter_jobs{queue="default",state="scheduled"} 0
+leaserouter_jobs{queue="default",state="succeeded"} 0
+`), "leaserouter_jobs"))
+}
+
 // fixedStats is a (deprecated) StatsSource giving the same Stats at every
 // scrape, observed through FromStats.
 type fixedStats leaserouter.Stats
@@ -348,13 +372,13 @@ func TestCollectorReportsEveryQueue(t *testing.T) {
 # HELP leaserouter_jobs Jobs in each state now; finished ones count while retained.
 # TYPE leaserouter_jobs gauge
 leaserouter_jobs{queue="email",state="canceled"} 0
-leaserouter_jobs{queue="email",state="failed"} 0
+leaserouter_jobs{queue="email",state="dead"} 0
 leaserouter_jobs{queue="email",state="leased"} 1
 leaserouter_jobs{queue="email",state="pending"} 3
 leaserouter_jobs{queue="email",state="scheduled"} 0
 leaserouter_jobs{queue="email",state="succeeded"} 0
 leaserouter_jobs{queue="reports",state="canceled"} 0
-leaserouter_jobs{queue="reports",state="failed"} 0
+leaserouter_jobs{queue="reports",state="dead"} 0
 leaserouter_jobs{queue="reports",state="leased"} 0
 leaserouter_jobs{queue="reports",state="pending"} 0
 leaserouter_jobs{queue="reports",state="scheduled"} 5

@@ -176,7 +176,7 @@ var rowRetry = Row{Name: "admin/Retry a finished job: pending, fresh attempts, L
 	stale := tryAcquire(t, b, "w")
 	require.Equal(t, "dead", stale.JobID())
 	require.NoError(t, stale.Fail(ctx, errBoom))
-	require.Equal(t, leaserouter.StateFailed, get(t, b, "dead").State)
+	require.Equal(t, leaserouter.StateDead, get(t, b, "dead").State)
 	require.NoError(t, tryAcquire(t, b, "w").Complete(ctx))
 	require.NoError(t, b.Cancel(ctx, "canceled"))
 	leased := tryAcquire(t, b, "w")
@@ -379,7 +379,7 @@ var rowAdminSettles = Row{Name: "admin/calls settle first: an expired lease list
 	require.NoError(t, b.Enqueue(ctx, "held", ""))
 	l := tryAcquire(t, b, "w")
 	expire(h, l, d)
-	res, err := a.List(ctx, leaserouter.ListParams{States: []leaserouter.State{leaserouter.StateFailed}})
+	res, err := a.List(ctx, leaserouter.ListParams{States: []leaserouter.State{leaserouter.StateDead}})
 	require.NoError(t, err)
 	require.Equal(t, []string{"held"}, ids(res.Jobs), "the expired lease's job, dead (one attempt)")
 	eventually(t, h, "the finished job past its retention gone", func() bool {
@@ -390,7 +390,7 @@ var rowAdminSettles = Row{Name: "admin/calls settle first: an expired lease list
 	for _, err := range []error{a.Retry(ctx, "old"), a.Delete(ctx, "old")} {
 		require.True(t, errors.Is(err, leaserouter.ErrNotFound), "%v", err)
 	}
-	require.Equal(t, leaserouter.StateFailed, get(t, b, "held").State)
+	require.Equal(t, leaserouter.StateDead, get(t, b, "held").State)
 }}
 
 // rowLeasesOrder: Leases lists the leased jobs, the lease expiring
@@ -567,7 +567,7 @@ var rowHistory = Row{Name: "admin/History counts per minute", Test: func(t T, h 
 	require.ErrorIs(t, l.Complete(ctx), leaserouter.ErrLeaseLost)
 	exp := tryAcquire(t, b, "w")
 	expire(h, exp, h.Lease()) // one attempt: expired, dead
-	require.Equal(t, leaserouter.StateFailed, get(t, b, exp.JobID()).State)
+	require.Equal(t, leaserouter.StateDead, get(t, b, exp.JobID()).State)
 	before := time.Now().UTC().Truncate(time.Minute)
 	hist, err := a.History(ctx)
 	require.NoError(t, err)

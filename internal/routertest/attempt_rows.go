@@ -62,7 +62,7 @@ var rowSnooze = Row{Name: "snooze/ends the lease, ready again after d, the attem
 	require.Equal(t, 1, l3.Attempt())
 	require.NoError(t, l3.Fail(ctx, errBoom))
 	j = get(t, b, "a")
-	require.Equal(t, leaserouter.StateFailed, j.State, "MaxAttempts 1: the one attempt counted is the failed one")
+	require.Equal(t, leaserouter.StateDead, j.State, "MaxAttempts 1: the one attempt counted is the failed one")
 	require.Equal(t, 1, j.Attempt)
 	require.Equal(t, "boom", j.LastError)
 
@@ -108,7 +108,7 @@ var rowSnoozeKeepsLastError = Row{Name: "snooze/on the last attempt, not dead; L
 	require.Equal(t, "cp2", string(l.Progress()), "handed to the next lease")
 	require.NoError(t, l.Fail(ctx, errors.New("again")))
 	j := get(t, b, "a")
-	require.Equal(t, leaserouter.StateFailed, j.State, "its second counted attempt failed: dead")
+	require.Equal(t, leaserouter.StateDead, j.State, "its second counted attempt failed: dead")
 	require.Equal(t, 2, j.Attempt)
 }}
 
@@ -166,7 +166,7 @@ var rowRunSnooze = Row{Name: "snooze/a Run handler returning Snooze(d) snoozes; 
 		})
 	}()
 	want := map[string]leaserouter.State{"s": leaserouter.StateSucceeded, "wrapped": leaserouter.StateSucceeded,
-		"neg": leaserouter.StateFailed}
+		"neg": leaserouter.StateDead}
 	eventually(t, h, "Run ends every job", func() bool {
 		for id, s := range want {
 			if get(t, b, id).State != s {

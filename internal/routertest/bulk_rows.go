@@ -19,7 +19,7 @@ func bulkRows() []Row {
 
 var (
 	pendingOnly = []leaserouter.State{leaserouter.StatePending}
-	deadOnly    = []leaserouter.State{leaserouter.StateFailed}
+	deadOnly    = []leaserouter.State{leaserouter.StateDead}
 )
 
 // listed returns the IDs of the jobs in states, as a console shows them.
@@ -70,7 +70,7 @@ var rowBulkDeleteSparesRetried = Row{Name: "admin/DeleteMany of the dead jobs sh
 		require.NoError(t, b.Enqueue(ctx, id, ""))
 		require.NoError(t, tryAcquire(t, b, "w").Fail(ctx, errBoom))
 	}
-	shown := listed(t, a, leaserouter.StateFailed)
+	shown := listed(t, a, leaserouter.StateDead)
 	require.Len(t, shown, 3)
 	require.NoError(t, a.Retry(ctx, "y")) // meanwhile, someone retries one
 	res, err := a.DeleteMany(ctx, shown, deadOnly)

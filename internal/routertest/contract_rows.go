@@ -288,7 +288,7 @@ var rowHandlerPanicLastError = Row{Name: "workers/a handler's panic fails its at
 	b := open(t, h, Config{MaxAttempts: 1})
 	require.NoError(t, b.Enqueue(ctxOf(t), "p", ""))
 	stop := runUntil(t, b, leaserouter.WorkerOptions{Workers: 1}, func(context.Context, Lease) error { panic("boom") })
-	eventually(t, h, "the job is dead", func() bool { return get(t, b, "p").State == leaserouter.StateFailed })
+	eventually(t, h, "the job is dead", func() bool { return get(t, b, "p").State == leaserouter.StateDead })
 	require.NoError(t, stop())
 	j := get(t, b, "p")
 	require.True(t, strings.HasPrefix(j.LastError, "panic: boom\n\n"), "LastError %q", j.LastError)
@@ -388,7 +388,7 @@ var rowHandlerResultAfterStop = Row{Name: "workers/after Run's ctx is done a nil
 	require.Equal(t, leaserouter.StatePending, j.State, "Snooze(0) after the stop: snoozed")
 	require.Equal(t, 0, j.Attempt, "snoozed, not released: the attempt not counted")
 	j = get(t, b, "neg")
-	require.Equal(t, leaserouter.StateFailed, j.State, "a negative Snooze fails its attempt, stopping or not")
+	require.Equal(t, leaserouter.StateDead, j.State, "a negative Snooze fails its attempt, stopping or not")
 	require.Contains(t, j.LastError, "Snooze(-1s), must be >= 0")
 }}
 

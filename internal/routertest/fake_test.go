@@ -155,7 +155,7 @@ func (f *fake) settle(now time.Time) {
 func (f *fake) end(j *fakeJob, why leaserouter.LostReason, at time.Time, dead bool) {
 	j.State, j.ended, j.Owner, j.LeaseExpiry, j.ready = leaserouter.StatePending, why, "", time.Time{}, at
 	if dead || j.Attempt >= j.MaxAttempts && why != leaserouter.LostRevoked {
-		j.State = leaserouter.StateFailed
+		j.State = leaserouter.StateDead
 		f.st.Dead++
 	}
 }
@@ -360,12 +360,14 @@ func (f *fake) Stats(context.Context) (leaserouter.Stats, error) {
 			s.Leased++
 		case leaserouter.StateSucceeded:
 			s.Succeeded++
-		case leaserouter.StateFailed:
-			s.Failed++
+		case leaserouter.StateDead:
+			s.DeadJobs++
 		case leaserouter.StateCanceled:
 			s.Canceled++
 		}
 	}
+	//lint:ignore SA1019 the deprecated name is filled for one release, as both backends do
+	s.Failed = s.DeadJobs
 	return s, nil
 }
 
@@ -613,7 +615,7 @@ func (l *fakeLease) Snooze(_ context.Context, d time.Duration) error {
 		if l.f.bug != bugSnoozeCounts {
 			j.Attempt--
 		} else if j.Attempt >= j.MaxAttempts {
-			j.State = leaserouter.StateFailed
+			j.State = leaserouter.StateDead
 		}
 		if l.f.bug == bugSnoozeDropsMetadata {
 			j.Metadata = nil

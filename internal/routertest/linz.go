@@ -153,7 +153,7 @@ type linState struct {
 // backoff) or Release: pending, or dead after its last attempt.
 func linAfter(attempt int) leaserouter.State {
 	if attempt >= linMaxAttempts {
-		return leaserouter.StateFailed
+		return leaserouter.StateDead
 	}
 	return leaserouter.StatePending
 }
@@ -210,7 +210,7 @@ func linStep(s linState, in linInput, out linOutput) []linState {
 			return []linState{end(leaserouter.StateSucceeded, string(leaserouter.LostCompleted))}
 		case linFail:
 			if in.perm {
-				return []linState{end(leaserouter.StateFailed, string(leaserouter.LostFailed))}
+				return []linState{end(leaserouter.StateDead, string(leaserouter.LostFailed))}
 			}
 			return []linState{end(linAfter(s.attempt), string(leaserouter.LostFailed))}
 		case linRelease:
@@ -239,7 +239,7 @@ func linStep(s linState, in linInput, out linOutput) []linState {
 			return []linState{s}
 		}
 		if in.perm {
-			return []linState{end(leaserouter.StateFailed, string(leaserouter.LostFailed)),
+			return []linState{end(leaserouter.StateDead, string(leaserouter.LostFailed)),
 				end(linAfter(s.attempt), string(leaserouter.LostReleased))} // released when Run was stopping
 		}
 		return []linState{end(linAfter(s.attempt), string(leaserouter.LostFailed)),

@@ -97,7 +97,7 @@ var rowSettledByAnyCaller = Row{Name: "one valid lease/settled by any caller", T
 	_, err := bs[0].TryAcquire(ctx, "w1")
 	require.ErrorIs(t, err, leaserouter.ErrNoJob, "a claim settles it too, and finds nothing")
 	j = get(t, bs[0], "a")
-	require.Equal(t, leaserouter.StateFailed, j.State, "expired on its last attempt: dead, whoever looks")
+	require.Equal(t, leaserouter.StateDead, j.State, "expired on its last attempt: dead, whoever looks")
 	require.Equal(t, "lease expired", j.LastError)
 	requireLost(t, l2.Complete(ctx), l2.Token(), l2.Token(), leaserouter.LostExpired)
 	var s leaserouter.Stats
@@ -244,17 +244,19 @@ var rowAttemptsDead = Row{Name: "attempts/expiry or release with attempts used u
 	l = tryAcquire(t, b, "w")
 	require.Equal(t, 2, l.Attempt())
 	require.NoError(t, l.Release(ctx))
-	require.Equal(t, leaserouter.StateFailed, get(t, b, "a").State, "released on its last attempt: dead")
+	require.Equal(t, leaserouter.StateDead, get(t, b, "a").State, "released on its last attempt: dead")
 
 	require.NoError(t, b.Enqueue(ctx, "e", "", leaserouter.WithMaxAttempts(1)))
 	l = tryAcquire(t, b, "w")
 	expire(h, l, h.Lease())
 	j = get(t, b, "e")
-	require.Equal(t, leaserouter.StateFailed, j.State, "expired on its last attempt: dead")
+	require.Equal(t, leaserouter.StateDead, j.State, "expired on its last attempt: dead")
 	require.Equal(t, 1, j.Attempt)
 	require.NotEmpty(t, j.LastError)
 	s := stats(t, b)
-	require.Equal(t, 2, s.Failed)
+	require.Equal(t, 2, s.DeadJobs)
+	//lint:ignore SA1019 the deprecated name is what is checked
+	require.Equal(t, 2, s.Failed, "the deprecated name counts the dead jobs too")
 	require.EqualValues(t, 2, s.Dead)
 }}
 
@@ -314,7 +316,7 @@ var rowFailBackoff = Row{Name: "attempts/Fail schedules after Backoff, or retrie
 	require.Equal(t, 4, l.Attempt())
 	require.NoError(t, l.Fail(ctx, errors.New("boom 4")))
 	j = get(t, b, "c")
-	require.Equal(t, leaserouter.StateFailed, j.State, "failed on its last attempt: dead")
+	require.Equal(t, leaserouter.StateDead, j.State, "failed on its last attempt: dead")
 	require.Equal(t, "boom 4", j.LastError)
 	s = stats(t, b)
 	require.EqualValues(t, 4, s.Retries, "a: 1, b: 1, c: 2")
@@ -333,13 +335,13 @@ var rowPermanent = Row{Name: "attempts/Permanent fails at once, Fail(nil) is unk
 	l := tryAcquire(t, b, "w")
 	require.NoError(t, l.Fail(ctx, leaserouter.Permanent(fmt.Errorf("bad input: %w", errBoom))))
 	j := get(t, b, "a")
-	require.Equal(t, leaserouter.StateFailed, j.State, "Permanent: dead at once")
+	require.Equal(t, leaserouter.StateDead, j.State, "Permanent: dead at once")
 	require.Equal(t, 1, j.Attempt)
 	require.Equal(t, "bad input: boom", j.LastError)
 	require.NoError(t, b.Enqueue(ctx, "wrapped", ""))
 	require.NoError(t, tryAcquire(t, b, "w").Fail(ctx, fmt.Errorf("parse: %w", leaserouter.Permanent(errBoom))))
 	j = get(t, b, "wrapped")
-	require.Equal(t, leaserouter.StateFailed, j.State, "a wrapped Permanent fails at once too")
+	require.Equal(t, leaserouter.StateDead, j.State, "a wrapped Permanent fails at once too")
 	require.Equal(t, "parse: boom", j.LastError)
 	require.NoError(t, b.Enqueue(ctx, "n", ""))
 	l = tryAcquire(t, b, "w")
@@ -420,7 +422,7 @@ var rowDedup = Row{Name: "dedup/known ID refused, Retention < 0 drops at once, b
 	}
 	s = stats(t, b)
 	require.EqualValues(t, 3, s.Purged)
-	require.Zero(t, s.Succeeded+s.Failed+s.Canceled, "no finished job counted: none is kept")
+	require.Zero(t, s.Succeeded+s.DeadJobs+s.Canceled, "no finished job counted: none is kept")
 	require.EqualValues(t, 1, s.Dead, "a job dead and dropped at once is counted dead all the same")
 	require.Zero(t, s.Retries, "a Permanent failure is no retry")
 	require.EqualValues(t, 3, s.LeasesGranted)
@@ -665,7 +667,7 @@ var rowCancel = Row{Name: "cancel/pending, scheduled, leased, finished, unknown"
 	l = tryAcquire(t, b, "w")
 	expire(h, l, h.Lease())
 	require.NoError(t, b.Cancel(ctx, "expired"), "finished, as the expiry left it: nil")
-	require.Equal(t, leaserouter.StateFailed, get(t, b, "expired").State, "dead, not canceled")
+	require.Equal(t, leaserouter.StateDead, get(t, b, "expired").State, "dead, not canceled")
 	requireLost(t, l.Complete(ctx), l.Token(), l.Token(), leaserouter.LostExpired)
 
 	// One EventCanceled per job canceled (the leased one's naming its
@@ -950,7 +952,7 @@ var rowEventsExpiry = Row{Name: "events/lease_expired at the expiry instant, the
 	require.NoError(t, b.Enqueue(ctx, "e", "", leaserouter.WithMaxAttempts(1)))
 	l := tryAcquire(t, b, "w")
 	expire(h, l, h.Lease())
-	require.Equal(t, leaserouter.StateFailed, get(t, b, "e").State)
+	require.Equal(t, leaserouter.StateDead, get(t, b, "e").State)
 	require.NoError(t, b.Close(ctx))
 	evs := ev.drain()
 	require.Equal(t, []leaserouter.EventKind{leaserouter.EventEnqueued, leaserouter.EventLeaseAcquired,
@@ -989,8 +991,8 @@ var rowRun = Row{Name: "workers/Run completes, fails, retries, recovers panics",
 			return nil
 		})
 	}()
-	want := map[string]leaserouter.State{"ok": leaserouter.StateSucceeded, "err": leaserouter.StateFailed,
-		"perm": leaserouter.StateFailed, "panic": leaserouter.StateFailed}
+	want := map[string]leaserouter.State{"ok": leaserouter.StateSucceeded, "err": leaserouter.StateDead,
+		"perm": leaserouter.StateDead, "panic": leaserouter.StateDead}
 	eventually(t, h, "Run ends every job", func() bool {
 		for id, s := range want {
 			if get(t, b, id).State != s {

@@ -180,7 +180,7 @@ func (cmd *command) flagSet() (*flag.FlagSet, *opts) {
 			"attempt): pgrouter's Options.Retention, as your workers set it; 0 means pgrouter's default (10m)")
 	}
 	if cmd.flags&flagList != 0 {
-		fs.Func("state", "only jobs in this state: pending, scheduled, leased, succeeded, failed (or dead), canceled;\nrepeated or comma-separated (default every state)", func(s string) error {
+		fs.Func("state", "only jobs in this state: pending, scheduled, leased, succeeded, dead, canceled (failed, the\nformer name of dead, is read as dead); repeated or comma-separated (default every state)", func(s string) error {
 			for name := range strings.SplitSeq(s, ",") {
 				st, err := parseState(strings.TrimSpace(name))
 				if err != nil {
@@ -275,19 +275,14 @@ func (c *call) parse(args []string, env func(string) string) error {
 	return nil
 }
 
-// parseState is the state named s ("dead" is "failed").
+// parseState is the state named s: leaserouter.ParseState, which reads
+// "failed" as dead.
 func parseState(s string) (leaserouter.State, error) {
-	if s == "dead" {
-		return leaserouter.StateFailed, nil
+	st, err := leaserouter.ParseState(s)
+	if err != nil {
+		return 0, fmt.Errorf("unknown state %q (one of pending, scheduled, leased, succeeded, dead, canceled)", s)
 	}
-	var names []string
-	for st := leaserouter.StatePending; st <= leaserouter.StateCanceled; st++ {
-		if st.String() == s {
-			return st, nil
-		}
-		names = append(names, st.String())
-	}
-	return 0, fmt.Errorf("unknown state %q (one of %s, or dead)", s, strings.Join(names, ", "))
+	return st, nil
 }
 
 func mainUsage() string {

@@ -97,7 +97,7 @@ func doQueues(ctx context.Context, c *call) error {
 		}
 		out := make([]queueJSON, len(qs))
 		for i, q := range qs {
-			out[i] = queueJSON{Queue: q.Name, Paused: q.Paused, counts: counts{q.Pending, q.Scheduled, q.Leased, q.Succeeded, q.Failed, q.Canceled}}
+			out[i] = queueJSON{Queue: q.Name, Paused: q.Paused, counts: countsOf(q.Pending, q.Scheduled, q.Leased, q.Succeeded, q.Dead, q.Canceled)}
 		}
 		if c.opts.json {
 			return writeJSON(c.stdout, out)
@@ -113,7 +113,7 @@ func doStats(ctx context.Context, c *call) error {
 			return err
 		}
 		q := queueJSON{Queue: r.Queue(), Paused: st.Paused, Estimated: st.Estimated,
-			counts: counts{st.Pending, st.Scheduled, st.Leased, st.Succeeded, st.Failed, st.Canceled}}
+			counts: countsOf(st.Pending, st.Scheduled, st.Leased, st.Succeeded, st.DeadJobs, st.Canceled)}
 		if c.opts.json {
 			return writeJSON(c.stdout, q)
 		}

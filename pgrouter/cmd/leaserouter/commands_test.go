@@ -52,7 +52,8 @@ func TestMigrateBringsAnEmptyDatabaseToTheSchema(t *testing.T) {
 }
 
 // TestQueuesAndStatsCountByState: queues lists every queue with its counts
-// and pause; stats one queue's, as a table and as JSON.
+// and pause; stats one queue's, as a table (the dead jobs under DEAD) and
+// as JSON ("dead", and "failed" with the same count for one release).
 func TestQueuesAndStatsCountByState(t *testing.T) {
 	d := newDB(t)
 	def, mail := d.router(t, pgrouter.DefaultQueue), d.router(t, "mail")
@@ -63,14 +64,14 @@ func TestQueuesAndStatsCountByState(t *testing.T) {
 	require.NoError(t, mail.Pause(t.Context()))
 
 	out := d.ok(t, "queues")
-	require.Regexp(t, `(?m)^QUEUE\s+PENDING\s+SCHEDULED\s+LEASED\s+SUCCEEDED\s+FAILED\s+CANCELED\s+PAUSED$`, out)
+	require.Regexp(t, `(?m)^QUEUE\s+PENDING\s+SCHEDULED\s+LEASED\s+SUCCEEDED\s+DEAD\s+CANCELED\s+PAUSED$`, out)
 	require.Regexp(t, `(?m)^default\s+1\s+0\s+1\s+0\s+1\s+0\s+no$`, out)
 	require.Regexp(t, `(?m)^mail\s+1\s+0\s+0\s+0\s+0\s+0\s+yes$`, out)
 
 	var qs []queueJSON
 	d.jsonOf(t, &qs, "queues")
 	require.Equal(t, []queueJSON{
-		{Queue: "default", counts: counts{Pending: 1, Leased: 1, Failed: 1}},
+		{Queue: "default", counts: counts{Pending: 1, Leased: 1, Dead: 1, Failed: 1}},
 		{Queue: "mail", counts: counts{Pending: 1}, Paused: true},
 	}, qs)
 
@@ -78,12 +79,15 @@ func TestQueuesAndStatsCountByState(t *testing.T) {
 	require.Regexp(t, `(?m)^mail\s+1\s+0\s+0\s+0\s+0\s+0\s+yes$`, out)
 	var st queueJSON
 	d.jsonOf(t, &st, "stats") // the default queue
-	require.Equal(t, queueJSON{Queue: "default", counts: counts{Pending: 1, Leased: 1, Failed: 1}}, st)
+	require.Equal(t, queueJSON{Queue: "default", counts: counts{Pending: 1, Leased: 1, Dead: 1, Failed: 1}}, st)
+	require.Contains(t, d.ok(t, "stats", "--json"), `"dead": 1`)
 }
 
 // TestListPagesWithFilters: list pages newest first, prints the next
 // cursor, which the next call follows; --state (repeated or
-// comma-separated) and --prefix filter; flags may follow arguments.
+// comma-separated) and --prefix filter; flags may follow arguments. A
+// dead job shows as dead; --state takes dead, and failed (its former
+// name) as dead.
 func TestListPagesWithFilters(t *testing.T) {
 	d := newDB(t)
 	r := d.router(t, pgrouter.DefaultQueue)
@@ -102,7 +106,7 @@ func TestListPagesWithFilters(t *testing.T) {
 
 	out = d.ok(t, "list", "--limit", "2", "--cursor", m[1])
 	require.Regexp(t, `(?m)^img-1\s+-\s+pending\s`, out)
-	require.Regexp(t, `(?m)^img-dead\s+-\s+failed\s+1/3\s+0\s+[1-9]\d*\s+-\s+\S+ \S+\s+decode: unexpected EOF at line 2$`, out,
+	require.Regexp(t, `(?m)^img-dead\s+-\s+dead\s+1/3\s+0\s+[1-9]\d*\s+-\s+\S+ \S+\s+decode: unexpected EOF at line 2$`, out,
 		"the error on one line")
 	require.NotContains(t, out, "next page")
 
@@ -111,7 +115,7 @@ func TestListPagesWithFilters(t *testing.T) {
 	require.Equal(t, []string{"img-2", "img-dead"}, ids(page.Jobs))
 	require.Empty(t, page.NextCursor)
 	dead := page.Jobs[1]
-	require.Equal(t, "failed", dead.State)
+	require.Equal(t, "dead", dead.State)
 	require.JSONEq(t, `{"n":0}`, string(dead.Payload))
 	require.Equal(t, "decode: unexpected EOF\nat line 2", dead.LastError)
 	require.Equal(t, "default", dead.Queue)

@@ -23,8 +23,14 @@ type counts struct {
 	Scheduled int `json:"scheduled"`
 	Leased    int `json:"leased"`
 	Succeeded int `json:"succeeded"`
-	Failed    int `json:"failed"` // dead
+	Dead      int `json:"dead"`
 	Canceled  int `json:"canceled"`
+	Failed    int `json:"failed"` // Dead again, under the dead state's former name: deprecated, printed for one release
+}
+
+// countsOf are the counts by state, Dead under both its names.
+func countsOf(pending, scheduled, leased, succeeded, dead, canceled int) counts {
+	return counts{pending, scheduled, leased, succeeded, dead, canceled, dead}
 }
 
 // queueJSON is a queue of queues, or stats' queue.
@@ -149,14 +155,14 @@ func when(t time.Time) string {
 
 func queuesTable(w io.Writer, qs []queueJSON) error {
 	tw := newTable(w)
-	row(tw, "QUEUE", "PENDING", "SCHEDULED", "LEASED", "SUCCEEDED", "FAILED", "CANCELED", "PAUSED")
+	row(tw, "QUEUE", "PENDING", "SCHEDULED", "LEASED", "SUCCEEDED", "DEAD", "CANCELED", "PAUSED")
 	for _, q := range qs {
 		paused := "no"
 		if q.Paused {
 			paused = "yes"
 		}
 		row(tw, q.Queue, strconv.Itoa(q.Pending), strconv.Itoa(q.Scheduled), strconv.Itoa(q.Leased),
-			strconv.Itoa(q.Succeeded), strconv.Itoa(q.Failed), strconv.Itoa(q.Canceled), paused)
+			strconv.Itoa(q.Succeeded), strconv.Itoa(q.Dead), strconv.Itoa(q.Canceled), paused)
 	}
 	return tw.Flush()
 }

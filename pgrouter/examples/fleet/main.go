@@ -257,7 +257,7 @@ func coordinate(cfg config, stderr io.Writer) (summary, error) {
 	defer check.Stop()
 	for {
 		st, err := r.Stats(ctx)
-		if err == nil && st.Succeeded+st.Failed+st.Canceled == len(paths) {
+		if err == nil && st.Succeeded+st.DeadJobs+st.Canceled == len(paths) {
 			break
 		}
 		if err == nil && cfg.restart && cluster != nil && s.restarts == 0 && st.Succeeded >= len(paths)/2 {

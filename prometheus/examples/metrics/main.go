@@ -217,7 +217,7 @@ func consistent(scrape string, s leaserouter.Stats) error {
 	}
 	byState := map[string]int{
 		"pending": s.Pending, "scheduled": s.Scheduled, "leased": s.Leased,
-		"succeeded": s.Succeeded, "failed": s.Failed, "canceled": s.Canceled,
+		"succeeded": s.Succeeded, "dead": s.DeadJobs, "canceled": s.Canceled,
 	}
 	if f := families["leaserouter_jobs"]; f == nil || len(f.Metric) != len(byState) {
 		errs = append(errs, errors.New("leaserouter_jobs: missing or incomplete"))

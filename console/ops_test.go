@@ -61,9 +61,9 @@ func TestBulkButtonsOnlyWhereTheyApply(t *testing.T) {
 	require.Equal(t, []string{"retry", "delete"}, buttons("/jobs?queue=files&state=succeeded&state=canceled"))
 	require.Equal(t, []string{"retry", "cancel", "delete"}, buttons("/jobs?queue=files"))
 
-	body := requireOK(t, post(t, h, "/action", url.Values{"action": {"cancel"}, "queue": {"files"}, "id.failed": {"dead"}}))
+	body := requireOK(t, post(t, h, "/action", url.Values{"action": {"cancel"}, "queue": {"files"}, "id.dead": {"dead"}}))
 	require.Contains(t, body, `data-testid="result-done">0<`)
-	require.Equal(t, leaserouter.StateFailed, state(t, r, "dead"), "Cancel of a dead job still refused")
+	require.Equal(t, leaserouter.StateDead, state(t, r, "dead"), "Cancel of a dead job still refused")
 }
 
 // TestBrowserRunNowAndBulkButtons: in Chromium, a scheduled job's page

@@ -60,7 +60,7 @@ func TestChartScalesEachBand(t *testing.T) {
 
 // TestActionMutates: the actions mutate, the views do not.
 func TestActionMutates(t *testing.T) {
-	for _, a := range []Action{ActionRetry, ActionCancel, ActionDelete, ActionPause, ActionResume} {
+	for _, a := range []Action{ActionRetry, ActionCancel, ActionDelete, ActionPause, ActionResume, ActionRunNow} {
 		require.True(t, a.Mutates(), a)
 	}
 	for _, a := range []Action{ViewOverview, ViewJobs, ViewJob, ViewLeases, ViewDead, Action("other")} {

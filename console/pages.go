@@ -348,8 +348,8 @@ type leaseQueue struct {
 	FirstLink string // the first page (not on the first)
 }
 
-// maxPrevPages bounds the cursors of the pages before that a leases
-// page's URL carries for its previous-page link (each a few dozen
+// maxPrevPages bounds the cursors of the pages before that a list page's
+// URL (jobs, dead, leases) carries for its previous-page link (each a few dozen
 // bytes); beyond it, the oldest are dropped and "first page" goes back.
 const maxPrevPages = 100
 

@@ -453,7 +453,7 @@ func (r *Router[T]) Leases(ctx context.Context, limit int) ([]leaserouter.Job[T]
 	return leases[T](ctx, r, limit)
 }
 
-// LeasesJSON is Leases for the console (console.Source): the same jobs,
+// LeasesJSON is Leases with the jobs' payload type json.RawMessage: the same jobs,
 // without payload, as json.RawMessage jobs; its cost and errors are
 // Leases'.
 func (r *Router[T]) LeasesJSON(ctx context.Context, limit int) ([]leaserouter.Job[json.RawMessage], error) {

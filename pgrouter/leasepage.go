@@ -3,6 +3,8 @@ package pgrouter
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -56,6 +58,12 @@ func leasePage[P, T any](ctx context.Context, r *Router[T], p leaserouter.Leases
 		if err != nil {
 			return page, err
 		}
+		// PostgreSQL's timestamps hold 4714 BC to 294276 AD (every later
+		// instant in microseconds fits); a made-up earlier one would
+		// overflow the driver's encoding and be taken as another.
+		if at < minCursorMicros || seq > math.MaxInt64 {
+			return page, fmt.Errorf("%w: LeasesParams.Cursor: not of a leases page", leaserouter.ErrInvalidOptions)
+		}
 		afterAt, afterSeq = time.UnixMicro(at), int64(seq)
 	}
 	b := &pgx.Batch{}
@@ -94,3 +102,8 @@ func (q *Queue) LeasePage(ctx context.Context, p leaserouter.LeasesParams) (leas
 func (q *Queue) LeasePageJSON(ctx context.Context, p leaserouter.LeasesParams) (leaserouter.JobPage[json.RawMessage], error) {
 	return q.LeasePage(ctx, p)
 }
+
+// minCursorMicros is the earliest instant a leases cursor of this backend
+// can name: PostgreSQL's earliest timestamptz (4714-11-24 BC), in
+// microseconds since 1970.
+const minCursorMicros = -210866803200000000

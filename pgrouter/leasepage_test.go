@@ -3,12 +3,14 @@ package pgrouter_test
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/contract"
 	"github.com/leaserouter/leaserouter/pgrouter"
 	"github.com/leaserouter/leaserouter/pgrouter/pgtest"
 )
@@ -48,4 +50,27 @@ func TestLeasePageAndReadyHeadReadOnlyWhatTheyShow(t *testing.T) {
 	require.LessOrEqual(t, n, 2*11+2, "a page after 250 leases reads about a page, not the 250 before it")
 	n = read("ready_head", map[string]any{"queue": pgrouter.DefaultQueue})
 	require.LessOrEqual(t, n, 2, "the head of %d pending jobs: one probe", pending)
+}
+
+// A made-up leases cursor naming an instant before PostgreSQL's earliest
+// timestamp, or a sequence number past a bigint's, is refused, not taken
+// as another instant (it overflowed the driver's encoding and listed
+// nothing).
+func TestLeasePageRefusesACursorOutsideTheDatabasesRange(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := t.Context()
+	r := routerOn[int](t, db, pgrouter.Options{})
+	require.NoError(t, r.Enqueue(ctx, "a", 1))
+	_, err := r.TryAcquire(ctx, "w")
+	require.NoError(t, err)
+	for _, c := range []struct {
+		at  int64
+		seq uint64
+	}{{math.MinInt64, 0}, {-210866803200000001, 0}, {0, math.MaxInt64 + 1}} {
+		_, err := r.LeasePage(ctx, leaserouter.LeasesParams{Cursor: contract.EncodeLeaseCursor(pgrouter.DefaultQueue, c.at, c.seq)})
+		require.ErrorIs(t, err, leaserouter.ErrInvalidOptions, "at %d seq %d", c.at, c.seq)
+	}
+	page, err := r.LeasePage(ctx, leaserouter.LeasesParams{Cursor: contract.EncodeLeaseCursor(pgrouter.DefaultQueue, -210866803200000000, 0)})
+	require.NoError(t, err)
+	require.Len(t, page.Jobs, 1, "the earliest instant is after no lease")
 }

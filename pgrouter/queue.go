@@ -63,7 +63,8 @@ func (q *Queue) List(ctx context.Context, p leaserouter.ListParams) (leaserouter
 }
 
 // ListJSON is List: the queue's payloads are the table's JSON already.
-// With it (and GetJSON and LeasesJSON) a Queue is a console.Source.
+// With it (and GetJSON, LeasePageJSON and RunNow) a Queue is a
+// console.Source.
 func (q *Queue) ListJSON(ctx context.Context, p leaserouter.ListParams) (leaserouter.JobPage[json.RawMessage], error) {
 	return q.List(ctx, p)
 }

@@ -8,5 +8,5 @@ SELECT id, NULL::jsonb, state::text, priority, attempt, max_attempts, token, own
 	kind, metadata, leased_at
 FROM leaserouter_jobs
 WHERE queue = @queue AND state = 'leased'
-ORDER BY lease_expires_at
+ORDER BY lease_expires_at, seq
 LIMIT @limit

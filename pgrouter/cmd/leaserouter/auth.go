@@ -120,7 +120,8 @@ func (a consoleAuth) wrap(h http.Handler) http.Handler {
 func (a consoleAuth) allows(r *http.Request) bool {
 	ok := false
 	if a.token != "" {
-		if bearer, found := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); found {
+		// The scheme's name is case-insensitive (RFC 7235).
+		if scheme, bearer, found := strings.Cut(r.Header.Get("Authorization"), " "); found && strings.EqualFold(scheme, "Bearer") {
 			ok = equal(bearer, a.token)
 		}
 	}

@@ -87,6 +87,8 @@ func TestConsoleBearerToken(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, code)
 	code, _ = c.do(t, http.MethodGet, "", nil, bearer("tok-123"))
 	require.Equal(t, http.StatusOK, code)
+	code, _ = c.do(t, http.MethodGet, "", nil, func(r *http.Request) { r.Header.Set("Authorization", "bearer tok-123") })
+	require.Equal(t, http.StatusOK, code, "the scheme's name is case-insensitive")
 	retry := url.Values{"queue": {pgrouter.DefaultQueue}, "id": {"dead"}, "action": {"retry"}}
 	code, _ = c.do(t, http.MethodPost, "action", retry, bearer("tok-123"))
 	require.Equal(t, http.StatusOK, code)

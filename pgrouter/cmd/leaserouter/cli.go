@@ -215,7 +215,8 @@ func (cmd *command) flagSet() (*flag.FlagSet, *opts) {
 	}
 	if cmd.flags&flagConsole != 0 {
 		fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "the address to listen on (host:port; port 0 picks a free one); an address beyond\n"+
-			"loopback is refused without a login (--user or a token) unless --insecure-no-auth")
+			"loopback is refused without a login (--user or a token) unless --insecure-no-auth;\n"+
+			"the console serves plain HTTP: beyond this machine, put a TLS proxy in front")
 		fs.BoolVar(&o.readOnly, "read-only", false, "refuse every action (retry, cancel, delete, run now, pause, resume) and hide their buttons")
 		fs.StringVar(&o.user, "user", "", "ask for this user and a password (basic auth); the password is $"+envConsolePassword+"\n"+
 			"or the first line of --password-file, never a flag (default $"+envConsoleUser+")")

@@ -334,8 +334,9 @@ var rowPause = Row{Name: "admin/Pause stops grants only; Resume wakes a waiting 
 	require.Equal(t, "b", id)
 }}
 
-// rowAdminAfterClose: after Close, List still answers; Retry, Delete,
-// Pause and Resume return ErrClosed, nothing changed.
+// rowAdminAfterClose: after Close, List and LeasePage still answer;
+// Retry, Delete, RunNow, Pause and Resume return ErrClosed, nothing
+// changed.
 var rowAdminAfterClose = Row{Name: "admin/after Close: List answers, the actions return ErrClosed", Test: func(t T, h Harness) {
 	b := open(t, h, Config{})
 	a := admin(t, b)
@@ -347,6 +348,9 @@ var rowAdminAfterClose = Row{Name: "admin/after Close: List answers, the actions
 	res, err := a.List(ctx, leaserouter.ListParams{})
 	require.NoError(t, err)
 	require.Equal(t, []string{"pending", "done"}, ids(res.Jobs))
+	leases, err := a.LeasePage(ctx, leaserouter.LeasesParams{})
+	require.NoError(t, err, "LeasePage answers too")
+	require.Empty(t, leases.Jobs)
 	for what, err := range map[string]error{
 		"Retry": a.Retry(ctx, "done"), "Delete": a.Delete(ctx, "pending"), "RunNow": a.RunNow(ctx, "pending"),
 		"Pause": a.Pause(ctx), "Resume": a.Resume(ctx),

@@ -118,7 +118,10 @@ func (h *handler) queueCard(r *http.Request, s Source, exact bool, c *queueCard)
 		h.log.Error("console: History", "queue", c.Name, "err", err)
 	}
 	c.Chart, c.Hour = makeChart(hist)
-	c.Trouble = st.Paused || st.DeadJobs > 0 || c.Hour.Expired > 0 || c.Hour.StaleRejected > 0
+	// cmp.Or: a Source written before Stats.DeadJobs fills only Failed
+	// (as Stats.ByState reads it too).
+	dead := cmp.Or(st.DeadJobs, st.Failed) //lint:ignore SA1019 read for a Source written before DeadJobs
+	c.Trouble = st.Paused || dead > 0 || c.Hour.Expired > 0 || c.Hour.StaleRejected > 0
 }
 
 // jobsPage is the jobs page (and the dead page).

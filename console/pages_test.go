@@ -582,3 +582,22 @@ func TestListPagesReadNoPayload(t *testing.T) {
 	require.Contains(t, body, "counted", "and the payload")
 	require.EqualValues(t, 1, marshaled.Load())
 }
+
+// olderSource is a Source whose Stats was written before Stats.DeadJobs:
+// it fills the deprecated Failed only.
+type olderSource struct{ console.Source }
+
+func (olderSource) Stats(context.Context) (leaserouter.Stats, error) {
+	return leaserouter.Stats{Pending: 1, Failed: 2}, nil //lint:ignore SA1019 a Source written before DeadJobs
+}
+
+// TestOverviewReadsDeadJobsFromAnOlderSource: a Source filling only the
+// deprecated Stats.Failed still shows its dead jobs, and its card is
+// marked as trouble.
+func TestOverviewReadsDeadJobsFromAnOlderSource(t *testing.T) {
+	h, err := console.New(console.Options{}, olderSource{console.Router("q", newRouter(t, leaserouter.Options{}))})
+	require.NoError(t, err)
+	body := requireOK(t, get(t, h, "/"))
+	require.Regexp(t, `data-testid="state-count" data-state="dead">2<`, body)
+	require.Contains(t, body, `class="card trouble"`, "dead jobs are trouble")
+}

@@ -5,7 +5,7 @@
 //
 //	go install github.com/leaserouter/leaserouter/pgrouter/cmd/leaserouter@latest
 //	leaserouter SUBCOMMAND [flags] [args]
-//	leaserouter version    # the module version it was built from ("(devel)" from a checkout)
+//	leaserouter version    # the module version it was built from (from a checkout: "(devel)" or a pseudo-version, and the release its modules are at)
 //
 // The database is $DATABASE_URL, or the --database-url flag of every
 // subcommand (a URL or a key=value connection string, as pgx takes them).

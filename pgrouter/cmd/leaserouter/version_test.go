@@ -6,12 +6,16 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/leaserouter/leaserouter/internal/contract"
 )
 
 // TestVersionPrintsTheModuleVersion: version, --version and -version print
 // the version the go command recorded for the binary's module, with exit
 // status 0 and no database needed; a binary installed with go install
-// …@v0.1.0 says v0.1.0, one built from a checkout "(devel)".
+// …@v0.1.0 says v0.1.0; one built from a checkout ("(devel)", or a
+// pseudo-version stamped from the commit) also names the release its
+// modules are at.
 func TestVersionPrintsTheModuleVersion(t *testing.T) {
 	tail := " " + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH + "\n"
 	for _, c := range []struct {
@@ -19,10 +23,11 @@ func TestVersionPrintsTheModuleVersion(t *testing.T) {
 		ok   bool
 		want string
 	}{
-		{&debug.BuildInfo{Main: debug.Module{Path: "github.com/leaserouter/leaserouter/pgrouter", Version: "v0.1.0"}}, true, "v0.1.0"},
-		{&debug.BuildInfo{Main: debug.Module{Path: "github.com/leaserouter/leaserouter/pgrouter", Version: "(devel)"}}, true, "(devel)"},
-		{&debug.BuildInfo{}, true, "unknown"},
-		{nil, false, "unknown"},
+		{&debug.BuildInfo{Main: debug.Module{Path: "github.com/leaserouter/leaserouter/pgrouter", Version: contract.Version}}, true, contract.Version},
+		{&debug.BuildInfo{Main: debug.Module{Path: "github.com/leaserouter/leaserouter/pgrouter", Version: "(devel)"}}, true, "(devel) (modules at " + contract.Version + ")"},
+		{&debug.BuildInfo{Main: debug.Module{Path: "github.com/leaserouter/leaserouter/pgrouter", Version: "v0.0.0-20261129040136-3c5ec7b162a1+dirty"}}, true, "v0.0.0-20261129040136-3c5ec7b162a1+dirty (modules at " + contract.Version + ")"},
+		{&debug.BuildInfo{}, true, "unknown (modules at " + contract.Version + ")"},
+		{nil, false, "unknown (modules at " + contract.Version + ")"},
 	} {
 		require.Equal(t, "leaserouter "+c.want+tail, version(c.info, c.ok))
 	}

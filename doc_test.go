@@ -60,7 +60,6 @@ func exportedDocs(t *testing.T, dir string) map[string]string {
 	}
 	for _, p := range pkgs {
 		d := doc.New(p, dir, 0)
-		add("package "+d.Name)
 		docs["package "+d.Name] += d.Doc
 		values := func(prefix string, vs []*doc.Value) {
 			for _, v := range vs {

@@ -6,7 +6,10 @@
 // meaning is the same (leaserouter.Token, State, Job, JobSpec,
 // WorkerOptions, EnqueueOption, Permanent, LeaseLostError, ...), so moving
 // from one process to many changes a constructor and a lease type, not a
-// handler's logic.
+// handler's logic. The package example is one job's life (Migrate, New,
+// Enqueue, Acquire, Complete); NewClient's runs a kind of job with a
+// Client, and Lease.CompleteTx's writes a result and completes its job in
+// one transaction.
 //
 // # The one invariant, in database time
 //

@@ -3,6 +3,9 @@
 //
 //	db := pgtest.New(t) // *pgxpool.Pool; the database is dropped when t ends
 //
+// Code without a testing.TB (an Example) calls Database instead (see its
+// example), with SkipExamplesWithoutServer in TestMain.
+//
 // The server is the one at LEASEROUTER_TEST_DATABASE_URL when that is set
 // (a connection string, as for pgx, of a role that may create databases:
 // CREATEDB or a superuser), on any system, Windows included: pgtest

@@ -67,17 +67,20 @@ const listBudget = 4096
 // state, a Limit below 0 or above MaxListLimit, or a cursor that is
 // malformed or was made under other States or IDPrefix is an error
 // wrapping ErrInvalidOptions, naming it. List works after Close, on the
-// state Close left. It holds the router's lock for at most listBudget
-// jobs looked at at a time; a page whose filter matches few of many jobs
-// takes several holds (chunks of the order with no job of a selected
-// state are skipped whole, so a filter by state costs little even then).
-// What a hold copies does not grow with the size of checkpoints, which
-// are copied with the lock released, nor with that of payloads: a page
-// of a payload type larger than 64 bytes (an array, a large struct) is
-// copied over several holds, about 64 KiB of payload values each.
-// The copies share nothing with the router except payloads of reference
-// type.
+// state Close left. A page of many jobs, large checkpoints or large
+// payloads never holds up lease operations for long: List reads the
+// Router's state a bounded number of jobs at a time, and copies
+// checkpoints outside those reads. The copies share nothing with the
+// router except payloads of reference type. Safe for concurrent use.
 func (r *Router[T]) List(p ListParams) (JobPage[T], error) {
+	// It holds the router's lock for at most listBudget jobs looked at at
+	// a time; a page whose filter matches few of many jobs takes several
+	// holds (chunks of the order with no job of a selected state are
+	// skipped whole, so a filter by state costs little even then). What a
+	// hold copies does not grow with the size of checkpoints, which are
+	// copied with the lock released, nor with that of payloads: a page of
+	// a payload type larger than 64 bytes (an array, a large struct) is
+	// copied over several holds, about 64 KiB of payload values each.
 	var page JobPage[T]
 	mask, limit, err := listFilter(p)
 	if err != nil {

@@ -3,12 +3,15 @@
 // or stalls can never strand a job, and a worker that wakes up after its
 // lease has passed to another can never overwrite the newer worker's result.
 //
-// A Router holds jobs in an index by ID guarded by one mutex, with a ready
-// queue for order and heaps for deadlines. Workers take jobs with Acquire or TryAcquire and get a
-// Lease; they finish with Lease.Complete, Lease.Fail or Lease.Release, and
-// keep a long job alive with Lease.Heartbeat. Router.Run does all of that for
-// a Handler, with background heartbeats and a context canceled the moment the
-// lease is lost.
+// Start with a Client (see the example of NewClient): it runs the kinds of
+// jobs of a service, each with its payload type and Handler, on queues of
+// their own. A Router (New) is one job set of one payload type, for a
+// program with one kind of job or its own worker loop: workers take jobs
+// with Acquire or TryAcquire and get a Lease; they finish with
+// Lease.Complete, Lease.Fail or Lease.Release, and keep a long job alive
+// with Lease.Heartbeat. Router.Run does all of that for a Handler, with
+// background heartbeats and a context canceled the moment the lease is lost
+// (see its example). The pgrouter module has the same calls on PostgreSQL.
 //
 // Delivery is at least once: a job whose lease expires runs again, possibly
 // while the first worker is still going. Make side effects idempotent or
@@ -21,8 +24,8 @@
 // Consistency", SOSP 1989). At any instant a job has at most one valid
 // lease: its current one, while the router's monotonic clock is before the
 // lease's expiry. Every lease operation checks that, so a lease is lost at
-// exactly its expiry whether or not the reaper — the one background
-// goroutine, which sleeps until the next deadline — has run. A lease that
+// exactly its expiry whether or not the reaper — a background goroutine
+// that sleeps until the next deadline — has run. A lease that
 // expires counts as an attempt; after Options.MaxAttempts attempts a job is
 // dead (StateDead). Lease.Fail schedules a retry after Options.Backoff.
 // Heartbeats may carry progress, a checkpoint handed to the next lease.
@@ -42,7 +45,7 @@
 // Router.Run starts worker goroutines that acquire, heartbeat every
 // WorkerOptions.HeartbeatInterval, and complete or fail each job from the
 // Handler's result; a panic fails the attempt with its stack. With a deep
-// backlog of short jobs each worker leases a batch of them under one lock
+// backlog of short jobs each worker leases a batch of them at once
 // (WorkerOptions.Batch; see Run for the rule that keeps long jobs safe).
 // KeepAlive gives
 // the same heartbeat and lost-lease context to code that acquires leases

@@ -139,8 +139,7 @@ func (u *runner[T]) beat(s *slot[T], now int64) {
 // instants (after a late stretch, the heartbeats the lease outlived
 // without are skipped). No heartbeat due after cancel is called extends
 // the lease, nor any once the context is done, however late the call
-// that would apply it. Heartbeats run on a timer, not a goroutine of
-// their own, until the first is due. cancel stops heartbeating, waits for a
+// that would apply it. cancel stops heartbeating, waits for a
 // heartbeat in flight, and cancels the context; it is idempotent and safe
 // to call from any goroutine. It does not end the lease: Complete, Fail or
 // Release it as usual. A nil ctx means context.Background(). The context
@@ -152,6 +151,8 @@ func (u *runner[T]) beat(s *slot[T], now int64) {
 //
 // This is the keep-alive of etcd's concurrency.Session, in process.
 func KeepAlive[T any](ctx context.Context, l *Lease[T], interval time.Duration) (context.Context, context.CancelFunc) {
+	// Heartbeats run on a timer, not a goroutine of their own, until the
+	// first is due.
 	if ctx == nil {
 		ctx = context.Background()
 	}

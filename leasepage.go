@@ -28,12 +28,15 @@ type LeasesParams struct {
 // lease held throughout; one heartbeated after its page may be listed
 // again on a later page. A Limit below 0 or above MaxListLimit, or a
 // cursor that is malformed or not of a leases page, is an error
-// wrapping ErrInvalidOptions. The first page costs O(Limit log Limit)
-// under the router's lock. A later page reads every lease, in holds of
-// the lock that each look at a bounded number of jobs (as List's do), so
-// its cost grows with the leases held, never a hold's. It works after
-// Close (no lease survives Close: none). Safe for concurrent use.
+// wrapping ErrInvalidOptions. The first page costs O(Limit log Limit).
+// A later page reads every lease, a bounded number at a time (as List
+// does), so its cost grows with the leases held, and it never holds up
+// lease operations for long. It works after Close (no lease survives
+// Close: none). Safe for concurrent use.
 func (r *Router[T]) LeasePage(p LeasesParams) (JobPage[T], error) {
+	// The first page is O(Limit log Limit) under the router's lock; a
+	// later page reads the leases in holds of the lock that each look at
+	// a bounded number of jobs (listBudget, as List's do).
 	var page JobPage[T]
 	limit, err := contract.LeasesLimit(ErrInvalidOptions, p.Limit)
 	if err != nil {

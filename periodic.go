@@ -23,10 +23,10 @@ import (
 // The job of the tick t has ID TickID(p.Name, t), payload p.Payload(t)
 // (the zero T if Payload is nil) and options p.Options plus WithRunAt(t):
 // the tick is the run-at (enqueued at t or later, the job is ready at
-// once, with no Job.RunAt). The rule, the same on every backend
-// (internal/periodic.Due), is at each wake-up: enqueue the latest due tick
-// not handled yet, never a backlog of older ones, and only while it is
-// younger than Options.Retention. So:
+// once, with no Job.RunAt). The rule, the same on every backend, is at
+// each wake-up: enqueue the latest due tick not handled yet, never a
+// backlog of older ones, and only while it is younger than
+// Options.Retention. So:
 //
 //   - a tick at or after the instant of AddPeriodic is enqueued; the
 //     latest tick before it is not (a first start does not catch up);
@@ -42,13 +42,9 @@ import (
 // Exactly one job per tick comes from the dedup of job IDs, not from
 // electing a leader: every scheduler computes the same ID for a tick, and
 // the job's record (kept Retention after it finishes) refuses the same
-// tick again for as long as any scheduler could still enqueue it. (The
-// idea answers known failures of leader-based schedulers: River's
-// periodic jobs enqueued twice around a change of leader,
-// riverqueue/river#283, fixed with leadership terms in #1213; asynq's
-// schedulers duplicating tasks when more than one runs, hibiken/asynq#1013,
-// #371, #554, #395.) The in-process job set does not survive Close: a new
-// Router starts afresh, and ticks while no Router runs get no job.
+// tick again for as long as any scheduler could still enqueue it. The
+// in-process job set does not survive Close: a new Router starts afresh,
+// and ticks while no Router runs get no job.
 //
 // p.Schedule.Next and p.Payload are user code: called on the scheduler's
 // goroutine, never under a lock. A panic in either is recovered, counted
@@ -56,9 +52,8 @@ import (
 // Options.Backoff is). A Payload that panics skips that tick. A Next that
 // panics or does not move forward (returns an instant not after its
 // argument; reported, not counted) ends that periodic job's schedule, the
-// other periodic jobs going on; the wake-up it failed in enqueues nothing
-// (a wake-up is planned whole: it asks Next for the tick after the due
-// one too). A Next returning the zero Time ends the schedule quietly. A
+// other periodic jobs going on; the wake-up it failed in enqueues nothing.
+// A Next returning the zero Time ends the schedule quietly. A
 // schedule with many ticks to step through takes turns with the other
 // periodic jobs (see Schedule): its cost delays their ticks by at most
 // one turn of 65,536 calls of its Next. Neither should block: while one
@@ -77,6 +72,15 @@ import (
 // *Router and after Close (or once Close has begun). It does not block
 // beyond short locks. Safe for concurrent use; p.Options is copied.
 func (r *Router[T]) AddPeriodic(p Periodic[T]) error {
+	// One job per tick by the dedup of IDs, not by electing a leader,
+	// answers known failures of leader-based schedulers: River's periodic
+	// jobs enqueued twice around a change of leader (riverqueue/river#283,
+	// fixed with leadership terms in #1213); asynq's schedulers
+	// duplicating tasks when more than one runs (hibiken/asynq#1013, #371,
+	// #554, #395). The rule of which tick a wake-up enqueues is
+	// internal/periodic.Due's. A wake-up is planned whole: it asks Next
+	// for the tick after the due one too, so a Next that fails makes its
+	// wake-up enqueue nothing.
 	return r.addPeriodic(p, 0)
 }
 

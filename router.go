@@ -30,19 +30,21 @@ const (
 // Make one with New and stop it with Close. All methods are safe for
 // concurrent use. T is the payload type; payloads are stored as given.
 //
-// A Router guards all its state with one mutex, held only for short,
-// non-blocking work: O(log n) heap operations per transition, bounded
-// growth steps, and never user code. One background goroutine, the
-// reaper, makes expiries and scheduled jobs visible at their instant;
-// correctness never depends on it, because every call first settles what
-// is due. A second, started only when Options.OnEvent or Options.Logger
-// is set, delivers events; a third, started by the first AddPeriodic,
-// enqueues periodic jobs (periodic_scheduler.go). The ID
-// index and the queues grow and shrink in steps of at most a few thousand
-// elements, so no call holds the lock for a resize of everything, and
-// memory follows the live jobs: after a burst drains they shrink (with
-// hysteresis, so a steady load never resizes them back and forth).
+// A Router runs up to three goroutines of its own, all ended by Close:
+// the reaper, which makes expiries and scheduled jobs visible at their
+// instant (correctness never depends on it: every call first settles what
+// is due); with Options.OnEvent or Options.Logger set, the goroutine that
+// delivers events; and, from the first AddPeriodic on, the scheduler of
+// periodic jobs. Memory follows the live jobs: after a burst drains, the
+// Router shrinks back.
 type Router[T any] struct {
+	// One mutex (mu) guards all the state, held only for short,
+	// non-blocking work: O(log n) heap operations per transition, bounded
+	// growth steps, and never user code. The ID index and the queues grow
+	// and shrink in steps of at most a few thousand elements, so no call
+	// holds the lock for a resize of everything; they shrink with
+	// hysteresis, so a steady load never resizes them back and forth. The
+	// scheduler of periodic jobs is periodic_scheduler.go's.
 	opts      Options
 	epoch     time.Time     // monotonic origin of the int64 times in job
 	epochUnix int64         // epoch in Unix nanoseconds (History's minutes)

@@ -97,60 +97,28 @@ type WorkerOptions struct {
 }
 
 // Run processes jobs with opts.Workers worker goroutines until ctx is done
-// or the Router is closed. Each worker acquires a job, runs h with a context
-// canceled as soon as the lease is lost or its expiry passes, heartbeats
-// every opts.HeartbeatInterval in the background while h runs, and then
-// completes the job (h returned nil), fails it (h returned an error or
-// panicked) — or, when ctx was done meanwhile, completes it if h returned
-// nil and releases it otherwise. Heartbeats go on until h returns, even
-// after ctx is done, so a handler winding down keeps its lease (Close
-// revokes the leases still held when its own ctx is done). If the lease
-// was lost while h ran, Run leaves the job alone: its new state was
-// decided by whoever ended the lease.
+// or the Router is closed. Each worker leases a job, runs h with a context
+// canceled when the lease is lost, heartbeats the lease every
+// opts.HeartbeatInterval while h runs, and then completes the job if h
+// returned nil, or fails the attempt if h returned an error or panicked
+// (releases the job if ctx was done meanwhile). Heartbeats go on until h
+// returns, even after ctx is done, so a handler winding down keeps its
+// lease. If the lease was lost while h ran, Run leaves the job alone.
 //
-// Batches. A worker leases up to opts.Batch jobs at once, under one lock,
-// runs them in order, and completes those whose handler returned nil
-// together with its next lease (an error fails the job at once). How many
-// it leases adapts to the jobs: one at first and after any batch that was
-// cut (below), twice as many as the last time (up to Batch) after a batch
-// that finished within a quarter of HeartbeatInterval, half as many after
-// one that took over half of it; and never more than its share of the
-// ready jobs with the callers blocked in Acquire or AcquireMany at that
-// moment (other workers, other Runs; at least one), so no worker takes
-// the jobs another is waiting for. A worker waiting for the router's lock
-// between batches yields the processor rather than blocking at once; one
-// whose last batch came up short (a shallow backlog) yields a little
-// before its next, and one that found nothing ready yields a little and
-// looks again before it blocks, so that producers get in, batches stay
-// large and a producer rarely pays for waking a worker.
+// When jobs are short and many are ready, a worker leases up to
+// opts.Batch jobs at once, runs them in order, and completes the
+// successful ones with its next lease. A batch lasts at most one
+// HeartbeatInterval: the jobs it has not started by then, or when ctx is
+// done or Close starts, are handed back unstarted (pending again in their
+// old place, the attempt not counted: EventReleased), so a job leased
+// ahead never loses its lease while it waits.
 //
-// A batch lasts at most one HeartbeatInterval, which is shorter than the
-// lease: when its first heartbeat is due while it is
-// still going — a job turned out long — it is cut. The jobs that finished
-// are completed then, and those still waiting their turn are handed back
-// unstarted: each becomes pending again, with the ready time it had
-// before (so in its old place in the order), and that lease is not
-// counted as an attempt (its event is EventReleased). So a job leased ahead never loses its lease while it
-// waits, and a long job holds others back for at most one
-// HeartbeatInterval. When ctx is done or Close starts, the jobs a worker
-// has not started are handed back at once.
-//
-// The first heartbeat of a batch is due HeartbeatInterval after it was
-// leased, so a batch shorter than that costs no heartbeat, no timer and
-// no goroutine: one heartbeat goroutine per Run serves every worker,
-// sleeping until the earliest heartbeat due. The context.Context behind
-// the handler's ctx is made only if the handler calls its Done or Value
-// (Err answers without it). The Leases of a batch, with their handler
-// contexts, come from one allocation, made outside the router's lock.
-//
-// Run blocks until every handler it started has returned and every
-// goroutine it started has ended. It returns nil when stopped by ctx or
-// Close; ErrClosed at once if the Router was already closed; an error
-// wrapping ErrTokensExhausted when the Router can grant no more leases
-// (each worker stops at its next acquire, so running handlers finish, and
-// the jobs left stay pending); and at once, starting nothing, an error
-// wrapping ErrInvalidOptions for bad opts (Workers above MaxWorkers among
-// them) or a nil h. Several Runs may share a Router. A nil ctx means
+// Run blocks until every handler it started has returned. It returns nil
+// when stopped by ctx or Close; ErrClosed if the Router is closed; an
+// error wrapping ErrTokensExhausted when the Router can grant no more
+// leases (running handlers finish, the jobs left stay pending); and,
+// starting nothing, an error wrapping ErrInvalidOptions for bad opts or a
+// nil h. Several Runs may share a Router. A nil ctx means
 // context.Background().
 func (r *Router[T]) Run(ctx context.Context, opts WorkerOptions, h Handler[T]) error {
 	if ctx == nil {
@@ -165,6 +133,28 @@ func (r *Router[T]) Run(ctx context.Context, opts WorkerOptions, h Handler[T]) e
 		return ErrClosed
 	default:
 	}
+	// How a worker sizes its batches (worker.go): one job at first and
+	// after any batch that was cut, twice as many as the last time (up to
+	// Batch) after a batch that finished within a quarter of
+	// HeartbeatInterval, half as many after one that took over half of
+	// it; and never more than its share of the ready jobs with the
+	// callers blocked in Acquire or AcquireMany at that moment (other
+	// workers, other Runs; at least one), so no worker takes the jobs
+	// another is waiting for. A worker waiting for the router's lock
+	// between batches yields the processor rather than blocking at once;
+	// one whose last batch came up short (a shallow backlog) yields a
+	// little before its next, and one that found nothing ready yields a
+	// little and looks again before it blocks, so that producers get in,
+	// batches stay large and a producer rarely pays for waking a worker.
+	//
+	// The first heartbeat of a batch is due HeartbeatInterval after it
+	// was leased, so a batch shorter than that costs no heartbeat, no
+	// timer and no goroutine: one heartbeat goroutine per Run serves
+	// every worker, sleeping until the earliest heartbeat due. The
+	// context.Context behind the handler's ctx is made only if the
+	// handler calls its Done or Value (Err answers without it). The
+	// Leases of a batch, with their handler contexts, come from one
+	// allocation, made outside the router's lock.
 	u := &runner[T]{
 		r: r, h: h, interval: opts.HeartbeatInterval, batch: opts.Batch, timeout: opts.Timeout,
 		slots: make([]slot[T], opts.Workers), kick: make(chan struct{}, 1),

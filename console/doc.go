@@ -1,6 +1,7 @@
 // Package console is the operator's web console of leaserouter: an
 // http.Handler to mount in a service, under any path prefix, that shows
-// what is in its queues and acts on it.
+// what is in its queues and acts on it. The package example mounts one
+// over a Router in a test server and reads a job's page.
 //
 //	h, err := console.New(console.Options{ReadOnly: false}, console.Router("mail", router))
 //	mux.Handle("/ops/jobs/", http.StripPrefix("/ops/jobs", h))

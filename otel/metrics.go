@@ -1,5 +1,7 @@
 // Package otel brings leaserouter to OpenTelemetry: metrics, and tracing
-// of each attempt.
+// of each attempt. The package example wires the metrics to a Router;
+// NewTracingMiddleware's example continues an enqueuing request's trace
+// in an attempt's span.
 //
 // # Metrics
 //

@@ -51,19 +51,12 @@ const firstPage = math.MaxInt64
 // it is a byte prefix of), or a Cursor that is malformed, was made under
 // other States, Kinds or IDPrefix (Limit may change) or by a Router of another
 // queue (a cursor holds its queue) is an error wrapping
-// ErrInvalidOptions, without a round trip. One round trip: each selected
-// state is a walk of the index leaserouter_jobs_order that stops after a
-// page, never a scan or sort of the queue; with Kinds, one walk per
-// state and kind (an index by kind; for kind "", the walk of the state's
-// jobs skips those of other kinds), which with an IDPrefix too reads the
-// kinds' jobs until a page of them has it, except the leased state: one
-// walk of the queue's leased jobs that skips those of other kinds
-// (bounded by the queue's leases, expired ones not yet settled included). With an IDPrefix, whatever the
-// database's collation, a state's walk stops after its newest few
-// thousand jobs (20 pages' worth for a large Limit); when fewer than a
-// page of those have the prefix, its jobs with the prefix are read from
-// an index by ID instead, at a cost that grows with their number (not
-// with the state's). With OmitPayload the jobs carry a zero
+// ErrInvalidOptions, without a round trip. One round trip, whose cost
+// grows with the page, not with the queue: each selected state (and kind)
+// is read in enqueue order until a page is found, never scanned or sorted
+// whole; with an IDPrefix few of a state's newest jobs have, its jobs
+// with the prefix are read by ID instead, at a cost that grows with their
+// number. With OmitPayload the jobs carry a zero
 // Payload and a nil Progress and neither column is read (Metadata is
 // read: it is at most leaserouter.MaxMetadataBytes), so a page costs
 // the same whatever their size; otherwise a payload that does not decode
@@ -71,6 +64,18 @@ const firstPage = math.MaxInt64
 // Close. A Kind breaking the rule for IDs is an error wrapping
 // ErrInvalidOptions. Errors wrap the driver's. Safe for concurrent use.
 func (r *Router[T]) List(ctx context.Context, p leaserouter.ListParams) (leaserouter.JobPage[T], error) {
+	// Each selected state is a walk of the index leaserouter_jobs_order that stops after a
+	// page, never a scan or sort of the queue; with Kinds, one walk per
+	// state and kind (an index by kind; for kind "", the walk of the state's
+	// jobs skips those of other kinds), which with an IDPrefix too reads the
+	// kinds' jobs until a page of them has it, except the leased state: one
+	// walk of the queue's leased jobs that skips those of other kinds
+	// (bounded by the queue's leases, expired ones not yet settled included). With an IDPrefix, whatever the
+	// database's collation, a state's walk stops after its newest few
+	// thousand jobs (20 pages' worth for a large Limit); when fewer than a
+	// page of those have the prefix, its jobs with the prefix are read from
+	// an index by ID instead, at a cost that grows with their number (not
+	// with the state's).
 	return list[T](ctx, r, p)
 }
 

@@ -60,14 +60,15 @@ func (r *Router[T]) Stats(ctx context.Context) (leaserouter.Stats, error) {
 }
 
 // ExactStats is Stats with every state counted exactly, however many jobs
-// the queue has: it reads every job of the queue (its entries in the
-// index leaserouter_jobs_order, and the rows the visibility map does not
-// cover), which takes seconds at millions of jobs; Stats.Estimated is
+// the queue has: it reads every job of the queue, which takes seconds at
+// millions of jobs; Stats.Estimated is
 // false. Use it where a count must be exact (a test, an audit); a
 // dashboard should call Stats. One round trip, as long as the count
 // takes (bounded by ctx). It works after Close. Errors wrap the
 // driver's. Safe for concurrent use.
 func (r *Router[T]) ExactStats(ctx context.Context) (leaserouter.Stats, error) {
+	// Every job: its entries in the index leaserouter_jobs_order, and the
+	// rows the visibility map does not cover.
 	return r.countStats(orBackground(ctx), "ExactStats", nil)
 }
 
@@ -146,9 +147,8 @@ func readStats(res pgx.BatchResults) (by [6]int, estimated, paused bool, err err
 }
 
 // ExactQueues is Queues with every state of every queue counted exactly,
-// as ExactStats counts one queue's: it reads every job of the table (its
-// entries in leaserouter_jobs_order), which takes seconds at millions of
-// jobs; no QueueInfo is Estimated. One round trip. It works after Close.
+// as ExactStats counts one queue's: it reads every job of the table,
+// which takes seconds at millions of jobs; no QueueInfo is Estimated. One round trip. It works after Close.
 // Errors wrap the driver's. Safe for concurrent use.
 func (r *Router[T]) ExactQueues(ctx context.Context) ([]QueueInfo, error) {
 	return r.queues(orBackground(ctx), "ExactQueues", nil)

@@ -6,7 +6,10 @@
 // meaning is the same (leaserouter.Token, State, Job, JobSpec,
 // WorkerOptions, EnqueueOption, Permanent, LeaseLostError, ...), so moving
 // from one process to many changes a constructor and a lease type, not a
-// handler's logic.
+// handler's logic. The package example is one job's life (Migrate, New,
+// Enqueue, Acquire, Complete); NewClient's runs a kind of job with a
+// Client, and Lease.CompleteTx's writes a result and completes its job in
+// one transaction.
 //
 // # The one invariant, in database time
 //
@@ -70,44 +73,27 @@
 //   - Events are emitted by the process that made the transition, ordered
 //     within that process (see Options.OnEvent); lease_expired, dead on
 //     expiry and purged come from whichever process settles or purges.
-//   - Faults: calls return errors wrapping the driver's. An unknown
-//     outcome (the connection failed, or the call's ctx ended, after
-//     the statement was sent) is resolved by reading the rows back,
-//     once the statement that was cut can no longer take effect: a read
-//     alone could run while it is still on its way or running, and
-//     report a failure that commits a moment later. Complete, Fail and
-//     Release carry a random operation id and hold a transaction-level
-//     advisory lock on it, and act only if the id is not marked
-//     abandoned; their resolution, on another connection of the pool
-//     and in one transaction, waits for the statement if it still runs
-//     (the advisory lock), marks it abandoned (a statement reaching the
-//     server later, delayed in the network say, changes nothing), then
-//     reads the job's row: nil if it shows the lease ended as asked,
-//     otherwise the error, and either answer is final. It gets at most
-//     40ms after the call's ctx ended; past that (the statement still
-//     waiting at the server for a row another transaction holds, say)
-//     the call returns the error with the outcome unknown, and a retry
-//     tells (a second Complete of a lease that completed is refused
-//     with reason completed). The backend's PID is not relied on
-//     (terminating it, or waiting for it to end): poolers such as
-//     PgBouncer hand clients a PID of their own, and a role may lack
-//     the right to signal it. CompleteTx's outcome is its transaction's
-//     commit, the caller's to know. A claim (Acquire, TryAcquire, their
-//     batch forms, Run taking jobs) carries a random claim id, written
-//     on the rows it leases, and holds a transaction-level advisory
-//     lock on that id (a random 64-bit key: it does not meet an
-//     application's own advisory locks in practice). A claim whose
-//     reply never arrived is resolved in the background by the Router:
-//     the resolver waits for the claim's transaction if it still runs,
-//     marks the claim abandoned (a claim reaching the server later,
-//     delayed in the network say, claims nothing) and hands back the
-//     leases it granted, pending again in their place with the attempt
-//     not counted: an attempt counts only a lease a worker received.
-//     They emit no event and are not counted in Stats.LeasesGranted.
-//     The resolution is retried until it gets through or Close ends it;
-//     a claim still unresolved then (the database unreachable until
-//     Close's ctx ended) leaves its leases to expire, their attempt
-//     counted.
+//   - Faults: calls return errors wrapping the driver's. When the outcome
+//     of Complete, Fail or Release is unknown (the connection failed, or
+//     the call's ctx ended, after the statement was sent), the call finds
+//     it out before it returns, within 40ms after its ctx ended: nil if
+//     the lease ended as asked, otherwise the error, and either answer is
+//     final. Past that it returns the error with the outcome unknown, and
+//     a retry tells (a second Complete of a completed lease is refused
+//     with reason completed). This holds behind poolers such as
+//     PgBouncer. CompleteTx's outcome is its transaction's commit, the
+//     caller's to know. A claim (Acquire, TryAcquire, their batch forms,
+//     Run taking jobs) whose reply never arrived is resolved in the
+//     background by the Router: the leases it granted are handed back,
+//     pending again in their place with the attempt not counted (an
+//     attempt counts only a lease a worker received); they emit no event
+//     and are not counted in Stats.LeasesGranted. The resolution is
+//     retried until it gets through or Close ends it; a claim still
+//     unresolved then (the database unreachable until Close's ctx ended)
+//     leaves its leases to expire, their attempt counted. Lease
+//     operations and claims take transaction-level advisory locks on
+//     random 64-bit keys, which do not meet an application's own advisory
+//     locks in practice.
 //   - ctx is honoured within 100ms everywhere, with the pool exhausted or
 //     the server stalled: waiting for a connection, for a claim's reply,
 //     for Close's revocation, for Run's last round trips once its

@@ -20,6 +20,7 @@ func TestMain(m *testing.M) {
 	if dsn := os.Getenv(envPeriodicChild); dsn != "" { // a scheduler process of TestPeriodicOneJobPerTickAcrossKilledProcesses
 		os.Exit(periodicChild(dsn))
 	}
+	pgtest.SkipExamplesWithoutServer() // the Examples need a server: skipped without one, as the tests are
 	code := pgtest.Main(m)
 	if code == 0 {
 		if err := goleak.Find(); err != nil {

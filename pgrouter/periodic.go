@@ -24,10 +24,65 @@ type Periodic[T any] = leaserouter.Periodic[T]
 // p.Schedule it enqueues the job leaserouter.TickID(p.Name, tick), with
 // the payload p.Payload(tick) (the zero T if Payload is nil), p.Options
 // and the tick as its run-at. It returns once p is registered (one round
-// trip; a second when another process registers the name at the same
+// trip, or two when another process registers the name at the same
 // instant); the ticks are enqueued by the Router's scheduler goroutine,
 // started by the first AddPeriodic and stopped (and waited for, until its
 // ctx is done) by Close.
+//
+// Every process may schedule the same p on the queue, with no leader to
+// elect: each tick becomes exactly one job, however many schedulers try
+// it, as long as one of them runs at the tick and the tick is younger than
+// Options.Retention. A tick is never taken twice, even after its job was
+// purged or deleted. Give a name the same Schedule, and the queue the same
+// Retention, in every process. The database's clock decides when a tick
+// is due; a tick's ID is the schedule's instant, so processes with skewed
+// clocks agree on it.
+//
+// Which ticks: none before p's first registration on the queue in any
+// process (a first start does not enqueue the latest past tick). A
+// scheduler woken late, or the first one back after every scheduler was
+// down, enqueues only the latest due tick, if it is younger than
+// Retention, and skips older ones. Ticks may be enqueued out of order.
+//
+// No scheduler waits for another: a process stalled inside a tick delays
+// that periodic job only, and AddPeriodic never waits for it; the others
+// take the tick once the server ends the stalled transaction (after 5s
+// idle; a process stopped in the middle of a statement, before PostgreSQL
+// 17, only once its connection is found dead). During a rolling upgrade,
+// processes of a version before schema 12 may go on scheduling beside this
+// one on the migrated database: each tick is still taken once. Migrating
+// to schema 13 treats every tick up to the latest one taken as taken.
+//
+// Payload is called on the scheduler's goroutine, outside every lock, at
+// each try of a tick; it should not block (Close waits for a call in
+// progress until its ctx is done). A panic in it is recovered, counted in
+// Stats.CallbackPanics and reported at level Error through Options.Logger
+// (slog.Default() if nil), and skips the tick in this process, as a
+// payload that does not encode as JSON does; a panic in the Schedule's
+// Next ends p's schedule here (the name stays added until
+// RemovePeriodic). A database error is retried after a backoff (100ms,
+// doubling up to 5s; it delays only its own periodic job), each reported
+// at level Warn. An enqueued tick's job emits EventEnqueued and counts in
+// Stats.Enqueued, as Enqueue's do.
+//
+// Errors, before any round trip: an error wrapping
+// leaserouter.ErrInvalidOptions for a p the core's AddPeriodic refuses,
+// with its message (an empty Name or one that breaks the rule for IDs
+// with the tick's room taken, a nil Schedule, an Every(d) with d <= 0, an
+// option Enqueue would refuse, WithRunAt or WithDelay among Options), for
+// a negative Options.Retention (finished jobs dropped at once leave no
+// record of a tick's job), or for a p.Name already added on this Router
+// (and not removed); leaserouter.ErrClosed after
+// Close (also when Close began during the round trip). Then an error
+// wrapping the driver's if the registration failed (nothing is
+// scheduled). A nil ctx means context.Background(); ctx bounds the
+// registration only. Safe for concurrent use.
+func (r *Router[T]) AddPeriodic(ctx context.Context, p Periodic[T]) error {
+	return r.addPeriodic(ctx, p, "", nil)
+}
+
+// How AddPeriodic's schedulers take their ticks (its doc says what users
+// see):
 //
 // Exactly one job per tick, whatever the number of processes and Routers
 // that schedule p on the queue, as long as at least one of them runs at
@@ -141,22 +196,6 @@ type Periodic[T any] = leaserouter.Periodic[T]
 // Options.Logger (slog.Default() if nil). An enqueued tick's job emits
 // EventEnqueued and counts in Stats.Enqueued, as Enqueue's do.
 //
-// Errors, before any round trip: an error wrapping
-// leaserouter.ErrInvalidOptions for a p the core's AddPeriodic refuses,
-// with its message (an empty Name or one that breaks the rule for IDs
-// with the tick's room taken, a nil Schedule, an Every(d) with d <= 0, an
-// option Enqueue would refuse, WithRunAt or WithDelay among Options), for
-// a negative Options.Retention (finished jobs dropped at once leave no
-// record of a tick's job), or for a p.Name already added on this Router
-// (and not removed); leaserouter.ErrClosed after
-// Close (also when Close began during the round trip). Then an error
-// wrapping the driver's if the registration failed (nothing is
-// scheduled). A nil ctx means context.Background(); ctx bounds the
-// registration only. Safe for concurrent use.
-func (r *Router[T]) AddPeriodic(ctx context.Context, p Periodic[T]) error {
-	return r.addPeriodic(ctx, p, "", nil)
-}
-
 // addPeriodic is AddPeriodic of a periodic job whose ticks' jobs have
 // kind ("": the Router's Options.Kind) and, when encode is not nil, the
 // payload encode gives for a tick in place of p.Payload's (a Client's

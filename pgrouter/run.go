@@ -37,94 +37,93 @@ import (
 type Handler[T any] func(ctx context.Context, l *Lease[T]) error
 
 // Run processes jobs with opts.Workers worker goroutines until ctx is done
-// or the Router is closed, as leaserouter's Router.Run does:
-// each worker leases jobs, runs h with a context derived from ctx and
-// canceled as soon as the lease is lost, and then completes the job (h
-// returned nil), fails it (h returned an error or panicked), or, when ctx
-// was done meanwhile, completes it if h returned nil and releases it
-// otherwise. If the lease was lost while h ran, Run leaves the job alone.
-// Each attempt is limited: h's ctx is canceled after the
-// job's WithTimeout (Job.Timeout) if set, else opts.Timeout (0: no
-// limit), counted from h's start, with a *leaserouter.TimeoutError as its
-// cause (ctx.Err() is context.DeadlineExceeded); the lease is still
-// heartbeated until h returns (a timeout is not a lost lease), and h's
-// error then fails the attempt (retried after Backoff), its nil completes
-// the job. An h whose error is, or wraps, one made by leaserouter.Snooze(d)
-// has its lease snoozed (Lease.Snooze) instead, even while Run is
-// stopping (h asked for it); a negative d fails the attempt with
-// Snooze's error (wrapping ErrInvalidOptions).
+// or the Router is closed, as leaserouter's Router.Run does: each worker
+// leases jobs, runs h with a context canceled when the lease is lost, and
+// then completes the job if h returned nil, or fails the attempt if h
+// returned an error or panicked (releases the job if ctx was done
+// meanwhile). If the lease was lost while h ran, Run leaves the job alone.
+// An attempt is limited by the job's WithTimeout, else opts.Timeout (0: no
+// limit): h's ctx then ends with context.DeadlineExceeded and a
+// *leaserouter.TimeoutError cause, its lease still held. An error made by
+// leaserouter.Snooze(d) snoozes the job (Lease.Snooze) instead; a negative
+// d fails the attempt with an error wrapping ErrInvalidOptions.
+//
 // A handler may complete its own lease with CompleteTx, writing its
-// result in the same transaction; when that committed, Run does nothing
-// more for the job, otherwise it goes on as above. Work in that
-// transaction after CompleteTx and before the commit is allowed, however
-// long it takes: the lease counts as held until the handler returns (the
-// transaction holds the job's row with the completion written, and each
-// heartbeat round proves the lease by finding that transaction still in
-// progress on the database), so the handler's ctx is not canceled for
-// want of a heartbeat meanwhile. If the transaction rolls back, the lease
-// is as it was before CompleteTx: heartbeats extend it again or, if its
-// expiry passed while the row was locked, find it lost (the ctx is canceled
-// with a *leaserouter.LeaseLostError, LostExpired) and the job is retried.
+// result in the same transaction: once that commits, Run does nothing more
+// for the job. Work in that transaction after CompleteTx is safe however
+// long it takes: the lease counts as held until h returns, and a rollback
+// leaves it as it was.
 //
-// Round trips. A worker leases up to opts.Batch jobs in one statement
-// (one at first and after a batch a heartbeat round cut, doubling after
-// a batch that took at most a quarter of
-// HeartbeatInterval, halving after one that took over half), runs them in
-// order, and completes those whose handler returned nil in the same round
-// trip as its next lease. A worker with nothing to do takes the back half
-// of the jobs another worker of the Run leased and has not started (no
-// round trip: the leases are the Run's already), so a burst is spread.
-// One heartbeat goroutine per Run, on the heartbeat connection (outside
-// the pool, one per Router, or per Client, its rounds taking turns with
-// those of the other Runs and of KeepAlive; made again when it fails, so
-// a pool whose connections the handlers hold never starves it; only while
-// no connection can be made does a round use the pool), runs a round
-// every opts.HeartbeatInterval: the jobs still
-// waiting their turn are handed back unstarted (pending again in their
-// old place, the lease not counted as an attempt), the finished ones not
-// yet completed are completed, and every running lease is extended in one
-// statement, however many there are. A round never waits for a row
-// another transaction holds (an operator's statement, say): that lease
-// is handed back, completed or extended by a later round instead (one
-// soon after: 10ms, doubling while the row stays held, up to 1s), so one
-// row held elsewhere never delays the heartbeats of the other Runs and
-// of KeepAlive that take turns on the connection; one held by its
-// handler's CompleteTx is proven by that transaction, as above. So a job
-// leased ahead waits at most one HeartbeatInterval and never loses its
-// lease while it waits, a finished one never expires before it is
-// completed (unless another transaction holds its row past its expiry:
-// no lease can be extended or ended meanwhile), and a long job holds
-// others back for at most one HeartbeatInterval.
-// When ctx is done or Close starts, workers start no more jobs and the
-// waiting ones are handed back at once.
+// A worker leases up to opts.Batch jobs in one statement, runs them in
+// order, and completes the successful ones with its next claim. Every
+// opts.HeartbeatInterval one statement extends every running lease of the
+// Run, on a connection of the Router's own (a Client's, for its queues)
+// outside the pool, and hands back the jobs still waiting their turn
+// (pending again, the attempt not counted), so a job leased ahead never
+// loses its lease while it waits. A handler's ctx is also canceled, with
+// an error wrapping ErrLeaseLost, once LeaseDuration has passed since the
+// last grant or heartbeat the database accepted (it cannot be reached: the
+// lease can no longer be proven). Database errors do not stop Run: a
+// worker backs off (50ms doubling to 1s) and goes on.
 //
-// Validity from the client's side: a handler's ctx is canceled with a
-// *leaserouter.LeaseLostError when a heartbeat finds the lease lost, and
-// with an error wrapping ErrLeaseLost when LeaseDuration has passed, on
-// the client's monotonic clock, since the send time of the last accepted
-// grant or heartbeat (the database unreachable: the lease can no longer
-// be proven valid; a grant's send time is its claim's, after the wait for
-// a pool connection, so a worker that waited for the pool still gets a
-// whole LeaseDuration); the job is then released, not failed, if the handler
-// returns an error. Database errors do not stop Run: a worker backs off
-// (50ms doubling to 1s) and goes on when the database is back.
-//
-// Run blocks until every handler it started has returned and every
-// goroutine it started has ended, and returns within 100ms of its ctx's
-// end (or Close's start) once its handlers have returned, whatever the
-// database does: its last round trips (completing the finished jobs,
-// releasing, handing back the jobs not started) get 80ms once the last
-// handler returned, and what they did not do by then the Router does in
-// the background, retrying until it is done or Close ends it (a claim in
-// flight then is given up: its outcome, unknown, is resolved in the
-// background, the leases it granted handed back, the attempt not
-// counted). It returns nil when stopped by ctx or
-// Close; ErrClosed at once if the Router was already closed; at once, an
-// error wrapping ErrInvalidOptions for bad opts (the same checks and
-// messages on every backend) or a nil h. Several Runs, in one process or many, may
-// share a queue. A nil ctx means context.Background().
+// Run blocks until every handler it started has returned, and returns
+// within 100ms of ctx's end (or Close's start) once they have, whatever
+// the database does: what is left (completions, hand-backs) the Router
+// finishes in the background until Close. It returns nil when stopped by
+// ctx or Close; ErrClosed if the Router is closed; and, starting nothing,
+// an error wrapping ErrInvalidOptions for bad opts or a nil h. Several
+// Runs, in one process or many, may share a queue. A nil ctx means
+// context.Background().
 func (r *Router[T]) Run(ctx context.Context, opts leaserouter.WorkerOptions, h Handler[T]) error {
 	ctx = orBackground(ctx)
+	// How Run works, beyond its doc:
+	//
+	// CompleteTx in a handler: the transaction holds the job's row with the
+	// completion written, and each heartbeat round proves the lease by
+	// finding that transaction still in progress on the database, so the
+	// handler's ctx is not canceled for want of a heartbeat meanwhile. If the
+	// transaction rolls back, heartbeats extend the lease again or, if its
+	// expiry passed while the row was locked, find it lost (the ctx is
+	// canceled with a *leaserouter.LeaseLostError, LostExpired) and the job is
+	// retried. A snooze asked for by h is done even while Run is stopping (h
+	// asked for it); a negative d fails the attempt with Snooze's error.
+	//
+	// Round trips. A worker's batch is one job at first and after a batch a
+	// heartbeat round cut, doubling after a batch that took at most a quarter
+	// of HeartbeatInterval, halving after one that took over half. A worker
+	// with nothing to do takes the back half of the jobs another worker of
+	// the Run leased and has not started (no round trip: the leases are the
+	// Run's already), so a burst is spread. The heartbeat connection is one
+	// per Router, or per Client, its rounds taking turns with those of the
+	// other Runs and of KeepAlive; it is made again when it fails, so a pool
+	// whose connections the handlers hold never starves it; only while no
+	// connection can be made does a round use the pool. A round hands back
+	// the waiting jobs, completes the finished ones not yet completed, and
+	// extends every running lease in one statement, however many there are.
+	// It never waits for a row another transaction holds (an operator's
+	// statement, say): that lease is handed back, completed or extended by a
+	// later round instead (one soon after: 10ms, doubling while the row stays
+	// held, up to 1s), so one row held elsewhere never delays the heartbeats
+	// of the other Runs and of KeepAlive that take turns on the connection;
+	// one held by its handler's CompleteTx is proven by that transaction. So
+	// a finished job never expires before it is completed (unless another
+	// transaction holds its row past its expiry: no lease can be extended or
+	// ended meanwhile), and a long job holds others back for at most one
+	// HeartbeatInterval.
+	//
+	// Validity from the client's side: a grant's send time is its claim's,
+	// after the wait for a pool connection, so a worker that waited for the
+	// pool still gets a whole LeaseDuration; a lease found unprovable is
+	// released, not failed, if the handler returns an error.
+	//
+	// Stopping: the last round trips (completing the finished jobs,
+	// releasing, handing back the jobs not started) get 80ms once the last
+	// handler returned, and what they did not do by then the Router does in
+	// the background, retrying until it is done or Close ends it (a claim in
+	// flight then is given up: its outcome, unknown, is resolved in the
+	// background, the leases it granted handed back, the attempt not
+	// counted). WorkerOptions are checked with the same checks and messages
+	// on every backend.
 	if err := contract.WorkerDefaults(leaserouter.ErrInvalidOptions, h == nil, r.opts.LeaseDuration,
 		&opts.Workers, &opts.WorkerID, &opts.HeartbeatInterval, &opts.Batch, opts.Timeout); err != nil {
 		return err

@@ -5,6 +5,8 @@
 // and histograms of the durations the Router's events carry (lease wait,
 // requeue wait after an expiry, run time). It is a module of its own so
 // that the leaserouter module depends on nothing but the standard library.
+// The package example wires a Collector to a Router and reads what it
+// exports.
 //
 // Wire it in three steps: the Collector's OnEvent goes into
 // leaserouter.Options (alone, or chained with your own hook), Observe

@@ -155,6 +155,14 @@ const installHint = "install PostgreSQL's server (apt-get install postgresql; br
 var errNoServer = fmt.Errorf("%w: no server binaries ($PG_BINDIR, `pg_config --bindir`, where packages install them); %s",
 	ErrNoPostgres, installHint)
 
+// findServer returns errNoServer when there are no server binaries.
+func findServer() error {
+	if bindir() == "" {
+		return errNoServer
+	}
+	return nil
+}
+
 // tempBase is the directory clusters' directories are made in: the
 // system's temporary directory, unless the server's socket in it would be
 // longer than a Unix socket's path may be (104 bytes on macOS, whose

@@ -21,6 +21,9 @@ const clusters = false
 // errNoServer is StartCluster's error on this system.
 var errNoServer = fmt.Errorf("%w: no throwaway clusters on %s; set %s to a server's URL", ErrNoPostgres, runtime.GOOS, EnvURL)
 
+// findServer returns errNoServer: there are no throwaway clusters here.
+func findServer() error { return errNoServer }
+
 // StartCluster returns an error wrapping ErrNoPostgres on this system:
 // there are no throwaway clusters here.
 func StartCluster(ctx context.Context) (*Cluster, error) { return nil, errNoServer }

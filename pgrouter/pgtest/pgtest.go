@@ -3,6 +3,9 @@
 //
 //	db := pgtest.New(t) // *pgxpool.Pool; the database is dropped when t ends
 //
+// Code without a testing.TB (an Example) calls Database instead (see its
+// example), with SkipExamplesWithoutServer in TestMain.
+//
 // The server is the one at LEASEROUTER_TEST_DATABASE_URL when that is set
 // (a connection string, as for pgx, of a role that may create databases:
 // CREATEDB or a superuser), on any system, Windows included: pgtest
@@ -109,6 +112,15 @@ type urlServer struct {
 // UTF-8, whatever the server's default. A failure fails t.
 func urlTemplate(t testing.TB, url string) string {
 	t.Helper()
+	template, err := urlTemplateErr(url)
+	if err != nil {
+		t.Fatalf("pgtest: %s: %v", EnvURL, err)
+	}
+	return template
+}
+
+// urlTemplateErr is urlTemplate, returning its failure.
+func urlTemplateErr(url string) (string, error) {
 	servers.mu.Lock()
 	if servers.byURL == nil {
 		servers.byURL = map[string]*urlServer{}
@@ -127,10 +139,7 @@ func urlTemplate(t testing.TB, url string) string {
 			s.template = name
 		}
 	})
-	if s.err != nil {
-		t.Fatalf("pgtest: %s: %v", EnvURL, s.err)
-	}
-	return s.template
+	return s.template, s.err
 }
 
 // dropTemplate drops the template this process made on the server at url
@@ -161,6 +170,15 @@ func dropTemplate(url string) error {
 // LEASEROUTER_REQUIRE_POSTGRES=1.
 func sharedCluster(t testing.TB) *Cluster {
 	t.Helper()
+	c, err := sharedClusterErr()
+	if err != nil {
+		need(t, err)
+	}
+	return c
+}
+
+// sharedClusterErr is sharedCluster, returning its failure.
+func sharedClusterErr() (*Cluster, error) {
 	shared.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -169,10 +187,7 @@ func sharedCluster(t testing.TB) *Cluster {
 			shared.err = shared.cluster.migrateTemplate(ctx)
 		}
 	})
-	if shared.err != nil {
-		need(t, shared.err)
-	}
-	return shared.cluster
+	return shared.cluster, shared.err
 }
 
 // NewLocale is New with a database whose collation and character

@@ -11,7 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestMain(m *testing.M) { os.Exit(Main(m)) }
+func TestMain(m *testing.M) {
+	SkipExamplesWithoutServer()
+	os.Exit(Main(m))
+}
 
 // fakeTB records what need does to a test.
 type fakeTB struct {
@@ -129,4 +132,44 @@ func TestWithDatabaseKeepsTheRest(t *testing.T) {
 		require.Equal(t, orig.Password, cfg.Password)
 		require.Equal(t, orig.TLSConfig == nil, cfg.TLSConfig == nil)
 	}
+}
+
+// TestDatabaseGivesFreshMigratedDatabasesThatDropDrops: each Database is
+// a database of its own, migrated (pgrouter's tables are there, empty),
+// and its drop drops it (a second drop returns the first one's result).
+func TestDatabaseGivesFreshMigratedDatabasesThatDropDrops(t *testing.T) {
+	if err := Available(); err != nil && os.Getenv(EnvRequire) != "1" {
+		t.Skip(err)
+	}
+	ctx := t.Context()
+	url1, drop1, err := Database(ctx)
+	require.NoError(t, err)
+	url2, drop2, err := Database(ctx)
+	require.NoError(t, err)
+	defer drop2()
+	require.NotEqual(t, url1, url2)
+
+	conn, err := pgx.Connect(ctx, url1)
+	require.NoError(t, err)
+	var name string
+	var n int
+	require.NoError(t, conn.QueryRow(ctx, "SELECT current_database(), (SELECT count(*) FROM leaserouter_jobs)").Scan(&name, &n))
+	require.Zero(t, n)
+	require.NoError(t, conn.Close(ctx))
+
+	require.NoError(t, drop1())
+	require.NoError(t, drop1())
+	conn, err = pgx.Connect(ctx, url2)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var exists bool
+	require.NoError(t, conn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_database WHERE datname = $1)", name).Scan(&exists))
+	require.False(t, exists, "drop dropped %s", name)
+}
+
+// TestAvailableWithAURL: LEASEROUTER_TEST_DATABASE_URL is a server, as
+// far as Available can tell without connecting.
+func TestAvailableWithAURL(t *testing.T) {
+	t.Setenv(EnvURL, "postgres://nowhere.invalid/db")
+	require.NoError(t, Available())
 }

@@ -17,23 +17,18 @@ import (
 func TestReadmeQuickStartIsTheExamplePrograms(t *testing.T) {
 	readme, err := os.ReadFile("README.md")
 	require.NoError(t, err)
-	blocks := goBlocks(string(readme))
-	for _, c := range []struct{ file, from string }{
-		{"examples/quickstart/main.go", "package main\n"},
-		{"pgrouter/examples/quickstart/main.go", "func main() {\n"},
-	} {
-		src, err := os.ReadFile(filepath.FromSlash(c.file))
+	for _, file := range []string{"examples/quickstart/main.go", "pgrouter/examples/quickstart/main.go"} {
+		src, err := os.ReadFile(filepath.FromSlash(file))
 		require.NoError(t, err)
-		i := strings.Index(string(src), c.from)
-		require.GreaterOrEqual(t, i, 0, "%s has no %q", c.file, c.from)
-		var shown []string
-		for _, b := range blocks {
-			if strings.HasPrefix(b, c.from) {
-				shown = append(shown, b)
-			}
-		}
-		require.Len(t, shown, 1, "README.md shows %s in one go block starting %q", c.file, c.from)
-		require.Equal(t, string(src[i:]), shown[0], "README.md's Quick start shows %s from %q on, as it is", c.file, c.from)
+		i := strings.Index(string(src), "func main() {\n")
+		require.GreaterOrEqual(t, i, 0, "%s has no func main", file)
+		// The block shown is the first go block after the README's link
+		// to the program.
+		link := strings.Index(string(readme), "]("+file+")")
+		require.GreaterOrEqual(t, link, 0, "README.md links to %s", file)
+		blocks := goBlocks(string(readme[link:]))
+		require.NotEmpty(t, blocks, "README.md shows %s after its link", file)
+		require.Equal(t, string(src[i:]), blocks[0], "README.md's Quick start shows %s from func main on, as it is", file)
 	}
 }
 

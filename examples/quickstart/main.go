@@ -2,8 +2,8 @@
 // of job with its handler, one job enqueued, run and waited for. It
 // prints "hello, world".
 //
-// The README shows this file from its package clause on; a test checks
-// that it is the same text.
+// The README shows this file from func main on; a test checks that it is
+// the same text.
 package main
 
 import (
@@ -13,6 +13,12 @@ import (
 
 	"github.com/leaserouter/leaserouter"
 )
+
+func check(err error) {
+	if err != nil {
+		log.Fatal(err)
+	}
+}
 
 func main() {
 	ctx := context.Background()
@@ -27,10 +33,4 @@ func main() {
 	check(c.Start(ctx))                           // the workers start; Start returns at once
 	check(c.Drained(ctx))                         // wait until every queue is empty
 	check(c.Stop(ctx))
-}
-
-func check(err error) {
-	if err != nil {
-		log.Fatal(err)
-	}
 }

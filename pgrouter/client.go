@@ -175,10 +175,10 @@ func NewClient(ctx context.Context, db *pgxpool.Pool, opts ClientOptions) (*Clie
 	if err := readCommittedByDefault(ctx, db); err != nil {
 		return nil, err
 	}
-	if err := schemaReady(ctx, db, floor); err != nil {
+	if err := schemaReady(ctx, db, merged[0].Schema, floor); err != nil {
 		return nil, err
 	}
-	c.sh = newShared(db)
+	c.sh = newShared(db, merged[0].Schema)
 	c.sh.start(&c.bg)
 	for i, name := range c.names {
 		c.sh.add(name, c.idle) // Drained counts again at each notification of the Client's queues
@@ -206,6 +206,10 @@ func (c *Client) queueOptions(name string, qc QueueConfig, base Options, first b
 		return Options{}, fmt.Errorf("%w: queue %s: Timeout is %v, must be >= 0 (0 = none)",
 			leaserouter.ErrInvalidOptions, contract.Quote(name), qc.Timeout)
 	}
+	if qc.Options.Schema != "" && qc.Options.Schema != base.Schema {
+		return Options{}, fmt.Errorf("%w: queue %s: Schema %q differs from the Client's %q (one Client, one schema)",
+			leaserouter.ErrInvalidOptions, contract.Quote(name), qc.Options.Schema, base.Schema)
+	}
 	o := qc.Options.over(base)
 	o.Queue, o.Kind = name, ""
 	o.NoVacuum = base.NoVacuum || !first // one vacuum loop per Client
@@ -228,6 +232,7 @@ func (o Options) over(base Options) Options {
 	o.Retention = cmp.Or(o.Retention, base.Retention)
 	o.TokenFloor = cmp.Or(o.TokenFloor, base.TokenFloor)
 	o.PollInterval = base.PollInterval
+	o.Schema = base.Schema
 	if o.Backoff == nil {
 		o.Backoff = base.Backoff
 	}

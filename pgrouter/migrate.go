@@ -16,6 +16,14 @@ import (
 	"github.com/leaserouter/leaserouter"
 )
 
+// The migrations: migrations/NNNN_name.sql applies version NNNN and
+// migrations/NNNN_name.down.sql undoes it (both required; never renumber
+// one). Names of pgrouter's objects are written after /*schema*/, as in
+// sql/ (schemaMarker, schema.go), and qualified when a schema's
+// migrations are read (migrations, migrations.go); nothing records a
+// migration's text, so a file's edit (a marker added) never makes an
+// applied version run again.
+//
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
@@ -34,7 +42,9 @@ const (
 	migrateSessionLock = 0x6c65617365724d67
 )
 
-// Migrate brings the database's pgrouter schema to this module's version:
+// Migrate brings the database's pgrouter schema to this module's version
+// (LatestVersion), in the default schema (the connections' search_path;
+// MigrateTo migrates another, or to another version, down too):
 // it applies, in order, the embedded SQL migrations
 // (migrations/NNNN_name.sql) not yet recorded in the table
 // leaserouter_migrations, one missing below the highest recorded

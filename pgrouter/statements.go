@@ -14,7 +14,13 @@ import (
 
 // The statements pgrouter runs, each whole in a file of sql/ (its doc at
 // its head), with named parameters (@name, bound by args: a missing or
-// extra name is an error, not a NULL). The rules the lease statements
+// extra name is an error, not a NULL). Each name of an object of
+// pgrouter's in them is written after the marker /*schema*/
+// (schemaMarker, schema.go: how to write a new file), which the
+// statements of a schema (statementsFor: compiled at a schema's first
+// New, once per process) replace with the quoted schema and a dot, and
+// the default schema's with nothing: those are the files' text, byte for
+// byte. The rules the lease statements
 // share are SQL functions, written once: leaserouter_lease_valid (the one
 // invariant) and leaserouter_end_lease (how a lease ends and where its
 // job goes: requeued, scheduled after a backoff or a snooze, or dead),

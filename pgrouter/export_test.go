@@ -127,6 +127,3 @@ func StateLabel(s leaserouter.State) string { return dbState(s) }
 // MigrateLocks are Migrate's advisory lock keys for schema (its
 // transactions', its session's).
 func MigrateLocks(schema string) (xact, session int64) { return migrateLocks(schema) }
-
-// SchemaChannel is the LISTEN/NOTIFY channel of schema's queues.
-func SchemaChannel(schema string) string { return schemaChannel(schema) }

@@ -70,3 +70,15 @@ func code(text string) string {
 	}
 	return b.String()
 }
+
+// TestSchemaChannelFitsAName: a schema's channel is "leaserouter:" and
+// its name while that fits PostgreSQL's 63 bytes of a name (NOTIFY
+// refuses a longer one), else a hash of the name; two schemas never
+// share one.
+func TestSchemaChannelFitsAName(t *testing.T) {
+	require.Equal(t, "leaserouter", schemaChannel(""))
+	require.Equal(t, "leaserouter:jobs", schemaChannel("jobs"))
+	long, other := strings.Repeat("s", 63), strings.Repeat("s", 62)+"t"
+	require.LessOrEqual(t, len(schemaChannel(long)), 63)
+	require.NotEqual(t, schemaChannel(long), schemaChannel(other))
+}

@@ -137,8 +137,8 @@ func TestSchemasWakeAndMigrateApart(t *testing.T) {
 	conn, err := db.Acquire(ctx)
 	require.NoError(t, err)
 	defer conn.Release()
-	chans := []string{pgrouter.SchemaChannel("alpha"), pgrouter.SchemaChannel("Beta Two"), pgrouter.SchemaChannel(""), "sentinel"}
-	require.Equal(t, "leaserouter", chans[2], "the default schema's channel is the one of versions before schemas")
+	// The default schema's channel is the one of versions before schemas.
+	chans := []string{"leaserouter:alpha", "leaserouter:Beta Two", "leaserouter", "sentinel"}
 	for _, c := range chans {
 		_, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{c}.Sanitize())
 		require.NoError(t, err)
@@ -158,7 +158,7 @@ func TestSchemasWakeAndMigrateApart(t *testing.T) {
 		require.NoError(t, r.Enqueue(ctx, "x", "p"))
 		_, err := db.Exec(ctx, "SELECT pg_notify('sentinel', '')")
 		require.NoError(t, err)
-		require.Equal(t, []string{pgrouter.SchemaChannel(map[*pgrouter.Router[string]]string{a: "alpha", b: "Beta Two"}[r]), "sentinel"},
+		require.Equal(t, []string{map[*pgrouter.Router[string]]string{a: chans[0], b: chans[1]}[r], "sentinel"},
 			[]string{next(), next()}, "an enqueue notifies its schema's channel alone")
 	}
 	_, err = b.TryAcquire(ctx, "w")

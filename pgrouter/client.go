@@ -57,7 +57,9 @@ type QueueConfig struct {
 	// field: a zero field takes the client's value. Its Queue and Kind
 	// are ignored (the map's key names the queue; a queue serves the
 	// Client's kinds), and so are PollInterval and NoVacuum (the
-	// Client's apply to every queue).
+	// Client's apply to every queue). Its Schema must be "" or the
+	// Client's (every queue of a Client is in one schema): NewClient
+	// refuses another with an error wrapping leaserouter.ErrInvalidOptions.
 	Options Options
 	// Timeout limits each attempt of this queue's jobs, as
 	// WorkerOptions.Timeout does for Run (a job's WithTimeout overrides

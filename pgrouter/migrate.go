@@ -278,6 +278,8 @@ func recordedVersions(ctx context.Context, db interface {
 	return have, nil
 }
 
+// execer is a connection or a transaction, for a statement that returns
+// no rows.
 type execer interface {
 	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
 }

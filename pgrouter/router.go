@@ -55,7 +55,8 @@ type Router[T any] struct {
 }
 
 // New returns a Router on db for opts.Queue, after checking that db's
-// schema is at this module's version (run Migrate first) and raising the
+// schema is at this module's version (run Migrate first, or MigrateTo
+// for opts.Schema) and raising the
 // token sequence (ALTER SEQUENCE: the role must own the schema's objects,
 // as Migrate's role does) above opts.TokenFloor and the Unix time in
 // nanoseconds. It starts four goroutines (three with opts.NoVacuum): one holds a connection of its

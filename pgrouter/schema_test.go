@@ -198,3 +198,28 @@ func TestSchemasWakeAndMigrateApart(t *testing.T) {
 	_, err = conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", alphaSession)
 	require.NoError(t, err)
 }
+
+// TestSchemaFunctionsInlined: in a schema, the SQL functions every lease
+// statement calls (the one invariant, how a lease ends, a hand-back, the
+// retention rule) are still inlined by the planner: their bodies name
+// the schema's objects themselves, and no SET search_path on them stops
+// the inlining (which made each statement several times dearer).
+func TestSchemaFunctionsInlined(t *testing.T) {
+	nowhere, _ := schemaDB(t, "inl")
+	// Constant arguments: a volatile one stops the inlining of a table
+	// function (the statements pass columns).
+	for f, call := range map[string]string{
+		"leaserouter_end_lease":      `SELECT * FROM "inl".leaserouter_end_lease('completed', 1, 5, false, 0, '2026-01-01'::timestamptz, '', 0)`,
+		"leaserouter_hand_back":      `SELECT * FROM "inl".leaserouter_hand_back(1, false)`,
+		"leaserouter_lease_valid":    `SELECT "inl".leaserouter_lease_valid('leased', 1, '2026-01-01'::timestamptz, 1)`,
+		"leaserouter_past_retention": `SELECT "inl".leaserouter_past_retention('succeeded', '2026-01-01'::timestamptz)`,
+	} {
+		rows, err := nowhere.Query(t.Context(), "EXPLAIN (VERBOSE) "+call)
+		require.NoError(t, err)
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		plan := strings.Join(lines, "\n")
+		require.NotContains(t, plan, f, "not inlined:\n%s", plan)
+		require.NotContains(t, plan, "Function Scan", "not inlined:\n%s", plan)
+	}
+}

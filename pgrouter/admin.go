@@ -135,12 +135,12 @@ func list[P, T any](ctx context.Context, r *Router[T], p leaserouter.ListParams)
 	case kindKey != "":
 		kinds := slices.DeleteFunc(slices.Compact(slices.Sorted(slices.Values(p.Kinds))), func(k string) bool { return k == "" })
 		a["kinds"], a["unkinded"], a["prefix"] = kinds, slices.Contains(p.Kinds, ""), p.IDPrefix
-		b.Queue(listJobsKinds, a)
+		b.Queue(r.st.listJobsKinds, a)
 	case p.IDPrefix == "":
-		b.Queue(listJobs, a)
+		b.Queue(r.st.listJobs, a)
 	default:
 		a["prefix"], a["end"], a["walk"] = p.IDPrefix, prefixEnd(p.IDPrefix), prefixWalk(limit+1)
-		b.Queue(listJobsPrefix, a)
+		b.Queue(r.st.listJobsPrefix, a)
 	}
 	res := r.db.SendBatch(ctx, b)
 	settled, err := readSettle(res)
@@ -315,7 +315,7 @@ func (r *Router[T]) setPaused(ctx context.Context, call string, paused bool) err
 	if err := r.open(); err != nil {
 		return err
 	}
-	_, err := r.db.Exec(ctx, pauseQueue, args{"queue": r.opts.Queue, "paused": paused, "channel": channel})
+	_, err := r.db.Exec(ctx, r.st.pauseQueue, args{"queue": r.opts.Queue, "paused": paused, "channel": r.channel})
 	return errWrap(call, err)
 }
 
@@ -474,7 +474,7 @@ func leases[P, T any](ctx context.Context, r *Router[T], limit int) ([]leaserout
 	}
 	b := &pgx.Batch{}
 	r.queueSettle(b)
-	b.Queue(listLeases, args{"queue": r.opts.Queue, "limit": limit})
+	b.Queue(r.st.listLeases, args{"queue": r.opts.Queue, "limit": limit})
 	res := r.db.SendBatch(ctx, b)
 	settled, err := readSettle(res)
 	var out []leaserouter.Job[P]

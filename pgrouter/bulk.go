@@ -150,7 +150,7 @@ func stateOf(name string) leaserouter.State {
 // skipped.
 func (r *Router[T]) bulkStatement(ctx context.Context, call, sql string, ids []string, a args, scan func(pgx.Rows) error) error {
 	b := &pgx.Batch{}
-	b.Queue(settleJobs, args{"queue": r.opts.Queue, "ids": ids, "retention_us": r.keep})
+	b.Queue(r.st.settleJobs, args{"queue": r.opts.Queue, "ids": ids, "retention_us": r.keep})
 	r.queueSettle(b)
 	b.Queue(sql, a)
 	res := r.db.SendBatch(ctx, b)
@@ -191,7 +191,7 @@ func (r *Router[T]) retry(ctx context.Context, call string, ids, states []string
 		out    []acted
 		events []leaserouter.Event
 	)
-	err := r.bulkStatement(ctx, call, retryJobs, ids, args{"queue": r.opts.Queue, "ids": ids, "states": states, "channel": channel},
+	err := r.bulkStatement(ctx, call, r.st.retryJobs, ids, args{"queue": r.opts.Queue, "ids": ids, "states": states, "channel": r.channel},
 		func(rows pgx.Rows) error {
 			var (
 				j     acted
@@ -224,7 +224,7 @@ func (r *Router[T]) cancel(ctx context.Context, call string, ids, states []strin
 		events []leaserouter.Event
 		ended  = map[string]leaserouter.Token{}
 	)
-	err := r.bulkStatement(ctx, call, cancelJobs, ids, args{"queue": r.opts.Queue, "ids": ids, "states": states, "retention_us": r.keep},
+	err := r.bulkStatement(ctx, call, r.st.cancelJobs, ids, args{"queue": r.opts.Queue, "ids": ids, "states": states, "retention_us": r.keep},
 		func(rows pgx.Rows) error {
 			var (
 				j       acted
@@ -268,7 +268,7 @@ func (r *Router[T]) delete(ctx context.Context, call string, ids, states []strin
 		out    []acted
 		events []leaserouter.Event
 	)
-	err := r.bulkStatement(ctx, call, deleteJobs, ids, args{"queue": r.opts.Queue, "ids": ids, "states": states},
+	err := r.bulkStatement(ctx, call, r.st.deleteJobs, ids, args{"queue": r.opts.Queue, "ids": ids, "states": states},
 		func(rows pgx.Rows) error {
 			var (
 				j       acted

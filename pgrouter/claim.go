@@ -216,17 +216,17 @@ const claimMax = leaserouter.MaxBatch
 func (r *Router[T]) claimBatch(id int64, done []*Lease[T], workerID string, n int, withDue bool) *pgx.Batch {
 	q := r.opts.Queue
 	b := &pgx.Batch{}
-	b.Queue(claimLock, args{"id": id})
+	b.Queue(r.st.claimLock, args{"id": id})
 	if len(done) > 0 {
-		b.Queue(endLeases, r.endManyArgs(done, leaserouter.LostCompleted, true))
+		b.Queue(r.st.endLeases, r.endManyArgs(done, leaserouter.LostCompleted, true))
 	}
 	r.queueSettle(b)
 	kinds := r.claimKinds()
 	a := claimArgs(q, kinds, r.lease)
 	a["n"], a["worker"], a["claim"] = min(n, claimMax), workerID, id
-	b.Queue(claimStatement(len(kinds)), a)
+	b.Queue(r.st.claim(len(kinds)), a)
 	if withDue {
-		b.Queue(nextDue, args{"queue": q})
+		b.Queue(r.st.nextDue, args{"queue": q})
 	}
 	return b
 }
@@ -308,7 +308,7 @@ type claimed[T any] struct {
 // readClaim reads the results of claim's batch, sent at sent.
 func (r *Router[T]) readClaim(res pgx.BatchResults, workerID string, sent time.Time, withDone, withDue bool) (claimed[T], error) {
 	c := claimed[T]{badPayload: map[*Lease[T]]error{}}
-	if _, err := res.Exec(); err != nil { // claimLock
+	if _, err := res.Exec(); err != nil { // r.st.claimLock
 		return c, err
 	}
 	var err error

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 )
 
 // The claim statement is rendered for the number of kinds a queue's
@@ -21,29 +20,22 @@ var (
 // claimArmBound is each arm's LIMIT in claim_arm.sql (see claim.sql).
 const claimArmBound = 65536
 
-// renderedClaims holds each claim statement rendered so far, keyed by k,
-// and its compiled form keyed by its text (for args.RewriteQuery): a
-// process renders one per number of kinds its queues serve, once.
-var (
-	renderedClaims sync.Map // text -> *positional
-	claimTexts     sync.Map // k -> text
-)
-
-// claimStatement is the claim statement for k kinds (1 <= k <=
-// maxClaimKinds), compiled on first use: its parameters are @queue, @n,
+// claim is the claim statement of s's schema for k kinds (1 <= k <=
+// maxClaimKinds), compiled on first use (a process renders one per number
+// of kinds its queues serve, once): its parameters are @queue, @n,
 // @worker, @lease_us, @claim and @kind_1 ... @kind_k (claimArgs binds
 // them).
-func claimStatement(k int) string {
-	if t, ok := claimTexts.Load(k); ok {
+func (s *statements) claim(k int) string {
+	if t, ok := s.claims.Load(k); ok {
 		return t.(string)
 	}
-	text := renderClaim(k)
+	text := qualify(renderClaim(k), s.schema)
 	p, err := compile(text)
 	if err != nil { // the embedded templates are wrong: a build mistake, caught by every claim test
 		panic(fmt.Sprintf("pgrouter: claim statement for %d kinds: %v", k, err))
 	}
-	renderedClaims.Store(text, p)
-	t, _ := claimTexts.LoadOrStore(k, text)
+	compiledOther.Store(text, p)
+	t, _ := s.claims.LoadOrStore(k, text)
 	return t.(string)
 }
 

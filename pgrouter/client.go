@@ -57,7 +57,9 @@ type QueueConfig struct {
 	// field: a zero field takes the client's value. Its Queue and Kind
 	// are ignored (the map's key names the queue; a queue serves the
 	// Client's kinds), and so are PollInterval and NoVacuum (the
-	// Client's apply to every queue).
+	// Client's apply to every queue). Its Schema must be "" or the
+	// Client's (every queue of a Client is in one schema): NewClient
+	// refuses another with an error wrapping leaserouter.ErrInvalidOptions.
 	Options Options
 	// Timeout limits each attempt of this queue's jobs, as
 	// WorkerOptions.Timeout does for Run (a job's WithTimeout overrides
@@ -175,10 +177,10 @@ func NewClient(ctx context.Context, db *pgxpool.Pool, opts ClientOptions) (*Clie
 	if err := readCommittedByDefault(ctx, db); err != nil {
 		return nil, err
 	}
-	if err := schemaReady(ctx, db, floor); err != nil {
+	if err := schemaReady(ctx, db, merged[0].Schema, floor); err != nil {
 		return nil, err
 	}
-	c.sh = newShared(db)
+	c.sh = newShared(db, merged[0].Schema)
 	c.sh.start(&c.bg)
 	for i, name := range c.names {
 		c.sh.add(name, c.idle) // Drained counts again at each notification of the Client's queues
@@ -206,6 +208,10 @@ func (c *Client) queueOptions(name string, qc QueueConfig, base Options, first b
 		return Options{}, fmt.Errorf("%w: queue %s: Timeout is %v, must be >= 0 (0 = none)",
 			leaserouter.ErrInvalidOptions, contract.Quote(name), qc.Timeout)
 	}
+	if qc.Options.Schema != "" && qc.Options.Schema != base.Schema {
+		return Options{}, fmt.Errorf("%w: queue %s: Schema %q differs from the Client's %q (one Client, one schema)",
+			leaserouter.ErrInvalidOptions, contract.Quote(name), qc.Options.Schema, base.Schema)
+	}
 	o := qc.Options.over(base)
 	o.Queue, o.Kind = name, ""
 	o.NoVacuum = base.NoVacuum || !first // one vacuum loop per Client
@@ -228,6 +234,7 @@ func (o Options) over(base Options) Options {
 	o.Retention = cmp.Or(o.Retention, base.Retention)
 	o.TokenFloor = cmp.Or(o.TokenFloor, base.TokenFloor)
 	o.PollInterval = base.PollInterval
+	o.Schema = base.Schema
 	if o.Backoff == nil {
 		o.Backoff = base.Backoff
 	}

@@ -67,7 +67,7 @@ func (l *Lease[T]) CompleteTx(ctx context.Context, tx pgx.Tx) error {
 	if l == nil || l.r == nil {
 		return &leaserouter.LeaseLostError{Reason: leaserouter.LostNilLease}
 	}
-	res, err := l.op(orBackground(ctx), tx, true, 0, "CompleteTx", endLease, l.endArgs(leaserouter.LostCompleted))
+	res, err := l.op(orBackground(ctx), tx, true, 0, "CompleteTx", l.r.st.endLease, l.endArgs(leaserouter.LostCompleted))
 	if err == nil {
 		l.mu.Lock()
 		l.txDone, l.txXid, l.txAt = true, res.xid, *res.at
@@ -149,7 +149,7 @@ func (r *Router[T]) pending(ctx context.Context, q querier, ls []*Lease[T]) ([]b
 	for i, l := range ls {
 		xids[i] = strconv.FormatUint(l.writer(), 10)
 	}
-	rows, err := q.Query(ctx, txPending, args{"xids": xids})
+	rows, err := q.Query(ctx, r.st.txPending, args{"xids": xids})
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leaserouter/leaserouter"
@@ -18,6 +19,13 @@ import (
 // contract's rules as rows, and its linearizability check) against
 // pgrouter, each job set a fresh database, time the database's own.
 func TestConformance(t *testing.T) { routertest.Run(t, pgHarness{}) }
+
+// TestConformanceInASchema runs the conformance suite against Routers
+// of Options.Schema, on pools whose search_path names no schema: a
+// statement naming an object of pgrouter's unqualified fails there.
+func TestConformanceInASchema(t *testing.T) {
+	routertest.Run(t, pgHarness{schema: "Conformance Schema"})
+}
 
 // TestListUnderDebianCollation runs the List rows on databases of
 // collation C.UTF-8 (Debian's default), not the test cluster's C. Its
@@ -54,6 +62,7 @@ func TestListUnderICUCollation(t *testing.T) {
 type pgHarness struct {
 	locale string
 	icu    string // when not "", the databases' ICU collation (pgtest.NewICULocale)
+	schema string // when not "", Options.Schema, on pools whose search_path finds nothing (schemaDB)
 }
 
 func (pgHarness) Name() string { return "pgrouter" }
@@ -75,12 +84,12 @@ func (pgHarness) KeptIntervals(l routertest.Lease) []time.Duration {
 // TABLE), so the next heartbeat statement waits for the lock; stalled is
 // closed once a heartbeat statement waits (pg_stat_activity: its text,
 // whose head comment names it, waiting for a lock).
-func (pgHarness) StallHeartbeats(t routertest.T, b routertest.Backend) (<-chan struct{}, func()) {
+func (h pgHarness) StallHeartbeats(t routertest.T, b routertest.Backend) (<-chan struct{}, func()) {
 	tb := t.(*testing.T)
 	db := b.(pgBackend).db
 	tx, err := db.Begin(tb.Context())
 	if err == nil {
-		_, err = tx.Exec(tb.Context(), "LOCK TABLE leaserouter_jobs IN ACCESS EXCLUSIVE MODE")
+		_, err = tx.Exec(tb.Context(), "LOCK TABLE "+h.qualified("leaserouter_jobs")+" IN ACCESS EXCLUSIVE MODE")
 	}
 	if err != nil {
 		tb.Fatalf("StallHeartbeats: %v", err)
@@ -139,6 +148,10 @@ func (h pgHarness) Open(t routertest.T, cfg routertest.Config, n int) []routerte
 
 // database is a fresh database for one job set.
 func (h pgHarness) database(t *testing.T) *pgxpool.Pool {
+	if h.schema != "" {
+		db, _ := schemaDB(t, h.schema)
+		return db
+	}
 	if h.icu != "" {
 		return pgtest.NewICULocale(t, h.icu)
 	}
@@ -166,7 +179,16 @@ func (h pgHarness) options(cfg routertest.Config) pgrouter.Options {
 		OnEvent:       cfg.OnEvent,
 		Logger:        cfg.Logger,
 		PollInterval:  100 * time.Millisecond,
+		Schema:        h.schema,
 	}
+}
+
+// qualified is the object name in the harness's schema.
+func (h pgHarness) qualified(name string) string {
+	if h.schema == "" {
+		return name
+	}
+	return pgx.Identifier{h.schema, name}.Sanitize()
 }
 
 // pgBackend adapts *pgrouter.Router[string] on database db.

@@ -75,11 +75,11 @@ func (r *Router[T]) ExactStats(ctx context.Context) (leaserouter.Stats, error) {
 // countStats is Stats (limit: the cap) or ExactStats (nil).
 func (r *Router[T]) countStats(ctx context.Context, call string, limit *int64) (leaserouter.Stats, error) {
 	b := &pgx.Batch{}
-	b.Queue(jitOff, args{})
-	b.Queue(statsByState, args{"queue": r.opts.Queue, "cap": limit})
-	b.Queue(queuePaused, args{"queue": r.opts.Queue})
-	b.Queue(jobsAnalyzed, args{})
-	b.Queue(readyHead, args{"queue": r.opts.Queue})
+	b.Queue(r.st.jitOff, args{})
+	b.Queue(r.st.statsByState, args{"queue": r.opts.Queue, "cap": limit})
+	b.Queue(r.st.queuePaused, args{"queue": r.opts.Queue})
+	b.Queue(r.st.jobsAnalyzed, args{})
+	b.Queue(r.st.readyHead, args{"queue": r.opts.Queue})
 	res := r.db.SendBatch(ctx, b)
 	by, estimated, paused, err := readStats(res)
 	var analyzed *time.Time
@@ -157,9 +157,9 @@ func (r *Router[T]) ExactQueues(ctx context.Context) ([]QueueInfo, error) {
 // queues is Queues (limit: the cap) or ExactQueues (nil).
 func (r *Router[T]) queues(ctx context.Context, call string, limit *int64) ([]QueueInfo, error) {
 	b := &pgx.Batch{}
-	b.Queue(jitOff, args{})
-	b.Queue(queuesStats, args{"cap": limit})
-	b.Queue(queuesPaused, args{})
+	b.Queue(r.st.jitOff, args{})
+	b.Queue(r.st.queuesStats, args{"cap": limit})
+	b.Queue(r.st.queuesPaused, args{})
 	res := r.db.SendBatch(ctx, b)
 	_, err := res.Exec() // jit_off
 	var qs []QueueInfo

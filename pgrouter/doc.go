@@ -336,5 +336,26 @@
 // goes, a snooze included). Every statement pgrouter runs is a file of the module's sql/
 // directory, whole, with named parameters.
 //
+// # Schemas and migrations
+//
+// By default every object above is named unqualified, and found through
+// the connections' search_path (usually in "public"). Options.Schema
+// puts them in a schema of the user's (which must exist: MigrateTo does
+// not create it): MigrateTo with the same MigrateOptions.Schema makes
+// them there, and every statement of a Router with that Schema names them
+// "schema".leaserouter_jobs and so on, whatever the search_path. Routers
+// of two schemas share nothing: jobs, tokens, fences (FenceIn), the
+// LISTEN/NOTIFY channel ("leaserouter:" and the schema; "leaserouter" for
+// the default one) and Migrate's advisory locks are each schema's own.
+//
+// Migrate brings the default schema up to LatestVersion; MigrateTo takes
+// a schema up or down to any version (VersionNone: nothing left). Every
+// version has a down migration that undoes exactly it; what going down
+// drops is listed at MigrateTo. For teams that apply migrations with
+// their own tool (goose, golang-migrate, atlas), MigrationSQL returns the
+// SQL of each version, up or down, with its record in
+// leaserouter_migrations, so New accepts a schema they migrated; the
+// command leaserouter migrate --print prints it.
+//
 // Package pgtest gives tests a fresh migrated database in one call.
 package pgrouter

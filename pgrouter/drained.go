@@ -8,9 +8,6 @@ import (
 	"github.com/leaserouter/leaserouter"
 )
 
-// clientUnfinished tells whether a Client has an unfinished job (Drained).
-var clientUnfinished = statement("client_unfinished")
-
 // Drained waits until no job of a kind the Client registered is
 // pending, scheduled or leased in any of its queues, and returns nil:
 // every such job enqueued before has finished (succeeded, dead or
@@ -40,7 +37,7 @@ func (c *Client) Drained(ctx context.Context) error {
 	for {
 		woken := c.idle.wait() // before checking: a signal during the check is not missed
 		var left bool
-		if err := c.db.QueryRow(ctx, clientUnfinished, args{"queues": c.names, "kinds": kinds}).Scan(&left); err != nil {
+		if err := c.db.QueryRow(ctx, c.sh.st.clientUnfinished, args{"queues": c.names, "kinds": kinds}).Scan(&left); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}

@@ -83,7 +83,7 @@ func (r *Router[T]) insert(ctx context.Context, q querier, b *batch) (map[string
 // waited before it took locks a wait must not hold (a periodic job's
 // row: a slow hook here would stall that job's ticks in every process).
 func (r *Router[T]) insertRoomed(ctx context.Context, q querier, b *batch) (map[string]time.Time, []leaserouter.Event, error) {
-	rows, err := q.Query(ctx, insertJobs, args{"queue": r.opts.Queue, "channel": channel, "ids": b.ids,
+	rows, err := q.Query(ctx, r.st.insertJobs, args{"queue": r.opts.Queue, "channel": r.channel, "ids": b.ids,
 		"priorities": b.priority, "max_attempts": b.maxAtt, "payloads": b.payload, "run_at": b.runAt, "delay_us": b.delay,
 		"timeout_us": b.timeout, "kind": b.kind, "metadata": b.meta})
 	if err != nil {

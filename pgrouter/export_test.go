@@ -12,7 +12,9 @@ import (
 // claim id, $1) and the claim itself ($1 queue, $2 how many, $3 worker,
 // $4 lease in microseconds, $5 claim id), for tests that run a claim's
 // transaction by hand to order it against its resolver.
-func ClaimStatements() (lock, claim string) { return claimLock, claimStatement(1) }
+func ClaimStatements() (lock, claim string) {
+	return defaultStatements.claimLock, defaultStatements.claim(1)
+}
 
 // ResolveClaim resolves claim id as the Router does when the claim's
 // outcome is unknown, in the caller's goroutine.
@@ -47,7 +49,7 @@ func Statement(name string) (sql string, names []string) {
 	if err != nil {
 		panic(err)
 	}
-	p := compiled[string(text)] // read only: compiled is written at load alone
+	p := compiled[qualify(string(text), "")] // read only: compiled is written at load alone
 	return p.sql, p.names
 }
 
@@ -91,14 +93,14 @@ func Graced(ctx context.Context) context.Context { return graced(ctx) }
 // ClaimStatement is the claim statement for k kinds as it is sent (see
 // Statement); its kinds are the parameters kind_1 ... kind_k.
 func ClaimStatement(k int) (sql string, names []string) {
-	text := claimStatement(k)
-	p, _ := renderedClaims.Load(text)
+	text := defaultStatements.claim(k)
+	p, _ := compiledOther.Load(text)
 	return p.(*positional).sql, p.(*positional).names
 }
 
 // ClaimTemplate is the claim statement for k kinds with named
 // parameters, as a reviewer reads it (the golden files).
-func ClaimTemplate(k int) string { return claimStatement(k) }
+func ClaimTemplate(k int) string { return defaultStatements.claim(k) }
 
 // WithKinds is o serving kinds in its claim, as a Client's queue does.
 func WithKinds(o Options, kinds ...string) Options { o.kinds = kinds; return o }
@@ -114,10 +116,14 @@ func CompleteSkipping[T any](ctx context.Context, r *Router[T], ls []*Lease[T]) 
 // CompleteUnread completes ls with the waiting form and reads no reply,
 // as a statement whose reply was lost.
 func CompleteUnread[T any](ctx context.Context, r *Router[T], ls []*Lease[T]) error {
-	_, err := r.db.Exec(ctx, endLeases, r.endManyArgs(ls, "completed", true))
+	_, err := r.db.Exec(ctx, r.st.endLeases, r.endManyArgs(ls, "completed", true))
 	return err
 }
 
 // StateLabel is s's label in the state column's enum (dbState): its
 // name, but 'failed' for StateDead.
 func StateLabel(s leaserouter.State) string { return dbState(s) }
+
+// MigrateLocks are Migrate's advisory lock keys for schema (its
+// transactions', its session's).
+func MigrateLocks(schema string) (xact, session int64) { return migrateLocks(schema) }

@@ -30,20 +30,36 @@ const MaxFenceKeyBytes = 2 * leaserouter.MaxIDBytes
 // text column PostgreSQL indexes) is an error wrapping ErrInvalidOptions,
 // returned before any statement, so tx stays usable.
 func Fence(ctx context.Context, tx pgx.Tx, key string, t leaserouter.Token) error {
+	return fence(ctx, tx, defaultStatements, "Fence", key, t)
+}
+
+// FenceIn is Fence on the fence table of schema (Options.Schema): the
+// tokens of Routers with that Schema are admitted or refused there. A
+// schema name that Options.Schema refuses is an error wrapping
+// ErrInvalidOptions, returned before any statement; "" is Fence.
+func FenceIn(ctx context.Context, tx pgx.Tx, schema, key string, t leaserouter.Token) error {
+	if err := checkSchema("FenceIn: schema", schema); err != nil {
+		return err
+	}
+	return fence(ctx, tx, statementsFor(schema), "FenceIn", key, t)
+}
+
+// fence is Fence with st's statements, reporting errors as call's.
+func fence(ctx context.Context, tx pgx.Tx, st *statements, call, key string, t leaserouter.Token) error {
 	ctx = orBackground(ctx)
 	if tx == nil || key == "" {
-		return fmt.Errorf("%w: Fence needs a transaction and a key", leaserouter.ErrInvalidOptions)
+		return fmt.Errorf("%w: %s needs a transaction and a key", leaserouter.ErrInvalidOptions, call)
 	}
 	if p := contract.NameProblem(key, MaxFenceKeyBytes, "MaxFenceKeyBytes"); p != "" {
-		return fmt.Errorf("%w: Fence key %s", leaserouter.ErrInvalidOptions, p)
+		return fmt.Errorf("%w: %s key %s", leaserouter.ErrInvalidOptions, call, p)
 	}
 	if t > 1<<63-1 {
 		return fmt.Errorf("%w: token %d is above the database's bigint", leaserouter.ErrInvalidOptions, t)
 	}
 	var admitted bool
-	err := tx.QueryRow(ctx, fenceAdmit, args{"key": key, "token": int64(t)}).Scan(&admitted)
+	err := tx.QueryRow(ctx, st.fenceAdmit, args{"key": key, "token": int64(t)}).Scan(&admitted)
 	if err != nil {
-		return fmt.Errorf("pgrouter: Fence: %w", err)
+		return fmt.Errorf("pgrouter: %s: %w", call, err)
 	}
 	if admitted {
 		return nil
@@ -51,8 +67,8 @@ func Fence(ctx context.Context, tx pgx.Tx, key string, t leaserouter.Token) erro
 	// Refused: the conflicting row is locked by this transaction now, so a
 	// new statement reads its latest token.
 	var highest int64
-	if err := tx.QueryRow(ctx, fenceHighest, args{"key": key}).Scan(&highest); err != nil {
-		return fmt.Errorf("pgrouter: Fence: %w", err)
+	if err := tx.QueryRow(ctx, st.fenceHighest, args{"key": key}).Scan(&highest); err != nil {
+		return fmt.Errorf("pgrouter: %s: %w", call, err)
 	}
 	return &leaserouter.StaleTokenError{Key: key, Token: t, Highest: leaserouter.Token(highest)}
 }

@@ -134,7 +134,7 @@ func (r *Router[T]) flushHistory(ctx context.Context) error {
 	if len(minutes) == 0 {
 		return nil
 	}
-	_, err := r.db.Exec(ctx, historyAdd, args{"queue": r.opts.Queue, "process": r.hist.process, "minutes": minutes,
+	_, err := r.db.Exec(ctx, r.st.historyAdd, args{"queue": r.opts.Queue, "process": r.hist.process, "minutes": minutes,
 		"completed": counts[contract.TallyCompleted], "failed": counts[contract.TallyFailed], "dead": counts[contract.TallyDead],
 		"expired": counts[contract.TallyExpired], "stale": counts[contract.TallyStale]})
 	if err != nil {
@@ -158,7 +158,7 @@ func (r *Router[T]) History(ctx context.Context) ([]leaserouter.Minute, error) {
 	if err := r.flushHistory(ctx); err != nil {
 		return nil, errWrap("History", err)
 	}
-	rows, err := r.db.Query(ctx, historyRead, args{"queue": r.opts.Queue})
+	rows, err := r.db.Query(ctx, r.st.historyRead, args{"queue": r.opts.Queue})
 	if err != nil {
 		return nil, errWrap("History", err)
 	}

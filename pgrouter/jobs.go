@@ -42,7 +42,7 @@ func get[P, T any](ctx context.Context, r *Router[T], id string) (leaserouter.Jo
 	}
 	b := &pgx.Batch{}
 	r.queueSettle(b)
-	b.Queue(getJob, args{"queue": r.opts.Queue, "id": id})
+	b.Queue(r.st.getJob, args{"queue": r.opts.Queue, "id": id})
 	res := r.db.SendBatch(ctx, b)
 	settled, err := readSettle(res)
 	if err != nil {

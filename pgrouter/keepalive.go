@@ -365,7 +365,7 @@ func (r *Router[T]) heartbeatAll(ctx context.Context, q querier, ls []*Lease[T],
 		byKey[keyOf(l)] = l
 	}
 	ids, tokens := leaseKeys(ls)
-	rows, err := q.Query(ctx, heartbeatMany, args{"queue": r.opts.Queue, "ids": ids, "tokens": tokens, "lease_us": r.lease})
+	rows, err := q.Query(ctx, r.st.heartbeatMany, args{"queue": r.opts.Queue, "ids": ids, "tokens": tokens, "lease_us": r.lease})
 	if err != nil {
 		return res, err
 	}

@@ -145,7 +145,7 @@ func (l *Lease[T]) Heartbeat(ctx context.Context, progress []byte) error {
 	if r == nil {
 		return &leaserouter.LeaseLostError{Reason: leaserouter.LostNilLease}
 	}
-	res, err := l.op(ctx, r.db, false, 0, "Heartbeat", heartbeatLease, args{"queue": r.opts.Queue, "id": l.JobID,
+	res, err := l.op(ctx, r.db, false, 0, "Heartbeat", r.st.heartbeatLease, args{"queue": r.opts.Queue, "id": l.JobID,
 		"token": int64(l.Token), "lease_us": r.lease, "set_progress": progress != nil, "progress": progress})
 	if err != nil {
 		return err
@@ -314,7 +314,7 @@ func (r *Router[T]) revokeHeld(ctx context.Context) error {
 	// counted, even on its last attempt (leaserouter_end_lease); a lease
 	// already expired is left to settling, which settles it as of its
 	// expiry.
-	revoked, err := readEnded(r.db.Query(ctx, endLeases, r.endManyArgs(ls, leaserouter.LostRevoked, false)))
+	revoked, err := readEnded(r.db.Query(ctx, r.st.endLeases, r.endManyArgs(ls, leaserouter.LostRevoked, false)))
 	if err != nil {
 		return fmt.Errorf("pgrouter: Close: revoke leases: %w", err)
 	}
@@ -346,9 +346,9 @@ func (r *Router[T]) revokeHeld(ctx context.Context) error {
 // neither completed nor refused but returned in later, still held, for
 // the caller to try again.
 func (r *Router[T]) completeAll(ctx context.Context, q querier, ls []*Lease[T], skip bool) (later []*Lease[T], ok bool) {
-	stmt := endLeases
+	stmt := r.st.endLeases
 	if skip {
-		stmt = endLeasesSkipping
+		stmt = r.st.endLeasesSkipping
 	}
 	done, err := readEnded(q.Query(ctx, stmt, r.endManyArgs(ls, leaserouter.LostCompleted, true)))
 	if err != nil {
@@ -378,9 +378,9 @@ func (r *Router[T]) handBackErr(ctx context.Context, q querier, ls []*Lease[T], 
 	if len(ls) == 0 {
 		return nil, nil
 	}
-	stmt := handBackMany
+	stmt := r.st.handBackMany
 	if skip {
-		stmt = handBackManySkipping
+		stmt = r.st.handBackManySkipping
 	}
 	ids, tokens := leaseKeys(ls)
 	back, err := readInstants(q.Query(ctx, stmt, args{"queue": r.opts.Queue, "ids": ids, "tokens": tokens}))

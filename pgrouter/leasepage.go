@@ -68,7 +68,7 @@ func leasePage[P, T any](ctx context.Context, r *Router[T], p leaserouter.Leases
 	}
 	b := &pgx.Batch{}
 	r.queueSettle(b)
-	b.Queue(leasesPage, args{"queue": r.opts.Queue, "after_at": afterAt, "after_seq": afterSeq, "limit": limit + 1})
+	b.Queue(r.st.leasesPage, args{"queue": r.opts.Queue, "after_at": afterAt, "after_seq": afterSeq, "limit": limit + 1})
 	res := r.db.SendBatch(ctx, b)
 	settled, err := readSettle(res)
 	var last int64

@@ -110,10 +110,10 @@ func readEnded(rows pgx.Rows, err error) (map[leaseKey]ended, error) {
 // (see endSavepoint), so a lock the check took never outlives it.
 func (l *Lease[T]) queueLock(b *pgx.Batch, inTx bool) {
 	if inTx {
-		b.Queue(lockRowOfToken, args{"queue": l.r.opts.Queue, "id": l.JobID, "token": int64(l.Token)})
+		b.Queue(l.r.st.lockRowOfToken, args{"queue": l.r.opts.Queue, "id": l.JobID, "token": int64(l.Token)})
 		return
 	}
-	b.Queue(lockRow, args{"queue": l.r.opts.Queue, "id": l.JobID})
+	b.Queue(l.r.st.lockRow, args{"queue": l.r.opts.Queue, "id": l.JobID})
 }
 
 // op runs stmt (lease_end.sql or lease_heartbeat.sql, with its
@@ -146,14 +146,14 @@ func (l *Lease[T]) op(ctx context.Context, q querier, inTx bool, id int64, call,
 		b.Queue("SAVEPOINT " + savepoint)
 	}
 	if id != 0 {
-		b.Queue(claimLock, args{"id": id})
+		b.Queue(r.st.claimLock, args{"id": id})
 	}
 	l.queueLock(b, inTx)
 	b.Queue(stmt, a)
 	var top string
 	var sub int64
 	if inTx {
-		b.Queue(writerOf, args{"queue": r.opts.Queue, "id": l.JobID})
+		b.Queue(r.st.writerOf, args{"queue": r.opts.Queue, "id": l.JobID})
 	}
 	br := q.SendBatch(ctx, b)
 	var err error
@@ -171,7 +171,7 @@ func (l *Lease[T]) op(ctx context.Context, q querier, inTx bool, id int64, call,
 			err = nil // the job's row is gone (purged): refused, token nil
 		}
 	}
-	if err == nil && inTx && res.ok { // refused: the row may be gone, and writerOf has nothing to say
+	if err == nil && inTx && res.ok { // refused: the row may be gone, and r.st.writerOf has nothing to say
 		err = br.QueryRow().Scan(&top, &sub)
 	}
 	if cerr := br.Close(); err == nil {
@@ -332,7 +332,7 @@ func (r *Router[T]) inspect(ctx context.Context, q querier, ls []*Lease[T]) (map
 		return found, nil
 	}
 	ids, _ := leaseKeys(ls)
-	rows, err := q.Query(ctx, inspectLeases, args{"queue": r.opts.Queue, "ids": ids})
+	rows, err := q.Query(ctx, r.st.inspectLeases, args{"queue": r.opts.Queue, "ids": ids})
 	if err != nil {
 		return nil, err
 	}

@@ -5,11 +5,8 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
-	"regexp"
+	"maps"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,8 +16,16 @@ import (
 	"github.com/leaserouter/leaserouter"
 )
 
+// The migrations: migrations/NNNN_name.sql applies version NNNN and
+// migrations/NNNN_name.down.sql undoes it (both required; never renumber
+// one). Names of pgrouter's objects are written after /*schema*/, as in
+// sql/ (schemaMarker, schema.go), and qualified when a schema's
+// migrations are read (migrations, migrations.go); nothing records a
+// migration's text, so a file's edit (a marker added) never makes an
+// applied version run again.
+//
 //go:embed migrations/*.sql
-var migrations embed.FS
+var migrationFiles embed.FS
 
 // Migrate's advisory lock keys. migrateSessionLock ("leaserMg" in
 // ASCII), taken for a session (polled, lockMigrate), keeps a Migrate to
@@ -37,7 +42,9 @@ const (
 	migrateSessionLock = 0x6c65617365724d67
 )
 
-// Migrate brings the database's pgrouter schema to this module's version:
+// Migrate brings the database's pgrouter schema to this module's version
+// (LatestVersion), in the default schema (the connections' search_path;
+// MigrateTo migrates another, or to another version, down too):
 // it applies, in order, the embedded SQL migrations
 // (migrations/NNNN_name.sql) not yet recorded in the table
 // leaserouter_migrations, one missing below the highest recorded
@@ -77,24 +84,39 @@ const (
 // as a plain build: the session's statement_timeout and lock_timeout (a
 // pool's settings, say) are lifted for it and put back after.
 func Migrate(ctx context.Context, db *pgxpool.Pool) error {
+	return migrate(ctx, db, "Migrate", MigrateOptions{})
+}
+
+// migrate is Migrate and MigrateTo, reporting errors as call's.
+func migrate(ctx context.Context, db *pgxpool.Pool, call string, opts MigrateOptions) error {
 	if db == nil {
-		return fmt.Errorf("pgrouter: Migrate: nil pool")
+		return fmt.Errorf("%w: pgrouter: %s: nil pool", leaserouter.ErrInvalidOptions, call)
 	}
 	ctx = orBackground(ctx)
-	steps, err := migrationSteps()
+	if err := checkSchema("MigrateOptions.Schema", opts.Schema); err != nil {
+		return err
+	}
+	migs, err := migrations(opts.Schema)
 	if err != nil {
+		return err
+	}
+	target, err := opts.target(migs)
+	if err != nil {
+		return err
+	}
+	if err := schemaExists(ctx, db, call, opts.Schema); err != nil {
 		return err
 	}
 	backoff := 50 * time.Millisecond
 	for try := 1; ; try++ {
-		err := migrateOnce(ctx, db, steps)
+		err := migrateOnce(ctx, db, call, opts.Schema, target, opts.Version != 0, migs)
 		var pgErr *pgconn.PgError
 		if try == migrateTries || !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
 			return err
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("pgrouter: Migrate: %w (after %d tries; the last: %w)", ctx.Err(), try, err)
+			return fmt.Errorf("pgrouter: %s: %w (after %d tries; the last: %w)", call, ctx.Err(), try, err)
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 2*time.Second)
@@ -108,75 +130,112 @@ const (
 	migrateTries       = 30
 )
 
-// migrateOnce is one try of Migrate, on one connection holding
-// migrateSessionLock for the session (lockMigrate), so that it covers both
-// the transactions and the concurrent index builds, which run outside one.
-// The pending migrations up to the next concurrent one are applied in one
-// transaction holding migrateLock, every statement with lock_timeout
-// migrateLockTimeout (its wait for migrateLock included); a
-// concurrent one is built (buildConcurrently) and then recorded; and so on.
-func migrateOnce(ctx context.Context, db *pgxpool.Pool, steps []migrationStep) error {
+// migrateOnce is one try of Migrate (or MigrateTo: to target, going down
+// too if down), on one connection holding the schema's session lock
+// (lockMigrate), so that it covers both the transactions and the
+// concurrent index steps, which run outside one. First the versions
+// recorded above target are undone, the latest first, then those missing
+// up to target are applied, in order: the steps up to the next
+// concurrent one in one transaction holding the schema's transaction
+// lock, every statement with lock_timeout migrateLockTimeout (its wait
+// for that lock included); a concurrent one is run (buildConcurrently)
+// and then recorded (or its record deleted); and so on.
+func migrateOnce(ctx context.Context, db *pgxpool.Pool, call, schema string, target int, down bool, migs []migration) error {
+	fail := func(err error) error { return fmt.Errorf("pgrouter: %s: %w", call, err) }
+	xactLock, sessionLock := migrateLocks(schema)
 	conn, err := db.Acquire(ctx)
 	if err != nil {
-		return fmt.Errorf("pgrouter: Migrate: %w", err)
+		return fail(err)
 	}
 	defer conn.Release()
-	if err := lockMigrate(ctx, conn); err != nil {
+	if err := lockMigrate(ctx, conn, call, sessionLock); err != nil {
 		return err
 	}
-	defer unlockMigrate(ctx, conn)
+	defer unlockMigrate(ctx, conn, sessionLock)
 	for {
-		var build *migrationStep
+		var concurrent *migrationStep
 		err := pgx.BeginTxFunc(ctx, conn, readCommitted, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", migrateLockTimeout.Milliseconds())); err != nil {
-				return fmt.Errorf("pgrouter: Migrate: %w", err)
+				return fail(err)
 			}
 			// Bounded by the lock_timeout: an older version's Migrate holds
 			// it for its whole transaction.
-			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(migrateLock)); err != nil {
-				return fmt.Errorf("pgrouter: Migrate: lock: %w", err)
+			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", xactLock); err != nil {
+				return fail(fmt.Errorf("lock: %w", err))
 			}
-			if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS leaserouter_migrations (
-				version    integer     PRIMARY KEY,
-				name       text        NOT NULL,
-				applied_at timestamptz NOT NULL DEFAULT clock_timestamp())`); err != nil {
-				return fmt.Errorf("pgrouter: Migrate: %w", err)
+			if _, err := tx.Exec(ctx, qualify(createMigrationsTable, schema)); err != nil {
+				return fail(err)
 			}
-			have, err := recordedVersions(ctx, tx)
+			have, err := recordedVersions(ctx, tx, schema)
 			if err != nil {
-				return fmt.Errorf("pgrouter: Migrate: %w", err)
+				return fail(err)
+			}
+			if down {
+				for _, v := range slices.Backward(slices.Sorted(maps.Keys(have))) {
+					if v <= target {
+						break
+					}
+					i := slices.IndexFunc(migs, func(m migration) bool { return m.version == v })
+					if i < 0 {
+						return fail(fmt.Errorf("the database records version %d, unknown to this module (a newer pgrouter's): migrate it down with that version", v))
+					}
+					s := &migs[i].down
+					if s.index != "" { // the ones before it commit first
+						concurrent = s
+						return nil
+					}
+					if _, err := tx.Exec(ctx, s.sql); err != nil {
+						return fail(fmt.Errorf("migration %s down: %w", s.name, err))
+					}
+					if err := unrecordMigration(ctx, tx, call, schema, *s); err != nil {
+						return err
+					}
+					delete(have, v)
+				}
 			}
 			highest := 0
 			for v := range have {
 				highest = max(highest, v)
 			}
-			for i, s := range steps {
-				if have[s.version] {
+			for i := range migs {
+				s := &migs[i].up
+				if have[s.version] || s.version > target {
 					continue
 				}
 				if s.version < migrateReapplyFrom && s.version < highest {
-					return fmt.Errorf("pgrouter: Migrate: the database records version %d but not %d, which cannot be applied over later ones: a schema not made by Migrate?", highest, s.version)
+					return fail(fmt.Errorf("the database records version %d but not %d, which cannot be applied over later ones: a schema not made by Migrate?", highest, s.version))
 				}
 				if s.index != "" { // the ones before it commit first
-					build = &steps[i]
+					concurrent = s
 					return nil
 				}
 				if _, err := tx.Exec(ctx, s.sql); err != nil {
-					return fmt.Errorf("pgrouter: Migrate: migration %s: %w", s.name, err)
+					return fail(fmt.Errorf("migration %s: %w", s.name, err))
 				}
-				if err := recordMigration(ctx, tx, s); err != nil {
+				if err := recordMigration(ctx, tx, call, schema, *s); err != nil {
 					return err
+				}
+				have[s.version] = true
+			}
+			if target == VersionNone && len(have) == 0 {
+				if _, err := tx.Exec(ctx, qualify(dropMigrationsTable, schema)); err != nil {
+					return fail(err)
 				}
 			}
 			return nil
 		})
-		if err != nil || build == nil {
+		if err != nil || concurrent == nil {
 			return err
 		}
-		if err := buildConcurrently(ctx, conn, *build); err != nil {
+		if err := buildConcurrently(ctx, conn, call, *concurrent); err != nil {
 			return err
 		}
-		if err := recordMigration(ctx, conn, *build); err != nil {
+		if concurrent.undo {
+			err = unrecordMigration(ctx, conn, call, schema, *concurrent)
+		} else {
+			err = recordMigration(ctx, conn, call, schema, *concurrent)
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -189,11 +248,22 @@ func migrateOnce(ctx context.Context, db *pgxpool.Pool, steps []migrationStep) e
 // one missing before it, with later ones recorded, is an error.
 const migrateReapplyFrom = 4
 
-// recordedVersions reads the versions recorded in leaserouter_migrations.
+// createMigrationsTable and dropMigrationsTable make and remove the
+// table recording the versions applied (schemaMarker: see qualify).
+const (
+	createMigrationsTable = `CREATE TABLE IF NOT EXISTS /*schema*/leaserouter_migrations (
+	version    integer     PRIMARY KEY,
+	name       text        NOT NULL,
+	applied_at timestamptz NOT NULL DEFAULT clock_timestamp())`
+	dropMigrationsTable = `DROP TABLE IF EXISTS /*schema*/leaserouter_migrations`
+)
+
+// recordedVersions reads the versions recorded in schema's
+// leaserouter_migrations.
 func recordedVersions(ctx context.Context, db interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
-}) (map[int]bool, error) {
-	rows, err := db.Query(ctx, "SELECT version FROM leaserouter_migrations")
+}, schema string) (map[int]bool, error) {
+	rows, err := db.Query(ctx, qualify("SELECT version FROM /*schema*/leaserouter_migrations", schema))
 	if err != nil {
 		return nil, err
 	}
@@ -208,49 +278,61 @@ func recordedVersions(ctx context.Context, db interface {
 	return have, nil
 }
 
-// recordMigration records s as applied.
-func recordMigration(ctx context.Context, db interface {
+// execer is a connection or a transaction, for a statement that returns
+// no rows.
+type execer interface {
 	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
-}, s migrationStep) error {
-	if _, err := db.Exec(ctx, "INSERT INTO leaserouter_migrations (version, name) VALUES ($1, $2)", s.version, s.name); err != nil {
-		return fmt.Errorf("pgrouter: Migrate: %w", err)
+}
+
+// recordMigration records s as applied in schema.
+func recordMigration(ctx context.Context, db execer, call, schema string, s migrationStep) error {
+	if _, err := db.Exec(ctx, qualify("INSERT INTO /*schema*/leaserouter_migrations (version, name) VALUES ($1, $2)", schema), s.version, s.name); err != nil {
+		return fmt.Errorf("pgrouter: %s: %w", call, err)
 	}
 	return nil
 }
 
-// lockMigrate takes migrateSessionLock for conn's session, waiting
+// unrecordMigration deletes the record of s's version from schema.
+func unrecordMigration(ctx context.Context, db execer, call, schema string, s migrationStep) error {
+	if _, err := db.Exec(ctx, qualify("DELETE FROM /*schema*/leaserouter_migrations WHERE version = $1", schema), s.version); err != nil {
+		return fmt.Errorf("pgrouter: %s: %w", call, err)
+	}
+	return nil
+}
+
+// lockMigrate takes the session lock key for conn's session, waiting
 // for it without a bound but ctx's. It tries for it again and again
 // (every 10ms, doubling up to 1s) rather than wait in pg_advisory_lock: a
 // statement waiting there has a snapshot, which the concurrent index
 // build of the Migrate holding the lock waits to end (CREATE INDEX
 // CONCURRENTLY waits out older snapshots), a deadlock.
-func lockMigrate(ctx context.Context, conn *pgxpool.Conn) error {
+func lockMigrate(ctx context.Context, conn *pgxpool.Conn, call string, key int64) error {
 	wait := 10 * time.Millisecond
 	for {
 		var locked bool
-		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", int64(migrateSessionLock)).Scan(&locked); err != nil {
-			return fmt.Errorf("pgrouter: Migrate: lock: %w", err)
+		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&locked); err != nil {
+			return fmt.Errorf("pgrouter: %s: lock: %w", call, err)
 		}
 		if locked {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("pgrouter: Migrate: lock: %w", ctx.Err())
+			return fmt.Errorf("pgrouter: %s: lock: %w", call, ctx.Err())
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, time.Second)
 	}
 }
 
-// unlockMigrate gives up Migrate's session lock held by conn; when it
+// unlockMigrate gives up the session lock key held by conn; when it
 // cannot (ctx ended, the connection broke), it closes the connection
 // instead, whose end releases the lock, rather than return to the pool a
 // connection that holds it.
-func unlockMigrate(ctx context.Context, conn *pgxpool.Conn) {
+func unlockMigrate(ctx context.Context, conn *pgxpool.Conn, key int64) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", int64(migrateSessionLock)); err != nil {
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", key); err != nil {
 		_ = conn.Hijack().Close(ctx)
 	}
 }
@@ -260,109 +342,3 @@ func unlockMigrate(ctx context.Context, conn *pgxpool.Conn) {
 // migration, misses one of its migrations, or is missing: run Migrate
 // first.
 var ErrSchemaOutdated = errors.New("pgrouter: database schema older than this module's (run Migrate)")
-
-// schemaReady is New's check of db's schema: an error wrapping
-// ErrSchemaOutdated unless every embedded migration's version is recorded
-// in leaserouter_migrations (missing, the table has none; later ones, a
-// newer pgrouter's, are accepted); then it raises the token sequence
-// (raiseTokens).
-func schemaReady(ctx context.Context, db *pgxpool.Pool, floor leaserouter.Token) error {
-	steps, err := migrationSteps()
-	if err != nil {
-		return err
-	}
-	have, err := recordedVersions(ctx, db)
-	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
-		have, err = nil, nil
-	}
-	if err != nil {
-		return fmt.Errorf("pgrouter: New: read the schema version: %w", err)
-	}
-	var missing []int
-	highest := 0
-	for v := range have {
-		highest = max(highest, v)
-	}
-	for _, s := range steps {
-		if !have[s.version] {
-			missing = append(missing, s.version)
-		}
-	}
-	if len(missing) > 0 {
-		return fmt.Errorf("%w: the database is at version %d, this module needs %d (versions missing: %v)", ErrSchemaOutdated, highest, steps[len(steps)-1].version, missing)
-	}
-	return raiseTokens(ctx, db, floor)
-}
-
-type migrationStep struct {
-	version int
-	name    string
-	sql     string
-	index   string // a concurrent step's index (concurrentMarker), or ""
-	drop    bool   // the concurrent step drops index rather than builds it
-}
-
-// concurrentMarker, a migration file's first line, makes it a concurrent
-// index step, run outside a transaction (where CONCURRENTLY must), so
-// that reads and writes of the table go on meanwhile; Migrate's advisory
-// lock keeps other Migrates out. Its one statement is either
-//
-//   - CREATE INDEX CONCURRENTLY IF NOT EXISTS name ON ...: an index of
-//     that name left INVALID by a failed or canceled build (Migrate's
-//     own, killed midway, or one by hand), or of another definition, is
-//     dropped (DROP INDEX CONCURRENTLY) and built again; once built, it
-//     must be valid and as the statement says, or Migrate fails without
-//     recording the migration; or
-//   - DROP INDEX CONCURRENTLY IF EXISTS name: once it ran, no index of
-//     that name may be left (an interrupted drop leaves it INVALID, and
-//     the next Migrate drops it again).
-//
-// Every other migration runs in a transaction.
-const concurrentMarker = "-- pgrouter:concurrent-index"
-
-// concurrentIndex is the one statement a concurrentMarker migration holds:
-// a build (the index's name in group 1) or a drop (group 2).
-var concurrentIndex = regexp.MustCompile(`^(?:CREATE INDEX CONCURRENTLY IF NOT EXISTS ([a-z_][a-z0-9_]*) ON [^;]+|DROP INDEX CONCURRENTLY IF EXISTS ([a-z_][a-z0-9_]*));?$`)
-
-// sqlStatement is text without its "--" comment lines, its whitespace
-// runs made one space.
-func sqlStatement(text string) string {
-	var lines []string
-	for l := range strings.Lines(text) {
-		if !strings.HasPrefix(strings.TrimSpace(l), "--") {
-			lines = append(lines, l)
-		}
-	}
-	return strings.Join(strings.Fields(strings.Join(lines, " ")), " ")
-}
-
-// migrationSteps reads the embedded migrations in version order.
-func migrationSteps() ([]migrationStep, error) {
-	names, err := fs.Glob(migrations, "migrations/*.sql")
-	if err != nil {
-		return nil, err
-	}
-	var steps []migrationStep
-	for _, n := range names {
-		base := strings.TrimPrefix(n, "migrations/")
-		v, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
-		if err != nil {
-			return nil, fmt.Errorf("pgrouter: migration %s: no version number", base)
-		}
-		b, err := migrations.ReadFile(n)
-		if err != nil {
-			return nil, err
-		}
-		step := migrationStep{version: v, name: base, sql: string(b)}
-		if strings.HasPrefix(step.sql, concurrentMarker+"\n") {
-			m := concurrentIndex.FindStringSubmatch(sqlStatement(step.sql))
-			if m == nil {
-				return nil, fmt.Errorf("pgrouter: migration %s: a concurrent index step holds one CREATE INDEX CONCURRENTLY IF NOT EXISTS or DROP INDEX CONCURRENTLY IF EXISTS", base)
-			}
-			step.index, step.drop = m[1]+m[2], m[2] != ""
-		}
-		steps = append(steps, step)
-	}
-	slices.SortFunc(steps, func(a, b migrationStep) int { return a.version - b.version })
-	return steps, nil
-}

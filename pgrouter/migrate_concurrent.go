@@ -22,8 +22,12 @@ import (
 // so no timeout bounds it; ctx does: the session's statement_timeout,
 // lock_timeout and (PostgreSQL 17+) transaction_timeout, a pool's
 // settings, say, are lifted for the drop and build and put back after.
-func buildConcurrently(ctx context.Context, conn *pgxpool.Conn, s migrationStep) (err error) {
-	fail := func(err error) error { return fmt.Errorf("pgrouter: Migrate: migration %s: %w", s.name, err) }
+func buildConcurrently(ctx context.Context, conn *pgxpool.Conn, call string, s migrationStep) (err error) {
+	name := s.name
+	if s.undo {
+		name += " down"
+	}
+	fail := func(err error) error { return fmt.Errorf("pgrouter: %s: migration %s: %w", call, name, err) }
 	restore, err := liftTimeouts(ctx, conn)
 	if err != nil {
 		return fail(err)
@@ -47,7 +51,7 @@ func buildConcurrently(ctx context.Context, conn *pgxpool.Conn, s migrationStep)
 		return fail(err)
 	}
 	if def != "" && !ok {
-		if _, err := conn.Exec(ctx, "DROP INDEX CONCURRENTLY IF EXISTS "+s.index); err != nil {
+		if _, err := conn.Exec(ctx, "DROP INDEX CONCURRENTLY IF EXISTS "+s.qindex); err != nil {
 			return fail(fmt.Errorf("drop %s (invalid or %s): %w", s.index, def, err))
 		}
 	}
@@ -63,24 +67,26 @@ func buildConcurrently(ctx context.Context, conn *pgxpool.Conn, s migrationStep)
 	return nil
 }
 
-// indexAsDefined reads the index s builds: def is its definition
-// (pg_get_indexdef; "" if there is no such index), ok whether it is valid
-// and defined as s's statement says (which pg_get_indexdef writes with
-// the table's schema and "USING btree").
+// indexAsDefined reads the index s builds (in its schema): def is its
+// definition (pg_get_indexdef; "" if there is no such index), ok whether
+// it is valid and defined as s's statement for the default schema says
+// (pg_get_indexdef writes the table's schema before its name, and before
+// a type's where the schema is not on the search_path, and "USING
+// btree").
 func indexAsDefined(ctx context.Context, conn *pgxpool.Conn, s migrationStep) (ok bool, def string, err error) {
 	var valid bool
 	var schema string
-	err = conn.QueryRow(ctx, `SELECT i.indisvalid AND i.indisready AND i.indislive, pg_get_indexdef(i.indexrelid), n.nspname
+	err = conn.QueryRow(ctx, `SELECT i.indisvalid AND i.indisready AND i.indislive, pg_get_indexdef(i.indexrelid), quote_ident(n.nspname)
 		FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE i.indexrelid = to_regclass($1)`, s.index).Scan(&valid, &def, &schema)
+		WHERE i.indexrelid = to_regclass($1)`, s.qindex).Scan(&valid, &def, &schema)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, "", nil
 	}
 	if err != nil {
 		return false, "", fmt.Errorf("read index %s: %w", s.index, err)
 	}
-	got := strings.Replace(strings.Replace(def, " USING btree ", " ", 1), " ON "+schema+".", " ON ", 1)
-	want := strings.TrimSuffix(strings.Replace(sqlStatement(s.sql), "CONCURRENTLY IF NOT EXISTS ", "", 1), ";")
+	got := strings.ReplaceAll(strings.Replace(def, " USING btree ", " ", 1), schema+".", "")
+	want := strings.TrimSuffix(strings.Replace(sqlStatement(s.plain), "CONCURRENTLY IF NOT EXISTS ", "", 1), ";")
 	return valid && got == want, def, nil
 }
 

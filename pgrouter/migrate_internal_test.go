@@ -11,12 +11,12 @@ import (
 // concurrent index builds (concurrentMarker) are read with their index's
 // name, 0011 among them; every other one runs in a transaction.
 func TestConcurrentIndexMigrations(t *testing.T) {
-	steps, err := migrationSteps()
+	migs, err := migrations("")
 	require.NoError(t, err)
 	indexes := map[int]string{}
-	for _, s := range steps {
-		if s.index != "" {
-			indexes[s.version] = s.index
+	for _, m := range migs {
+		if m.up.index != "" {
+			indexes[m.version] = m.up.index
 		}
 	}
 	require.Equal(t, map[int]string{11: "leaserouter_jobs_id", 15: "leaserouter_jobs_kind_ready", 16: "leaserouter_jobs_kind_order", 17: "leaserouter_jobs_kind_list", 18: "leaserouter_jobs_kind_order"}, indexes)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -248,8 +249,7 @@ func TestMigrateHonoursCtxWhileWaiting(t *testing.T) {
 // file names' numbers).
 func latestMigration(t *testing.T) int {
 	t.Helper()
-	files, err := filepath.Glob("migrations/*.sql")
-	require.NoError(t, err)
+	files := upMigrationFiles(t)
 	require.NotEmpty(t, files)
 	v, err := strconv.Atoi(strings.SplitN(filepath.Base(files[len(files)-1]), "_", 2)[0])
 	require.NoError(t, err)
@@ -271,9 +271,7 @@ func TestMigrateConcurrent(t *testing.T) {
 	}
 	var n, v int
 	require.NoError(t, db.QueryRow(t.Context(), "SELECT count(*), max(version) FROM leaserouter_migrations").Scan(&n, &v))
-	files, err := filepath.Glob("migrations/*.sql") // the migrations embedded, each applied once
-	require.NoError(t, err)
-	require.Equal(t, len(files), n)
+	require.Equal(t, len(upMigrationFiles(t)), n) // the migrations embedded, each applied once
 	require.Equal(t, latestMigration(t), v)
 }
 
@@ -350,4 +348,13 @@ func TestMigrateCanceledReleasesItsLocks(t *testing.T) {
 	require.NoError(t, db.QueryRow(ctx, `SELECT coalesce(array_agg(a.state || ': ' || left(a.query, 60)), '{}') FROM pg_locks l JOIN pg_stat_activity a USING (pid)
 		WHERE l.locktype = 'advisory' AND l.granted AND (l.classid::bigint << 32 | l.objid::bigint) IN ($1, $2)`, migrateXactLock, migrateSessionLock).Scan(&holders))
 	require.Empty(t, holders, "sessions still holding Migrate's advisory lock 1s after Migrate returned")
+}
+
+// upMigrationFiles are the up migrations' files (migrations/NNNN_name.sql,
+// not their .down.sql), in version order.
+func upMigrationFiles(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob("migrations/*.sql")
+	require.NoError(t, err)
+	return slices.DeleteFunc(files, func(f string) bool { return strings.HasSuffix(f, ".down.sql") })
 }

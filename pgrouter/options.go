@@ -21,6 +21,21 @@ type Options struct {
 	// at most MaxQueueBytes bytes; New returns an error wrapping
 	// leaserouter.ErrInvalidOptions for any other.
 	Queue string
+	// Schema is the PostgreSQL schema holding pgrouter's tables, types
+	// and functions, made there by MigrateTo with the same Schema. Default
+	// "": every name is sent unqualified and resolved by the connection's
+	// search_path (usually "public"), as before this option existed.
+	// Otherwise every statement names every object as "Schema".name,
+	// the name quoted as written (case kept), so the pool's search_path
+	// does not matter; Routers of different schemas in one database share
+	// nothing: neither jobs, nor tokens, nor fences (use FenceIn), nor
+	// wake-ups (each schema has its own LISTEN/NOTIFY channel). New
+	// returns an error wrapping leaserouter.ErrInvalidOptions for a name
+	// that is blank, has spaces around it, is longer than MaxSchemaBytes,
+	// holds a control character or a quote, or starts with "pg_"; and one
+	// wrapping ErrSchemaOutdated, naming the schema, when the schema does
+	// not exist or is not migrated to this module's version.
+	Schema string
 	// Kind is the kind of this Router's jobs (leaserouter.Job.Kind):
 	// every job it enqueues has it, and it leases only jobs of this kind,
 	// so a Router shares its queue with processes serving other kinds (a
@@ -132,6 +147,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.PollInterval < 0 {
 		return o, fmt.Errorf("%w: PollInterval is %v, must be >= 0 (or 0 for the default %v)", leaserouter.ErrInvalidOptions, o.PollInterval, DefaultPollInterval)
+	}
+	if err := checkSchema("Schema", o.Schema); err != nil {
+		return o, err
 	}
 	if p := contract.NameProblem(o.Queue, MaxQueueBytes, "MaxQueueBytes"); p != "" {
 		return o, fmt.Errorf("%w: Queue %s", leaserouter.ErrInvalidOptions, p)

@@ -56,7 +56,7 @@ func (l *Lease[T]) end(ctx context.Context, call string, reason leaserouter.Lost
 	a := l.endArgs(reason)
 	a["op"] = id
 	maps.Copy(a, extra)
-	return l.op(ctx, conn, false, id, call, endLease, a)
+	return l.op(ctx, conn, false, id, call, l.r.st.endLease, a)
 }
 
 // endByHolder is a holder's end of l for reason (Fail, Release,
@@ -112,15 +112,15 @@ func (l *Lease[T]) resolved(ctx context.Context, reason leaserouter.LostReason) 
 	ids = slices.Compact(ids)
 	b := &pgx.Batch{}
 	if len(ids) > 0 {
-		b.Queue(asyncCommit)
+		b.Queue(l.r.st.asyncCommit)
 	}
 	for _, id := range ids {
-		b.Queue(claimLock, args{"id": id})
+		b.Queue(l.r.st.claimLock, args{"id": id})
 	}
 	if len(ids) > 0 {
-		b.Queue(abandon, args{"ids": ids})
+		b.Queue(l.r.st.abandon, args{"ids": ids})
 	}
-	b.Queue(inspectLeases, args{"queue": l.r.opts.Queue, "ids": []string{l.JobID}})
+	b.Queue(l.r.st.inspectLeases, args{"queue": l.r.opts.Queue, "ids": []string{l.JobID}})
 	br := l.r.db.SendBatch(ctx, b)
 	var err error
 	if len(ids) > 0 {
@@ -204,10 +204,10 @@ func (r *Router[T]) resolveClaim(id int64) {
 // transaction if it is running.
 func (r *Router[T]) resolveClaimOnce(ctx context.Context, id int64) error {
 	b := &pgx.Batch{}
-	b.Queue(claimLock, args{"id": id})
-	b.Queue(abandon, args{"ids": []int64{id}})
-	b.Queue(handBackClaim, args{"queue": r.opts.Queue, "claim": id})
-	b.Queue(undoClaimExpiry, args{"queue": r.opts.Queue, "claim": id, "lease_us": r.lease})
+	b.Queue(r.st.claimLock, args{"id": id})
+	b.Queue(r.st.abandon, args{"ids": []int64{id}})
+	b.Queue(r.st.handBackClaim, args{"queue": r.opts.Queue, "claim": id})
+	b.Queue(r.st.undoClaimExpiry, args{"queue": r.opts.Queue, "claim": id, "lease_us": r.lease})
 	res := r.db.SendBatch(ctx, b)
 	_, err := res.Exec()
 	if err == nil {

@@ -230,7 +230,7 @@ func (r *Router[T]) addPeriodic(ctx context.Context, p Periodic[T], kind string,
 	var err error
 	for range 2 { // a second time when a concurrent first registration committed after the first's snapshot
 		offset, err = r.dbClockOffset(func() error {
-			return r.db.QueryRow(ctx, addPeriodic, args{"queue": r.opts.Queue, "name": p.Name}).Scan(&since, &last, &now)
+			return r.db.QueryRow(ctx, r.st.addPeriodic, args{"queue": r.opts.Queue, "name": p.Name}).Scan(&since, &last, &now)
 		}, &now)
 		if !errors.Is(err, pgx.ErrNoRows) {
 			break

@@ -75,7 +75,7 @@ func (r *Router[T]) schedule() {
 // at their ticks, whatever one of them keeps failing on.
 func (r *Router[T]) wakeUp(ctx context.Context) error {
 	var now time.Time
-	offset, err := r.dbClockOffset(func() error { return r.db.QueryRow(ctx, readClock).Scan(&now) }, &now)
+	offset, err := r.dbClockOffset(func() error { return r.db.QueryRow(ctx, r.st.readClock).Scan(&now) }, &now)
 	if err != nil {
 		return err
 	}
@@ -213,7 +213,7 @@ func (r *Router[T]) enqueueTick(ctx context.Context, e *periodicEntry[T], tick t
 	var purged []leaserouter.Event
 	err = pgx.BeginTxFunc(ctx, r.db, readCommitted, func(tx pgx.Tx) error {
 		var taken bool
-		err := tx.QueryRow(ctx, takeTick, args{"queue": r.opts.Queue, "name": p.Name, "tick": tick,
+		err := tx.QueryRow(ctx, r.st.takeTick, args{"queue": r.opts.Queue, "name": p.Name, "tick": tick,
 			"retention_us": r.opts.Retention.Microseconds(), "lock_timeout_ms": periodicLockTimeout.Milliseconds(),
 			"idle_timeout_ms": periodicIdleTimeout.Milliseconds(), "txn_timeout_ms": periodicTxnTimeout.Milliseconds()}).Scan(&taken, &locked)
 		if err != nil {
@@ -226,7 +226,7 @@ func (r *Router[T]) enqueueTick(ctx context.Context, e *periodicEntry[T], tick t
 		if err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, tickCommit) // no lock_timeout on the COMMIT (periodic_tick_commit.sql)
+		_, err = tx.Exec(ctx, r.st.tickCommit) // no lock_timeout on the COMMIT (periodic_tick_commit.sql)
 		return err
 	})
 	if errors.Is(err, errTickNotTaken) {

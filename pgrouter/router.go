@@ -21,11 +21,13 @@ import (
 // use; every method that talks to the database takes a ctx (nil means
 // context.Background()) and returns errors wrapping the driver's.
 type Router[T any] struct {
-	db    *pgxpool.Pool
-	opts  Options
-	lease int64 // LeaseDuration in microseconds
-	keep  int64 // Retention in microseconds, 0 if negative (purge at once)
-	cap   int64 // the most jobs of a state Stats and Queues count one by one (countCap; tests lower it)
+	db      *pgxpool.Pool
+	opts    Options
+	st      *statements // the statements of opts.Schema
+	channel string      // the LISTEN/NOTIFY channel of opts.Schema (schemaChannel)
+	lease   int64       // LeaseDuration in microseconds
+	keep    int64       // Retention in microseconds, 0 if negative (purge at once)
+	cap     int64       // the most jobs of a state Stats and Queues count one by one (countCap; tests lower it)
 
 	closing    context.Context    // done when Close starts
 	startClose context.CancelFunc // ends closing
@@ -53,7 +55,8 @@ type Router[T any] struct {
 }
 
 // New returns a Router on db for opts.Queue, after checking that db's
-// schema is at this module's version (run Migrate first) and raising the
+// schema is at this module's version (run Migrate first, or MigrateTo
+// for opts.Schema) and raising the
 // token sequence (ALTER SEQUENCE: the role must own the schema's objects,
 // as Migrate's role does) above opts.TokenFloor and the Unix time in
 // nanoseconds. It starts four goroutines (three with opts.NoVacuum): one holds a connection of its
@@ -95,7 +98,7 @@ func New[T any](ctx context.Context, db *pgxpool.Pool, opts Options) (*Router[T]
 	if err := readCommittedByDefault(ctx, db); err != nil {
 		return nil, err
 	}
-	if err := schemaReady(ctx, db, opts.TokenFloor); err != nil {
+	if err := schemaReady(ctx, db, opts.Schema, opts.TokenFloor); err != nil {
 		return nil, err
 	}
 	return newRouter[T](db, opts, nil), nil
@@ -107,15 +110,17 @@ func New[T any](ctx context.Context, db *pgxpool.Pool, opts Options) (*Router[T]
 func newRouter[T any](db *pgxpool.Pool, opts Options, sh *shared) *Router[T] {
 	r := &Router[T]{
 		db: db, opts: opts,
-		lease: opts.LeaseDuration.Microseconds(),
-		keep:  max(0, opts.Retention.Microseconds()),
-		cap:   countCap,
-		held:  make(map[*Lease[T]]struct{}),
-		done:  make(chan struct{}),
-		wake:  newWaker(),
-		tasks: newTasks(),
-		hist:  newHistory(),
-		sh:    sh,
+		st:      statementsFor(opts.Schema),
+		channel: schemaChannel(opts.Schema),
+		lease:   opts.LeaseDuration.Microseconds(),
+		keep:    max(0, opts.Retention.Microseconds()),
+		cap:     countCap,
+		held:    make(map[*Lease[T]]struct{}),
+		done:    make(chan struct{}),
+		wake:    newWaker(),
+		tasks:   newTasks(),
+		hist:    newHistory(),
+		sh:      sh,
 	}
 	r.ev = newEvents(opts.OnEvent, opts.Logger, func() {
 		r.mu.Lock()
@@ -127,7 +132,7 @@ func newRouter[T any](db *pgxpool.Pool, opts Options, sh *shared) *Router[T] {
 	r.stop = stop
 	r.keepers = newKeepers(r)
 	if r.sh == nil {
-		r.sh, r.ownSh = newShared(db), true
+		r.sh, r.ownSh = newShared(db, opts.Schema), true
 		r.sh.start(&r.stopped)
 	}
 	r.sh.add(opts.Queue, r.wake)
@@ -169,12 +174,12 @@ func readCommittedByDefault(ctx context.Context, db *pgxpool.Pool) error {
 // no-op ALTER SEQUENCE holds a lock that makes concurrent nextval calls
 // wait until the transaction ends, so no token is issued between reading
 // the sequence and setting it: it cannot go back under concurrent claims.
-func raiseTokens(ctx context.Context, db *pgxpool.Pool, floor leaserouter.Token) error {
+func raiseTokens(ctx context.Context, db *pgxpool.Pool, st *statements, floor leaserouter.Token) error {
 	err := pgx.BeginTxFunc(ctx, db, readCommitted, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, lockTokens); err != nil {
+		if _, err := tx.Exec(ctx, st.lockTokens); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, raiseToken, args{"floor": int64(floor)})
+		_, err := tx.Exec(ctx, st.raiseToken, args{"floor": int64(floor)})
 		return err
 	})
 	if err != nil {

@@ -42,7 +42,7 @@ func (r *Router[T]) RunNow(ctx context.Context, id string) error {
 // moves only scheduled jobs).
 func (r *Router[T]) runNow(ctx context.Context, call string, ids, _ []string) ([]acted, error) {
 	var out []acted
-	err := r.bulkStatement(ctx, call, runNowJobs, ids, args{"queue": r.opts.Queue, "ids": ids, "channel": channel},
+	err := r.bulkStatement(ctx, call, r.st.runNowJobs, ids, args{"queue": r.opts.Queue, "ids": ids, "channel": r.channel},
 		func(rows pgx.Rows) error {
 			var (
 				j    acted

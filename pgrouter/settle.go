@@ -23,8 +23,8 @@ type settling struct {
 
 // queueSettle adds a settling round's two statements to b.
 func (r *Router[T]) queueSettle(b *pgx.Batch) {
-	b.Queue(settleExpired, args{"queue": r.opts.Queue, "limit": settleLimit, "retention_us": r.keep})
-	b.Queue(settleScheduled, args{"queue": r.opts.Queue, "limit": settleLimit})
+	b.Queue(r.st.settleExpired, args{"queue": r.opts.Queue, "limit": settleLimit, "retention_us": r.keep})
+	b.Queue(r.st.settleScheduled, args{"queue": r.opts.Queue, "limit": settleLimit})
 }
 
 // readSettle reads the results of queueSettle's statements.
@@ -136,9 +136,9 @@ func (r *Router[T]) maintain(ctx context.Context) {
 		}
 		_ = r.flushHistory(ctx) // what could not be added waits for the next round
 		if time.Since(marksPurged) >= time.Minute {
-			_, err := r.db.Exec(ctx, purgeAbandoned, args{"keep_us": abandonedKeep.Microseconds()})
+			_, err := r.db.Exec(ctx, r.st.purgeAbandoned, args{"keep_us": abandonedKeep.Microseconds()})
 			if err == nil {
-				_, err = r.db.Exec(ctx, periodicPrune, args{"queue": r.opts.Queue, "retention_us": r.opts.Retention.Microseconds()})
+				_, err = r.db.Exec(ctx, r.st.periodicPrune, args{"queue": r.opts.Queue, "retention_us": r.opts.Retention.Microseconds()})
 			}
 			if err == nil {
 				marksPurged = time.Now()
@@ -149,7 +149,7 @@ func (r *Router[T]) maintain(ctx context.Context) {
 
 // purge runs purgeDue once, counts and reports what it deleted.
 func (r *Router[T]) purge(ctx context.Context) (int, error) {
-	rows, err := r.db.Query(ctx, purgeDue, args{"queue": r.opts.Queue, "limit": settleLimit})
+	rows, err := r.db.Query(ctx, r.st.purgeDue, args{"queue": r.opts.Queue, "limit": settleLimit})
 	if err != nil {
 		return 0, err
 	}

@@ -20,6 +20,8 @@ import (
 // queues it has.
 type shared struct {
 	db        *pgxpool.Pool
+	st        *statements // the statements of the schema its Routers share
+	channel   string      // the schema's LISTEN/NOTIFY channel
 	beats     beatConn
 	listening atomic.Bool // the listener's connection LISTENs (and has broadcast once since)
 	stop      context.CancelFunc
@@ -29,8 +31,8 @@ type shared struct {
 	wakers map[string][]*waker // by queue: whom a notification wakes
 }
 
-func newShared(db *pgxpool.Pool) *shared {
-	s := &shared{db: db, wakers: map[string][]*waker{}, beats: beatConn{turn: make(chan struct{}, 1)}}
+func newShared(db *pgxpool.Pool, schema string) *shared {
+	s := &shared{db: db, st: statementsFor(schema), channel: schemaChannel(schema), wakers: map[string][]*waker{}, beats: beatConn{turn: make(chan struct{}, 1)}}
 	s.lctx, s.stop = context.WithCancel(context.Background())
 	return s
 }
@@ -83,7 +85,7 @@ func (s *shared) listen(ctx context.Context) {
 	for ctx.Err() == nil {
 		conn, err := pgx.ConnectConfig(ctx, s.db.Config().ConnConfig.Copy())
 		if err == nil {
-			if _, err = conn.Exec(ctx, "LISTEN "+channel); err == nil {
+			if _, err = conn.Exec(ctx, "LISTEN "+listenName(s.channel)); err == nil {
 				s.wake("", true)
 				s.listening.Store(true)
 				backoff = 50 * time.Millisecond

@@ -16,7 +16,7 @@ import (
 func TestStatementsCompiled(t *testing.T) {
 	files, err := fs.Glob(statementFiles, "sql/*.sql")
 	require.NoError(t, err)
-	// claim.sql and claim_arm.sql are the claim's templates (claimStatement);
+	// claim.sql and claim_arm.sql are the claim's templates (statements.claim);
 	// a statement of lockForms is compiled twice (its two lock forms).
 	require.Len(t, compiled, len(files)-2+len(lockFormsOf)/2, "a statement of sql/ not loaded, or loaded twice")
 	for text, p := range compiled {
@@ -42,14 +42,14 @@ func TestStatementsCompiled(t *testing.T) {
 // parameter missing or not used, and a text that is no statement of sql/.
 func TestArgsBinding(t *testing.T) {
 	ctx := context.Background()
-	sql, bound, err := args{"queue": "q", "id": "j"}.RewriteQuery(ctx, nil, getJob, nil)
+	sql, bound, err := args{"queue": "q", "id": "j"}.RewriteQuery(ctx, nil, defaultStatements.getJob, nil)
 	require.NoError(t, err)
 	require.Contains(t, sql, "WHERE queue = $1 AND id = $2")
 	require.Equal(t, []any{"q", "j"}, bound)
 
-	_, _, err = args{"queue": "q"}.RewriteQuery(ctx, nil, getJob, nil)
+	_, _, err = args{"queue": "q"}.RewriteQuery(ctx, nil, defaultStatements.getJob, nil)
 	require.ErrorContains(t, err, "argument @id of the statement is not given")
-	_, _, err = args{"queue": "q", "id": "j", "idd": "x"}.RewriteQuery(ctx, nil, getJob, nil)
+	_, _, err = args{"queue": "q", "id": "j", "idd": "x"}.RewriteQuery(ctx, nil, defaultStatements.getJob, nil)
 	require.ErrorContains(t, err, "argument @idd is not used by the statement")
 	_, _, err = args{"queue": "q", "id": "j"}.RewriteQuery(ctx, nil, "SELECT @queue, @id", nil)
 	require.ErrorContains(t, err, "not a statement of sql/")
@@ -62,7 +62,7 @@ func TestArgsBinding(t *testing.T) {
 func TestClaimArmBoundAndOneLockPerRow(t *testing.T) {
 	require.GreaterOrEqual(t, claimArmBound, 64*claimMax)
 	for _, k := range []int{1, 3} {
-		text := sqlStatement(claimStatement(k)) // without its comments
+		text := sqlStatement(defaultStatements.claim(k)) // without its comments
 		require.Equal(t, k, strings.Count(text, fmt.Sprintf("LIMIT %d) a", claimArmBound)), "k=%d", k)
 		require.Equal(t, 1, strings.Count(text, "FOR UPDATE SKIP LOCKED"), "k=%d", k)
 		require.Contains(t, text, "WHERE l.ctid = c.ctid")

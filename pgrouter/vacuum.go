@@ -81,16 +81,16 @@ func (r *Router[T]) vacuumLoop(ctx context.Context) {
 		}
 		var vacuum, analyze bool
 		var now time.Time
-		err := r.db.QueryRow(ctx, vacuumDue, args{"min_dead": vacuumMinDead, "min_changed": analyzeMinChanged,
+		err := r.db.QueryRow(ctx, r.st.vacuumDue, args{"min_dead": vacuumMinDead, "min_changed": analyzeMinChanged,
 			"interval_us": vacuumMinInterval.Microseconds(), "last_start": lastStart}).Scan(&vacuum, &analyze, &now)
 		if err != nil || !vacuum && !analyze {
 			continue
 		}
-		stmt := vacuumJobs
+		stmt := r.st.vacuumJobs
 		if vacuum {
 			lastStart = &now
 		} else {
-			stmt = analyzeJobs
+			stmt = r.st.analyzeJobs
 		}
 		start := time.Now()
 		_, _ = r.db.Exec(ctx, stmt, pgx.QueryExecModeSimpleProtocol)

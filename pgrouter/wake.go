@@ -3,12 +3,24 @@ package pgrouter
 import (
 	"context"
 	"sync"
+
+	"github.com/jackc/pgx/v5"
 )
 
-// channel is the LISTEN/NOTIFY channel of every queue; a notification's
+// channel is the LISTEN/NOTIFY channel of every queue of the default
+// schema (schemaChannel names another schema's); a notification's
 // payload is the queue whose jobs became ready (enqueued, released,
 // retried, or pending again after an expiry).
 const channel = "leaserouter"
+
+// listenName is c as LISTEN takes it: a quoted identifier, but for the
+// default schema's, sent as it always was.
+func listenName(c string) string {
+	if c == channel {
+		return c
+	}
+	return pgx.Identifier{c}.Sanitize()
+}
 
 // waker tells blocked Acquires that a job may be ready: by a notification
 // from any process (the listener of shared.go), or by Close. A missed notification costs at most
@@ -72,5 +84,5 @@ func (r *Router[T]) notify(ctx context.Context) { r.notifyOn(ctx, r.db) }
 // notifyOn is notify on q (a connection already held: no wait for the
 // pool).
 func (r *Router[T]) notifyOn(ctx context.Context, q querier) {
-	_, _ = q.Exec(ctx, notifyQueue, args{"channel": channel, "queue": r.opts.Queue})
+	_, _ = q.Exec(ctx, r.st.notifyQueue, args{"channel": r.channel, "queue": r.opts.Queue})
 }

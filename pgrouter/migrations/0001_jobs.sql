@@ -3,17 +3,17 @@
 -- 0 pending, 1 scheduled, 2 leased, 3 succeeded, 4 failed (dead),
 -- 5 canceled.
 
-CREATE SEQUENCE leaserouter_token AS bigint CACHE 1;
+CREATE SEQUENCE /*schema*/leaserouter_token AS bigint CACHE 1;
 
 -- Enqueue order. Taken explicitly by the enqueue statement, in the
 -- batch's order, before its rows are inserted in ID order (the order
 -- every batch locks rows in, so concurrent batches never deadlock).
-CREATE SEQUENCE leaserouter_job_seq AS bigint;
+CREATE SEQUENCE /*schema*/leaserouter_job_seq AS bigint;
 
-CREATE TABLE leaserouter_jobs (
+CREATE TABLE /*schema*/leaserouter_jobs (
 	queue            text        NOT NULL,
 	id               text        NOT NULL,
-	seq              bigint      NOT NULL DEFAULT nextval('leaserouter_job_seq'), -- enqueue order, the last tie-breaker
+	seq              bigint      NOT NULL DEFAULT nextval('/*schema*/leaserouter_job_seq'), -- enqueue order, the last tie-breaker
 	state            smallint    NOT NULL,
 	priority         bigint      NOT NULL DEFAULT 0,
 	ready_at         timestamptz NOT NULL,           -- pending: ready time; scheduled: run-at
@@ -41,12 +41,12 @@ CREATE TABLE leaserouter_jobs (
 	fillfactor = 85
 );
 
-CREATE INDEX leaserouter_jobs_ready ON leaserouter_jobs (queue, priority DESC, ready_at, seq) WHERE state = 0;
-CREATE INDEX leaserouter_jobs_scheduled ON leaserouter_jobs (queue, ready_at) WHERE state = 1;
-CREATE INDEX leaserouter_jobs_leased ON leaserouter_jobs (queue, lease_expires_at) WHERE state = 2;
-CREATE INDEX leaserouter_jobs_purge ON leaserouter_jobs (queue, purge_at) WHERE state >= 3;
+CREATE INDEX leaserouter_jobs_ready ON /*schema*/leaserouter_jobs (queue, priority DESC, ready_at, seq) WHERE state = 0;
+CREATE INDEX leaserouter_jobs_scheduled ON /*schema*/leaserouter_jobs (queue, ready_at) WHERE state = 1;
+CREATE INDEX leaserouter_jobs_leased ON /*schema*/leaserouter_jobs (queue, lease_expires_at) WHERE state = 2;
+CREATE INDEX leaserouter_jobs_purge ON /*schema*/leaserouter_jobs (queue, purge_at) WHERE state >= 3;
 
-CREATE TABLE leaserouter_fences (
+CREATE TABLE /*schema*/leaserouter_fences (
 	key   text   PRIMARY KEY,
 	token bigint NOT NULL
 );

@@ -5,13 +5,13 @@
 -- The claim (a random id per claim statement) that granted the job's
 -- latest lease: its leases can be found, and handed back, by a client
 -- that never saw the claim's reply.
-ALTER TABLE leaserouter_jobs ADD COLUMN claim bigint;
+ALTER TABLE /*schema*/leaserouter_jobs ADD COLUMN claim bigint;
 
 -- Claims given up by the client that sent them: a claim statement whose
 -- id is here claims nothing, so a claim that reaches the server after
 -- its client resolved it (held in the network, say) cannot grant a lease
 -- nobody receives. Kept a day (the maintenance loop deletes older rows).
-CREATE TABLE leaserouter_abandoned_claims (
+CREATE TABLE /*schema*/leaserouter_abandoned_claims (
 	id bigint      PRIMARY KEY,
 	at timestamptz NOT NULL DEFAULT clock_timestamp()
 );

@@ -4,31 +4,31 @@
 
 -- A job's state: the labels are leaserouter.State's names, in its order
 -- (so comparisons follow the core's order too). A test pins them.
-CREATE TYPE leaserouter_job_state AS ENUM ('pending', 'scheduled', 'leased', 'succeeded', 'failed', 'canceled');
+CREATE TYPE /*schema*/leaserouter_job_state AS ENUM ('pending', 'scheduled', 'leased', 'succeeded', 'failed', 'canceled');
 
 -- The partial indexes name states in their predicates: made again for the
 -- new type. The conversion rewrites the table (it holds the table's lock
 -- until the migration commits; Migrate waits for a moment when no
 -- transaction holds it). A state outside 0..5 (none is ever written)
 -- fails the migration, which then changes nothing.
-DROP INDEX leaserouter_jobs_ready;
-DROP INDEX leaserouter_jobs_scheduled;
-DROP INDEX leaserouter_jobs_leased;
-DROP INDEX leaserouter_jobs_purge;
+DROP INDEX /*schema*/leaserouter_jobs_ready;
+DROP INDEX /*schema*/leaserouter_jobs_scheduled;
+DROP INDEX /*schema*/leaserouter_jobs_leased;
+DROP INDEX /*schema*/leaserouter_jobs_purge;
 
-ALTER TABLE leaserouter_jobs ALTER COLUMN state TYPE leaserouter_job_state USING (CASE state
+ALTER TABLE /*schema*/leaserouter_jobs ALTER COLUMN state TYPE /*schema*/leaserouter_job_state USING (CASE state
 	WHEN 0 THEN 'pending'
 	WHEN 1 THEN 'scheduled'
 	WHEN 2 THEN 'leased'
 	WHEN 3 THEN 'succeeded'
 	WHEN 4 THEN 'failed'
 	WHEN 5 THEN 'canceled'
-END)::leaserouter_job_state;
+END)::/*schema*/leaserouter_job_state;
 
-CREATE INDEX leaserouter_jobs_ready ON leaserouter_jobs (queue, priority DESC, ready_at, seq) WHERE state = 'pending';
-CREATE INDEX leaserouter_jobs_scheduled ON leaserouter_jobs (queue, ready_at) WHERE state = 'scheduled';
-CREATE INDEX leaserouter_jobs_leased ON leaserouter_jobs (queue, lease_expires_at) WHERE state = 'leased';
-CREATE INDEX leaserouter_jobs_purge ON leaserouter_jobs (queue, purge_at) WHERE state IN ('succeeded', 'failed', 'canceled');
+CREATE INDEX leaserouter_jobs_ready ON /*schema*/leaserouter_jobs (queue, priority DESC, ready_at, seq) WHERE state = 'pending';
+CREATE INDEX leaserouter_jobs_scheduled ON /*schema*/leaserouter_jobs (queue, ready_at) WHERE state = 'scheduled';
+CREATE INDEX leaserouter_jobs_leased ON /*schema*/leaserouter_jobs (queue, lease_expires_at) WHERE state = 'leased';
+CREATE INDEX leaserouter_jobs_purge ON /*schema*/leaserouter_jobs (queue, purge_at) WHERE state IN ('succeeded', 'failed', 'canceled');
 
 -- A finished job past its retention (purge_at <= clock_timestamp(), the
 -- database's clock at this moment) is as good as purged: Get, Cancel and
@@ -37,7 +37,7 @@ CREATE INDEX leaserouter_jobs_purge ON leaserouter_jobs (queue, purge_at) WHERE 
 -- is, so the planner inlines it: the statements' plans are those of the
 -- expression written out (purge.sql still proves leaserouter_jobs_purge's
 -- predicate and walks it in purge_at order).
-CREATE FUNCTION leaserouter_past_retention(st leaserouter_job_state, purge_at timestamptz) RETURNS boolean
+CREATE FUNCTION /*schema*/leaserouter_past_retention(st /*schema*/leaserouter_job_state, purge_at timestamptz) RETURNS boolean
 LANGUAGE sql VOLATILE
 AS $$ SELECT st IN ('succeeded', 'failed', 'canceled') AND purge_at <= clock_timestamp() $$;
 
@@ -46,8 +46,8 @@ AS $$ SELECT st IN ('succeeded', 'failed', 'canceled') AND purge_at <= clock_tim
 -- (the database's clock at this moment, never the transaction's start).
 -- Every lease statement calls it with the row locked. A plain SQL
 -- expression, VOLATILE as clock_timestamp() is: the planner inlines it.
-CREATE FUNCTION leaserouter_lease_valid(
-	st leaserouter_job_state, tok bigint, expires_at timestamptz, held bigint) RETURNS boolean
+CREATE FUNCTION /*schema*/leaserouter_lease_valid(
+	st /*schema*/leaserouter_job_state, tok bigint, expires_at timestamptz, held bigint) RETURNS boolean
 LANGUAGE sql VOLATILE
 AS $$ SELECT st = 'leased' AND tok = held AND expires_at > clock_timestamp() $$;
 
@@ -73,19 +73,19 @@ AS $$ SELECT st = 'leased' AND tok = held AND expires_at > clock_timestamp() $$;
 -- function (and IMMUTABLE) so that the planner inlines it into the
 -- statement, as it does no other function in a FROM list: planning its
 -- body again at each call costs more than the rest of the statement.
-CREATE FUNCTION leaserouter_end_lease(
+CREATE FUNCTION /*schema*/leaserouter_end_lease(
 	reason text, attempt integer, max_attempts integer, permanent boolean, delay_us bigint,
 	ended_at timestamptz, last_error text, retention_us bigint)
-RETURNS TABLE (state leaserouter_job_state, ready_at timestamptz, purge_at timestamptz,
+RETURNS TABLE (state /*schema*/leaserouter_job_state, ready_at timestamptz, purge_at timestamptz,
 	owner text, lease_expires_at timestamptz, ended text, requeued boolean,
 	updated_at timestamptz, new_last_error text)
 LANGUAGE sql IMMUTABLE
 AS $$
 SELECT
-	CASE WHEN reason = 'completed' THEN 'succeeded'::leaserouter_job_state
-		WHEN d.dead THEN 'failed'::leaserouter_job_state
-		WHEN delay_us > 0 THEN 'scheduled'::leaserouter_job_state
-		ELSE 'pending'::leaserouter_job_state END,
+	CASE WHEN reason = 'completed' THEN 'succeeded'::/*schema*/leaserouter_job_state
+		WHEN d.dead THEN 'failed'::/*schema*/leaserouter_job_state
+		WHEN delay_us > 0 THEN 'scheduled'::/*schema*/leaserouter_job_state
+		ELSE 'pending'::/*schema*/leaserouter_job_state END,
 	ended_at + greatest(delay_us, 0) * interval '1 microsecond',
 	CASE WHEN reason = 'completed' OR d.dead THEN ended_at + retention_us * interval '1 microsecond' END,
 	'',

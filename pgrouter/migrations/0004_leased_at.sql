@@ -3,4 +3,4 @@
 -- from whichever process settles it, canceled) reports how long it was
 -- held (Event.Held), on the database's clock. Only adds a column (NULL
 -- for leases granted before this version: their Held is 0).
-ALTER TABLE leaserouter_jobs ADD COLUMN IF NOT EXISTS leased_at timestamptz;
+ALTER TABLE /*schema*/leaserouter_jobs ADD COLUMN IF NOT EXISTS leased_at timestamptz;

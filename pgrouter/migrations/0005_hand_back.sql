@@ -10,11 +10,11 @@
 -- as leaserouter_end_lease is (a table function, IMMUTABLE), so that the
 -- planner inlines it; it would not, were an argument volatile (such as
 -- clock_timestamp()). Only adds a function.
-CREATE OR REPLACE FUNCTION leaserouter_hand_back(granted_attempt integer, was_requeued boolean)
-RETURNS TABLE (state leaserouter_job_state, attempt integer, owner text, lease_expires_at timestamptz,
+CREATE OR REPLACE FUNCTION /*schema*/leaserouter_hand_back(granted_attempt integer, was_requeued boolean)
+RETURNS TABLE (state /*schema*/leaserouter_job_state, attempt integer, owner text, lease_expires_at timestamptz,
 	ended text)
 LANGUAGE sql IMMUTABLE
 AS $$
-SELECT 'pending'::leaserouter_job_state, granted_attempt - 1, '', NULL::timestamptz,
+SELECT 'pending'::/*schema*/leaserouter_job_state, granted_attempt - 1, '', NULL::timestamptz,
 	CASE WHEN was_requeued THEN 'expired' ELSE 'released' END
 $$;

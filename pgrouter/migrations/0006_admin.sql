@@ -5,7 +5,7 @@
 -- Queues paused by Router.Pause, in every process: the claim statement
 -- grants nothing for a queue whose row says paused. A queue has a row
 -- once it was paused or resumed; none means not paused.
-CREATE TABLE IF NOT EXISTS leaserouter_queues (
+CREATE TABLE IF NOT EXISTS /*schema*/leaserouter_queues (
 	queue      text        PRIMARY KEY,
 	paused     boolean     NOT NULL DEFAULT false,
 	updated_at timestamptz NOT NULL DEFAULT clock_timestamp()
@@ -18,4 +18,4 @@ CREATE TABLE IF NOT EXISTS leaserouter_queues (
 -- migration's transaction: CREATE INDEX CONCURRENTLY cannot run in one);
 -- on a large table, create it CONCURRENTLY by hand first, under this
 -- name: this statement then finds it.
-CREATE INDEX IF NOT EXISTS leaserouter_jobs_order ON leaserouter_jobs (queue, state, seq);
+CREATE INDEX IF NOT EXISTS leaserouter_jobs_order ON /*schema*/leaserouter_jobs (queue, state, seq);

@@ -8,7 +8,7 @@
 -- every PollInterval (one row per queue, minute and process: processes
 -- never wait for each other's rows, and no hot path writes here); rows
 -- older than two hours are deleted by the same round.
-CREATE TABLE IF NOT EXISTS leaserouter_history (
+CREATE TABLE IF NOT EXISTS /*schema*/leaserouter_history (
 	queue     text        NOT NULL,
 	minute    timestamptz NOT NULL,
 	process   text        NOT NULL,

@@ -10,7 +10,7 @@
 -- table's rows times the queue's share times the state's share, wrong by
 -- orders of magnitude when queues differ (one mostly finished, another
 -- mostly pending). Only statistics: no index, no lock held long.
-CREATE STATISTICS IF NOT EXISTS leaserouter_jobs_queue_state (mcv) ON queue, state FROM leaserouter_jobs;
+CREATE STATISTICS IF NOT EXISTS /*schema*/leaserouter_jobs_queue_state (mcv) ON queue, state FROM /*schema*/leaserouter_jobs;
 
 -- The planner's estimate of the jobs of queue q in state st (finished
 -- ones past their retention included): the rows of EXPLAIN's plan of the
@@ -18,13 +18,13 @@ CREATE STATISTICS IF NOT EXISTS leaserouter_jobs_queue_state (mcv) ON queue, sta
 -- the table's rows are scaled to its current size, as the planner does).
 -- A plan, not a scan: well under a millisecond at any size. VOLATILE: a
 -- function that runs EXPLAIN cannot be declared otherwise.
-CREATE OR REPLACE FUNCTION leaserouter_count_estimate(q text, st leaserouter_job_state) RETURNS bigint
+CREATE OR REPLACE FUNCTION /*schema*/leaserouter_count_estimate(q text, st /*schema*/leaserouter_job_state) RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
 	plan json;
 BEGIN
-	EXECUTE 'EXPLAIN (FORMAT JSON) SELECT FROM leaserouter_jobs WHERE queue = $1 AND state = $2'
+	EXECUTE 'EXPLAIN (FORMAT JSON) SELECT FROM /*schema*/leaserouter_jobs WHERE queue = $1 AND state = $2'
 		INTO plan USING q, st;
 	RETURN (plan->0->'Plan'->>'Plan Rows')::bigint;
 END

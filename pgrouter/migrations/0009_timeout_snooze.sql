@@ -6,14 +6,14 @@
 -- microseconds; 0 when none was given (WorkerOptions.Timeout applies).
 -- A constant default: adding the column changes the catalog only (no
 -- rewrite of the table, PostgreSQL 11 and later).
-ALTER TABLE leaserouter_jobs ADD COLUMN IF NOT EXISTS timeout_us bigint NOT NULL DEFAULT 0;
+ALTER TABLE /*schema*/leaserouter_jobs ADD COLUMN IF NOT EXISTS timeout_us bigint NOT NULL DEFAULT 0;
 -- The created_at of the job whose WithTimeout timeout_us is: the
 -- statements read timeout_us only where timeout_of = created_at, else 0.
 -- A process of an earlier version that replaces a purged job's row sets
 -- neither column but a new created_at, so the purged job's timeout does
 -- not pass to its job. NULL (no default: a catalog change only) in rows
 -- written before this version.
-ALTER TABLE leaserouter_jobs ADD COLUMN IF NOT EXISTS timeout_of timestamptz;
+ALTER TABLE /*schema*/leaserouter_jobs ADD COLUMN IF NOT EXISTS timeout_of timestamptz;
 
 -- leaserouter_end_lease of version 3, with one more reason: 'snoozed'
 -- (Lease.Snooze) never makes a job dead, whatever its attempts: it is
@@ -23,19 +23,19 @@ ALTER TABLE leaserouter_jobs ADD COLUMN IF NOT EXISTS timeout_of timestamptz;
 -- back (lease_end.sql): the snoozed lease is not counted. The other
 -- reasons are unchanged. ended is text: the new reason needs no change
 -- of type.
-CREATE OR REPLACE FUNCTION leaserouter_end_lease(
+CREATE OR REPLACE FUNCTION /*schema*/leaserouter_end_lease(
 	reason text, attempt integer, max_attempts integer, permanent boolean, delay_us bigint,
 	ended_at timestamptz, last_error text, retention_us bigint)
-RETURNS TABLE (state leaserouter_job_state, ready_at timestamptz, purge_at timestamptz,
+RETURNS TABLE (state /*schema*/leaserouter_job_state, ready_at timestamptz, purge_at timestamptz,
 	owner text, lease_expires_at timestamptz, ended text, requeued boolean,
 	updated_at timestamptz, new_last_error text)
 LANGUAGE sql IMMUTABLE
 AS $$
 SELECT
-	CASE WHEN reason = 'completed' THEN 'succeeded'::leaserouter_job_state
-		WHEN d.dead THEN 'failed'::leaserouter_job_state
-		WHEN delay_us > 0 THEN 'scheduled'::leaserouter_job_state
-		ELSE 'pending'::leaserouter_job_state END,
+	CASE WHEN reason = 'completed' THEN 'succeeded'::/*schema*/leaserouter_job_state
+		WHEN d.dead THEN 'failed'::/*schema*/leaserouter_job_state
+		WHEN delay_us > 0 THEN 'scheduled'::/*schema*/leaserouter_job_state
+		ELSE 'pending'::/*schema*/leaserouter_job_state END,
 	ended_at + greatest(delay_us, 0) * interval '1 microsecond',
 	CASE WHEN reason = 'completed' OR d.dead THEN ended_at + retention_us * interval '1 microsecond' END,
 	'',

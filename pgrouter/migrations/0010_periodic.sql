@@ -10,7 +10,7 @@
 -- tick and a tick is taken once, whenever its job is purged. Rows are
 -- never deleted by pgrouter (RemovePeriodic stops one process's
 -- scheduling, not the job's history).
-CREATE TABLE IF NOT EXISTS leaserouter_periodic (
+CREATE TABLE IF NOT EXISTS /*schema*/leaserouter_periodic (
 	queue     text        NOT NULL,
 	name      text        NOT NULL,
 	since     timestamptz NOT NULL DEFAULT clock_timestamp(),

@@ -12,4 +12,4 @@
 -- and punctuation is ignored at first), with what List filters on, so
 -- that a page of a rare prefix reads the IDs that have it, index only,
 -- instead of walking the state's jobs.
-CREATE INDEX CONCURRENTLY IF NOT EXISTS leaserouter_jobs_id ON leaserouter_jobs (queue, state, id COLLATE "C") INCLUDE (seq, purge_at);
+CREATE INDEX CONCURRENTLY IF NOT EXISTS leaserouter_jobs_id ON /*schema*/leaserouter_jobs (queue, state, id COLLATE "C") INCLUDE (seq, purge_at);

@@ -8,7 +8,7 @@
 -- job is purged or deleted. The taker of a tick deletes the records of
 -- the job's ticks older than its Retention before that tick, which no
 -- scheduler takes any more, and raises the row's taken_to over them.
-CREATE TABLE IF NOT EXISTS leaserouter_periodic_ticks (
+CREATE TABLE IF NOT EXISTS /*schema*/leaserouter_periodic_ticks (
 	queue text        NOT NULL,
 	name  text        NOT NULL,
 	tick  timestamptz NOT NULL,
@@ -19,10 +19,10 @@ CREATE TABLE IF NOT EXISTS leaserouter_periodic_ticks (
 -- or before last_tick, which starts taken_to.
 DO $$
 BEGIN
-	IF NOT EXISTS (SELECT FROM information_schema.columns WHERE table_schema = current_schema()
-			AND table_name = 'leaserouter_periodic' AND column_name = 'taken_to') THEN
-		ALTER TABLE leaserouter_periodic ADD COLUMN taken_to timestamptz;
-		UPDATE leaserouter_periodic SET taken_to = last_tick;
+	IF NOT EXISTS (SELECT FROM pg_attribute WHERE attrelid = '/*schema*/leaserouter_periodic'::regclass
+			AND attname = 'taken_to' AND NOT attisdropped) THEN
+		ALTER TABLE /*schema*/leaserouter_periodic ADD COLUMN taken_to timestamptz;
+		UPDATE /*schema*/leaserouter_periodic SET taken_to = last_tick;
 	END IF;
 END
 $$;

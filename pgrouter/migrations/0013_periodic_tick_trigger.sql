@@ -19,10 +19,10 @@
 -- takes it, once, as it would a tick another newer scheduler skipped. An
 -- update that does not raise last_tick (a deferred tick taken after a
 -- younger one; periodic_prune.sql raising taken_to) records nothing here.
-CREATE OR REPLACE FUNCTION leaserouter_periodic_record_tick() RETURNS trigger
+CREATE OR REPLACE FUNCTION /*schema*/leaserouter_periodic_record_tick() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-	INSERT INTO leaserouter_periodic_ticks (queue, name, tick)
+	INSERT INTO /*schema*/leaserouter_periodic_ticks (queue, name, tick)
 	VALUES (NEW.queue, NEW.name, NEW.last_tick)
 	ON CONFLICT (queue, name, tick) DO NOTHING;
 	RETURN NULL;
@@ -45,13 +45,13 @@ $$;
 DO $$
 BEGIN
 	IF NOT EXISTS (SELECT FROM pg_trigger WHERE tgname = 'leaserouter_periodic_record_tick'
-			AND tgrelid = 'leaserouter_periodic'::regclass) THEN
+			AND tgrelid = '/*schema*/leaserouter_periodic'::regclass) THEN
 		CREATE TRIGGER leaserouter_periodic_record_tick
-			AFTER UPDATE OF last_tick ON leaserouter_periodic
+			AFTER UPDATE OF last_tick ON /*schema*/leaserouter_periodic
 			FOR EACH ROW
 			WHEN (NEW.last_tick IS NOT NULL AND (OLD.last_tick IS NULL OR NEW.last_tick > OLD.last_tick))
-			EXECUTE FUNCTION leaserouter_periodic_record_tick();
-		UPDATE leaserouter_periodic SET taken_to = greatest(taken_to, last_tick)
+			EXECUTE FUNCTION /*schema*/leaserouter_periodic_record_tick();
+		UPDATE /*schema*/leaserouter_periodic SET taken_to = greatest(taken_to, last_tick)
 		WHERE last_tick IS NOT NULL;
 	END IF;
 END

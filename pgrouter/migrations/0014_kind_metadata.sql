@@ -9,9 +9,9 @@
 -- serves. '' for every job written before this version. A constant
 -- default: adding the column changes the catalog only (no rewrite of the
 -- table, PostgreSQL 11 and later).
-ALTER TABLE leaserouter_jobs ADD COLUMN IF NOT EXISTS kind text NOT NULL DEFAULT '';
+ALTER TABLE /*schema*/leaserouter_jobs ADD COLUMN IF NOT EXISTS kind text NOT NULL DEFAULT '';
 -- WithMetadata's pairs, a JSON object of strings; NULL for none.
-ALTER TABLE leaserouter_jobs ADD COLUMN IF NOT EXISTS metadata jsonb;
+ALTER TABLE /*schema*/leaserouter_jobs ADD COLUMN IF NOT EXISTS metadata jsonb;
 -- The created_at of the job whose kind and metadata these are: every
 -- insert of this version sets it to the job's created_at. A process of
 -- an earlier version that replaces a purged job's row (its upsert,
@@ -20,7 +20,7 @@ ALTER TABLE leaserouter_jobs ADD COLUMN IF NOT EXISTS metadata jsonb;
 -- to a handler of another payload type. The trigger below resets them
 -- there. NULL (no default: a catalog change only) in rows written before
 -- this version.
-ALTER TABLE leaserouter_jobs ADD COLUMN IF NOT EXISTS kind_of timestamptz;
+ALTER TABLE /*schema*/leaserouter_jobs ADD COLUMN IF NOT EXISTS kind_of timestamptz;
 
 -- Unlike timeout_of (version 9), checked where the column is read, the
 -- kind is a key of the index the claim walks (version 15), so it is kept
@@ -28,7 +28,7 @@ ALTER TABLE leaserouter_jobs ADD COLUMN IF NOT EXISTS kind_of timestamptz;
 -- upserts do; claims, lease operations and Retry never) without setting
 -- kind_of to it is an older process's insert, whose job has kind '' and
 -- no metadata.
-CREATE OR REPLACE FUNCTION leaserouter_jobs_kind_reset() RETURNS trigger
+CREATE OR REPLACE FUNCTION /*schema*/leaserouter_jobs_kind_reset() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
 	NEW.kind := '';
@@ -43,12 +43,12 @@ $$;
 DO $$
 BEGIN
 	IF NOT EXISTS (SELECT FROM pg_trigger WHERE tgname = 'leaserouter_jobs_kind_reset'
-			AND tgrelid = 'leaserouter_jobs'::regclass) THEN
+			AND tgrelid = '/*schema*/leaserouter_jobs'::regclass) THEN
 		CREATE TRIGGER leaserouter_jobs_kind_reset
-			BEFORE UPDATE OF created_at ON leaserouter_jobs
+			BEFORE UPDATE OF created_at ON /*schema*/leaserouter_jobs
 			FOR EACH ROW
 			WHEN (NEW.kind_of IS DISTINCT FROM NEW.created_at AND (NEW.kind <> '' OR NEW.metadata IS NOT NULL))
-			EXECUTE FUNCTION leaserouter_jobs_kind_reset();
+			EXECUTE FUNCTION /*schema*/leaserouter_jobs_kind_reset();
 	END IF;
 END
 $$;

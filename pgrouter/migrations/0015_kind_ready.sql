@@ -24,4 +24,4 @@
 -- predicate, state = 'pending', does not follow from state <= 'pending'
 -- for the planner, so a walk never uses it; a claim of an earlier
 -- version (queue = $1 AND state = 'pending', no kind) still does.
-CREATE INDEX CONCURRENTLY IF NOT EXISTS leaserouter_jobs_kind_ready ON leaserouter_jobs (queue, kind, priority DESC, ready_at, seq) WHERE (state <= 'pending'::leaserouter_job_state);
+CREATE INDEX CONCURRENTLY IF NOT EXISTS leaserouter_jobs_kind_ready ON /*schema*/leaserouter_jobs (queue, kind, priority DESC, ready_at, seq) WHERE (state <= 'pending'::/*schema*/leaserouter_job_state);

@@ -12,4 +12,4 @@
 -- bounded by the leases in flight. A statement walking this index says
 -- both kind <> '' and state <> 'leased', so that the planner proves the
 -- predicate, the generic plan too.
-CREATE INDEX CONCURRENTLY IF NOT EXISTS leaserouter_jobs_kind_list ON leaserouter_jobs (queue, kind, state, seq) WHERE ((kind <> ''::text) AND (state <> 'leased'::leaserouter_job_state));
+CREATE INDEX CONCURRENTLY IF NOT EXISTS leaserouter_jobs_kind_list ON /*schema*/leaserouter_jobs (queue, kind, state, seq) WHERE ((kind <> ''::text) AND (state <> 'leased'::/*schema*/leaserouter_job_state));

@@ -10,4 +10,4 @@
 -- cannot use version 17's index) stays correct, but those two read the
 -- queue's jobs of the state, not a page of the kind's, until it is
 -- replaced: see "During a rolling upgrade" in the package documentation.
-DROP INDEX CONCURRENTLY IF EXISTS leaserouter_jobs_kind_order;
+DROP INDEX CONCURRENTLY IF EXISTS /*schema*/leaserouter_jobs_kind_order;

@@ -4,4 +4,4 @@
 -- up), without waiting for an ANALYZE or vacuum already running
 -- (SKIP_LOCKED). A role that does not own the table gets a warning and
 -- nothing is done.
-ANALYZE (SKIP_LOCKED) leaserouter_jobs
+ANALYZE (SKIP_LOCKED) /*schema*/leaserouter_jobs

@@ -47,19 +47,19 @@ WITH picked AS (
 	SELECT c.queue, c.id, c.priority, c.ready_at, c.seq, c.arm FROM (
 {arms}
 		) c
-	CROSS JOIN LATERAL (SELECT FROM leaserouter_jobs l
+	CROSS JOIN LATERAL (SELECT FROM /*schema*/leaserouter_jobs l
 		WHERE l.ctid = c.ctid AND l.queue = @queue AND l.id = c.id AND l.kind = c.kind AND l.state = 'pending'
 		FOR UPDATE SKIP LOCKED) l
-	WHERE NOT EXISTS (SELECT FROM leaserouter_abandoned_claims WHERE id = @claim)
-		AND NOT EXISTS (SELECT FROM leaserouter_queues WHERE queue = @queue AND paused)
+	WHERE NOT EXISTS (SELECT FROM /*schema*/leaserouter_abandoned_claims WHERE id = @claim)
+		AND NOT EXISTS (SELECT FROM /*schema*/leaserouter_queues WHERE queue = @queue AND paused)
 	ORDER BY c.priority DESC, c.ready_at, c.seq
 	LIMIT (SELECT @n::bigint)),
 numbered AS (
-	SELECT id, arm, nextval('leaserouter_token') AS token
+	SELECT id, arm, nextval('/*schema*/leaserouter_token') AS token
 	FROM (SELECT * FROM picked ORDER BY priority DESC, ready_at, seq) p),
 c AS (SELECT clock_timestamp() AS now),
 t AS (SELECT array_agg(id) AS ids, array_agg(token) AS tokens, array_agg(arm) AS arms FROM numbered)
-UPDATE leaserouter_jobs j SET
+UPDATE /*schema*/leaserouter_jobs j SET
 	state = 'leased', token = n.token, attempt = j.attempt + 1, owner = @worker, ended = '', claim = @claim,
 	lease_expires_at = c.now + @lease_us * interval '1 microsecond', updated_at = c.now, leased_at = c.now
 FROM t, unnest(t.ids, t.tokens, t.arms) AS n(id, token, arm), c

@@ -5,6 +5,6 @@
 -- first label): leaserouter_jobs_kind_ready's predicate, not the old
 -- leaserouter_jobs_ready's, so no plan walks the old index with the kind
 -- as a filter (see migration 0015).
-		SELECT * FROM (SELECT ctid, queue, id, kind, priority, ready_at, seq, {n} AS arm FROM leaserouter_jobs
+		SELECT * FROM (SELECT ctid, queue, id, kind, priority, ready_at, seq, {n} AS arm FROM /*schema*/leaserouter_jobs
 			WHERE queue = @queue AND kind = @kind_{n} AND state <= 'pending'
 			ORDER BY priority DESC, ready_at, seq LIMIT 65536) a{n}

@@ -4,11 +4,11 @@
 -- and the claim id cleared (the rows no longer show a lease of the
 -- claim: a retry of the resolver finds nothing). It returns how many.
 WITH l AS (
-	SELECT queue, id FROM leaserouter_jobs
+	SELECT queue, id FROM /*schema*/leaserouter_jobs
 	WHERE queue = @queue AND state = 'leased' AND claim = @claim ORDER BY id FOR UPDATE),
 b AS (
-	UPDATE leaserouter_jobs j SET (state, attempt, owner, lease_expires_at, ended) =
-			(SELECT * FROM leaserouter_hand_back(j.attempt, j.requeued)),
+	UPDATE /*schema*/leaserouter_jobs j SET (state, attempt, owner, lease_expires_at, ended) =
+			(SELECT * FROM /*schema*/leaserouter_hand_back(j.attempt, j.requeued)),
 		updated_at = clock_timestamp(), claim = NULL
 	FROM l
 	WHERE j.queue = l.queue AND j.id = l.id AND j.state = 'leased' AND j.claim = @claim

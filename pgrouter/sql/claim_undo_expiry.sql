@@ -17,11 +17,11 @@
 -- earlier attempt's error is gone. The claim id is cleared, as
 -- claim_hand_back.sql does. It returns how many.
 WITH l AS (
-	SELECT queue, id FROM leaserouter_jobs
+	SELECT queue, id FROM /*schema*/leaserouter_jobs
 	WHERE queue = @queue AND claim = @claim AND state IN ('pending', 'failed') AND ended = 'expired' AND attempt > 0
 	ORDER BY id FOR UPDATE),
 u AS (
-	UPDATE leaserouter_jobs j SET state = 'pending', attempt = j.attempt - 1, requeued = j.attempt > 1,
+	UPDATE /*schema*/leaserouter_jobs j SET state = 'pending', attempt = j.attempt - 1, requeued = j.attempt > 1,
 		ended = CASE WHEN j.attempt > 1 THEN 'expired' ELSE 'released' END,
 		last_error = CASE WHEN j.attempt > 1 THEN j.last_error ELSE '' END,
 		ready_at = j.ready_at - @lease_us * interval '1 microsecond', purge_at = NULL, claim = NULL,

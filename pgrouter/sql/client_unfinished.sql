@@ -17,11 +17,11 @@
 -- scanned. Leased jobs: the queues' leased jobs (leaserouter_jobs_leased),
 -- filtering the kinds (bounded by the leases).
 SELECT EXISTS (SELECT FROM unnest(@queues::text[]) AS q(queue), unnest(@kinds::text[]) AS k(kind),
-		unnest('{pending,scheduled}'::leaserouter_job_state[]) AS s(state),
-		LATERAL (SELECT FROM leaserouter_jobs
+		unnest('{pending,scheduled}'::/*schema*/leaserouter_job_state[]) AS s(state),
+		LATERAL (SELECT FROM /*schema*/leaserouter_jobs
 			WHERE queue = q.queue AND kind = k.kind AND kind <> '' AND state = s.state AND state <> 'leased'
 			ORDER BY seq LIMIT 1) AS j)
 	OR EXISTS (SELECT FROM unnest(@queues::text[]) AS q(queue),
-		LATERAL (SELECT FROM leaserouter_jobs
+		LATERAL (SELECT FROM /*schema*/leaserouter_jobs
 			WHERE queue = q.queue AND state = 'leased' AND kind = ANY(@kinds::text[])
 			ORDER BY lease_expires_at LIMIT 1) AS j)

@@ -19,15 +19,15 @@
 -- found taken off). The order index holds no purge_at: testing the rule
 -- in the walk would read every finished job's row.
 WITH past AS MATERIALIZED (
-	SELECT state FROM leaserouter_jobs
-	WHERE queue = @queue AND leaserouter_past_retention(state, purge_at)
+	SELECT state FROM /*schema*/leaserouter_jobs
+	WHERE queue = @queue AND /*schema*/leaserouter_past_retention(state, purge_at)
 		AND purge_at <= (SELECT clock_timestamp())
 	ORDER BY purge_at LIMIT @cap + 1),
 past_all AS (SELECT count(*) AS n FROM past)
 SELECT s.state::text,
-	CASE WHEN n.n > @cap THEN greatest(leaserouter_count_estimate(@queue, s.state), n.n) ELSE n.n END - p.n,
+	CASE WHEN n.n > @cap THEN greatest(/*schema*/leaserouter_count_estimate(@queue, s.state), n.n) ELSE n.n END - p.n,
 	coalesce(n.n > @cap OR s.state >= 'succeeded' AND (SELECT n FROM past_all) > @cap, false)
-FROM unnest(enum_range(NULL::leaserouter_job_state)) AS s(state),
-	LATERAL (SELECT count(*) AS n FROM (SELECT FROM leaserouter_jobs j
+FROM unnest(enum_range(NULL::/*schema*/leaserouter_job_state)) AS s(state),
+	LATERAL (SELECT count(*) AS n FROM (SELECT FROM /*schema*/leaserouter_jobs j
 		WHERE j.queue = @queue AND j.state = s.state ORDER BY j.seq LIMIT @cap + 1) w) n,
 	LATERAL (SELECT count(*) AS n FROM past WHERE past.state = s.state) p

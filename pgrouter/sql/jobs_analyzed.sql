@@ -4,4 +4,4 @@
 -- statistics were reset). One row of the cumulative statistics system,
 -- no scan.
 SELECT greatest(last_analyze, last_autoanalyze) FROM pg_stat_user_tables
-WHERE relid = 'leaserouter_jobs'::regclass
+WHERE relid = '/*schema*/leaserouter_jobs'::regclass

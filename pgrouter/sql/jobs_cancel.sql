@@ -15,18 +15,18 @@
 -- one ID and every state; CancelMany, with the IDs and states an operator
 -- chose.
 WITH was AS (
-	SELECT id, state, owner FROM leaserouter_jobs
-	WHERE queue = @queue AND id = ANY(@ids::text[]) AND NOT leaserouter_past_retention(state, purge_at)
+	SELECT id, state, owner FROM /*schema*/leaserouter_jobs
+	WHERE queue = @queue AND id = ANY(@ids::text[]) AND NOT /*schema*/leaserouter_past_retention(state, purge_at)
 	ORDER BY id
 	FOR UPDATE SKIP LOCKED),
 c AS (SELECT clock_timestamp() AS now),
 upd AS (
-	UPDATE leaserouter_jobs j SET state = 'canceled', owner = '', lease_expires_at = NULL,
+	UPDATE /*schema*/leaserouter_jobs j SET state = 'canceled', owner = '', lease_expires_at = NULL,
 		ended = CASE WHEN j.state = 'leased' THEN 'canceled' ELSE j.ended END,
 		updated_at = c.now, purge_at = c.now + @retention_us * interval '1 microsecond'
 	FROM was, c
 	WHERE j.queue = @queue AND j.id = was.id AND was.state IN ('pending', 'scheduled', 'leased')
-		AND was.state = ANY(@states::text[]::leaserouter_job_state[])
+		AND was.state = ANY(@states::text[]::/*schema*/leaserouter_job_state[])
 	RETURNING j.id, j.token, j.attempt, j.updated_at, j.leased_at)
 SELECT was.id, was.state::text, was.owner, upd.token, upd.attempt, upd.updated_at, upd.leased_at
 FROM was LEFT JOIN upd USING (id)

@@ -13,14 +13,14 @@
 -- statement with one ID and every state; DeleteMany, with the IDs and
 -- states an operator chose.
 WITH was AS (
-	SELECT id, state, token, owner FROM leaserouter_jobs
-	WHERE queue = @queue AND id = ANY(@ids::text[]) AND NOT leaserouter_past_retention(state, purge_at)
+	SELECT id, state, token, owner FROM /*schema*/leaserouter_jobs
+	WHERE queue = @queue AND id = ANY(@ids::text[]) AND NOT /*schema*/leaserouter_past_retention(state, purge_at)
 	ORDER BY id
 	FOR UPDATE SKIP LOCKED),
 d AS (
-	DELETE FROM leaserouter_jobs j USING was
+	DELETE FROM /*schema*/leaserouter_jobs j USING was
 	WHERE j.queue = @queue AND j.id = was.id AND was.state <> 'leased'
-		AND was.state = ANY(@states::text[]::leaserouter_job_state[])
+		AND was.state = ANY(@states::text[]::/*schema*/leaserouter_job_state[])
 	RETURNING j.id, j.attempt)
 SELECT was.id, was.state::text, was.token, was.owner, d.id IS NOT NULL, d.attempt, clock_timestamp()
 FROM was LEFT JOIN d USING (id)

@@ -17,10 +17,10 @@
 -- due instant from a scheduled job too.
 WITH c AS (SELECT clock_timestamp() AS now),
 old AS (
-	SELECT id, token, attempt, purge_at FROM leaserouter_jobs
+	SELECT id, token, attempt, purge_at FROM /*schema*/leaserouter_jobs
 	WHERE queue = @queue AND id = ANY (@ids::text[]) AND state IN ('succeeded', 'failed', 'canceled')),
 v AS (
-	SELECT x.*, nextval('leaserouter_job_seq') AS seq
+	SELECT x.*, nextval('/*schema*/leaserouter_job_seq') AS seq
 	FROM (SELECT r.id, r.priority, r.max_attempts, r.payload, r.timeout_us, r.metadata, c.now,
 			CASE WHEN r.run_at IS NOT NULL THEN greatest(r.run_at, c.now)
 				ELSE c.now + r.delay_us * interval '1 microsecond' END AS ready
@@ -29,9 +29,9 @@ v AS (
 			WITH ORDINALITY AS r(id, priority, max_attempts, payload, run_at, delay_us, timeout_us, metadata, ord), c
 		ORDER BY r.ord) x),
 ins AS (
-	INSERT INTO leaserouter_jobs AS j (queue, id, seq, state, priority, ready_at, max_attempts, payload, timeout_us,
+	INSERT INTO /*schema*/leaserouter_jobs AS j (queue, id, seq, state, priority, ready_at, max_attempts, payload, timeout_us,
 		timeout_of, kind, metadata, kind_of, created_at, updated_at)
-	SELECT @queue, id, seq, CASE WHEN ready > now THEN 'scheduled'::leaserouter_job_state ELSE 'pending'::leaserouter_job_state END,
+	SELECT @queue, id, seq, CASE WHEN ready > now THEN 'scheduled'::/*schema*/leaserouter_job_state ELSE 'pending'::/*schema*/leaserouter_job_state END,
 		priority, ready, max_attempts, payload::jsonb, timeout_us, now, @kind, metadata::jsonb, now, now, now
 	FROM v ORDER BY id
 	ON CONFLICT (queue, id) DO UPDATE SET
@@ -41,7 +41,7 @@ ins AS (
 		timeout_of = excluded.timeout_of, kind = excluded.kind, metadata = excluded.metadata, kind_of = excluded.kind_of,
 		progress = NULL, last_error = '',
 		created_at = excluded.created_at, updated_at = excluded.updated_at, purge_at = NULL
-	WHERE leaserouter_past_retention(j.state, j.purge_at)
+	WHERE /*schema*/leaserouter_past_retention(j.state, j.purge_at)
 	RETURNING j.id, j.created_at, NOT (j.xmax = 0) AS replaced),
 n AS (SELECT pg_notify(@channel, @queue) FROM (SELECT FROM ins LIMIT 1) one)
 SELECT ins.id, ins.created_at, (SELECT count(*) FROM n), o.token, o.attempt, o.purge_at

@@ -20,37 +20,37 @@
 -- @omit (ListParams.OmitPayload): payload and progress read as NULL, the
 -- columns never read (metadata is read: at most MaxMetadataBytes).
 SELECT * FROM (
-	SELECT j.* FROM unnest(@states::text[]::leaserouter_job_state[]) AS s(state), unnest(@kinds::text[]) AS k(kind),
+	SELECT j.* FROM unnest(@states::text[]::/*schema*/leaserouter_job_state[]) AS s(state), unnest(@kinds::text[]) AS k(kind),
 	LATERAL (
 		SELECT id, CASE WHEN NOT @omit THEN payload END, state::text, priority, attempt, max_attempts, token, owner,
 			lease_expires_at, ready_at, CASE WHEN NOT @omit THEN progress END, last_error, created_at, updated_at,
 			CASE WHEN timeout_of = created_at THEN timeout_us ELSE 0 END AS timeout_us, kind, metadata, CASE WHEN state = 'leased' THEN leased_at END, seq
-		FROM leaserouter_jobs
+		FROM /*schema*/leaserouter_jobs
 		WHERE queue = @queue AND kind = k.kind AND kind <> '' AND state = s.state AND state <> 'leased'
 			AND seq < @before AND starts_with(id, @prefix)
-			AND NOT leaserouter_past_retention(state, purge_at)
+			AND NOT /*schema*/leaserouter_past_retention(state, purge_at)
 		ORDER BY seq DESC
 		LIMIT @limit) AS j
 	UNION ALL
 	(SELECT id, CASE WHEN NOT @omit THEN payload END, state::text, priority, attempt, max_attempts, token, owner,
 		lease_expires_at, ready_at, CASE WHEN NOT @omit THEN progress END, last_error, created_at, updated_at,
 		CASE WHEN timeout_of = created_at THEN timeout_us ELSE 0 END AS timeout_us, kind, metadata, CASE WHEN state = 'leased' THEN leased_at END, seq
-	FROM leaserouter_jobs
+	FROM /*schema*/leaserouter_jobs
 	WHERE 'leased' = ANY(@states::text[]) AND cardinality(@kinds::text[]) > 0
 		AND queue = @queue AND state = 'leased' AND kind = ANY(@kinds::text[])
 		AND seq < @before AND starts_with(id, @prefix)
 	ORDER BY seq DESC
 	LIMIT @limit)
 	UNION ALL
-	SELECT j.* FROM unnest(@states::text[]::leaserouter_job_state[]) AS s(state),
+	SELECT j.* FROM unnest(@states::text[]::/*schema*/leaserouter_job_state[]) AS s(state),
 	LATERAL (
 		SELECT id, CASE WHEN NOT @omit THEN payload END, state::text, priority, attempt, max_attempts, token, owner,
 			lease_expires_at, ready_at, CASE WHEN NOT @omit THEN progress END, last_error, created_at, updated_at,
 			CASE WHEN timeout_of = created_at THEN timeout_us ELSE 0 END AS timeout_us, kind, metadata, CASE WHEN state = 'leased' THEN leased_at END, seq
-		FROM leaserouter_jobs
+		FROM /*schema*/leaserouter_jobs
 		WHERE @unkinded AND queue = @queue AND kind = '' AND state = s.state AND seq < @before
 			AND starts_with(id, @prefix)
-			AND NOT leaserouter_past_retention(state, purge_at)
+			AND NOT /*schema*/leaserouter_past_retention(state, purge_at)
 		ORDER BY seq DESC
 		LIMIT @limit) AS j) AS page
 ORDER BY page.seq DESC

@@ -24,27 +24,27 @@
 -- @omit (ListParams.OmitPayload): payload and progress read as NULL, the
 -- columns never read (a CASE whose branch is not taken fetches no TOAST).
 WITH page AS MATERIALIZED (
-	SELECT x.id, x.seq FROM unnest(@states::text[]::leaserouter_job_state[]) AS s(state),
+	SELECT x.id, x.seq FROM unnest(@states::text[]::/*schema*/leaserouter_job_state[]) AS s(state),
 	LATERAL (
 		WITH walk AS MATERIALIZED (
-			SELECT id, seq, purge_at FROM leaserouter_jobs
+			SELECT id, seq, purge_at FROM /*schema*/leaserouter_jobs
 			WHERE queue = @queue AND state = s.state AND seq < @before
 			ORDER BY seq DESC
 			LIMIT @walk),
 		hits AS MATERIALIZED (
 			SELECT id, seq FROM walk
-			WHERE starts_with(id, @prefix) AND NOT leaserouter_past_retention(s.state, purge_at)
+			WHERE starts_with(id, @prefix) AND NOT /*schema*/leaserouter_past_retention(s.state, purge_at)
 			LIMIT @limit),
 		enough AS MATERIALIZED (
 			SELECT (SELECT count(*) FROM hits) >= @limit OR (SELECT count(*) FROM walk) < @walk AS yes)
 		SELECT id, seq FROM hits WHERE (SELECT yes FROM enough)
 		UNION ALL
-		(SELECT id, seq FROM leaserouter_jobs
+		(SELECT id, seq FROM /*schema*/leaserouter_jobs
 		WHERE NOT (SELECT yes FROM enough)
 			AND queue = @queue AND state = s.state
 			AND id COLLATE "C" >= @prefix AND id COLLATE "C" < @end
 			AND starts_with(id, @prefix) AND seq < @before
-			AND NOT leaserouter_past_retention(state, purge_at)
+			AND NOT /*schema*/leaserouter_past_retention(state, purge_at)
 		ORDER BY seq DESC
 		LIMIT @limit)) AS x
 	ORDER BY x.seq DESC
@@ -53,5 +53,5 @@ SELECT j.id, CASE WHEN NOT @omit THEN j.payload END, j.state::text, j.priority, 
 	j.owner, j.lease_expires_at, j.ready_at, CASE WHEN NOT @omit THEN j.progress END, j.last_error, j.created_at,
 	j.updated_at, CASE WHEN j.timeout_of = j.created_at THEN j.timeout_us ELSE 0 END, j.kind,
 	j.metadata, CASE WHEN j.state = 'leased' THEN j.leased_at END, j.seq
-FROM page JOIN leaserouter_jobs j ON j.queue = @queue AND j.id = page.id
+FROM page JOIN /*schema*/leaserouter_jobs j ON j.queue = @queue AND j.id = page.id
 ORDER BY page.seq DESC

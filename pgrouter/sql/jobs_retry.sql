@@ -16,17 +16,17 @@
 -- this statement with one ID and every state; RetryMany, with the IDs and
 -- states an operator chose.
 WITH was AS (
-	SELECT id, state FROM leaserouter_jobs
-	WHERE queue = @queue AND id = ANY(@ids::text[]) AND NOT leaserouter_past_retention(state, purge_at)
+	SELECT id, state FROM /*schema*/leaserouter_jobs
+	WHERE queue = @queue AND id = ANY(@ids::text[]) AND NOT /*schema*/leaserouter_past_retention(state, purge_at)
 	ORDER BY id
 	FOR UPDATE SKIP LOCKED),
 c AS (SELECT clock_timestamp() AS now),
 upd AS (
-	UPDATE leaserouter_jobs j SET state = 'pending', ready_at = c.now, requeued = false, attempt = 0, owner = '',
+	UPDATE /*schema*/leaserouter_jobs j SET state = 'pending', ready_at = c.now, requeued = false, attempt = 0, owner = '',
 		lease_expires_at = NULL, purge_at = NULL, updated_at = c.now
 	FROM was, c
 	WHERE j.queue = @queue AND j.id = was.id AND was.state IN ('succeeded', 'failed', 'canceled')
-		AND was.state = ANY(@states::text[]::leaserouter_job_state[])
+		AND was.state = ANY(@states::text[]::/*schema*/leaserouter_job_state[])
 	RETURNING j.id, j.token, j.updated_at),
 n AS (SELECT pg_notify(@channel, @queue) WHERE EXISTS (SELECT FROM upd))
 SELECT was.id, was.state::text, upd.token, upd.updated_at, (SELECT count(*) FROM n)

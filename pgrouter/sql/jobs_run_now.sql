@@ -11,13 +11,13 @@
 -- that waiters in every process claim. RunNow is this statement with
 -- one ID.
 WITH was AS (
-	SELECT id, state FROM leaserouter_jobs
-	WHERE queue = @queue AND id = ANY(@ids::text[]) AND NOT leaserouter_past_retention(state, purge_at)
+	SELECT id, state FROM /*schema*/leaserouter_jobs
+	WHERE queue = @queue AND id = ANY(@ids::text[]) AND NOT /*schema*/leaserouter_past_retention(state, purge_at)
 	ORDER BY id
 	FOR UPDATE SKIP LOCKED),
 c AS (SELECT clock_timestamp() AS now),
 upd AS (
-	UPDATE leaserouter_jobs j SET state = 'pending', ready_at = c.now, requeued = false, updated_at = c.now
+	UPDATE /*schema*/leaserouter_jobs j SET state = 'pending', ready_at = c.now, requeued = false, updated_at = c.now
 	FROM was, c
 	WHERE j.queue = @queue AND j.id = was.id AND was.state = 'scheduled'
 	RETURNING j.id, j.updated_at),

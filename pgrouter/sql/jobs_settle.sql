@@ -15,10 +15,10 @@ WITH l AS (
 		j.state = 'leased' AND j.lease_expires_at <= clock_timestamp() AS expired
 	FROM (SELECT @ids::text[] OFFSET 0) AS a(ids),
 		LATERAL (SELECT DISTINCT u.id FROM unnest(a.ids) AS u(id) ORDER BY u.id) AS h,
-		LATERAL (SELECT * FROM leaserouter_jobs j WHERE j.queue = @queue AND j.id = h.id FOR UPDATE) AS j)
-UPDATE leaserouter_jobs j SET
+		LATERAL (SELECT * FROM /*schema*/leaserouter_jobs j WHERE j.queue = @queue AND j.id = h.id FOR UPDATE) AS j)
+UPDATE /*schema*/leaserouter_jobs j SET
 	(state, ready_at, purge_at, owner, lease_expires_at, ended, requeued, updated_at, last_error) =
-		(SELECT * FROM leaserouter_end_lease('expired', j.attempt, j.max_attempts, false, 0,
+		(SELECT * FROM /*schema*/leaserouter_end_lease('expired', j.attempt, j.max_attempts, false, 0,
 			j.lease_expires_at, 'lease expired', @retention_us))
 FROM l
 WHERE j.queue = @queue AND j.id = l.id AND l.expired

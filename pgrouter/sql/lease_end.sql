@@ -20,15 +20,15 @@
 -- compares the two), and this one also says how the row was found (the
 -- reason a refusal reports) and honours @op.
 WITH upd AS (
-	UPDATE leaserouter_jobs j SET
+	UPDATE /*schema*/leaserouter_jobs j SET
 		(state, ready_at, purge_at, owner, lease_expires_at, ended, requeued, updated_at, last_error) =
-			(SELECT * FROM leaserouter_end_lease(@reason, j.attempt, j.max_attempts, @permanent, @delay_us,
+			(SELECT * FROM /*schema*/leaserouter_end_lease(@reason, j.attempt, j.max_attempts, @permanent, @delay_us,
 				c.now, coalesce(@error, j.last_error), @retention_us)),
 		attempt = j.attempt - (@reason = 'snoozed')::integer
 	FROM (SELECT clock_timestamp() AS now) c
-	WHERE j.queue = @queue AND j.id = @id AND leaserouter_lease_valid(j.state, j.token, j.lease_expires_at, @token)
-		AND NOT EXISTS (SELECT FROM leaserouter_abandoned_claims WHERE id = @op)
+	WHERE j.queue = @queue AND j.id = @id AND /*schema*/leaserouter_lease_valid(j.state, j.token, j.lease_expires_at, @token)
+		AND NOT EXISTS (SELECT FROM /*schema*/leaserouter_abandoned_claims WHERE id = @op)
 	RETURNING j.state, j.updated_at)
 SELECT @id::text, @token::bigint, EXISTS (SELECT FROM upd), (SELECT state::text FROM upd), NULL::timestamptz,
 	(SELECT updated_at FROM upd), j.token, j.state::text, j.ended
-FROM (SELECT) one LEFT JOIN leaserouter_jobs j ON j.queue = @queue AND j.id = @id
+FROM (SELECT) one LEFT JOIN /*schema*/leaserouter_jobs j ON j.queue = @queue AND j.id = @id

@@ -4,4 +4,4 @@
 -- taken, even when another transaction locked the row without changing it
 -- (a SELECT ... FOR UPDATE), which would let a lone UPDATE go on with the
 -- clock it read before waiting.
-SELECT FROM leaserouter_jobs WHERE queue = @queue AND id = @id FOR UPDATE
+SELECT FROM /*schema*/leaserouter_jobs WHERE queue = @queue AND id = @id FOR UPDATE

@@ -43,15 +43,15 @@
 -- was chosen at every call.
 WITH l AS (
 	SELECT j.id, h.token AS held, j.state AS was, j.token AS had, j.ended AS why, j.updated_at AS at,
-		clock_timestamp() AS now, leaserouter_lease_valid(j.state, j.token, j.lease_expires_at, h.token) AS valid,
+		clock_timestamp() AS now, /*schema*/leaserouter_lease_valid(j.state, j.token, j.lease_expires_at, h.token) AS valid,
 		a.accept
 	FROM (SELECT @ids::text[], @tokens::bigint[], @accept_ended::boolean OFFSET 0) AS a(ids, tokens, accept),
 		LATERAL (SELECT * FROM unnest(a.ids, a.tokens) AS u(id, token) ORDER BY id) AS h,
-		LATERAL (SELECT * FROM leaserouter_jobs j WHERE j.queue = @queue AND j.id = h.id {lock}) AS j),
+		LATERAL (SELECT * FROM /*schema*/leaserouter_jobs j WHERE j.queue = @queue AND j.id = h.id {lock}) AS j),
 x AS (
-	UPDATE leaserouter_jobs j SET
+	UPDATE /*schema*/leaserouter_jobs j SET
 		(state, ready_at, purge_at, owner, lease_expires_at, ended, requeued, updated_at, last_error) =
-			(SELECT * FROM leaserouter_end_lease(@reason, j.attempt, j.max_attempts, false, 0,
+			(SELECT * FROM /*schema*/leaserouter_end_lease(@reason, j.attempt, j.max_attempts, false, 0,
 				l.now, j.last_error, @retention_us))
 	FROM l
 	WHERE j.queue = @queue AND j.id = l.id AND l.valid

@@ -8,12 +8,12 @@
 -- {lock} is the row lock, rendered waiting and skipping, as in
 -- leases_end.sql.
 WITH l AS (
-	SELECT j.id, clock_timestamp() AS now, leaserouter_lease_valid(j.state, j.token, j.lease_expires_at, h.token) AS valid
+	SELECT j.id, clock_timestamp() AS now, /*schema*/leaserouter_lease_valid(j.state, j.token, j.lease_expires_at, h.token) AS valid
 	FROM (SELECT @ids::text[], @tokens::bigint[] OFFSET 0) AS a(ids, tokens),
 		LATERAL (SELECT * FROM unnest(a.ids, a.tokens) AS u(id, token) ORDER BY id) AS h,
-		LATERAL (SELECT * FROM leaserouter_jobs j WHERE j.queue = @queue AND j.id = h.id {lock}) AS j)
-UPDATE leaserouter_jobs j SET (state, attempt, owner, lease_expires_at, ended) =
-	(SELECT * FROM leaserouter_hand_back(j.attempt, j.requeued)), updated_at = l.now
+		LATERAL (SELECT * FROM /*schema*/leaserouter_jobs j WHERE j.queue = @queue AND j.id = h.id {lock}) AS j)
+UPDATE /*schema*/leaserouter_jobs j SET (state, attempt, owner, lease_expires_at, ended) =
+	(SELECT * FROM /*schema*/leaserouter_hand_back(j.attempt, j.requeued)), updated_at = l.now
 FROM l
 WHERE j.queue = @queue AND j.id = l.id AND l.valid
 RETURNING j.id, j.token, j.updated_at

@@ -7,12 +7,12 @@
 -- It returns each row it locked: ID, the lease's token, and the new
 -- expiry and the instant if it extended the lease (NULL: refused).
 WITH l AS (
-	SELECT j.id, h.token AS held, leaserouter_lease_valid(j.state, j.token, j.lease_expires_at, h.token) AS valid
+	SELECT j.id, h.token AS held, /*schema*/leaserouter_lease_valid(j.state, j.token, j.lease_expires_at, h.token) AS valid
 	FROM (SELECT @ids::text[], @tokens::bigint[] OFFSET 0) AS a(ids, tokens),
 		LATERAL (SELECT * FROM unnest(a.ids, a.tokens) AS u(id, token) ORDER BY id) AS h,
-		LATERAL (SELECT * FROM leaserouter_jobs j WHERE j.queue = @queue AND j.id = h.id FOR UPDATE SKIP LOCKED) AS j),
+		LATERAL (SELECT * FROM /*schema*/leaserouter_jobs j WHERE j.queue = @queue AND j.id = h.id FOR UPDATE SKIP LOCKED) AS j),
 x AS (
-	UPDATE leaserouter_jobs j SET updated_at = clock_timestamp(),
+	UPDATE /*schema*/leaserouter_jobs j SET updated_at = clock_timestamp(),
 		lease_expires_at = greatest(j.lease_expires_at, clock_timestamp() + @lease_us * interval '1 microsecond')
 	FROM l
 	WHERE j.queue = @queue AND j.id = l.id AND l.valid

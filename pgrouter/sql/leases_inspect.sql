@@ -3,4 +3,4 @@
 -- shows is unexpired on the database's clock (false if none). A job whose
 -- row is gone (purged) has no row.
 SELECT id, token, state::text, ended, coalesce(lease_expires_at > clock_timestamp(), false)
-FROM leaserouter_jobs WHERE queue = @queue AND id = ANY(@ids::text[])
+FROM /*schema*/leaserouter_jobs WHERE queue = @queue AND id = ANY(@ids::text[])

@@ -6,7 +6,7 @@
 SELECT id, NULL::jsonb, state::text, priority, attempt, max_attempts, token, owner, lease_expires_at, ready_at,
 	NULL::bytea, last_error, created_at, updated_at, CASE WHEN timeout_of = created_at THEN timeout_us ELSE 0 END,
 	kind, metadata, leased_at
-FROM leaserouter_jobs
+FROM /*schema*/leaserouter_jobs
 WHERE queue = @queue AND state = 'leased'
 ORDER BY lease_expires_at, seq
 LIMIT @limit

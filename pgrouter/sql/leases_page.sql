@@ -10,7 +10,7 @@
 SELECT id, NULL::jsonb, state::text, priority, attempt, max_attempts, token, owner, lease_expires_at, ready_at,
 	NULL::bytea, last_error, created_at, updated_at, CASE WHEN timeout_of = created_at THEN timeout_us ELSE 0 END,
 	kind, metadata, leased_at, seq
-FROM leaserouter_jobs
+FROM /*schema*/leaserouter_jobs
 WHERE queue = @queue AND state = 'leased' AND lease_expires_at >= @after_at
 	AND (lease_expires_at, seq) > (@after_at, @after_seq)
 ORDER BY lease_expires_at, seq

@@ -9,9 +9,9 @@
 -- registration committed after this statement's snapshot; the caller
 -- runs the statement again, whose new snapshot sees it.
 WITH found AS (
-	SELECT since, last_tick FROM leaserouter_periodic WHERE queue = @queue AND name = @name
+	SELECT since, last_tick FROM /*schema*/leaserouter_periodic WHERE queue = @queue AND name = @name
 ), added AS (
-	INSERT INTO leaserouter_periodic (queue, name)
+	INSERT INTO /*schema*/leaserouter_periodic (queue, name)
 	SELECT @queue, @name WHERE NOT EXISTS (SELECT FROM found)
 	ON CONFLICT (queue, name) DO NOTHING
 	RETURNING since, last_tick

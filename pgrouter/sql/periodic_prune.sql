@@ -9,18 +9,18 @@
 WITH cutoff AS (
 	SELECT clock_timestamp() - @retention_us::bigint * interval '1 microsecond' AS at
 ), locked AS (
-	SELECT queue, name FROM leaserouter_periodic
+	SELECT queue, name FROM /*schema*/leaserouter_periodic
 	WHERE queue = @queue
 	FOR UPDATE SKIP LOCKED
 ), raised AS (
-	UPDATE leaserouter_periodic p
+	UPDATE /*schema*/leaserouter_periodic p
 	SET taken_to = greatest(p.taken_to, cutoff.at)
 	FROM locked, cutoff
 	WHERE p.queue = locked.queue AND p.name = locked.name
-		AND EXISTS (SELECT FROM leaserouter_periodic_ticks t WHERE t.queue = p.queue AND t.name = p.name
+		AND EXISTS (SELECT FROM /*schema*/leaserouter_periodic_ticks t WHERE t.queue = p.queue AND t.name = p.name
 			AND t.tick <= cutoff.at)
 )
-DELETE FROM leaserouter_periodic_ticks t
+DELETE FROM /*schema*/leaserouter_periodic_ticks t
 USING locked, cutoff
 WHERE t.queue = locked.queue AND t.name = locked.name
 	AND t.tick <= cutoff.at

@@ -42,11 +42,11 @@ WITH bounds AS (
 		CASE WHEN current_setting('server_version_num')::int >= 170000
 			THEN set_config('transaction_timeout', @txn_timeout_ms::bigint::text, true) END
 ), locked AS (
-	SELECT queue, name, since, taken_to FROM leaserouter_periodic
+	SELECT queue, name, since, taken_to FROM /*schema*/leaserouter_periodic
 	WHERE queue = @queue AND name = @name
 	FOR UPDATE SKIP LOCKED
 ), taken AS (
-	INSERT INTO leaserouter_periodic_ticks (queue, name, tick)
+	INSERT INTO /*schema*/leaserouter_periodic_ticks (queue, name, tick)
 	SELECT queue, name, @tick::timestamptz FROM locked
 	WHERE @tick::timestamptz >= since
 		AND (taken_to IS NULL OR taken_to < @tick::timestamptz)
@@ -55,12 +55,12 @@ WITH bounds AS (
 	ON CONFLICT (queue, name, tick) DO NOTHING
 	RETURNING queue, name
 ), pruned AS (
-	DELETE FROM leaserouter_periodic_ticks t
+	DELETE FROM /*schema*/leaserouter_periodic_ticks t
 	USING taken
 	WHERE t.queue = taken.queue AND t.name = taken.name
 		AND t.tick <= @tick::timestamptz - @retention_us::bigint * interval '1 microsecond'
 ), raised AS (
-	UPDATE leaserouter_periodic p
+	UPDATE /*schema*/leaserouter_periodic p
 	SET last_tick = greatest(p.last_tick, @tick::timestamptz),
 		taken_to = greatest(p.taken_to, @tick::timestamptz - @retention_us::bigint * interval '1 microsecond')
 	FROM taken
@@ -68,5 +68,5 @@ WITH bounds AS (
 )
 SELECT EXISTS (SELECT FROM taken) AS taken,
 	NOT EXISTS (SELECT FROM locked)
-		AND EXISTS (SELECT FROM leaserouter_periodic WHERE queue = @queue AND name = @name) AS locked_elsewhere
+		AND EXISTS (SELECT FROM /*schema*/leaserouter_periodic WHERE queue = @queue AND name = @name) AS locked_elsewhere
 FROM bounds

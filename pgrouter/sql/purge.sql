@@ -19,13 +19,13 @@
 -- (joined to the locked rows directly, it could hash the whole queue at
 -- every batch).
 WITH p AS (
-	SELECT array_agg(id) AS ids FROM (SELECT id FROM leaserouter_jobs
-		WHERE queue = @queue AND leaserouter_past_retention(state, purge_at)
+	SELECT array_agg(id) AS ids FROM (SELECT id FROM /*schema*/leaserouter_jobs
+		WHERE queue = @queue AND /*schema*/leaserouter_past_retention(state, purge_at)
 			AND purge_at <= (SELECT clock_timestamp())
 			AND (SELECT pg_try_advisory_xact_lock(1886745127, hashtext(@queue)))
 		ORDER BY purge_at LIMIT @limit FOR UPDATE SKIP LOCKED) l),
 d AS (
-	DELETE FROM leaserouter_jobs j
+	DELETE FROM /*schema*/leaserouter_jobs j
 	USING p, unnest(p.ids) AS u(id)
 	WHERE j.queue = @queue AND j.id = u.id AND u.id > ''
 	RETURNING j.id, j.token, j.attempt, j.purge_at)

@@ -1,3 +1,3 @@
 -- Deletes the abandoned claim and operation marks older than @keep_us
 -- microseconds.
-DELETE FROM leaserouter_abandoned_claims WHERE at < clock_timestamp() - @keep_us * interval '1 microsecond'
+DELETE FROM /*schema*/leaserouter_abandoned_claims WHERE at < clock_timestamp() - @keep_us * interval '1 microsecond'

@@ -1,2 +1,2 @@
 -- Whether @queue is paused (no row: not paused).
-SELECT coalesce((SELECT paused FROM leaserouter_queues WHERE queue = @queue), false)
+SELECT coalesce((SELECT paused FROM /*schema*/leaserouter_queues WHERE queue = @queue), false)

@@ -1,2 +1,2 @@
 -- Every queue paused or resumed once, and whether it is paused.
-SELECT queue, paused FROM leaserouter_queues
+SELECT queue, paused FROM /*schema*/leaserouter_queues

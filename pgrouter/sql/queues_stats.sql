@@ -7,26 +7,26 @@
 -- counts it, so the time grows with the number of queues (about a Stats
 -- each), not with their jobs.
 WITH RECURSIVE found(queue) AS (
-	(SELECT queue FROM leaserouter_jobs ORDER BY queue LIMIT 1)
+	(SELECT queue FROM /*schema*/leaserouter_jobs ORDER BY queue LIMIT 1)
 	UNION ALL
-	SELECT (SELECT j.queue FROM leaserouter_jobs j WHERE j.queue > f.queue ORDER BY j.queue LIMIT 1)
+	SELECT (SELECT j.queue FROM /*schema*/leaserouter_jobs j WHERE j.queue > f.queue ORDER BY j.queue LIMIT 1)
 	FROM found f WHERE f.queue IS NOT NULL),
 q AS MATERIALIZED (SELECT queue FROM found WHERE queue IS NOT NULL),
 past AS MATERIALIZED (
 	SELECT q.queue, l.state FROM q,
-		LATERAL (SELECT j.state FROM leaserouter_jobs j
-			WHERE j.queue = q.queue AND leaserouter_past_retention(j.state, j.purge_at)
+		LATERAL (SELECT j.state FROM /*schema*/leaserouter_jobs j
+			WHERE j.queue = q.queue AND /*schema*/leaserouter_past_retention(j.state, j.purge_at)
 				AND j.purge_at <= (SELECT clock_timestamp())
 			ORDER BY j.purge_at LIMIT @cap + 1) l),
 past_state AS (SELECT queue, state, count(*) AS n FROM past GROUP BY queue, state),
 past_all AS (SELECT queue, count(*) AS n FROM past GROUP BY queue)
 SELECT * FROM (
 	SELECT q.queue, s.state::text,
-		CASE WHEN n.n > @cap THEN greatest(leaserouter_count_estimate(q.queue, s.state), n.n) ELSE n.n END
+		CASE WHEN n.n > @cap THEN greatest(/*schema*/leaserouter_count_estimate(q.queue, s.state), n.n) ELSE n.n END
 			- coalesce(ps.n, 0) AS n,
 		coalesce(n.n > @cap OR s.state >= 'succeeded' AND pa.n > @cap, false) AS estimated
-	FROM q CROSS JOIN unnest(enum_range(NULL::leaserouter_job_state)) AS s(state)
-		CROSS JOIN LATERAL (SELECT count(*) AS n FROM (SELECT FROM leaserouter_jobs j
+	FROM q CROSS JOIN unnest(enum_range(NULL::/*schema*/leaserouter_job_state)) AS s(state)
+		CROSS JOIN LATERAL (SELECT count(*) AS n FROM (SELECT FROM /*schema*/leaserouter_jobs j
 			WHERE j.queue = q.queue AND j.state = s.state ORDER BY j.seq LIMIT @cap + 1) w) n
 		LEFT JOIN past_state ps ON ps.queue = q.queue AND ps.state = s.state
 		LEFT JOIN past_all pa ON pa.queue = q.queue) c

@@ -3,7 +3,7 @@
 -- ready; no row when no job is pending. One probe of
 -- leaserouter_jobs_ready, whatever the queue's size.
 SELECT ready_at
-FROM leaserouter_jobs
+FROM /*schema*/leaserouter_jobs
 WHERE queue = @queue AND state = 'pending'
 ORDER BY priority DESC, ready_at, seq
 LIMIT 1

@@ -9,12 +9,12 @@
 -- arrays (e), found by key (see purge.sql).
 WITH e AS (
 	SELECT array_agg(id) AS ids, array_agg(owner) AS owners, array_agg(lease_expires_at) AS expiries
-	FROM (SELECT id, owner, lease_expires_at FROM leaserouter_jobs
+	FROM (SELECT id, owner, lease_expires_at FROM /*schema*/leaserouter_jobs
 		WHERE queue = @queue AND state = 'leased' AND lease_expires_at <= (SELECT clock_timestamp())
 		ORDER BY lease_expires_at LIMIT @limit FOR UPDATE SKIP LOCKED) l)
-UPDATE leaserouter_jobs j SET
+UPDATE /*schema*/leaserouter_jobs j SET
 	(state, ready_at, purge_at, owner, lease_expires_at, ended, requeued, updated_at, last_error) =
-		(SELECT * FROM leaserouter_end_lease('expired', j.attempt, j.max_attempts, false, 0,
+		(SELECT * FROM /*schema*/leaserouter_end_lease('expired', j.attempt, j.max_attempts, false, 0,
 			j.lease_expires_at, 'lease expired', @retention_us))
 FROM e, unnest(e.ids, e.owners, e.expiries) AS d(id, owner, lease_expires_at)
 WHERE j.queue = @queue AND j.id = d.id AND d.id > ''

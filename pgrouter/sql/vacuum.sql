@@ -7,4 +7,4 @@
 -- (TRUNCATE false: that takes a lock every statement on the table would
 -- wait for). Not in a transaction: sent alone, in the simple protocol. A
 -- role that does not own the table gets a warning and nothing is done.
-VACUUM (ANALYZE, INDEX_CLEANUP ON, SKIP_LOCKED, TRUNCATE false) leaserouter_jobs
+VACUUM (ANALYZE, INDEX_CLEANUP ON, SKIP_LOCKED, TRUNCATE false) /*schema*/leaserouter_jobs

@@ -23,4 +23,4 @@ SELECT coalesce(s.n_dead_tup >= @min_dead
 FROM (SELECT) one
 	LEFT JOIN (SELECT t.*, clock_timestamp() AS now FROM pg_stat_user_tables t
 		JOIN pg_class c ON c.oid = t.relid AND pg_has_role(c.relowner, 'MEMBER')
-		WHERE t.relid = 'leaserouter_jobs'::regclass) s ON true
+		WHERE t.relid = '/*schema*/leaserouter_jobs'::regclass) s ON true

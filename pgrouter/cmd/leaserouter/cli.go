@@ -25,6 +25,9 @@ const (
 // envURL is the environment variable naming the database.
 const envURL = "DATABASE_URL"
 
+// envSchema is the environment variable naming the schema (--schema).
+const envSchema = "LEASEROUTER_SCHEMA"
+
 // usageError is an error in the command line: exit status 2.
 type usageError struct{ err error }
 
@@ -43,6 +46,7 @@ const (
 	flagList                // --state, --kind, --prefix, --limit, --cursor
 	flagConsole             // --addr, --read-only, the login (auth.go)
 	flagCreate              // --create: the subcommand may make a queue
+	flagMigrate             // --to, --down, --print, --from
 )
 
 // command is a subcommand.
@@ -57,7 +61,7 @@ type command struct {
 
 // commands are the subcommands, in the order help lists them.
 var commands = []command{
-	{name: "migrate", summary: "bring the database's pgrouter schema to this version (idempotent)", do: doMigrate},
+	{name: "migrate", summary: "bring the database's pgrouter schema to this version (idempotent), to another with --to, or print its SQL", flags: flagMigrate, do: doMigrate},
 	{name: "queues", summary: "list every queue with its jobs counted by state and whether it is paused", flags: flagRouter, do: doQueues},
 	{name: "stats", summary: "count a queue's jobs by state", flags: flagQueue | flagRouter, do: doStats},
 	{name: "list", summary: "list a queue's jobs, newest first, a page at a time", flags: flagQueue | flagRouter | flagList, do: doList},
@@ -73,6 +77,7 @@ var commands = []command{
 // opts are the values of a subcommand's flags.
 type opts struct {
 	url       string
+	schema    string
 	json      bool
 	queue     string
 	retention time.Duration
@@ -84,6 +89,10 @@ type opts struct {
 	addr      string
 	readOnly  bool
 	create    bool
+
+	// migrate's (migrate.go).
+	to, from    string
+	down, print bool
 
 	// The console's login (auth.go).
 	user, passwordFile, tokenFile string
@@ -169,8 +178,19 @@ func (cmd *command) flagSet() (*flag.FlagSet, *opts) {
 	fs.SetOutput(io.Discard) // run prints the usage and the error itself
 	// Not env(envURL) as the default: the usage would print its password.
 	fs.StringVar(&o.url, "database-url", "", "the database: a URL or a key=value connection string (default $"+envURL+")")
+	fs.StringVar(&o.schema, "schema", "", "the PostgreSQL schema of pgrouter's tables (pgrouter's Options.Schema, MigrateOptions.Schema);\n"+
+		"empty for the connection's search_path (default $"+envSchema+")")
 	if cmd.name != "console" {
 		fs.BoolVar(&o.json, "json", false, "print one JSON document instead of a table")
+	}
+	if cmd.flags&flagMigrate != 0 {
+		fs.StringVar(&o.to, "to", "", "the version to migrate to: a number, \"latest\" or \"none\" (nothing of pgrouter's left);\n"+
+			"below the schema's version it goes down, dropping what those versions added (their data too),\n"+
+			"and needs --down (default latest; with --print --down, none)")
+		fs.BoolVar(&o.down, "down", false, "allow going down (with --print: print the down scripts, latest first)")
+		fs.BoolVar(&o.print, "print", false, "print the SQL of each version instead of running it, for goose, golang-migrate, atlas or psql:\n"+
+			"each version headed by a comment naming it, NO TRANSACTION ones said so, ending with its record")
+		fs.StringVar(&o.from, "from", "", "with --print, the first version printed (default 1; with --down, latest)")
 	}
 	if cmd.flags&flagQueue != 0 {
 		fs.StringVar(&o.queue, "queue", pgrouter.DefaultQueue, "the queue")
@@ -253,6 +273,9 @@ func (c *call) parse(args []string, env func(string) string) error {
 	if o.url == "" {
 		o.url = env(envURL)
 	}
+	if o.schema == "" {
+		o.schema = env(envSchema)
+	}
 	if c.cmd.flags&flagConsole != 0 {
 		auth, err := readConsoleAuth(o, env)
 		if err != nil {
@@ -268,8 +291,10 @@ func (c *call) parse(args []string, env func(string) string) error {
 		return usagef("takes one %s, got %d arguments", c.cmd.args, n)
 	case c.cmd.nargs < 0 && n == 0:
 		return usagef("takes at least one ID")
-	case o.url == "":
+	case o.url == "" && !o.print:
 		return usagef("no database: set $%s or pass --database-url", envURL)
+	case o.from != "" && !o.print:
+		return usagef("--from is for --print")
 	case c.cmd.flags&flagList != 0 && (o.limit < 1 || o.limit > leaserouter.MaxListLimit):
 		return usagef("--limit %d, must be between 1 and %d", o.limit, leaserouter.MaxListLimit)
 	}

@@ -39,9 +39,13 @@ func (c *call) pool(ctx context.Context) (*pgxpool.Pool, error) {
 type router = pgrouter.Router[json.RawMessage]
 
 func (c *call) router(ctx context.Context, db *pgxpool.Pool, queue string) (*router, error) {
-	r, err := pgrouter.New[json.RawMessage](ctx, db, pgrouter.Options{Queue: queue, NoVacuum: true, Retention: c.opts.retention})
+	r, err := pgrouter.New[json.RawMessage](ctx, db, pgrouter.Options{Queue: queue, Schema: c.opts.schema, NoVacuum: true, Retention: c.opts.retention})
 	if errors.Is(err, pgrouter.ErrSchemaOutdated) {
-		err = fmt.Errorf("%w (run 'leaserouter migrate')", err)
+		hint := "run 'leaserouter migrate'"
+		if c.opts.schema != "" {
+			hint = "run: leaserouter migrate --schema " + shellQuote(c.opts.schema)
+		}
+		err = fmt.Errorf("%w (%s)", err, hint)
 	}
 	return r, err
 }
@@ -71,22 +75,6 @@ func (c *call) withRouter(ctx context.Context, f func(r *router) error) error {
 	}
 	defer closeRouter(r)
 	return f(r)
-}
-
-func doMigrate(ctx context.Context, c *call) error {
-	db, err := c.pool(ctx)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	if err := pgrouter.Migrate(ctx, db); err != nil {
-		return err
-	}
-	if c.opts.json {
-		return writeJSON(c.stdout, map[string]bool{"migrated": true})
-	}
-	_, err = fmt.Fprintln(c.stdout, "the database's pgrouter schema is up to date")
-	return err
 }
 
 func doQueues(ctx context.Context, c *call) error {

@@ -8,7 +8,12 @@
 //	leaserouter version    # the module version it was built from (from a checkout: "(devel)" or a pseudo-version, and the release its modules are at)
 //
 // The database is $DATABASE_URL, or the --database-url flag of every
-// subcommand (a URL or a key=value connection string, as pgx takes them).
+// subcommand (a URL or a key=value connection string, as pgx takes them);
+// the PostgreSQL schema of pgrouter's tables is $LEASEROUTER_SCHEMA, or
+// --schema (pgrouter's Options.Schema; default the connection's
+// search_path). "leaserouter migrate --print" prints the SQL of each
+// schema version (--down, --from, --to) for goose, golang-migrate, atlas
+// or psql, without a database.
 // Output is a human-readable table, or with --json one JSON document on
 // stdout. The exit status is 0 on success, 1 when an operation failed (the
 // database is unreachable, a job is unknown or refuses the action) and 2 on

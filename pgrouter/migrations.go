@@ -47,7 +47,7 @@ const VersionNone = -1
 // (versions 11, 15, 16, 17 and 18) on its own, outside a transaction,
 // as Migrate runs them up, and deletes its record. A down migration
 // drops what its version added, with its data: version 1's the jobs
-// table with every job, fence and token sequence (the next New seeds the
+// table with every job, fence and token sequence (the next New starts the
 // sequence again above the clock); 6's the paused queues; 7's History's
 // counts; 10's and 12's the periodic jobs' records (their ticks may be
 // taken again after an upgrade); 14's every job's kind and metadata (a

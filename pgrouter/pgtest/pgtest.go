@@ -23,8 +23,18 @@
 // LEASEROUTER_TEST_DATABASE_URL=$DATABASE_URL go test ./... . The
 // databases pgtest creates there are named leaserouter_test_* and
 // leaserouter_template_*; they are dropped when their test (template:
-// process, through Main) ends, and a process killed before then leaves
-// them behind to be dropped by hand.
+// process, through Main) ends. A test process that ends before then (a
+// panic, go test -timeout, an interrupt, a kill) leaves them, and the
+// next test process to use the server drops them: each process holds a
+// session-level advisory lock there while it lives (keys 1819440231 and
+// a random one, on a connection it keeps open until Main ends), and at
+// its start drops the databases of processes whose lock is free — never
+// those of a test process still running, on this host or another.
+// Dropping another role's databases takes that role (or a superuser).
+// Each test process keeps two connections of its own there, the one
+// holding its lock and its template's during the clone; a pool per
+// live test besides: go test ./... runs a test process per package at
+// once (as many as -p, the number of CPUs by default).
 //
 // Tests that stop and restart the server take a cluster of their own with
 // NewCluster, so they never disturb the shared one; they need the server
@@ -36,7 +46,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/url"
 	"os"
 	"strings"
@@ -98,7 +107,8 @@ var servers struct {
 // urlServer is a server named by LEASEROUTER_TEST_DATABASE_URL.
 type urlServer struct {
 	once     sync.Once
-	template string // the migrated template, "" until created
+	template string    // the migrated template, "" until created
+	hold     *pgx.Conn // holds this process's lock on the server (owner.go); guarded by servers.mu
 	err      error
 }
 
@@ -106,7 +116,9 @@ type urlServer struct {
 // the first call. It is the process's own (named for it, dropped by
 // Main): processes sharing a server, or testing other versions of the
 // schema, never clone each other's. Its collation is C, its encoding
-// UTF-8, whatever the server's default. A failure fails t.
+// UTF-8, whatever the server's default. Before it is created, the
+// process takes its lock on the server and drops what ended processes
+// left there (owner.go). A failure fails t.
 func urlTemplate(t testing.TB, url string) string {
 	t.Helper()
 	servers.mu.Lock()
@@ -122,7 +134,19 @@ func urlTemplate(t testing.TB, url string) string {
 	s.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		name := fmt.Sprintf("leaserouter_template_%d_%08x", os.Getpid(), rand.Uint32())
+		conn, err := hold(ctx, url)
+		if err != nil {
+			s.err = err
+			return
+		}
+		servers.mu.Lock()
+		s.hold = conn
+		servers.mu.Unlock()
+		if err := sweepDead(ctx, conn); err != nil {
+			s.err = fmt.Errorf("pgtest: drop the databases of ended test processes: %w", err)
+			return
+		}
+		name := templateName()
 		if s.err = createTemplate(ctx, url, name); s.err == nil {
 			s.template = name
 		}
@@ -134,12 +158,22 @@ func urlTemplate(t testing.TB, url string) string {
 }
 
 // dropTemplate drops the template this process made on the server at url
-// (if any), and forgets the server.
+// (if any), releases the process's lock there, and forgets the server.
 func dropTemplate(url string) error {
 	servers.mu.Lock()
 	s := servers.byURL[url]
 	delete(servers.byURL, url)
+	var conn *pgx.Conn
+	if s != nil {
+		conn, s.hold = s.hold, nil
+	}
 	servers.mu.Unlock()
+	if conn != nil {
+		// Released last: the template is gone by then, or this process
+		// ended its use of the server without dropping it (a failure
+		// below), and the next process's sweep drops it.
+		defer conn.Close(context.Background())
+	}
 	if s == nil || s.template == "" {
 		return nil
 	}
@@ -185,6 +219,7 @@ func sharedCluster(t testing.TB) *Cluster {
 func NewLocale(t testing.TB, locale string) *pgxpool.Pool {
 	t.Helper()
 	if url := os.Getenv(EnvURL); url != "" {
+		urlTemplate(t, url) // the process's lock there, before its first database
 		return freshLocale(t, url, "", dbLocale{os: locale})
 	}
 	return freshLocale(t, sharedCluster(t).URL("postgres"), "", dbLocale{os: locale})
@@ -202,6 +237,7 @@ func NewICULocale(t testing.TB, icu string) *pgxpool.Pool {
 	t.Helper()
 	locale := dbLocale{os: "C.UTF-8", icu: icu}
 	if url := os.Getenv(EnvURL); url != "" {
+		urlTemplate(t, url) // the process's lock there, before its first database
 		return freshLocale(t, url, "", locale)
 	}
 	return freshLocale(t, sharedCluster(t).URL("postgres"), "", locale)
@@ -298,8 +334,7 @@ func freshLocale(t testing.TB, adminURL, template string, locale dbLocale) *pgxp
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	// Unique across processes and hosts sharing a server.
-	name := fmt.Sprintf("leaserouter_test_%d_%d_%08x", os.Getpid(), dbSeq.Add(1), rand.Uint32())
+	name := dbName(adminURL, dbSeq.Add(1))
 	admin, err := pgx.Connect(ctx, adminURL)
 	if err != nil {
 		t.Fatalf("pgtest: connect: %v", err)

@@ -2,34 +2,41 @@ package pgrouter_test
 
 import (
 	"bytes"
-	"fmt"
+	"context"
 	"io"
 	"net"
-	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 )
 
-// stallProxy forwards TCP connections to a PostgreSQL Unix socket; while
+// stallProxy forwards TCP connections to a PostgreSQL server; while
 // stalled it forwards nothing in either direction (what it has read it
 // holds, and forwards once resumed), as a stalled server or network does.
 type stallProxy struct {
-	ln     net.Listener
-	socket string
+	ln net.Listener
 
 	mu    sync.Mutex
 	gate  chan struct{} // closed while flowing
 	conns []net.Conn
 }
 
-// socketOf is the Unix socket path of the server db's pool connects to.
-func socketOf(db *pgxpool.Pool) string {
+// dialer connects a proxy to a PostgreSQL server.
+type dialer func() (net.Conn, error)
+
+// serverOf dials the server db's pool connects to, as the pool does: a
+// Unix socket when its host is a directory (a throwaway cluster's),
+// host:port over TCP otherwise (a server at
+// LEASEROUTER_TEST_DATABASE_URL may be either).
+func serverOf(db *pgxpool.Pool) dialer {
 	cfg := db.Config().ConnConfig
-	return filepath.Join(cfg.Host, fmt.Sprintf(".s.PGSQL.%d", cfg.Port))
+	network, address := pgconn.NetworkAddress(cfg.Host, cfg.Port)
+	return func() (net.Conn, error) { return cfg.DialFunc(context.Background(), network, address) }
 }
 
 // poolVia returns a pool on base's database through a proxy listening on
@@ -38,7 +45,16 @@ func socketOf(db *pgxpool.Pool) string {
 func poolVia(t *testing.T, base *pgxpool.Pool, ln net.Listener, maxConns int32) *pgxpool.Pool {
 	t.Helper()
 	cfg := base.Config()
-	cfg.ConnConfig.Host, cfg.ConnConfig.Port = "127.0.0.1", uint16(ln.Addr().(*net.TCPAddr).Port)
+	cc := cfg.ConnConfig
+	// Every attempt through the proxy (sslmode=prefer, pgx's default,
+	// falls back to the server itself without TLS), and in the clear
+	// unless the server requires TLS: the cut and hold proxies read the
+	// protocol.
+	if slices.ContainsFunc(cc.Fallbacks, func(f *pgconn.FallbackConfig) bool { return f.TLSConfig == nil }) {
+		cc.TLSConfig = nil
+	}
+	cc.Fallbacks = nil
+	cc.Host, cc.Port = "127.0.0.1", uint16(ln.Addr().(*net.TCPAddr).Port)
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
 	}
@@ -48,10 +64,10 @@ func poolVia(t *testing.T, base *pgxpool.Pool, ln net.Listener, maxConns int32) 
 	return db
 }
 
-func newStallProxy(t *testing.T, socket string) *stallProxy {
+func newStallProxy(t *testing.T, server dialer) *stallProxy {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	p := &stallProxy{ln: ln, socket: socket, gate: make(chan struct{})}
+	p := &stallProxy{ln: ln, gate: make(chan struct{})}
 	close(p.gate)
 	var wg sync.WaitGroup
 	t.Cleanup(func() {
@@ -87,7 +103,7 @@ func newStallProxy(t *testing.T, socket string) *stallProxy {
 			if err != nil {
 				return
 			}
-			s, err := net.Dial("unix", socket)
+			s, err := server()
 			if err != nil {
 				c.Close()
 				continue
@@ -130,14 +146,13 @@ func (p *stallProxy) wait() {
 	<-g
 }
 
-// cutProxy forwards TCP connections to a PostgreSQL Unix socket and, when
+// cutProxy forwards TCP connections to a PostgreSQL server and, when
 // armed, closes a connection right after forwarding the client message
 // that follows the one holding marker (pgx prepares a statement, then
 // executes it): the server gets the execution (and commits it) but the
 // client never sees the answer — an unknown COMMIT outcome.
 type cutProxy struct {
 	ln     net.Listener
-	socket string
 	marker []byte
 	armed  atomic.Bool
 	cut    atomic.Int64
@@ -146,10 +161,10 @@ type cutProxy struct {
 	blackout, down atomic.Bool
 }
 
-func newCutProxy(t *testing.T, socket, marker string) *cutProxy {
+func newCutProxy(t *testing.T, server dialer, marker string) *cutProxy {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	p := &cutProxy{ln: ln, socket: socket, marker: []byte(marker)}
+	p := &cutProxy{ln: ln, marker: []byte(marker)}
 	var wg sync.WaitGroup
 	t.Cleanup(func() { ln.Close(); wg.Wait() })
 	wg.Go(func() {
@@ -162,7 +177,7 @@ func newCutProxy(t *testing.T, socket, marker string) *cutProxy {
 				c.Close()
 				continue
 			}
-			s, err := net.Dial("unix", socket)
+			s, err := server()
 			if err != nil {
 				c.Close()
 				continue

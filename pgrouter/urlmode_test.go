@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
@@ -48,6 +49,35 @@ func TestFaultProxiesReachAServerAtTheURLOverTCP(t *testing.T) {
 	for _, name := range proxyTests {
 		require.Contains(t, out, "--- PASS: "+name+" ", "%s", out)
 	}
+}
+
+// TestVacuumOwnerTestSkipsWithoutCREATEROLEAndLeavesNoRole: at
+// LEASEROUTER_TEST_DATABASE_URL, TestVacuumOnlyByTheOwner (which makes a
+// role) is skipped, saying why, for a role that may only create
+// databases, as the README asks of it; it runs for one that may create
+// roles, and for a superuser; and it leaves no role on the server.
+func TestVacuumOwnerTestSkipsWithoutCREATEROLEAndLeavesNoRole(t *testing.T) {
+	c := pgtest.NewCluster(t)
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, c.URL("postgres"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = admin.Close(context.Background()) })
+	_, err = admin.Exec(ctx, "CREATE ROLE tester LOGIN CREATEDB; CREATE ROLE creator LOGIN CREATEDB CREATEROLE")
+	require.NoError(t, err)
+
+	const run = "^TestVacuumOnlyByTheOwner$"
+	out := runInURLMode(t, c.URL("postgres")+" user=tester", run)
+	require.Contains(t, out, "--- SKIP: TestVacuumOnlyByTheOwner ", "%s", out)
+	require.Contains(t, out, "CREATEROLE", "%s", out)
+	for _, user := range []string{"creator", "postgres"} {
+		out := runInURLMode(t, c.URL("postgres")+" user="+user, run)
+		require.Contains(t, out, "--- PASS: TestVacuumOnlyByTheOwner ", "%s", out)
+	}
+	rows, err := admin.Query(ctx, `SELECT rolname FROM pg_roles WHERE rolname NOT IN ('tester', 'creator') AND rolname !~ '^pg_' AND NOT rolsuper`)
+	require.NoError(t, err)
+	roles, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Empty(t, roles, "roles left on the server")
 }
 
 // runInURLMode runs this test binary's tests matching run in a test

@@ -26,15 +26,16 @@
 // process, through Main) ends. A test process that ends before then (a
 // panic, go test -timeout, an interrupt, a kill) leaves them, and the
 // next test process to use the server drops them: each process holds a
-// session-level advisory lock there while it lives (keys 1819440231 and
-// a random one, on a connection it keeps open until Main ends), and at
-// its start drops the databases of processes whose lock is free — never
-// those of a test process still running, on this host or another.
-// Dropping another role's databases takes that role (or a superuser).
-// Each test process keeps two connections of its own there, the one
-// holding its lock and its template's during the clone; a pool per
-// live test besides: go test ./... runs a test process per package at
-// once (as many as -p, the number of CPUs by default).
+// session-level advisory lock there while it lives (the two-key lock
+// 1819440231 and a random key, on a connection it keeps open until Main
+// ends), and at its first use of the server drops the databases of
+// processes whose lock is free — never those of a test process still
+// running, on this host or another. Dropping another role's databases
+// takes that role (or a superuser). Besides that connection, a test
+// process uses one while it creates a database and its tests' pools:
+// go test ./... runs test processes of several packages at once (-p, the
+// number of CPUs by default), which a server's max_connections must
+// allow (a throwaway cluster allows its one process 200).
 //
 // Tests that stop and restart the server take a cluster of their own with
 // NewCluster, so they never disturb the shared one; they need the server
@@ -376,11 +377,13 @@ func freshLocale(t testing.TB, adminURL, template string, locale dbLocale) *pgxp
 
 // Main runs m's tests, then stops the shared cluster (if one was started)
 // and removes its directory, drops the templates made on servers named by
-// LEASEROUTER_TEST_DATABASE_URL, and returns the exit code; call it from
+// LEASEROUTER_TEST_DATABASE_URL and closes the connections holding the
+// process's locks there, and returns the exit code; call it from
 // TestMain, as os.Exit(pgtest.Main(m)). Without it the shared server
 // still dies with the test process (its directory is then removed by the
 // next cluster started on the machine), but goroutine-leak checks would
-// see the one that waits for it, and the templates stay on their server.
+// see the one that waits for it, and the templates stay on their server
+// until the next test process there drops them.
 func Main(m *testing.M) int {
 	code := m.Run()
 	servers.mu.Lock()

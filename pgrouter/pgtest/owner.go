@@ -61,8 +61,14 @@ func hold(ctx context.Context, url string) (*pgx.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The connection idles for the process's life: a server's
+	// idle_session_timeout would end it, and the lock with it.
+	_, err = conn.Exec(ctx, "SET idle_session_timeout = 0")
 	var ok bool
-	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1, $2)", int32(lockClass), int32(ownerKey)).Scan(&ok); err != nil || !ok {
+	if err == nil {
+		err = conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1, $2)", int32(lockClass), int32(ownerKey)).Scan(&ok)
+	}
+	if err != nil || !ok {
 		_ = conn.Close(ctx)
 		if err == nil { // another live process drew the same key (one chance in 2^32)
 			err = fmt.Errorf("the lock of key %08x is taken", ownerKey)

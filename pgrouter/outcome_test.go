@@ -270,7 +270,7 @@ func TestUnknownCommitOutcome(t *testing.T) {
 	for _, op := range endingOps {
 		t.Run(op.name, func(t *testing.T) {
 			base := pgtest.New(t)
-			p := newHoldProxy(t, serverOf(base))
+			p := newHoldProxy(t, serverInTheClear(t, base))
 			db := poolVia(t, base, p.ln, 0)
 			r := routerOn[int](t, db, pgrouter.Options{MaxAttempts: 3})
 			ctx := t.Context()
@@ -334,7 +334,7 @@ func TestCutOperationNeverReachingServerTakesNoEffect(t *testing.T) {
 	for _, op := range endingOps {
 		t.Run(op.name, func(t *testing.T) {
 			base := pgtest.New(t)
-			p := newHoldProxy(t, serverOf(base))
+			p := newHoldProxy(t, serverInTheClear(t, base))
 			db := poolVia(t, base, p.ln, 0)
 			r := routerOn[int](t, db, pgrouter.Options{MaxAttempts: 3})
 			ctx := t.Context()
@@ -367,7 +367,7 @@ func TestCutOperationNeverReachingServerTakesNoEffect(t *testing.T) {
 // stays unknown (here the statement commits later), and a retry tells.
 func TestUnknownOutcomeResolutionHonoursCtx(t *testing.T) {
 	base := pgtest.New(t)
-	p := newHoldProxy(t, serverOf(base))
+	p := newHoldProxy(t, serverInTheClear(t, base))
 	db := poolVia(t, base, p.ln, 0)
 	r := routerOn[int](t, db, pgrouter.Options{LeaseDuration: ctxLease})
 	l := leaseOn(t, r, "a")

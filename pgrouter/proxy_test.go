@@ -3,6 +3,7 @@ package pgrouter_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"io"
 	"net"
 	"slices"
@@ -10,9 +11,12 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+
+	"github.com/leaserouter/leaserouter/pgrouter/pgtest"
 )
 
 // stallProxy forwards TCP connections to a PostgreSQL server; while
@@ -39,6 +43,43 @@ func serverOf(db *pgxpool.Pool) dialer {
 	return func() (net.Conn, error) { return cfg.DialFunc(context.Background(), network, address) }
 }
 
+// serverInTheClear is serverOf for the cut and hold proxies, which read
+// the protocol: t is skipped when the server cannot be reached without
+// TLS (a server at LEASEROUTER_TEST_DATABASE_URL may require it).
+func serverInTheClear(t *testing.T, db *pgxpool.Pool) dialer {
+	t.Helper()
+	cfg := db.Config().ConnConfig
+	if !slices.Contains(tlsAttempts(&cfg.Config), nil) {
+		t.Skipf("the cut and hold proxies read the protocol, and the connection string requires TLS (%s)", pgtest.EnvURL)
+	}
+	cfg.TLSConfig, cfg.Fallbacks = nil, nil
+	conn, err := pgx.ConnectConfig(t.Context(), cfg)
+	if err != nil {
+		t.Skipf("the cut and hold proxies read the protocol, and the server refuses a connection without TLS (%s): %v", pgtest.EnvURL, err)
+	}
+	require.NoError(t, conn.Close(t.Context()))
+	return serverOf(db)
+}
+
+// tlsAttempts are the TLS settings of the attempts cfg makes to connect,
+// the one in the clear first (nil) where cfg allows one.
+func tlsAttempts(cfg *pgconn.Config) []*tls.Config {
+	all := []*tls.Config{cfg.TLSConfig}
+	for _, f := range cfg.Fallbacks {
+		all = append(all, f.TLSConfig)
+	}
+	var attempts []*tls.Config
+	if slices.Contains(all, nil) {
+		attempts = append(attempts, nil)
+	}
+	for _, c := range all {
+		if c != nil {
+			attempts = append(attempts, c)
+		}
+	}
+	return attempts
+}
+
 // poolVia returns a pool on base's database through a proxy listening on
 // ln, with at most maxConns connections (0: pgxpool's default), closed
 // when t ends.
@@ -47,14 +88,16 @@ func poolVia(t *testing.T, base *pgxpool.Pool, ln net.Listener, maxConns int32) 
 	cfg := base.Config()
 	cc := cfg.ConnConfig
 	// Every attempt through the proxy (sslmode=prefer, pgx's default,
-	// falls back to the server itself without TLS), and in the clear
-	// unless the server requires TLS: the cut and hold proxies read the
-	// protocol.
-	if slices.ContainsFunc(cc.Fallbacks, func(f *pgconn.FallbackConfig) bool { return f.TLSConfig == nil }) {
-		cc.TLSConfig = nil
+	// falls back to the server itself without TLS), and the one in the
+	// clear first where the connection string allows one (as
+	// sslmode=allow): the cut and hold proxies read the protocol. With
+	// TLS next, for a server that requires it.
+	attempts := tlsAttempts(&cc.Config)
+	host, port := "127.0.0.1", uint16(ln.Addr().(*net.TCPAddr).Port)
+	cc.Host, cc.Port, cc.TLSConfig, cc.Fallbacks = host, port, attempts[0], nil
+	for _, c := range attempts[1:] {
+		cc.Fallbacks = append(cc.Fallbacks, &pgconn.FallbackConfig{Host: host, Port: port, TLSConfig: c})
 	}
-	cc.Fallbacks = nil
-	cc.Host, cc.Port = "127.0.0.1", uint16(ln.Addr().(*net.TCPAddr).Port)
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
 	}

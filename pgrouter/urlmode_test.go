@@ -49,6 +49,7 @@ func TestFaultProxiesReachAServerAtTheURLOverTCP(t *testing.T) {
 	for _, name := range proxyTests {
 		require.Contains(t, out, "--- PASS: "+name+" ", "%s", out)
 	}
+	require.NotContains(t, out, "--- SKIP", "%s", out)
 }
 
 // TestVacuumOwnerTestSkipsWithoutCREATEROLEAndLeavesNoRole: at

@@ -83,7 +83,7 @@ func awaitClaimResolved(t *testing.T, base *pgxpool.Pool, id string) {
 // running.
 func TestClaimWithLostReplyCountsNoAttempt(t *testing.T) {
 	base := pgtest.New(t)
-	p := newCutProxy(t, socketOf(base), "nextval('leaserouter_token')")
+	p := newCutProxy(t, serverInTheClear(t, base), "nextval('leaserouter_token')")
 	db := poolVia(t, base, p.ln, 0)
 	r := routerOn[int](t, db, pgrouter.Options{LeaseDuration: time.Second, MaxAttempts: 1, PollInterval: 100 * time.Millisecond})
 	ctx := t.Context()
@@ -220,7 +220,7 @@ func TestAcquireHonoursCtxWithPoolExhausted(t *testing.T) {
 // counted, whether the claim ran late or never.
 func TestAcquireHonoursCtxWithServerStalled(t *testing.T) {
 	base := pgtest.New(t)
-	p := newStallProxy(t, socketOf(base))
+	p := newStallProxy(t, serverOf(base))
 	db := poolVia(t, base, p.ln, 0)
 	r := routerOn[int](t, db, pgrouter.Options{LeaseDuration: ctxLease, MaxAttempts: 1})
 	require.NoError(t, r.Enqueue(t.Context(), "a", 1))
@@ -318,7 +318,7 @@ func readJob(t *testing.T, base *pgxpool.Pool, id string) jobRow {
 // then leased (attempt 1) and completed.
 func TestClaimWithLostReplyCountsNoAttemptAfterExpiry(t *testing.T) {
 	base := pgtest.New(t)
-	p := newCutProxy(t, socketOf(base), "nextval('leaserouter_token')")
+	p := newCutProxy(t, serverInTheClear(t, base), "nextval('leaserouter_token')")
 	p.blackout.Store(true)
 	db := poolVia(t, base, p.ln, 0)
 	const lease = time.Second

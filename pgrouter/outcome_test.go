@@ -20,7 +20,7 @@ import (
 	"github.com/leaserouter/leaserouter/pgrouter/pgtest"
 )
 
-// holdProxy forwards TCP connections to a PostgreSQL Unix socket. Armed
+// holdProxy forwards TCP connections to a PostgreSQL server. Armed
 // with a marker, it catches the client message that follows the one
 // holding marker (pgx prepares a statement, then executes it): the
 // execution. Caught with forward, the execution goes on to the server at
@@ -52,7 +52,7 @@ type holdProxy struct {
 // terminate is the protocol's Terminate message.
 var terminate = []byte{'X', 0, 0, 0, 4}
 
-func newHoldProxy(t *testing.T, socket string) *holdProxy {
+func newHoldProxy(t *testing.T, server dialer) *holdProxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -85,7 +85,7 @@ func newHoldProxy(t *testing.T, socket string) *holdProxy {
 			conns = append(conns, c)
 			cmu.Unlock()
 			wg.Go(func() {
-				p.serve(c, socket, &wg, func(s net.Conn) { cmu.Lock(); conns = append(conns, s); cmu.Unlock() })
+				p.serve(c, server, &wg, func(s net.Conn) { cmu.Lock(); conns = append(conns, s); cmu.Unlock() })
 			})
 		}
 	})
@@ -94,7 +94,7 @@ func newHoldProxy(t *testing.T, socket string) *holdProxy {
 
 // serve forwards client connection c to a new connection to the server
 // (reported to track), or drops it if it carries a CancelRequest.
-func (p *holdProxy) serve(c net.Conn, socket string, wg *sync.WaitGroup, track func(net.Conn)) {
+func (p *holdProxy) serve(c net.Conn, server dialer, wg *sync.WaitGroup, track func(net.Conn)) {
 	head := make([]byte, 8) // the first message's length and code
 	if _, err := io.ReadFull(c, head); err != nil {
 		c.Close()
@@ -105,7 +105,7 @@ func (p *holdProxy) serve(c net.Conn, socket string, wg *sync.WaitGroup, track f
 		c.Close() // lost in the cut network, as the reply is
 		return
 	}
-	s, err := net.Dial("unix", socket)
+	s, err := server()
 	if err != nil {
 		c.Close()
 		return
@@ -270,7 +270,7 @@ func TestUnknownCommitOutcome(t *testing.T) {
 	for _, op := range endingOps {
 		t.Run(op.name, func(t *testing.T) {
 			base := pgtest.New(t)
-			p := newHoldProxy(t, socketOf(base))
+			p := newHoldProxy(t, serverInTheClear(t, base))
 			db := poolVia(t, base, p.ln, 0)
 			r := routerOn[int](t, db, pgrouter.Options{MaxAttempts: 3})
 			ctx := t.Context()
@@ -334,7 +334,7 @@ func TestCutOperationNeverReachingServerTakesNoEffect(t *testing.T) {
 	for _, op := range endingOps {
 		t.Run(op.name, func(t *testing.T) {
 			base := pgtest.New(t)
-			p := newHoldProxy(t, socketOf(base))
+			p := newHoldProxy(t, serverInTheClear(t, base))
 			db := poolVia(t, base, p.ln, 0)
 			r := routerOn[int](t, db, pgrouter.Options{MaxAttempts: 3})
 			ctx := t.Context()
@@ -367,7 +367,7 @@ func TestCutOperationNeverReachingServerTakesNoEffect(t *testing.T) {
 // stays unknown (here the statement commits later), and a retry tells.
 func TestUnknownOutcomeResolutionHonoursCtx(t *testing.T) {
 	base := pgtest.New(t)
-	p := newHoldProxy(t, socketOf(base))
+	p := newHoldProxy(t, serverInTheClear(t, base))
 	db := poolVia(t, base, p.ln, 0)
 	r := routerOn[int](t, db, pgrouter.Options{LeaseDuration: ctxLease})
 	l := leaseOn(t, r, "a")

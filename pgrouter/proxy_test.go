@@ -2,34 +2,82 @@ package pgrouter_test
 
 import (
 	"bytes"
-	"fmt"
+	"context"
+	"crypto/tls"
 	"io"
 	"net"
-	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+
+	"github.com/leaserouter/leaserouter/pgrouter/pgtest"
 )
 
-// stallProxy forwards TCP connections to a PostgreSQL Unix socket; while
+// stallProxy forwards TCP connections to a PostgreSQL server; while
 // stalled it forwards nothing in either direction (what it has read it
 // holds, and forwards once resumed), as a stalled server or network does.
 type stallProxy struct {
-	ln     net.Listener
-	socket string
+	ln net.Listener
 
 	mu    sync.Mutex
 	gate  chan struct{} // closed while flowing
 	conns []net.Conn
 }
 
-// socketOf is the Unix socket path of the server db's pool connects to.
-func socketOf(db *pgxpool.Pool) string {
+// dialer connects a proxy to a PostgreSQL server.
+type dialer func() (net.Conn, error)
+
+// serverOf dials the server db's pool connects to, as the pool does: a
+// Unix socket when its host is a directory (a throwaway cluster's),
+// host:port over TCP otherwise (a server at
+// LEASEROUTER_TEST_DATABASE_URL may be either).
+func serverOf(db *pgxpool.Pool) dialer {
 	cfg := db.Config().ConnConfig
-	return filepath.Join(cfg.Host, fmt.Sprintf(".s.PGSQL.%d", cfg.Port))
+	network, address := pgconn.NetworkAddress(cfg.Host, cfg.Port)
+	return func() (net.Conn, error) { return cfg.DialFunc(context.Background(), network, address) }
+}
+
+// serverInTheClear is serverOf for the cut and hold proxies, which read
+// the protocol: t is skipped when the server cannot be reached without
+// TLS (a server at LEASEROUTER_TEST_DATABASE_URL may require it).
+func serverInTheClear(t *testing.T, db *pgxpool.Pool) dialer {
+	t.Helper()
+	cfg := db.Config().ConnConfig
+	if !slices.Contains(tlsAttempts(&cfg.Config), nil) {
+		t.Skipf("the cut and hold proxies read the protocol, and the connection string requires TLS (%s)", pgtest.EnvURL)
+	}
+	cfg.TLSConfig, cfg.Fallbacks = nil, nil
+	conn, err := pgx.ConnectConfig(t.Context(), cfg)
+	if err != nil {
+		t.Skipf("the cut and hold proxies read the protocol, and the server refuses a connection without TLS (%s): %v", pgtest.EnvURL, err)
+	}
+	require.NoError(t, conn.Close(t.Context()))
+	return serverOf(db)
+}
+
+// tlsAttempts are the TLS settings of the attempts cfg makes to connect,
+// the one in the clear first (nil) where cfg allows one.
+func tlsAttempts(cfg *pgconn.Config) []*tls.Config {
+	all := []*tls.Config{cfg.TLSConfig}
+	for _, f := range cfg.Fallbacks {
+		all = append(all, f.TLSConfig)
+	}
+	var attempts []*tls.Config
+	if slices.Contains(all, nil) {
+		attempts = append(attempts, nil)
+	}
+	for _, c := range all {
+		if c != nil {
+			attempts = append(attempts, c)
+		}
+	}
+	return attempts
 }
 
 // poolVia returns a pool on base's database through a proxy listening on
@@ -38,7 +86,18 @@ func socketOf(db *pgxpool.Pool) string {
 func poolVia(t *testing.T, base *pgxpool.Pool, ln net.Listener, maxConns int32) *pgxpool.Pool {
 	t.Helper()
 	cfg := base.Config()
-	cfg.ConnConfig.Host, cfg.ConnConfig.Port = "127.0.0.1", uint16(ln.Addr().(*net.TCPAddr).Port)
+	cc := cfg.ConnConfig
+	// Every attempt through the proxy (sslmode=prefer, pgx's default,
+	// falls back to the server itself without TLS), and the one in the
+	// clear first where the connection string allows one (as
+	// sslmode=allow): the cut and hold proxies read the protocol. With
+	// TLS next, for a server that requires it.
+	attempts := tlsAttempts(&cc.Config)
+	host, port := "127.0.0.1", uint16(ln.Addr().(*net.TCPAddr).Port)
+	cc.Host, cc.Port, cc.TLSConfig, cc.Fallbacks = host, port, attempts[0], nil
+	for _, c := range attempts[1:] {
+		cc.Fallbacks = append(cc.Fallbacks, &pgconn.FallbackConfig{Host: host, Port: port, TLSConfig: c})
+	}
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
 	}
@@ -48,10 +107,10 @@ func poolVia(t *testing.T, base *pgxpool.Pool, ln net.Listener, maxConns int32) 
 	return db
 }
 
-func newStallProxy(t *testing.T, socket string) *stallProxy {
+func newStallProxy(t *testing.T, server dialer) *stallProxy {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	p := &stallProxy{ln: ln, socket: socket, gate: make(chan struct{})}
+	p := &stallProxy{ln: ln, gate: make(chan struct{})}
 	close(p.gate)
 	var wg sync.WaitGroup
 	t.Cleanup(func() {
@@ -87,7 +146,7 @@ func newStallProxy(t *testing.T, socket string) *stallProxy {
 			if err != nil {
 				return
 			}
-			s, err := net.Dial("unix", socket)
+			s, err := server()
 			if err != nil {
 				c.Close()
 				continue
@@ -130,14 +189,13 @@ func (p *stallProxy) wait() {
 	<-g
 }
 
-// cutProxy forwards TCP connections to a PostgreSQL Unix socket and, when
+// cutProxy forwards TCP connections to a PostgreSQL server and, when
 // armed, closes a connection right after forwarding the client message
 // that follows the one holding marker (pgx prepares a statement, then
 // executes it): the server gets the execution (and commits it) but the
 // client never sees the answer — an unknown COMMIT outcome.
 type cutProxy struct {
 	ln     net.Listener
-	socket string
 	marker []byte
 	armed  atomic.Bool
 	cut    atomic.Int64
@@ -146,10 +204,10 @@ type cutProxy struct {
 	blackout, down atomic.Bool
 }
 
-func newCutProxy(t *testing.T, socket, marker string) *cutProxy {
+func newCutProxy(t *testing.T, server dialer, marker string) *cutProxy {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	p := &cutProxy{ln: ln, socket: socket, marker: []byte(marker)}
+	p := &cutProxy{ln: ln, marker: []byte(marker)}
 	var wg sync.WaitGroup
 	t.Cleanup(func() { ln.Close(); wg.Wait() })
 	wg.Go(func() {
@@ -162,7 +220,7 @@ func newCutProxy(t *testing.T, socket, marker string) *cutProxy {
 				c.Close()
 				continue
 			}
-			s, err := net.Dial("unix", socket)
+			s, err := server()
 			if err != nil {
 				c.Close()
 				continue

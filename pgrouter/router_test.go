@@ -191,7 +191,7 @@ func TestRevokedLastAttemptIsPendingAgain(t *testing.T) {
 // here), not after a revocation that waits for the server.
 func TestCloseHonoursCtxWithServerStalled(t *testing.T) {
 	base := pgtest.New(t)
-	p := newStallProxy(t, socketOf(base))
+	p := newStallProxy(t, serverOf(base))
 	db := poolVia(t, base, p.ln, 0)
 	r := routerOn[int](t, db, pgrouter.Options{LeaseDuration: ctxLease})
 	leaseOn(t, r, "a")
@@ -215,7 +215,7 @@ func TestCloseHonoursCtxWithServerStalled(t *testing.T) {
 // TestWithGraceAddsNothingToAGrace.
 func TestCloseReturnsWhenItsCtxEndsWithBackgroundWork(t *testing.T) {
 	base := pgtest.New(t)
-	p := newStallProxy(t, socketOf(base))
+	p := newStallProxy(t, serverOf(base))
 	db := poolVia(t, base, p.ln, 0)
 	r, err := pgrouter.New[int](t.Context(), db, pgrouter.Options{LeaseDuration: ctxLease})
 	require.NoError(t, err)

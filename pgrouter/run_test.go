@@ -298,7 +298,7 @@ func TestNoUserCodeUnrecoveredFailWithPanickingError(t *testing.T) {
 // not make is made in the background once the server answers again.
 func TestRunReturnsPromptlyAfterCtxWithServerStalled(t *testing.T) {
 	base := pgtest.New(t)
-	p := newStallProxy(t, socketOf(base))
+	p := newStallProxy(t, serverOf(base))
 	db := poolVia(t, base, p.ln, 0)
 	r := routerOn[int](t, db, pgrouter.Options{LeaseDuration: ctxLease})
 	require.NoError(t, r.Enqueue(t.Context(), "a", 1))
@@ -401,7 +401,7 @@ func TestRunFinishedLeaseNeverExpiresWaitingForPool(t *testing.T) {
 // dropped the completion (the job dead with MaxAttempts 1).
 func TestRunCompletesAfterCloseRevocationFailed(t *testing.T) {
 	base := pgtest.New(t)
-	p := newStallProxy(t, socketOf(base))
+	p := newStallProxy(t, serverOf(base))
 	db := poolVia(t, base, p.ln, 0)
 	const lease = 3 * time.Second
 	r, err := pgrouter.New[int](t.Context(), db, pgrouter.Options{LeaseDuration: lease, MaxAttempts: 1})

@@ -26,8 +26,19 @@
 // LEASEROUTER_TEST_DATABASE_URL=$DATABASE_URL go test ./... . The
 // databases pgtest creates there are named leaserouter_test_* and
 // leaserouter_template_*; they are dropped when their test (template:
-// process, through Main) ends, and a process killed before then leaves
-// them behind to be dropped by hand.
+// process, through Main) ends. A test process that ends before then (a
+// panic, go test -timeout, an interrupt, a kill) leaves them, and the
+// next test process to use the server drops them: each process holds a
+// session-level advisory lock there while it lives (the two-key lock
+// 1819440231 and a random key, on a connection it keeps open until Main
+// ends), and at its first use of the server drops the databases of
+// processes whose lock is free — never those of a test process still
+// running, on this host or another. Dropping another role's databases
+// takes that role (or a superuser). Besides that connection, a test
+// process uses one while it creates a database and its tests' pools:
+// go test ./... runs test processes of several packages at once (-p, the
+// number of CPUs by default), which a server's max_connections must
+// allow (a throwaway cluster allows its one process 200).
 //
 // Tests that stop and restart the server take a cluster of their own with
 // NewCluster, so they never disturb the shared one; they need the server
@@ -39,7 +50,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/url"
 	"os"
 	"strings"
@@ -101,7 +111,8 @@ var servers struct {
 // urlServer is a server named by LEASEROUTER_TEST_DATABASE_URL.
 type urlServer struct {
 	once     sync.Once
-	template string // the migrated template, "" until created
+	template string    // the migrated template, "" until created
+	hold     *pgx.Conn // holds this process's lock on the server (owner.go); guarded by servers.mu
 	err      error
 }
 
@@ -109,7 +120,9 @@ type urlServer struct {
 // the first call. It is the process's own (named for it, dropped by
 // Main): processes sharing a server, or testing other versions of the
 // schema, never clone each other's. Its collation is C, its encoding
-// UTF-8, whatever the server's default. A failure fails t.
+// UTF-8, whatever the server's default. Before it is created, the
+// process takes its lock on the server and drops what ended processes
+// left there (owner.go). A failure fails t.
 func urlTemplate(t testing.TB, url string) string {
 	t.Helper()
 	template, err := urlTemplateErr(url)
@@ -134,7 +147,19 @@ func urlTemplateErr(url string) (string, error) {
 	s.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		name := fmt.Sprintf("leaserouter_template_%d_%08x", os.Getpid(), rand.Uint32())
+		conn, err := hold(ctx, url)
+		if err != nil {
+			s.err = err
+			return
+		}
+		servers.mu.Lock()
+		s.hold = conn
+		servers.mu.Unlock()
+		if err := sweepDead(ctx, conn); err != nil {
+			s.err = fmt.Errorf("pgtest: drop the databases of ended test processes: %w", err)
+			return
+		}
+		name := templateName()
 		if s.err = createTemplate(ctx, url, name); s.err == nil {
 			s.template = name
 		}
@@ -143,12 +168,22 @@ func urlTemplateErr(url string) (string, error) {
 }
 
 // dropTemplate drops the template this process made on the server at url
-// (if any), and forgets the server.
+// (if any), releases the process's lock there, and forgets the server.
 func dropTemplate(url string) error {
 	servers.mu.Lock()
 	s := servers.byURL[url]
 	delete(servers.byURL, url)
+	var conn *pgx.Conn
+	if s != nil {
+		conn, s.hold = s.hold, nil
+	}
 	servers.mu.Unlock()
+	if conn != nil {
+		// Released last: the template is gone by then, or this process
+		// ended its use of the server without dropping it (a failure
+		// below), and the next process's sweep drops it.
+		defer conn.Close(context.Background())
+	}
 	if s == nil || s.template == "" {
 		return nil
 	}
@@ -200,6 +235,7 @@ func sharedClusterErr() (*Cluster, error) {
 func NewLocale(t testing.TB, locale string) *pgxpool.Pool {
 	t.Helper()
 	if url := os.Getenv(EnvURL); url != "" {
+		urlTemplate(t, url) // the process's lock there, before its first database
 		return freshLocale(t, url, "", dbLocale{os: locale})
 	}
 	return freshLocale(t, sharedCluster(t).URL("postgres"), "", dbLocale{os: locale})
@@ -217,6 +253,7 @@ func NewICULocale(t testing.TB, icu string) *pgxpool.Pool {
 	t.Helper()
 	locale := dbLocale{os: "C.UTF-8", icu: icu}
 	if url := os.Getenv(EnvURL); url != "" {
+		urlTemplate(t, url) // the process's lock there, before its first database
 		return freshLocale(t, url, "", locale)
 	}
 	return freshLocale(t, sharedCluster(t).URL("postgres"), "", locale)
@@ -313,8 +350,7 @@ func freshLocale(t testing.TB, adminURL, template string, locale dbLocale) *pgxp
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	// Unique across processes and hosts sharing a server.
-	name := fmt.Sprintf("leaserouter_test_%d_%d_%08x", os.Getpid(), dbSeq.Add(1), rand.Uint32())
+	name := dbName(adminURL, dbSeq.Add(1))
 	admin, err := pgx.Connect(ctx, adminURL)
 	if err != nil {
 		t.Fatalf("pgtest: connect: %v", err)
@@ -356,11 +392,13 @@ func freshLocale(t testing.TB, adminURL, template string, locale dbLocale) *pgxp
 
 // Main runs m's tests, then stops the shared cluster (if one was started)
 // and removes its directory, drops the templates made on servers named by
-// LEASEROUTER_TEST_DATABASE_URL, and returns the exit code; call it from
+// LEASEROUTER_TEST_DATABASE_URL and closes the connections holding the
+// process's locks there, and returns the exit code; call it from
 // TestMain, as os.Exit(pgtest.Main(m)). Without it the shared server
 // still dies with the test process (its directory is then removed by the
 // next cluster started on the machine), but goroutine-leak checks would
-// see the one that waits for it, and the templates stay on their server.
+// see the one that waits for it, and the templates stay on their server
+// until the next test process there drops them.
 func Main(m *testing.M) int {
 	code := m.Run()
 	servers.mu.Lock()

@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -48,17 +50,25 @@ func newDB(t *testing.T) db {
 	return db{url: urlOf(pool), pool: pool}
 }
 
-// urlOf is a connection string for pool's database, read from its
-// config: a pool made from a config whose database was set by hand (as
-// TestMigrateBringsAnEmptyDatabaseToTheSchema's) has a connection
+// urlOf is a connection string for pool's database: the pool's own
+// (TLS settings, password and options kept, as the server at
+// LEASEROUTER_TEST_DATABASE_URL may need them), naming the database of
+// its config: a pool made from a config whose database was set by hand
+// (as TestMigrateBringsAnEmptyDatabaseToTheSchema's) has a connection
 // string naming another.
 func urlOf(pool *pgxpool.Pool) string {
-	cc := pool.Config().ConnConfig
-	url := fmt.Sprintf("host=%s port=%d user=%s dbname=%s sslmode=disable", cc.Host, cc.Port, cc.User, cc.Database)
-	if cc.Password != "" {
-		url += fmt.Sprintf(" password='%s'", cc.Password)
+	cfg := pool.Config()
+	conn, name := cfg.ConnString(), cfg.ConnConfig.Database
+	if u, err := url.Parse(conn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		u.Path, u.RawPath = "/"+name, ""
+		q := u.Query()
+		q.Del("dbname") // it would name the database instead of the path
+		u.RawQuery = q.Encode()
+		return u.String()
 	}
-	return url
+	// The last setting of a name wins; a value quoted, its quotes and
+	// backslashes escaped.
+	return conn + " dbname='" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(name) + "'"
 }
 
 // router is a Router on queue of d, closed when t ends (leases still held
@@ -146,4 +156,35 @@ func job(t *testing.T, r *router, id string) leaserouter.Job[json.RawMessage] {
 	require.NoError(t, err)
 	require.True(t, ok, id)
 	return j
+}
+
+// TestTheCommandGetsTheTestDatabasesTLSAndPassword: the connection
+// string the tests hand the command reaches the pool's server as the pool
+// does (LEASEROUTER_TEST_DATABASE_URL may name a server that requires
+// TLS, with a password holding a quote) and names the pool's database,
+// also one set on its config by hand.
+func TestTheCommandGetsTheTestDatabasesTLSAndPassword(t *testing.T) {
+	for _, conn := range []string{
+		"postgres://tester:it's%20a%5C@db.example.com:5432/leaserouter_test_1?sslmode=require",
+		`host=db.example.com port=5432 user=tester password='it\'s a\\' dbname=leaserouter_test_1 sslmode=require`,
+	} {
+		cfg, err := pgxpool.ParseConfig(conn)
+		require.NoError(t, err)
+		for _, database := range []string{"", "other_db"} {
+			if database != "" {
+				cfg.ConnConfig.Database = database
+			}
+			pool, err := pgxpool.NewWithConfig(t.Context(), cfg) // lazy: no connection is made
+			require.NoError(t, err)
+			url := urlOf(pool)
+			pool.Close()
+			got, err := pgxpool.ParseConfig(url)
+			require.NoError(t, err, "urlOf's string parses: %s", url)
+			require.Equal(t, `it's a\`, got.ConnConfig.Password, url)
+			require.NotNil(t, got.ConnConfig.TLSConfig, "sslmode=require kept: %s", url)
+			require.Equal(t, cfg.ConnConfig.Database, got.ConnConfig.Database, url)
+			require.Equal(t, "db.example.com", got.ConnConfig.Host, url)
+			require.Equal(t, "tester", got.ConnConfig.User, url)
+		}
+	}
 }

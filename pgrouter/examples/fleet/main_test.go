@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaserouter/leaserouter/internal/gosource"
@@ -27,14 +28,26 @@ func TestMain(m *testing.M) {
 	os.Exit(pgtest.Main(m))
 }
 
-// testDatabase points the fleet at a fresh database of the server at
-// LEASEROUTER_TEST_DATABASE_URL when that is set and
-// LEASEROUTER_DATABASE_URL is not (else the fleet uses
-// LEASEROUTER_DATABASE_URL, or starts a throwaway cluster).
+// testDatabase points the fleet at a fresh database of pgtest's (the
+// server at LEASEROUTER_TEST_DATABASE_URL, or a throwaway cluster),
+// whatever LEASEROUTER_DATABASE_URL names: the fleet drops and empties
+// its tables there.
 func testDatabase(t *testing.T) {
-	if os.Getenv(pgtest.EnvURL) != "" && os.Getenv(envURL) == "" {
-		t.Setenv(envURL, pgtest.New(t).Config().ConnString())
+	t.Setenv(envURL, pgtest.New(t).Config().ConnString())
+}
+
+// ownCluster points the fleet at a throwaway cluster of its own, which
+// it may crash and start again, and reports true; with
+// LEASEROUTER_TEST_DATABASE_URL set, at a database of pgtest's there
+// (testDatabase), reporting false. Never at what
+// LEASEROUTER_DATABASE_URL names.
+func ownCluster(t *testing.T) bool {
+	if os.Getenv(pgtest.EnvURL) != "" {
+		testDatabase(t)
+		return false
 	}
+	t.Setenv(envURL, "")
+	return true
 }
 
 func goSrc(t *testing.T) string {
@@ -50,7 +63,7 @@ func TestFleet(t *testing.T) {
 	if !canPause {
 		t.Skip("the stale writes come from paused worker processes (SIGSTOP): Unix only")
 	}
-	testDatabase(t)
+	own := ownCluster(t)
 	cfg := config{
 		root:  filepath.Join(goSrc(t), "crypto"),
 		procs: 4, kill: 100 * time.Millisecond, pause: 150 * time.Millisecond, lease: 300 * time.Millisecond, restart: true,
@@ -67,8 +80,10 @@ func TestFleet(t *testing.T) {
 	require.Zero(t, s.mismatches, "wrong records")
 	require.Positive(t, s.kills, "no worker process was killed")
 	require.Positive(t, s.pauses, "no worker process was paused")
-	if os.Getenv(envURL) == "" {
-		require.Equal(t, 1, s.restarts, "the throwaway server was crashed and started again")
+	if own {
+		require.Equal(t, 1, s.restarts, "the fleet's throwaway server was crashed and started again")
+	} else {
+		require.Zero(t, s.restarts, "a server not the fleet's own is never restarted")
 	}
 
 	// Stale writes: a pause makes one only if a handler was in flight at
@@ -112,6 +127,30 @@ func TestFleetCommand(t *testing.T) {
 
 	for _, bad := range [][]string{{"-procs", "0"}, {"-pause", "-1s"}, {"-lease", "1ms"}, {"a", "b"}} {
 		require.Equal(t, 2, run(bad, &out, &errOut), bad)
+	}
+}
+
+// TestTheTestsLeaveTheDatabaseAtLEASEROUTER_DATABASE_URLAlone: with
+// LEASEROUTER_DATABASE_URL exported (a developer's database, which the
+// fleet's docs invite), the tests run the fleet on a database of their
+// own: the tables of the fleet's names there are kept.
+func TestTheTestsLeaveTheDatabaseAtLEASEROUTER_DATABASE_URLAlone(t *testing.T) {
+	users := pgtest.New(t) // stands in for the developer's database
+	_, err := users.Exec(t.Context(), `CREATE TABLE fleet_results (note text); INSERT INTO fleet_results VALUES ('mine')`)
+	require.NoError(t, err)
+	t.Setenv(envURL, users.Config().ConnString())
+	for _, point := range []func(*testing.T){testDatabase, func(t *testing.T) { ownCluster(t) }} {
+		point(t)
+		var out, errOut bytes.Buffer
+		code := run([]string{"-procs", "1", "-kill", "0", "-pause", "0", "-lease", "1s", "-restart=false",
+			filepath.Join(goSrc(t), "unicode", "utf8")}, &out, &errOut)
+		require.Equal(t, 0, code, errOut.String())
+		rows, err := users.Query(t.Context(), "SELECT note FROM fleet_results")
+		require.NoError(t, err)
+		notes, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		require.Equal(t, []string{"mine"}, notes, "the fleet_results at %s", envURL)
+		t.Setenv(envURL, users.Config().ConnString())
 	}
 }
 

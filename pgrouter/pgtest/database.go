@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"sync"
 	"time"
@@ -41,7 +40,7 @@ func Database(ctx context.Context) (url string, drop func() error, err error) {
 		}
 		adminURL, tmpl = c.URL("postgres"), template
 	}
-	name := fmt.Sprintf("leaserouter_test_%d_%d_%08x", os.Getpid(), dbSeq.Add(1), rand.Uint32())
+	name := dbName(adminURL, dbSeq.Add(1)) // on a server at the URL: swept if this process ends before drop
 	admin, err := pgx.Connect(ctx, adminURL)
 	if err != nil {
 		return "", nil, fmt.Errorf("pgtest: connect: %w", err)

@@ -17,14 +17,18 @@ const MaxAttemptErrors = 25
 const MaxErrorBytes = 4096
 
 // TruncateError returns s cut to at most MaxErrorBytes bytes, on a rune
-// boundary (a rune split by the cut is dropped whole), or s itself when
-// it fits. The cut text is a copy: it does not keep s's bytes alive.
+// boundary (a rune split by the cut is dropped whole: valid UTF-8 stays
+// valid), or s itself when it fits. The cut text is a copy: it does not
+// keep s's bytes alive.
 func TruncateError(s string) string {
 	if len(s) <= MaxErrorBytes {
 		return s
 	}
+	// Back to the start of the rune s[MaxErrorBytes] belongs to: at most
+	// UTFMax-1 bytes back. Bytes that are no valid UTF-8 there are cut
+	// as they are.
 	i := MaxErrorBytes
-	for i > 0 && !utf8.RuneStart(s[i]) {
+	for i > MaxErrorBytes-(utf8.UTFMax-1) && !utf8.RuneStart(s[i]) {
 		i--
 	}
 	return strings.Clone(s[:i])

@@ -14,7 +14,8 @@
 -- can be known: for a job with no earlier attempt, last_error empty and
 -- requeued false, as before the claim; for a later attempt the
 -- settlement's marks stay (last_error 'lease expired', requeued): the
--- earlier attempt's error is gone. The claim id is cleared, as
+-- earlier attempt's error is gone. The settlement's record in the error
+-- history (the last, of the undone attempt) is removed. The claim id is cleared, as
 -- claim_hand_back.sql does. It returns how many.
 WITH l AS (
 	SELECT queue, id FROM leaserouter_jobs
@@ -24,6 +25,8 @@ u AS (
 	UPDATE leaserouter_jobs j SET state = 'pending', attempt = j.attempt - 1, requeued = j.attempt > 1,
 		ended = CASE WHEN j.attempt > 1 THEN 'expired' ELSE 'released' END,
 		last_error = CASE WHEN j.attempt > 1 THEN j.last_error ELSE '' END,
+		errors = CASE WHEN (j.errors -> -1 ->> 'attempt')::integer = j.attempt
+			THEN nullif(j.errors - -1, '[]'::jsonb) ELSE j.errors END,
 		ready_at = j.ready_at - @lease_us * interval '1 microsecond', purge_at = NULL, claim = NULL,
 		updated_at = clock_timestamp()
 	FROM l

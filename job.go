@@ -94,9 +94,10 @@ type Job[T any] struct {
 	// kept after a later success and through Retry (the new attempts'
 	// records follow, their numbers starting again at 1); a job enqueued
 	// again under the ID of a purged one starts with none, as its
-	// LastError starts empty. The last record's Error is LastError. nil
-	// when none, and in the jobs of List with OmitPayload, Leases and
-	// LeasePage (as Progress): Get returns them. A copy.
+	// LastError starts empty. LastError is the last record's Error,
+	// except "attempts exhausted", which has no record (AttemptError).
+	// nil when none, and in the jobs of List with OmitPayload, Leases
+	// and LeasePage (as Progress): Get returns them. A copy.
 	Errors    []AttemptError
 	Timeout   time.Duration     // each attempt's limit set by WithTimeout; 0 if none (WorkerOptions.Timeout applies)
 	Kind      string            // the job's kind, as a Client registered it; "" for a Router's jobs

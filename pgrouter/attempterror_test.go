@@ -116,3 +116,28 @@ func TestReenqueuedPurgedJobStartsWithNoErrors(t *testing.T) {
 	require.Empty(t, j.LastError)
 	require.Nil(t, j.Errors)
 }
+
+// TestClaimResolverRestoresTheErrorBeforeTheUndoneExpiry: undoing the
+// expiry settlement of a lost claim's lease (nobody received it: no
+// attempt) removes its record and gives the job back the LastError of
+// the failure before it.
+func TestClaimResolverRestoresTheErrorBeforeTheUndoneExpiry(t *testing.T) {
+	const lease = 200 * time.Millisecond
+	r, db := newRouter[int](t, pgrouter.Options{LeaseDuration: lease, PollInterval: time.Hour})
+	ctx := t.Context()
+	require.NoError(t, r.Enqueue(ctx, "f", 1))
+	failOnce(t, r, "f", "w", "boom")
+	require.NoError(t, r.RunNow(ctx, "f")) // past its backoff
+	id, _, expiry := lostClaim(t, db, 201, lease)
+	require.Equal(t, "f", id)
+	awaitDBTime(t, db, expiry)
+	j := getJob(t, r, id) // settles the expiry
+	require.Equal(t, "lease expired", j.LastError)
+	require.Len(t, j.Errors, 2)
+	require.NoError(t, pgrouter.ResolveClaim(ctx, r, 201))
+	j = getJob(t, r, id)
+	require.Equal(t, 1, j.Attempt, "the lost claim's lease not counted")
+	require.Equal(t, "boom", j.LastError, "the error before the undone expiry")
+	require.Len(t, j.Errors, 1)
+	require.Equal(t, "boom", j.Errors[0].Error)
+}

@@ -34,9 +34,10 @@ type ListParams struct {
 	// most MaxListLimit; more, or negative, is an error.
 	Limit int
 	// OmitPayload leaves out what a list that shows neither does not
-	// need: the page's jobs carry a zero Payload and a nil Progress, and
-	// neither is read, so a page costs the same whatever the size of
-	// payloads and checkpoints. Get returns a job whole. A cursor stays
+	// need: the page's jobs carry a zero Payload, a nil Progress and nil
+	// Errors, and none is read, so a page costs the same whatever the
+	// size of payloads, checkpoints and error histories. Get returns a
+	// job whole. A cursor stays
 	// valid whether or not OmitPayload changes between pages.
 	OmitPayload bool
 }
@@ -177,7 +178,8 @@ func listFilter(p ListParams) (mask uint8, limit int, err error) {
 // Retry makes a finished job (succeeded, dead or canceled) pending again
 // at once, in its place in the enqueue order, with a fresh attempt budget:
 // its next lease is attempt 1 of its MaxAttempts, with a token above every
-// one issued before. Its LastError and last checkpoint (Progress) stay.
+// one issued before. Its LastError, Errors (the new attempts' records
+// follow) and last checkpoint (Progress) stay.
 // It emits EventRetried, counted in Stats.Retried, and wakes one blocked
 // Acquire. It returns an error wrapping ErrNotFinished for a pending,
 // scheduled or leased job, ErrNotFound for an unknown id (one
@@ -234,7 +236,7 @@ func (r *Router[T]) retryLocked(j, fresh *job[T], now int64) {
 	// A finished job known to the router is retained (with Retention < 0
 	// it would have been dropped when it finished).
 	r.retained.Remove(int(j.heapIndex))
-	*fresh = job[T]{id: j.id, payload: j.payload, progress: j.progress, lastErr: j.lastErr,
+	*fresh = job[T]{id: j.id, payload: j.payload, progress: j.progress, fails: j.fails,
 		hash: j.hash, token: j.token, seq: j.seq, priority: j.priority, created: j.created,
 		updated: now, maxAttempts: j.maxAttempts, heapIndex: -1, state: j.state, timeout: j.timeout,
 		meta: j.meta, kind: j.kind}
@@ -327,8 +329,8 @@ func (r *Router[T]) grantable() int {
 // Leases returns up to limit leased jobs, the lease expiring soonest
 // first (the console's leases page), after settling what is due: holder
 // (Owner), fencing token, LeaseExpiry, and UpdatedAt, the instant of the
-// lease's grant or last accepted heartbeat. The jobs carry a zero Payload
-// and a nil Progress, as List with OmitPayload: Get returns a job whole. limit 0 means
+// lease's grant or last accepted heartbeat. The jobs carry a zero Payload,
+// a nil Progress and nil Errors, as List with OmitPayload: Get returns a job whole. limit 0 means
 // DefaultListLimit; below 0 or above MaxListLimit is an error wrapping
 // ErrInvalidOptions. It costs O(limit log limit) under the router's
 // lock, however many leases there are, and works after Close (no lease

@@ -86,9 +86,19 @@ type Job[T any] struct {
 	// StateLeased. While leased, UpdatedAt is the instant of the lease's
 	// last accepted heartbeat, or LeasedAt when it has had none.
 	LeasedAt  time.Time
-	RunAt     time.Time         // when a scheduled job becomes ready; zero otherwise
-	Progress  []byte            // last checkpoint reported by Lease.Heartbeat (a copy)
-	LastError string            // most recent failure (error, panic, expiry); kept after a later success
+	RunAt     time.Time // when a scheduled job becomes ready; zero otherwise
+	Progress  []byte    // last checkpoint reported by Lease.Heartbeat (a copy)
+	LastError string    // most recent failure (error, panic, expiry), at most MaxErrorBytes; kept after a later success
+	// Errors records the job's failed attempts, oldest first: the most
+	// recent MaxAttemptErrors of them (AttemptError says what counts),
+	// kept after a later success and through Retry (the new attempts'
+	// records follow, their numbers starting again at 1); a job enqueued
+	// again under the ID of a purged one starts with none, as its
+	// LastError starts empty. LastError is the last record's Error,
+	// except "attempts exhausted", which has no record (AttemptError).
+	// nil when none, and in the jobs of List with OmitPayload, Leases
+	// and LeasePage (as Progress): Get returns them. A copy.
+	Errors    []AttemptError
 	Timeout   time.Duration     // each attempt's limit set by WithTimeout; 0 if none (WorkerOptions.Timeout applies)
 	Kind      string            // the job's kind, as a Client registered it; "" for a Router's jobs
 	Metadata  map[string]string // WithMetadata's pairs (a copy); nil if none
@@ -144,7 +154,7 @@ type job[T any] struct {
 	id         string
 	payload    T
 	progress   []byte
-	lastErr    string
+	fails      *failures            // LastError and Errors; nil until the job has either (most jobs never fail: 8 bytes, not 40)
 	meta       map[string]string    // WithMetadata's, merged; nil if none. Never written once stored: readers share it
 	lease      *Lease[T]            // the current lease; nil unless leased
 	orderChunk *order.Chunk[job[T]] // its place in enqueue order (List)
@@ -230,22 +240,24 @@ func (j *job[T]) owner() string {
 type jobRow = Job[struct{}]
 
 // row is x as Get returns it, without its payload, and with Progress
-// x's checkpoint itself if progress is set, else nil. The caller copies
-// that checkpoint (slices.Clone) once it has released r.mu, so no hold of
-// the lock grows with checkpoint sizes: a stored checkpoint is never
-// written again (Heartbeat stores a fresh copy; forget and Retry only drop
-// or share the reference), so reading it outside the lock is safe. The
-// caller holds r.mu.
+// x's checkpoint itself and Errors x's records themselves if progress is
+// set, else nil. The caller copies both (slices.Clone) once it has
+// released r.mu, so no hold of the lock grows with checkpoint sizes or
+// histories: a stored checkpoint is never written again (Heartbeat
+// stores a fresh copy; forget and Retry only drop or share the
+// reference), nor a record within a length handed out (appendError), so
+// reading them outside the lock is safe. The caller holds r.mu.
 func (r *Router[T]) row(x *job[T], progress bool) jobRow {
 	j := jobRow{
 		ID: x.id, State: x.state, Priority: x.priority,
 		Attempt: int(x.attempt), MaxAttempts: int(x.maxAttempts), Token: x.token,
-		Owner: x.owner(), LastError: x.lastErr,
+		Owner: x.owner(), LastError: x.fails.lastError(),
 		CreatedAt: r.timeAt(x.created), UpdatedAt: r.timeAt(x.updated), Timeout: x.timeout,
 		Kind: r.kindName(x.kind), Metadata: x.meta,
 	}
 	if progress {
 		j.Progress = x.progress
+		j.Errors = x.fails.history()
 	}
 	switch x.state {
 	case StateLeased:
@@ -257,15 +269,15 @@ func (r *Router[T]) row(x *job[T], progress bool) jobRow {
 	return j
 }
 
-// withPayload is the Job of row w and payload p, its Progress and
-// Metadata copies of w's (shared with the record: see row). Called
+// withPayload is the Job of row w and payload p, its Progress, Errors
+// and Metadata copies of w's (shared with the record: see row). Called
 // without r.mu.
 func withPayload[T any](w *jobRow, p T) Job[T] {
 	return Job[T]{
 		ID: w.ID, Payload: p, State: w.State, Priority: w.Priority,
 		Attempt: w.Attempt, MaxAttempts: w.MaxAttempts, Token: w.Token, Owner: w.Owner,
 		LeaseExpiry: w.LeaseExpiry, LeasedAt: w.LeasedAt, RunAt: w.RunAt, Progress: slices.Clone(w.Progress),
-		LastError: w.LastError, Timeout: w.Timeout, Kind: w.Kind, Metadata: maps.Clone(w.Metadata),
+		LastError: w.LastError, Errors: slices.Clone(w.Errors), Timeout: w.Timeout, Kind: w.Kind, Metadata: maps.Clone(w.Metadata),
 		CreatedAt: w.CreatedAt, UpdatedAt: w.UpdatedAt,
 	}
 }

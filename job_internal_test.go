@@ -31,6 +31,8 @@ func TestWithPayloadKeepsEveryField(t *testing.T) {
 			f.Set(reflect.ValueOf(time.Unix(int64(i+1), 0)))
 		case []byte:
 			f.SetBytes([]byte{byte(i)})
+		case []AttemptError:
+			f.Set(reflect.ValueOf([]AttemptError{{Attempt: i, At: time.Unix(int64(i), 0), Worker: "w", Error: "e"}}))
 		case map[string]string:
 			f.Set(reflect.ValueOf(map[string]string{"k": fmt.Sprint(i)}))
 		default:

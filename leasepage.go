@@ -20,7 +20,7 @@ type LeasesParams struct {
 
 // LeasePage returns a page of the leased jobs, the lease expiring
 // soonest first (ties in enqueue order), after settling what is due, as
-// Leases returns them (no payload, no checkpoint; LeaseExpiry, LeasedAt,
+// Leases returns them (no payload, checkpoint or Errors; LeaseExpiry, LeasedAt,
 // UpdatedAt, holder and fencing token). NextCursor ("" on the last page)
 // names the page's last lease by its expiry and its job's enqueue order:
 // the next page holds the leases after it in that order. A heartbeat

@@ -146,12 +146,13 @@ func (r *Router[T]) complete(j *job[T], l *Lease[T], now int64) {
 }
 
 // fail ends l's lease with a failed attempt (Lease.Fail): the job's
-// LastError becomes text and the failed event carries cause; the job is
+// LastError becomes text, a record of the attempt joins its Errors, and
+// the failed event carries cause; the job is
 // dead if permanent or out of attempts, else scheduled again after delay
 // (pending at once if delay <= 0). The caller holds r.mu and has checked
 // that l is valid.
 func (r *Router[T]) fail(j *job[T], l *Lease[T], now int64, text string, cause error, permanent bool, delay time.Duration) {
-	j.lastErr = text
+	j.recordFailure(AttemptError{Attempt: int(j.attempt), At: r.timeAt(now), Worker: l.WorkerID, Error: text})
 	r.endLease(j, endFailed)
 	r.tally(contract.TallyFailed, now)
 	setHeld(r.emit(EventFailed, now, j, l, l.Token, cause), l.granted, now)
@@ -179,7 +180,7 @@ func (r *Router[T]) expire(j *job[T]) {
 	at, l := j.at, j.lease
 	r.stats.Expirations++
 	r.tally(contract.TallyExpired, at)
-	j.lastErr = "lease expired"
+	j.recordFailure(AttemptError{Attempt: int(j.attempt), At: r.timeAt(at), Worker: l.WorkerID, Error: "lease expired"})
 	r.endLease(j, endExpired)
 	setHeld(r.emit(EventLeaseExpired, at, j, l, l.Token, nil), l.granted, at)
 	r.requeue(j, at, at)
@@ -271,14 +272,14 @@ func (r *Router[T]) requeue(j *job[T], readyAt, at int64) {
 
 // kill makes a job dead (StateDead).
 func (r *Router[T]) kill(j *job[T], at int64) {
-	if j.lastErr == "" {
-		j.lastErr = contract.AttemptsExhausted
+	if j.fails.lastError() == "" {
+		j.setLastError(contract.AttemptsExhausted)
 	}
 	r.stats.Dead++
 	r.tally(contract.TallyDead, at)
 	var err error
 	if r.hooked {
-		err = errors.New(j.lastErr)
+		err = errors.New(j.fails.lastError())
 	}
 	r.emit(EventDead, at, j, nil, j.token, err)
 	r.finish(j, StateDead, at)
@@ -367,7 +368,7 @@ func (r *Router[T]) noteIdle() {
 // records lives while any of them does, so neither may keep it.
 func (r *Router[T]) forget(j *job[T]) {
 	var zero T
-	j.id, j.payload, j.progress, j.lastErr = "", zero, nil, ""
+	j.id, j.payload, j.progress, j.fails = "", zero, nil, nil
 	j.orderChunk = nil
 	// j.meta stays: Lease.Metadata reads it without the lock, and only a
 	// stale lease still points at j.

@@ -13,6 +13,7 @@ package console_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -203,6 +204,34 @@ func TestBrowserOverviewFilterDeadAndRetry(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, leaserouter.StatePending, j.State)
 	require.Zero(t, j.Attempt, "a fresh attempt budget")
+}
+
+// TestBrowserJobPageListsEveryFailedAttempt: the job page of a job that
+// failed twice lists both attempts, newest first, each with its
+// number, worker and error.
+func TestBrowserJobPageListsEveryFailedAttempt(t *testing.T) {
+	r := newRouter(t, leaserouter.Options{MaxAttempts: 5, Backoff: func(int) time.Duration { return 0 }})
+	h, err := console.New(console.Options{}, console.Router("files", r))
+	require.NoError(t, err)
+	enqueue(t, r, "report.pdf")
+	for _, f := range []struct{ worker, err string }{{"indexer-1", "timeout talking to S3"}, {"indexer-2", "disk full"}} {
+		l, err := r.TryAcquire(f.worker)
+		require.NoError(t, err)
+		require.NoError(t, l.Fail(errors.New(f.err)))
+	}
+	b := newBrowser(t, h)
+
+	b.do(t, chromedp.Navigate(b.base+"job?queue=files&id=report.pdf"), chromedp.WaitVisible(sel("job-id")))
+	require.Equal(t, 2, b.count(t, sel("attempt-error")))
+	row := func(n int) chromedp.CSS {
+		return sel("attempt-error") + chromedp.CSS(fmt.Sprintf(":nth-child(%d) ", n))
+	}
+	require.Equal(t, "2", b.text(t, row(1)+sel("attempt-error-attempt")), "newest first")
+	require.Equal(t, "indexer-2", b.text(t, row(1)+sel("attempt-error-worker")))
+	require.Equal(t, "disk full", b.text(t, row(1)+sel("attempt-error-text")))
+	require.Equal(t, "1", b.text(t, row(2)+sel("attempt-error-attempt")))
+	require.Equal(t, "indexer-1", b.text(t, row(2)+sel("attempt-error-worker")))
+	require.Equal(t, "timeout talking to S3", b.text(t, row(2)+sel("attempt-error-text")))
 }
 
 // TestBrowserCancelLeasedJob: canceling a leased job from the leases page

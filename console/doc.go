@@ -35,7 +35,8 @@
 // pending job a worker leased, a dead job someone retried) is left
 // alone, and the result page counts it. A job's page shows its fields
 // (its kind and its metadata among them, escaped as every field is),
-// its checkpoint, its payload through Options.Redact and, while it is
+// its checkpoint, its failed attempts (Job.Errors, newest first: number,
+// time, worker, error), its payload through Options.Redact and, while it is
 // leased, the lease: holder, fencing token, expiry and last heartbeat. The leases page lists the
 // live leases expiring soonest first; the dead page, the dead jobs with
 // their errors. The jobs, dead and leases pages show neither payload nor

@@ -294,8 +294,12 @@ type jobPage struct {
 	Job     leaserouter.Job[json.RawMessage]
 	Payload string // pretty JSON, through Redact
 	Meta    []metaPair
-	Back    string // this page's own link, where actions return
+	Errors  []leaserouter.AttemptError // the job's failed attempts, newest first
+	Back    string                     // this page's own link, where actions return
 }
+
+// MaxErrors is how many failed attempts a job keeps, as the page says.
+func (jobPage) MaxErrors() int { return leaserouter.MaxAttemptErrors }
 
 func (h *handler) job(w http.ResponseWriter, r *http.Request) error {
 	if err := h.authorize(r, ViewJob); err != nil {
@@ -323,6 +327,8 @@ func (h *handler) job(w http.ResponseWriter, r *http.Request) error {
 	}
 	p := jobPage{Queue: s.Queue(), Job: j, Payload: prettyJSON(payload), Back: link("job", "queue", s.Queue(), "id", id)}
 	p.Job.Payload = nil // shown only as Payload, redacted
+	p.Errors = slices.Clone(j.Errors)
+	slices.Reverse(p.Errors)
 	for _, k := range slices.Sorted(maps.Keys(j.Metadata)) {
 		p.Meta = append(p.Meta, metaPair{k, j.Metadata[k]})
 	}

@@ -601,3 +601,19 @@ func TestOverviewReadsDeadJobsFromAnOlderSource(t *testing.T) {
 	require.Regexp(t, `data-testid="state-count" data-state="dead">2<`, body)
 	require.Contains(t, body, `class="card trouble"`, "dead jobs are trouble")
 }
+
+// TestRouterSourceGetJSONCarriesErrors: a Router's Source gives the job
+// with its failed attempts' records (Job.Errors), as Get does.
+func TestRouterSourceGetJSONCarriesErrors(t *testing.T) {
+	r := newRouter(t, leaserouter.Options{Backoff: func(int) time.Duration { return 0 }})
+	enqueue(t, r, "a")
+	l, err := r.TryAcquire("w1")
+	require.NoError(t, err)
+	require.NoError(t, l.Fail(errors.New("boom")))
+	j, ok, err := console.Router("files", r).GetJSON(t.Context(), "a")
+	require.NoError(t, err)
+	require.True(t, ok)
+	want, _ := r.Get("a")
+	require.Len(t, want.Errors, 1)
+	require.Equal(t, want.Errors, j.Errors)
+}

@@ -265,7 +265,7 @@ func rawJob[T any](j leaserouter.Job[T], withPayload bool) leaserouter.Job[json.
 	return leaserouter.Job[json.RawMessage]{
 		ID: j.ID, Payload: payload, State: j.State, Priority: j.Priority,
 		Attempt: j.Attempt, MaxAttempts: j.MaxAttempts, Token: j.Token, Owner: j.Owner,
-		LeaseExpiry: j.LeaseExpiry, LeasedAt: j.LeasedAt, RunAt: j.RunAt, Progress: j.Progress, LastError: j.LastError, Timeout: j.Timeout,
+		LeaseExpiry: j.LeaseExpiry, LeasedAt: j.LeasedAt, RunAt: j.RunAt, Progress: j.Progress, LastError: j.LastError, Errors: j.Errors, Timeout: j.Timeout,
 		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, Kind: j.Kind, Metadata: j.Metadata,
 	}
 }

@@ -57,7 +57,8 @@ const firstPage = math.MaxInt64
 // whole; with an IDPrefix few of a state's newest jobs have, its jobs
 // with the prefix are read by ID instead, at a cost that grows with their
 // number. With OmitPayload the jobs carry a zero
-// Payload and a nil Progress and neither column is read (Metadata is
+// Payload, a nil Progress and nil Errors and none of those columns is
+// read (Metadata is
 // read: it is at most leaserouter.MaxMetadataBytes), so a page costs
 // the same whatever their size; otherwise a payload that does not decode
 // into T fails the page with the error Get would return. List works after
@@ -239,8 +240,9 @@ func listFilter(p leaserouter.ListParams) (mask uint8, limit int, err error) {
 // Retry makes a finished job (succeeded, dead or canceled) pending again
 // at once, in its place in the enqueue order, with a fresh attempt
 // budget: its next lease is attempt 1 of its MaxAttempts, with a token
-// above every one issued before (the token sequence). Its LastError and
-// last checkpoint (Progress) stay. It settles what is due first, as Get
+// above every one issued before (the token sequence). Its LastError,
+// Errors (the new attempts' records follow) and last checkpoint
+// (Progress) stay. It settles what is due first, as Get
 // does, and wakes the queue's waiting Acquires in every process (a
 // notification, sent if the change commits). It emits
 // leaserouter.EventRetried (Attempt 0, Token: the job's latest lease's),
@@ -447,8 +449,8 @@ func (r *Router[T]) Queue() string { return r.opts.Queue }
 // expiring soonest first (the console's leases page), after settling what
 // is due: holder (Owner), fencing token, LeaseExpiry (the database's
 // clock) and UpdatedAt, the instant of the lease's grant or last accepted
-// heartbeat. The jobs carry a zero Payload and a nil Progress (neither
-// column is read, so the call costs the same whatever their size; Get
+// heartbeat. The jobs carry a zero Payload, a nil Progress and nil
+// Errors (none of those columns is read, so the call costs the same whatever their size; Get
 // returns a job whole). limit 0 means leaserouter.DefaultListLimit; below
 // 0 or above leaserouter.MaxListLimit is an error wrapping
 // ErrInvalidOptions, without a round trip. One round trip, a walk of the

@@ -382,7 +382,8 @@ func lostClaim(t *testing.T, db *pgxpool.Pool, id int64, d time.Duration) (strin
 // again, ready since the claim's grant, with no attempt counted and its
 // state as before the claim; and a resolver run again (a retry after an
 // error whose transaction had committed) changes nothing more, whether
-// the first run undid a settlement or handed a valid lease back.
+// the first run undid a settlement or handed a valid lease back. The
+// undone expiry's record leaves the job's error history.
 func TestClaimResolverUndoesOnlyTheLostClaimsExpiry(t *testing.T) {
 	const lease = 200 * time.Millisecond
 	r, db := newRouter[int](t, pgrouter.Options{LeaseDuration: lease, PollInterval: time.Hour})
@@ -404,7 +405,9 @@ func TestClaimResolverUndoesOnlyTheLostClaimsExpiry(t *testing.T) {
 	require.Equal(t, "first", id)
 	settleAfter(id, expiry)
 	require.Equal(t, leaserouter.StateDead, readJob(t, db, id).state, "dead of the expiry")
+	require.Len(t, getJob(t, r, id).Errors, 1, "the expiry recorded")
 	resolve(101)
+	require.Nil(t, getJob(t, r, id).Errors, "the undone expiry's record removed")
 	j := readJob(t, db, id)
 	require.Equal(t, leaserouter.StatePending, j.state)
 	require.Zero(t, j.attempt)
@@ -461,6 +464,7 @@ func TestClaimResolverUndoesOnlyTheLostClaimsExpiry(t *testing.T) {
 	j = readJob(t, db, id)
 	require.Equal(t, leaserouter.StatePending, j.state)
 	require.Equal(t, 1, j.attempt, "undone once")
+	require.Nil(t, getJob(t, r, id).Errors, "the released attempt left none, the undone expiry's record removed once")
 
 	// A valid lease of a job requeued by an earlier expiry, handed back:
 	// run twice, handed back once.

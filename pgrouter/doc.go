@@ -211,6 +211,16 @@
 // object), kept across its attempts, Snooze and Retry, and read back in
 // Job.Metadata (Get, List, Leases) and Lease.Metadata.
 //
+// Job.Errors, the records of a job's failed attempts
+// (leaserouter.AttemptError: a Fail's cause, a handler's panic or
+// timeout, an expired lease), is the jsonb array errors (schema version
+// 19; NULL for none), the last leaserouter.MaxAttemptErrors kept and
+// each appended by the statement that records the failure, at the
+// database's clock. Get and List read it; List with OmitPayload, Leases
+// and LeasePage do not. A job's failures before version 19 keep their
+// LastError and have no record; processes of an earlier version record
+// none while they run.
+//
 // During a rolling upgrade from a version before kinds, the processes
 // of that version lease jobs of every kind in their queue (their claim
 // knows no kind): upgrade every process of a queue before enqueueing

@@ -72,7 +72,7 @@ func get[P, T any](ctx context.Context, r *Router[T], id string) (leaserouter.Jo
 // jobRow is a job's row as job_get and jobs_list read it.
 type jobRow struct {
 	id, state, owner, lastErr, kind string
-	payload, progress, meta         []byte
+	payload, progress, meta, errs   []byte // errs: the errors column, NULL (nil) for none or not read
 	prio, token, timeoutUS          int64
 	att, maxAtt                     int32
 	expiry, leasedAt                *time.Time // leasedAt: NULL unless leased (or granted before schema version 4)
@@ -82,7 +82,7 @@ type jobRow struct {
 // fields are the scan targets of jr, in the statements' column order.
 func (jr *jobRow) fields() []any {
 	return []any{&jr.id, &jr.payload, &jr.state, &jr.prio, &jr.att, &jr.maxAtt, &jr.token, &jr.owner, &jr.expiry,
-		&jr.readyAt, &jr.progress, &jr.lastErr, &jr.created, &jr.upd, &jr.timeoutUS, &jr.kind, &jr.meta, &jr.leasedAt}
+		&jr.readyAt, &jr.progress, &jr.lastErr, &jr.created, &jr.upd, &jr.timeoutUS, &jr.kind, &jr.meta, &jr.leasedAt, &jr.errs}
 }
 
 // jobOf is the snapshot of jr, its payload decoded if its kind is one of
@@ -90,7 +90,8 @@ func (jr *jobRow) fields() []any {
 // a job of another kind, whose payload is another type, keeps a zero
 // Payload, and its Kind tells. A NULL payload (a statement that did not
 // read it: List with OmitPayload, Leases; the column itself is NOT NULL)
-// leaves Payload zero; a NULL metadata, Metadata nil.
+// leaves Payload zero; a NULL metadata, Metadata nil; NULL errors
+// (none, or not read), Errors nil.
 func jobOf[T any](jr *jobRow, kinds []string) (leaserouter.Job[T], error) {
 	j := leaserouter.Job[T]{ID: jr.id, Kind: jr.kind}
 	if jr.payload != nil && (slices.Contains(kinds, jr.kind) || isRaw[T]()) {
@@ -102,6 +103,12 @@ func jobOf[T any](jr *jobRow, kinds []string) (leaserouter.Job[T], error) {
 	if jr.meta != nil {
 		var err error
 		if j.Metadata, err = decodeMetadata(jr.id, jr.meta); err != nil {
+			return j, err
+		}
+	}
+	if jr.errs != nil {
+		var err error
+		if j.Errors, err = decodeErrors(jr.id, jr.errs); err != nil {
 			return j, err
 		}
 	}

@@ -193,7 +193,9 @@ func (l *Lease[T]) Complete(ctx context.Context) error {
 
 // Fail ends the lease with a failed attempt: LastError becomes cause's
 // message ("unknown error" for nil; NUL bytes and invalid UTF-8 replaced
-// by U+FFFD, which a text column needs). cause's Error() is called once,
+// by U+FFFD, which a text column needs; cut to
+// leaserouter.MaxErrorBytes), and a record of the attempt joins the job's
+// Errors. cause's Error() is called once,
 // with a panic recovered: a cause whose Error() panics (a typed nil
 // pointer returned as an error is the common case) still fails the
 // attempt, with a LastError saying so. A Permanent cause, or a job out of
@@ -215,7 +217,8 @@ func (l *Lease[T]) Fail(ctx context.Context, cause error) error {
 	// text goes into a text column, which takes neither NUL nor invalid
 	// UTF-8.
 	text, cause, permanent := contract.FailCause(cause)
-	text = strings.ToValidUTF8(strings.ReplaceAll(text, "\x00", "\uFFFD"), "\uFFFD")
+	// Cut again: a replacement may be longer than what it replaces.
+	text = contract.TruncateError(strings.ToValidUTF8(strings.ReplaceAll(text, "\x00", "\uFFFD"), "\uFFFD"))
 	r := l.r
 	var backoff time.Duration
 	if !permanent { // no Backoff for a permanent failure

@@ -19,7 +19,7 @@ var firstLeases = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // LeasePage returns a page of the Router's queue's leased jobs, the lease
 // expiring soonest first (ties in enqueue order), after settling what is
-// due, as Leases returns them (no payload, no checkpoint). NextCursor (""
+// due, as Leases returns them (no payload, checkpoint or Errors). NextCursor (""
 // on the last page) names the page's last lease by its expiry and its
 // job's enqueue order, valid in every process; the next page holds the
 // leases after it in that order. A heartbeat only moves a lease later,

@@ -53,7 +53,8 @@ const VersionNone = -1
 // taken again after an upgrade); 14's every job's kind and metadata (a
 // Client's jobs become kind "", which a Client does not lease); 3's
 // turns the state column back to numbers, 9's drops every job's
-// WithTimeout. Nothing else of a job is lost. A version recorded above
+// WithTimeout, 19's every job's error history (Job.Errors; LastError
+// stays). Nothing else of a job is lost. A version recorded above
 // opts.Version that this module does not know (a newer pgrouter's) is an
 // error, with nothing changed: undo it with that version.
 //

@@ -22,7 +22,8 @@ var ErrUnknown = errors.New("unknown error")
 const AttemptsExhausted = "attempts exhausted"
 
 // FailCause reads the cause given to Lease.Fail, as Fail does on every
-// backend: text is its message, "unknown error" for nil (ErrUnknown);
+// backend: text is its message, "unknown error" for nil (ErrUnknown),
+// cut to MaxErrorBytes (TruncateError);
 // safe is cause with an Error method that cannot panic (cause itself, or
 // a wrapper whose text says it panicked: a typed nil error fails the
 // attempt all the same); permanent says cause is, or wraps, an error made
@@ -33,7 +34,7 @@ func FailCause(cause error) (text string, safe error, permanent bool) {
 		cause = ErrUnknown
 	}
 	text, safe = usercode.Error(cause)
-	return text, safe, IsPermanent(safe)
+	return TruncateError(text), safe, IsPermanent(safe)
 }
 
 // Permanent is leaserouter.Permanent: err marked as not worth retrying,

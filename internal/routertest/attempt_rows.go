@@ -283,6 +283,9 @@ var rowTimeout = Row{Name: "timeouts/the handler's ctx canceled at the attempt's
 		j := get(t, b, id)
 		require.Equal(t, 2, j.Attempt, "%s: the timed-out attempt failed and was retried", id)
 		require.Equal(t, "gave up: context deadline exceeded", j.LastError, id)
+		require.Len(t, j.Errors, 1, "%s: the timed-out attempt recorded, the successful one not", id)
+		require.Equal(t, 1, j.Errors[0].Attempt, id)
+		require.Equal(t, j.LastError, j.Errors[0].Error, id)
 		require.Equal(t, s.token, te.Token, "%s: the attempt's lease", id)
 	}
 	st := stats(t, b)

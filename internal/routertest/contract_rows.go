@@ -283,7 +283,7 @@ func runUntil(t T, b Backend, opts leaserouter.WorkerOptions, handler Handler) (
 
 // rowHandlerPanicLastError: a handler's panic fails the attempt with
 // LastError "panic: <value>", a blank line and the stack, the same text
-// on every backend.
+// on every backend, recorded in Job.Errors as the attempt's error.
 var rowHandlerPanicLastError = Row{Name: "workers/a handler's panic fails its attempt with LastError panic, a blank line, the stack", Test: func(t T, h Harness) {
 	b := open(t, h, Config{MaxAttempts: 1})
 	require.NoError(t, b.Enqueue(ctxOf(t), "p", ""))
@@ -293,6 +293,9 @@ var rowHandlerPanicLastError = Row{Name: "workers/a handler's panic fails its at
 	j := get(t, b, "p")
 	require.True(t, strings.HasPrefix(j.LastError, "panic: boom\n\n"), "LastError %q", j.LastError)
 	require.Contains(t, j.LastError, "goroutine ", "the stack follows")
+	require.Len(t, j.Errors, 1, "the panic's attempt recorded")
+	require.Equal(t, 1, j.Errors[0].Attempt)
+	require.Equal(t, j.LastError, j.Errors[0].Error)
 }}
 
 // rowBatchAfterCut: after a Run batch that was cut (a heartbeat came

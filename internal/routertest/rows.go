@@ -25,7 +25,7 @@ func Rows() []Row {
 		rowRetention, rowOrder, rowOrderByReadyTime, rowSerialClaims, rowAcquireBlocks, rowCapacity, rowCancel, rowCancelScheduledNeverReady, rowCloseDrains,
 		rowCloseRevokes, rowCloseRevokesLastAttempt, rowCloseRevokesKeptLeases, rowEvents, rowEventsExpiry, rowRun, rowRunLeaseLost,
 		rowRunEndsOnlyValid, rowKeepAlive, rowBadInput, rowBadInputOneMessage, rowBadOptions,
-	}, slices.Concat(contractRows(), adminRows(), attemptRows(), periodicRows(), eventRows(), metadataRows())...)
+	}, slices.Concat(contractRows(), adminRows(), attemptRows(), periodicRows(), eventRows(), metadataRows(), errorsRows())...)
 }
 
 var rowExpiredRefused = Row{Name: "one valid lease/expired lease refused, job leased again", Test: func(t T, h Harness) {

@@ -13,9 +13,11 @@
 -- nobody received). What the settlement overwrote is restored where it
 -- can be known: for a job with no earlier attempt, last_error empty and
 -- requeued false, as before the claim; for a later attempt the
--- settlement's marks stay (last_error 'lease expired', requeued): the
--- earlier attempt's error is gone. The claim id is cleared, as
--- claim_hand_back.sql does. It returns how many.
+-- settlement's marks stay (requeued; last_error 'lease expired', unless
+-- the error history tells the error before it). The settlement's record
+-- in the error history (the last, of the undone attempt) is removed, and
+-- last_error becomes the error of the record before it, if any. The
+-- claim id is cleared, as claim_hand_back.sql does. It returns how many.
 WITH l AS (
 	SELECT queue, id FROM /*schema*/leaserouter_jobs
 	WHERE queue = @queue AND claim = @claim AND state IN ('pending', 'failed') AND ended = 'expired' AND attempt > 0
@@ -23,7 +25,11 @@ WITH l AS (
 u AS (
 	UPDATE /*schema*/leaserouter_jobs j SET state = 'pending', attempt = j.attempt - 1, requeued = j.attempt > 1,
 		ended = CASE WHEN j.attempt > 1 THEN 'expired' ELSE 'released' END,
-		last_error = CASE WHEN j.attempt > 1 THEN j.last_error ELSE '' END,
+		last_error = CASE WHEN j.attempt = 1 THEN ''
+			WHEN (j.errors -> -1 ->> 'attempt')::integer = j.attempt THEN coalesce(j.errors -> -2 ->> 'error', j.last_error)
+			ELSE j.last_error END,
+		errors = CASE WHEN (j.errors -> -1 ->> 'attempt')::integer = j.attempt
+			THEN nullif(j.errors - -1, '[]'::jsonb) ELSE j.errors END,
 		ready_at = j.ready_at - @lease_us * interval '1 microsecond', purge_at = NULL, claim = NULL,
 		updated_at = clock_timestamp()
 	FROM l

@@ -39,7 +39,7 @@ ins AS (
 		requeued = false, attempt = 0, max_attempts = excluded.max_attempts, token = 0, owner = '',
 		lease_expires_at = NULL, ended = '', payload = excluded.payload, timeout_us = excluded.timeout_us,
 		timeout_of = excluded.timeout_of, kind = excluded.kind, metadata = excluded.metadata, kind_of = excluded.kind_of,
-		progress = NULL, last_error = '',
+		progress = NULL, last_error = '', errors = NULL,
 		created_at = excluded.created_at, updated_at = excluded.updated_at, purge_at = NULL
 	WHERE /*schema*/leaserouter_past_retention(j.state, j.purge_at)
 	RETURNING j.id, j.created_at, NOT (j.xmax = 0) AS replaced),

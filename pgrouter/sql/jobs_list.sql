@@ -11,14 +11,14 @@
 -- sort of every selected row: a branch's own state equality does not
 -- make the index's order seq's to the merge above it.)
 --
--- @omit (ListParams.OmitPayload): payload and progress read as NULL, the
+-- @omit (ListParams.OmitPayload): payload, progress and errors read as NULL, the
 -- columns never read (a CASE whose branch is not taken fetches no TOAST).
 SELECT j.* FROM unnest(@states::text[]::/*schema*/leaserouter_job_state[]) AS s(state),
 LATERAL (
 	SELECT id, CASE WHEN NOT @omit THEN payload END, state::text, priority, attempt, max_attempts, token, owner,
 		lease_expires_at, ready_at, CASE WHEN NOT @omit THEN progress END, last_error, created_at, updated_at,
 		CASE WHEN timeout_of = created_at THEN timeout_us ELSE 0 END AS timeout_us, kind,
-		metadata, CASE WHEN state = 'leased' THEN leased_at END, seq
+		metadata, CASE WHEN state = 'leased' THEN leased_at END, CASE WHEN NOT @omit THEN errors END, seq
 	FROM /*schema*/leaserouter_jobs
 	WHERE queue = @queue AND state = s.state AND seq < @before
 		AND NOT /*schema*/leaserouter_past_retention(state, purge_at)

@@ -17,14 +17,15 @@
 -- per kind, never of the queue. With a prefix, a walk reads its kind's
 -- jobs of the state until it has found a page of them with it.
 --
--- @omit (ListParams.OmitPayload): payload and progress read as NULL, the
+-- @omit (ListParams.OmitPayload): payload, progress and errors read as NULL, the
 -- columns never read (metadata is read: at most MaxMetadataBytes).
 SELECT * FROM (
 	SELECT j.* FROM unnest(@states::text[]::/*schema*/leaserouter_job_state[]) AS s(state), unnest(@kinds::text[]) AS k(kind),
 	LATERAL (
 		SELECT id, CASE WHEN NOT @omit THEN payload END, state::text, priority, attempt, max_attempts, token, owner,
 			lease_expires_at, ready_at, CASE WHEN NOT @omit THEN progress END, last_error, created_at, updated_at,
-			CASE WHEN timeout_of = created_at THEN timeout_us ELSE 0 END AS timeout_us, kind, metadata, CASE WHEN state = 'leased' THEN leased_at END, seq
+			CASE WHEN timeout_of = created_at THEN timeout_us ELSE 0 END AS timeout_us, kind, metadata, CASE WHEN state = 'leased' THEN leased_at END,
+			CASE WHEN NOT @omit THEN errors END, seq
 		FROM /*schema*/leaserouter_jobs
 		WHERE queue = @queue AND kind = k.kind AND kind <> '' AND state = s.state AND state <> 'leased'
 			AND seq < @before AND starts_with(id, @prefix)
@@ -34,7 +35,8 @@ SELECT * FROM (
 	UNION ALL
 	(SELECT id, CASE WHEN NOT @omit THEN payload END, state::text, priority, attempt, max_attempts, token, owner,
 		lease_expires_at, ready_at, CASE WHEN NOT @omit THEN progress END, last_error, created_at, updated_at,
-		CASE WHEN timeout_of = created_at THEN timeout_us ELSE 0 END AS timeout_us, kind, metadata, CASE WHEN state = 'leased' THEN leased_at END, seq
+		CASE WHEN timeout_of = created_at THEN timeout_us ELSE 0 END AS timeout_us, kind, metadata, CASE WHEN state = 'leased' THEN leased_at END,
+			CASE WHEN NOT @omit THEN errors END, seq
 	FROM /*schema*/leaserouter_jobs
 	WHERE 'leased' = ANY(@states::text[]) AND cardinality(@kinds::text[]) > 0
 		AND queue = @queue AND state = 'leased' AND kind = ANY(@kinds::text[])
@@ -46,7 +48,8 @@ SELECT * FROM (
 	LATERAL (
 		SELECT id, CASE WHEN NOT @omit THEN payload END, state::text, priority, attempt, max_attempts, token, owner,
 			lease_expires_at, ready_at, CASE WHEN NOT @omit THEN progress END, last_error, created_at, updated_at,
-			CASE WHEN timeout_of = created_at THEN timeout_us ELSE 0 END AS timeout_us, kind, metadata, CASE WHEN state = 'leased' THEN leased_at END, seq
+			CASE WHEN timeout_of = created_at THEN timeout_us ELSE 0 END AS timeout_us, kind, metadata, CASE WHEN state = 'leased' THEN leased_at END,
+			CASE WHEN NOT @omit THEN errors END, seq
 		FROM /*schema*/leaserouter_jobs
 		WHERE @unkinded AND queue = @queue AND kind = '' AND state = s.state AND seq < @before
 			AND starts_with(id, @prefix)

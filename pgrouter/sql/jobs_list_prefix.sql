@@ -21,7 +21,7 @@
 -- The page, the newest @limit of those, is then read whole by the
 -- primary key: a page of rows, never the rows walked.
 --
--- @omit (ListParams.OmitPayload): payload and progress read as NULL, the
+-- @omit (ListParams.OmitPayload): payload, progress and errors read as NULL, the
 -- columns never read (a CASE whose branch is not taken fetches no TOAST).
 WITH page AS MATERIALIZED (
 	SELECT x.id, x.seq FROM unnest(@states::text[]::/*schema*/leaserouter_job_state[]) AS s(state),
@@ -52,6 +52,6 @@ WITH page AS MATERIALIZED (
 SELECT j.id, CASE WHEN NOT @omit THEN j.payload END, j.state::text, j.priority, j.attempt, j.max_attempts, j.token,
 	j.owner, j.lease_expires_at, j.ready_at, CASE WHEN NOT @omit THEN j.progress END, j.last_error, j.created_at,
 	j.updated_at, CASE WHEN j.timeout_of = j.created_at THEN j.timeout_us ELSE 0 END, j.kind,
-	j.metadata, CASE WHEN j.state = 'leased' THEN j.leased_at END, j.seq
+	j.metadata, CASE WHEN j.state = 'leased' THEN j.leased_at END, CASE WHEN NOT @omit THEN j.errors END, j.seq
 FROM page JOIN /*schema*/leaserouter_jobs j ON j.queue = @queue AND j.id = page.id
 ORDER BY page.seq DESC

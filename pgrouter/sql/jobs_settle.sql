@@ -2,7 +2,8 @@
 -- order every statement locks several rows in, so two never deadlock),
 -- waiting for those another transaction holds, and settles the expired
 -- leases among them as settle_expired.sql settles a queue's (the same
--- leaserouter_end_lease with reason 'expired', as of the expiry instant),
+-- leaserouter_end_lease with reason 'expired', as of the expiry instant,
+-- recorded in the job's error history),
 -- judged once each row is locked: a lease whose holder was acting on it
 -- when a settling round skipped it is settled here if it is still past
 -- its expiry. It returns settle_expired.sql's columns for each job it
@@ -19,7 +20,8 @@ WITH l AS (
 UPDATE /*schema*/leaserouter_jobs j SET
 	(state, ready_at, purge_at, owner, lease_expires_at, ended, requeued, updated_at, last_error) =
 		(SELECT * FROM /*schema*/leaserouter_end_lease('expired', j.attempt, j.max_attempts, false, 0,
-			j.lease_expires_at, 'lease expired', @retention_us))
+			j.lease_expires_at, 'lease expired', @retention_us)),
+		errors = /*schema*/leaserouter_append_error(j.errors, j.attempt, j.lease_expires_at, j.owner, 'lease expired')
 FROM l
 WHERE j.queue = @queue AND j.id = l.id AND l.expired
 RETURNING j.id, j.token, j.attempt, j.state::text, l.lease_expires_at, l.owner, j.leased_at

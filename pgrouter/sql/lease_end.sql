@@ -4,7 +4,10 @@
 -- job's last error (NULL keeps the job's), for a failure @permanent and
 -- the backoff @delay_us, for a snooze the delay @delay_us. A snooze also
 -- takes the attempt back: the snoozed lease is not counted, as a lease
--- handed back unstarted is not (leaserouter_hand_back). Complete, Fail,
+-- handed back unstarted is not (leaserouter_hand_back). A failure also
+-- appends its record (attempt, instant, holder, @error) to the job's
+-- error history (leaserouter_append_error, migration 0019); any other
+-- end leaves the history as it is. Complete, Fail,
 -- Release, Snooze and CompleteTx run it after locking the row
 -- (lease_lock.sql or lease_lock_of_token.sql) in the same transaction,
 -- so its clock readings come after the lock. A resolvable
@@ -24,7 +27,9 @@ WITH upd AS (
 		(state, ready_at, purge_at, owner, lease_expires_at, ended, requeued, updated_at, last_error) =
 			(SELECT * FROM /*schema*/leaserouter_end_lease(@reason, j.attempt, j.max_attempts, @permanent, @delay_us,
 				c.now, coalesce(@error, j.last_error), @retention_us)),
-		attempt = j.attempt - (@reason = 'snoozed')::integer
+		attempt = j.attempt - (@reason = 'snoozed')::integer,
+		errors = CASE WHEN @reason = 'failed'
+			THEN /*schema*/leaserouter_append_error(j.errors, j.attempt, c.now, j.owner, @error) ELSE j.errors END
 	FROM (SELECT clock_timestamp() AS now) c
 	WHERE j.queue = @queue AND j.id = @id AND /*schema*/leaserouter_lease_valid(j.state, j.token, j.lease_expires_at, @token)
 		AND NOT EXISTS (SELECT FROM /*schema*/leaserouter_abandoned_claims WHERE id = @op)

@@ -2,7 +2,8 @@
 -- oldest first, as of their expiry instant (leaserouter_end_lease with
 -- reason 'expired'): each job is pending again, ready since its expiry,
 -- or dead when its attempts are used up (purged @retention_us
--- microseconds after the expiry). Rows another transaction holds are
+-- microseconds after the expiry), the expiry recorded in its error
+-- history (attempt, expiry instant, holder, 'lease expired'). Rows another transaction holds are
 -- skipped (their holder is acting on them). It returns each job settled:
 -- ID, token, attempt, new state, expiry, holder, grant instant (NULL for
 -- a lease granted before schema version 4). The rows reach the update as
@@ -15,7 +16,8 @@ WITH e AS (
 UPDATE /*schema*/leaserouter_jobs j SET
 	(state, ready_at, purge_at, owner, lease_expires_at, ended, requeued, updated_at, last_error) =
 		(SELECT * FROM /*schema*/leaserouter_end_lease('expired', j.attempt, j.max_attempts, false, 0,
-			j.lease_expires_at, 'lease expired', @retention_us))
+			j.lease_expires_at, 'lease expired', @retention_us)),
+		errors = /*schema*/leaserouter_append_error(j.errors, j.attempt, j.lease_expires_at, j.owner, 'lease expired')
 FROM e, unnest(e.ids, e.owners, e.expiries) AS d(id, owner, lease_expires_at)
 WHERE j.queue = @queue AND j.id = d.id AND d.id > ''
 RETURNING j.id, j.token, j.attempt, j.state::text, d.lease_expires_at, d.owner, j.leased_at

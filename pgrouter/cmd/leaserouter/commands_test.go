@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"regexp"
 	"strconv"
 	"strings"
@@ -173,6 +174,29 @@ func TestGetShowsTheJobAndItsLease(t *testing.T) {
 	require.False(t, j.LeaseExpiry.IsZero())
 	require.Regexp(t, `(?m)^timeout\s+-$`, out, "none set")
 	require.Empty(t, j.Timeout)
+}
+
+// TestGetShowsEveryFailedAttempt: get prints each failed attempt's
+// record, oldest first (its number, instant, worker and error), after
+// the last error; --json carries them as the job's errors.
+func TestGetShowsEveryFailedAttempt(t *testing.T) {
+	d := newDB(t)
+	r := d.router(t, "files")
+	enqueue(t, r, "x")
+	require.NoError(t, lease(t, r, "x").Fail(t.Context(), errors.New("timeout talking to S3")))
+	require.NoError(t, r.RunNow(t.Context(), "x")) // past its backoff
+	require.NoError(t, lease(t, r, "x").Fail(t.Context(), errors.New("disk\tfull")))
+
+	out := d.ok(t, "get", "x", "--queue", "files")
+	require.Regexp(t, `(?m)^attempt 1 error\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}Z by w: timeout talking to S3\n`+
+		`attempt 2 error\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}Z by w: disk full$`, out)
+	var j jobJSON
+	d.jsonOf(t, &j, "get", "--queue=files", "x")
+	require.Len(t, j.Errors, 2)
+	require.Equal(t, []int{1, 2}, []int{j.Errors[0].Attempt, j.Errors[1].Attempt})
+	require.Equal(t, "w", j.Errors[1].Worker)
+	require.Equal(t, "disk\tfull", j.Errors[1].Error)
+	require.False(t, j.Errors[1].At.Before(j.Errors[0].At))
 }
 
 // TestGetShowsTheJobsTimeout: get prints the limit WithTimeout set on

@@ -43,24 +43,33 @@ type queueJSON struct {
 
 // jobJSON is a job of get and list.
 type jobJSON struct {
-	ID          string            `json:"id"`
-	Queue       string            `json:"queue"`
-	Kind        string            `json:"kind"`               // "" for a Router's jobs that set no Kind
-	Metadata    map[string]string `json:"metadata,omitempty"` // WithMetadata's pairs
-	State       string            `json:"state"`
-	Attempt     int               `json:"attempt"`
-	MaxAttempts int               `json:"max_attempts"`
-	Priority    int               `json:"priority"`
-	Timeout     string            `json:"timeout,omitempty"` // each attempt's limit set by WithTimeout, as Go writes a duration ("1m30s"); omitted if none
-	Token       uint64            `json:"token"`
-	Owner       string            `json:"owner,omitempty"`
-	LeaseExpiry time.Time         `json:"lease_expiry,omitzero"`
-	RunAt       time.Time         `json:"run_at,omitzero"`
-	LastError   string            `json:"last_error,omitempty"`
-	Progress    []byte            `json:"progress,omitempty"` // base64
-	CreatedAt   time.Time         `json:"created_at"`
-	UpdatedAt   time.Time         `json:"updated_at"`
-	Payload     json.RawMessage   `json:"payload"`
+	ID          string             `json:"id"`
+	Queue       string             `json:"queue"`
+	Kind        string             `json:"kind"`               // "" for a Router's jobs that set no Kind
+	Metadata    map[string]string  `json:"metadata,omitempty"` // WithMetadata's pairs
+	State       string             `json:"state"`
+	Attempt     int                `json:"attempt"`
+	MaxAttempts int                `json:"max_attempts"`
+	Priority    int                `json:"priority"`
+	Timeout     string             `json:"timeout,omitempty"` // each attempt's limit set by WithTimeout, as Go writes a duration ("1m30s"); omitted if none
+	Token       uint64             `json:"token"`
+	Owner       string             `json:"owner,omitempty"`
+	LeaseExpiry time.Time          `json:"lease_expiry,omitzero"`
+	RunAt       time.Time          `json:"run_at,omitzero"`
+	LastError   string             `json:"last_error,omitempty"`
+	Errors      []attemptErrorJSON `json:"errors,omitempty"`   // the failed attempts' records, oldest first (get; list shows none)
+	Progress    []byte             `json:"progress,omitempty"` // base64
+	CreatedAt   time.Time          `json:"created_at"`
+	UpdatedAt   time.Time          `json:"updated_at"`
+	Payload     json.RawMessage    `json:"payload"`
+}
+
+// attemptErrorJSON is one failed attempt of a job (Job.Errors).
+type attemptErrorJSON struct {
+	Attempt int       `json:"attempt"`
+	At      time.Time `json:"at"`
+	Worker  string    `json:"worker"`
+	Error   string    `json:"error"`
 }
 
 // durationText is d as Go writes it, "" for 0.
@@ -79,7 +88,11 @@ func utc(t time.Time) time.Time {
 }
 
 func jobOf(queue string, j leaserouter.Job[json.RawMessage]) jobJSON {
-	return jobJSON{ID: j.ID, Queue: queue, State: j.State.String(), Attempt: j.Attempt, MaxAttempts: j.MaxAttempts,
+	var errs []attemptErrorJSON
+	for _, e := range j.Errors {
+		errs = append(errs, attemptErrorJSON{Attempt: e.Attempt, At: utc(e.At), Worker: e.Worker, Error: e.Error})
+	}
+	return jobJSON{Errors: errs, ID: j.ID, Queue: queue, State: j.State.String(), Attempt: j.Attempt, MaxAttempts: j.MaxAttempts,
 		Priority: j.Priority, Timeout: durationText(j.Timeout), Token: uint64(j.Token), Owner: j.Owner, LeaseExpiry: utc(j.LeaseExpiry), RunAt: utc(j.RunAt),
 		LastError: j.LastError, Progress: j.Progress, CreatedAt: utc(j.CreatedAt), UpdatedAt: utc(j.UpdatedAt), Payload: j.Payload,
 		Kind: j.Kind, Metadata: j.Metadata}
@@ -203,6 +216,9 @@ func jobTable(w io.Writer, j jobJSON) error {
 	row(tw, "created", when(j.CreatedAt))
 	row(tw, "updated", when(j.UpdatedAt))
 	row(tw, "last error", j.LastError)
+	for _, e := range j.Errors { // oldest first, as a log reads
+		row(tw, fmt.Sprintf("attempt %d error", e.Attempt), fmt.Sprintf("%s by %s: %s", when(e.At), cell(e.Worker), e.Error))
+	}
 	progress := string(j.Progress)
 	if !printable(progress) {
 		progress = fmt.Sprintf("%x", j.Progress)

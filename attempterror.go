@@ -36,8 +36,15 @@ type AttemptError struct {
 // MaxAttemptErrors is the most records a job keeps in Job.Errors: the
 // most recent ones; an older one is dropped when a failure beyond it
 // is recorded (Attempt tells which are kept). A job retried without
-// end (MaxAttempts huge, or Router.Retry again and again) so costs at
-// most this many records, in memory and in a database's row.
+// end (MaxAttempts huge, or Router.Retry again and again) so keeps at
+// most this many records in a database's row, and a Router holds at most
+// about twice as many per job in memory (the records sit in an array with
+// room for twice as many, whose older entries, which snapshots may still
+// share, go only when it is replaced): with errors of
+// MaxErrorBytes, some 200 KiB for such a job. On PostgreSQL each failure
+// rewrites the job's whole history (as River's errors column is), so a
+// job failing again and again with long errors writes up to
+// MaxAttemptErrors × MaxErrorBytes a failure.
 const MaxAttemptErrors = contract.MaxAttemptErrors
 
 // MaxErrorBytes is the longest error text, in bytes, a job keeps, in

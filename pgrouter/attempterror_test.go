@@ -141,3 +141,52 @@ func TestClaimResolverRestoresTheErrorBeforeTheUndoneExpiry(t *testing.T) {
 	require.Len(t, j.Errors, 1)
 	require.Equal(t, "boom", j.Errors[0].Error)
 }
+
+// TestClaimResolverAfterRetryRestoresTheErrorBeforeTheClaim: after a
+// Retry the attempts are numbered from 1 again; undoing a lost claim's
+// expiry at attempt 1 removes its record and gives back the LastError
+// Retry kept (the failure before the Retry), not an empty one.
+func TestClaimResolverAfterRetryRestoresTheErrorBeforeTheClaim(t *testing.T) {
+	const lease = 200 * time.Millisecond
+	r, db := newRouter[int](t, pgrouter.Options{LeaseDuration: lease, PollInterval: time.Hour, MaxAttempts: 1})
+	ctx := t.Context()
+	require.NoError(t, r.Enqueue(ctx, "f", 1))
+	failOnce(t, r, "f", "w", "boom")
+	require.Equal(t, leaserouter.StateDead, getJob(t, r, "f").State)
+	require.NoError(t, r.Retry(ctx, "f"))
+	require.Equal(t, "boom", getJob(t, r, "f").LastError, "Retry keeps LastError")
+	id, _, expiry := lostClaim(t, db, 301, lease)
+	require.Equal(t, "f", id)
+	awaitDBTime(t, db, expiry)
+	require.Len(t, getJob(t, r, id).Errors, 2, "the expiry settled and recorded")
+	require.NoError(t, pgrouter.ResolveClaim(ctx, r, 301))
+	j := getJob(t, r, id)
+	require.Len(t, j.Errors, 1)
+	require.Equal(t, "boom", j.Errors[0].Error)
+	require.Equal(t, "boom", j.LastError, "LastError as before the lost claim (the last record's)")
+}
+
+// TestClaimResolverRemovesOnlyTheUndoneExpirysRecord: an expiry settled
+// by a process of schema version 18 leaves no record; the resolver then
+// finds the record of an earlier failure last, of the same attempt number
+// after a Retry, and keeps it (it is not 'lease expired' at the expiry
+// instant), with LastError its error.
+func TestClaimResolverRemovesOnlyTheUndoneExpirysRecord(t *testing.T) {
+	const lease = 200 * time.Millisecond
+	r, db := newRouter[int](t, pgrouter.Options{LeaseDuration: lease, PollInterval: time.Hour, MaxAttempts: 1})
+	ctx := t.Context()
+	require.NoError(t, r.Enqueue(ctx, "f", 1))
+	failOnce(t, r, "f", "w", "boom")
+	require.NoError(t, r.Retry(ctx, "f"))
+	id, _, expiry := lostClaim(t, db, 302, lease)
+	awaitDBTime(t, db, expiry)
+	require.Len(t, getJob(t, r, id).Errors, 2, "the expiry settled and recorded")
+	// What a version-18 settlement leaves: the same row, no record.
+	_, err := db.Exec(ctx, `UPDATE leaserouter_jobs SET errors = errors - -1 WHERE id = 'f'`)
+	require.NoError(t, err)
+	require.NoError(t, pgrouter.ResolveClaim(ctx, r, 302))
+	j := getJob(t, r, id)
+	require.Len(t, j.Errors, 1, "the pre-Retry failure's record is not the undone expiry's")
+	require.Equal(t, "boom", j.Errors[0].Error)
+	require.Equal(t, "boom", j.LastError)
+}

@@ -219,7 +219,9 @@
 // database's clock. Get and List read it; List with OmitPayload, Leases
 // and LeasePage do not. A job's failures before version 19 keep their
 // LastError and have no record; processes of an earlier version record
-// none while they run.
+// none while they run, and their claim resolver, undoing a lost claim's
+// expiry, leaves that expiry's record (the job's next attempt then has
+// the number of a recorded one).
 //
 // During a rolling upgrade from a version before kinds, the processes
 // of that version lease jobs of every kind in their queue (their claim

@@ -11,25 +11,31 @@
 -- (the expiry instant the settlement left in ready_at, less the claim's
 -- lease of @lease_us microseconds: no heartbeat can have extended a lease
 -- nobody received). What the settlement overwrote is restored where it
--- can be known: for a job with no earlier attempt, last_error empty and
--- requeued false, as before the claim; for a later attempt the
--- settlement's marks stay (requeued; last_error 'lease expired', unless
--- the error history tells the error before it). The settlement's record
--- in the error history (the last, of the undone attempt) is removed, and
--- last_error becomes the error of the record before it, if any. The
--- claim id is cleared, as claim_hand_back.sql does. It returns how many.
+-- can be known: requeued false for a job with no earlier attempt (the
+-- settlement's mark stays for a later one), and last_error the error of
+-- the failure before the claim: the last record of the error history
+-- once the settlement's is removed, or, for a job with no record, empty
+-- when it had no earlier attempt and 'lease expired' otherwise. The
+-- settlement's record is the history's last only when it is of the
+-- undone attempt, says 'lease expired' and is at the expiry instant (the
+-- ready_at the settlement left): an expiry settled by a process of
+-- schema version 18 or earlier left none, and after a Retry the attempt
+-- numbers start again, so an earlier record of the same attempt is no
+-- proof. The claim id is cleared, as claim_hand_back.sql does. It
+-- returns how many.
 WITH l AS (
-	SELECT queue, id FROM /*schema*/leaserouter_jobs
+	SELECT queue, id, coalesce((errors -> -1 ->> 'attempt')::integer = attempt
+			AND errors -> -1 ->> 'error' = 'lease expired'
+			AND (errors -> -1 ->> 'at')::timestamptz = ready_at, false) AS recorded
+	FROM /*schema*/leaserouter_jobs
 	WHERE queue = @queue AND claim = @claim AND state IN ('pending', 'failed') AND ended = 'expired' AND attempt > 0
 	ORDER BY id FOR UPDATE),
 u AS (
 	UPDATE /*schema*/leaserouter_jobs j SET state = 'pending', attempt = j.attempt - 1, requeued = j.attempt > 1,
 		ended = CASE WHEN j.attempt > 1 THEN 'expired' ELSE 'released' END,
-		last_error = CASE WHEN j.attempt = 1 THEN ''
-			WHEN (j.errors -> -1 ->> 'attempt')::integer = j.attempt THEN coalesce(j.errors -> -2 ->> 'error', j.last_error)
-			ELSE j.last_error END,
-		errors = CASE WHEN (j.errors -> -1 ->> 'attempt')::integer = j.attempt
-			THEN nullif(j.errors - -1, '[]'::jsonb) ELSE j.errors END,
+		last_error = coalesce(j.errors -> (CASE WHEN l.recorded THEN -2 ELSE -1 END) ->> 'error',
+			CASE WHEN j.attempt = 1 THEN '' ELSE j.last_error END),
+		errors = CASE WHEN l.recorded THEN nullif(j.errors - -1, '[]'::jsonb) ELSE j.errors END,
 		ready_at = j.ready_at - @lease_us * interval '1 microsecond', purge_at = NULL, claim = NULL,
 		updated_at = clock_timestamp()
 	FROM l

@@ -57,7 +57,7 @@ type jobJSON struct {
 	LeaseExpiry time.Time          `json:"lease_expiry,omitzero"`
 	RunAt       time.Time          `json:"run_at,omitzero"`
 	LastError   string             `json:"last_error,omitempty"`
-	Errors      []attemptErrorJSON `json:"errors,omitempty"`   // the failed attempts' records, oldest first (get; list shows none)
+	Errors      []attemptErrorJSON `json:"errors,omitempty"`   // the failed attempts' records, oldest first (get, and list --json, which carries payloads too; the list table shows none)
 	Progress    []byte             `json:"progress,omitempty"` // base64
 	CreatedAt   time.Time          `json:"created_at"`
 	UpdatedAt   time.Time          `json:"updated_at"`

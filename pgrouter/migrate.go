@@ -109,7 +109,7 @@ func migrate(ctx context.Context, db *pgxpool.Pool, call string, opts MigrateOpt
 	}
 	backoff := 50 * time.Millisecond
 	for try := 1; ; try++ {
-		err := migrateOnce(ctx, db, call, opts.Schema, target, opts.Version != 0, migs)
+		err := migrateOnce(ctx, db, call, opts.Schema, target, opts.Down || target == VersionNone, migs)
 		var pgErr *pgconn.PgError
 		if try == migrateTries || !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
 			return err
@@ -227,16 +227,24 @@ func migrateOnce(ctx context.Context, db *pgxpool.Pool, call, schema string, tar
 		if err != nil || concurrent == nil {
 			return err
 		}
+		// Going up, the version is recorded once its index is built;
+		// going down, its record goes first: a step interrupted half-way
+		// (a ctx ended, a build or drop that failed) then leaves the
+		// version unrecorded, and the next Migrate applies it again
+		// (every step can be applied over itself), where a record kept
+		// would have left a half-undone version counted as applied.
+		if concurrent.undo {
+			if err := unrecordMigration(ctx, conn, call, schema, *concurrent); err != nil {
+				return err
+			}
+		}
 		if err := buildConcurrently(ctx, conn, call, *concurrent); err != nil {
 			return err
 		}
-		if concurrent.undo {
-			err = unrecordMigration(ctx, conn, call, schema, *concurrent)
-		} else {
-			err = recordMigration(ctx, conn, call, schema, *concurrent)
-		}
-		if err != nil {
-			return err
+		if !concurrent.undo {
+			if err := recordMigration(ctx, conn, call, schema, *concurrent); err != nil {
+				return err
+			}
 		}
 	}
 }

@@ -103,7 +103,7 @@ func TestMigrateDownUndoesEachVersionExactly(t *testing.T) {
 		if v == 0 {
 			target = pgrouter.VersionNone
 		}
-		require.NoError(t, pgrouter.MigrateTo(ctx, nowhere, pgrouter.MigrateOptions{Schema: "walk", Version: target}), "down to %d", v)
+		require.NoError(t, pgrouter.MigrateTo(ctx, nowhere, pgrouter.MigrateOptions{Schema: "walk", Version: target, Down: true}), "down to %d", v)
 		require.Equal(t, v, schemaVersion(t, db, "walk"))
 		require.Equal(t, up[v], catalogOf(t, db, "walk"), "down to version %d", v)
 	}
@@ -132,7 +132,7 @@ func TestMigrateDownToAVersionKeepsTheJobs(t *testing.T) {
 	require.NoError(t, r.Enqueue(ctx, "kept", "payload"))
 	require.NoError(t, r.Close(ctx))
 	for _, v := range []int{13, 10, 4} {
-		require.NoError(t, pgrouter.MigrateTo(ctx, nowhere, pgrouter.MigrateOptions{Schema: "mid", Version: v}))
+		require.NoError(t, pgrouter.MigrateTo(ctx, nowhere, pgrouter.MigrateOptions{Schema: "mid", Version: v, Down: true}))
 		require.Equal(t, v, schemaVersion(t, db, "mid"))
 		_, err := pgrouter.New[string](ctx, nowhere, pgrouter.Options{Schema: "mid"})
 		require.ErrorIs(t, err, pgrouter.ErrSchemaOutdated)
@@ -155,4 +155,28 @@ func TestMigrateDownToAVersionKeepsTheJobs(t *testing.T) {
 	for _, v := range []int{-2, pgrouter.LatestVersion() + 1} {
 		require.ErrorIs(t, pgrouter.MigrateTo(ctx, db, pgrouter.MigrateOptions{Version: v}), leaserouter.ErrInvalidOptions)
 	}
+}
+
+// TestMigrateToGoesDownOnlyWhenAsked: MigrateTo with a Version below the
+// schema's goes down only with Down (code pinning a Version, run against
+// a database a newer release migrated, removes nothing), and a version
+// recorded above this module's (a newer pgrouter's) is left alone going
+// up, as Migrate leaves it.
+func TestMigrateToGoesDownOnlyWhenAsked(t *testing.T) {
+	nowhere, db := schemaDB(t, "pin")
+	ctx := t.Context()
+	latest := pgrouter.LatestVersion()
+	want := catalogOf(t, db, "pin")
+	require.NoError(t, pgrouter.MigrateTo(ctx, nowhere, pgrouter.MigrateOptions{Schema: "pin", Version: 16}))
+	require.Equal(t, latest, schemaVersion(t, db, "pin"), "no Down: nothing undone")
+	require.Equal(t, want, catalogOf(t, db, "pin"))
+	require.NoError(t, pgrouter.MigrateTo(ctx, nowhere, pgrouter.MigrateOptions{Schema: "pin", Version: 16, Down: true}))
+	require.Equal(t, 16, schemaVersion(t, db, "pin"))
+	require.NoError(t, pgrouter.MigrateTo(ctx, nowhere, pgrouter.MigrateOptions{Schema: "pin"}))
+
+	_, err := db.Exec(ctx, "INSERT INTO pin.leaserouter_migrations (version, name) VALUES (99, '0099_future.sql')")
+	require.NoError(t, err)
+	require.NoError(t, pgrouter.MigrateTo(ctx, nowhere, pgrouter.MigrateOptions{Schema: "pin", Version: latest}),
+		"a newer release's version left alone going up")
+	require.NoError(t, pgrouter.Migrate(ctx, db))
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -357,4 +358,27 @@ func upMigrationFiles(t *testing.T) []string {
 	files, err := filepath.Glob("migrations/*.sql")
 	require.NoError(t, err)
 	return slices.DeleteFunc(files, func(f string) bool { return strings.HasSuffix(f, ".down.sql") })
+}
+
+// TestMigrateUpAfterAnInterruptedDownRestoresTheSchema: a down migration
+// whose concurrent index step is interrupted (here: its ctx ends while a
+// snapshot holds the drop back) leaves its version unrecorded, so the
+// next Migrate up applies it again and the schema is the latest one's,
+// not a half-undone version counted as applied.
+func TestMigrateUpAfterAnInterruptedDownRestoresTheSchema(t *testing.T) {
+	nowhere, db := schemaDB(t, "dn")
+	ctx := t.Context()
+	want := catalogOf(t, db, "dn")
+	tx, err := db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	require.NoError(t, err)
+	defer tx.Rollback(context.Background())
+	_, err = tx.Exec(ctx, "SELECT count(*) FROM dn.leaserouter_fences") // holds a snapshot: a concurrent index step waits for it
+	require.NoError(t, err)
+	short, cancel := context.WithTimeout(ctx, 3*time.Second)
+	err = pgrouter.MigrateTo(short, nowhere, pgrouter.MigrateOptions{Schema: "dn", Version: 16, Down: true})
+	cancel()
+	require.Error(t, err, "the down migration interrupted")
+	require.NoError(t, tx.Rollback(ctx))
+	require.NoError(t, pgrouter.MigrateTo(ctx, nowhere, pgrouter.MigrateOptions{Schema: "dn"}))
+	require.Equal(t, want, catalogOf(t, db, "dn"), "Migrate after an interrupted down")
 }

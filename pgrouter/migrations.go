@@ -31,16 +31,24 @@ type MigrateOptions struct {
 	// leaserouter_migrations table last; any other must be one of this
 	// module's versions (1 to LatestVersion).
 	Version int
+	// Down lets MigrateTo undo the versions recorded above Version
+	// (VersionNone always does). Without it MigrateTo only goes up, and
+	// versions recorded above Version are left alone, as Migrate leaves
+	// a newer pgrouter's: code that pins a Version never removes a later
+	// version's objects and data by running with a database a newer
+	// release migrated.
+	Down bool
 }
 
 // VersionNone is the MigrateOptions.Version of a schema holding nothing
 // of pgrouter's: MigrateTo undoes every version applied.
 const VersionNone = -1
 
-// MigrateTo brings opts.Schema to opts.Version, up or down. Up, it is
-// Migrate on that schema, stopping at that version (and never going
-// down: a version above it is left alone, as Migrate leaves a newer
-// pgrouter's). Down, it undoes each version recorded above opts.Version,
+// MigrateTo brings opts.Schema to opts.Version: up, and down only with
+// opts.Down (or to VersionNone). Up, it is Migrate on that schema,
+// stopping at that version (a version recorded above it is left alone,
+// as Migrate leaves a newer pgrouter's). Down, it undoes each version
+// recorded above opts.Version,
 // the latest first, with that version's down migration
 // (migrations/NNNN_name.down.sql, which MigrationSQL prints): the
 // versions in a row in one transaction, each concurrent index step

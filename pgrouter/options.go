@@ -32,9 +32,14 @@ type Options struct {
 	// wake-ups (each schema has its own LISTEN/NOTIFY channel). New
 	// returns an error wrapping leaserouter.ErrInvalidOptions for a name
 	// that is blank, has spaces around it, is longer than MaxSchemaBytes,
-	// holds a control character or a quote, or starts with "pg_"; and one
+	// holds a control character, a quote or a dollar sign, or starts with "pg_"; and one
 	// wrapping ErrSchemaOutdated, naming the schema, when the schema does
-	// not exist or is not migrated to this module's version.
+	// not exist or is not migrated to this module's version. Give every
+	// process of a database the same Schema: "public" and "" name the
+	// same tables when the search_path finds public, but their wake-ups
+	// and Migrate's locks are apart (a Router of one is woken by its poll
+	// only when the other enqueues, and their Migrates do not wait for
+	// each other).
 	Schema string
 	// Kind is the kind of this Router's jobs (leaserouter.Job.Kind):
 	// every job it enqueues has it, and it leases only jobs of this kind,

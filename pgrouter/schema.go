@@ -49,10 +49,12 @@ const MaxSchemaBytes = 63
 // checkSchema returns an error wrapping leaserouter.ErrInvalidOptions
 // for a schema name pgrouter cannot use: blank (empty after trimming
 // spaces, when not empty), with spaces around it, over MaxSchemaBytes
-// bytes, not valid UTF-8, holding a control character or a quote (' or
-// "), or starting with "pg_" (reserved by PostgreSQL). "" (the default)
-// is valid. The name is quoted wherever it is sent, so any other is safe
-// and kept as written, case included.
+// bytes, not valid UTF-8, holding a control character, a quote (' or
+// ") or a dollar sign ($: the name is written into the migrations'
+// dollar-quoted function bodies, where "$$" would end one), or starting
+// with "pg_" (reserved by PostgreSQL). "" (the default) is valid. The
+// name is quoted wherever it is sent, so any other is safe and kept as
+// written, case included.
 func checkSchema(field, schema string) error {
 	if schema == "" {
 		return nil
@@ -67,8 +69,8 @@ func checkSchema(field, schema string) error {
 		problem = fmt.Sprintf("is %d bytes, more than MaxSchemaBytes (%d)", len(schema), MaxSchemaBytes)
 	case !utf8.ValidString(schema):
 		problem = "is not valid UTF-8"
-	case strings.ContainsFunc(schema, func(r rune) bool { return unicode.IsControl(r) || r == '\'' || r == '"' }):
-		problem = "holds a control character or a quote"
+	case strings.ContainsFunc(schema, func(r rune) bool { return unicode.IsControl(r) || r == '\'' || r == '"' || r == '$' }):
+		problem = "holds a control character, a quote or a dollar sign"
 	case strings.HasPrefix(strings.ToLower(schema), "pg_"):
 		problem = `starts with "pg_", reserved for PostgreSQL's own schemas`
 	}

@@ -44,11 +44,13 @@ func schemaDB(t *testing.T, schemas ...string) (nowhere, db *pgxpool.Pool) {
 func TestSchemaOptionRefusesUnusableNames(t *testing.T) {
 	db := pgtest.New(t)
 	for _, s := range []string{" ", "\t", " jobs", "jobs ", strings.Repeat("s", 64), `a"b`, "a'b; DROP TABLE leaserouter_jobs; --",
-		"a\x00b", "a\nb", "\xff", "pg_jobs", "PG_jobs"} {
+		"a\x00b", "a\nb", "\xff", "pg_jobs", "PG_jobs", "a$$b", "x$$; CREATE TABLE public.injected(); --", "a$b"} {
 		_, err := pgrouter.New[string](t.Context(), db, pgrouter.Options{Schema: s})
 		require.ErrorIs(t, err, leaserouter.ErrInvalidOptions, "%q", s)
 		require.ErrorContains(t, err, "Schema", "%q", s)
 		require.ErrorIs(t, pgrouter.MigrateTo(t.Context(), db, pgrouter.MigrateOptions{Schema: s}), leaserouter.ErrInvalidOptions, "%q", s)
+		_, err = pgrouter.MigrationSQL(s, 3, false) // a function body, dollar-quoted
+		require.ErrorIs(t, err, leaserouter.ErrInvalidOptions, "%q", s)
 		tx, err := db.Begin(t.Context())
 		require.NoError(t, err)
 		require.ErrorIs(t, pgrouter.FenceIn(t.Context(), tx, s, "k", 1), leaserouter.ErrInvalidOptions, "%q", s)
@@ -105,6 +107,7 @@ func TestTwoSchemasSideBySide(t *testing.T) {
 	require.Equal(t, "in alpha", l.Payload)
 	tx, err := nowhere.Begin(ctx)
 	require.NoError(t, err)
+	defer tx.Rollback(context.Background()) // a failed assertion must not leave it open: the pool's Close would wait for it
 	require.NoError(t, pgrouter.FenceIn(ctx, tx, "alpha", "k", l.Token))
 	require.NoError(t, l.CompleteTx(ctx, tx))
 	require.NoError(t, tx.Commit(ctx))
@@ -114,6 +117,7 @@ func TestTwoSchemasSideBySide(t *testing.T) {
 	require.Equal(t, "in beta", lb.Payload)
 	tx, err = nowhere.Begin(ctx)
 	require.NoError(t, err)
+	defer tx.Rollback(context.Background())
 	require.NoError(t, pgrouter.FenceIn(ctx, tx, "Beta Two", "k", 1), "alpha's fence is not Beta Two's")
 	require.NoError(t, tx.Rollback(ctx))
 	require.NoError(t, lb.Complete(ctx))

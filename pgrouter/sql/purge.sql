@@ -3,8 +3,11 @@
 -- ID, token, attempt, purge time. One purge of a queue runs at a time,
 -- whatever the number of processes: a purge that finds another one in
 -- flight (the transaction-scoped advisory lock on the pair
--- (1886745127, hashtext(@queue)) taken: a key space of two int4s, apart
--- from the claims' bigint keys) deletes nothing, and its maintenance
+-- (1886745127, hashtext('/*schema*/' || @queue)) taken: a key space of
+-- two int4s, apart from the claims' bigint keys; the schema's marker in
+-- the string makes it the queue's of this schema, and is '' in the
+-- default schema, whose key is the queue's as before schemas) deletes
+-- nothing, and its maintenance
 -- round ends; the purge in flight goes on until its batches are no longer
 -- full. Purges of one queue at once would walk each other's locked rows
 -- from the same end of the purge index.
@@ -22,7 +25,7 @@ WITH p AS (
 	SELECT array_agg(id) AS ids FROM (SELECT id FROM /*schema*/leaserouter_jobs
 		WHERE queue = @queue AND /*schema*/leaserouter_past_retention(state, purge_at)
 			AND purge_at <= (SELECT clock_timestamp())
-			AND (SELECT pg_try_advisory_xact_lock(1886745127, hashtext(@queue)))
+			AND (SELECT pg_try_advisory_xact_lock(1886745127, hashtext('/*schema*/' || @queue)))
 		ORDER BY purge_at LIMIT @limit FOR UPDATE SKIP LOCKED) l),
 d AS (
 	DELETE FROM /*schema*/leaserouter_jobs j

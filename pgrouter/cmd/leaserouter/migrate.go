@@ -40,7 +40,7 @@ func doMigrate(ctx context.Context, c *call) error {
 	} else if to == 0 {
 		version = pgrouter.VersionNone
 	}
-	if err := pgrouter.MigrateTo(ctx, db, pgrouter.MigrateOptions{Schema: c.opts.schema, Version: version}); err != nil {
+	if err := pgrouter.MigrateTo(ctx, db, pgrouter.MigrateOptions{Schema: c.opts.schema, Version: version, Down: c.opts.down}); err != nil {
 		return err
 	}
 	if c.opts.json {

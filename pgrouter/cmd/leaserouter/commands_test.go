@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaserouter/leaserouter"
@@ -23,18 +22,7 @@ import (
 func TestMigrateBringsAnEmptyDatabaseToTheSchema(t *testing.T) {
 	d := newDB(t)
 	ctx := t.Context()
-	name := d.pool.Config().ConnConfig.Database + "_empty" // unique: pgtest's name is
-	_, err := d.pool.Exec(ctx, "CREATE DATABASE "+name)
-	require.NoError(t, err)
-	cfg := d.pool.Config().Copy()
-	cfg.ConnConfig.Database = name
-	empty, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		empty.Close()
-		_, _ = d.pool.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-	})
-	url := urlOf(empty)
+	url, empty := emptyDB(t, d)
 
 	res := cli(t, url, "stats")
 	require.Equal(t, exitError, res.code, res.stderr)

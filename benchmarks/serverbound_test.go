@@ -211,9 +211,10 @@ func callDrain(ctx context.Context, db *pgxpool.Pool, drop bool, done *int64) er
 	return c.QueryRow(ctx, "CALL leaserouter_probe_drain($1, $2, $3)", pgrouter.DefaultQueue, serverBoundBatch, drop).Scan(done)
 }
 
-// enqueueSpecs enqueues n no-op jobs in batches of 1000 (IDs j0...).
+// enqueueSpecs enqueues n no-op jobs with EnqueueMany, enqueueBatch a
+// call (IDs j0...).
 func enqueueSpecs(ctx context.Context, r *pgrouter.Router[int], n int) error {
-	specs := make([]leaserouter.JobSpec[int], 0, 1000)
+	specs := make([]leaserouter.JobSpec[int], 0, enqueueBatch)
 	for i := range n {
 		specs = append(specs, leaserouter.JobSpec[int]{ID: fmt.Sprint("j", i), Payload: i})
 		if len(specs) == cap(specs) || i == n-1 {

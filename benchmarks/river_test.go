@@ -98,7 +98,12 @@ func TestDatabaseWorkloads(t *testing.T) {
 // start of Run to its return (every job completed).
 func pgrouterJobs(b testing.TB, n int, retention time.Duration) float64 {
 	m := &costMeter{tb: b}
-	db := m.traced(pgtest.New(b))
+	return pgrouterRate(b, m.traced(pgtest.New(b)), n, retention, m)
+}
+
+// pgrouterRate is pgrouterJobs on db, with m (if not nil) measuring the
+// drain.
+func pgrouterRate(b testing.TB, db *pgxpool.Pool, n int, retention time.Duration, m window) float64 {
 	ctx := context.Background()
 	r, err := pgrouter.New[int](ctx, db, pgrouter.Options{Retention: retention})
 	if err != nil {
@@ -109,9 +114,13 @@ func pgrouterJobs(b testing.TB, n int, retention time.Duration) float64 {
 		b.Fatal(err)
 	}
 	resetTimer(b)
-	m.start()
+	if m != nil {
+		m.start()
+	}
 	elapsed := pgrouterDrain(b, r, n)
-	m.stop(n)
+	if m != nil {
+		m.stop(n)
+	}
 	return float64(n) / elapsed.Seconds()
 }
 
@@ -170,13 +179,21 @@ func (*noopWorker) Work(context.Context, *river.Job[noopArgs]) error { return ni
 // start to the last job's completion event.
 func riverJobs(b testing.TB, n, maxWorkers int) float64 {
 	m := &costMeter{tb: b}
-	db := m.traced(pgtest.New(b))
+	return riverRate(b, m.traced(pgtest.New(b)), n, maxWorkers, m)
+}
+
+// riverRate is riverJobs on db, with m (if not nil) measuring the drain.
+func riverRate(b testing.TB, db *pgxpool.Pool, n, maxWorkers int, m window) float64 {
 	client := newRiver(b, db, maxWorkers)
 	riverInsert(b, client, n)
 	resetTimer(b)
-	m.start()
+	if m != nil {
+		m.start()
+	}
 	elapsed := riverDrain(b, client, n)
-	m.stop(n)
+	if m != nil {
+		m.stop(n)
+	}
 	riverStop(b, client)
 	return float64(n) / elapsed.Seconds()
 }

@@ -254,17 +254,32 @@ func (w *walWindow) diff(a, b string) int64 {
 
 // records is pg_walinspect's count of the records from a to b, by
 // resource manager and record type. pg_current_wal_lsn is where WAL is
-// written up to; pg_walinspect reads only what is flushed, which after
-// the runs' synchronous commits is the same position (LEAST guards the
-// rest).
+// written up to; pg_walinspect reads only what is flushed, which lags
+// behind after a transaction committed without waiting for its flush
+// (synchronous_commit off: pgrouter sends some so) until the WAL writer's
+// next round, a fraction of a second: records waits for it, up to a
+// minute.
 func (w *walWindow) records(a, b string) []struct {
 	name string
 	walCount
 } {
 	w.tb.Helper()
+	for deadline := time.Now().Add(time.Minute); ; {
+		var flushed bool
+		if err := w.db.QueryRow(context.Background(), "SELECT pg_current_wal_flush_lsn() >= $1::pg_lsn", b).Scan(&flushed); err != nil {
+			w.tb.Fatal(err)
+		}
+		if flushed {
+			break
+		}
+		if time.Now().After(deadline) {
+			w.tb.Fatalf("WAL not flushed up to %s a minute after it was written", b)
+		}
+		time.Sleep(10 * time.Millisecond) // the WAL writer's next round (wal_writer_delay, 200 ms)
+	}
 	rows, err := w.db.Query(context.Background(), `
 		SELECT "resource_manager/record_type", count, record_size, fpi_size
-		FROM pg_get_wal_stats($1::pg_lsn, LEAST($2::pg_lsn, pg_current_wal_flush_lsn()), true)
+		FROM pg_get_wal_stats($1::pg_lsn, $2::pg_lsn, true)
 		WHERE count > 0`, a, b)
 	if err != nil {
 		w.tb.Fatal(err)

@@ -113,6 +113,21 @@ func BenchmarkLifecycle(b *testing.B) {
 	}
 }
 
+// BenchmarkEnqueue: the producer's side alone, Enqueue of b.N new jobs
+// (IDs made before timing) into a Router with no worker, so the ID index
+// and the ready queue grow as they do under a burst.
+func BenchmarkEnqueue(b *testing.B) {
+	r := benchRouter(b, Options{Retention: -1})
+	id := ids("j", b.N)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		if err := r.Enqueue(id[i], i); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkLifecycleOptions: BenchmarkLifecycle with three Enqueue
 // options on every job, so the option path (read and checked before the
 // lock) is measured too.

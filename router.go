@@ -182,7 +182,7 @@ func (r *Router[T]) lockOpen(room bool, done <-chan struct{}) (now int64, err er
 		r.unlockAndDeliver()
 		return 0, ErrClosed
 	}
-	if room {
+	if room && r.backlogFull() { // inlined: the common call has no hook, or room
 		if err := r.awaitRoom(done); err != nil {
 			r.unlockAndDeliver()
 			return 0, err

@@ -69,6 +69,7 @@ type Router[T any] struct {
 	lastToken     Token
 	seq           uint64
 	armed         int64 // the reaper's next wake-up; math.MaxInt64 if none
+	due           int64 // no deadline in leases, sched, retained or kept is before it (settle's fast path; noteDue)
 	waiters       []chan struct{}
 	woken         int // waiters woken for a job and not back for it yet (Run's share counts them as waiting)
 	phase         phase
@@ -207,7 +208,7 @@ func (r *Router[T]) lockOpen(room bool, done <-chan struct{}) (now int64, err er
 func (r *Router[T]) settleNow() int64 {
 	for {
 		now := r.now()
-		if r.phase == phaseClosed || !r.settle(now, reapBatch) {
+		if r.phase == phaseClosed || now < r.due || !r.settle(now, reapBatch) { // now < r.due: settle's fast path, without the call
 			return now
 		}
 		r.unlockAndDeliver()

@@ -437,10 +437,24 @@ func (r *Router[T]) insert(id string, payload T, s *enqueueSpec, pos int, now in
 	j.id, j.payload, j.priority, j.maxAttempts = id, payload, s.Priority, int32(s.MaxAttempts)
 	j.hash, j.seq, j.created, j.updated, j.heapIndex, j.timeout = s.hash, r.seq, now, now, -1, s.Timeout
 	j.meta, j.kind = s.Metadata, s.kind
-	j.state = stateNew
 	r.jobs.Insert(j, s.hash, pos)
-	j.orderChunk = r.order.Append(j, j.seq, uint8(stateNew))
 	r.stats.Enqueued++
+	if at <= now {
+		// Ready at once, the common Enqueue: the job is born pending
+		// (makeReady's work without setState's move from stateNew, whose
+		// checks concern a lease ending or the last unfinished job).
+		j.state, j.at = StatePending, now
+		j.orderChunk = r.order.Append(j, j.seq, uint8(StatePending))
+		r.counts[StatePending]++
+		r.emit(EventEnqueued, now, j, nil, 0, nil)
+		r.ready.Push(j)
+		if !r.paused { // else Resume wakes them
+			r.wakeOne()
+		}
+		return
+	}
+	j.state = stateNew
+	j.orderChunk = r.order.Append(j, j.seq, uint8(stateNew))
 	r.emit(EventEnqueued, now, j, nil, 0, nil)
 	r.schedule(j, at, now)
 }

@@ -12,8 +12,9 @@ import (
 // invariant — a job has at most one lease and it is its current one — and
 // the bookkeeping behind it: per-state counts, each heap's order and
 // membership, lease and token fields, the retention queue's order and
-// membership, and that only current leases have KeepAlive heartbeats
-// scheduled. It is
+// membership, that only current leases have KeepAlive heartbeats
+// scheduled, and that no deadline is missed by the check every call
+// makes first. It is
 // O(n) under the lock: for tests and operators, not for hot paths. It does
 // not settle anything and works after Close.
 func (r *Router[T]) Audit() error {
@@ -91,6 +92,18 @@ func (r *Router[T]) Audit() error {
 		if k := r.kept.At(i); k.l.j.state != StateLeased || k.l.j.lease != k.l {
 			bad("a KeepAlive of job %q (token %d) is scheduled, but its lease is not the job's current one", k.l.JobID, k.l.Token)
 		}
+	}
+	if t, ok := r.leases.Peek(); ok && t.at < r.due {
+		bad("lease expiry %d is before settle's bound %d", t.at, r.due)
+	}
+	if t, ok := r.sched.Peek(); ok && t.at < r.due {
+		bad("run-at %d is before settle's bound %d", t.at, r.due)
+	}
+	if t, ok := r.retained.Peek(); ok && t.at < r.due {
+		bad("retention end %d is before settle's bound %d", t.at, r.due)
+	}
+	if k, ok := r.kept.Peek(); ok && k.next < r.due {
+		bad("KeepAlive heartbeat %d is before settle's bound %d", k.next, r.due)
 	}
 	if r.phase == phaseClosed && r.leases.Len() > 0 {
 		bad("%d leases survive Close", r.leases.Len())

@@ -23,6 +23,7 @@ func ExpireNow[T any](r *Router[T], id string) bool {
 		r.leases.Remove(int(j.heapIndex))
 		j.at = now
 		r.leases.Push(j)
+		r.noteDue(now)
 		r.settle(now, -1)
 	}
 	r.unlockAndDeliver()

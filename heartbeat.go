@@ -353,11 +353,13 @@ func (r *Router[T]) keptBeat(k *keeper[T], now int64) {
 	if last := min(now, k.l.j.at-1); last-at >= every {
 		k.next = at + (last-at)/every*every
 		r.kept.Fix(int(k.keptIndex))
+		r.noteDue(k.next)
 		return
 	}
 	r.extend(k.l, at, nil)
 	k.next = addSat(at, k.interval)
 	r.kept.Fix(int(k.keptIndex))
+	r.noteDue(k.next)
 }
 
 // scheduleKept puts k's first heartbeat on the router's schedule, at now
@@ -370,6 +372,7 @@ func (r *Router[T]) scheduleKept(k *keeper[T], now int64) time.Duration {
 	since := k.l.j.at - int64(r.opts.LeaseDuration) // the last grant or heartbeat
 	k.next = min(addSat(now, k.interval), max(now, since+int64(k.interval)))
 	r.kept.Push(k)
+	r.noteDue(k.next)
 	return time.Duration(k.next - now)
 }
 

@@ -303,11 +303,20 @@ type enqueueSpec struct {
 // r.mu. (s is filled in place: returning it costs Enqueue a copy.)
 func (r *Router[T]) parseJob(s *enqueueSpec, id string, opts []EnqueueOption) error {
 	s.MaxAttempts = r.opts.MaxAttempts
-	if err := contract.ReadEnqueueOptions(ErrInvalidJob, &s.EnqueueSettings, id, opts); err != nil {
-		return err
-	}
-	if err := contract.CheckQueue(ErrInvalidJob, &s.EnqueueSettings, id, r.queue); err != nil {
-		return err
+	if len(opts) == 0 {
+		// The common Enqueue: with no option there is nothing to read and
+		// no queue to check, only the ID (what ReadEnqueueOptions would
+		// do, without its loop and CheckQueue's call).
+		if err := contract.ValidateID(ErrInvalidJob, id); err != nil {
+			return err
+		}
+	} else {
+		if err := contract.ReadEnqueueOptions(ErrInvalidJob, &s.EnqueueSettings, id, opts); err != nil {
+			return err
+		}
+		if err := contract.CheckQueue(ErrInvalidJob, &s.EnqueueSettings, id, r.queue); err != nil {
+			return err
+		}
 	}
 	s.hash = r.jobs.Hash(id) // the seed never changes: no lock needed
 	return nil

@@ -103,6 +103,7 @@ func (r *Router[T]) extend(l *Lease[T], now int64, progress []byte) {
 		r.leases.Remove(int(j.heapIndex))
 		j.at = exp
 		r.leases.Push(j)
+		r.noteDue(exp)
 	}
 	l.expiry = j.at
 	if progress != nil {

@@ -3,6 +3,7 @@ package leaserouter_test
 import (
 	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,6 +54,39 @@ func TestMemoryReturnsAfterBurst(t *testing.T) {
 	peak, after := burst(t, r, n, base)
 	t.Logf("peak %d KiB, after %d KiB", peak>>10, after>>10)
 	require.Greater(t, peak, uint64(n*100), "the burst was measured")
+	require.Less(t, after, peak/20, "heap after the burst: %d of %d bytes", after, peak)
+	runtime.KeepAlive(r)
+}
+
+// TestMemoryReturnsAfterBurstWhoseFewJobsLiveOn: Enqueue takes its job
+// records from blocks of a few, and a block lives while any of its jobs
+// does; after a burst of single Enqueues whose every 256th job lives on
+// (scheduled an hour ahead), the heap still returns to a small fraction
+// of its peak (as a batch's blocks do: TestMemoryReturnsAfterBatchedBurst).
+func TestMemoryReturnsAfterBurstWhoseFewJobsLiveOn(t *testing.T) {
+	const n, every = 200_192, 256
+	payload := strings.Repeat("p", 64)
+	base := heapInUse()
+	r, err := leaserouter.New[string](leaserouter.Options{Retention: -1})
+	require.NoError(t, err)
+	defer r.Close(t.Context())
+	for i := range n {
+		var opts []leaserouter.EnqueueOption
+		if i%every == 0 {
+			opts = append(opts, leaserouter.WithDelay(time.Hour))
+		}
+		// A fresh payload each, as a real job's would be.
+		require.NoError(t, r.Enqueue("j"+strconv.Itoa(i), payload[:63]+strconv.Itoa(i%10), opts...))
+	}
+	peak := heapInUse() - base
+	for range n - n/every {
+		l, err := r.TryAcquire("w")
+		require.NoError(t, err)
+		require.NoError(t, l.Complete())
+	}
+	after := max(heapInUse(), base) - base
+	t.Logf("peak %d KiB, after %d KiB (%.1f%%)", peak>>10, after>>10, 100*float64(after)/float64(peak))
+	require.Equal(t, n/every, r.Stats().Scheduled, "the long-lived jobs are still there")
 	require.Less(t, after, peak/20, "heap after the burst: %d of %d bytes", after, peak)
 	runtime.KeepAlive(r)
 }

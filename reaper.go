@@ -74,8 +74,14 @@ func (r *Router[T]) reap() {
 	}
 }
 
-// arm makes sure the reaper wakes by deadline t. The caller holds r.mu.
+// noteDue tells settle's fast path of deadline t, just added to leases,
+// sched, retained or kept (or moved there). The caller holds r.mu.
+func (r *Router[T]) noteDue(t int64) { r.due = min(r.due, t) }
+
+// arm makes sure the reaper wakes by deadline t, and notes it for settle
+// (noteDue). The caller holds r.mu.
 func (r *Router[T]) arm(t int64) {
+	r.noteDue(t)
 	if t < r.armed {
 		r.armed = t
 		select {
@@ -108,6 +114,12 @@ func (r *Router[T]) nextDeadline() int64 {
 // reports whether more are due. Each item is settled once, so the cost is
 // amortised O(log n) per item. The caller holds r.mu.
 func (r *Router[T]) settle(now int64, limit int) (more bool) {
+	if now < r.due {
+		// Nothing is due: every call settles first, and this spares it
+		// the four peeks below (r.due is lowered by every deadline added,
+		// noteDue, and raised here when a pass finds nothing due).
+		return false
+	}
 	for n := 0; ; n++ {
 		l, hasLease := r.leases.Peek()
 		s, hasScheduled := r.sched.Peek()
@@ -131,6 +143,19 @@ func (r *Router[T]) settle(now int64, limit int) (more bool) {
 			kind = duePurge
 		}
 		if kind == dueNone {
+			r.due = int64(math.MaxInt64)
+			if hasLease {
+				r.due = l.at
+			}
+			if hasScheduled {
+				r.due = min(r.due, s.at)
+			}
+			if hasKept {
+				r.due = min(r.due, k.next)
+			}
+			if hasRetained {
+				r.due = min(r.due, p.at)
+			}
 			return false
 		}
 		if limit >= 0 && n >= limit {

@@ -11,17 +11,20 @@ import (
 // allocation with its own work — an assist, or the start of a cycle —
 // which takes milliseconds when millions of jobs are to be marked: an
 // allocation under the router's lock would hold the lock that long. So
-// Enqueue allocates its job record, and TryAcquire and Acquire their
-// Lease, before taking the lock (EnqueueMany and the batch grants already
-// allocate one block per batch there).
+// TryAcquire and Acquire allocate their Lease before taking the lock, and
+// EnqueueMany and the batch grants one block of records or leases per
+// allocBlock of them.
 //
-// The same holds for the ID index and the ready queue, which grow in
-// bounded steps (see the internal packages): the index by splitting a
-// segment into a new one (64 KiB), the ring by linking a chunk (8 KiB).
-// Each keeps one empty block in reserve, and Enqueue and EnqueueMany
-// allocate the next one before they take the lock when an earlier call
-// left word (growHint) that one is wanted. A step that finds no reserve
-// (the first, or one of several in a batch) allocates under the lock.
+// Enqueue's job records come in blocks too, one malloc for seven jobs
+// instead of one each: the Router keeps the rest of the block it takes
+// records from (recs) and one whole block in reserve (recBlock), and an
+// Enqueue allocates the next reserve before it takes the lock when an
+// earlier call left word that the reserve was taken. A record is taken
+// from a block only by an Enqueue that stores its job (a duplicate takes
+// none), so every record of a block is used, and a block lives while any
+// of its jobs does: purge clears a record's ID, payload and checkpoint
+// (forget), so a long-lived job pins at most six dead records of about
+// 160 bytes, as a batch's (allocBlock) pins seven.
 
 // growHint is what the ID index and the ready queue want for their next
 // growth step: want is read before the lock is taken, and written under
@@ -34,6 +37,7 @@ type growHint struct {
 const (
 	wantSegment = 1 << iota // the ID index wants a segment
 	wantChunk               // the ready queue wants a chunk
+	wantRecords             // Enqueue wants a block of job records (recBlock is empty)
 )
 
 // growthMem is memory allocated before the lock for the next growth step
@@ -41,6 +45,7 @@ const (
 type growthMem[T any] struct {
 	segment *table.Segment[job[T]]
 	chunk   *heap.Chunk[*job[T]]
+	records *[recordBlock]job[T]
 }
 
 // prealloc allocates what the last word said the index and the ready
@@ -52,6 +57,9 @@ func (r *Router[T]) prealloc() (m growthMem[T]) {
 		}
 		if w&wantChunk != 0 {
 			m.chunk = heap.NewChunk[*job[T]]()
+		}
+		if w&wantRecords != 0 {
+			m.records = new([recordBlock]job[T])
 		}
 	}
 	return m
@@ -67,6 +75,34 @@ func (r *Router[T]) stock(m growthMem[T]) {
 	if m.chunk != nil {
 		r.ready.Give(m.chunk)
 	}
+	if m.records != nil && r.recBlock == nil {
+		r.recBlock = m.records
+	}
+}
+
+// recordBlock is how many job records an Enqueue block holds. Blocks
+// above 512 bytes carry an 8-byte header and take the allocator's size
+// class above them: 7 records of 160 bytes (a Router[int]'s, or of any
+// one-word payload) fill the 1152-byte class, costing each job 3.4 bytes
+// more than a record of its own; 8 would take the 1408-byte class, 16
+// bytes more a job.
+const recordBlock = 7
+
+// newRecord returns a zero job record for Enqueue's new job: the next of
+// the block it takes records from, or the first of the reserve block; a
+// new one, under the lock, only when several Enqueues that found no word
+// of a wanted block emptied both (or at the first Enqueue of all). The
+// caller holds r.mu and stores the job.
+func (r *Router[T]) newRecord() *job[T] {
+	if len(r.recs) == 0 {
+		if r.recBlock == nil {
+			return new(job[T])
+		}
+		r.recs, r.recBlock = r.recBlock[:], nil
+	}
+	j := &r.recs[0]
+	r.recs = r.recs[1:]
+	return j
 }
 
 // noteWants leaves word, for the next prealloc, of what the index and the
@@ -79,6 +115,9 @@ func (r *Router[T]) noteWants() {
 	}
 	if r.ready.WantsChunk() {
 		w |= wantChunk
+	}
+	if r.recBlock == nil {
+		w |= wantRecords
 	}
 	if w != r.growth.last {
 		r.growth.last = w

@@ -69,6 +69,7 @@ type Router[T any] struct {
 	lastToken     Token
 	seq           uint64
 	armed         int64 // the reaper's next wake-up; math.MaxInt64 if none
+	due           int64 // no deadline in leases, sched, retained or kept is before it (settle's fast path; noteDue)
 	waiters       []chan struct{}
 	woken         int // waiters woken for a job and not back for it yet (Run's share counts them as waiting)
 	phase         phase
@@ -85,8 +86,10 @@ type Router[T any] struct {
 	pushed   uint64        // events recorded since New (Flush waits for them)
 	flush    chan struct{} // closed when flushAt events are delivered; nil unless Flush waits
 	flushAt  uint64
-	delivery *handoff // nil without hooks
-	growth   growHint // what the ID index and the ready queue want for their next growth step (reserve.go)
+	delivery *handoff             // nil without hooks
+	growth   growHint             // what the ID index and the ready queue want for their next growth step, and whether Enqueue wants job records (reserve.go)
+	recs     []job[T]             // the unused records of the block Enqueue takes them from (reserve.go); guarded by mu
+	recBlock *[recordBlock]job[T] // a block of records in reserve, nil when taken; guarded by mu
 
 	// kinds is the names of the kinds by index (job.kind); (*kinds)[0] is
 	// "", a Router's jobs. A Client's Register replaces it (copy on
@@ -145,6 +148,8 @@ func newRouter[T any](opts Options, queue string, tokens *tokenSource) (*Router[
 	}
 	r.epochUnix = r.epoch.UnixNano()
 	r.kinds.Store(&noKinds)
+	r.growth.last = wantRecords // the first Enqueue allocates the first block of records
+	r.growth.want.Store(wantRecords)
 	// Seed above the wall clock so a downstream that persisted yesterday's
 	// tokens still admits today's (see Token).
 	r.lastToken = max(opts.TokenFloor, Token(max(r.epoch.UnixNano(), 0)))
@@ -182,7 +187,7 @@ func (r *Router[T]) lockOpen(room bool, done <-chan struct{}) (now int64, err er
 		r.unlockAndDeliver()
 		return 0, ErrClosed
 	}
-	if room {
+	if room && r.backlogFull() { // inlined: the common call has no hook, or room
 		if err := r.awaitRoom(done); err != nil {
 			r.unlockAndDeliver()
 			return 0, err
@@ -207,7 +212,7 @@ func (r *Router[T]) lockOpen(room bool, done <-chan struct{}) (now int64, err er
 func (r *Router[T]) settleNow() int64 {
 	for {
 		now := r.now()
-		if r.phase == phaseClosed || !r.settle(now, reapBatch) {
+		if r.phase == phaseClosed || now < r.due || !r.settle(now, reapBatch) { // now < r.due: settle's fast path, without the call
 			return now
 		}
 		r.unlockAndDeliver()
@@ -266,7 +271,7 @@ func (r *Router[T]) enqueue(id string, payload T, kind uint16, opts []EnqueueOpt
 		return err
 	}
 	spec.kind = kind
-	j, grow := new(job[T]), r.prealloc() // before the lock (reserve.go)
+	grow := r.prealloc() // before the lock, with Enqueue's job records (reserve.go)
 	now, err := r.lockOpen(true, done)
 	if err != nil {
 		return err
@@ -282,7 +287,7 @@ func (r *Router[T]) enqueue(id string, payload T, kind uint16, opts []EnqueueOpt
 		r.unlockAndDeliver()
 		return fmt.Errorf("%w: %d unfinished jobs", ErrFull, c)
 	}
-	r.insert(id, payload, &spec, pos, now, j)
+	r.insert(id, payload, &spec, pos, now, r.newRecord())
 	r.noteWants()
 	r.unlockAndDeliver()
 	return nil

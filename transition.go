@@ -364,8 +364,9 @@ func (r *Router[T]) noteIdle() {
 }
 
 // forget clears what a record no longer in the router carried: a stale
-// Lease still points at it (to be refused), and a batch's block of
-// records lives while any of them does, so neither may keep it.
+// Lease still points at it (to be refused), and a block of records
+// (a batch's, or Enqueue's: reserve.go) lives while any of them does,
+// so neither may keep it.
 func (r *Router[T]) forget(j *job[T]) {
 	var zero T
 	j.id, j.payload, j.progress, j.fails = "", zero, nil, nil
@@ -417,8 +418,9 @@ func (r *Router[T]) setState(j *job[T], s State) {
 
 // insert stores a new job at pos (from a Find that found nothing, with no
 // change since) and makes it pending, or scheduled until its run-at. The
-// record is j if not nil (EnqueueMany's, allocated in blocks: batch.go),
-// else a new one. The caller holds r.mu and has settled at now.
+// record is j if not nil (zero, from a block of records: Enqueue's,
+// reserve.go, or EnqueueMany's, batch.go), else a new one. The caller
+// holds r.mu and has settled at now.
 func (r *Router[T]) insert(id string, payload T, s *enqueueSpec, pos int, now int64, j *job[T]) {
 	at := now
 	if s.Delay != 0 {
@@ -435,10 +437,24 @@ func (r *Router[T]) insert(id string, payload T, s *enqueueSpec, pos int, now in
 	j.id, j.payload, j.priority, j.maxAttempts = id, payload, s.Priority, int32(s.MaxAttempts)
 	j.hash, j.seq, j.created, j.updated, j.heapIndex, j.timeout = s.hash, r.seq, now, now, -1, s.Timeout
 	j.meta, j.kind = s.Metadata, s.kind
-	j.state = stateNew
 	r.jobs.Insert(j, s.hash, pos)
-	j.orderChunk = r.order.Append(j, j.seq, uint8(stateNew))
 	r.stats.Enqueued++
+	if at <= now {
+		// Ready at once, the common Enqueue: the job is born pending
+		// (makeReady's work without setState's move from stateNew, whose
+		// checks concern a lease ending or the last unfinished job).
+		j.state, j.at = StatePending, now
+		j.orderChunk = r.order.Append(j, j.seq, uint8(StatePending))
+		r.counts[StatePending]++
+		r.emit(EventEnqueued, now, j, nil, 0, nil)
+		r.ready.Push(j)
+		if !r.paused { // else Resume wakes them
+			r.wakeOne()
+		}
+		return
+	}
+	j.state = stateNew
+	j.orderChunk = r.order.Append(j, j.seq, uint8(stateNew))
 	r.emit(EventEnqueued, now, j, nil, 0, nil)
 	r.schedule(j, at, now)
 }

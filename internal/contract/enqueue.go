@@ -212,20 +212,54 @@ func ValidateWorkerID(errInvalid error, id string) error {
 }
 
 // PlainID reports whether s is at most MaxIDBytes of ASCII without NUL:
-// the common ID, which passes the rule after one comparison per byte
-// (Enqueue and TryAcquire pay this on every call, so it is small enough
-// to be inlined). False says nothing: NameProblem tells.
+// the common ID, which passes the rule without the UTF-8 decoder
+// (Enqueue and TryAcquire pay this on every call). False says nothing:
+// NameProblem tells.
 func PlainID(s string) bool {
-	if len(s) > MaxIDBytes {
+	n := len(s)
+	switch {
+	case n > MaxIDBytes:
 		return false
+	case n >= 8:
+		// Eight bytes a step, the last step overlapping the one before
+		// it, so no byte is left for a loop of its own.
+		for i := 0; i < n-8; i += 8 {
+			if !plain8(s[i : i+8]) {
+				return false
+			}
+		}
+		return plain8(s[n-8:])
+	case n >= 4:
+		return plain4(s[:4]) && plain4(s[n-4:])
 	}
-	for i := 0; i < len(s); i++ {
+	for i := 0; i < n; i++ {
 		// NUL wraps around to 0xff; 0x80 and above stay at 0x7f or above.
 		if s[i]-1 >= utf8.RuneSelf-1 {
 			return false
 		}
 	}
 	return true
+}
+
+// plain8 reports whether the first 8 bytes of s are ASCII without NUL.
+// Per byte b (little-endian word w): b-1 sets the byte's top bit for a
+// NUL, b itself for 0x80 and above, and for any other byte neither sets
+// it nor borrows from the next byte (a borrow starts only at a NUL,
+// which already fails the word).
+func plain8(s string) bool {
+	const ones, tops = 0x0101010101010101, 0x8080808080808080
+	_ = s[7] // one bounds check; the compiler makes the eight loads one
+	w := uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+	return ((w-ones)|w)&tops == 0
+}
+
+// plain4 is plain8 for the first 4 bytes of s.
+func plain4(s string) bool {
+	const ones, tops = 0x01010101, 0x80808080
+	_ = s[3]
+	w := uint32(s[0]) | uint32(s[1])<<8 | uint32(s[2])<<16 | uint32(s[3])<<24
+	return ((w-ones)|w)&tops == 0
 }
 
 // NameProblem says what breaks the rule for IDs and names in s — valid

@@ -54,6 +54,32 @@ func TestReadEnqueueOptions(t *testing.T) {
 // 0x01-0x7f pass, NUL and every byte 0x80-0xff (alone, never valid UTF-8)
 // are refused with the problem named; a long ASCII ID and a multi-byte
 // rune take the slow path and pass, as does the longest ID.
+// TestPlainIDFindsEveryBadByteAtEveryOffset: PlainID, which reads IDs a
+// word at a time, refuses a NUL or a byte of 0x80 and above wherever it
+// stands, in IDs of every length up to two words and at MaxIDBytes, and
+// passes the same IDs without it.
+func TestPlainIDFindsEveryBadByteAtEveryOffset(t *testing.T) {
+	lengths := []int{MaxIDBytes - 1, MaxIDBytes}
+	for n := 1; n <= 17; n++ {
+		lengths = append(lengths, n)
+	}
+	for _, n := range lengths {
+		id := []byte(strings.Repeat("\x7f", n)) // ASCII's edge: 0x7f passes, 0x80 not
+		require.True(t, PlainID(string(id)), "length %d", n)
+		for at := range n {
+			for _, b := range []byte{0, 0x80, 0xff, 0xc3} {
+				id[at] = b
+				require.False(t, PlainID(string(id)), "length %d, byte %#x at %d", n, b, at)
+			}
+			id[at] = 0x01 // the other edge: 0x01 passes, 0x00 not
+			require.True(t, PlainID(string(id)), "length %d, 0x01 at %d", n, at)
+			id[at] = 0x7f
+		}
+	}
+	require.False(t, PlainID(strings.Repeat("a", MaxIDBytes+1)))
+	require.True(t, PlainID(""))
+}
+
 func TestValidateIDEveryByte(t *testing.T) {
 	for b := range 256 {
 		id := "id" + string([]byte{byte(b)}) + "x"

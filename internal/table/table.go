@@ -39,6 +39,7 @@ package table
 import (
 	"hash/maphash"
 	"iter"
+	"math/rand/v2"
 )
 
 // segSlots is the most slots a segment has (64 KiB of slots): it bounds
@@ -87,7 +88,7 @@ type Table[V any] struct {
 	lone  []slot[V]
 	moved int         // elements moved by doublings, splits, merges and shrinks since New (for tests)
 	spare *Segment[V] // an empty full-size segment for the next split: given, or emptied by a merge
-	seed  maphash.Seed
+	seeds seeds
 	key   func(*V) string
 }
 
@@ -126,12 +127,17 @@ type slot[V any] struct {
 // New returns an empty Table; key gives an element's key.
 func New[V any](key func(*V) string) *Table[V] {
 	seg := &Segment[V]{slots: make([]slot[V], minSlots)}
-	return &Table[V]{dir: []entry[V]{{seg: seg}}, shift: 64, deep: 1, lone: seg.slots, seed: maphash.MakeSeed(), key: key}
+	return &Table[V]{
+		dir: []entry[V]{{seg: seg}}, shift: 64, deep: 1, lone: seg.slots, key: key,
+		seeds: seeds{long: maphash.MakeSeed(), short: [3]uint64{rand.Uint64(), rand.Uint64(), rand.Uint64()}},
+	}
 }
 
 // Hash returns the hash of key, for Find, Insert and Delete. It reads only
-// the seed, fixed at New, so it is safe without the table's guard.
-func (t *Table[V]) Hash(key string) uint64 { return maphash.String(t.seed, key) }
+// the seeds, fixed at New, so it is safe without the table's guard. Both
+// of its hashes (seeds.hash) are seeded at random per table, so no one can
+// choose keys that collide in a table they cannot see.
+func (t *Table[V]) Hash(key string) uint64 { return t.seeds.hash(key) }
 
 // Len returns the number of elements.
 func (t *Table[V]) Len() int { return t.n }

@@ -166,7 +166,7 @@ func AtBatchIndex(err error, i int) error { return fmt.Errorf("%w (batch index %
 // ValidateID is leaserouter.ValidateID, its error wrapping errInvalidJob:
 // nil for a valid job ID (not empty, and the rule of NameProblem with
 // MaxIDBytes), else an error naming the first problem. The common ID
-// (plain ASCII) costs one comparison per byte.
+// (plain ASCII) is checked a word (8 bytes) at a time.
 func ValidateID(errInvalidJob error, id string) error {
 	if id != "" && PlainID(id) {
 		return nil

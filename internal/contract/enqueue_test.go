@@ -49,11 +49,6 @@ func TestReadEnqueueOptions(t *testing.T) {
 	}
 }
 
-// TestValidateIDEveryByte: the rule for IDs at each single byte, so the
-// fast path for ASCII (one comparison per byte) is checked at its edges:
-// 0x01-0x7f pass, NUL and every byte 0x80-0xff (alone, never valid UTF-8)
-// are refused with the problem named; a long ASCII ID and a multi-byte
-// rune take the slow path and pass, as does the longest ID.
 // TestPlainIDFindsEveryBadByteAtEveryOffset: PlainID, which reads IDs a
 // word at a time, refuses a NUL or a byte of 0x80 and above wherever it
 // stands, in IDs of every length up to two words and at MaxIDBytes, and
@@ -80,6 +75,11 @@ func TestPlainIDFindsEveryBadByteAtEveryOffset(t *testing.T) {
 	require.True(t, PlainID(""))
 }
 
+// TestValidateIDEveryByte: the rule for IDs at each single byte, so the
+// fast path for plain ASCII IDs (read a word at a time) is checked at its edges:
+// 0x01-0x7f pass, NUL and every byte 0x80-0xff (alone, never valid UTF-8)
+// are refused with the problem named; a long ASCII ID and a multi-byte
+// rune take the slow path and pass, as does the longest ID.
 func TestValidateIDEveryByte(t *testing.T) {
 	for b := range 256 {
 		id := "id" + string([]byte{byte(b)}) + "x"

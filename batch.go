@@ -51,8 +51,10 @@ func (r *Router[T]) enqueueMany(jobs []JobSpec[T], kind uint16, done <-chan stru
 	if len(jobs) == 0 {
 		return nil, nil
 	}
-	// The batch's records, allocated before taking the lock.
+	// The batch's records, allocated before taking the lock; a job with
+	// metadata has one of its own (ownRecords).
 	records := makeBlocks[job[T]](len(jobs))
+	own := ownRecords[T](specs)
 	growth := r.prealloc() // the same, for the index and the ready queue (reserve.go)
 	now, err := r.lockOpen(true, done)
 	if err != nil {
@@ -75,7 +77,11 @@ func (r *Router[T]) enqueueMany(jobs []JobSpec[T], kind uint16, done <-chan stru
 			r.duplicate(id, specs[i].kind, known, now)
 			continue
 		}
-		r.insert(id, jobs[i].Payload, &specs[i], pos, now, records.at(i))
+		rec := records.at(i)
+		if own != nil && own[i] != nil {
+			rec = own[i]
+		}
+		r.insert(id, jobs[i].Payload, &specs[i], pos, now, rec)
 	}
 	r.noteWants()
 	r.unlockAndDeliver()
@@ -91,6 +97,24 @@ func (r *Router[T]) enqueueMany(jobs []JobSpec[T], kind uint16, done <-chan stru
 // 256th job lives on gives back all but a few percent of its memory (see
 // TestMemoryReturnsAfterBatchedBurst).
 const allocBlock = 8
+
+// ownRecords returns, for a batch with metadata, a record of its own for
+// each job that has some (nil for the others), nil for a batch without.
+// forget clears a purged record but keeps its metadata (a stale Lease may
+// still read it, without the lock), so a record in a block would let any
+// survivor of the block keep its dead neighbours' metadata maps.
+func ownRecords[T any](specs []enqueueSpec) []*job[T] {
+	var own []*job[T]
+	for i := range specs {
+		if specs[i].Metadata != nil {
+			if own == nil {
+				own = make([]*job[T], len(specs))
+			}
+			own[i] = new(job[T])
+		}
+	}
+	return own
+}
 
 // blocks holds n values in blocks of allocBlock.
 type blocks[E any] [][]E

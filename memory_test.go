@@ -167,3 +167,57 @@ func TestMemoryFlatUnderRetryChurn(t *testing.T) {
 	require.NoError(t, r.Audit())
 	runtime.KeepAlive(r)
 }
+
+// TestMemoryReturnsWhenPurgedJobsHadMetadata: single Enqueues and
+// batches whose every 7th job lives on (an hour ahead), each job with
+// about 1 KiB of metadata. Once the others are done and purged, the heap
+// holds about a seventh of its peak: a purged record keeps its metadata
+// (a stale Lease may read it), so a record sharing a block of records
+// with a survivor would keep its map alive.
+func TestMemoryReturnsWhenPurgedJobsHadMetadata(t *testing.T) {
+	const n, every = 70_000, 7
+	meta := func(i int) map[string]string {
+		md := map[string]string{}
+		for k := range 4 { // fresh strings: the job's metadata is its own
+			md["k"+strconv.Itoa(k)] = strings.Repeat(strconv.Itoa(i%10), 250)[:249] + strconv.Itoa(k)
+		}
+		return md
+	}
+	for _, batch := range []bool{false, true} {
+		t.Run("EnqueueMany="+strconv.FormatBool(batch), func(t *testing.T) {
+			base := heapInUse()
+			r, err := leaserouter.New[int](leaserouter.Options{Retention: -1})
+			require.NoError(t, err)
+			defer r.Close(t.Context())
+			var specs []leaserouter.JobSpec[int]
+			for i := range n {
+				opts := []leaserouter.EnqueueOption{leaserouter.WithMetadata(meta(i))}
+				if i%every == 0 {
+					opts = append(opts, leaserouter.WithDelay(time.Hour))
+				}
+				if !batch {
+					require.NoError(t, r.Enqueue("j"+strconv.Itoa(i), i, opts...))
+					continue
+				}
+				specs = append(specs, leaserouter.JobSpec[int]{ID: "j" + strconv.Itoa(i), Payload: i, Options: opts})
+				if len(specs) == 256 || i == n-1 {
+					_, err := r.EnqueueMany(specs)
+					require.NoError(t, err)
+					specs = specs[:0]
+				}
+			}
+			specs = nil
+			peak := heapInUse() - base
+			for range n - (n+every-1)/every {
+				l, err := r.TryAcquire("w")
+				require.NoError(t, err)
+				require.NoError(t, l.Complete())
+			}
+			after := max(heapInUse(), base) - base
+			t.Logf("peak %d KiB, after %d KiB (%.1f%%)", peak>>10, after>>10, 100*float64(after)/float64(peak))
+			require.Equal(t, (n+every-1)/every, r.Stats().Scheduled)
+			require.Less(t, after, peak/4, "heap after the burst: %d of %d bytes", after, peak)
+			runtime.KeepAlive(r)
+		})
+	}
+}

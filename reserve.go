@@ -78,6 +78,12 @@ func (r *Router[T]) stock(m growthMem[T]) {
 	if m.records != nil && r.recBlock == nil {
 		r.recBlock = m.records
 	}
+	if m.segment != nil || m.chunk != nil || m.records != nil {
+		// The word asked for these: take it back now, or every call
+		// refused before its noteWants (a duplicate, ErrFull) would
+		// allocate them again, to be dropped.
+		r.noteWants()
+	}
 }
 
 // recordBlock is how many job records an Enqueue block holds. Blocks

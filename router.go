@@ -272,6 +272,10 @@ func (r *Router[T]) enqueue(id string, payload T, kind uint16, opts []EnqueueOpt
 	}
 	spec.kind = kind
 	grow := r.prealloc() // before the lock, with Enqueue's job records (reserve.go)
+	var own *job[T]
+	if spec.Metadata != nil {
+		own = new(job[T]) // a record of its own: see ownRecords (batch.go)
+	}
 	now, err := r.lockOpen(true, done)
 	if err != nil {
 		return err
@@ -287,7 +291,10 @@ func (r *Router[T]) enqueue(id string, payload T, kind uint16, opts []EnqueueOpt
 		r.unlockAndDeliver()
 		return fmt.Errorf("%w: %d unfinished jobs", ErrFull, c)
 	}
-	r.insert(id, payload, &spec, pos, now, r.newRecord())
+	if own == nil {
+		own = r.newRecord()
+	}
+	r.insert(id, payload, &spec, pos, now, own)
 	r.noteWants()
 	r.unlockAndDeliver()
 	return nil

@@ -10,6 +10,15 @@
 -- statement whose reply was lost) too, with the instant it ended, so a
 -- retry of an unknown outcome is not a refusal.
 --
+-- The waiting form's lock is not redundant with the update's own: an
+-- UPDATE that waits for a row another transaction only locked (no
+-- change) goes on with the WHERE it evaluated before the wait, so a lease
+-- that expired meanwhile would be ended (PostgreSQL rechecks only a row
+-- changed meanwhile). Nor would dropping it write less WAL: the table's
+-- BEFORE UPDATE triggers (migrations 0014 and 0019) lock each row an
+-- UPDATE changes, with a lock record, unless the transaction holds the
+-- row's lock already.
+--
 -- {lock} is the row lock, rendered twice (lockForms in statements.go):
 -- FOR UPDATE, which waits for a row another transaction holds, and FOR
 -- UPDATE SKIP LOCKED, which a heartbeat round sends on the connection

@@ -282,9 +282,9 @@
 // leaserouter_fences, leaserouter_abandoned_claims (claims and lease
 // operations resolved by their client, kept a day: see Faults),
 // leaserouter_ended (schema version 20: the leases each of Run's
-// completions at Retention < 0 ended by deleting their rows, kept a day,
-// so that a completion whose reply was lost learns from its retry that
-// it completed) and
+// completions at Retention < 0 ended by deleting their rows, kept ten
+// minutes, so that a completion whose reply was lost learns from its
+// retry that it completed) and
 // leaserouter_queues (paused queues), leaserouter_history (History's
 // per-minute counts of each process), leaserouter_periodic (each periodic
 // job's first registration and last tick taken) and

@@ -12,6 +12,7 @@ import (
 
 	"github.com/leaserouter/leaserouter"
 	"github.com/leaserouter/leaserouter/pgrouter"
+	"github.com/leaserouter/leaserouter/pgrouter/pgtest"
 )
 
 // TestRefusalReasonAfterLockWait: an operation that waited for the row
@@ -145,4 +146,23 @@ func TestCompletionRetryFindsTheRowItsLostReplyDeleted(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, st.Purged)
 	require.EqualValues(t, 1, st.StaleRejections)
+}
+
+// The maintenance round's purge of marks also deletes the records of
+// completions that deleted their rows, once older than the keep it is
+// given, and keeps the younger ones.
+func TestEndedRecordsPurgedAfterTheirKeep(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := t.Context()
+	_, err := db.Exec(ctx, `INSERT INTO leaserouter_ended (op, at, tokens, ats) VALUES
+		(1, clock_timestamp() - interval '11 minutes', '{1}', ARRAY[clock_timestamp()]),
+		(2, clock_timestamp() - interval '9 minutes', '{2}', ARRAY[clock_timestamp()])`)
+	require.NoError(t, err)
+	sql, names := pgrouter.Statement("purge_abandoned")
+	_, err = db.Exec(ctx, sql, bindPositional(names, map[string]any{"keep_us": int64(24 * time.Hour / time.Microsecond),
+		"ended_keep_us": int64(10 * time.Minute / time.Microsecond)})...)
+	require.NoError(t, err)
+	var left []int64
+	require.NoError(t, db.QueryRow(ctx, `SELECT array_agg(op ORDER BY op) FROM leaserouter_ended`).Scan(&left))
+	require.Equal(t, []int64{2}, left)
 }

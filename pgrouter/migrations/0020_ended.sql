@@ -11,8 +11,7 @@
 -- the instant, and each lease it ended (token, ended instant; tokens are
 -- unique over the database). A retry names the ids of its earlier
 -- statements whose outcome it did not see, and reads their records. Kept
--- a day, as the abandoned claim marks (the maintenance loop deletes
--- older rows).
+-- ten minutes (the maintenance loop deletes older rows).
 CREATE TABLE IF NOT EXISTS /*schema*/leaserouter_ended (
 	op     bigint        PRIMARY KEY,
 	at     timestamptz   NOT NULL,

@@ -79,7 +79,8 @@ var probeArgs = map[string]string{
 	"reason":       "'completed'",
 	"accept_ended": "true", // as Run's completions
 	"retention_us": "keep_us",
-	"limit":        "1000", // settleLimit
+	"op":           "claim_id", // leases_end.sql's statement id: one per round, as Run's per statement
+	"limit":        "1000",     // settleLimit
 }
 
 // probeRoundTrip names the statements of the procedure's round trip, in

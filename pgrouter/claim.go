@@ -170,12 +170,18 @@ func (r *Router[T]) claim(ctx context.Context, call, workerID string, n int, wit
 	}
 	id := newClaimID()
 	sent := time.Now() // after the wait for a connection: "proven until" counts from here
-	res := conn.SendBatch(ctx, r.claimBatch(id, done, workerID, n, withDue))
-	c, err := r.readClaim(res, workerID, sent, len(done) > 0, withDue)
+	var end args
+	if len(done) > 0 {
+		end = r.endManyArgs(done, leaserouter.LostCompleted, true)
+	}
+	ops := endOpsOf(done)
+	res := conn.SendBatch(ctx, r.claimBatch(id, done, end, ops, workerID, n, withDue))
+	c, err := r.readClaim(res, workerID, sent, done, ops, withDue)
 	if cerr := res.Close(); err == nil { // the commit of the batch's implicit transaction
 		err = cerr
 	}
 	if err != nil {
+		r.endUnknown(done, end)
 		release()
 		if unknownOutcome(err) {
 			r.resolveClaim(id)
@@ -211,14 +217,20 @@ func (r *Router[T]) claim(ctx context.Context, call, workerID string, n int, wit
 const claimMax = leaserouter.MaxBatch
 
 // claimBatch is a claim's one round trip: its advisory lock on the claim
-// id, the completion of done (Run's finished leases), a settling round,
-// the claim of up to n jobs, and, withDue, the next due instant.
-func (r *Router[T]) claimBatch(id int64, done []*Lease[T], workerID string, n int, withDue bool) *pgx.Batch {
+// id, the completion of done (Run's finished leases, with end, their
+// endManyArgs) and, if some earlier completion of theirs deleted rows
+// with an unknown outcome (ops, endOpsOf), the read of its records, a
+// settling round, the claim of up to n jobs, and, withDue, the next due
+// instant.
+func (r *Router[T]) claimBatch(id int64, done []*Lease[T], end args, ops []int64, workerID string, n int, withDue bool) *pgx.Batch {
 	q := r.opts.Queue
 	b := &pgx.Batch{}
 	b.Queue(r.st.claimLock, args{"id": id})
 	if len(done) > 0 {
-		b.Queue(r.st.endLeases, r.endManyArgs(done, leaserouter.LostCompleted, true))
+		b.Queue(r.st.endLeases, end)
+		if len(ops) > 0 {
+			b.Queue(r.st.leasesEnded, args{"ops": ops})
+		}
 	}
 	r.queueSettle(b)
 	kinds := r.claimKinds()
@@ -306,15 +318,22 @@ type claimed[T any] struct {
 }
 
 // readClaim reads the results of claim's batch, sent at sent.
-func (r *Router[T]) readClaim(res pgx.BatchResults, workerID string, sent time.Time, withDone, withDue bool) (claimed[T], error) {
+func (r *Router[T]) readClaim(res pgx.BatchResults, workerID string, sent time.Time, done []*Lease[T], ops []int64, withDue bool) (claimed[T], error) {
 	c := claimed[T]{badPayload: map[*Lease[T]]error{}}
 	if _, err := res.Exec(); err != nil { // r.st.claimLock
 		return c, err
 	}
 	var err error
-	if withDone {
+	if len(done) > 0 {
 		if c.completed, err = readEnded(res.Query()); err != nil {
 			return c, err
+		}
+		if len(ops) > 0 {
+			at, err := readEndedBy(res.Query())
+			if err != nil {
+				return c, err
+			}
+			endedBy(done, c.completed, at)
 		}
 	}
 	if c.settled, err = readSettle(res); err != nil {

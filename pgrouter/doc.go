@@ -50,10 +50,10 @@
 //     Router's own since New (other processes' calls are not in them).
 //     Purged counts the rows of finished jobs this Router deleted (its
 //     maintenance loop, at most a PollInterval after their retention
-//     ended) or replaced (an Enqueue of the same ID): a job dropped at
-//     once (Retention < 0) is invisible at once but counted, and its
-//     purged event emitted, when its row goes, by the process that
-//     removes it.
+//     ended; Run's completions at Retention < 0, at once) or replaced (an
+//     Enqueue of the same ID): a job dropped at once (Retention < 0) is
+//     invisible at once but counted, and its purged event emitted, when
+//     its row goes, by the process that removes it.
 //   - Capacity is not offered: the table is the queue.
 //   - TryAcquireMany and AcquireMany lease at most leaserouter.MaxBatch
 //     (1024) jobs a call, whatever max asks; the core leases up to max.
@@ -280,7 +280,11 @@
 // column the job's WithTimeout, read only where timeout_of, set with it,
 // is the row's created_at),
 // leaserouter_fences, leaserouter_abandoned_claims (claims and lease
-// operations resolved by their client, kept a day: see Faults) and
+// operations resolved by their client, kept a day: see Faults),
+// leaserouter_ended (schema version 20: the leases each of Run's
+// completions at Retention < 0 ended by deleting their rows, kept ten
+// minutes, so that a completion whose reply was lost learns from its
+// retry that it completed) and
 // leaserouter_queues (paused queues), leaserouter_history (History's
 // per-minute counts of each process), leaserouter_periodic (each periodic
 // job's first registration and last tick taken) and

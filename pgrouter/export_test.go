@@ -127,3 +127,13 @@ func StateLabel(s leaserouter.State) string { return dbState(s) }
 // MigrateLocks are Migrate's advisory lock keys for schema (its
 // transactions', its session's).
 func MigrateLocks(schema string) (xact, session int64) { return migrateLocks(schema) }
+
+// CompleteAllAfterLostReply completes ls with Run's completion statement
+// (leases_end.sql, waiting for rows), as Run retries them after an
+// earlier completion of theirs, with statement id op, whose reply was
+// lost; it reports whether the statement ran.
+func CompleteAllAfterLostReply[T any](ctx context.Context, r *Router[T], ls []*Lease[T], op int64) bool {
+	r.endUnknown(ls, args{"op": op})
+	_, ok := r.completeAll(ctx, r.db, ls, false)
+	return ok
+}

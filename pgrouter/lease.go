@@ -47,6 +47,7 @@ type Lease[T any] struct {
 	txXid  uint64    // txDone: the full ID of the (sub)transaction that wrote the completion (see pending)
 	txAt   time.Time // txDone: the database's instant of that completion
 	cut    []int64   // ids of this lease's operations whose outcome is unknown and not yet resolved (see outcome.go)
+	endOps []int64   // ids of the completions of this lease by leases_end.sql whose outcome is unknown (see endedBy)
 
 	granted  time.Time         // the database's instant of the grant
 	wait     time.Duration     // how long the job was ready before this lease (Event.Wait)
@@ -353,8 +354,18 @@ func (r *Router[T]) completeAll(ctx context.Context, q querier, ls []*Lease[T], 
 	if skip {
 		stmt = r.st.endLeasesSkipping
 	}
-	done, err := readEnded(q.Query(ctx, stmt, r.endManyArgs(ls, leaserouter.LostCompleted, true)))
+	a := r.endManyArgs(ls, leaserouter.LostCompleted, true)
+	done, err := readEnded(q.Query(ctx, stmt, a))
+	if ops := endOpsOf(ls); err == nil && len(ops) > 0 {
+		// A statement of its own, as of after the rows were locked: one
+		// that held a row until it committed its deletion shows it.
+		var at map[leaserouter.Token]time.Time
+		if at, err = readEndedBy(q.Query(ctx, r.st.leasesEnded, args{"ops": ops})); err == nil {
+			endedBy(ls, done, at)
+		}
+	}
 	if err != nil {
+		r.endUnknown(ls, a)
 		return nil, false
 	}
 	if skip {

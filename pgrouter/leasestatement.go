@@ -71,17 +71,82 @@ func (l *Lease[T]) endArgs(reason leaserouter.LostReason) args {
 
 // endManyArgs are leases_end.sql's arguments ending ls for reason;
 // acceptEnded counts a lease ended for reason already as ended now (a
-// retry of a statement whose reply was lost).
+// retry of a statement whose reply was lost). The statement's id (op) is
+// a random one: a completion at a Retention below zero deletes its rows
+// and records their leases under it (see endedBy).
 func (r *Router[T]) endManyArgs(ls []*Lease[T], reason leaserouter.LostReason, acceptEnded bool) args {
 	ids, tokens := leaseKeys(ls)
 	return args{"queue": r.opts.Queue, "ids": ids, "tokens": tokens, "reason": string(reason),
-		"retention_us": r.keep, "accept_ended": acceptEnded}
+		"retention_us": r.keep, "accept_ended": acceptEnded, "op": newClaimID()}
 }
 
-// ended is a lease a leases_end.sql ended: the state it left, the instant.
+// ended is a lease a leases_end.sql ended: the state it left, the
+// instant, and whether the job's row is gone (a completion at a
+// Retention below zero deletes it).
 type ended struct {
 	state string
 	at    time.Time
+	gone  bool
+}
+
+// endUnknown keeps, on each of ls, the id of a leases_end.sql
+// completing them whose outcome is unknown (a of endManyArgs), for their
+// next completion (endedBy). Only a completion that may delete rows
+// needs it (r.keep 0: a Retention below zero).
+func (r *Router[T]) endUnknown(ls []*Lease[T], a args) {
+	if r.keep != 0 {
+		return
+	}
+	for _, l := range ls {
+		l.mu.Lock()
+		l.endOps = append(l.endOps, a["op"].(int64))
+		l.mu.Unlock()
+	}
+}
+
+// endOpsOf returns the ids of the earlier completions of ls whose
+// outcome is unknown (endUnknown), nil if none.
+func endOpsOf[T any](ls []*Lease[T]) []int64 {
+	var ops []int64
+	for _, l := range ls {
+		l.mu.Lock()
+		ops = append(ops, l.endOps...)
+		l.mu.Unlock()
+	}
+	return ops
+}
+
+// readEndedBy reads the rows of leases_ended.sql (sent after a retry's
+// leases_end.sql, in its transaction or after it: the earlier
+// completions ops, endOpsOf, that deleted rows): each lease they ended,
+// by token, with its instant.
+func readEndedBy(rows pgx.Rows, err error) (map[leaserouter.Token]time.Time, error) {
+	if err != nil {
+		return nil, err
+	}
+	at := map[leaserouter.Token]time.Time{}
+	for rows.Next() {
+		var token int64
+		var t time.Time
+		if err := rows.Scan(&token, &t); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		at[leaserouter.Token(token)] = t
+	}
+	return at, rows.Err()
+}
+
+// endedBy adds to done the leases of ls that earlier completions ended
+// by deleting their rows (at, from readEndedBy): with no row left, the
+// retry itself cannot see them ended. Tokens are unique over the
+// database, so a token recorded is this lease's.
+func endedBy[T any](ls []*Lease[T], done map[leaseKey]ended, at map[leaserouter.Token]time.Time) {
+	for _, l := range ls {
+		if t, ok := at[l.Token]; ok {
+			done[keyOf(l)] = ended{state: dbState(leaserouter.StateSucceeded), at: t, gone: true}
+		}
+	}
 }
 
 // readEnded reads the rows of a leases_end.sql, by lease.
@@ -94,7 +159,7 @@ func readEnded(rows pgx.Rows, err error) (map[leaseKey]ended, error) {
 		var k leaseKey
 		var token int64
 		var e ended
-		if err := rows.Scan(&k.id, &token, &e.state, &e.at); err != nil {
+		if err := rows.Scan(&k.id, &token, &e.state, &e.at, &e.gone); err != nil {
 			rows.Close()
 			return nil, err
 		}
@@ -301,10 +366,20 @@ func readInstants(rows pgx.Rows, err error) (map[leaseKey]time.Time, error) {
 func (r *Router[T]) completedMany(ls []*Lease[T], done map[leaseKey]ended) {
 	var evs []leaserouter.Event
 	now := time.Now()
+	gone := 0
+	for _, e := range done {
+		if e.gone {
+			gone++
+		}
+	}
 	if r.ev != nil {
 		for _, l := range ls {
 			if e, ok := done[keyOf(l)]; ok {
 				evs = append(evs, l.event(leaserouter.EventCompleted, e.at))
+				if e.gone { // deleted with its completion (Retention < 0): purged at once, as the purge reports it
+					evs = append(evs, leaserouter.Event{Kind: leaserouter.EventPurged, Time: e.at, JobID: l.JobID,
+						Token: l.Token, Attempt: l.Attempt})
+				}
 			} else {
 				e := l.event(leaserouter.EventStaleRejected, now)
 				e.Held, e.Err = 0, leaserouter.ErrLeaseLost
@@ -316,6 +391,7 @@ func (r *Router[T]) completedMany(ls []*Lease[T], done map[leaseKey]ended) {
 	}
 	r.mu.Lock()
 	r.stats.StaleRejections += uint64(len(ls) - len(done))
+	r.stats.Purged += uint64(gone)
 	r.mu.Unlock()
 	r.emit(evs...)
 	for _, l := range ls {

@@ -70,8 +70,9 @@ type Options struct {
 	Backoff func(attempt int) time.Duration
 	// Retention is how long finished jobs stay for Get and dedup. Zero
 	// means leaserouter.DefaultRetention (10m); negative means finished
-	// jobs are dropped at once (invisible at once; their rows are deleted
-	// by the next maintenance round, see New).
+	// jobs are dropped at once (invisible at once; the rows of jobs that
+	// Run completes are deleted by the completion itself, the others by
+	// the next maintenance round, see New).
 	Retention time.Duration
 	// TokenFloor: every token issued is greater than it. The token
 	// sequence is shared by every Router of the database; New raises it

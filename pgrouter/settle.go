@@ -115,8 +115,9 @@ func (r *Router[T]) settledOn(ctx context.Context, q querier, s settling) {
 // the next at once. Errors (the database unreachable) wait for the next
 // round.
 // About once a minute it also deletes the abandoned claim marks older
-// than abandonedKeep (see outcome.go) and the records of the queue's
-// periodic ticks older than Retention (periodic_prune.sql).
+// than abandonedKeep (see outcome.go), the records of completions that
+// deleted their rows older than endedKeep (see endedBy), and the records
+// of the queue's periodic ticks older than Retention (periodic_prune.sql).
 func (r *Router[T]) maintain(ctx context.Context) {
 	t := time.NewTicker(r.opts.PollInterval)
 	defer t.Stop()
@@ -136,7 +137,8 @@ func (r *Router[T]) maintain(ctx context.Context) {
 		}
 		_ = r.flushHistory(ctx) // what could not be added waits for the next round
 		if time.Since(marksPurged) >= time.Minute {
-			_, err := r.db.Exec(ctx, r.st.purgeAbandoned, args{"keep_us": abandonedKeep.Microseconds()})
+			_, err := r.db.Exec(ctx, r.st.purgeAbandoned, args{"keep_us": abandonedKeep.Microseconds(),
+				"ended_keep_us": endedKeep.Microseconds()})
 			if err == nil {
 				_, err = r.db.Exec(ctx, r.st.periodicPrune, args{"queue": r.opts.Queue, "retention_us": r.opts.Retention.Microseconds()})
 			}
@@ -182,3 +184,12 @@ func (r *Router[T]) purge(ctx context.Context) (int, error) {
 // abandonedKeep is how long abandoned claim marks are kept: longer than
 // any claim can be delayed in the network or a stalled server.
 const abandonedKeep = 24 * time.Hour
+
+// endedKeep is how long the records of completions that deleted their
+// jobs' rows (Retention < 0) are kept for a retry whose earlier
+// statement's reply was lost: leaserouter.DefaultRetention, as long as a
+// completed job stays by default. Their size grows with the rate of
+// completions (16 bytes a job), so not a day as the marks. A retry later
+// than that finds neither row nor record and reports the lease refused,
+// as a retry after the purge did before completions deleted rows.
+const endedKeep = leaserouter.DefaultRetention

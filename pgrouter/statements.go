@@ -231,6 +231,7 @@ type statements struct {
 	handBackMany         string
 	handBackManySkipping string
 	inspectLeases        string
+	leasesEnded          string
 	writerOf             string
 	txPending            string
 	abandon              string
@@ -301,6 +302,7 @@ func newStatements(schema string) *statements {
 	s.endLeases, s.endLeasesSkipping = s.lockForms("leases_end")
 	s.handBackMany, s.handBackManySkipping = s.lockForms("leases_hand_back")
 	s.inspectLeases = s.statement("leases_inspect")
+	s.leasesEnded = s.statement("leases_ended")
 	s.writerOf = s.statement("writer_of")
 	s.txPending = s.statement("tx_pending")
 

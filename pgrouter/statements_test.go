@@ -384,6 +384,71 @@ func TestBatchEndJudgesTheLockedVersion(t *testing.T) {
 	}
 }
 
+// A batch end judges each lease at the moment it holds the row's lock:
+// one that waited for a row another transaction only locked (SELECT ...
+// FOR UPDATE, no change) until after the lease's expiry refuses it, as
+// a single lease's end does (TestExpiryCheckedAtTheLock). A plain UPDATE
+// without the statement's own lock would not: PostgreSQL rechecks an
+// UPDATE's WHERE after a wait only if the row was changed meanwhile, so
+// the lease would be ended as of the clock read before the wait.
+func TestBatchEndChecksExpiryAtTheLock(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := t.Context()
+	_, err := db.Exec(ctx, `INSERT INTO leaserouter_jobs
+		(queue, id, state, ready_at, max_attempts, payload, created_at, updated_at, token, lease_expires_at, attempt)
+		VALUES ('default', 'j1', 'leased', now(), 25, '1', now(), now(), 1, clock_timestamp() + interval '300 ms', 1)`)
+	require.NoError(t, err)
+	var expiry time.Time
+	require.NoError(t, db.QueryRow(ctx, `SELECT lease_expires_at FROM leaserouter_jobs WHERE id = 'j1'`).Scan(&expiry))
+	locker, err := db.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = locker.Rollback(context.Background()) }()
+	_, err = locker.Exec(ctx, `SELECT FROM leaserouter_jobs WHERE id = 'j1' FOR UPDATE`)
+	require.NoError(t, err)
+
+	ended := make(chan []string, 1)
+	failed := make(chan error, 1)
+	sql, names := pgrouter.Statement("leases_end")
+	go func() {
+		rows, err := db.Query(ctx, sql, bindPositional(names, batchValues([]string{"j1"}, []int64{1}))...)
+		if err != nil {
+			failed <- err
+			return
+		}
+		var got []string
+		for rows.Next() {
+			v, err := rows.Values()
+			if err != nil {
+				failed <- err
+				return
+			}
+			got = append(got, v[0].(string)+" "+v[2].(string))
+		}
+		if err := rows.Err(); err != nil {
+			failed <- err
+			return
+		}
+		ended <- got
+	}()
+	eventually(t, 10*time.Second, "the batch waits for j1's row", func() bool {
+		var waiting bool
+		err := db.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock')`).Scan(&waiting)
+		return err == nil && waiting
+	})
+	awaitDBTime(t, db, expiry)
+	require.NoError(t, locker.Rollback(ctx))
+	select {
+	case err := <-failed:
+		require.NoError(t, err)
+	case got := <-ended:
+		require.Empty(t, got, "j1's lease had expired when the batch got its row")
+	}
+	var state string
+	require.NoError(t, db.QueryRow(ctx, `SELECT state::text FROM leaserouter_jobs WHERE id = 'j1'`).Scan(&state))
+	require.Equal(t, "leased", state, "a refused end changes nothing")
+}
+
 // BenchmarkEndOneLease: the statement cost of ending one lease (a
 // Complete), by the single-lease statement (lease_end.sql, as Complete,
 // Fail and Release run it) and by the batch statement with arrays of one

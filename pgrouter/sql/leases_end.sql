@@ -5,10 +5,27 @@
 -- locked in ID order first (the order every statement locks several rows
 -- in, so two never deadlock); each lease is then checked with its row
 -- locked (leaserouter_lease_valid) and ended, or left as it is. It
--- returns each lease ended: ID, token, the state it left, the instant;
--- with @accept_ended, a lease ended for @reason already (by an earlier
--- statement whose reply was lost) too, with the instant it ended, so a
--- retry of an unknown outcome is not a refusal.
+-- returns each lease ended: ID, token, the state it left, the instant,
+-- whether its row is gone; with @accept_ended, a lease ended for @reason
+-- already (by an earlier statement whose reply was lost) too, with the
+-- instant it ended, so a retry of an unknown outcome is not a refusal.
+--
+-- A completion at a Retention below zero (@retention_us 0) deletes the
+-- job's row instead: the finished job would be purged at once anyway,
+-- and one delete writes less than an update and the purge's lock and
+-- delete. The statement then records, under its id @op, the leases it
+-- ended so (leaserouter_ended, migration 0020): a retry of a completion
+-- whose reply was lost finds no row to accept, and reads the records of
+-- its earlier statements instead (leases_ended.sql).
+--
+-- The waiting form's lock is not redundant with the update's own: an
+-- UPDATE that waits for a row another transaction only locked (no
+-- change) goes on with the WHERE it evaluated before the wait, so a lease
+-- that expired meanwhile would be ended (PostgreSQL rechecks only a row
+-- changed meanwhile). Nor would dropping it write less WAL: the table's
+-- BEFORE UPDATE triggers (migrations 0014 and 0019) lock each row an
+-- UPDATE changes, with a lock record, unless the transaction holds the
+-- row's lock already.
 --
 -- {lock} is the row lock, rendered twice (lockForms in statements.go):
 -- FOR UPDATE, which waits for a row another transaction holds, and FOR
@@ -54,8 +71,18 @@ x AS (
 			(SELECT * FROM /*schema*/leaserouter_end_lease(@reason, j.attempt, j.max_attempts, false, 0,
 				l.now, j.last_error, @retention_us))
 	FROM l
-	WHERE j.queue = @queue AND j.id = l.id AND l.valid
-	RETURNING j.id, j.token, j.state, j.updated_at)
-SELECT id, token, state::text, updated_at FROM x
+	WHERE j.queue = @queue AND j.id = l.id AND l.valid AND NOT (@reason = 'completed' AND @retention_us::bigint = 0)
+	RETURNING j.id, j.token, j.state, j.updated_at),
+d AS (
+	DELETE FROM /*schema*/leaserouter_jobs j
+	USING l
+	WHERE j.queue = @queue AND j.id = l.id AND l.valid AND @reason = 'completed' AND @retention_us::bigint = 0
+	RETURNING j.id, j.token, l.now),
+e AS (
+	INSERT INTO /*schema*/leaserouter_ended (op, at, tokens, ats)
+	SELECT @op::bigint, clock_timestamp(), array_agg(token), array_agg(now) FROM d HAVING count(*) > 0)
+SELECT id, token, state::text, updated_at, false FROM x
 UNION ALL
-SELECT id, held, was::text, at FROM l WHERE accept AND had = held AND was <> 'leased' AND why = @reason
+SELECT id, token, 'succeeded', now, true FROM d
+UNION ALL
+SELECT id, held, was::text, at, false FROM l WHERE accept AND had = held AND was <> 'leased' AND why = @reason

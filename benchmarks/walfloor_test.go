@@ -320,12 +320,14 @@ func floorWorker(ctx context.Context, db *pgxpool.Pool, worker, complete string,
 		return err
 	}
 	defer conn.Close(context.Background())
-	// Index scans only, in the index's order: a young table's statistics
-	// (or none) made the HOT variant's claim a bitmap scan and a sort of
-	// the whole queue, and each statement's plan here is to read what a
-	// floor reads, no more (as pgrouter's plan-shape tests keep its own).
+	// Index scans only: a young table's statistics (or none) made the HOT
+	// variant's claim a bitmap scan and a sort of the whole queue, and
+	// each statement here is to read what a floor reads, no more (as
+	// pgrouter's plan-shape tests keep its own). Sorts stay allowed: the
+	// completion sorts its IDs, and without sorts it walked the whole
+	// primary key in ID order instead.
 	if _, err := conn.Exec(ctx, `SELECT set_config('enable_seqscan', 'off', false),
-		set_config('enable_bitmapscan', 'off', false), set_config('enable_sort', 'off', false)`); err != nil {
+		set_config('enable_bitmapscan', 'off', false)`); err != nil {
 		return err
 	}
 	var ids []string

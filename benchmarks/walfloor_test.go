@@ -67,13 +67,14 @@ type floorVariant struct {
 //   - nolock: rules with the completion a plain UPDATE (or DELETE) of
 //     the rows whose token, state and expiry still match, no lock taken
 //     before it; the claim as it must be (SKIP LOCKED needs its lock).
+//     nolock-ff30: both levers at once, the least design 1 can write.
 //   - hot, hot-ff50: the least a design could write while keeping
 //     expiry findable: the only indexes the primary key and the ready
 //     order over every row (no partial index, no state in any key), so
 //     a claim changes no indexed column (a HOT update, given room on the
 //     page); a claim skips leased rows by a filter on the heap, expired
 //     leases would be found by walking the ready order's leased rows,
-//     and the completion deletes. Not a proposal: each claim walks past
+//     and the completion deletes, with no lock before it. Not a proposal: each claim walks past
 //     every lease in flight ahead of the pending rows, an expiry pass
 //     reads every lease in flight, and finished jobs cannot be kept
 //     (no retention: Retention -1 only).
@@ -86,6 +87,8 @@ var floorVariants = []floorVariant{
 	{name: "rules-ff30/Retention=-1", fillfactor: 30, lockFirst: true, deletes: true},
 	{name: "nolock/Retention=default", fillfactor: 100},
 	{name: "nolock/Retention=-1", fillfactor: 100, deletes: true},
+	{name: "nolock-ff30/Retention=default", fillfactor: 30},
+	{name: "nolock-ff30/Retention=-1", fillfactor: 30, deletes: true},
 	{name: "hot/Retention=-1", fillfactor: 100, hot: true, deletes: true},
 	{name: "hot-ff50/Retention=-1", fillfactor: 50, hot: true, deletes: true},
 }

@@ -137,3 +137,15 @@ func CompleteAllAfterLostReply[T any](ctx context.Context, r *Router[T], ls []*L
 	_, ok := r.completeAll(ctx, r.db, ls, false)
 	return ok
 }
+
+// Querier is what the Router's statements run on (a pool, a connection,
+// a transaction).
+type Querier = querier
+
+// HeartbeatCompleteAfterLostReply completes ls as a heartbeat round does
+// (completeAll with the skipping form, on q), after an earlier completion
+// of theirs, with statement id op, whose reply was lost.
+func HeartbeatCompleteAfterLostReply[T any](ctx context.Context, r *Router[T], q Querier, ls []*Lease[T], op int64) (later []*Lease[T], ok bool) {
+	r.endUnknown(ls, args{"op": op})
+	return r.completeAll(ctx, q, ls, true)
+}

@@ -356,6 +356,12 @@ func (r *Router[T]) completeAll(ctx context.Context, q querier, ls []*Lease[T], 
 	}
 	a := r.endManyArgs(ls, leaserouter.LostCompleted, true)
 	done, err := readEnded(q.Query(ctx, stmt, a))
+	if skip && err == nil {
+		// The rows read first (heldElsewhere's inspect), the records after:
+		// an earlier statement that deleted a row after the read shows in
+		// the records.
+		later, ls = r.heldElsewhere(ctx, q, ls, leaserouter.LostCompleted, func(l *Lease[T]) bool { _, ok := done[keyOf(l)]; return ok })
+	}
 	if ops := endOpsOf(ls); err == nil && len(ops) > 0 {
 		// A statement of its own, as of after the rows were locked: one
 		// that held a row until it committed its deletion shows it.
@@ -365,11 +371,8 @@ func (r *Router[T]) completeAll(ctx context.Context, q querier, ls []*Lease[T], 
 		}
 	}
 	if err != nil {
-		r.endUnknown(ls, a)
+		r.endUnknown(append(ls, later...), a)
 		return nil, false
-	}
-	if skip {
-		later, ls = r.heldElsewhere(ctx, q, ls, leaserouter.LostCompleted, func(l *Lease[T]) bool { _, ok := done[keyOf(l)]; return ok })
 	}
 	r.completedMany(ls, done)
 	return later, true

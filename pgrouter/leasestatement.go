@@ -139,8 +139,9 @@ func readEndedBy(rows pgx.Rows, err error) (map[leaserouter.Token]time.Time, err
 
 // endedBy adds to done the leases of ls that earlier completions ended
 // by deleting their rows (at, from readEndedBy): with no row left, the
-// retry itself cannot see them ended. Tokens are unique over the
-// database, so a token recorded is this lease's.
+// retry itself cannot see them ended. Tokens are unique within the
+// schema (one sequence for every queue), and the records read are the
+// schema's, so a token recorded is this lease's.
 func endedBy[T any](ls []*Lease[T], done map[leaseKey]ended, at map[leaserouter.Token]time.Time) {
 	for _, l := range ls {
 		if t, ok := at[l.Token]; ok {

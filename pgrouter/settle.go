@@ -189,7 +189,8 @@ const abandonedKeep = 24 * time.Hour
 // jobs' rows (Retention < 0) are kept for a retry whose earlier
 // statement's reply was lost: leaserouter.DefaultRetention, as long as a
 // completed job stays by default. Their size grows with the rate of
-// completions (16 bytes a job), so not a day as the marks. A retry later
+// completions (about 20 bytes a job with Run's batches of 64, 140 with
+// batches of one), so not a day as the marks. A retry later
 // than that finds neither row nor record and reports the lease refused,
 // as a retry after the purge did before completions deleted rows.
 const endedKeep = leaserouter.DefaultRetention

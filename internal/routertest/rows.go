@@ -24,7 +24,7 @@ func Rows() []Row {
 		rowExactInstants, rowTokens, rowHeartbeat, rowAttemptsDead, rowFailBackoff, rowPermanent, rowFailCauseReadOnce, rowDedup,
 		rowRetention, rowOrder, rowOrderByReadyTime, rowSerialClaims, rowAcquireBlocks, rowCapacity, rowCancel, rowCancelScheduledNeverReady, rowCloseDrains,
 		rowCloseRevokes, rowCloseRevokesLastAttempt, rowCloseRevokesKeptLeases, rowEvents, rowEventsExpiry, rowRun, rowRunLeaseLost,
-		rowRunEndsOnlyValid, rowKeepAlive, rowBadInput, rowBadInputOneMessage, rowBadOptions,
+		rowRunEndsOnlyValid, rowRunDropsAtOnce, rowKeepAlive, rowBadInput, rowBadInputOneMessage, rowBadOptions,
 	}, slices.Concat(contractRows(), adminRows(), attemptRows(), periodicRows(), eventRows(), metadataRows(), errorsRows())...)
 }
 

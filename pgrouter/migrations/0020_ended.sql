@@ -9,7 +9,7 @@
 
 -- One row per statement that deleted completed jobs: its random id (op),
 -- the instant, and each lease it ended (token, ended instant; tokens are
--- unique over the database). A retry names the ids of its earlier
+-- unique within the schema: one sequence draws them for every queue). A retry names the ids of its earlier
 -- statements whose outcome it did not see, and reads their records. Kept
 -- ten minutes (the maintenance loop deletes older rows).
 CREATE TABLE IF NOT EXISTS /*schema*/leaserouter_ended (
@@ -18,3 +18,8 @@ CREATE TABLE IF NOT EXISTS /*schema*/leaserouter_ended (
 	tokens bigint[]      NOT NULL,
 	ats    timestamptz[] NOT NULL
 );
+
+-- The maintenance loop's purge finds the records past their keep by
+-- their instant, without reading the younger ones (up to ten minutes of
+-- completions).
+CREATE INDEX IF NOT EXISTS leaserouter_ended_at ON /*schema*/leaserouter_ended (at);

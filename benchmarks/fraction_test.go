@@ -35,6 +35,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/leaserouter/leaserouter/internal/cputime"
 	"github.com/leaserouter/leaserouter/pgrouter/pgtest"
 )
 
@@ -86,7 +87,7 @@ func TestBoundFractionRound(t *testing.T) {
 		require.Positive(t, m[s.name+"/bound"], s.name)
 	}
 	require.Equal(t, 1.0, m["bound/bound"])
-	if _, err := serverCPU(pgtest.New(t)); err == nil { // a local cluster, on Linux
+	if _, err := cputime.Server(pgtest.New(t).Config().ConnConfig.Host); err == nil { // a local cluster, on Linux
 		for _, s := range boundSides {
 			require.Contains(t, m, s.name+"-server-CPU-us/job")
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/cputime"
 	"github.com/leaserouter/leaserouter/pgrouter"
 	"github.com/leaserouter/leaserouter/pgrouter/pgtest"
 )
@@ -50,10 +51,13 @@ type drainCPU struct {
 // start and stop bracket the timed part; a server whose CPU cannot be
 // read (not Linux) counts 0, as does the process's where it cannot be
 // (not Unix).
-func (d *drainCPU) start(db *pgxpool.Pool) { d.s0, _ = serverCPU(db); d.p0 = processCPU() }
+func (d *drainCPU) start(db *pgxpool.Pool) {
+	d.s0, _ = cputime.Server(db.Config().ConnConfig.Host)
+	d.p0 = cputime.Process()
+}
 func (d *drainCPU) stop(db *pgxpool.Pool) {
-	s, _ := serverCPU(db)
-	d.server, d.process = s-d.s0, processCPU()-d.p0
+	s, _ := cputime.Server(db.Config().ConnConfig.Host)
+	d.server, d.process = s-d.s0, cputime.Process()-d.p0
 }
 
 // analyzeBeforeTimer analyzes the jobs table once its backlog is in, in

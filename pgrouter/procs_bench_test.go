@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"strconv"
@@ -21,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leaserouter/leaserouter"
+	"github.com/leaserouter/leaserouter/internal/cputime"
 	"github.com/leaserouter/leaserouter/pgrouter"
 	"github.com/leaserouter/leaserouter/pgrouter/pgtest"
 )
@@ -186,7 +186,7 @@ func procsRun(b *testing.B, p, n int, floor bool) procsMeasure {
 		err      error
 	}
 	reports := make(chan report, p)
-	server0, serr := serverCPU(db)
+	server0, serr := cputime.Server(db.Config().ConnConfig.Host)
 	start := time.Now()
 	b.StartTimer()
 	for i, c := range children {
@@ -233,7 +233,7 @@ func procsRun(b *testing.B, p, n int, floor bool) procsMeasure {
 	}
 	elapsed := time.Since(start)
 	b.StopTimer()
-	server1, serr1 := serverCPU(db)
+	server1, serr1 := cputime.Server(db.Config().ConnConfig.Host)
 	if serr == nil {
 		serr = serr1
 	}
@@ -295,60 +295,6 @@ func enqueueKind(b *testing.B, db *pgxpool.Pool, n int) {
 			specs = specs[:0]
 		}
 	}
-}
-
-// serverCPU is the CPU time (user and system) of db's server so far: its
-// postmaster's (pid from postmaster.pid in the data directory, which
-// pgtest's clusters keep beside their socket) with its children's that
-// exited and were waited for, and its live children's. Linux only.
-func serverCPU(db *pgxpool.Pool) (time.Duration, error) {
-	pidFile, err := os.ReadFile(filepath.Join(db.Config().ConnConfig.Host, "data", "postmaster.pid"))
-	if err != nil {
-		return 0, err
-	}
-	master, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(pidFile), "\n", 2)[0]))
-	if err != nil {
-		return 0, err
-	}
-	// /proc/<pid>/stat: fields after the command's ")": state is the
-	// 1st, ppid the 2nd, utime/stime the 12th/13th, cutime/cstime the
-	// 14th/15th, in clock ticks (100 a second on Linux).
-	stat := func(pid int) ([]string, error) {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			return nil, err
-		}
-		s := string(b)
-		return strings.Fields(s[strings.LastIndexByte(s, ')')+1:]), nil
-	}
-	ticks := func(f []string, i ...int) (t int64) {
-		for _, k := range i {
-			v, _ := strconv.ParseInt(f[k], 10, 64)
-			t += v
-		}
-		return t
-	}
-	f, err := stat(master)
-	if err != nil {
-		return 0, err
-	}
-	total := ticks(f, 11, 12, 13, 14)
-	procs, err := os.ReadDir("/proc")
-	if err != nil {
-		return 0, err
-	}
-	for _, e := range procs {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == master {
-			continue
-		}
-		f, err := stat(pid)
-		if err != nil || f[1] != strconv.Itoa(master) {
-			continue // gone, or not the server's
-		}
-		total += ticks(f, 11, 12)
-	}
-	return time.Duration(total) * time.Second / 100, nil
 }
 
 // startProcsChild starts a child of BenchmarkProcesses (procsChild) on

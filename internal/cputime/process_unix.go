@@ -1,14 +1,15 @@
 //go:build unix
 
-package pgrouter_test
+package cputime
 
 import (
 	"syscall"
 	"time"
 )
 
-// processCPU is this process's CPU time (user and system) so far.
-func processCPU() time.Duration {
+// Process is this process's CPU time (user and system) so far; 0 if it
+// cannot be read.
+func Process() time.Duration {
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
 		return 0

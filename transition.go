@@ -290,8 +290,14 @@ func (r *Router[T]) makeReady(j *job[T], at int64) {
 	r.setState(j, StatePending)
 	j.at = at
 	j.updated = max(j.updated, at)
+	r.pushReady(j)
+}
+
+// pushReady puts pending j on the ready queue and wakes a waiter, unless
+// the router is paused (Resume wakes them then).
+func (r *Router[T]) pushReady(j *job[T]) {
 	r.ready.Push(j)
-	if !r.paused { // else Resume wakes them
+	if !r.paused {
 		r.wakeOne()
 	}
 }
@@ -447,10 +453,7 @@ func (r *Router[T]) insert(id string, payload T, s *enqueueSpec, pos int, now in
 		j.orderChunk = r.order.Append(j, j.seq, uint8(StatePending))
 		r.counts[StatePending]++
 		r.emit(EventEnqueued, now, j, nil, 0, nil)
-		r.ready.Push(j)
-		if !r.paused { // else Resume wakes them
-			r.wakeOne()
-		}
+		r.pushReady(j)
 		return
 	}
 	j.state = stateNew

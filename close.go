@@ -68,6 +68,7 @@ func (r *Router[T]) Close(ctx context.Context) error {
 		return nil
 	}
 	r.phase = phaseDraining
+	r.closingStarted.Store(true)
 	close(r.closing)
 	r.waiters = nil // each waiter sees r.closing
 	per, inUser := r.periodics, false

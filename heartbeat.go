@@ -101,7 +101,7 @@ func (u *runner[T]) beat(s *slot[T], now int64) {
 		s.due = math.MaxInt64 // between jobs: the worker ends the batch
 		return
 	}
-	current := &s.batch[s.next-1]
+	current := s.batch[s.next-1]
 	if !current.handlerCtx.live() {
 		s.due = math.MaxInt64
 		return

@@ -560,7 +560,13 @@ func TestKeepAliveContextEndsOutsideTheLock(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				r := setup(t, leaserouter.Options{LeaseDuration: ld})
 				require.NoError(t, r.Enqueue("a", ""))
+				// A deadline earlier than any the end makes (Fail's retry,
+				// Snooze's run-at), so that the end does not wake the
+				// reaper, which would take the lock while the caller's
+				// ctx is asked (LockFree would see it held).
+				require.NoError(t, r.Enqueue("later", "", leaserouter.WithDelay(time.Nanosecond)))
 				l := acquire(t, r, "w")
+				require.Equal(t, "a", l.JobID)
 				parent, cancel := context.WithCancel(context.Background())
 				defer cancel()
 				spy := &spyCtx{Context: parent, r: r}

@@ -32,15 +32,35 @@ type histSlot struct {
 	n      [contract.NumTallies]uint32
 }
 
+// history is History's ring, and the slot of the minute tally counted
+// in last with that minute's span on the router's clock, so that a
+// transition in the same minute (nearly every one) counts with two
+// comparisons, not the divisions that find a minute's slot.
+type history struct {
+	ring     [HistoryMinutes]histSlot
+	cur      *histSlot // the slot of the minute [from, to); nil until the first tally
+	from, to int64     // cur's minute on the router's clock: from <= now < to
+}
+
 // tally counts one transition of kind k at instant now (the router's
 // clock). The caller holds r.mu.
 func (r *Router[T]) tally(k int, now int64) {
+	h := r.hist
+	if now >= h.from && now < h.to {
+		h.cur.n[k]++
+		return
+	}
 	m := r.minute(now)
-	s := &r.hist[histIndex(m)]
+	s := &h.ring[histIndex(m)]
 	if s.minute != m {
 		*s = histSlot{minute: m}
 	}
 	s.n[k]++
+	// Only the minute's whole span is cached: one cut short by the ends of
+	// the clock's range is found the slow way each time.
+	if from := m*int64(time.Minute) - r.epochUnix; from <= now && now-from < int64(time.Minute) {
+		h.cur, h.from, h.to = s, from, from+int64(time.Minute)
+	}
 }
 
 // minute returns the wall-clock minute (since the Unix epoch, rounded
@@ -68,7 +88,7 @@ func histIndex(m int64) int {
 func (r *Router[T]) History() []Minute {
 	r.mu.Lock()
 	now := r.settleNow()
-	ring := *r.hist
+	ring := r.hist.ring
 	r.unlockAndDeliver()
 	cur := r.minute(now)
 	out := make([]Minute, HistoryMinutes)

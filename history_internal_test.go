@@ -29,3 +29,28 @@ func TestHistoryBeforeTheEpoch(t *testing.T) {
 	require.Equal(t, time.Date(1969, 12, 31, 22, 29, 0, 0, time.UTC), last.Start)
 	require.Equal(t, last.Start, last.Start.Truncate(time.Minute))
 }
+
+// TestHistoryCountsEachTransitionInTheMinuteOfItsInstant: tally keeps
+// the slot of the minute it counted in last, with that minute's span;
+// a transition at either edge of a minute, or at an earlier instant than
+// the last one counted (an expiry's instant, settled late), still counts
+// in its own minute.
+func TestHistoryCountsEachTransitionInTheMinuteOfItsInstant(t *testing.T) {
+	r, err := New[int](Options{})
+	require.NoError(t, err)
+	defer r.Close(context.Background())
+	minute := int64(time.Minute)
+	r.mu.Lock()
+	edge := r.now() + minute         // minute 1000 starts here on the router's clock
+	r.epochUnix = 1000*minute - edge // before any tally, as New leaves it
+	for _, at := range []int64{edge - 1, edge, edge + minute - 1, edge - 1, edge + minute, edge + minute - 1, edge} {
+		r.tally(contract.TallyCompleted, at)
+	}
+	ring := r.hist.ring
+	r.mu.Unlock()
+	for m, want := range map[int64]uint32{999: 2, 1000: 4, 1001: 1} {
+		s := ring[histIndex(m)]
+		require.Equal(t, m, s.minute)
+		require.Equal(t, want, s.n[contract.TallyCompleted], "minute %d", m)
+	}
+}

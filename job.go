@@ -195,6 +195,15 @@ var endReasonNames = [...]LostReason{"unknown", LostExpired, LostReleased, LostF
 // reason is the reason as LeaseLostError.Reason gives it.
 func (e endReason) reason() LostReason { return endReasonNames[e] }
 
+// endedByHolder is contract.EndedByHolder of each endReason's reason,
+// read once per lease that ends (endLease) instead of comparing strings.
+var endedByHolder = func() (by [len(endReasonNames)]bool) {
+	for e, name := range endReasonNames {
+		by[e] = contract.EndedByHolder(string(name))
+	}
+	return by
+}()
+
 // readyBefore orders the ready heap: higher priority first, then earlier
 // ready time, then enqueue order.
 func readyBefore[T any](a, b *job[T]) bool {

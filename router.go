@@ -52,20 +52,25 @@ type Router[T any] struct {
 	queue     string        // the queue it serves (DefaultQueue; a Client's queue's name)
 	kick      chan struct{} // re-arms the reaper for an earlier deadline; cap 1
 	closing   chan struct{} // closed when Close starts
-	done      chan struct{} // closed when Close has finished
-	reaper    sync.WaitGroup
+	// closingStarted is set when Close starts, before closing is closed:
+	// Run's workers read it before every job (contract.Stopping), an
+	// atomic load where a receive from closing costs a call into the
+	// runtime.
+	closingStarted atomic.Bool
+	done           chan struct{} // closed when Close has finished
+	reaper         sync.WaitGroup
 
 	mu            sync.Mutex
-	jobs          *table.Table[job[T]]      // by ID
-	ready         *heap.Queue[*job[T]]      // pending jobs by priority, ready time, seq
-	sched         *heap.Heap[*job[T]]       // scheduled jobs by run-at
-	leases        *heap.Queue[*job[T]]      // leased jobs by lease expiry: granted and extended in expiry order, so mostly its ring
-	retained      *heap.Queue[*job[T]]      // finished jobs by purge time: finish times rarely decrease, so mostly its ring; Retry and Delete take one out
-	order         *order.Log[job[T]]        // every job, in enqueue order (List)
-	paused        bool                      // Pause: no grants until Resume
-	counts        [numStates + 1]int        // by State; the last slot is stateNew's, never read
-	hist          *[HistoryMinutes]histSlot // History's ring (apart: 2 KB the hot fields need not share lines with)
-	stats         Stats                     // totals; counts fill the per-state fields on read
+	jobs          *table.Table[job[T]] // by ID
+	ready         *heap.Queue[*job[T]] // pending jobs by priority, ready time, seq
+	sched         *heap.Heap[*job[T]]  // scheduled jobs by run-at
+	leases        *heap.Queue[*job[T]] // leased jobs by lease expiry: granted and extended in expiry order, so mostly its ring
+	retained      *heap.Queue[*job[T]] // finished jobs by purge time: finish times rarely decrease, so mostly its ring; Retry and Delete take one out
+	order         *order.Log[job[T]]   // every job, in enqueue order (List)
+	paused        bool                 // Pause: no grants until Resume
+	counts        [numStates + 1]int   // by State; the last slot is stateNew's, never read
+	hist          *history             // History's ring (apart: 2 KB the hot fields need not share lines with)
+	stats         Stats                // totals; counts fill the per-state fields on read
 	lastToken     Token
 	seq           uint64
 	armed         int64 // the reaper's next wake-up; math.MaxInt64 if none
@@ -143,7 +148,7 @@ func newRouter[T any](opts Options, queue string, tokens *tokenSource) (*Router[
 		retained: heap.NewQueue(purgeBefore[T], setHeapIndex[T]),
 		kept:     heap.New(keptBefore[T], setKeptIndex[T]),
 		order:    order.New(setOrder[T]),
-		hist:     new([HistoryMinutes]histSlot),
+		hist:     new(history),
 		armed:    math.MaxInt64,
 	}
 	r.epochUnix = r.epoch.UnixNano()

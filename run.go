@@ -21,7 +21,7 @@ import (
 // its fields), MaxWorkers, DefaultBatch and MaxBatch.
 //
 // TUNED to this backend: leaseCtx, the handler's context made only when
-// the handler looks at it, from a block of leases allocated per batch.
+// the handler looks at it, in a block of leases shared by batches (take).
 // Here a job costs one share of a lock hold, not a round trip, so a
 // context and its registration with the parent per job would be much of
 // its cost (BenchmarkRun); pgrouter makes one per job.
@@ -153,8 +153,8 @@ func (r *Router[T]) Run(ctx context.Context, opts WorkerOptions, h Handler[T]) e
 	// every worker, sleeping until the earliest heartbeat due. The
 	// context.Context behind the handler's ctx is made only if the
 	// handler calls its Done or Value (Err answers without it). The
-	// Leases of a batch, with their handler contexts, come from one
-	// allocation, made outside the router's lock.
+	// Leases, with their handler contexts, come in blocks of up to
+	// maxShared, allocated outside the router's lock (worker.take).
 	u := &runner[T]{
 		r: r, h: h, interval: opts.HeartbeatInterval, batch: opts.Batch, timeout: opts.Timeout,
 		slots: make([]slot[T], opts.Workers), kick: make(chan struct{}, 1),
@@ -206,40 +206,59 @@ type runner[T any] struct {
 // costs no context at all; until then Err answers from the cause and the
 // parent. The Value of a made context is what makes context.Cause and
 // derived contexts work as for any context.WithCancelCause. It is kept
-// small: there is one per job (in its batch's block of leases).
+// small, three words: there is one per job (in a block of leases, garbage
+// once every lease of the block is), and what it knows beyond its parent
+// is in a ctxState it points to, shared by every context that ends the
+// common way (see stop).
 type leaseCtx struct {
 	parent *context.Context // the worker's ctx (one per worker, not per job: see worker.ctx); set before the lease is granted
 
-	mu         sync.Mutex
-	made       *madeCtx // nil until made
-	cause      error    // the first cause stop was given; nil while live
-	parentDone bool     // the parent was done when stop came before the context was made
+	mu sync.Mutex               // held to change st
+	st atomic.Pointer[ctxState] // nil while live and not made; read without mu by live
 }
 
-// madeCtx is the context behind a leaseCtx, once made.
-type madeCtx struct {
-	ctx    context.Context
-	cancel context.CancelCauseFunc
+// ctxState is what a leaseCtx knows once it is made or stopped. It is
+// never written once stored: a change stores another, under the
+// leaseCtx's mu, so live reads it without the lock. One that is not made
+// may be shared (stoppedLive, stoppedParentDone).
+type ctxState struct {
+	ctx        context.Context // nil until made
+	cancel     context.CancelCauseFunc
+	cause      error // the first cause stop was given; nil while live
+	parentDone bool  // the parent was done when stop came before the context was made
 }
+
+// The states of a context stopped with context.Canceled (its handler
+// returned) before it was made: nearly every one Run gives.
+var (
+	stoppedLive       = &ctxState{cause: context.Canceled}
+	stoppedParentDone = &ctxState{cause: context.Canceled, parentDone: true}
+)
 
 // ctx returns the context behind c, making it if needed.
 func (c *leaseCtx) ctx() context.Context {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.made == nil {
+	st := c.st.Load()
+	if st == nil || st.ctx == nil {
+		var made ctxState
+		if st != nil {
+			made.cause, made.parentDone = st.cause, st.parentDone
+		}
 		p := *c.parent
-		if c.cause != nil && !c.parentDone {
+		if made.cause != nil && !made.parentDone {
 			// Stopped while the parent was live: that cause came first and
 			// must stay the context's, whatever the parent did since.
 			p = context.WithoutCancel(p)
 		}
-		ctx, cancel := context.WithCancelCause(p)
-		c.made = &madeCtx{ctx, cancel}
-		if c.cause != nil {
-			cancel(c.cause)
+		made.ctx, made.cancel = context.WithCancelCause(p)
+		if made.cause != nil {
+			made.cancel(made.cause)
 		}
+		st = &made
+		c.st.Store(st)
 	}
-	return c.made.ctx
+	return st.ctx
 }
 
 // stop cancels c with cause unless it was stopped before, and returns the
@@ -247,23 +266,46 @@ func (c *leaseCtx) ctx() context.Context {
 func (c *leaseCtx) stop(cause error) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.cause == nil {
-		c.cause = cause
-		if c.made != nil {
-			c.made.cancel(cause)
-		} else {
-			c.parentDone = (*c.parent).Err() != nil // was the parent done first?
-		}
+	switch st := c.st.Load(); {
+	case st != nil && st.cause != nil: // stopped before
+	case st != nil: // made
+		c.st.Store(&ctxState{ctx: st.ctx, cancel: st.cancel, cause: cause, parentDone: st.parentDone})
+		st.cancel(cause)
+	default:
+		c.st.Store(&ctxState{cause: cause, parentDone: (*c.parent).Err() != nil}) // was the parent done first?
 	}
-	return c.cause
+	return c.st.Load().cause
+}
+
+// returned is stop(context.Canceled), the handler having returned, with
+// no allocation unless the context was made: it returns the cause c was
+// stopped with before, nil if none.
+//
+// It unlocks without a defer (it runs once per job Run runs): nothing
+// between its Lock and Unlock can panic (a context's cancel and Err call
+// no user code).
+func (c *leaseCtx) returned() (earlier error) {
+	c.mu.Lock()
+	switch st := c.st.Load(); {
+	case st != nil && st.cause != nil:
+		earlier = st.cause
+	case st != nil: // made
+		c.st.Store(&ctxState{ctx: st.ctx, cancel: st.cancel, cause: context.Canceled, parentDone: st.parentDone})
+		st.cancel(context.Canceled)
+	case (*c.parent).Err() != nil: // the parent was done first
+		c.st.Store(stoppedParentDone)
+	default:
+		c.st.Store(stoppedLive)
+	}
+	c.mu.Unlock()
+	return earlier
 }
 
 // live reports whether c has not been stopped: the lease is not lost and
-// the handler has not returned.
+// the handler has not returned. It takes no lock (see ctxState).
 func (c *leaseCtx) live() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.cause == nil
+	st := c.st.Load()
+	return st == nil || st.cause == nil
 }
 
 // Deadline is the parent's: a lease's end is not known in advance.
@@ -278,14 +320,20 @@ func (c *leaseCtx) Value(key any) any { return c.ctx().Value(key) }
 // Err answers without making the context when it can.
 func (c *leaseCtx) Err() error {
 	c.mu.Lock()
-	made, cause, parentDone := c.made, c.cause, c.parentDone
+	st := c.st.Load()
+	var made context.Context
+	if st != nil {
+		made = st.ctx
+	}
 	c.mu.Unlock()
 	switch {
 	case made != nil:
-		return made.ctx.Err()
-	case parentDone:
+		return made.Err()
+	case st == nil:
+		return (*c.parent).Err()
+	case st.parentDone:
 		return (*c.parent).Err() // the parent was done first, as the made context will say (a done context's Err never changes)
-	case cause != nil:
+	case st.cause != nil:
 		return context.Canceled
 	}
 	return (*c.parent).Err()

@@ -114,6 +114,79 @@ func TestRunHandlerContextAfterReturn(t *testing.T) {
 	}
 }
 
+// TestRunKeptLeasesAndContextsStayTheirOwn: handlers that keep their
+// Lease and context past their return each keep their own job's: the
+// Lease's fields as granted and its operations refused, the context
+// canceled with context.Canceled, after later jobs ran through the same
+// worker and block of leases, after one kept context is made, and after
+// Run's ctx is canceled with a cause of its own (the handlers returned
+// while it was live, so their contexts' cause stays context.Canceled).
+func TestRunKeptLeasesAndContextsStayTheirOwn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := setup(t, leaserouter.Options{LeaseDuration: ld})
+		const n = 8
+		for i := range n {
+			require.NoError(t, r.Enqueue(fmt.Sprint("j", i), fmt.Sprint("p", i)))
+		}
+		type kept struct {
+			ctx         context.Context
+			l           *lease
+			id, payload string
+			token       leaserouter.Token
+			attempt     int
+			worker      string
+			expiry      time.Time
+			progressNil bool
+		}
+		var mu sync.Mutex
+		var all []kept
+		h := func(ctx context.Context, l *lease) error {
+			mu.Lock()
+			defer mu.Unlock()
+			all = append(all, kept{ctx, l, l.JobID, l.Payload, l.Token, l.Attempt, l.WorkerID, l.Expiry(), l.Progress == nil})
+			return nil
+		}
+		stop := errors.New("Run stopped")
+		ctx, cancel := context.WithCancelCause(context.Background())
+		done := goRun(ctx, r, leaserouter.WorkerOptions{Workers: 1}, h)
+		synctest.Wait()
+		require.Len(t, all, n)
+		for i, k := range all {
+			require.Equal(t, fmt.Sprint("j", i), k.id, "one worker runs the jobs in order")
+		}
+		// Until the last check, only Err is asked (which makes no
+		// context) of all but the one made on purpose.
+		check := func(when string, all []kept, made bool) {
+			for _, k := range all {
+				require.Equal(t, k.id, k.l.JobID, when)
+				require.Equal(t, k.payload, k.l.Payload, when)
+				require.Equal(t, k.token, k.l.Token, when)
+				require.Equal(t, k.attempt, k.l.Attempt, when)
+				require.Equal(t, k.worker, k.l.WorkerID, when)
+				require.Equal(t, k.progressNil, k.l.Progress == nil, when)
+				require.True(t, k.expiry.Equal(k.l.Expiry()), when)
+				require.ErrorIs(t, k.l.Complete(), leaserouter.ErrLeaseLost, when)
+				require.ErrorIs(t, k.ctx.Err(), context.Canceled, when)
+				if made {
+					require.ErrorIs(t, context.Cause(k.ctx), context.Canceled, when)
+					receive(t, k.ctx.Done())
+				}
+			}
+		}
+		check("after every job ran", all, false)
+		_ = all[0].ctx.Done() // makes the first kept context
+		check("after one kept context was made", all[:1], true)
+		check("after one kept context was made", all[1:], false)
+		cancel(stop)
+		synctest.Wait()
+		require.NoError(t, receive(t, done))
+		check("after Run's ctx was canceled", all, true)
+		for i := range n {
+			require.Equal(t, leaserouter.StateSucceeded, get(t, r, fmt.Sprint("j", i)).State)
+		}
+	})
+}
+
 // TestRunHandlerContextValuesAndDeadline: the handler's context carries
 // the values and deadline of Run's.
 func TestRunHandlerContextValuesAndDeadline(t *testing.T) {

@@ -396,7 +396,7 @@ func (r *Router[T]) endLease(j *job[T], why endReason) {
 	j.ended = why
 	l := j.lease
 	j.lease = nil
-	if _, run := l.lost.(*leaseCtx); l.lost != nil && !(run && contract.EndedByHolder(string(why.reason()))) {
+	if _, run := l.lost.(*leaseCtx); l.lost != nil && !(run && endedByHolder[why]) {
 		// The contexts are canceled once r.mu is released, before the
 		// call that ended the lease returns (tell). Run's handler
 		// context is not told of its holder's end (see tell): with no

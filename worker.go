@@ -32,8 +32,10 @@ import (
 // processor before it blocks on the lock (lockYielding, yieldShort), so
 // that two workers taking turns do not run on one processor; a batch is
 // the worker's share of the ready jobs with the callers waiting
-// (share), read under r.mu; leases come in blocks allocated outside the
-// lock (take). A lease lost while its handler ran is known for certain
+// (share), read under r.mu; leases come in blocks of up to maxShared allocated
+// outside the lock, a batch taking the rest of one block and as many new
+// ones as it needs (take), so that nearly every lease allocated is
+// handed out. A lease lost while its handler ran is known for certain
 // here (the stop's cause wraps ErrLeaseLost), so Run leaves that job
 // alone; pgrouter must also tell a lease it could not prove valid, which
 // it releases.
@@ -42,14 +44,14 @@ import (
 // heartbeats the running lease and cuts a batch that outlasts its first
 // heartbeat (cut).
 type slot[T any] struct {
-	mu      sync.Mutex    // held by the heartbeat goroutine while it beats or cuts, so the worker never races it for a lease
-	batch   []runLease[T] // the batch's leases, in order; nil between batches
-	ready   []readyAt     // how each job of batch was ready before it (for handBack)
-	next    int           // batch[:next] started, batch[next:] waiting their turn
-	running bool          // batch[next-1]'s handler runs
-	done    []*Lease[T]   // started leases whose handler returned nil, not yet completed
-	due     int64         // the next heartbeat on the router's clock; math.MaxInt64 if none
-	_       [24]byte      // keep workers' slots on separate cache lines (128 bytes)
+	mu      sync.Mutex     // held by the heartbeat goroutine while it beats or cuts, so the worker never races it for a lease
+	batch   []*runLease[T] // the batch's leases, in order; nil between batches
+	ready   []readyAt      // how each job of batch was ready before it (for handBack)
+	next    int            // batch[:next] started, batch[next:] waiting their turn
+	running bool           // batch[next-1]'s handler runs
+	done    []*Lease[T]    // started leases whose handler returned nil, not yet completed
+	due     int64          // the next heartbeat on the router's clock; math.MaxInt64 if none
+	_       [24]byte       // keep workers' slots on separate cache lines (128 bytes)
 }
 
 // runLease is a Lease granted to Run with its handler context, which
@@ -69,15 +71,22 @@ type worker[T any] struct {
 	size  int             // the most jobs to lease next (see Run)
 	got   int             // how many it leased last time
 	short bool            // the last step leased less than half of what it asked for
-	// Memory reused across steps: the rest of the block of leases (see
-	// take) and how many of it were handed out, the pointers handed to the
-	// router (nil between steps), the ready times it fills in, the spare
-	// done list.
-	spare []runLease[T]
-	used  int // leases of the block already handed out
-	into  []*Lease[T]
-	ready []readyAt
-	done  []*Lease[T]
+	// Memory reused across steps: the leases allocated and not handed
+	// out yet, in order, a block after another (see take), how many of
+	// each block are still in the pool (front first) and whether some of
+	// the first were handed out, the batch running (nil entries between
+	// batches), the pointers handed to the router (nil between steps),
+	// the ready times it fills in, the spare done list.
+	pool      []*runLease[T]
+	blocks    []int
+	firstUsed bool
+	batch     []*runLease[T]
+	into      []*Lease[T]
+	ready     []readyAt
+	done      []*Lease[T]
+	// allocated counts the leases allocated since the worker started, so
+	// tests can check that nearly every one is handed out.
+	allocated int
 }
 
 // work is the worker's loop. It returns nil when ctx is done or the
@@ -104,7 +113,7 @@ func (w *worker[T]) work(ctx context.Context) error {
 // lease completes the jobs of the last batch that finished and leases the
 // next batch, under one lock when a job is ready and the event backlog has
 // room; otherwise it leases as Acquire does, waiting.
-func (w *worker[T]) lease() ([]runLease[T], []readyAt, error) {
+func (w *worker[T]) lease() ([]*runLease[T], []readyAt, error) {
 	s, r := w.s, w.u.r
 	s.mu.Lock()
 	done := s.done
@@ -113,7 +122,7 @@ func (w *worker[T]) lease() ([]runLease[T], []readyAt, error) {
 	// As many leases as the worker got last time, doubled (with a shallow
 	// backlog it gets a job or two per batch), up to size.
 	want := min(w.size, max(1, 2*w.got))
-	block := w.take(want)
+	w.take(want)
 	if w.short {
 		// The last batch came up short: the backlog is shallow, its
 		// producers slower than the workers. Yielding a little first lets
@@ -131,13 +140,10 @@ func (w *worker[T]) lease() ([]runLease[T], []readyAt, error) {
 		n = r.runStep(nil, w.id, w.into, w.ready, w.ctx.Err() == nil)
 	}
 	if n == 0 {
-		if w.used > 0 {
-			// About to wait, maybe long: the block's part used by earlier
-			// batches would keep their leases (and jobs and payloads)
-			// alive meanwhile. Wait with a lease of its own: a worker
-			// that waits gets a job or two.
-			w.spare = nil
-			block = w.take(1)
+		if w.dropShared() > 0 {
+			// Wait with a lease of a block of its own (the pool's next,
+			// or a new one): a worker that waits gets a job or two.
+			w.take(1)
 		}
 		err := r.await(w.ctx, func(now int64) (err error) {
 			k := r.share(len(w.into))
@@ -149,37 +155,95 @@ func (w *worker[T]) lease() ([]runLease[T], []readyAt, error) {
 			return nil, nil, err
 		}
 	}
+	w.got, w.short = n, n < len(w.into)/2
 	clear(w.into) // the router keeps no pointer into it; neither should the worker
-	for i := range n {
-		block[i].ownProgress()
+	batch := w.handOut(n)
+	for _, rl := range batch {
+		rl.ownProgress()
 	}
-	w.got, w.short = n, n < len(block)/2
-	w.spare, w.used = w.spare[n:], w.used+n
-	return block[:n], w.ready[:n], nil
+	return batch, w.ready[:n], nil
 }
 
-// take returns want unused leases from the worker's block, set up for
-// Run, with w.into pointing at them. A block is allocated here, outside
-// the router's lock, when the rest of the last one is shorter than want
-// (a batch is never split over blocks) or maxShared of it are handed out
-// already. So a block serves several batches only when a shallow backlog
-// leaves most of it unused, and a long job keeps fewer than maxShared
-// finished leases (and their jobs and payloads) alive with it. A block
-// fills its allocation (slices.Grow rounds up to the allocator's size).
-func (w *worker[T]) take(want int) []runLease[T] {
-	if len(w.spare) < want || w.used >= maxShared {
-		w.spare = slices.Grow([]runLease[T](nil), want)
-		w.spare, w.used = w.spare[:cap(w.spare)], 0
+// take sets up want unused leases for Run, the pool's first, with w.into
+// pointing at them and w.ready long enough. The pool is topped up here,
+// outside the router's lock, with blocks of at most maxShared leases, each
+// as many as the batch still lacks, rounded up to fill its allocation's
+// size class: a batch takes the rest of a block an earlier one began and
+// as many new blocks as it needs, and the leases it is not granted are the
+// next batch's, so nearly every lease allocated is handed out (the only
+// ones wasted are the rest of a block begun when the worker waits, see
+// dropShared, and the pool when it stops). A worker fed one job at a time
+// allocates a lease or two per job, not a block. Since a block holds at
+// most maxShared leases, fewer than maxShared of one are handed out before
+// a later batch takes from it: a long job keeps fewer than maxShared
+// finished leases of earlier batches (and their jobs and payloads) alive
+// with it.
+func (w *worker[T]) take(want int) {
+	for len(w.pool) < want {
+		// 15 of runLease[int] fill 2,304 bytes (16 would take 2,688).
+		block := slices.Grow([]runLease[T](nil), min(want-len(w.pool), maxShared))
+		block = block[:min(cap(block), maxShared)]
+		w.blocks = append(w.blocks, len(block))
+		w.allocated += len(block)
+		for i := range block {
+			rl := &block[i]
+			rl.handlerCtx.parent = &w.ctx
+			rl.lost = &rl.handlerCtx
+			w.pool = append(w.pool, rl)
+		}
 	}
-	block := w.spare[:want]
 	clear(w.into) // pointers into an earlier block must not keep it alive
-	w.into, w.ready = w.into[:0], slices.Grow(w.ready[:0], len(block))[:len(block)]
-	for i := range block {
-		block[i].handlerCtx.parent = &w.ctx
-		block[i].lost = &block[i].handlerCtx
-		w.into = append(w.into, &block[i].Lease)
+	w.into, w.ready = w.into[:0], slices.Grow(w.ready[:0], want)[:want]
+	for _, rl := range w.pool[:want] {
+		w.into = append(w.into, &rl.Lease)
 	}
-	return block
+}
+
+// handOut takes the pool's first n leases, granted, out of it and returns
+// them as the batch (w.batch, whose entries run clears when the batch is
+// over). A lease leaves the pool once, so no lease a handler may keep is
+// ever granted again.
+func (w *worker[T]) handOut(n int) []*runLease[T] {
+	w.batch = append(w.batch[:0], w.pool[:n]...)
+	w.dropFirst(n)
+	for n > 0 {
+		m := min(n, w.blocks[0])
+		w.blocks[0] -= m
+		n -= m
+		w.firstUsed = w.blocks[0] > 0
+		if !w.firstUsed {
+			w.dropBlock()
+		}
+	}
+	return w.batch
+}
+
+// dropShared drops the rest of the pool's first block if some of it was
+// handed out, and returns how many leases it dropped: a worker about to
+// wait, maybe long, must not keep the leases of its earlier batches (and
+// their jobs and payloads) alive meanwhile. The whole blocks after it
+// stay. At most maxShared-1 leases are dropped, once per wait.
+func (w *worker[T]) dropShared() int {
+	if !w.firstUsed {
+		return 0
+	}
+	k := w.blocks[0]
+	w.dropFirst(k)
+	w.dropBlock()
+	w.firstUsed = false
+	return k
+}
+
+// dropBlock forgets the pool's first block (none of it is in the pool).
+func (w *worker[T]) dropBlock() {
+	w.blocks = w.blocks[:copy(w.blocks, w.blocks[1:])]
+}
+
+// dropFirst takes the pool's first n leases out of it.
+func (w *worker[T]) dropFirst(n int) {
+	rest := copy(w.pool, w.pool[n:])
+	clear(w.pool[rest:])
+	w.pool = w.pool[:rest]
 }
 
 // runStep is a Run worker's step between batches, under one lock: it
@@ -228,8 +292,9 @@ func (r *Router[T]) lockYielding() {
 // longer than the step of a batch of MaxBatch jobs.
 const lockYields = 2048
 
-// maxShared bounds the leases of one block handed out to earlier batches
-// before a later batch takes from it (see take).
+// maxShared is the most leases in one of Run's blocks, and so bounds the
+// leases of one block handed out to earlier batches before a later batch
+// takes from it (see take).
 const maxShared = 16
 
 // yieldShort yields the processor shortYields times.
@@ -255,7 +320,7 @@ func (r *Router[T]) share(want int) int {
 
 // run runs a batch: each lease's handler in turn, until the batch ends or
 // is cut; then it adapts the size of the next one.
-func (w *worker[T]) run(batch []runLease[T], ready []readyAt) {
+func (w *worker[T]) run(batch []*runLease[T], ready []readyAt) {
 	u, s := w.u, w.s
 	due := addSat(batch[0].granted, u.interval)
 	s.mu.Lock()
@@ -267,8 +332,18 @@ func (w *worker[T]) run(batch []runLease[T], ready []readyAt) {
 		default:
 		}
 	}
+	// The handler that returned last, recorded under the same hold of
+	// s.mu that picks the next job (one hold a job, not two).
+	returned, toComplete := false, (*Lease[T])(nil)
 	for {
 		s.mu.Lock()
+		if returned {
+			s.running = false
+			if toComplete != nil {
+				s.done = append(s.done, toComplete)
+			}
+			returned, toComplete = false, nil
+		}
 		if s.next < len(s.batch) && w.stopping() {
 			u.cut(s) // hand back what has not started
 		}
@@ -277,19 +352,20 @@ func (w *worker[T]) run(batch []runLease[T], ready []readyAt) {
 			s.batch, s.ready, s.due = nil, nil, math.MaxInt64
 			s.mu.Unlock()
 			w.adapt(cut, batch[0].granted)
+			clear(batch) // the worker keeps no finished lease alive
 			return
 		}
-		rl := &s.batch[s.next]
+		rl := s.batch[s.next]
 		s.next++
 		s.running = true
 		s.mu.Unlock()
-		w.process(rl)
+		returned, toComplete = true, w.process(rl)
 	}
 }
 
 // stopping reports whether the worker must start no more jobs
 // (contract.Stopping): Run's ctx is done or Close has started.
-func (w *worker[T]) stopping() bool { return contract.Stopping(w.ctx, w.u.r.closing) }
+func (w *worker[T]) stopping() bool { return contract.Stopping(w.ctx, w.u.r.closingStarted.Load()) }
 
 // adapt sets the size of the next batch (see Run) from how the last one,
 // leased at granted, went.
@@ -298,29 +374,37 @@ func (w *worker[T]) adapt(cut bool, granted int64) {
 	w.size = contract.NextBatch(w.size, w.u.batch, cut, took, w.u.interval)
 }
 
-// process runs the handler on rl and ends the lease as Run documents: a
-// nil result joins the slot's done list, completed with the next lease.
-func (w *worker[T]) process(rl *runLease[T]) {
+// process runs the handler on rl and ends the lease as Run documents. It
+// returns the lease if the handler's nil result completes it: the caller
+// marks the handler finished and adds it to the slot's done list,
+// completed with the next lease. Any other end it makes itself, once it
+// has marked the handler finished; then it returns nil, and so does it
+// for a lease lost meanwhile.
+func (w *worker[T]) process(rl *runLease[T]) *Lease[T] {
 	l := &rl.Lease
 	if !rl.handlerCtx.live() {
 		// Lost while it waited its turn (Cancel, say): nothing to run.
-		w.finished(nil)
-		return
+		return nil
 	}
 	err := w.call(rl)
-	if errors.Is(rl.handlerCtx.stop(context.Canceled), ErrLeaseLost) {
+	if earlier := rl.handlerCtx.returned(); earlier != nil && errors.Is(earlier, ErrLeaseLost) {
 		// The lease was lost while h ran (and an event said so): acting
 		// on it now could only be refused.
-		w.finished(nil)
-		return
+		return nil
 	}
-	d, snoozed := SnoozeDelay(err)
-	outcome, cause := contract.AfterHandler(ErrInvalidOptions, err, w.ctx.Err() != nil, d, snoozed)
+	// A snooze and whether Run is stopping matter only to an error
+	// (AfterHandler): nearly every result is nil, which pays for neither.
+	var d time.Duration
+	snoozed, stopping := false, false
+	if err != nil {
+		d, snoozed = SnoozeDelay(err)
+		stopping = w.ctx.Err() != nil
+	}
+	outcome, cause := contract.AfterHandler(ErrInvalidOptions, err, stopping, d, snoozed)
 	if outcome == contract.Complete {
-		w.finished(l) // completed with the next lease, even if ctx is done now
-		return
+		return l // completed with the next lease, even if ctx is done now
 	}
-	w.finished(nil)
+	w.finished()
 	switch outcome {
 	case contract.Release:
 		_ = l.Release() // refused only if the lease was lost: nothing left to do
@@ -329,6 +413,7 @@ func (w *worker[T]) process(rl *runLease[T]) {
 	default:
 		_ = l.Fail(cause)
 	}
+	return nil
 }
 
 // call runs the handler on rl, under the attempt's timeout if it has
@@ -344,15 +429,12 @@ func (w *worker[T]) call(rl *runLease[T]) error {
 	return contract.CallHandler(w.u.h, ctx, l)
 }
 
-// finished records that the running handler returned, and adds l, if not
-// nil, to the leases to complete.
-func (w *worker[T]) finished(l *Lease[T]) {
+// finished records that the running handler returned, before process
+// ends its lease other than by completion (so no heartbeat races the end).
+func (w *worker[T]) finished() {
 	s := w.s
 	s.mu.Lock()
 	s.running = false
-	if l != nil {
-		s.done = append(s.done, l)
-	}
 	s.mu.Unlock()
 }
 

@@ -3,6 +3,8 @@ package leaserouter
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"unsafe"
 
@@ -91,4 +93,94 @@ func TestSpecPoolKeepsNoHugeBatch(t *testing.T) {
 func TestRecordSizes(t *testing.T) {
 	require.EqualValues(t, 160, unsafe.Sizeof(job[int]{}))
 	require.EqualValues(t, 128, unsafe.Sizeof(Lease[int]{}))
+	// Run's per-job garbage: a Lease and its handler context, three words.
+	require.EqualValues(t, 152, unsafe.Sizeof(runLease[int]{}))
+}
+
+// TestRunHandsOutEveryLeaseItAllocatesOnce: a Run worker allocates its
+// leases in blocks and hands each out once, in batches of any size: the
+// leases a batch asked for and was not granted are the next batch's (none
+// handed out twice, so none a handler may keep is ever granted again),
+// the pool never holds a block more than the batch asked for, and the
+// only leases dropped are the rest of a block begun, when the worker
+// waits (fewer than maxShared), so that it keeps no lease of an earlier
+// batch alive while it waits.
+func TestRunHandsOutEveryLeaseItAllocatesOnce(t *testing.T) {
+	w := &worker[int]{}
+	rng := rand.New(rand.NewPCG(33, 1))
+	seen := map[*runLease[int]]bool{}
+	handed, dropped, waits := 0, 0, 0
+	// The test's own record of which block each lease came in (the
+	// leases a take adds to the pool, block after block as w.blocks
+	// lists them) and how many of each block were handed out.
+	blockOf, handedOf, blocks := map[*runLease[int]]int{}, map[int]int{}, 0
+	for range 2000 {
+		want := 1 + rng.IntN(3*maxShared)
+		before, allocated, nb := len(w.pool), w.allocated, len(w.blocks)
+		w.take(want)
+		if w.allocated > allocated {
+			require.Less(t, len(w.pool), want+maxShared, "a block more than the batch asked for")
+		} else {
+			require.Equal(t, before, len(w.pool))
+		}
+		i := before
+		for _, size := range w.blocks[nb:] {
+			blocks++
+			for range size {
+				blockOf[w.pool[i]] = blocks
+				i++
+			}
+		}
+		require.Equal(t, len(w.pool), i, "the blocks taken are the leases added")
+		require.Len(t, w.into, want)
+		require.Len(t, w.ready, want)
+		n := rng.IntN(want + 1) // granted: any number up to want
+		into := slices.Clone(w.into[:n])
+		for i, rl := range w.handOut(n) {
+			require.Same(t, into[i], &rl.Lease, "the batch is what the router was given")
+			require.False(t, seen[rl], "a lease handed out twice")
+			seen[rl] = true
+			handedOf[blockOf[rl]]++
+		}
+		handed += n
+		if n == 0 { // the worker waits
+			waits++
+			k := w.dropShared()
+			require.Less(t, k, maxShared)
+			dropped += k
+			require.False(t, w.firstUsed)
+			if len(w.pool) > 0 {
+				require.Zero(t, handedOf[blockOf[w.pool[0]]], "a worker about to wait keeps a block some of which it handed out")
+			}
+		}
+		sum := 0
+		for _, size := range w.blocks {
+			require.Positive(t, size, "a block none of which is in the pool")
+			sum += size
+		}
+		require.Equal(t, len(w.pool), sum, "the blocks listed are the pool")
+		require.Equal(t, w.allocated, handed+dropped+len(w.pool), "a lease allocated was dropped without being handed out")
+	}
+	require.Positive(t, waits)
+	require.Less(t, dropped, waits*maxShared)
+}
+
+// TestRunFedOneJobAtATimeAllocatesALeaseOrTwoPerJob: a Run worker whose
+// jobs come one at a time, each after it went idle (a low-rate queue),
+// steps as lease does: it asks for twice what it got, is granted nothing,
+// drops the rest of a block begun and waits with one lease, then gets its
+// job. It must allocate a lease or two per job, not a block per job.
+func TestRunFedOneJobAtATimeAllocatesALeaseOrTwoPerJob(t *testing.T) {
+	w := &worker[int]{size: 64}
+	const jobs = 1000
+	for range jobs {
+		w.take(min(w.size, max(1, 2*w.got)))
+		w.handOut(0) // nothing ready
+		if w.dropShared() > 0 {
+			w.take(1)
+		}
+		w.handOut(1) // the job the wait got
+		w.got = 1
+	}
+	require.LessOrEqual(t, w.allocated, 2*jobs, "leases allocated for %d jobs fed one at a time", jobs)
 }

@@ -53,10 +53,18 @@ const firstPage = math.MaxInt64
 // queue (a cursor holds its queue) is an error wrapping
 // ErrInvalidOptions, without a round trip. One round trip, whose cost
 // grows with the page, not with the queue: each selected state (and kind)
-// is read in enqueue order until a page is found, never scanned or sorted
-// whole; with an IDPrefix few of a state's newest jobs have, its jobs
-// with the prefix are read by ID instead, at a cost that grows with their
-// number. With OmitPayload the jobs carry a zero
+// is read in enqueue order until a page is found, never scanned or
+// sorted whole (with Kinds, the leased state's jobs of those kinds are
+// found among the queue's leases in flight, at most all of them read);
+// with an IDPrefix few
+// of a state's newest jobs have, its jobs with the prefix are read by ID
+// instead, at a cost that grows with their number, except the leased
+// state's: its jobs with the prefix are found among the queue's leased
+// jobs in enqueue order, their IDs compared in an index (at most the
+// queue's entries there, its leases in flight, bounded by the workers of
+// every process, expired leases not yet settled included, and ended
+// leases not yet vacuumed, read a few hundred a page; only the hits'
+// rows are read). With OmitPayload the jobs carry a zero
 // Payload, a nil Progress and nil Errors and none of those columns is
 // read (Metadata is
 // read: it is at most leaserouter.MaxMetadataBytes), so a page costs
@@ -65,18 +73,24 @@ const firstPage = math.MaxInt64
 // Close. A Kind breaking the rule for IDs is an error wrapping
 // ErrInvalidOptions. Errors wrap the driver's. Safe for concurrent use.
 func (r *Router[T]) List(ctx context.Context, p leaserouter.ListParams) (leaserouter.JobPage[T], error) {
-	// Each selected state is a walk of the index leaserouter_jobs_order that stops after a
-	// page, never a scan or sort of the queue; with Kinds, one walk per
-	// state and kind (an index by kind; for kind "", the walk of the state's
-	// jobs skips those of other kinds), which with an IDPrefix too reads the
-	// kinds' jobs until a page of them has it, except the leased state: one
-	// walk of the queue's leased jobs that skips those of other kinds
-	// (bounded by the queue's leases, expired ones not yet settled included). With an IDPrefix, whatever the
+	// Each selected state other than leased is a walk of the index
+	// leaserouter_jobs_order_unleased that stops after a page, never a
+	// scan or sort of the queue; the leased state, a walk of the index of
+	// leased jobs by seq (leaserouter_jobs_leased_seq) that stops after a
+	// page too: a claim writes no entry in leaserouter_jobs_order_unleased,
+	// its entry in that index instead. With Kinds, one walk per state and kind (an index
+	// by kind; for kind "", the walk of the state's jobs skips those of
+	// other kinds), which with an IDPrefix too reads the kinds' jobs until
+	// a page of them has it, except the leased state: the read of the
+	// queue's leased jobs, skipping those of other kinds. With an IDPrefix, whatever the
 	// database's collation, a state's walk stops after its newest few
 	// thousand jobs (20 pages' worth for a large Limit); when fewer than a
 	// page of those have the prefix, its jobs with the prefix are read from
 	// an index by ID instead, at a cost that grows with their number (not
-	// with the state's).
+	// with the state's); the leased state's always are: a walk of
+	// leaserouter_jobs_leased_seq in seq order, each entry's ID compared
+	// in the index, stopping after a page of hits (at most the leases in
+	// flight read, index only).
 	return list[T](ctx, r, p)
 }
 
@@ -186,10 +200,11 @@ func prefixEnd(prefix string) string {
 
 // prefixWalk is how many of a state's newest jobs a page of page jobs
 // with an ID prefix walks before it looks the prefix up in the index
-// leaserouter_jobs_id instead (jobs_list_prefix.sql): a prefix that more
-// than one job in twenty has among them is found by the walk (at most
-// about a page read per state when most have it), a rarer one by the
-// index (the state's jobs with the prefix read, index only).
+// by ID instead (jobs_list_prefix.sql): a prefix that more than one job
+// in twenty has among them is found by the walk (at most about a page
+// read per state when most have it), a rarer one by the index
+// (leaserouter_jobs_id_unleased, index only; the leased state's from
+// leaserouter_jobs_leased_seq, its IDs compared in the index).
 func prefixWalk(page int) int { return max(2000, 20*page) }
 
 // stateNames are the enum labels (dbState) of the states of mask (bit

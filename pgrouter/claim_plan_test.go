@@ -274,3 +274,31 @@ func TestClaimNotShortWhileAnotherHoldsTheKindsHead(t *testing.T) {
 	require.Len(t, ls, 64)
 	require.Equal(t, "j2001", ls[0].JobID, "the first job not held, in the ready order")
 }
+
+// TestUndoExpiryReadsOnlyItsQueue: the undo of a lost claim's expiry
+// settlement (claim_undo_expiry.sql) reads its queue's pending and failed
+// jobs, in its custom and its generic plan, never the table: here another
+// queue holds 50,000 failed jobs, which a scan of the table would read.
+func TestUndoExpiryReadsOnlyItsQueue(t *testing.T) {
+	db := pgtest.New(t)
+	fillYoungQueue(t, db, 20000) // "default": 10,000 pending, 10,000 leased
+	_, err := db.Exec(t.Context(), `INSERT INTO leaserouter_jobs (queue, id, state, ready_at, max_attempts, payload,
+			created_at, updated_at, token, purge_at)
+		SELECT 'big', 'b' || i, 'failed', now(), 25, '1', now(), now(), i, now() + interval '1 hour'
+		FROM generate_series(1, 50000) i`)
+	require.NoError(t, err)
+	_, err = db.Exec(t.Context(), `ANALYZE leaserouter_jobs`)
+	require.NoError(t, err)
+	for _, generic := range []bool{false, true} {
+		plan := explainStatement(t, db, "claim_undo_expiry", generic,
+			map[string]any{"queue": "default", "claim": int64(7), "lease_us": int64(1e6)})
+		var out []struct{ Plan planNode }
+		require.NoError(t, json.Unmarshal(plan, &out))
+		var read float64
+		for _, rows := range out[0].Plan.readBy() {
+			read += rows
+		}
+		t.Logf("generic=%v: rows read by index (\"\": the table) %v", generic, out[0].Plan.readBy())
+		require.LessOrEqual(t, int(read), 10000, "generic=%v: the queue's pending and failed jobs at most", generic)
+	}
+}

@@ -315,7 +315,8 @@ func readJob(t *testing.T, base *pgxpool.Pool, id string) jobRow {
 // lease nobody received (with MaxAttempts 1: the job dead) before the
 // claim is resolved: the resolver undoes the settlement, and the job is
 // pending as before the claim (attempt 0, no error, not due for purge),
-// then leased (attempt 1) and completed.
+// then leased (attempt 1). Unreachable means through every connection:
+// the pool's other connections, open before the cut, are cut too.
 func TestClaimWithLostReplyCountsNoAttemptAfterExpiry(t *testing.T) {
 	base := pgtest.New(t)
 	p := newCutProxy(t, serverInTheClear(t, base), "nextval('leaserouter_token')")
@@ -326,8 +327,18 @@ func TestClaimWithLostReplyCountsNoAttemptAfterExpiry(t *testing.T) {
 	routerOn[int](t, base, pgrouter.Options{LeaseDuration: lease, MaxAttempts: 1, PollInterval: 50 * time.Millisecond}) // settles
 	ctx := t.Context()
 	require.NoError(t, r.Enqueue(ctx, "a", 1))
+	// A second connection of r's pool open at the cut, as r's background
+	// work leaves one on a busy machine: the blackout must reach it too,
+	// or the claim is resolved through it before the lease expires.
+	c1, err := db.Acquire(ctx)
+	require.NoError(t, err)
+	c2, err := db.Acquire(ctx)
+	require.NoError(t, err)
+	c1.Release()
+	c2.Release()
+	require.GreaterOrEqual(t, db.Stat().IdleConns(), int32(2))
 	p.armed.Store(true)
-	_, err := r.TryAcquire(ctx, "w")
+	_, err = r.TryAcquire(ctx, "w")
 	require.Error(t, err, "the reply was lost")
 	require.EqualValues(t, 1, p.cut.Load())
 	eventually(t, 10*time.Second, "the lease nobody received expired and settled (dead) elsewhere", func() bool {

@@ -17,9 +17,11 @@ import (
 // millions of jobs; ExactStats and ExactQueues count every job.
 
 // countCap is the most jobs of a queue in one state that Stats and Queues
-// count one by one: a walk of the index leaserouter_jobs_order from the
-// state's oldest job, index only where the visibility map covers the
-// rows, else a read of each row (jobs changed since the last vacuum). A
+// count one by one: a walk of the index leaserouter_jobs_order_unleased
+// from the state's oldest job (the leased state: of
+// leaserouter_jobs_leased, the queue's leases in flight), index only
+// where the visibility map covers the rows, else a read of each row (jobs
+// changed since the last vacuum). A
 // state with more is estimated (a plan: ~1ms). Measured on a busy 2-core
 // machine at 10M rows, a Stats whose six states all have more than the
 // cap (each walks cap+1 entries), p50 vacuumed / analyzed only: 5,000:
@@ -50,8 +52,9 @@ const countCap = 20000
 // still counts as leased until some process settles it.
 //
 // Stats.ReadySince is when the job first in the queue's ready order
-// became ready, on the database's clock (zero when none is pending): one
-// probe of the ready index, whatever the queue's size.
+// became ready, on the database's clock (zero when none is pending): two
+// probes of the ready index per kind with pending jobs in the queue, and
+// one more, whatever the number of pending jobs.
 //
 // One round trip. It works after Close. Errors wrap the driver's. Safe
 // for concurrent use.
@@ -67,8 +70,9 @@ func (r *Router[T]) Stats(ctx context.Context) (leaserouter.Stats, error) {
 // takes (bounded by ctx). It works after Close. Errors wrap the
 // driver's. Safe for concurrent use.
 func (r *Router[T]) ExactStats(ctx context.Context) (leaserouter.Stats, error) {
-	// Every job: its entries in the index leaserouter_jobs_order, and the
-	// rows the visibility map does not cover.
+	// Every job: its entries in the index leaserouter_jobs_order_unleased
+	// (leased jobs: leaserouter_jobs_leased), and the rows the visibility
+	// map does not cover.
 	return r.countStats(orBackground(ctx), "ExactStats", nil)
 }
 

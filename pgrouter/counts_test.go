@@ -204,26 +204,31 @@ func TestCountsEstimatedWhenManyPastRetention(t *testing.T) {
 	require.Equal(t, counts{10, 0, 0, 60, 0, 0}, queueCounts(queueNamed(t, qs, "q")))
 }
 
-// TestCountsWalkTheOrderIndex: Stats' and Queues' statements count a
-// state by a walk of leaserouter_jobs_order that stops after the cap, in
-// the plan a connection keeps (generic) and in the first ones (custom),
-// on a table analyzed but never vacuumed (a walk reads rows then): never
-// a scan of the table, which stops early only where the state's jobs lie
-// early in it (a queue enqueued last, at the table's end, was read whole
-// for each state: seconds at 10M rows).
-func TestCountsWalkTheOrderIndex(t *testing.T) {
+// TestCountsWalkTheOrderIndexAndTheLeasesInFlight: Stats' and Queues'
+// statements count a state other than leased by a walk of
+// leaserouter_jobs_order_unleased that stops after the cap, and the leased
+// state by a walk of the queue's leases in flight (leaserouter_jobs_leased)
+// that stops there too, in the plan a connection keeps (generic) and in
+// the first ones (custom), on a table analyzed but never vacuumed (a walk
+// reads rows then): never a scan of the table, which stops early only
+// where the state's jobs lie early in it (a queue enqueued last, at the
+// table's end, was read whole for each state: seconds at 10M rows).
+func TestCountsWalkTheOrderIndexAndTheLeasesInFlight(t *testing.T) {
 	db := pgtest.New(t)
 	addJobs(t, db, "a", "as", leaserouter.StateSucceeded, 20000, false)
 	addJobs(t, db, "a", "ap", leaserouter.StatePending, 5000, false)
+	addJobs(t, db, "a", "al", leaserouter.StateLeased, 300, false)  // more than the cap
 	addJobs(t, db, "z", "zp", leaserouter.StatePending, 300, false) // at the table's end
 	addJobs(t, db, "z", "zf", leaserouter.StateDead, 300, false)
+	addJobs(t, db, "z", "zl", leaserouter.StateLeased, 50, false)
 	_, err := db.Exec(t.Context(), "ANALYZE leaserouter_jobs")
 	require.NoError(t, err)
 	const limit = 100
 	for _, c := range []struct {
 		stmt, queue string
 		queues      int
-	}{{"job_stats", "a", 1}, {"job_stats", "z", 1}, {"queues_stats", "", 2}} {
+		leased      int // the leases the walks of leaserouter_jobs_leased read
+	}{{"job_stats", "a", 1, limit + 1}, {"job_stats", "z", 1, 50}, {"queues_stats", "", 2, limit + 1 + 50}} {
 		for _, generic := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/%s/generic=%v", c.stmt, c.queue, generic), func(t *testing.T) {
 				values := map[string]any{"queue": c.queue, "cap": int64(limit)}
@@ -233,20 +238,24 @@ func TestCountsWalkTheOrderIndex(t *testing.T) {
 				for _, typ := range []string{"Seq Scan", "Bitmap Heap Scan"} {
 					require.Empty(t, out[0].Plan.nodes(typ), "%s", plan)
 				}
+				by := out[0].Plan.readBy()
 				var read float64
-				for _, typ := range []string{"Index Only Scan", "Index Scan"} {
-					for _, s := range out[0].Plan.nodes(typ) {
-						read += (s.Rows + s.Removed) * s.Loops
-					}
+				for index, rows := range by {
+					require.Contains(t, []string{"leaserouter_jobs_order_unleased", "leaserouter_jobs_leased",
+						"leaserouter_jobs_purge", "leaserouter_jobs_pkey"}, index, "%s", plan)
+					read += rows
 				}
+				// EXPLAIN gives rows a loop rounded: within a row a queue.
+				require.InDelta(t, float64(c.leased), by["leaserouter_jobs_leased"], float64(c.queues), "the leases counted:\n%s", plan)
 				require.LessOrEqual(t, int(read), c.queues*6*(limit+1)+10, "rows read:\n%s", plan)
 			})
 		}
 	}
 }
 
-// explainStatement is EXPLAIN (ANALYZE, FORMAT JSON) of sql/name.sql with
-// values: its custom plan, or with generic its generic plan.
+// explainStatement is EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) of
+// sql/name.sql with values: its custom plan, or with generic its generic
+// plan.
 func explainStatement(t *testing.T, db *pgxpool.Pool, name string, generic bool, values map[string]any) []byte {
 	t.Helper()
 	sql, names := pgrouter.Statement(name)
@@ -268,7 +277,7 @@ func explainStatement(t *testing.T, db *pgxpool.Pool, name string, generic bool,
 	}
 	var plan []byte
 	require.NoError(t, tx.QueryRow(t.Context(),
-		"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE counts_"+name+"("+params[2:]+")", bound...).Scan(&plan))
+		"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE counts_"+name+"("+params[2:]+")", bound...).Scan(&plan))
 	return plan
 }
 
@@ -373,4 +382,66 @@ func TestEstimatedStatsSayHowOld(t *testing.T) {
 	require.False(t, e.Estimated)
 	require.True(t, e.EstimatedAsOf.IsZero())
 	require.Equal(t, 50, e.Canceled)
+}
+
+// TestReadyHeadReadsEachKindsHeadOnly: Stats' probe of the queue's ready
+// order (ready_head) reads leaserouter_jobs_kind_ready alone, a few
+// entries and buffers per kind with pending jobs, however many jobs are
+// pending: 100,000 of 3 kinds (and another queue's), on a young table
+// and an analyzed one, in the plan a connection keeps (generic) and the
+// first ones (custom); never a scan or sort of the pending jobs, as the
+// kindless index's walk of versions before 21 would become without it.
+// Its answer is the head of the ready order across the kinds.
+func TestReadyHeadReadsEachKindsHeadOnly(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := t.Context()
+	_, err := db.Exec(ctx, `ALTER TABLE leaserouter_jobs SET (autovacuum_enabled = false)`)
+	require.NoError(t, err)
+	_, err = db.Exec(ctx, `INSERT INTO leaserouter_jobs
+		(queue, id, kind, state, priority, ready_at, max_attempts, payload, created_at, updated_at)
+		SELECT q, q || i, (ARRAY['', 'a', 'b'])[i % 3 + 1], 'pending', i % 2,
+			now() - random() * interval '1 hour', 25, '1', now(), now()
+		FROM (VALUES ('default', 100000), ('other', 20000)) v(q, n), generate_series(1, n) i`)
+	require.NoError(t, err)
+	addJobs(t, db, "default", "s", leaserouter.StateSucceeded, 2000, false)
+	addJobs(t, db, "default", "l", leaserouter.StateLeased, 2000, false)
+	addJobs(t, db, "default", "f", leaserouter.StateScheduled, 2000, false)
+	// The queue's head: one of two jobs (kinds a and b) at a priority no
+	// other job has.
+	_, err = db.Exec(ctx, `UPDATE leaserouter_jobs SET priority = 5 WHERE queue = 'default' AND id IN ('default7', 'default8')`)
+	require.NoError(t, err)
+	var want time.Time
+	require.NoError(t, db.QueryRow(ctx, `SELECT ready_at FROM leaserouter_jobs WHERE queue = 'default' AND state = 'pending'
+		ORDER BY priority DESC, ready_at, seq LIMIT 1`).Scan(&want))
+	for _, analyzed := range []bool{false, true} {
+		if analyzed {
+			_, err = db.Exec(ctx, `VACUUM ANALYZE leaserouter_jobs`)
+			require.NoError(t, err)
+		}
+		for _, generic := range []bool{false, true} {
+			t.Run(fmt.Sprintf("analyzed=%v/generic=%v", analyzed, generic), func(t *testing.T) {
+				raw := explainStatement(t, db, "ready_head", generic, map[string]any{"queue": pgrouter.DefaultQueue})
+				var out []struct{ Plan planNode }
+				require.NoError(t, json.Unmarshal(raw, &out))
+				plan := out[0].Plan
+				for _, typ := range []string{"Seq Scan", "Bitmap Heap Scan"} {
+					require.Empty(t, plan.nodes(typ), "%s", raw)
+				}
+				require.Zero(t, plan.count(func(p planNode) bool {
+					return p.Relation == "leaserouter_jobs" && p.Index != "leaserouter_jobs_kind_ready"
+				}), "a read of the jobs table by another index:\n%s", raw)
+				// An entry at most per probe, 2k + 2 probes for k = 3
+				// kinds: the first kind, the next above each (the last
+				// finds none), each kind's head (and the end of the kinds'
+				// list, which reads none; EXPLAIN rounds rows per loop up).
+				read := plan.read(func(p planNode) bool { return p.Index != "" })
+				require.LessOrEqual(t, read, 2*3+2, "index entries read:\n%s", raw)
+				require.LessOrEqual(t, int(plan.Hit+plan.Fetched), 40, "buffers read:\n%s", raw)
+			})
+		}
+		sql, names := pgrouter.Statement("ready_head")
+		var got time.Time
+		require.NoError(t, db.QueryRow(ctx, sql, bindPositional(names, map[string]any{"queue": pgrouter.DefaultQueue})...).Scan(&got))
+		require.True(t, want.Equal(got), "the head of the ready order: %v, not %v", want, got)
+	}
 }

@@ -134,10 +134,14 @@
 //
 //   - List: a page of the queue's jobs, newest first by enqueue order,
 //     filtered by states and ID prefix, paged by an opaque keyset cursor
-//     valid in every process (one walk of the index leaserouter_jobs_order
-//     per selected state, stopping after a page; with an ID prefix few of
-//     a state's newest jobs have, a range of the index leaserouter_jobs_id,
-//     whatever the database's collation). With ListParams.OmitPayload
+//     valid in every process (one walk of the index
+//     leaserouter_jobs_order_unleased per selected state other than
+//     leased, stopping after a page; the leased state, a walk of the
+//     index leaserouter_jobs_leased_seq, stopping after a page too; with
+//     an ID prefix few of a state's newest jobs have, a range of the jobs
+//     of that state by ID, whatever the database's collation, the leased
+//     state's a walk of that index comparing each entry's ID, at most the
+//     queue's leases in flight, few as the workers of every process). With ListParams.OmitPayload
 //     (the console's list pages) neither payload nor checkpoint is read.
 //     It works after Close.
 //   - Retry: a finished job pending again at once, attempt 0, in its
@@ -233,7 +237,48 @@
 // that version stay correct once version 18 dropped the index their List
 // by kind and their Client's Drained check walked, but those two then
 // read every job of the queue in the states asked, not a page of the
-// kinds': replace them before listing large queues by kind.
+// kinds': replace them before listing large queues by kind. Version 21
+// drops the kindless index of pending jobs, leaserouter_jobs_ready, that
+// the processes of a version before 15 claim with (their claim names no
+// kind): they stay correct once it is gone, but each of their claims, and
+// each of their Stats, then reads and sorts every pending job of its
+// queue (at 100,000 pending jobs, a sequential scan of the table and a
+// sort spilled to disk: thousands of buffers and tens of milliseconds or
+// more a claim, where the index's walk read only the jobs it took).
+// The processes of versions 18 to 20 claim with version 15's index and
+// are not slowed, but their Stats reads the head of the ready order
+// (Stats.ReadySince) from the dropped index too, and then reads every
+// pending job of the queue for it (at 100,000, about 30 ms a call). So
+// upgrade every process before migrating to version 21: the ones before
+// 15 at least, and the ones that call Stats often (a metrics exporter,
+// a console) on large queues. Likewise, from a version before schema
+// 23: once version 25 dropped the index by ID their List with an ID
+// prefix read, such a page of a prefix rare
+// among a state's newest jobs reads that state's jobs, not those with
+// the prefix (correct, and slow: measured at a million jobs, 0.7 to 1
+// second a page of every state, against 10 ms): replace them before
+// listing large queues by ID prefix. Version 27 drops the index of List's
+// order and the counts by state, leaserouter_jobs_order (queue, state,
+// seq), replaced by version 26's leaserouter_jobs_order_unleased, which
+// holds no leased job (a claim or a heartbeat writes no entry in it):
+// the processes of a version before schema 26 stay correct once it is
+// gone, but they have no index by state left, so their List pages and
+// Stats read the whole jobs table (every queue's jobs) once per state
+// asked, and their Queues and console overviews the whole table for each
+// queue and state, not a page or the 20,000 a count stops at (minutes at
+// ten million jobs). A process of this version needs the latest version
+// to start (New), so replace the older ones as soon as Migrate has run;
+// stop first those that list or count often (a console, a metrics
+// exporter). Version 29 drops version 24's index of leased jobs by ID,
+// leaserouter_jobs_id_leased, replaced by version 28's
+// leaserouter_jobs_leased_seq: the processes of schema versions 26 and 27
+// read the leased jobs with an ID prefix from the new index as from the
+// old (their statement is the same walk; in a database whose collation
+// is C the planner may read the prefix's range of the primary key
+// instead, every state's jobs with the prefix), and their List pages of
+// leased jobs walk it and stop after a page rather than sorting the
+// leases in flight; those of versions 24 and 25 are slowed already once
+// 27 ran (above).
 //
 // # Clients
 //
@@ -295,11 +340,23 @@
 // (fencing tokens: cache 1, raised by New above TokenFloor and the Unix
 // time in nanoseconds, never lowered) and leaserouter_job_seq (enqueue
 // order), partial indexes for the ready order, scheduled run-ats, lease
-// expiries and purge times, the index leaserouter_jobs_order (queue,
-// state, seq) for List and the counts, the index leaserouter_jobs_id
-// (queue, state, id COLLATE "C", with seq and purge_at) for List's ID
-// prefix (schema version 11: Migrate builds it concurrently, writes to
-// the jobs table going on meanwhile), joint statistics of queue and
+// expiries and purge times, the index leaserouter_jobs_order_unleased
+// (queue, state, seq) of the jobs not leased for List and the counts
+// (schema version 26, built concurrently; version 27 drops version 6's
+// leaserouter_jobs_order, which held the leased jobs too, so a claim and
+// each heartbeat wrote an entry in it: the leased jobs are counted
+// from the index of lease expiries, the leases in flight, and listed
+// from the next one), the index leaserouter_jobs_leased_seq (queue,
+// seq, id COLLATE "C") of the leased jobs in List's order with their IDs
+// (schema version 28, built concurrently; version 29 drops version 24's
+// leaserouter_jobs_id_leased (queue, id COLLATE "C"), whose place it
+// takes: a claim writes an entry in one index of leased jobs for List,
+// not two), the index by ID for List's ID prefix of the jobs not leased,
+// leaserouter_jobs_id_unleased (queue, state, id COLLATE "C", with seq
+// and purge_at) (schema version 23, built concurrently, writes to the
+// jobs table going on meanwhile; version 25 drops version 11's
+// leaserouter_jobs_id, which held every state, so a claim and the end of
+// a lease wrote an entry in it), joint statistics of queue and
 // state (leaserouter_jobs_queue_state) for the estimated counts, and
 // (schema versions 14 to 18) the columns kind, metadata and kind_of
 // (the created_at of the job whose kind and metadata the row holds; the
@@ -312,9 +369,12 @@
 // are listed by kind from the queue's leases in flight), both built
 // concurrently; version 18 drops version 16's
 // leaserouter_jobs_kind_order, which held the leased jobs too (DROP
-// INDEX CONCURRENTLY: reads and writes go on meanwhile). The index
-// of pending jobs of earlier versions, leaserouter_jobs_ready, stays
-// while processes of those versions may claim with it.
+// INDEX CONCURRENTLY: reads and writes go on meanwhile). Version 21
+// drops version 3's kindless index of pending jobs,
+// leaserouter_jobs_ready (queue, priority DESC, ready_at, seq), likewise:
+// every statement reads leaserouter_jobs_kind_ready instead (Stats' head
+// of the ready order by a skip scan of the kinds with pending jobs), and
+// each job no longer pays an entry in it when it becomes pending.
 //
 // A concurrent index build that fails or is interrupted (Migrate's ctx
 // ended, its process killed, a statement_timeout on db's connections)
@@ -323,14 +383,15 @@
 //
 //	SELECT indexrelid::regclass FROM pg_index WHERE NOT indisvalid
 //
-// and is repaired by running Migrate again (version 11, 15, 16 or 17 is
-// recorded only once its index is valid and as the migration defines it,
-// version 18 only once its index is gone; Migrate drops
+// and is repaired by running Migrate again (version 11, 15, 16, 17, 23,
+// 24, 26 or 28 is recorded only once its index is valid and as the
+// migration defines it, version 18, 21, 25, 27 or 29 only once its index
+// is gone; Migrate drops
 // an invalid one, or one of that name defined otherwise, with DROP INDEX
 // CONCURRENTLY, and builds it again). By hand, the same: DROP INDEX
-// CONCURRENTLY leaserouter_jobs_id, then CREATE INDEX CONCURRENTLY
-// leaserouter_jobs_id ON leaserouter_jobs (queue, state, id COLLATE "C")
-// INCLUDE (seq, purge_at).
+// CONCURRENTLY leaserouter_jobs_id_unleased, then CREATE INDEX
+// CONCURRENTLY leaserouter_jobs_id_unleased ON leaserouter_jobs (queue,
+// state, id COLLATE "C") INCLUDE (seq, purge_at) WHERE state <> 'leased'.
 // Payloads are
 // JSON (encoding/json) in a jsonb column, readable in SQL. The jobs table
 // is created with aggressive autovacuum settings (every job is updated
@@ -339,6 +400,35 @@
 // the index of pending jobs from where the dead entries of the jobs
 // claimed before it lie. A long-running transaction elsewhere in the
 // database (an open snapshot) keeps dead rows alive and slows claims.
+//
+// The jobs table's fillfactor is 50 (schema version 22; 85 before):
+// inserts fill each page to half, leaving room on it for the new
+// versions of its rows that a claim, a heartbeat and a lease's end write
+// (updates of indexed columns: never HOT). A new version on its row's own
+// page is logged smaller, and without a lock record on a second page: on
+// the enqueue and drain of 30,000 no-op jobs (BenchmarkWAL in the
+// repository's benchmarks module), 2,089-2,124 bytes of WAL a job at 50
+// against 2,197-2,241 at 85 (2,149-2,181 at 70) with the default
+// Retention; at Retention -1, 1,480-1,489 against 1,563-1,567
+// (1,540-1,545). The cost is space, and reads of pages no vacuum has
+// marked all-visible yet: the table takes about 356 bytes a job it holds
+// (pending, scheduled, leased, or finished and kept for its Retention),
+// against 205 at 85 and 248 at 70 (its indexes, about 270 bytes a job, do
+// not change), and a List page or a count that reads the table before the
+// next vacuum visits that many more pages (at a million jobs just
+// written, List's pages took up to twice as long as at 85). A queue that
+// holds millions of jobs for long and runs few may trade the WAL back for
+// space:
+//
+//	ALTER TABLE leaserouter_jobs SET (fillfactor = 85);
+//
+// It applies to pages filled from then on (VACUUM FULL, which locks the
+// table while it rewrites it, or pg_repack, applies it to the others),
+// and takes no lock that stops reads or writes. Version 22 changed only a
+// fillfactor of 85 (one set by hand before it stays), and no later
+// version changes the setting. Its down migration sets 85 back wherever
+// the fillfactor is 50, so it cannot tell a 50 set by hand before
+// version 22 from its own: it resets that one too.
 //
 // A job's state is the enum leaserouter_job_state, whose labels are
 // leaserouter.State's names ('pending', 'scheduled', 'leased',

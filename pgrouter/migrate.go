@@ -50,7 +50,7 @@ const (
 // leaserouter_migrations, one missing below the highest recorded
 // included (an error for versions 1 to 3, which cannot be applied over
 // later ones): those in a row in one transaction, and each index
-// build or drop (schema versions 11, 15, 16, 17 and 18) on its own,
+// build or drop (schema versions 11, 15 to 18, 21 and 23 to 29) on its own,
 // outside a transaction (CREATE or DROP INDEX CONCURRENTLY), after the ones before it are
 // committed. It is idempotent and safe when many processes run it at
 // once (they wait on an advisory lock, polled every 10ms to 1s, on one

@@ -15,28 +15,42 @@ import (
 )
 
 // asVersion10 makes db's schema as version 10 left it as far as Migrate
-// can tell: no leaserouter_jobs_id, migrations 11 and later not recorded
-// (those after 11 are written to run again harmlessly).
+// can tell: no index by ID (version 11's, or versions 23's, 24's and 28's that
+// replaced it), migrations 11 and later not recorded (those after 11 are
+// written to run again harmlessly).
 func asVersion10(t *testing.T, db *pgxpool.Pool) {
 	t.Helper()
-	_, err := db.Exec(t.Context(), "DROP INDEX leaserouter_jobs_id")
+	_, err := db.Exec(t.Context(), "DROP INDEX IF EXISTS leaserouter_jobs_id, leaserouter_jobs_id_unleased, leaserouter_jobs_id_leased, leaserouter_jobs_leased_seq")
 	require.NoError(t, err)
 	_, err = db.Exec(t.Context(), "DELETE FROM leaserouter_migrations WHERE version >= 11")
 	require.NoError(t, err)
 }
 
-// requireIndexBuilt: leaserouter_jobs_id is valid, with ID in byte order,
-// and migration 11 is recorded.
+// requireIndexBuilt: the indexes by ID are as the latest version leaves
+// them, valid, with ID in byte order (leaserouter_jobs_id_unleased and
+// leaserouter_jobs_leased_seq; version 11's leaserouter_jobs_id and
+// version 24's leaserouter_jobs_id_leased dropped), and migrations 11,
+// 23, 24, 25, 28 and 29 are recorded.
 func requireIndexBuilt(t *testing.T, db *pgxpool.Pool) {
 	t.Helper()
-	var valid bool
-	var def string
-	require.NoError(t, db.QueryRow(t.Context(), `SELECT indisvalid, pg_get_indexdef(indexrelid) FROM pg_index WHERE indexrelid = 'leaserouter_jobs_id'::regclass`).Scan(&valid, &def))
-	require.True(t, valid, "leaserouter_jobs_id is INVALID")
-	require.Contains(t, def, `(queue, state, id COLLATE "C") INCLUDE (seq, purge_at)`)
+	for index, want := range map[string]string{
+		"leaserouter_jobs_id_unleased": `(queue, state, id COLLATE "C") INCLUDE (seq, purge_at) WHERE (state <> 'leased'::leaserouter_job_state)`,
+		"leaserouter_jobs_leased_seq":  `(queue, seq, id COLLATE "C") WHERE (state = 'leased'::leaserouter_job_state)`,
+	} {
+		var valid bool
+		var def string
+		require.NoError(t, db.QueryRow(t.Context(), `SELECT indisvalid, pg_get_indexdef(indexrelid) FROM pg_index WHERE indexrelid = $1::regclass`, index).Scan(&valid, &def))
+		require.True(t, valid, "%s is INVALID", index)
+		require.Contains(t, def, want)
+	}
+	for _, index := range []string{"leaserouter_jobs_id", "leaserouter_jobs_id_leased"} {
+		var gone *string
+		require.NoError(t, db.QueryRow(t.Context(), "SELECT to_regclass($1)::text", index).Scan(&gone))
+		require.Nil(t, gone, "%s left", index)
+	}
 	var n int
-	require.NoError(t, db.QueryRow(t.Context(), "SELECT count(*) FROM leaserouter_migrations WHERE version = 11").Scan(&n))
-	require.Equal(t, 1, n)
+	require.NoError(t, db.QueryRow(t.Context(), "SELECT count(*) FROM leaserouter_migrations WHERE version IN (11, 23, 24, 25, 28, 29)").Scan(&n))
+	require.Equal(t, 6, n)
 }
 
 // TestMigrateHoldsWritesAtMostALockTimeout: Migrate holds up other
@@ -93,7 +107,8 @@ func TestMigrateHoldsWritesAtMostALockTimeout(t *testing.T) {
 
 // TestMigrateRebuildsAnInvalidIndex: a concurrent build that fails or is
 // canceled (Migrate's own, killed midway, or one by hand: a
-// statement_timeout, a Ctrl-C) leaves an INVALID leaserouter_jobs_id,
+// statement_timeout, a Ctrl-C) leaves an INVALID index (here version
+// 23's, leaserouter_jobs_id_unleased),
 // which CREATE INDEX IF NOT EXISTS would take as built and the planner
 // never uses: Migrate drops it and builds it again.
 func TestMigrateRebuildsAnInvalidIndex(t *testing.T) {
@@ -105,7 +120,7 @@ func TestMigrateRebuildsAnInvalidIndex(t *testing.T) {
 	require.NoError(t, err)
 	_, err = conn.Exec(ctx, "SET statement_timeout = '20ms'")
 	require.NoError(t, err)
-	_, err = conn.Exec(ctx, `CREATE INDEX CONCURRENTLY leaserouter_jobs_id ON leaserouter_jobs (queue, state, id COLLATE "C") INCLUDE (seq, purge_at)`)
+	_, err = conn.Exec(ctx, `CREATE INDEX CONCURRENTLY leaserouter_jobs_id_unleased ON leaserouter_jobs (queue, state, id COLLATE "C") INCLUDE (seq, purge_at) WHERE state <> 'leased'`)
 	require.Error(t, err, "the by-hand build canceled")
 	_, err = conn.Exec(ctx, "RESET statement_timeout")
 	require.NoError(t, err)
@@ -116,14 +131,14 @@ func TestMigrateRebuildsAnInvalidIndex(t *testing.T) {
 }
 
 // TestMigrateRebuildsAnIndexOfAnotherDefinition: an index by the name
-// leaserouter_jobs_id built by hand otherwise (IDs in the database's
-// collation, where a prefix need not be a range) is dropped and built
-// again as migration 11 says.
+// leaserouter_jobs_id_unleased built by hand otherwise (IDs in the
+// database's collation, where a prefix need not be a range, and leased
+// jobs in it) is dropped and built again as migration 23 says.
 func TestMigrateRebuildsAnIndexOfAnotherDefinition(t *testing.T) {
 	db := pgtest.New(t)
 	ctx := t.Context()
 	asVersion10(t, db)
-	_, err := db.Exec(ctx, `CREATE INDEX leaserouter_jobs_id ON leaserouter_jobs (queue, state, id) INCLUDE (seq, purge_at)`)
+	_, err := db.Exec(ctx, `CREATE INDEX leaserouter_jobs_id_unleased ON leaserouter_jobs (queue, state, id) INCLUDE (seq, purge_at)`)
 	require.NoError(t, err)
 	require.NoError(t, pgrouter.Migrate(ctx, db))
 	requireIndexBuilt(t, db)
@@ -210,7 +225,7 @@ func waitBuild(t *testing.T, db *pgxpool.Pool, migrated <-chan error) {
 // TestMigrateWithAPreviousVersionMigrate: during a rolling upgrade, a
 // Migrate of the version before the concurrent index builds (one
 // transaction that starts with pg_advisory_xact_lock on Migrate's key)
-// runs while a new one builds leaserouter_jobs_id: both succeed, the old
+// runs while a new one builds an index: both succeed, the old
 // one finding nothing to do. (It waited on the key inside its
 // transaction, holding a snapshot the build waited out while the build's
 // Migrate held the key: a deadlock, 40P01.)

@@ -19,7 +19,10 @@ func TestConcurrentIndexMigrations(t *testing.T) {
 			indexes[m.version] = m.up.index
 		}
 	}
-	require.Equal(t, map[int]string{11: "leaserouter_jobs_id", 15: "leaserouter_jobs_kind_ready", 16: "leaserouter_jobs_kind_order", 17: "leaserouter_jobs_kind_list", 18: "leaserouter_jobs_kind_order"}, indexes)
+	require.Equal(t, map[int]string{11: "leaserouter_jobs_id", 15: "leaserouter_jobs_kind_ready", 16: "leaserouter_jobs_kind_order", 17: "leaserouter_jobs_kind_list", 18: "leaserouter_jobs_kind_order", 21: "leaserouter_jobs_ready",
+		23: "leaserouter_jobs_id_unleased", 24: "leaserouter_jobs_id_leased", 25: "leaserouter_jobs_id",
+		26: "leaserouter_jobs_order_unleased", 27: "leaserouter_jobs_order",
+		28: "leaserouter_jobs_leased_seq", 29: "leaserouter_jobs_id_leased"}, indexes)
 }
 
 // TestConcurrentIndexStatement: a concurrent index build's text is one

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -44,13 +45,14 @@ type MigrationScript struct {
 // names every object unqualified, for the connection's search_path):
 // what MigrateTo runs for that version, plus its record, for users who
 // apply migrations with their own tool. A schema-qualified script does
-// not create the schema. Run the scripts in order: up, 1 to
-// LatestVersion; down, from the version the schema is at, down. Unlike
+// not create the schema. Run the scripts in order: up, of Versions from
+// 1 to LatestVersion; down, from the version the schema is at, down. Unlike
 // MigrateTo, a script takes no lock and does not retry on a
 // lock_timeout, and a NoTransaction build that fails leaves an INVALID
 // index that the script, run again, keeps (IF NOT EXISTS): drop it
 // first (DROP INDEX CONCURRENTLY). Errors: an invalid schema name or a
-// version not in 1 to LatestVersion wraps leaserouter.ErrInvalidOptions.
+// version not in 1 to LatestVersion, or not one of the module's, wraps
+// leaserouter.ErrInvalidOptions.
 func MigrationSQL(schema string, version int, down bool) (MigrationScript, error) {
 	if err := checkSchema("schema", schema); err != nil {
 		return MigrationScript{}, err
@@ -62,12 +64,11 @@ func MigrationSQL(schema string, version int, down bool) (MigrationScript, error
 	if version < 1 || version > migs[len(migs)-1].version {
 		return MigrationScript{}, fmt.Errorf("%w: version %d, must be 1 to %d", leaserouter.ErrInvalidOptions, version, migs[len(migs)-1].version)
 	}
-	var m migration
-	for _, m = range migs {
-		if m.version == version {
-			break
-		}
+	i := slices.IndexFunc(migs, func(m migration) bool { return m.version == version })
+	if i < 0 { // a number skipped: never the script of another version
+		return MigrationScript{}, fmt.Errorf("%w: version %d: no migration of that number", leaserouter.ErrInvalidOptions, version)
 	}
+	m := migs[i]
 	s, dir := m.up, "up"
 	if down {
 		s, dir = m.down, "down"

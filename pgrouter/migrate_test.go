@@ -1,6 +1,7 @@
 package pgrouter_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"path/filepath"
@@ -29,13 +30,14 @@ func toSchemaV2(t *testing.T, db *pgxpool.Pool) {
 		DROP FUNCTION leaserouter_jobs_kind_reset;
 		ALTER TABLE leaserouter_jobs DROP COLUMN kind, DROP COLUMN metadata, DROP COLUMN kind_of;
 		DROP STATISTICS leaserouter_jobs_queue_state; DROP FUNCTION leaserouter_count_estimate;
-		DROP TABLE leaserouter_queues; DROP TABLE leaserouter_history; DROP INDEX leaserouter_jobs_order;
+		DROP TABLE leaserouter_queues; DROP TABLE leaserouter_history; DROP INDEX leaserouter_jobs_order_unleased;
 		ALTER TABLE leaserouter_jobs DROP COLUMN leased_at; ALTER TABLE leaserouter_jobs DROP COLUMN timeout_us;
 		ALTER TABLE leaserouter_jobs DROP COLUMN timeout_of;
 		DROP FUNCTION leaserouter_end_lease; DROP FUNCTION leaserouter_lease_valid;
 		DROP FUNCTION leaserouter_past_retention; DROP FUNCTION leaserouter_hand_back;
-		DROP INDEX leaserouter_jobs_ready; DROP INDEX leaserouter_jobs_scheduled;
+		DROP INDEX IF EXISTS leaserouter_jobs_ready; DROP INDEX leaserouter_jobs_scheduled;
 		DROP INDEX leaserouter_jobs_leased; DROP INDEX leaserouter_jobs_purge;
+		DROP INDEX leaserouter_jobs_id_unleased; DROP INDEX leaserouter_jobs_leased_seq;
 		ALTER TABLE leaserouter_jobs ALTER COLUMN state TYPE smallint
 			USING array_position(enum_range(NULL::leaserouter_job_state), state) - 1;
 		DROP TYPE leaserouter_job_state;
@@ -296,15 +298,15 @@ func TestMigrateAddsHandBack(t *testing.T) {
 	}
 }
 
-// TestMigrateAppliesAMissingVersion: a database that records 12 but not
-// 11 gets leaserouter_jobs_id from Migrate (it applied only versions
-// above the highest recorded), and New refuses it until then.
+// TestMigrateAppliesAMissingVersion: a database that records 24 but not
+// 23 gets leaserouter_jobs_id_unleased from Migrate (it applied only
+// versions above the highest recorded), and New refuses it until then.
 func TestMigrateAppliesAMissingVersion(t *testing.T) {
 	db := pgtest.New(t)
 	ctx := t.Context()
-	_, err := db.Exec(ctx, "DROP INDEX leaserouter_jobs_id")
+	_, err := db.Exec(ctx, "DROP INDEX leaserouter_jobs_id_unleased")
 	require.NoError(t, err)
-	_, err = db.Exec(ctx, "DELETE FROM leaserouter_migrations WHERE version = 11")
+	_, err = db.Exec(ctx, "DELETE FROM leaserouter_migrations WHERE version = 23")
 	require.NoError(t, err)
 	_, err = pgrouter.New[int](ctx, db, pgrouter.Options{})
 	require.ErrorIs(t, err, pgrouter.ErrSchemaOutdated)
@@ -327,7 +329,7 @@ func TestMigrateRefusesAMissingFirstVersion(t *testing.T) {
 	require.ErrorContains(t, err, "but not 2")
 	var n int
 	require.NoError(t, db.QueryRow(ctx, "SELECT count(*) FROM leaserouter_migrations").Scan(&n))
-	require.Equal(t, latestMigration(t)-1, n, "every version but 2 still recorded")
+	require.Equal(t, len(upMigrationFiles(t))-1, n, "every version but 2 still recorded")
 }
 
 // TestMigrateCanceledReleasesItsLocks: a Migrate whose ctx ends while its
@@ -353,6 +355,20 @@ func TestMigrateCanceledReleasesItsLocks(t *testing.T) {
 
 // upMigrationFiles are the up migrations' files (migrations/NNNN_name.sql,
 // not their .down.sql), in version order.
+// migrationVersions are the versions of the migrations in
+// migrations/, in order (a version number may be skipped).
+func migrationVersions(t *testing.T) []int {
+	t.Helper()
+	var versions []int
+	for _, f := range upMigrationFiles(t) {
+		v, err := strconv.Atoi(strings.SplitN(filepath.Base(f), "_", 2)[0])
+		require.NoError(t, err)
+		versions = append(versions, v)
+	}
+	slices.Sort(versions)
+	return versions
+}
+
 func upMigrationFiles(t *testing.T) []string {
 	t.Helper()
 	files, err := filepath.Glob("migrations/*.sql")
@@ -381,4 +397,38 @@ func TestMigrateUpAfterAnInterruptedDownRestoresTheSchema(t *testing.T) {
 	require.NoError(t, tx.Rollback(ctx))
 	require.NoError(t, pgrouter.MigrateTo(ctx, nowhere, pgrouter.MigrateOptions{Schema: "dn"}))
 	require.Equal(t, want, catalogOf(t, db, "dn"), "Migrate after an interrupted down")
+}
+
+// TestMigrateSetsFillfactorFiftyButKeepsOneSetByHand: version 22 fills
+// the jobs table's pages to half (fillfactor 50, 85 before), and its down
+// sets 85 again; a fillfactor an operator set by hand before it stays,
+// up and down, in a schema whose name needs quoting too.
+func TestMigrateSetsFillfactorFiftyButKeepsOneSetByHand(t *testing.T) {
+	nowhere, db := schemaDB(t)
+	ctx := t.Context()
+	fillfactor := func(schema string) string {
+		var opts []string
+		require.NoError(t, db.QueryRow(ctx, `SELECT coalesce(reloptions, '{}') FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE n.nspname = $1 AND c.relname = 'leaserouter_jobs'`, schema).Scan(&opts))
+		for _, o := range opts {
+			if v, ok := strings.CutPrefix(o, "fillfactor="); ok {
+				return v
+			}
+		}
+		return ""
+	}
+	for _, c := range []struct{ schema, byHand, want string }{{"fresh", "", "50"}, {"Tuned jobs", "70", "70"}} {
+		_, err := db.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{c.schema}.Sanitize())
+		require.NoError(t, err)
+		require.NoError(t, pgrouter.MigrateTo(ctx, nowhere, pgrouter.MigrateOptions{Schema: c.schema, Version: 21}))
+		require.Equal(t, "85", fillfactor(c.schema), "version 1's")
+		if c.byHand != "" {
+			_, err = db.Exec(ctx, "ALTER TABLE "+pgx.Identifier{c.schema, "leaserouter_jobs"}.Sanitize()+" SET (fillfactor = "+c.byHand+")")
+			require.NoError(t, err)
+		}
+		require.NoError(t, pgrouter.MigrateTo(ctx, nowhere, pgrouter.MigrateOptions{Schema: c.schema, Version: 22}))
+		require.Equal(t, c.want, fillfactor(c.schema), "%s after version 22", c.schema)
+		require.NoError(t, pgrouter.MigrateTo(ctx, nowhere, pgrouter.MigrateOptions{Schema: c.schema, Version: 21, Down: true}))
+		require.Equal(t, cmp.Or(c.byHand, "85"), fillfactor(c.schema), "%s after version 22's down", c.schema)
+	}
 }

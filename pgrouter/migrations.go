@@ -52,7 +52,7 @@ const VersionNone = -1
 // the latest first, with that version's down migration
 // (migrations/NNNN_name.down.sql, which MigrationSQL prints): the
 // versions in a row in one transaction, each concurrent index step
-// (versions 11, 15, 16, 17 and 18) on its own, outside a transaction,
+// (versions 11, 15 to 18, 21 and 23 to 29) on its own, outside a transaction,
 // as Migrate runs them up, and deletes its record. A down migration
 // drops what its version added, with its data: version 1's the jobs
 // table with every job, fence and token sequence (the next New starts the
@@ -87,6 +87,24 @@ func LatestVersion() int {
 		return 0
 	}
 	return migs[len(migs)-1].version
+}
+
+// Versions lists this module's schema versions in ascending order, the
+// last LatestVersion, in a new slice each call (the caller may keep or
+// change it); it needs no database and is safe for concurrent use. A
+// number between two versions may have no migration (MigrationSQL
+// refuses it with ErrInvalidOptions): run the scripts of the versions
+// listed.
+func Versions() []int {
+	migs, err := migrations("")
+	if err != nil {
+		return nil
+	}
+	versions := make([]int, len(migs))
+	for i, m := range migs {
+		versions[i] = m.version
+	}
+	return versions
 }
 
 // target is opts.Version as a version number, checked against migs.

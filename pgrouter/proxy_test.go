@@ -199,15 +199,48 @@ type cutProxy struct {
 	marker []byte
 	armed  atomic.Bool
 	cut    atomic.Int64
-	// blackout: after the cut, refuse every connection while down is set
-	// (the database unreachable from the client).
+	// blackout: at the cut, close every connection the proxy carries, and
+	// refuse new ones while down is set (the database unreachable from
+	// the client: no connection the client's pool had open before the
+	// cut reaches it either).
 	blackout, down atomic.Bool
+
+	mu    sync.Mutex
+	conns map[net.Conn]struct{} // both ends of every connection carried, for the blackout
+}
+
+// carry records c as carried, false if the database is down (c is
+// closed then: a connection accepted as the blackout began).
+func (p *cutProxy) carry(cs ...net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.down.Load() {
+		for _, c := range cs {
+			c.Close()
+		}
+		return false
+	}
+	for _, c := range cs {
+		p.conns[c] = struct{}{}
+	}
+	return true
+}
+
+// goDown sets down and closes every connection carried.
+func (p *cutProxy) goDown() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down.Store(true)
+	for c := range p.conns {
+		c.Close()
+	}
+	clear(p.conns)
 }
 
 func newCutProxy(t *testing.T, server dialer, marker string) *cutProxy {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	p := &cutProxy{ln: ln, marker: []byte(marker)}
+	p := &cutProxy{ln: ln, marker: []byte(marker), conns: map[net.Conn]struct{}{}}
 	var wg sync.WaitGroup
 	t.Cleanup(func() { ln.Close(); wg.Wait() })
 	wg.Go(func() {
@@ -225,6 +258,9 @@ func newCutProxy(t *testing.T, server dialer, marker string) *cutProxy {
 				c.Close()
 				continue
 			}
+			if !p.carry(c, s) {
+				continue
+			}
 			wg.Go(func() { _, _ = io.Copy(c, s); c.Close() })
 			wg.Go(func() {
 				defer s.Close()
@@ -239,8 +275,10 @@ func newCutProxy(t *testing.T, server dialer, marker string) *cutProxy {
 						}
 						if prepared {
 							p.armed.Store(false)
-							p.down.Store(p.blackout.Load())
-							p.cut.Add(1)
+							p.cut.Add(1) // before any connection closes: the client sees the cut counted
+							if p.blackout.Load() {
+								p.goDown()
+							}
 							return // the server has the execution; the client loses the answer
 						}
 						prepared = p.armed.Load() && bytes.Contains(buf[:n], p.marker)

@@ -227,7 +227,10 @@ func errWrap(call string, err error) error {
 // attempt not counted) or completes them. It then waits for
 // the Router's background work (unknown outcomes being resolved, a
 // stopped Run's last completions and hand-backs), ends it, stops its
-// goroutines and returns nil, or ctx.Err() if ctx was done first.
+// goroutines and returns nil, or ctx.Err() if ctx was done first (every
+// lease still held then revoked). If the revocation failed or did not
+// finish in time, the error returned wraps its failure (and ctx.Err()
+// if ctx was done): those leases may be revoked, or end at their expiry.
 //
 // Close returns within 100ms of ctx's end, whatever the database does
 // (its pool exhausted, the server stalled): the revocation and the
@@ -289,8 +292,12 @@ func (r *Router[T]) Close(ctx context.Context) error {
 		r.stopped.Wait()
 	}
 	close(r.done)
-	if err == nil {
+	switch {
+	case err == nil:
 		err = rerr
+	case rerr != nil:
+		// ctx.Err() alone would say every lease still held was revoked.
+		err = fmt.Errorf("%w; %w", err, rerr)
 	}
 	return err
 }

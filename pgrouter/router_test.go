@@ -206,6 +206,29 @@ func TestCloseHonoursCtxWithServerStalled(t *testing.T) {
 	p.resume()
 }
 
+// TestCloseOutOfTimeSaysItsRevocationDidNotFinish: Close with a done ctx,
+// a lease still held and the server stalled cannot revoke it within its
+// grace; it returns an error wrapping ctx.Err() and the revocation's
+// failure, not ctx.Err() itself, which says every lease was revoked (the
+// lease may be revoked or end at its expiry: the server may yet run the
+// statement it was sent).
+func TestCloseOutOfTimeSaysItsRevocationDidNotFinish(t *testing.T) {
+	base := pgtest.New(t)
+	p := newStallProxy(t, serverOf(base))
+	db := poolVia(t, base, p.ln, 0)
+	r := routerOn[int](t, db, pgrouter.Options{LeaseDuration: ctxLease})
+	leaseOn(t, r, "a")
+	p.stall()
+	defer p.resume()
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	err := r.Close(ctx)
+	t.Logf("Close(done ctx), server stalled: %v", err)
+	require.ErrorIs(t, err, context.Canceled)
+	require.NotEqual(t, ctx.Err(), err, "not ctx.Err() itself: the revocation did not finish")
+	require.ErrorContains(t, err, "revoke leases")
+}
+
 // TestCloseReturnsWhenItsCtxEndsWithBackgroundWork: Close returns when
 // its ctx ends with the server stalled, a lease to revoke and a
 // background task (a stopped Run's Fail that could not get through) in

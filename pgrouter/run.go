@@ -202,7 +202,7 @@ type runner[T any] struct {
 // ctx is done or Close has begun. Checked directly, not through
 // u.stopping (a context canceled by AfterFunc, a moment later), so a
 // worker never starts a job after either.
-func (u *runner[T]) stopped() bool { return contract.Stopping(u.ctx, u.r.closing.Done()) }
+func (u *runner[T]) stopped() bool { return contract.Stopping(u.ctx, u.r.closing.Err() != nil) }
 
 // held is what the Run knows of one of its leases.
 type held struct {

@@ -260,7 +260,11 @@ type planNode struct {
 	Rows     float64    `json:"Actual Rows"`
 	Loops    float64    `json:"Actual Loops"`
 	Removed  float64    `json:"Rows Removed by Filter"`
+	Cond     string     `json:"Index Cond"`
+	Filter   string     `json:"Filter"`
 	Subplan  string     `json:"Subplan Name"`
+	Hit      float64    `json:"Shared Hit Blocks"`  // with BUFFERS: this node's and its children's
+	Fetched  float64    `json:"Shared Read Blocks"` // with BUFFERS: read from outside the buffer cache
 	Plans    []planNode `json:"Plans"`
 }
 
@@ -344,44 +348,10 @@ func TestBatchEndJudgesTheLockedVersion(t *testing.T) {
 	_, err = db.Exec(ctx, `SELECT pg_sleep(0.4)`) // on the server's clock: j2's committed version has expired
 	require.NoError(t, err)
 
-	ended := make(chan map[string]string, 1)
-	failed := make(chan error, 1)
-	sql, names := pgrouter.Statement("leases_end")
-	go func() {
-		rows, err := db.Query(ctx, sql, bindPositional(names, batchValues([]string{"j1", "j2"}, []int64{1, 2}))...)
-		if err != nil {
-			failed <- err
-			return
-		}
-		got := map[string]string{}
-		for rows.Next() {
-			v, err := rows.Values()
-			if err != nil {
-				failed <- err
-				return
-			}
-			got[v[0].(string)] = v[2].(string)
-		}
-		if err := rows.Err(); err != nil {
-			failed <- err
-			return
-		}
-		ended <- got
-	}()
-	eventually(t, 10*time.Second, "the batch waits for j2's row", func() bool {
-		var waiting bool
-		err := db.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock')`).Scan(&waiting)
-		return err == nil && waiting
-	})
+	ended := endBatchWaiting(t, db, "the batch waits for j2's row", []string{"j1", "j2"}, []int64{1, 2})
 	require.NoError(t, hb.Commit(ctx))
-	select {
-	case err := <-failed:
-		require.NoError(t, err)
-	case got := <-ended:
-		require.Equal(t, map[string]string{"j1": "succeeded", "j2": "succeeded"}, got,
-			"j2's lease was valid when the batch locked its row (extended by the committed heartbeat)")
-	}
+	require.Equal(t, map[string]string{"j1": "succeeded", "j2": "succeeded"}, ended(),
+		"j2's lease was valid when the batch locked its row (extended by the committed heartbeat)")
 }
 
 // A batch end judges each lease at the moment it holds the row's lock:
@@ -406,23 +376,38 @@ func TestBatchEndChecksExpiryAtTheLock(t *testing.T) {
 	_, err = locker.Exec(ctx, `SELECT FROM leaserouter_jobs WHERE id = 'j1' FOR UPDATE`)
 	require.NoError(t, err)
 
-	ended := make(chan []string, 1)
+	ended := endBatchWaiting(t, db, "the batch waits for j1's row", []string{"j1"}, []int64{1})
+	awaitDBTime(t, db, expiry)
+	require.NoError(t, locker.Rollback(ctx))
+	require.Empty(t, ended(), "j1's lease had expired when the batch got its row")
+	var state string
+	require.NoError(t, db.QueryRow(ctx, `SELECT state::text FROM leaserouter_jobs WHERE id = 'j1'`).Scan(&state))
+	require.Equal(t, "leased", state, "a refused end changes nothing")
+}
+
+// endBatchWaiting runs leases_end.sql for ids and their tokens on a
+// connection of its own and returns once that statement waits for a row
+// lock (what says which); the function returned waits for the statement
+// to end and gives the state of each lease it ended, by ID.
+func endBatchWaiting(t *testing.T, db *pgxpool.Pool, what string, ids []string, tokens []int64) func() map[string]string {
+	ctx := t.Context()
+	ended := make(chan map[string]string, 1)
 	failed := make(chan error, 1)
 	sql, names := pgrouter.Statement("leases_end")
 	go func() {
-		rows, err := db.Query(ctx, sql, bindPositional(names, batchValues([]string{"j1"}, []int64{1}))...)
+		rows, err := db.Query(ctx, sql, bindPositional(names, batchValues(ids, tokens))...)
 		if err != nil {
 			failed <- err
 			return
 		}
-		var got []string
+		got := map[string]string{}
 		for rows.Next() {
 			v, err := rows.Values()
 			if err != nil {
 				failed <- err
 				return
 			}
-			got = append(got, v[0].(string)+" "+v[2].(string))
+			got[v[0].(string)] = v[2].(string)
 		}
 		if err := rows.Err(); err != nil {
 			failed <- err
@@ -430,23 +415,21 @@ func TestBatchEndChecksExpiryAtTheLock(t *testing.T) {
 		}
 		ended <- got
 	}()
-	eventually(t, 10*time.Second, "the batch waits for j1's row", func() bool {
+	eventually(t, 10*time.Second, what, func() bool {
 		var waiting bool
 		err := db.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity
 			WHERE datname = current_database() AND wait_event_type = 'Lock')`).Scan(&waiting)
 		return err == nil && waiting
 	})
-	awaitDBTime(t, db, expiry)
-	require.NoError(t, locker.Rollback(ctx))
-	select {
-	case err := <-failed:
-		require.NoError(t, err)
-	case got := <-ended:
-		require.Empty(t, got, "j1's lease had expired when the batch got its row")
+	return func() map[string]string {
+		select {
+		case err := <-failed:
+			require.NoError(t, err)
+			return nil
+		case got := <-ended:
+			return got
+		}
 	}
-	var state string
-	require.NoError(t, db.QueryRow(ctx, `SELECT state::text FROM leaserouter_jobs WHERE id = 'j1'`).Scan(&state))
-	require.Equal(t, "leased", state, "a refused end changes nothing")
 }
 
 // BenchmarkEndOneLease: the statement cost of ending one lease (a

@@ -41,10 +41,11 @@ func drainJobs(t *testing.T, r *pgrouter.Router[int], n int) {
 	require.Zero(t, left.Load(), "jobs left undrained")
 }
 
-// readyWalkBuffers is how many buffers the walk of the ready index reads
-// to find the first pending job of the default queue (the claim's scan,
-// EXPLAIN (ANALYZE, BUFFERS): the plan's total, its first Buffers line),
-// the walk forced (no sort, no bitmap).
+// readyWalkBuffers is how many buffers the walk of the ready index
+// (leaserouter_jobs_kind_ready) reads to find the first pending job of
+// kind "" in the default queue (a claim arm's scan, EXPLAIN (ANALYZE,
+// BUFFERS): the plan's total, its first Buffers line), the walk forced
+// (no sort, no bitmap).
 func readyWalkBuffers(t *testing.T, db *pgxpool.Pool) int {
 	t.Helper()
 	tx, err := db.Begin(t.Context())
@@ -57,7 +58,7 @@ func readyWalkBuffers(t *testing.T, db *pgxpool.Pool) int {
 	_, err = tx.Exec(t.Context(), `SET LOCAL enable_bitmapscan = off`)
 	require.NoError(t, err)
 	rows, err := tx.Query(t.Context(), `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF)
-		SELECT id FROM leaserouter_jobs WHERE queue = 'default' AND state = 'pending'
+		SELECT id FROM leaserouter_jobs WHERE queue = 'default' AND kind = '' AND state <= 'pending'
 		ORDER BY priority DESC, ready_at, seq LIMIT 1`)
 	require.NoError(t, err)
 	var plan []string
@@ -68,7 +69,7 @@ func readyWalkBuffers(t *testing.T, db *pgxpool.Pool) int {
 	}
 	require.NoError(t, rows.Err())
 	text := strings.Join(plan, "\n")
-	require.Regexp(t, `Index Scan (using|on) leaserouter_jobs_ready`, text, "the walk is the ready index's")
+	require.Regexp(t, `Index Scan (using|on) leaserouter_jobs_kind_ready`, text, "the walk is the ready index's")
 	m := regexp.MustCompile(`Buffers: shared hit=(\d+)(?: read=(\d+))?`).FindStringSubmatch(text)
 	require.NotNil(t, m, text)
 	hit, _ := strconv.Atoi(m[1])

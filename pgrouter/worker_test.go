@@ -137,15 +137,19 @@ func TestRunDoesNotSpinOnLockedDueRow(t *testing.T) {
 
 // TestRunSpreadsABurstOverIdleWorkers: a burst leased by one worker
 // whose batches grew is shared with the Run's idle workers (they steal
-// half of its waiting jobs).
+// half of its waiting jobs), so jobs one worker leased run on several
+// goroutines at once. Which workers lease the burst is the scheduler's
+// choice (an idle worker may lease a few jobs itself); the test asserts
+// only what stealing controls: jobs with one WorkerID running at once.
 func TestRunSpreadsABurstOverIdleWorkers(t *testing.T) {
 	r, _ := newRouter[int](t, pgrouter.Options{LeaseDuration: 30 * time.Second})
 	ctx := t.Context()
 	var mu sync.Mutex
-	per := map[string]int{}
+	per := map[string]int{}     // burst jobs leased, by WorkerID
+	running := map[string]int{} // burst jobs running now, by WorkerID
+	most := map[string]int{}    // the most running at once, by WorkerID
 	phase := atomic.Int32{}
 	var ran atomic.Int32
-	var running, most atomic.Int32 // burst handlers running at once, and the most seen
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
@@ -153,12 +157,13 @@ func TestRunSpreadsABurstOverIdleWorkers(t *testing.T) {
 			if phase.Load() == 1 {
 				mu.Lock()
 				per[l.WorkerID]++
+				running[l.WorkerID]++
+				most[l.WorkerID] = max(most[l.WorkerID], running[l.WorkerID])
 				mu.Unlock()
-				n := running.Add(1)
-				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
-				}
 				time.Sleep(20 * time.Millisecond)
-				running.Add(-1)
+				mu.Lock()
+				running[l.WorkerID]--
+				mu.Unlock()
 			}
 			ran.Add(1)
 			return nil
@@ -186,9 +191,17 @@ func TestRunSpreadsABurstOverIdleWorkers(t *testing.T) {
 	took := time.Since(start)
 	cancel()
 	require.NoError(t, <-done)
-	t.Logf("burst of 64 x 20ms on 4 workers took %v (ideal ~320ms); leased per worker: %v; at most %d at once", took, per, most.Load())
-	require.Len(t, per, 1, "one worker leased the whole burst (the premise)")
-	require.GreaterOrEqual(t, most.Load(), int32(2), "the burst one worker leased ran on several workers at once")
+	t.Logf("burst of 64 x 20ms on 4 workers took %v (ideal ~320ms); leased per worker: %v; most at once per worker: %v", took, per, most)
+	// The worker that leased most of the burst: a batch of at least 16
+	// (a quarter of it) is the premise, met once batches grew.
+	top := ""
+	for id, n := range per {
+		if top == "" || n > per[top] {
+			top = id
+		}
+	}
+	require.GreaterOrEqual(t, per[top], 16, "one worker leased a large batch of the burst (the premise)")
+	require.GreaterOrEqual(t, most[top], 2, "the jobs one worker leased ran on several workers at once")
 }
 
 // TestRunProcessesEveryJobOnce: Run's workers lease in batches and

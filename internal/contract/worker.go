@@ -105,15 +105,11 @@ func AfterHandler(errInvalid, err error, stopping bool, snooze time.Duration, sn
 
 // Stopping reports whether a Run must start no more jobs, on every
 // backend: its ctx (or a worker's, derived from it) is done, or Close
-// has begun (closing is closed). It is checked before each job, so no
-// job starts after either.
-func Stopping(ctx context.Context, closing <-chan struct{}) bool {
-	select {
-	case <-closing:
-		return true
-	default:
-		return ctx.Err() != nil
-	}
+// has begun (closing: each backend reads its own sign of that, as
+// cheaply as it can, since it is read before every job). It is checked
+// before each job, so no job starts after either.
+func Stopping(ctx context.Context, closing bool) bool {
+	return closing || ctx.Err() != nil
 }
 
 // AttemptTimeout is the limit of an attempt under Run, on every backend:

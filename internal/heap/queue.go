@@ -328,11 +328,17 @@ func (q *Queue[E]) removeAt(c *Chunk[E], s int) E {
 	default:
 		// Keep both ends on live elements, so Push and Peek read one
 		// slot; a removed slot in the middle waits until they reach it.
-		for c.slots[c.lo] == zero {
-			c.lo++
-		}
-		for c.slots[c.hi-1] == zero {
-			c.hi--
+		// Only an end removed moves (in locals: no reload of the chunk's
+		// fields on each step), and it stops on a live slot, since the
+		// chunk has one.
+		if slots, lo, hi := c.slots, c.lo, c.hi; s == lo || s == hi-1 {
+			for slots[lo] == zero {
+				lo++
+			}
+			for slots[hi-1] == zero {
+				hi--
+			}
+			c.lo, c.hi = lo, hi
 		}
 		if c.live <= chunkLen/8 {
 			q.tidy(c)

@@ -76,7 +76,14 @@ func (l *Log[E]) Append(e *E, seq uint64, class uint8) *Chunk[E] {
 		if c = l.spare; c != nil {
 			l.spare = nil
 		} else {
-			c = &Chunk[E]{seqs: make([]uint64, 0, 16), items: make([]*E, 0, 16)}
+			// A chunk starts small, so that a few elements take little;
+			// the one after a full chunk (a burst) starts full-sized,
+			// which saves its growth by doubling half its garbage.
+			size := 16
+			if n > 0 {
+				size = chunkLen
+			}
+			c = &Chunk[E]{seqs: make([]uint64, 0, size), items: make([]*E, 0, size)}
 		}
 		l.chunks = append(l.chunks, c)
 	}
@@ -148,13 +155,26 @@ func (l *Log[E]) Remove(c *Chunk[E], seq uint64, class uint8) bool {
 	case c.live == 0:
 		k := l.index(c)
 		l.chunks = slices.Delete(l.chunks, k, k+1)
-		clear(c.items)
-		c.seqs, c.items, c.counts = c.seqs[:0], c.items[:0], [Classes]int32{}
-		l.spare = c
+		l.recycle(c)
 	case c.live <= chunkLen/8 && c != l.chunks[len(l.chunks)-1]: // the last is appended to
 		l.shrink(l.index(c))
 	}
 	return true
+}
+
+// recycle keeps c, out of the list now and holding no live element, as
+// the spare (the next chunk Append starts), unless the spare has as much
+// room already: the chunks of a queue drained in order (packed on the
+// way: shrink) become the new chunks of its tail, with no allocation
+// while the two keep pace. One spare at most, so the memory kept is one
+// chunk's.
+func (l *Log[E]) recycle(c *Chunk[E]) {
+	if l.spare != nil && cap(l.spare.items) >= cap(c.items) {
+		return
+	}
+	clear(c.items)
+	c.seqs, c.items, c.live, c.counts = c.seqs[:0], c.items[:0], 0, [Classes]int32{}
+	l.spare = c
 }
 
 // index returns c's position in l.chunks: the first or the last, most
@@ -219,6 +239,7 @@ func (l *Log[E]) pack(a, b *Chunk[E]) *Chunk[E] {
 		for s := range p.counts {
 			p.counts[s] += c.counts[s]
 		}
+		l.recycle(c) // its live elements are p's now
 	}
 	return p
 }

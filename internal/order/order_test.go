@@ -197,3 +197,39 @@ func TestMemoryFollowsLiveElementsRemovedWhileLast(t *testing.T) {
 	require.LessOrEqual(t, len(l.chunks), 2)
 	require.Equal(t, 200, len(walkAll(l, 0, 1, 1000)))
 }
+
+// TestDrainInOrderReusesChunks: a log whose oldest elements are removed
+// as new ones come (jobs ending in about the order they came, a backlog
+// of several chunks) allocates no chunk once it is warm: the chunks the
+// head drains, packed on the way, become the tail's.
+func TestDrainInOrderReusesChunks(t *testing.T) {
+	l := newLog()
+	var live []*elem
+	seq := uint64(0)
+	step := func() {
+		for range chunkLen {
+			seq++
+			e := &elem{seq: seq}
+			e.c = l.Append(e, seq, 0)
+			live = append(live, e)
+		}
+		for _, e := range live[:chunkLen] {
+			require.True(t, l.Remove(e.c, e.seq, 0))
+		}
+		live = append(live[:0], live[chunkLen:]...)
+	}
+	for range 4 * chunkLen { // a backlog of four chunks
+		seq++
+		e := &elem{seq: seq}
+		e.c = l.Append(e, seq, 0)
+		live = append(live, e)
+	}
+	step() // warm: the spare filled
+	allocs := testing.AllocsPerRun(16, step)
+	// step allocates its chunkLen elements (&elem{...} escapes), and the
+	// head chunk, draining, is packed twice on the way (at an eighth
+	// live, then at a quarter of that): a smaller chunk of three objects
+	// each time. Every other chunk is a recycled one.
+	const packs = 2 * 3
+	require.LessOrEqual(t, allocs, float64(chunkLen+packs), "the log allocated %v objects for a chunk's worth of jobs", allocs-chunkLen)
+}

@@ -113,9 +113,14 @@ var rowSnoozeKeepsLastError = Row{Name: "snooze/on the last attempt, not dead; L
 }}
 
 // rowSnoozeBadInput: a negative delay is refused with ErrInvalidOptions
-// and changes nothing; so is a nil lease's.
+// and changes nothing; so is a nil lease's. The lease is an hour long:
+// that it is still valid after the refusals is the row's, not how fast
+// its calls run; the expired lease's snooze has a job set of its own.
 var rowSnoozeBadInput = Row{Name: "snooze/a negative delay refused with ErrInvalidOptions, nothing changed", Test: func(t T, h Harness) {
-	b, ctx, l := leasedA(t, h)
+	b := open(t, h, Config{LeaseDuration: time.Hour})
+	ctx := ctxOf(t)
+	require.NoError(t, b.Enqueue(ctx, "a", ""))
+	l := tryAcquire(t, b, "w")
 	err := l.Snooze(ctx, -time.Nanosecond)
 	require.ErrorIs(t, err, leaserouter.ErrInvalidOptions)
 	require.NotErrorIs(t, err, leaserouter.ErrLeaseLost, "checked before the lease")
@@ -127,6 +132,7 @@ var rowSnoozeBadInput = Row{Name: "snooze/a negative delay refused with ErrInval
 	require.NoError(t, l.Complete(ctx))
 	requireLost(t, l.Snooze(ctx, time.Second), l.Token(), l.Token(), leaserouter.LostCompleted)
 
+	b = open(t, h, Config{})
 	require.NoError(t, b.Enqueue(ctx, "x", ""))
 	l = tryAcquire(t, b, "w")
 	expire(h, l, h.Lease())

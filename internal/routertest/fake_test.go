@@ -91,6 +91,14 @@ const (
 	bugCanceledScheduledWakes = "a canceled scheduled job made ready at its run-at"
 	// bugSnoozeDropsMetadata: a snoozed job loses its metadata.
 	bugSnoozeDropsMetadata = "a snooze drops the job's metadata"
+	// closeOutOfTime (no bug: what pgrouter's Close does when its
+	// revocation outlasts its grace): Close revokes nothing, and returns
+	// an error wrapping its ctx's that says so; the leases end at their
+	// expiry.
+	closeOutOfTime = "Close out of time, revoking nothing, says so"
+	// bugCloseClaimsRevoked: Close revokes nothing, yet returns as if it
+	// had revoked every lease it held (its ctx's error alone).
+	bugCloseClaimsRevoked = "Close revokes nothing, yet returns as if it had"
 )
 
 // leaseFor is how long a lease granted or heartbeated now lasts.
@@ -441,7 +449,7 @@ func (f *fake) KeepAlive(ctx context.Context, l routertest.Lease, interval time.
 
 // Close stops the periodic jobs and waits for them, then revokes at once
 // whatever is held.
-func (f *fake) Close(context.Context) error {
+func (f *fake) Close(ctx context.Context) error {
 	f.mu.Lock()
 	f.closing = true
 	for name, stop := range f.periodics {
@@ -460,6 +468,12 @@ func (f *fake) Close(context.Context) error {
 	f.closed = true
 	now := time.Now()
 	f.settle(now)
+	switch f.bug {
+	case closeOutOfTime:
+		return fmt.Errorf("%w; fake: Close: revoke leases: out of time", ctx.Err())
+	case bugCloseClaimsRevoked:
+		return ctx.Err()
+	}
 	for _, j := range f.jobs {
 		if j.State == leaserouter.StateLeased {
 			f.end(j, leaserouter.LostRevoked, now, false)

@@ -55,7 +55,11 @@ package routertest
 //     model accepts only if the lease is no longer valid by then.
 //   - Close's revocation: one operation per job over each Close's
 //     interval, applied to a job whose latest lease that handle granted
-//     (pending again at once, even on its last attempt).
+//     (pending again at once, even on its last attempt). Close is called
+//     with a done ctx, and a backend may run out of time revoking (the
+//     lease then ends at its expiry): Close returning ctx.Err() itself
+//     (or nil) says the revocation finished; any other error, that it may
+//     not have, and the model takes either outcome (revokeFinished).
 //
 // TryAcquire's ErrNoJob is left out ("no job was ready" is a statement
 // about every partition, which a per-job model cannot judge); acquire
@@ -255,7 +259,15 @@ func linStep(s linState, in linInput, out linOutput) []linState {
 		}
 		// Revoked: pending again at once with the attempt counted, never
 		// dead (pgrouter's Close; the core's revokeLease).
-		return []linState{end(leaserouter.StatePending, string(leaserouter.LostRevoked))}
+		kept := s // end changes s
+		revoked := end(leaserouter.StatePending, string(leaserouter.LostRevoked))
+		if !out.ok {
+			// Close said its revocation did not finish (its ctx's grace
+			// ran out): the lease was revoked, or is valid until its
+			// expiry, as the contract allows; later operations tell which.
+			return []linState{revoked, kept}
+		}
+		return []linState{revoked}
 	case linExpire:
 		// A forced expiry, at any instant: true iff the job was leased,
 		// which it no longer is (pending with the attempt counted, or
@@ -334,6 +346,7 @@ func contains(xs []any, x linState) bool {
 type LinCounts struct {
 	Enqueued, Duplicates, Acquired, Heartbeats, Completions, Ended, Expired, Superseded, Gets,
 	RunEnds, KeepLost, Revoked int
+	RevokesUnfinished    int // jobs of a Close that said its revocation may not have finished
 	Refused              int // lease operations refused with a LeaseLostError, whatever the reason
 	Forced, ForcedMissed int // ExpireNow true (a leased job expired), false
 }
@@ -356,6 +369,8 @@ func Count(ops []porcupine.Operation) LinCounts {
 			c.RunEnds++
 		case in.kind == linKeepLost:
 			c.KeepLost++
+		case in.kind == linRevoke && !out.ok:
+			c.RevokesUnfinished++
 		case in.kind == linRevoke:
 		case in.kind == linExpire && out.ok:
 			c.Forced++
@@ -443,7 +458,13 @@ func Linearizable(t *testing.T, h Harness, cfg LinConfig) {
 	require.GreaterOrEqual(t, c.Completions, minCount, "completions accepted")
 	require.GreaterOrEqual(t, c.Heartbeats, minCount, "heartbeats accepted")
 	require.GreaterOrEqual(t, c.RunEnds, minCount, "leases Run ended")
-	require.GreaterOrEqual(t, c.Revoked, 1, "operations refused because Close revoked the lease")
+	if c.RevokesUnfinished == 0 {
+		require.GreaterOrEqual(t, c.Revoked, 1, "operations refused because Close revoked the lease")
+	} else {
+		// A Close out of time (on a busy machine) leaves its leases to
+		// their expiry: the history may hold no refusal of a revoked lease.
+		t.Logf("revoked: %d refusals; %d revocations of a Close that did not finish revoking", c.Revoked, c.RevokesUnfinished)
+	}
 	require.GreaterOrEqual(t, c.KeepLost, 1, "KeepAlive contexts canceled because the lease was lost")
 }
 

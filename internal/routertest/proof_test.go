@@ -177,6 +177,20 @@ func TestSuiteCatchesExpiryLeavingLeaseValid(t *testing.T) {
 	}
 }
 
+// TestLinearizableCloseOutOfTimeKeepsItsLeasesValid: a Close that says
+// its revocation did not finish (a done ctx's grace ran out, as
+// pgrouter's round trip can on a busy machine) leaves its leases valid
+// until their expiry, and their holders' heartbeats accepted after it:
+// that history is linearizable. A Close that revokes nothing yet returns
+// as if it had revoked everything has an illegal one.
+func TestLinearizableCloseOutOfTimeKeepsItsLeasesValid(t *testing.T) {
+	c, _ := workload(t, closeOutOfTime, porcupine.Ok)
+	t.Logf("Close out of time: %+v", c)
+	require.Positive(t, c.RevokesUnfinished, "the workload saw the revocation unfinished")
+	require.Zero(t, c.Revoked, "nothing refused as revoked: nothing was")
+	workload(t, bugCloseClaimsRevoked, porcupine.Illegal)
+}
+
 // TestSuiteCatchesHolderEndCountedAsRefusal: a backend whose KeepAlive is
 // not told of its holder's own end (its context lives on, its next
 // heartbeat refused and counted) fails the holder's-end row; without the

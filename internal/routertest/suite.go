@@ -137,6 +137,33 @@ func requireLost(t T, err error, token, current leaserouter.Token, reason leaser
 	require.Equal(t, reason, lost.Reason)
 }
 
+// within reports whether the backend's clock is still before l's expiry
+// (as l read it last): whether the calls a row made since l's grant,
+// which have returned, all ran while l was valid. On a real clock a few
+// round trips on a busy machine can outlast a short lease (Harness.Lease):
+// a row checks what depends on l being valid only while within says so,
+// and logs that it could not otherwise.
+func within(t T, l Lease, h Harness) bool {
+	if time.Now().Before(l.Expiry()) {
+		return true
+	}
+	t.Logf("the row's calls outlasted %s's lease (%v, expiry %v): what depends on its validity is not checked",
+		l.JobID(), h.Lease(), l.Expiry())
+	return false
+}
+
+// requireValid holds err, what an operation of l returned, to l being
+// valid: nil, or, if l's expiry has passed by now (within; the call may
+// have run after it), l's expiry's refusal and nothing else.
+func requireValid(t T, l Lease, err error, msg string) {
+	t.Helper()
+	if err != nil && !time.Now().Before(l.Expiry()) {
+		requireLost(t, err, l.Token(), l.Token(), leaserouter.LostExpired)
+		return
+	}
+	require.NoError(t, err, msg)
+}
+
 // expire lets l's lease expire on the backend's clock.
 func expire(h Harness, l Lease, lease time.Duration) { h.Advance(lease + lease/4) }
 

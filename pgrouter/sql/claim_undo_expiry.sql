@@ -22,13 +22,17 @@
 -- schema version 18 or earlier left none, and after a Retry the attempt
 -- numbers start again, so an earlier record of the same attempt is no
 -- proof. The claim id is cleared, as claim_hand_back.sql does. It
--- returns how many.
+-- returns how many. The rows are found by a walk of the queue's pending
+-- and failed jobs in leaserouter_jobs_order_unleased (migration 0026),
+-- whose predicate the read names (state <> 'leased') so that the generic
+-- plan proves it too: nothing indexes the claim id.
 WITH l AS (
 	SELECT queue, id, coalesce((errors -> -1 ->> 'attempt')::integer = attempt
 			AND errors -> -1 ->> 'error' = 'lease expired'
 			AND (errors -> -1 ->> 'at')::timestamptz = ready_at, false) AS recorded
 	FROM /*schema*/leaserouter_jobs
-	WHERE queue = @queue AND claim = @claim AND state IN ('pending', 'failed') AND ended = 'expired' AND attempt > 0
+	WHERE queue = @queue AND claim = @claim AND state IN ('pending', 'failed') AND state <> 'leased'
+		AND ended = 'expired' AND attempt > 0
 	ORDER BY id FOR UPDATE),
 u AS (
 	UPDATE /*schema*/leaserouter_jobs j SET state = 'pending', attempt = j.attempt - 1, requeued = j.attempt > 1,

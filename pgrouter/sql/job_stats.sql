@@ -1,11 +1,16 @@
 -- Counts @queue's jobs by state, finished ones while retained: one row
 -- per state (all six), with its count and whether that count is
 -- estimated. A state is counted exactly when it has at most @cap jobs: a
--- walk of leaserouter_jobs_order (queue, state, seq) from the state's
--- oldest job, index only where the visibility map allows, that stops
--- after @cap + 1 entries. ORDER BY seq makes it the index's walk: without
--- it, a scan of the table stopping at @cap + 1 matches was planned, which
--- reads the whole table for a queue whose jobs lie at its end. A state
+-- walk of leaserouter_jobs_order_unleased (queue, state, seq) WHERE state
+-- <> 'leased' (migration 0026; the walk says state <> 'leased', so that
+-- the planner proves the predicate) from the state's oldest job, index
+-- only where the visibility map allows, that stops after @cap + 1
+-- entries; the leased state, a walk of leaserouter_jobs_leased (queue,
+-- lease_expires_at), the queue's leases in flight, likewise. Each walk
+-- is gated on s.state, so a state runs one. ORDER BY makes each the
+-- index's walk: without it, a scan of the table stopping at @cap + 1
+-- matches was planned, which reads the whole table for a queue whose
+-- jobs lie at its end. A state
 -- with more is estimated by the planner (leaserouter_count_estimate,
 -- migration 0008), never below the @cap + 1 jobs found. @cap NULL: every
 -- state counted exactly (LIMIT NULL is no limit), however long it takes.
@@ -28,6 +33,12 @@ SELECT s.state::text,
 	CASE WHEN n.n > @cap THEN greatest(/*schema*/leaserouter_count_estimate(@queue, s.state), n.n) ELSE n.n END - p.n,
 	coalesce(n.n > @cap OR s.state >= 'succeeded' AND (SELECT n FROM past_all) > @cap, false)
 FROM unnest(enum_range(NULL::/*schema*/leaserouter_job_state)) AS s(state),
-	LATERAL (SELECT count(*) AS n FROM (SELECT FROM /*schema*/leaserouter_jobs j
-		WHERE j.queue = @queue AND j.state = s.state ORDER BY j.seq LIMIT @cap + 1) w) n,
+	LATERAL (SELECT count(*) AS n FROM (
+		(SELECT FROM /*schema*/leaserouter_jobs j
+		WHERE s.state <> 'leased' AND j.queue = @queue AND j.state = s.state AND j.state <> 'leased'
+		ORDER BY j.seq LIMIT @cap + 1)
+		UNION ALL
+		(SELECT FROM /*schema*/leaserouter_jobs j
+		WHERE s.state = 'leased' AND j.queue = @queue AND j.state = 'leased'
+		ORDER BY j.lease_expires_at LIMIT @cap + 1)) w) n,
 	LATERAL (SELECT count(*) AS n FROM past WHERE past.state = s.state) p

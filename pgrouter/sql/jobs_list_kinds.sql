@@ -7,15 +7,21 @@
 -- Each pair of a state other than leased and a kind of @kinds is a walk
 -- backward of leaserouter_jobs_kind_list (queue, kind, state, seq) WHERE
 -- kind <> '' AND state <> 'leased' (migration 0017: the walk says both,
--- so the planner proves the predicate); the leased jobs of @kinds are one
--- walk of leaserouter_jobs_order (queue, state, seq) over the queue's
--- leased jobs, which skips the jobs of other kinds (bounded by the leases
--- in flight; a claim writes no entry in a kind's index); and kind "" a
--- walk of each state's leaserouter_jobs_order that skips the jobs of
--- other kinds. Each stops after @limit rows with the prefix, and the page
--- is the newest @limit of those: a sort of at most six times @limit rows
--- per kind, never of the queue. With a prefix, a walk reads its kind's
--- jobs of the state until it has found a page of them with it.
+-- so the planner proves the predicate); kind "" a walk of each state's
+-- leaserouter_jobs_order_unleased (queue, state, seq) WHERE state <>
+-- 'leased' (migration 0026: the walk says state <> 'leased' too) that
+-- skips the jobs of other kinds; the leased jobs of @kinds (and of "" if
+-- @unkinded) one read of the queue's leased jobs, which skips the jobs
+-- of other kinds: a walk backward of leaserouter_jobs_leased_seq (queue,
+-- seq, id) WHERE state = 'leased' (migration 0028) that stops after
+-- @limit of them, or a read of leaserouter_jobs_leased by expiry sorted
+-- by seq, whichever the planner finds cheaper (either bounded by the
+-- leases in flight; a claim writes no entry in a kind's index nor in the
+-- order index). Each stops after
+-- @limit rows with the prefix, and the page is the newest @limit of
+-- those: a sort of at most six times @limit rows per kind, never of the
+-- queue. With a prefix, a walk reads its kind's jobs of the state until
+-- it has found a page of them with it.
 --
 -- @omit (ListParams.OmitPayload): payload, progress and errors read as NULL, the
 -- columns never read (metadata is read: at most MaxMetadataBytes).
@@ -38,8 +44,8 @@ SELECT * FROM (
 		CASE WHEN timeout_of = created_at THEN timeout_us ELSE 0 END AS timeout_us, kind, metadata, CASE WHEN state = 'leased' THEN leased_at END,
 			CASE WHEN NOT @omit THEN errors END, seq
 	FROM /*schema*/leaserouter_jobs
-	WHERE 'leased' = ANY(@states::text[]) AND cardinality(@kinds::text[]) > 0
-		AND queue = @queue AND state = 'leased' AND kind = ANY(@kinds::text[])
+	WHERE 'leased' = ANY(@states::text[]) AND (cardinality(@kinds::text[]) > 0 OR @unkinded)
+		AND queue = @queue AND state = 'leased' AND (kind = ANY(@kinds::text[]) OR @unkinded AND kind = '')
 		AND seq < @before AND starts_with(id, @prefix)
 	ORDER BY seq DESC
 	LIMIT @limit)
@@ -51,7 +57,7 @@ SELECT * FROM (
 			CASE WHEN timeout_of = created_at THEN timeout_us ELSE 0 END AS timeout_us, kind, metadata, CASE WHEN state = 'leased' THEN leased_at END,
 			CASE WHEN NOT @omit THEN errors END, seq
 		FROM /*schema*/leaserouter_jobs
-		WHERE @unkinded AND queue = @queue AND kind = '' AND state = s.state AND seq < @before
+		WHERE @unkinded AND queue = @queue AND kind = '' AND state = s.state AND state <> 'leased' AND seq < @before
 			AND starts_with(id, @prefix)
 			AND NOT /*schema*/leaserouter_past_retention(state, purge_at)
 		ORDER BY seq DESC

@@ -5,7 +5,8 @@
 -- of the primary key (queue, id): a probe per queue for the next one,
 -- never a read of the table; then each is counted as job_stats.sql
 -- counts it, so the time grows with the number of queues (about a Stats
--- each), not with their jobs.
+-- each), not with their jobs; a queue's leased jobs are counted from its
+-- leases in flight (leaserouter_jobs_leased), as job_stats.sql does.
 WITH RECURSIVE found(queue) AS (
 	(SELECT queue FROM /*schema*/leaserouter_jobs ORDER BY queue LIMIT 1)
 	UNION ALL
@@ -26,8 +27,14 @@ SELECT * FROM (
 			- coalesce(ps.n, 0) AS n,
 		coalesce(n.n > @cap OR s.state >= 'succeeded' AND pa.n > @cap, false) AS estimated
 	FROM q CROSS JOIN unnest(enum_range(NULL::/*schema*/leaserouter_job_state)) AS s(state)
-		CROSS JOIN LATERAL (SELECT count(*) AS n FROM (SELECT FROM /*schema*/leaserouter_jobs j
-			WHERE j.queue = q.queue AND j.state = s.state ORDER BY j.seq LIMIT @cap + 1) w) n
+		CROSS JOIN LATERAL (SELECT count(*) AS n FROM (
+			(SELECT FROM /*schema*/leaserouter_jobs j
+			WHERE s.state <> 'leased' AND j.queue = q.queue AND j.state = s.state AND j.state <> 'leased'
+			ORDER BY j.seq LIMIT @cap + 1)
+			UNION ALL
+			(SELECT FROM /*schema*/leaserouter_jobs j
+			WHERE s.state = 'leased' AND j.queue = q.queue AND j.state = 'leased'
+			ORDER BY j.lease_expires_at LIMIT @cap + 1)) w) n
 		LEFT JOIN past_state ps ON ps.queue = q.queue AND ps.state = s.state
 		LEFT JOIN past_all pa ON pa.queue = q.queue) c
 WHERE n > 0 OR estimated

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -72,14 +73,13 @@ func (c *call) printMigrations() error {
 		return err
 	}
 	var versions []int
+	for _, v := range pgrouter.Versions() { // a number with no migration skipped
+		if c.opts.down && v > to && v <= from || !c.opts.down && v >= from && v <= to {
+			versions = append(versions, v)
+		}
+	}
 	if c.opts.down {
-		for v := from; v > to; v-- {
-			versions = append(versions, v)
-		}
-	} else {
-		for v := max(from, 1); v <= to; v++ {
-			versions = append(versions, v)
-		}
+		slices.Reverse(versions)
 	}
 	if len(versions) == 0 {
 		return usagef("no version from %s to %s", versionName(from), versionName(to))

@@ -1,0 +1,18 @@
+-- pgrouter:concurrent-index
+-- pgrouter schema, version 21: version 3's index of pending jobs,
+-- leaserouter_jobs_ready (queue, priority DESC, ready_at, seq), goes:
+-- every statement of this version reads version 15's
+-- leaserouter_jobs_kind_ready instead (the claim kind by kind, Stats'
+-- head of the ready order by a skip scan of its kinds), and each job paid
+-- an entry in it at its enqueue and at each return to pending. A
+-- concurrent drop (see version 11): reads and writes of the jobs table
+-- go on while it waits for the transactions using the index.
+--
+-- A process of a version before 15 still running (its claim names no
+-- kind: queue = $1 AND state = 'pending', in the ready order) stays
+-- correct, but each of its claims then reads and sorts every pending job
+-- of its queue; a process of versions 18 to 20 claims as before, but its
+-- Stats reads the head of the ready order from this index, and then
+-- every pending job of its queue: see "During a rolling upgrade" in the
+-- package documentation.
+DROP INDEX CONCURRENTLY IF EXISTS /*schema*/leaserouter_jobs_ready;

@@ -1,0 +1,14 @@
+-- pgrouter:concurrent-index
+-- pgrouter schema, version 25: version 11's index goes, replaced by
+-- versions 23's and 24's: every claim and every end of a lease paid an
+-- entry in it. A concurrent drop (see version 18): reads and writes of
+-- the jobs table go on while it waits for the transactions using the
+-- index, a vacuum's too.
+--
+-- A process of a version before 23 still running during the upgrade
+-- (its List with an ID prefix names no state <> 'leased', so cannot use
+-- version 23's index) stays correct, but its pages with a prefix rare
+-- among a state's newest jobs then read the state's jobs, not those
+-- with the prefix, until it is replaced: see "During a rolling upgrade"
+-- in the package documentation.
+DROP INDEX CONCURRENTLY IF EXISTS /*schema*/leaserouter_jobs_id;

@@ -1,0 +1,13 @@
+-- pgrouter:concurrent-index
+-- pgrouter schema, version 27: version 6's index, leaserouter_jobs_order
+-- (queue, state, seq), goes, replaced by version 26's: every claim and
+-- every heartbeat paid an entry in it. A concurrent drop (see
+-- version 18): reads and writes of the jobs table go on while it waits
+-- for the transactions using the index, a vacuum's too.
+--
+-- A process of a version before 26 still running (its List and counts
+-- name no state <> 'leased', so cannot use version 26's index) stays
+-- correct, but its List pages and its Stats then read the whole table
+-- once per state asked (its Queues, once per queue and state), not a
+-- page or the cap of them, until it is replaced: see "During a rolling upgrade" in the package documentation.
+DROP INDEX CONCURRENTLY IF EXISTS /*schema*/leaserouter_jobs_order;

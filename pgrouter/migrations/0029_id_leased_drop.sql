@@ -1,0 +1,15 @@
+-- pgrouter:concurrent-index
+-- pgrouter schema, version 29: version 24's index,
+-- leaserouter_jobs_id_leased (queue, id COLLATE "C") WHERE leased, goes,
+-- replaced by version 28's: every claim and every end of a lease paid an
+-- entry in each. A concurrent drop (see version 18): reads and writes of
+-- the jobs table go on while it waits for the transactions using the
+-- index, a vacuum's too.
+--
+-- A process of versions 26 to 28 still running (its List with an ID
+-- prefix reads the leased jobs with the prefix by their IDs) stays
+-- correct and finds them in version 28's index as in this one (or, in a
+-- database whose collation is C, in the primary key's range of the
+-- prefix); those of versions 24 and 25 are slowed once version 27 ran:
+-- see "During a rolling upgrade" in the package documentation.
+DROP INDEX CONCURRENTLY IF EXISTS /*schema*/leaserouter_jobs_id_leased;

@@ -338,6 +338,15 @@ func TestClaimWithLostReplyCountsNoAttemptAfterExpiry(t *testing.T) {
 	c2.Release()
 	require.GreaterOrEqual(t, db.Stat().IdleConns(), int32(2))
 	p.armed.Store(true)
+	defer func() {
+		if t.Failed() {
+			var tokens int64
+			var expiry string
+			_ = base.QueryRow(context.Background(), "SELECT last_value FROM leaserouter_token").Scan(&tokens)
+			_ = base.QueryRow(context.Background(), "SELECT coalesce((lease_expires_at - clock_timestamp())::text, 'none') FROM leaserouter_jobs WHERE id = 'a'").Scan(&expiry)
+			t.Logf("at the failure: job a %+v, lease expires in %s; token sequence at %d", readJob(t, base, "a"), expiry, tokens)
+		}
+	}()
 	_, err = r.TryAcquire(ctx, "w")
 	require.Error(t, err, "the reply was lost")
 	require.EqualValues(t, 1, p.cut.Load())

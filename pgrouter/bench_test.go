@@ -124,6 +124,27 @@ func BenchmarkEnqueueMany(b *testing.B) {
 	b.ReportMetric(float64(walAt(b, db)-wal)/float64(b.N), "wal-B/row")
 }
 
+// BenchmarkEnqueue: one job a call (Enqueue, its own round trip and
+// transaction), reports rows/s and the WAL each writes.
+func BenchmarkEnqueue(b *testing.B) {
+	db := benchDB(b)
+	r, err := pgrouter.New[int](context.Background(), db, pgrouter.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close(context.Background())
+	ctx := context.Background()
+	wal := walAt(b, db)
+	start := time.Now()
+	for i := 0; b.Loop(); i++ {
+		if err := r.Enqueue(ctx, fmt.Sprint("e", i), i); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "rows/s")
+	b.ReportMetric(float64(walAt(b, db)-wal)/float64(b.N), "wal-B/row")
+}
+
 // BenchmarkRequeueLatency: a lease abandoned at its grant; the time until
 // the job is leased again by an Acquire already waiting, p99 in ms, with
 // LeaseDuration 200ms (target: <= 300ms).

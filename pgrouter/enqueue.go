@@ -3,11 +3,13 @@ package pgrouter
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/leaserouter/leaserouter"
 	"github.com/leaserouter/leaserouter/internal/contract"
@@ -68,7 +70,8 @@ func addJob[T any](b *batch, r *Router[T], i int, id string, payload T, opts []l
 	return nil
 }
 
-// insert runs insertJobs for b on q and returns the IDs inserted, with
+// insert runs insertNewJobs or insertJobs (see insertRoomed) for b on q
+// and returns the IDs inserted, with
 // the instant each was, and an EventPurged for each finished job past its
 // retention whose row an inserted job took. It first waits for room in
 // the event backlog (see insertRoomed).
@@ -82,33 +85,78 @@ func (r *Router[T]) insert(ctx context.Context, q querier, b *batch) (map[string
 // insertRoomed is insert without the wait for room, for a caller that
 // waited before it took locks a wait must not hold (a periodic job's
 // row: a slow hook here would stall that job's ticks in every process).
+//
+// On the Router's own pool (not a caller's transaction) it runs
+// insertNewJobs, a plain INSERT that logs no speculative-insertion
+// confirmation a row (48 bytes of WAL a job), and insertJobs (INSERT ...
+// ON CONFLICT) only when the first one inserted nothing and deferred to
+// it (the batch names a finished job past its retention, whose row the
+// new job takes) or failed with a unique violation (an ID inserted by a
+// transaction that committed after its snapshot; nothing it wrote
+// stays). Known IDs are no failure: the plain statement leaves them out
+// as duplicates, as insertJobs does. In a caller's transaction a failed
+// statement would abort it, so insertJobs runs alone there.
 func (r *Router[T]) insertRoomed(ctx context.Context, q querier, b *batch) (map[string]time.Time, []leaserouter.Event, error) {
-	rows, err := q.Query(ctx, r.st.insertJobs, args{"queue": r.opts.Queue, "channel": r.channel, "ids": b.ids,
+	a := args{"queue": r.opts.Queue, "channel": r.channel, "ids": b.ids,
 		"priorities": b.priority, "max_attempts": b.maxAtt, "payloads": b.payload, "run_at": b.runAt, "delay_us": b.delay,
-		"timeout_us": b.timeout, "kind": b.kind, "metadata": b.meta})
-	if err != nil {
-		return nil, nil, err
+		"timeout_us": b.timeout, "kind": b.kind, "metadata": b.meta}
+	if q == querier(r.db) {
+		rows, err := q.Query(ctx, r.st.insertNewJobs, a)
+		inserted, _, deferred, err := readInserted(len(b.ids), rows, err)
+		if err == nil && !deferred {
+			return inserted, nil, nil
+		}
+		if err != nil && !isUniqueViolation(err) {
+			return nil, nil, err
+		}
 	}
-	inserted := make(map[string]time.Time, len(b.ids))
-	var purged []leaserouter.Event
+	rows, err := q.Query(ctx, r.st.insertJobs, a)
+	inserted, purged, _, err := readInserted(len(b.ids), rows, err)
+	return inserted, purged, err
+}
+
+// isUniqueViolation reports whether err is PostgreSQL's unique_violation
+// (SQLSTATE 23505) in the jobs table (whose only unique index is its
+// primary key).
+func isUniqueViolation(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505" && pe.TableName == "leaserouter_jobs"
+}
+
+// readInserted reads the rows of insertJobs or insertNewJobs for n IDs:
+// the IDs inserted, with the instant each was, an EventPurged for each
+// finished job past its retention whose row an inserted job took, and
+// whether insertNewJobs deferred to insertJobs (its row of NULLs).
+func readInserted(n int, rows pgx.Rows, err error) (inserted map[string]time.Time, purged []leaserouter.Event, deferred bool, _ error) {
+	if err != nil {
+		return nil, nil, false, err
+	}
+	defer rows.Close()
+	inserted = make(map[string]time.Time, n)
 	for rows.Next() {
-		var id string
-		var at time.Time
+		var id *string
+		var at *time.Time
 		var notified int64
 		var token *int64
 		var attempt *int32
 		var purgeAt *time.Time
 		if err := rows.Scan(&id, &at, &notified, &token, &attempt, &purgeAt); err != nil {
-			rows.Close()
-			return nil, nil, err
+			return nil, nil, false, err
 		}
-		inserted[id] = at
-		if token != nil { // the row of a finished job past its retention: purged now
-			purged = append(purged, leaserouter.Event{Kind: leaserouter.EventPurged, Time: *purgeAt, JobID: id,
+		if id == nil || at == nil {
+			deferred = true
+			continue
+		}
+		inserted[*id] = *at
+		if token != nil && attempt != nil && purgeAt != nil { // the row of a finished job past its retention: purged now
+			purged = append(purged, leaserouter.Event{Kind: leaserouter.EventPurged, Time: *purgeAt, JobID: *id,
 				Token: leaserouter.Token(*token), Attempt: int(*attempt)})
 		}
 	}
-	return inserted, purged, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, nil, false, err
+	}
+	return inserted, purged, deferred, nil
 }
 
 // replacedPurged counts and reports the finished jobs an enqueue's rows
@@ -204,9 +252,18 @@ func (r *Router[T]) enqueueKind(ctx context.Context, q querier, kind, id string,
 }
 
 // EnqueueMany enqueues jobs of the Router's kind, as Enqueue does, in
-// slice order (their enqueue order, for
-// ties in the ready order) in one statement (unnest arrays) and one
-// transaction. IDs the queue knows, or that repeat an earlier ID of the
+// slice order (their enqueue order, for ties in the ready order),
+// committed in one transaction by one statement (unnest arrays): a plain
+// INSERT, which writes less WAL than an INSERT ... ON CONFLICT. When the
+// batch names a
+// finished job past its retention (whose row a new job takes) or an ID
+// another transaction inserted while the statement ran, that statement
+// inserts nothing and a second one, with ON CONFLICT, enqueues the
+// batch (in the second case the server logs the first one's unique
+// violation as an error: the race, not a failure of the call). Enqueue
+// runs the same way; EnqueueTx runs the ON CONFLICT statement alone, as
+// a failed statement would abort the caller's transaction. IDs the
+// queue knows, or that repeat an earlier ID of the
 // batch, are skipped as duplicates and their indexes returned in order.
 // All or nothing: an invalid job (an ID leaserouter.ValidateID refuses,
 // a bad option, a payload that does not encode: the error wraps

@@ -120,7 +120,7 @@ func (k *Kind[T]) enqueue(ctx context.Context, tx pgx.Tx, id string, payload T, 
 }
 
 // EnqueueMany enqueues jobs of this kind, in slice order, into one queue,
-// in one statement and one transaction, as Router.EnqueueMany does: known
+// committed in one transaction, as Router.EnqueueMany does: known
 // IDs (and IDs repeating an earlier one of the batch) are skipped as
 // duplicates, and their indexes returned; all or nothing for the rest.
 // Every job must go to the same queue (the kind's, or the one its

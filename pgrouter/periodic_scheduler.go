@@ -190,7 +190,7 @@ func (e *periodicEntry[T]) tickPayload(tick time.Time) (payload T, panicked any,
 var errTickNotTaken = errors.New("pgrouter: tick not taken")
 
 // enqueueTick takes tick of p and inserts its job id in one transaction
-// (periodic_tick, then jobs_insert as Enqueue runs it). locked reports a
+// (periodic_tick, then jobs_insert as EnqueueTx runs it). locked reports a
 // tick whose row another transaction locks (another scheduler inside its
 // tick, maybe stalled there): not taken, its outcome unknown, to be tried
 // again (see retryDeferred). Otherwise nil also when the tick was not taken

@@ -239,6 +239,7 @@ type statements struct {
 	handBackClaim        string
 	undoClaimExpiry      string
 	insertJobs           string
+	insertNewJobs        string // insertJobs without ON CONFLICT: Router.insertRoomed
 	getJob               string
 	cancelJobs           string
 	statsByState         string
@@ -314,6 +315,7 @@ func newStatements(schema string) *statements {
 
 	// Jobs (enqueue.go, jobs.go), fences, tokens, wake-ups.
 	s.insertJobs = s.statement("jobs_insert")
+	s.insertNewJobs = s.statement("jobs_insert_new")
 	s.getJob = s.statement("job_get")
 	s.cancelJobs = s.statement("jobs_cancel")
 	s.statsByState = s.statement("job_stats")

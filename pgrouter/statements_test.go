@@ -77,13 +77,23 @@ func TestBatchStatementsPlannedOnce(t *testing.T) {
 			rows.Close()
 			require.NoError(t, rows.Err(), name)
 		}
-		var generic, custom int64
-		require.NoError(t, conn.QueryRow(t.Context(),
-			`SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1`, sql).
-			Scan(&generic, &custom))
-		require.Equal(t, int64(5), custom, "%s: custom plans", name)
-		require.Equal(t, int64(7), generic, "%s: generic plans", name)
+		requirePlannedOnce(t, conn, sql, name, 12)
 	}
+}
+
+// requirePlannedOnce checks that statement sql (name), run calls times on
+// q's session, was planned as the server plans a statement whose generic
+// plan it keeps: five custom plans, then the generic one.
+func requirePlannedOnce(t *testing.T, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, sql, name string, calls int64) {
+	t.Helper()
+	var generic, custom int64
+	require.NoError(t, q.QueryRow(t.Context(),
+		`SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1`, sql).
+		Scan(&generic, &custom))
+	require.Equal(t, int64(5), custom, "%s: custom plans", name)
+	require.Equal(t, calls-5, generic, "%s: generic plans", name)
 }
 
 // A claim is planned once per connection, whatever its size, on a table
@@ -114,12 +124,7 @@ func TestClaimPlannedOnce(t *testing.T) {
 		require.NoError(t, rows.Err())
 		require.Equal(t, 1+i%3, n, "jobs leased")
 	}
-	var generic, custom int64
-	require.NoError(t, tx.QueryRow(t.Context(),
-		`SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1`, sql).
-		Scan(&generic, &custom))
-	require.Equal(t, int64(5), custom, "custom plans")
-	require.Equal(t, int64(7), generic, "generic plans")
+	requirePlannedOnce(t, tx, sql, "claim", 12)
 }
 
 // On a young table (no statistics), a batch of k leases locks its rows

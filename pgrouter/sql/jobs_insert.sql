@@ -12,20 +12,28 @@
 -- finished and past its retention, when the row becomes the new job (the
 -- old one is purged by this statement). It returns the inserted IDs with
 -- their instant and, for a row that replaced a purged job, that job's
--- token, attempt and purge time; when there are any, it notifies @channel
--- (with the insert, so only if it commits), whose listeners take a new
--- due instant from a scheduled job too.
+-- token, attempt and purge time (read at the statement's snapshot, before
+-- the update, and only for such a row); when there are any, it notifies
+-- @channel (with the insert, so only if it commits), whose listeners take
+-- a new due instant from a scheduled job too.
+--
+-- Enqueues outside a caller's transaction run jobs_insert_new.sql first,
+-- which writes less (see there), and this statement when that one
+-- defers to it.
+-- The arrays come through an OFFSET 0 subquery, so the planner estimates
+-- them alike whatever their length and the prepared statement keeps one
+-- generic plan (with the arrays in sight, a batch of one planned anew at
+-- every call).
 WITH c AS (SELECT clock_timestamp() AS now),
-old AS (
-	SELECT id, token, attempt, purge_at FROM /*schema*/leaserouter_jobs
-	WHERE queue = @queue AND id = ANY (@ids::text[]) AND state IN ('succeeded', 'failed', 'canceled')),
 v AS (
 	SELECT x.*, nextval('/*schema*/leaserouter_job_seq') AS seq
 	FROM (SELECT r.id, r.priority, r.max_attempts, r.payload, r.timeout_us, r.metadata, c.now,
 			CASE WHEN r.run_at IS NOT NULL THEN greatest(r.run_at, c.now)
 				ELSE c.now + r.delay_us * interval '1 microsecond' END AS ready
-		FROM unnest(@ids::text[], @priorities::bigint[], @max_attempts::integer[], @payloads::text[],
-				@run_at::timestamptz[], @delay_us::bigint[], @timeout_us::bigint[], @metadata::text[])
+		FROM (SELECT @ids::text[], @priorities::bigint[], @max_attempts::integer[], @payloads::text[],
+				@run_at::timestamptz[], @delay_us::bigint[], @timeout_us::bigint[], @metadata::text[] OFFSET 0)
+				AS a(ids, priorities, max_attempts, payloads, run_at, delay_us, timeout_us, metadata),
+			LATERAL unnest(a.ids, a.priorities, a.max_attempts, a.payloads, a.run_at, a.delay_us, a.timeout_us, a.metadata)
 			WITH ORDINALITY AS r(id, priority, max_attempts, payload, run_at, delay_us, timeout_us, metadata, ord), c
 		ORDER BY r.ord) x),
 ins AS (
@@ -45,4 +53,11 @@ ins AS (
 	RETURNING j.id, j.created_at, NOT (j.xmax = 0) AS replaced),
 n AS (SELECT pg_notify(@channel, @queue) FROM (SELECT FROM ins LIMIT 1) one)
 SELECT ins.id, ins.created_at, (SELECT count(*) FROM n), o.token, o.attempt, o.purge_at
-FROM ins LEFT JOIN old o ON ins.replaced AND o.id = ins.id
+FROM ins LEFT JOIN LATERAL (
+	-- The replaced row as the statement's snapshot saw it, read by its
+	-- primary key and only for a replaced row (OFFSET 0 keeps the
+	-- subquery whole: the planner may not join it to every finished job
+	-- of the queue, as it did to the partial index of finished jobs).
+	SELECT token, attempt, purge_at, state FROM /*schema*/leaserouter_jobs
+	WHERE ins.replaced AND queue = @queue AND id = ins.id
+	OFFSET 0) o ON o.state IN ('succeeded', 'failed', 'canceled')

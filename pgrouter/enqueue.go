@@ -70,11 +70,11 @@ func addJob[T any](b *batch, r *Router[T], i int, id string, payload T, opts []l
 	return nil
 }
 
-// insert runs insertNewJobs or insertJobs (see insertRoomed) for b on q
-// and returns the IDs inserted, with
-// the instant each was, and an EventPurged for each finished job past its
-// retention whose row an inserted job took. It first waits for room in
-// the event backlog (see insertRoomed).
+// insert runs insertNewJobs or insertJobs for b on q and returns the IDs
+// inserted, with the instant each was, and an EventPurged for each
+// finished job past its retention whose row an inserted job took. It
+// first waits for room in the event backlog (see insertRoomed, which
+// says which statement runs).
 func (r *Router[T]) insert(ctx context.Context, q querier, b *batch) (map[string]time.Time, []leaserouter.Event, error) {
 	if err := r.ev.awaitRoom(ctx); err != nil {
 		return nil, nil, err
@@ -255,15 +255,14 @@ func (r *Router[T]) enqueueKind(ctx context.Context, q querier, kind, id string,
 // slice order (their enqueue order, for ties in the ready order),
 // committed in one transaction by one statement (unnest arrays): a plain
 // INSERT, which writes less WAL than an INSERT ... ON CONFLICT. When the
-// batch names a
-// finished job past its retention (whose row a new job takes) or an ID
-// another transaction inserted while the statement ran, that statement
-// inserts nothing and a second one, with ON CONFLICT, enqueues the
-// batch (in the second case the server logs the first one's unique
-// violation as an error: the race, not a failure of the call). Enqueue
-// runs the same way; EnqueueTx runs the ON CONFLICT statement alone, as
-// a failed statement would abort the caller's transaction. IDs the
-// queue knows, or that repeat an earlier ID of the
+// batch names a finished job past its retention (whose row a new job
+// takes) or an ID another transaction inserted while the statement ran,
+// that statement inserts nothing and a second one, with ON CONFLICT,
+// enqueues the batch (in the second case the server logs the first
+// one's unique violation as an error: the race, not a failure of the
+// call). Enqueue runs the same way; EnqueueTx runs the ON CONFLICT
+// statement alone, as a failed statement would abort the caller's
+// transaction. IDs the queue knows, or that repeat an earlier ID of the
 // batch, are skipped as duplicates and their indexes returned in order.
 // All or nothing: an invalid job (an ID leaserouter.ValidateID refuses,
 // a bad option, a payload that does not encode: the error wraps

@@ -48,7 +48,18 @@ type floorVariant struct {
 	lockFirst  bool // the completion locks its rows (FOR UPDATE) before it writes them, as pgrouter's does
 	hot        bool // no index on state, lease or purge time: the claim is a HOT update when the page has room
 	deletes    bool // the completion deletes the row (Retention -1) instead of marking it finished
+	list       listShape
 }
+
+// listShape is which of List's indexes a floorVariant keeps.
+type listShape int
+
+const (
+	listNone        listShape = iota // none: List's pages would read the whole queue
+	listFull                         // every page bounded: by state in enqueue order, by state and ID, the leased in enqueue order
+	listLeaseSorted                  // no index of the leased in enqueue order: their page sorts every lease in flight
+	listKeyPrefix                    // no index by state and ID: an ID prefix reads the primary key (IDs in "C" collation) across every state
+)
 
 // floorVariants are the queues BenchmarkWALFloor measures:
 //
@@ -78,6 +89,23 @@ type floorVariant struct {
 //     every lease in flight ahead of the pending rows, an expiry pass
 //     reads every lease in flight, and finished jobs cannot be kept
 //     (no retention: Retention -1 only).
+//   - list-ff50, list-nolock-ff30: rules-ff50 and nolock-ff30 with the
+//     indexes a List of jobs by state, in enqueue order and by ID prefix,
+//     needs to read a page in a time that grows neither with the table
+//     nor with the leases in flight (listFull): the jobs not leased by
+//     (queue, state, enqueue order) and by (queue, state, ID), the leased
+//     ones by (queue, enqueue order, ID), each with the least key
+//     (pgrouter's carry more columns). A leased job has one List entry,
+//     not two, so a claim and each heartbeat (a new row version: its
+//     lease expiry is indexed) enter one. The floor of a design that
+//     keeps every page of the console fast.
+//   - list-leasesorted-*, list-keyprefix-*: list-ff50 and
+//     list-nolock-ff30 giving up one of those bounds each, to show what
+//     it is worth: the leased page sorting every lease in flight of the
+//     queue (listLeaseSorted: the lease expiry index gains the queue),
+//     or an ID prefix read from the primary key across every state, the
+//     IDs in "C" collation (listKeyPrefix: a rare state's page under a
+//     common prefix reads every job with that prefix).
 var floorVariants = []floorVariant{
 	{name: "rules/Retention=default", fillfactor: 100, lockFirst: true},
 	{name: "rules/Retention=-1", fillfactor: 100, lockFirst: true, deletes: true},
@@ -89,6 +117,14 @@ var floorVariants = []floorVariant{
 	{name: "nolock/Retention=-1", fillfactor: 100, deletes: true},
 	{name: "nolock-ff30/Retention=default", fillfactor: 30},
 	{name: "nolock-ff30/Retention=-1", fillfactor: 30, deletes: true},
+	{name: "list-ff50/Retention=default", fillfactor: 50, lockFirst: true, list: listFull},
+	{name: "list-ff50/Retention=-1", fillfactor: 50, lockFirst: true, deletes: true, list: listFull},
+	{name: "list-nolock-ff30/Retention=default", fillfactor: 30, list: listFull},
+	{name: "list-nolock-ff30/Retention=-1", fillfactor: 30, deletes: true, list: listFull},
+	{name: "list-leasesorted-ff50/Retention=default", fillfactor: 50, lockFirst: true, list: listLeaseSorted},
+	{name: "list-leasesorted-nolock-ff30/Retention=default", fillfactor: 30, list: listLeaseSorted},
+	{name: "list-keyprefix-ff50/Retention=default", fillfactor: 50, lockFirst: true, list: listKeyPrefix},
+	{name: "list-keyprefix-nolock-ff30/Retention=default", fillfactor: 30, list: listKeyPrefix},
 	{name: "hot/Retention=-1", fillfactor: 100, hot: true, deletes: true},
 	{name: "hot-ff50/Retention=-1", fillfactor: 50, hot: true, deletes: true},
 }
@@ -205,12 +241,16 @@ const floorInsert = `INSERT INTO floor_jobs (queue, id, state, ready_at)
 
 // schema is v's table, its indexes and sequences.
 func (v floorVariant) schema() []string {
+	collation := "" // the database's
+	if v.list == listKeyPrefix {
+		collation = `COLLATE "C"` // so that the primary key serves ID-prefix ranges
+	}
 	s := []string{
 		"CREATE SEQUENCE floor_seq",
 		"CREATE SEQUENCE floor_token",
 		fmt.Sprintf(`CREATE TABLE floor_jobs (
 			queue text NOT NULL,
-			id text NOT NULL,
+			id text %s NOT NULL,
 			payload bytea NOT NULL DEFAULT '',
 			state smallint NOT NULL,
 			priority int NOT NULL DEFAULT 0,
@@ -221,15 +261,30 @@ func (v floorVariant) schema() []string {
 			attempt int NOT NULL DEFAULT 0,
 			lease_expires_at timestamptz,
 			purge_at timestamptz,
-			PRIMARY KEY (queue, id)) WITH (fillfactor = %d)`, v.fillfactor),
+			PRIMARY KEY (queue, id)) WITH (fillfactor = %d)`, collation, v.fillfactor),
 	}
 	if v.hot {
 		return append(s, "CREATE INDEX floor_ready ON floor_jobs (queue, priority DESC, ready_at, seq)")
 	}
-	return append(s,
+	leased := "(lease_expires_at)"
+	if v.list == listLeaseSorted {
+		leased = "(queue, lease_expires_at)" // the leased page reads the queue's leases
+	}
+	s = append(s,
 		"CREATE INDEX floor_ready ON floor_jobs (queue, priority DESC, ready_at, seq) WHERE state = 1",
-		"CREATE INDEX floor_leased ON floor_jobs (lease_expires_at) WHERE state = 2",
+		"CREATE INDEX floor_leased ON floor_jobs "+leased+" WHERE state = 2",
 		"CREATE INDEX floor_purge ON floor_jobs (purge_at) WHERE state = 3")
+	if v.list == listNone {
+		return s
+	}
+	s = append(s, "CREATE INDEX floor_order ON floor_jobs (queue, state, seq) WHERE state <> 2")
+	if v.list != listKeyPrefix {
+		s = append(s, `CREATE INDEX floor_id ON floor_jobs (queue, state, id COLLATE "C") WHERE state <> 2`)
+	}
+	if v.list != listLeaseSorted {
+		s = append(s, `CREATE INDEX floor_leased_order ON floor_jobs (queue, seq, id COLLATE "C") WHERE state = 2`)
+	}
+	return s
 }
 
 // floorClaimSQL leases up to $2 pending jobs of queue $1 to worker $3,

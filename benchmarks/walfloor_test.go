@@ -57,7 +57,7 @@ type listShape int
 const (
 	listNone        listShape = iota // none: List's pages would read the whole queue
 	listFull                         // every page bounded: by state in enqueue order, by state and ID, the leased in enqueue order
-	listLeaseSorted                  // no index of the leased in enqueue order: their page sorts every lease in flight
+	listLeaseSorted                  // no index of the leased in enqueue order: their pages read and sort every lease in flight
 	listKeyPrefix                    // no index by state and ID: an ID prefix reads the primary key (IDs in "C" collation) across every state
 )
 
@@ -97,12 +97,14 @@ const (
 //     ones by (queue, enqueue order, ID), each with the least key
 //     (pgrouter's carry more columns). A leased job has one List entry,
 //     not two, so a claim and each heartbeat (a new row version: its
-//     lease expiry is indexed) enter one. The floor of a design that
-//     keeps every page of the console fast.
+//     lease expiry is indexed) enter one. The floor of pgrouter's
+//     design (one row a job, updated in place, btree indexes) with
+//     every page of the console bounded.
 //   - list-leasesorted-*, list-keyprefix-*: list-ff50 and
 //     list-nolock-ff30 giving up one of those bounds each, to show what
-//     it is worth: the leased page sorting every lease in flight of the
-//     queue (listLeaseSorted: the lease expiry index gains the queue),
+//     it is worth: the leased page, and a leased ID-prefix page, reading
+//     and sorting every lease in flight of the queue (listLeaseSorted:
+//     the lease expiry index gains the queue),
 //     or an ID prefix read from the primary key across every state, the
 //     IDs in "C" collation (listKeyPrefix: a rare state's page under a
 //     common prefix reads every job with that prefix).

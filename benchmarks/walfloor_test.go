@@ -134,7 +134,8 @@ var floorVariants = []floorVariant{
 // BenchmarkWALFloor: WAL per job, enqueue + drain, River at MaxWorkers
 // 100, pgrouter at each of pgrouterRetentions, then each of
 // floorVariants, every side after River as a ratio to River's WAL of the
-// same run (xRiver100-WAL), the floors also to pgrouter's at the same
+// same run (xRiver100-WAL; with -count above 1, the least of River's runs:
+// riverLeast), the floors also to pgrouter's at the same
 // retention (xFloor-pgrouter: pgrouter's WAL over the floor's). The
 // floors also report their table's size per job after the enqueue
 // (heap-B/job, index-B/job): what a lower fillfactor costs.
@@ -143,7 +144,7 @@ func BenchmarkWALFloor(b *testing.B) {
 	b.Run("river/MaxWorkers=100", func(b *testing.B) {
 		f := riverWAL(b, b.N, 100)
 		f.report(b)
-		river = f.perJob()
+		river = riverLeast(river, f.perJob())
 	})
 	ratio := func(b *testing.B, f walFigures) {
 		if river > 0 {

@@ -13,12 +13,7 @@ import (
 // WAL it writes per job (what a change to the columns every completion
 // writes costs, compared in the same run).
 func BenchmarkAcquireComplete(b *testing.B) {
-	db := benchDB(b)
-	r, err := pgrouter.New[int](context.Background(), db, pgrouter.Options{Retention: -1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer r.Close(context.Background())
+	r, db := benchRouter(b, pgrouter.Options{Retention: -1})
 	enqueueN(b, r, b.N)
 	ctx := context.Background()
 	b.ResetTimer()

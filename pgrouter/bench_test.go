@@ -40,6 +40,18 @@ func benchDB(b *testing.B) *pgxpool.Pool {
 	return db
 }
 
+// benchRouter is a Router of ints with opts on a fresh benchDB, closed
+// when the benchmark ends.
+func benchRouter(b *testing.B, opts pgrouter.Options) (*pgrouter.Router[int], *pgxpool.Pool) {
+	db := benchDB(b)
+	r, err := pgrouter.New[int](context.Background(), db, opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { r.Close(context.Background()) })
+	return r, db
+}
+
 // walAt is the server's current WAL position, in bytes.
 func walAt(b *testing.B, db *pgxpool.Pool) int64 {
 	var at int64
@@ -67,12 +79,7 @@ func enqueueN(b *testing.B, r *pgrouter.Router[int], n int) {
 // benchRun runs b.N pre-enqueued no-op jobs through Run with 2 workers
 // and the given batch ceiling, and reports jobs/s.
 func benchRun(b *testing.B, batch int) {
-	db := benchDB(b)
-	r, err := pgrouter.New[int](context.Background(), db, pgrouter.Options{Retention: -1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer r.Close(context.Background())
+	r, db := benchRouter(b, pgrouter.Options{Retention: -1})
 	enqueueN(b, r, b.N)
 	var left atomic.Int64
 	left.Store(int64(b.N))
@@ -81,7 +88,7 @@ func benchRun(b *testing.B, batch int) {
 	b.ResetTimer()
 	wal := walAt(b, db)
 	start := time.Now()
-	err = r.Run(ctx, leaserouter.WorkerOptions{Workers: 2, Batch: batch}, func(context.Context, *pgrouter.Lease[int]) error {
+	err := r.Run(ctx, leaserouter.WorkerOptions{Workers: 2, Batch: batch}, func(context.Context, *pgrouter.Lease[int]) error {
 		if left.Add(-1) == 0 {
 			cancel()
 		}
@@ -110,12 +117,7 @@ func BenchmarkRunMany(b *testing.B) { benchRun(b, 0) }
 
 // BenchmarkEnqueueMany: batches of 1000 jobs, reports rows/s.
 func BenchmarkEnqueueMany(b *testing.B) {
-	db := benchDB(b)
-	r, err := pgrouter.New[int](context.Background(), db, pgrouter.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer r.Close(context.Background())
+	r, db := benchRouter(b, pgrouter.Options{})
 	b.ResetTimer()
 	wal := walAt(b, db)
 	start := time.Now()
@@ -127,12 +129,7 @@ func BenchmarkEnqueueMany(b *testing.B) {
 // BenchmarkEnqueue: one job a call (Enqueue, its own round trip and
 // transaction), reports rows/s and the WAL each writes.
 func BenchmarkEnqueue(b *testing.B) {
-	db := benchDB(b)
-	r, err := pgrouter.New[int](context.Background(), db, pgrouter.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer r.Close(context.Background())
+	r, db := benchRouter(b, pgrouter.Options{})
 	ctx := context.Background()
 	wal := walAt(b, db)
 	start := time.Now()

@@ -51,15 +51,7 @@ import (
 // strconv.Itoa as BenchmarkRouterEnqueue makes them; the operation ends
 // when the last job is complete.
 func BenchmarkPipelineFloor(b *testing.B) {
-	var done int64
-	for b.Loop() {
-		n, err := runFloor(peerJobs)
-		if err != nil {
-			b.Fatal(err)
-		}
-		done += n
-	}
-	report(b, done)
+	pipeline(b, func() (int64, error) { return runFloor(peerJobs) })
 }
 
 // BenchmarkPipelineFloorLease: BenchmarkPipelineFloor with what
@@ -73,15 +65,7 @@ func BenchmarkPipelineFloor(b *testing.B) {
 // lock, sized to the batch asked for as Run's are, with no lease left
 // unused (floorLeases): about one lease allocated a job.
 func BenchmarkPipelineFloorLease(b *testing.B) {
-	var done int64
-	for b.Loop() {
-		n, err := runFloorWith(peerJobs, true)
-		if err != nil {
-			b.Fatal(err)
-		}
-		done += n
-	}
-	report(b, done)
+	pipeline(b, func() (int64, error) { return runFloorWith(peerJobs, true) })
 }
 
 // TestPipelineFloorRunsEveryJobOnce: every job is handled once, the

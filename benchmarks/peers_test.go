@@ -6,12 +6,14 @@
 //	cd benchmarks && go test -run XXX -bench . -count 5
 //
 // Each operation pushes peerJobs no-op jobs through 2 workers while one
-// goroutine submits them, and reports jobs/s. Job IDs are made as a user
-// would, with strconv.Itoa, in the submitting loop.
+// goroutine submits them, and reports jobs/s and the garbage collections
+// per million jobs. Job IDs are made as a user would, with strconv.Itoa,
+// in the submitting loop.
 package benchmarks
 
 import (
 	"context"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -30,11 +32,7 @@ const (
 // BenchmarkPond: pond v2 with 2 workers; Submit of every job while they
 // run, then StopAndWait.
 func BenchmarkPond(b *testing.B) {
-	var done int64
-	for b.Loop() {
-		done += runPond(peerJobs)
-	}
-	report(b, done)
+	pipeline(b, func() (int64, error) { return runPond(peerJobs), nil })
 }
 
 // BenchmarkRouterEnqueue: leaserouter's Run with 2 workers, while one
@@ -51,15 +49,7 @@ func BenchmarkRouterEnqueueMany(b *testing.B) { benchRouter(b, enqueueMany) }
 func BenchmarkRouterBacklog(b *testing.B) { benchRouter(b, nil) }
 
 func benchRouter(b *testing.B, enqueue func(*leaserouter.Router[int], int) error) {
-	var done int64
-	for b.Loop() {
-		n, err := runRouter(peerJobs, enqueue)
-		if err != nil {
-			b.Fatal(err)
-		}
-		done += n
-	}
-	report(b, done)
+	pipeline(b, func() (int64, error) { return runRouter(peerJobs, enqueue) })
 }
 
 // TestPeerWorkloads runs each workload on a few jobs: every job is done
@@ -158,7 +148,33 @@ func enqueueMany(r *leaserouter.Router[int], n int) error {
 	return nil
 }
 
-// report gives the jobs per second of the whole benchmark.
-func report(b *testing.B, jobs int64) {
-	b.ReportMetric(float64(jobs)/b.Elapsed().Seconds(), "jobs/s")
+// pipeline calls run once an operation (run returns how many jobs it
+// ran) and reports the jobs per second of the whole benchmark and the
+// garbage collections the runtime finished meanwhile per million jobs
+// (GCs/Mjobs; a collection that straddles the start or the end counts
+// one either way). On this workload the live heap is small, so the
+// collector runs about once per few megabytes allocated: its cycles follow
+// each side's bytes a job (benchmarks/README.md).
+func pipeline(b *testing.B, run func() (int64, error)) {
+	gcs := numGC()
+	var done int64
+	for b.Loop() {
+		n, err := run()
+		if err != nil {
+			b.Fatal(err)
+		}
+		done += n
+	}
+	b.ReportMetric(float64(done)/b.Elapsed().Seconds(), "jobs/s")
+	if done > 0 {
+		b.ReportMetric(float64(numGC()-gcs)*1e6/float64(done), "GCs/Mjobs")
+	}
+}
+
+// numGC is the number of garbage collections finished since the process
+// started.
+func numGC() uint32 {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.NumGC
 }

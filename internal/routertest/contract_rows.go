@@ -558,9 +558,14 @@ var rowKeepAliveHolderEndIsNoRefusal = Row{Name: "workers/the holder's own end o
 		require.NoError(t, b.Enqueue(ctx, "a", ""))
 		l := tryAcquire(t, b, "w")
 		kctx, cancel := b.KeepAlive(ctx, l, interval)
-		h.Advance(interval + interval/2) // one heartbeat accepted
-		require.NoError(t, kctx.Err(), "%s: kept alive", e.reason)
+		h.Advance(interval + interval/2) // a heartbeat was due
+		// Accepted by now, or soon on a busy machine (a database's
+		// heartbeat is a round trip): the KeepAlive is beating when the
+		// holder ends the lease.
+		eventually(t, h, string(e.reason)+": a heartbeat accepted", func() bool { return kctx.Err() != nil || stats(t, b).Heartbeats >= 1 })
+		require.NoError(t, context.Cause(kctx), "%s: kept alive", e.reason)
 		require.NoError(t, e.end(l))
+		beats := stats(t, b).Heartbeats
 		require.Error(t, kctx.Err(), "%s: the KeepAlive ctx ends as the holder's call returns", e.reason)
 		var lost *leaserouter.LeaseLostError
 		require.ErrorAs(t, context.Cause(kctx), &lost, "%s", e.reason)
@@ -572,7 +577,12 @@ var rowKeepAliveHolderEndIsNoRefusal = Row{Name: "workers/the holder's own end o
 		s := stats(t, b)
 		require.Zero(t, s.StaleRejections, "%s: the holder's own end is no refusal", e.reason)
 		require.Zero(t, s.HeartbeatsRefused, "%s: the holder's own end is no refusal", e.reason)
-		require.EqualValues(t, 1, s.Heartbeats, "%s: one accepted heartbeat, none after the end", e.reason)
+		// None accepted after the end: at most the reply of one sent before
+		// it was still to come when the end returned.
+		require.LessOrEqual(t, s.Heartbeats, beats+1, "%s: no heartbeat accepted after the end", e.reason)
+		if h.Caps().ExactClock {
+			require.EqualValues(t, 1, s.Heartbeats, "%s: one heartbeat, an interval after the grant, none after the end", e.reason)
+		}
 		require.NoError(t, b.Close(ctx))
 		for _, ev := range ev.drain() {
 			require.NotEqual(t, leaserouter.EventStaleRejected, ev.Kind, "%s: no stale_rejected event: %+v", e.reason, ev)
